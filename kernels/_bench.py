@@ -1,0 +1,155 @@
+"""CUDA-graph timing harness shared by the kernel benchmarks (part 1 and part 2).
+
+How a number is made (see notes/kernels-part1.md for why):
+
+* ``graph_time_us(fn, arg_sets)``: one CUDA graph captures ``len(arg_sets)`` calls of ``fn``, each on
+  its own argument set (its own weight copy), so that the weights stream from HBM as in a real
+  48-layer decode step instead of sitting in the 60 MB L2. The graph is replayed many times; each
+  replay is timed with CUDA events and divided by the calls it holds; the median is reported.
+  Launch gaps inside a graph are ~1.2 us a node on an H200, which is what a decode step pays too.
+* ``launches_per_call(fn, args)``: GPU kernels (and memsets/copies) one call puts on the device,
+  counted with torch.profiler over a few eager calls.
+* ``copy_bandwidth()``: a large device-to-device copy, bytes read + written over time; the
+  denominator of every "fraction of bandwidth" figure, measured in the same run.
+* ``copies_for(nbytes)``: how many argument sets to rotate over so their weights exceed the L2.
+
+Nothing here runs at import; torch is imported lazily so ``import r9k.kernels._bench`` is cheap.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Callable, Sequence
+
+L2_BYTES = 60 << 20  # H200: 60 MB L2 (the rotation must exceed it several times)
+
+
+def copies_for(bytes_per_copy: int, min_total: int = 4 * L2_BYTES, lo: int = 8, hi: int = 64) -> int:
+    """Argument sets to rotate over so the weights they hold total at least ``min_total`` bytes."""
+    n = -(-min_total // max(1, bytes_per_copy))
+    return max(lo, min(hi, n))
+
+
+def copy_bandwidth(nbytes: int = 1 << 30, reps: int = 20) -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read plus bytes written (median)."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    src.random_(0, 255)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    del src, dst
+    return 2 * nbytes / statistics.median(times)
+
+
+def graph_time_us(fn: Callable, arg_sets: Sequence[tuple], replays: int = 50, warmup: int = 3) -> dict:
+    """Median microseconds per call of ``fn`` in CUDA-graph replay, rotating over ``arg_sets``.
+
+    Returns ``{"us": median, "p10": ..., "p90": ..., "calls_per_graph": len(arg_sets)}``.
+    """
+    import torch
+
+    # Compile / warm up on a side stream (required before capture), every argument set once.
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(warmup):
+            for args in arg_sets:
+                fn(*args)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for args in arg_sets:
+            fn(*args)
+    for _ in range(warmup):
+        g.replay()
+    torch.cuda.synchronize()
+    per_call = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        per_call.append(a.elapsed_time(b) * 1e3 / len(arg_sets))
+    del g
+    per_call.sort()
+    n = len(per_call)
+    return {
+        "us": statistics.median(per_call),
+        "p10": per_call[n // 10],
+        "p90": per_call[(9 * n) // 10],
+        "calls_per_graph": len(arg_sets),
+    }
+
+
+def launches_per_call(fn: Callable, args: tuple, calls: int = 4) -> float:
+    """GPU activities (kernels, memsets, device copies) one call of ``fn`` launches, by torch.profiler.
+
+    Returns -1.0 if the profiler cannot see the device (it is then reported as unknown, not guessed).
+    """
+    import torch
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn(*args)
+    torch.cuda.synchronize()
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                fn(*args)
+            torch.cuda.synchronize()
+        n = sum(1 for e in prof.events() if e.device_type == DeviceType.CUDA)
+    except Exception:  # noqa: BLE001 - profiler unavailable in this environment
+        return -1.0
+    return n / calls
+
+
+def fmt_table(rows: Sequence[dict], cols: Sequence[str]) -> str:
+    """A markdown table of ``rows`` (dicts) over ``cols``; floats with 2 decimals."""
+
+    def cell(v):
+        if isinstance(v, float):
+            return f"{v:.2f}"
+        return str(v)
+
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        out.append("| " + " | ".join(cell(r.get(c, "")) for c in cols) + " |")
+    return "\n".join(out)
+
+
+def bench_row(name: str, m: int, stock: tuple, fused: tuple, arg_sets_stock, arg_sets_fused,
+              bytes_moved: int, bw: float) -> dict:
+    """Time ``stock`` and ``fused`` (each ``(fn, label)``) and return one table row.
+
+    ``bytes_moved``: the fewest bytes one call must move (weights + activations + outputs), for
+    the bandwidth fraction ``bytes / (fused us) / bw``.
+    """
+    s_fn, f_fn = stock[0], fused[0]
+    ts = graph_time_us(s_fn, arg_sets_stock)
+    tf = graph_time_us(f_fn, arg_sets_fused)
+    ls = launches_per_call(s_fn, arg_sets_stock[0])
+    lf = launches_per_call(f_fn, arg_sets_fused[0])
+    floor_us = bytes_moved / bw * 1e6
+    return {
+        "op": name,
+        "M": m,
+        "stock us": ts["us"],
+        "fused us": tf["us"],
+        "speedup": ts["us"] / tf["us"],
+        "launches s/f": f"{ls:g}/{lf:g}",
+        "floor us": floor_us,
+        "bw frac": floor_us / tf["us"],
+    }
