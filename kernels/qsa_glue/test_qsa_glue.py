@@ -1,0 +1,128 @@
+"""Gate of R9K_QSA_GLUE (kernel-semantics.md 3.7): the fused norm + rope is bit-equal to the stock ops except
+fp32 sum-of-squares order flips, on fewer than 0.1% of elements; both stay within bf16 rounding of an fp64
+evaluation. CPU (Triton interpreter) at small shapes; the real indexer shapes on a GPU."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from r9k.kernels.ops import triton_platform
+from r9k.kernels.qsa_glue import reference, triton_kernel
+
+needs_triton = pytest.mark.skipif(triton_platform() is None,
+                                  reason="no Triton backend: needs a GPU or TRITON_INTERPRET=1 (kernels/conftest.py)")
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+THETA = 10000.0
+
+
+def _dev():
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _gen():
+    seed = random.SystemRandom().randrange(2**31)
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return g, seed
+
+
+def _case(T, H, D, R2, pos_kind, strided=True, sections=None, interleaved=True, pos_stride=3, equal_rows=False,
+          max_pos=8192):
+    g, seed = _gen()
+    dev = _dev()
+    scale = torch.rand(T, 1, 1, generator=g) * 4 + 0.05  # rows of different magnitude
+    if strided:  # q as a view of the projection row [q: H x D | k: D]
+        row = (torch.randn(T, (H + 1) * D, generator=g) * scale.view(T, 1)).to(torch.bfloat16).to(dev)
+        x = row[:, : H * D].view(T, H, D)
+    else:
+        x = (torch.randn(T, H, D, generator=g) * scale).to(torch.bfloat16).to(dev)
+    w = (torch.randn(D, generator=g) * 0.3).to(torch.bfloat16).to(dev)
+    cache = reference.rope_cos_sin_cache(R2, max_pos, THETA).to(dev) if pos_kind else None
+    pos = None
+    if pos_kind == "1d":  # a strided column of a [T, pos_stride] buffer, as serving hands it over
+        buf = torch.randint(0, max_pos, (T, pos_stride), generator=g).to(dev)
+        pos = buf[:, 0]
+    elif pos_kind == "mrope":
+        buf = torch.randint(0, max_pos, (3, T * pos_stride), generator=g).to(dev)
+        if equal_rows:
+            buf[1] = buf[0]
+            buf[2] = buf[0]
+        pos = buf[:, ::pos_stride]
+    return dict(x=x, weight=w, positions=pos, cos_sin_cache=cache, eps=1e-6, mrope_section=sections,
+                mrope_interleaved=interleaved), seed
+
+
+def _check(kw, seed):
+    stock = reference.gemma_norm_rope(**kw)
+    out = torch.full_like(stock, float("nan"))
+    res = triton_kernel.gemma_norm_rope(**kw, out=out)
+    assert res.data_ptr() == out.data_ptr()
+    assert not torch.isnan(out).any(), f"unwritten output elements (seed {seed})"
+    flips = (out != stock).sum().item()
+    n = out.numel()
+    assert flips <= 1e-3 * n, f"{flips} of {n} elements differ from stock (seed {seed})"
+    ref = reference.gemma_norm_rope_fp64(**{k: v for k, v in kw.items() if k != "out"})
+    for name, val in (("fused", out), ("stock", stock)):
+        err = (val.double() - ref).abs().max().item() / ref.abs().max().item()
+        assert err < 2e-2, f"{name} max error {err} vs fp64 (seed {seed})"
+    return flips
+
+
+@needs_triton
+@pytest.mark.parametrize("T", [1, 5])
+def test_gate_interpreter_q_rope_1d(T):
+    _check(*_case(T, 4, 128, 32, "1d"))
+
+
+@needs_triton
+def test_gate_interpreter_keys_norm_only_and_rope():
+    kw, seed = _case(7, 1, 128, 32, None, strided=False)
+    _check(kw, seed)
+    _check(*_case(7, 1, 128, 32, "1d", strided=False, pos_stride=5))
+
+
+@needs_triton
+@pytest.mark.parametrize("D,R2", [(64, 16), (256, 64), (128, 128)])
+def test_gate_interpreter_dims(D, R2):
+    _check(*_case(3, 2, D, R2, "1d"))
+
+
+@needs_triton
+def test_gate_interpreter_mrope():
+    _check(*_case(4, 4, 128, 64, "mrope", sections=(11, 11, 10), interleaved=True))
+    _check(*_case(3, 4, 128, 64, "mrope", sections=(11, 11, 10), interleaved=True, equal_rows=True))
+    _check(*_case(4, 2, 128, 32, "mrope", sections=(6, 5, 5), interleaved=False, pos_stride=2))
+
+
+def test_mrope_truncation_is_stock_rounding():
+    """The MRoPE stock path rounds products toward zero; with equal rows it differs from the 1-D path only there."""
+    kw, _ = _case(6, 4, 128, 64, "mrope", sections=(11, 11, 10), equal_rows=True)
+    a = reference.gemma_norm_rope(**kw)
+    kw1 = dict(kw, positions=kw["positions"][0], mrope_section=None)
+    b = reference.gemma_norm_rope(**kw1)
+    assert torch.equal(a[..., 64:], b[..., 64:])
+    ra, rb = a[..., :64].float(), b[..., :64].float()
+    assert not torch.equal(ra, rb)  # truncation changes some codes
+    assert (ra - rb).abs().max() <= 2.0**-6 * rb.abs().max()  # by about one bf16 ulp, no more
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("T", [1, 4, 16, 64, 1000])
+def test_gate_gpu_indexer_shapes(T):
+    total_flips = 0
+    total_flips += _check(*_case(T, 4, 128, 32, "1d"))
+    total_flips += _check(*_case(T, 1, 128, 32, "1d", strided=False, pos_stride=5))  # compressed keys
+    _check(*_case(T, 1, 128, 32, None, strided=False))
+    _check(*_case(T, 4, 128, 64, "mrope", sections=(11, 11, 10)))
+    _check(*_case(T, 4, 128, 32, "mrope", sections=(6, 5, 5), interleaved=False, pos_stride=2))
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("D,R2", [(64, 16), (256, 64), (128, 128)])
+def test_gate_gpu_dims(D, R2):
+    _check(*_case(333, 4, D, R2, "1d", strided=False))

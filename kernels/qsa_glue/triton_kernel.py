@@ -1,0 +1,145 @@
+"""Fused QSA indexer glue: Gemma RMSNorm + neox rotary (1-D or MRoPE) of one row in one launch.
+
+One program per (token, head) row of D. The row is read once for the sum of squares; the rotary halves are read
+again (cache hits) so that each pair (j, j + R2/2) is in the same lanes without a register shuffle. Rounding
+points are the stock ones (see ``reference.py``): the normed value is rounded to bf16 once, each rotary product
+is rounded to bf16 (to nearest for 1-D positions, by truncation for MRoPE positions when ``TRUNC``), and the sum
+to nearest. Only the fp32 order of the sum of squares differs from stock.
+
+``norm_rope_row`` is a ``triton.jit`` helper shared with ``r9k.kernels.qk_rope``.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+# Position modes (constexpr POS_MODE).
+POS_NONE, POS_1D, POS_MROPE_INTERLEAVED, POS_MROPE_CONCAT = 0, 1, 2, 3
+
+
+@triton.jit
+def rne_bf16(v):
+    """Round fp32 to the nearest-even bf16 value, returned as fp32 (exact in bf16).
+
+    Done on the bits rather than with ``.to(tl.bfloat16)``: the Triton CPU interpreter's float casts truncate
+    (and its "rtne" mode rounds ties away), so the CI gate would not see the GPU's rounding otherwise. On the GPU
+    this is four integer ops and gives the same bits as ``cvt.rn.bf16.f32`` for finite values.
+    """
+    bits = v.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _round_prod(v, TRUNC: tl.constexpr):
+    """fp32 -> bf16 (as fp32): to nearest even, or toward zero when TRUNC."""
+    if TRUNC:
+        return (v.to(tl.int32, bitcast=True) & -65536).to(tl.float32, bitcast=True)
+    else:
+        return rne_bf16(v)
+
+
+@triton.jit
+def norm_rope_row(x_row, o_row, w_ptr, pos_base, sp_row, cache_ptr, s_cache, D, HALF, eps, S0, S1, S2,
+                  BLOCK_D: tl.constexpr, BLOCK_HALF: tl.constexpr, POS_MODE: tl.constexpr, TRUNC: tl.constexpr):
+    """Norm (+ rotary) of one row: reads ``x_row[0:D]`` and writes ``o_row[0:D]`` (both element pointers).
+
+    pos_base: pointer to this token's position (row 0 for MRoPE); sp_row: stride between MRoPE position rows.
+    cache_ptr / s_cache: cos|sin cache and its row stride. S0, S1, S2: MRoPE sections (t, h, w).
+    """
+    d = tl.arange(0, BLOCK_D)
+    md = d < D
+    x = tl.load(x_row + d, mask=md, other=0.0).to(tl.float32)
+    r = tl.math.rsqrt(tl.sum(x * x, axis=0) / D + eps)
+    w1 = 1.0 + tl.load(w_ptr + d, mask=md, other=0.0).to(tl.float32)
+    y = rne_bf16(x * r * w1).to(tl.bfloat16)
+    if POS_MODE == 0:
+        tl.store(o_row + d, y, mask=md)
+    else:
+        # dims >= 2*HALF pass through from the norm
+        tl.store(o_row + d, y, mask=md & (d >= 2 * HALF))
+        j = tl.arange(0, BLOCK_HALF)
+        mj = j < HALF
+        x1 = tl.load(x_row + j, mask=mj, other=0.0).to(tl.float32)
+        x2 = tl.load(x_row + HALF + j, mask=mj, other=0.0).to(tl.float32)
+        wa = 1.0 + tl.load(w_ptr + j, mask=mj, other=0.0).to(tl.float32)
+        wb = 1.0 + tl.load(w_ptr + HALF + j, mask=mj, other=0.0).to(tl.float32)
+        y1 = rne_bf16(x1 * r * wa)
+        y2 = rne_bf16(x2 * r * wb)
+        if POS_MODE == 1:
+            pos = tl.load(pos_base)
+            crow = cache_ptr + pos * s_cache
+            cos = tl.load(crow + j, mask=mj, other=0.0).to(tl.float32)
+            sin = tl.load(crow + HALF + j, mask=mj, other=0.0).to(tl.float32)
+        else:
+            if POS_MODE == 2:
+                sel = tl.where((j % 3 == 1) & (j < 3 * S1), 1, tl.where((j % 3 == 2) & (j < 3 * S2), 2, 0))
+            else:
+                sel = tl.where(j < S0, 0, tl.where(j < S0 + S1, 1, 2))
+            pos = tl.load(pos_base + sel * sp_row, mask=mj, other=0)
+            crow = cache_ptr + pos * s_cache
+            cos = tl.load(crow + j, mask=mj, other=0.0).to(tl.float32)
+            sin = tl.load(crow + HALF + j, mask=mj, other=0.0).to(tl.float32)
+        o1 = _round_prod(y1 * cos, TRUNC) - _round_prod(y2 * sin, TRUNC)
+        o2 = _round_prod(y2 * cos, TRUNC) + _round_prod(y1 * sin, TRUNC)
+        tl.store(o_row + j, rne_bf16(o1).to(tl.bfloat16), mask=mj)
+        tl.store(o_row + HALF + j, rne_bf16(o2).to(tl.bfloat16), mask=mj)
+
+
+@triton.jit
+def _gemma_norm_rope_kernel(x_ptr, w_ptr, out_ptr, pos_ptr, cache_ptr, H, D, HALF,
+                            sx_t, sx_h, so_t, so_h, sp_row, sp_col, s_cache, eps, S0, S1, S2,
+                            BLOCK_D: tl.constexpr, BLOCK_HALF: tl.constexpr, POS_MODE: tl.constexpr,
+                            TRUNC: tl.constexpr):
+    row = tl.program_id(0)
+    t = row // H
+    h = row % H
+    norm_rope_row(x_ptr + t * sx_t + h * sx_h, out_ptr + t * so_t + h * so_h, w_ptr, pos_ptr + t * sp_col,
+                  sp_row, cache_ptr, s_cache, D, HALF, eps, S0, S1, S2, BLOCK_D, BLOCK_HALF, POS_MODE, TRUNC)
+
+
+def _pos_args(positions, mrope_section, mrope_interleaved):
+    """(pos tensor, row stride, column stride, mode, S0, S1, S2) for the kernels."""
+    if positions is None:
+        return None, 0, 0, POS_NONE, 0, 0, 0
+    if positions.dim() == 1:
+        return positions, 0, positions.stride(0), POS_1D, 0, 0, 0
+    if positions.dim() != 2 or positions.shape[0] != 3 or mrope_section is None:
+        raise ValueError("positions must be [T] or [3, T] (the latter with mrope_section)")
+    s0, s1, s2 = (int(s) for s in mrope_section)
+    mode = POS_MROPE_INTERLEAVED if mrope_interleaved else POS_MROPE_CONCAT
+    return positions, positions.stride(0), positions.stride(1), mode, s0, s1, s2
+
+
+def gemma_norm_rope(x: torch.Tensor, weight: torch.Tensor, positions: torch.Tensor | None = None,
+                    cos_sin_cache: torch.Tensor | None = None, eps: float = 1e-6, mrope_section=None,
+                    mrope_interleaved: bool = True, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Fused form of :func:`r9k.kernels.qsa_glue.reference.gemma_norm_rope` (same signature, one launch).
+
+    x [T, H, D] bf16 (last dim contiguous, other strides free); weight [D]; positions None / [T] / [3, T]
+    (any strides); cos_sin_cache [max_pos, R2] with R2 % 2 == 0, R2 <= D; out: optional [T, H, D] bf16 with
+    contiguous last dim. Returns out. Requires D <= 1024.
+    """
+    if x.dim() != 3 or x.stride(-1) != 1:
+        raise ValueError("x must be [T, H, D] with a contiguous last dim")
+    T, H, D = x.shape
+    if out is None:
+        out = torch.empty((T, H, D), dtype=x.dtype, device=x.device)
+    pos, sp_row, sp_col, mode, s0, s1, s2 = _pos_args(positions, mrope_section, mrope_interleaved)
+    if mode != POS_NONE:
+        half = cos_sin_cache.shape[-1] // 2
+        if 2 * half > D or cos_sin_cache.stride(-1) != 1:
+            raise ValueError("rotary dims must be <= D and the cache's last dim contiguous")
+        cache, s_cache = cos_sin_cache, cos_sin_cache.stride(0)
+    else:
+        half, cache, s_cache, pos = 0, x, 0, x  # dummies (never read)
+    if T * H == 0:
+        return out
+    _gemma_norm_rope_kernel[(T * H,)](
+        x, weight, out, pos, cache, H, D, half,
+        x.stride(0), x.stride(1), out.stride(0), out.stride(1), sp_row, sp_col, s_cache, float(eps), s0, s1, s2,
+        BLOCK_D=triton.next_power_of_2(D), BLOCK_HALF=max(triton.next_power_of_2(max(half, 1)), 2),
+        POS_MODE=mode, TRUNC=(mode in (POS_MROPE_INTERLEAVED, POS_MROPE_CONCAT)), num_warps=1 if D <= 256 else 4,
+    )
+    return out
