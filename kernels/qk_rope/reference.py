@@ -1,0 +1,78 @@
+"""Stock path of the attention q/k norm + MRoPE + output-gate split (kernel-semantics.md 3.8).
+
+vLLM's eager path for a full-attention layer with ``attn_output_gate`` (Qwen3-Next style), op for op:
+split the qkv row ``[q_gate (hq x 2D) | k (hkv x D) | v (hkv x D)]``; view q_gate as [T, hq, 2D] and chunk
+each head into ``q = [:D]`` and ``gate = [D:]``; ``reshape`` both to [T, hq*D] (copies, the views are not
+contiguous); GemmaRMSNorm (native, eps 1e-6, ``1 + w``) on every q and k head; rotary on the first 64 of 256
+dims (neox pairs, interleaved MRoPE [11, 11, 10], theta 1e7; vLLM's native forward, bf16 ops rounding to
+nearest). The gate is returned unchanged (``attn_out * sigmoid(gate)`` happens after attention). v is not
+touched (a view of qkv).
+"""
+from __future__ import annotations
+
+import torch
+
+from r9k.kernels.qsa_glue.reference import apply_rope, gemma_rmsnorm, mrope_selector
+
+MROPE_SECTION = (11, 11, 10)
+ROPE_THETA = 1e7
+ROTARY_DIM = 64
+
+
+def qk_norm_rope_gate(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch.Tensor, positions: torch.Tensor,
+                      cos_sin_cache: torch.Tensor, num_heads: int, num_kv_heads: int, head_dim: int = 256,
+                      eps: float = 1e-6, mrope_section=MROPE_SECTION, mrope_interleaved: bool = True,
+                      out=None):
+    """Returns ``(q, k, gate)``: [T, hq*D], [T, hkv*D] (normed + roped) and [T, hq*D] (the gate, copied).
+
+    qkv:           [T, hq*2D + 2*hkv*D] bf16 (rows may be strided; last dim contiguous).
+    q_weight/k_weight: [D] bf16 Gemma norm weights.
+    positions:     [3, T] int (MRoPE rows t, h, w; any strides) or [T] (1-D rotary).
+    cos_sin_cache: [max_pos, R2] bf16 rows ``[cos | sin]`` (R2 = 64 rotated dims for this model).
+    out:           optional tuple of three preallocated outputs (q, k, gate).
+    """
+    T = qkv.shape[0]
+    hq, hkv, D = num_heads, num_kv_heads, head_dim
+    q_gate, k, _v = qkv.split([hq * 2 * D, hkv * D, hkv * D], dim=-1)
+    q_gate = q_gate.view(T, hq, 2 * D)
+    q, gate = torch.chunk(q_gate, 2, dim=-1)
+    q = q.reshape(T, hq * D)
+    gate = gate.reshape(T, hq * D)
+    q = gemma_rmsnorm(q.view(T, hq, D), q_weight, eps)
+    k = gemma_rmsnorm(k.reshape(T, hkv, D), k_weight, eps)
+    q = apply_rope(q, positions, cos_sin_cache, mrope_section if positions.dim() == 2 else None,
+                   mrope_interleaved, truncate_mrope=False).reshape(T, hq * D)
+    k = apply_rope(k, positions, cos_sin_cache, mrope_section if positions.dim() == 2 else None,
+                   mrope_interleaved, truncate_mrope=False).reshape(T, hkv * D)
+    if out is not None:
+        for dst, src in zip(out, (q, k, gate)):
+            dst.copy_(src)
+        return tuple(out)
+    return q, k, gate
+
+
+def qk_norm_rope_fp64(qkv, q_weight, k_weight, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim=256,
+                      eps=1e-6, mrope_section=MROPE_SECTION, mrope_interleaved=True):
+    """(q, k) of the same formula in fp64, no intermediate rounding."""
+    T = qkv.shape[0]
+    hq, hkv, D = num_heads, num_kv_heads, head_dim
+    x = qkv.double()
+    q = x[:, : hq * 2 * D].view(T, hq, 2 * D)[..., :D]
+    k = x[:, hq * 2 * D: hq * 2 * D + hkv * D].reshape(T, hkv, D)
+    rot = cos_sin_cache.shape[-1]
+    half = rot // 2
+    cs = cos_sin_cache.double()[positions]
+    if positions.dim() == 1:
+        cos, sin = cs[:, None, :half], cs[:, None, half:]
+    else:
+        sel = torch.tensor(mrope_selector(half, mrope_section, mrope_interleaved), device=qkv.device)
+        idx = sel.view(1, 1, half).expand(1, T, half)
+        cos = cs[..., :half].gather(0, idx)[0][:, None, :]
+        sin = cs[..., half:].gather(0, idx)[0][:, None, :]
+
+    def one(v, w):
+        y = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.double())
+        x1, x2 = y[..., :half], y[..., half:rot]
+        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin, y[..., rot:]), dim=-1)
+
+    return one(q, q_weight).reshape(T, -1), one(k, k_weight).reshape(T, -1)
