@@ -1,0 +1,126 @@
+"""``r9kctl eval``: paired evaluations.
+
+``r9kctl eval compare A B``        accuracy of each, discordant counts, exact McNemar p, CI, identical outputs
+                                   (``--into MANIFEST --config CFG`` also appends it as a quality record)
+``r9kctl eval record --url URL --dataset FILE --out FILE``
+                                   ask a question set of a running OpenAI-compatible server at concurrency 1
+
+Formats: ``r9k.r9kctl.evidence.results`` (result files) and ``r9k.r9kctl.evidence.dataset`` (question sets);
+notes/evidence.md has both with examples.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("eval", help="paired evaluations: record per-question results, compare two runs",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="eval_cmd", metavar="{compare,record}")
+    sub.required = True
+
+    c = sub.add_parser("compare", help="paired McNemar comparison of two per-question result files")
+    c.add_argument("a", help="baseline result file (JSONL), e.g. the previous default")
+    c.add_argument("b", help="candidate result file (JSONL)")
+    c.add_argument("--format", choices=("text", "json"), default="text")
+    c.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (0.95)")
+    c.add_argument("--alpha", type=float, default=0.05,
+                   help="exit 1 when p < alpha and B is worse than A (default 0.05); reported, not a gate, with --no-fail")
+    c.add_argument("--no-fail", action="store_true", help="always exit 0 after a successful comparison")
+    c.add_argument("--into", metavar="MANIFEST", help="append the result as a [[quality]] record to this release TOML")
+    c.add_argument("--config", help="quality record's config (fn_tp4, h200_tp4, ...); required with --into")
+    c.add_argument("--eval-name", help="quality record's eval name (default: the dataset name)")
+    c.add_argument("--baseline-label", help="what A is, in words (default: A's label)")
+    c.add_argument("--baseline-release", help="release whose defaults A ran")
+    c.add_argument("--note", help="free text for the quality record")
+
+    r = sub.add_parser("record", help="run a question set against an OpenAI-compatible server at concurrency 1")
+    r.add_argument("--url", required=True, help="server base URL, e.g. http://127.0.0.1:8000 (or .../v1)")
+    r.add_argument("--dataset", required=True,
+                   help="question set: a JSONL file (native, GSM8K or HumanEval) or a shipped set's name (arith-smoke)")
+    r.add_argument("--out", required=True, help="result file to write (JSONL)")
+    r.add_argument("--model", help="model name to request (default: the first one the server lists)")
+    r.add_argument("--api", choices=("chat", "completions"), default="chat")
+    r.add_argument("--max-tokens", type=int, default=512)
+    r.add_argument("--limit", type=int, help="only the first N questions")
+    r.add_argument("--label", help="label stored in the file's header (default: the output file name)")
+    r.add_argument("--resume", action="store_true", help="continue an interrupted result file")
+    r.add_argument("--no-output-text", action="store_true", help="store only the hash of each output")
+    r.add_argument("--execute-code", action="store_true",
+                   help="allow HumanEval grading, which runs model-written code in a subprocess on this machine")
+    r.add_argument("--timeout", type=float, default=600.0, help="seconds per request (600)")
+    r.add_argument("--quiet", action="store_true")
+    p.set_defaults(func=run)
+    return p
+
+
+def _compare(args) -> int:
+    from .evidence import mcnemar, results
+
+    try:
+        a, b = results.load(args.a), results.load(args.b)
+        cmp = mcnemar.compare(a, b, confidence=args.confidence)
+    except (results.ResultFileError, ValueError) as exc:
+        print(f"r9kctl eval compare: error: {exc}", file=sys.stderr)
+        return 2
+    if args.into:
+        from .evidence import quality
+
+        if not args.config:
+            print("r9kctl eval compare: error: --into needs --config (the configuration the eval ran on)",
+                  file=sys.stderr)
+            return 2
+        rec = quality.quality_record(cmp, config=args.config, eval_name=args.eval_name,
+                                     baseline_label=args.baseline_label, baseline_release=args.baseline_release,
+                                     source=f"r9kctl eval compare {args.a} {args.b}", note=args.note)
+        try:
+            quality.append_quality_record(args.into, rec)
+        except (OSError, ValueError) as exc:
+            print(f"r9kctl eval compare: error: {exc}", file=sys.stderr)
+            return 2
+    if args.format == "json":
+        print(json.dumps(cmp.to_dict(), indent=2))
+    else:
+        print(cmp.format_text())
+        worse = cmp.significant(args.alpha) and cmp.c < cmp.b
+        verdict = ("B is significantly worse" if worse else
+                   "B is significantly better" if cmp.significant(args.alpha) else "no detectable difference")
+        print(f"verdict        {verdict} at alpha = {args.alpha:g}")
+        if args.into:
+            print(f"quality record appended to {args.into}")
+    if not args.no_fail and cmp.significant(args.alpha) and cmp.c < cmp.b:
+        return 1
+    return 0
+
+
+def _record(args) -> int:
+    from .evidence import dataset as D
+    from .evidence import record as R
+    from .evidence.results import ResultFileError
+
+    try:
+        ds = D.load_dataset(args.dataset)
+        if any(q.grader == "humaneval" for q in ds.questions) and not args.execute_code:
+            raise D.DatasetError(f"{args.dataset} is graded by running model-written code; pass --execute-code")
+        out = R.record(ds, args.url, args.out, model=args.model, max_tokens=args.max_tokens, api=args.api,
+                       label=args.label, limit=args.limit, resume=args.resume, execute_code=args.execute_code,
+                       api_key=os.environ.get("OPENAI_API_KEY"), timeout_s=args.timeout,
+                       keep_output=not args.no_output_text, progress=None if args.quiet else sys.stderr)
+    except (D.DatasetError, R.ServerError, ResultFileError, OSError) as exc:
+        print(f"r9kctl eval record: error: {exc}", file=sys.stderr)
+        return 2
+    from .evidence import results
+
+    rf = results.load(out)
+    print(f"{out}: {rf.correct}/{rf.n} correct ({100 * rf.accuracy:.2f}%), dataset {ds.name} "
+          f"sha256 {ds.sha256()[:12]}")
+    return 0
+
+
+def run(args) -> int:
+    if args.eval_cmd == "compare":
+        return _compare(args)
+    return _record(args)

@@ -1,0 +1,190 @@
+"""``r9kctl gate``: run the declared gate tests of variants through pytest and record them in the ledger.
+
+Which variants: those named, or every variant whose resolved value in a profile differs from its stock value
+(``rs.non_stock()``): exactly the variants whose code a launch of that profile would run instead of vLLM's.
+
+How: one ``python -m pytest`` subprocess over the test files of all selected gates, in the repository root,
+with :mod:`r9k.r9kctl.evidence.pytest_plugin` selecting the declared items, skipping ``gpu``-marked tests when
+no GPU is visible (reported as ``needs-gpu``) and streaming per-test events, from which progress is shown.
+On a machine without a GPU device node, ``TRITON_INTERPRET=1`` is set (unless the caller set it), so Triton
+kernels run in the CPU interpreter. One record per variant is appended to the ledger
+(``r9k.registry.ledger``), with the outcome of every item and the variant's current source hash.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from r9k.registry import ledger as L
+
+from .pytest_plugin import matches
+
+
+@dataclass
+class GatePlan:
+    variants: list[Any]  # variants with declared gate tests, in order
+    no_tests: list[Any] = field(default_factory=list)  # selected variants that declare no gate tests
+
+    @property
+    def test_ids(self) -> list[str]:
+        return list(dict.fromkeys(t for v in self.variants for t in L.declared_tests(v)))
+
+
+@dataclass
+class GateRun:
+    records: list[L.GateRecord]
+    platform: str
+    exitstatus: int | None
+    log: str  # pytest's own output (tail kept)
+    collect_errors: dict[str, str] = field(default_factory=dict)
+
+
+def _non_stock_ids(rs: Any) -> list[str]:
+    ns = rs.non_stock()
+    if isinstance(ns, dict):
+        return list(ns)
+    return [getattr(getattr(r, "variant", None), "id", None) or getattr(r, "id") for r in ns]
+
+
+def plan(reg: Any, profile: str | None = None, names: Iterable[str] = (), tp: int | None = None,
+         include_unset: bool = False) -> GatePlan:
+    """Select the gates to run: the named variants (ids or knobs), or the non-stock variants of ``profile``."""
+    chosen: list[Any] = []
+    if profile:
+        from r9k.registry.resolve import resolve
+
+        rs = resolve(reg, profile, tp=tp)
+        chosen += [reg.variants[i] for i in _non_stock_ids(rs)]
+    for name in names:
+        chosen.append(reg.variant(name))
+    seen: set[str] = set()
+    out = GatePlan([])
+    for v in chosen:
+        if v.id in seen:
+            continue
+        seen.add(v.id)
+        (out.variants if L.declared_tests(v) else out.no_tests).append(v)
+    return out
+
+
+def _gpu_device_present() -> bool:
+    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd"))
+
+
+def _git(root: Path, *args: str) -> str | None:
+    try:
+        r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Path | None = None,
+        progress: Callable[[str], None] | None = None, timeout_s: float | None = None,
+        pytest_args: Iterable[str] = ()) -> GateRun:
+    """Run the planned gates; append one ledger record per variant unless ``record`` is False."""
+    root = L.repo_root(reg)
+    say = progress or (lambda _msg: None)
+    declared = gate_plan.test_ids
+    hashes = {v.id: L.source_hash(reg, v) for v in gate_plan.variants}
+    commit = _git(root, "rev-parse", "--short", "HEAD")
+    dirty = None
+    if commit is not None:
+        dirty = bool(_git(root, "status", "--porcelain", "--", *sorted({p for v in gate_plan.variants
+                                                                       for p in L.hashed_paths(v)})))
+    outcomes: dict[str, str] = {}
+    not_found: list[str] = []
+    collect_errors: dict[str, str] = {}
+    platform, exitstatus = "unknown", None
+    t0 = time.monotonic()
+    existing = [t for t in declared if (root / L.test_file(t)).is_file()]
+    not_found += [t for t in declared if t not in existing]
+    log_tail = ""
+    if existing:
+        files = list(dict.fromkeys(L.test_file(t) for t in existing))
+        with tempfile.TemporaryDirectory(prefix="r9k-gate-") as tmp:
+            events = Path(tmp) / "events.jsonl"
+            logf = Path(tmp) / "pytest.log"
+            env = dict(os.environ)
+            env["R9K_GATE_EVENTS"] = str(events)
+            env["R9K_GATE_SELECT"] = json.dumps(existing)
+            if not _gpu_device_present():
+                env.setdefault("TRITON_INTERPRET", "1")
+            cmd = [sys.executable, "-m", "pytest", "-p", "r9k.r9kctl.evidence.pytest_plugin",
+                   "-p", "no:cacheprovider", "--rootdir", str(root), "-q", "-rfEs", *pytest_args, *files]
+            say(f"running {len(existing)} gate test id(s) of {len(gate_plan.variants)} variant(s): "
+                f"{' '.join(cmd[1:4])} ... {len(files)} file(s)")
+            with logf.open("w") as log:
+                proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+                pos, total, done = 0, None, 0
+                while True:
+                    finished = proc.poll() is not None
+                    if events.exists():
+                        with events.open(encoding="utf-8") as fh:
+                            fh.seek(pos)
+                            chunk = fh.read()
+                        # Only consume whole lines; the plugin may be mid-write.
+                        usable = chunk[: chunk.rfind("\n") + 1]
+                        pos += len(usable.encode("utf-8"))
+                        for line in usable.splitlines():
+                            ev = json.loads(line)
+                            if ev["event"] == "selected":
+                                total = len(ev["items"])
+                                not_found += ev["not_found"]
+                                say(f"{total} test item(s) selected" + (
+                                    f"; not found: {', '.join(ev['not_found'])}" if ev["not_found"] else ""))
+                            elif ev["event"] == "result":
+                                done += 1
+                                outcomes[ev["nodeid"]] = ev["outcome"]
+                                say(f"[{done}/{total or '?'}] {ev['outcome']:<9} {ev['nodeid']}")
+                            elif ev["event"] == "collect-error":
+                                collect_errors[ev["nodeid"]] = ev["message"]
+                                say(f"collection error in {ev['nodeid']}: {ev['message']}")
+                            elif ev["event"] == "finish":
+                                platform, exitstatus = ev["platform"], ev["exitstatus"]
+                    if finished:
+                        break
+                    if timeout_s is not None and time.monotonic() - t0 > timeout_s:
+                        proc.kill()
+                        proc.wait()
+                        say(f"timed out after {timeout_s:.0f} s; unfinished tests are recorded as not-run")
+                        break
+                    time.sleep(0.2)
+            if exitstatus is None:
+                exitstatus = proc.returncode
+            log_tail = logf.read_text(errors="replace")[-6000:]
+    duration = time.monotonic() - t0
+    records: list[L.GateRecord] = []
+    date = _now()
+    for v in gate_plan.variants:
+        mine: dict[str, str] = {}
+        for t in L.declared_tests(v):
+            items = {n: o for n, o in outcomes.items() if matches(n, t)}
+            if items:
+                mine.update(items)
+            elif t in not_found:
+                mine[t] = L.NOT_FOUND
+            elif any(L.test_file(t) == f.split("::")[0] for f in collect_errors):
+                mine[t] = L.ERROR
+            else:
+                mine[t] = L.NOT_RUN
+        h, nfiles = hashes[v.id]
+        records.append(L.GateRecord(
+            variant=v.id, tests=L.declared_tests(v), result=L.summarize(mine), outcomes=mine,
+            platform=platform, date=date, source_hash=h, files=nfiles, commit=commit, dirty=dirty,
+            duration_s=round(duration, 2)))  # of the whole pytest run
+    if record and records:
+        L.append_records(ledger or L.ledger_path(reg), records)
+    return GateRun(records, platform, exitstatus, log_tail, collect_errors)

@@ -1,0 +1,189 @@
+"""Paired comparison of two per-question result files (``r9kctl eval compare A B``).
+
+Both files must cover the same question set. Per question the pair (A correct, B correct) falls in one
+of four cells; only the discordant cells carry evidence about a difference:
+
+    b = A right, B wrong        c = A wrong, B right
+
+Under the null (no difference between A and B) each discordant question is equally likely to fall in
+``b`` or ``c``, so ``b ~ Binomial(b + c, 1/2)``; the exact two-sided McNemar p is that binomial test
+(:func:`scipy.stats.binomtest`). The original stack's release notes quote exactly this: v0.2.0 "5 / 1
+discordant, p = 0.22" (exact 0.21875), v0.3.1 "7 vs 8, p = 1.00".
+
+The confidence interval is for the accuracy difference ``acc(B) - acc(A) = (c - b) / n`` with Newcombe's
+hybrid score method for paired proportions (Newcombe 1998, Stat. Med. 17:2635, method 10), which, unlike the
+Wald interval, behaves at the few-discordant counts these evals produce. Its ingredients, the Wilson
+intervals of the two accuracies, come from scipy as well. An exact (Clopper-Pearson) interval for the share
+of discordant questions that went B's way, ``c / (b + c)``, is reported too.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from scipy.stats import binomtest
+
+from .results import ResultFile, ResultFileError
+
+# How many example ids a mismatch error names.
+_EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class Comparison:
+    a_name: str
+    b_name: str
+    n: int
+    a_correct: int
+    b_correct: int
+    both_correct: int
+    b: int  # A right, B wrong
+    c: int  # A wrong, B right
+    neither_correct: int
+    p_value: float
+    confidence: float
+    diff: float  # acc(B) - acc(A)
+    diff_ci: tuple[float, float]
+    discordant_share_ci: tuple[float, float] | None  # exact CI of c / (b + c); None when b + c == 0
+    identical: int | None  # questions whose outputs are identical (None: outputs not in both files)
+    dataset: str | None = None
+
+    @property
+    def a_accuracy(self) -> float:
+        return self.a_correct / self.n
+
+    @property
+    def b_accuracy(self) -> float:
+        return self.b_correct / self.n
+
+    @property
+    def identical_share(self) -> float | None:
+        return None if self.identical is None else self.identical / self.n
+
+    def significant(self, alpha: float = 0.05) -> bool:
+        return self.p_value < alpha
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["diff_ci"] = list(self.diff_ci)
+        d["discordant_share_ci"] = None if self.discordant_share_ci is None else list(self.discordant_share_ci)
+        d["a_accuracy"] = self.a_accuracy
+        d["b_accuracy"] = self.b_accuracy
+        d["identical_share"] = self.identical_share
+        return d
+
+    def format_text(self) -> str:
+        pct = lambda x: f"{100 * x:.2f}%"  # noqa: E731
+        lo, hi = self.diff_ci
+        lines = [
+            f"questions      {self.n}" + (f"  ({self.dataset})" if self.dataset else ""),
+            f"A  {self.a_name:<30} {pct(self.a_accuracy):>8}  ({self.a_correct}/{self.n})",
+            f"B  {self.b_name:<30} {pct(self.b_accuracy):>8}  ({self.b_correct}/{self.n})",
+            f"discordant     b = {self.b} (A right, B wrong)   c = {self.c} (A wrong, B right)",
+            f"McNemar exact  p = {self.p_value:.4g}  (two-sided binomial on {self.b + self.c} discordant)",
+            f"B - A          {100 * self.diff:+.2f} points, {100 * self.confidence:.0f}% CI "
+            f"[{100 * lo:+.2f}, {100 * hi:+.2f}] (Newcombe paired score)",
+        ]
+        if self.discordant_share_ci is not None:
+            clo, chi = self.discordant_share_ci
+            lines.append(f"c / (b + c)    {self.c / (self.b + self.c):.3f}, exact CI [{clo:.3f}, {chi:.3f}]")
+        if self.identical is None:
+            lines.append("identical      n/a (outputs not recorded in both files)")
+        else:
+            lines.append(f"identical      {pct(self.identical_share)} of outputs ({self.identical}/{self.n})")
+        return "\n".join(lines)
+
+
+def mcnemar_exact_p(b: int, c: int) -> float:
+    """Exact two-sided McNemar p: binomial test of b successes in b + c trials at 1/2 (1.0 with none)."""
+    if b < 0 or c < 0:
+        raise ValueError("discordant counts must be >= 0")
+    if b + c == 0:
+        return 1.0
+    return float(binomtest(b, b + c, 0.5, alternative="two-sided").pvalue)
+
+
+def _wilson(k: int, n: int, confidence: float) -> tuple[float, float]:
+    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def paired_diff_ci(both: int, b: int, c: int, neither: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Newcombe's method-10 interval for p2 - p1, with p1 = acc(A) = (both + b)/n, p2 = acc(B) = (both + c)/n."""
+    n = both + b + c + neither
+    if n == 0:
+        raise ValueError("empty table")
+    p1, p2 = (both + b) / n, (both + c) / n
+    l1, u1 = _wilson(both + b, n, confidence)
+    l2, u2 = _wilson(both + c, n, confidence)
+    # Correlation of the two paired outcomes (phi), as Newcombe defines it for this method: a positive
+    # numerator is shrunk by n/2 (a continuity correction, floored at 0); 0 where a margin is empty.
+    denom = (both + b) * (c + neither) * (both + c) * (b + neither)
+    num = both * neither - b * c
+    if num > 0:
+        num = max(0.0, num - n / 2)
+    phi = num / math.sqrt(denom) if denom > 0 else 0.0
+    theta = p2 - p1
+    lower = math.sqrt(max(0.0, (p2 - l2) ** 2 - 2 * phi * (p2 - l2) * (u1 - p1) + (u1 - p1) ** 2))
+    upper = math.sqrt(max(0.0, (u2 - p2) ** 2 - 2 * phi * (u2 - p2) * (p1 - l1) + (p1 - l1) ** 2))
+    return max(-1.0, theta - lower), min(1.0, theta + upper)
+
+
+def _id_mismatch(a: ResultFile, b: ResultFile) -> str | None:
+    ids_a, ids_b = set(a.results), set(b.results)
+    if ids_a == ids_b:
+        return None
+    only_a, only_b = sorted(ids_a - ids_b), sorted(ids_b - ids_a)
+    parts = [f"question sets differ: {a.name} has {len(ids_a)}, {b.name} has {len(ids_b)}, "
+             f"{len(ids_a & ids_b)} in common"]
+    if only_a:
+        parts.append(f"only in A ({len(only_a)}): {', '.join(only_a[:_EXAMPLES])}" + (" ..." if len(only_a) > _EXAMPLES else ""))
+    if only_b:
+        parts.append(f"only in B ({len(only_b)}): {', '.join(only_b[:_EXAMPLES])}" + (" ..." if len(only_b) > _EXAMPLES else ""))
+    return "; ".join(parts)
+
+
+def compare(a: ResultFile, b: ResultFile, confidence: float = 0.95) -> Comparison:
+    """Compare two result files question by question. Raises ResultFileError on mismatched question sets."""
+    mismatch = _id_mismatch(a, b)
+    if mismatch:
+        raise ResultFileError(f"refusing to compare: {mismatch}")
+    ha, hb = a.header.get("dataset_sha256"), b.header.get("dataset_sha256")
+    if ha and hb and ha != hb:
+        raise ResultFileError(
+            f"refusing to compare: same question ids but different question sets "
+            f"(dataset_sha256 {ha[:12]} in {a.name} vs {hb[:12]} in {b.name})")
+    if not 0 < confidence < 1:
+        raise ValueError("confidence must be in (0, 1)")
+    both = bb = cc = neither = 0
+    identical = 0
+    have_outputs = True
+    for qid, ra in a.results.items():
+        rb = b.results[qid]
+        if ra.correct and rb.correct:
+            both += 1
+        elif ra.correct:
+            bb += 1
+        elif rb.correct:
+            cc += 1
+        else:
+            neither += 1
+        if ra.output_sha256 is None or rb.output_sha256 is None:
+            have_outputs = False
+        elif ra.output_sha256 == rb.output_sha256:
+            identical += 1
+    n = a.n
+    share_ci = None
+    if bb + cc:
+        ci = binomtest(cc, bb + cc).proportion_ci(confidence_level=confidence, method="exact")
+        share_ci = (float(ci.low), float(ci.high))
+    dataset = a.header.get("dataset") or b.header.get("dataset")
+    return Comparison(
+        a_name=a.name, b_name=b.name, n=n,
+        a_correct=both + bb, b_correct=both + cc, both_correct=both, b=bb, c=cc, neither_correct=neither,
+        p_value=mcnemar_exact_p(bb, cc), confidence=confidence,
+        diff=(cc - bb) / n, diff_ci=paired_diff_ci(both, bb, cc, neither, confidence),
+        discordant_share_ci=share_ci, identical=identical if have_outputs else None, dataset=dataset,
+    )
+

@@ -1,0 +1,107 @@
+"""pytest plugin used by ``r9kctl gate`` (loaded with ``-p r9k.r9kctl.evidence.pytest_plugin``).
+
+It does three things, all driven by environment variables the gate runner sets, and nothing otherwise:
+
+* ``R9K_GATE_SELECT`` (JSON list of declared test ids): pytest is given the test *files*; this plugin keeps
+  the items the declared ids name and reports ids that name nothing as ``not-found`` instead of letting one
+  stale id abort the whole run (pytest exits with a usage error on an unknown node id).
+* tests marked ``gpu`` are skipped when no GPU is visible to torch, and reported as ``needs-gpu``;
+* ``R9K_GATE_EVENTS`` (path): one JSON line per event (``selected``, ``result``, ``finish``) so the runner
+  can show progress while pytest runs and learn the platform the tests ran on.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+_events_path = os.environ.get("R9K_GATE_EVENTS")
+_select = json.loads(os.environ["R9K_GATE_SELECT"]) if os.environ.get("R9K_GATE_SELECT") else None
+_outcomes: dict[str, str] = {}
+_gpu: bool | None = None
+
+_RANK = {"passed": 0, "skipped": 1, "needs-gpu": 1, "failed": 2, "error": 3}
+
+
+def _emit(obj: dict) -> None:
+    if _events_path:
+        with open(_events_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(obj) + "\n")
+
+
+def gpu_available() -> bool:
+    global _gpu
+    if _gpu is None:
+        try:
+            import torch
+
+            _gpu = bool(torch.cuda.is_available())
+        except Exception:  # no torch, or a broken driver: either way nothing can run on a GPU here
+            _gpu = False
+    return _gpu
+
+
+def platform_name() -> str:
+    torch = sys.modules.get("torch")
+    if torch is not None and _gpu:
+        kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+        name = torch.cuda.get_device_name(0).lower().replace("nvidia ", "").replace(" ", "-")
+        return f"{kind}-{name}"
+    return "cpu-triton-interpret" if os.environ.get("TRITON_INTERPRET") == "1" else "cpu"
+
+
+def matches(nodeid: str, declared: str) -> bool:
+    return nodeid == declared or nodeid.startswith(declared + "::") or nodeid.startswith(declared + "[")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA/ROCm GPU (skipped without one)")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    if _select is None:
+        return
+    keep, drop = [], []
+    for item in items:
+        (keep if any(matches(item.nodeid, d) for d in _select) else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+    found = {d: [i.nodeid for i in keep if matches(i.nodeid, d)] for d in _select}
+    _emit({"event": "selected", "items": [i.nodeid for i in keep],
+           "not_found": [d for d, v in found.items() if not v]})
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("gpu") is not None and not gpu_available():
+        pytest.skip("needs a GPU (test is marked gpu)")
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or report.outcome != "passed":
+        if report.failed:
+            outcome = "failed" if report.when == "call" else "error"
+        elif report.skipped:
+            outcome = "needs-gpu" if "gpu" in report.keywords else "skipped"
+        else:
+            outcome = "passed"
+        prev = _outcomes.get(report.nodeid)
+        if prev is None or _RANK[outcome] > _RANK[prev]:
+            _outcomes[report.nodeid] = outcome
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    if nodeid in _outcomes:
+        _emit({"event": "result", "nodeid": nodeid, "outcome": _outcomes[nodeid]})
+
+
+def pytest_collectreport(report):
+    if report.failed:
+        _emit({"event": "collect-error", "nodeid": report.nodeid,
+               "message": str(report.longrepr).strip().splitlines()[-1][:300] if report.longrepr else ""})
+
+
+def pytest_sessionfinish(session, exitstatus):
+    _emit({"event": "finish", "platform": platform_name(), "exitstatus": int(exitstatus)})

@@ -1,0 +1,151 @@
+"""``r9kctl eval record``: run a question set against a running OpenAI-compatible server.
+
+Requests go one at a time (concurrency 1). That is the original stack's rule, not a convenience: under
+dynamic batching the reduction order depends on what else is in the batch, so answers at concurrency > 1 are
+not reproducible (v0.1.0 notes: ~68% of answers differed between identical runs at concurrency 8), and a
+paired comparison of two configurations would mostly measure that noise. Decoding is greedy (temperature 0).
+
+Results are written line by line as they arrive (see ``results`` for the format), so an interrupted run
+keeps what it has; ``resume=True`` continues such a file, refusing one made from a different question set.
+Only the standard library is used for HTTP.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, TextIO
+
+from .dataset import Dataset, Question, grade
+from .results import FORMAT_VERSION, ResultFileError, parse_lines, sha256_text
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+def api_base(url: str) -> str:
+    """Normalise ``http://host:port``, ``.../v1`` or ``.../v1/`` to the ``.../v1`` base."""
+    base = url.rstrip("/")
+    return base if base.endswith("/v1") else base + "/v1"
+
+
+@dataclass
+class Client:
+    base: str
+    api_key: str | None = None
+    timeout_s: float = 600.0
+    retries: int = 3
+
+    def _request(self, method: str, path: str, body: dict | None = None) -> dict:
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            req = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                    return json.loads(resp.read().decode("utf-8"))
+            except urllib.error.HTTPError as exc:
+                detail = exc.read().decode("utf-8", "replace")[:300]
+                if exc.code < 500:  # the request itself is wrong: retrying will not help
+                    raise ServerError(f"{method} {self.base + path}: HTTP {exc.code}: {detail}") from None
+                last = ServerError(f"HTTP {exc.code}: {detail}")
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+                last = exc
+            if attempt < self.retries:
+                time.sleep(min(2.0 ** attempt, 10.0))
+        raise ServerError(f"{method} {self.base + path}: failed after {self.retries + 1} attempts: {last}")
+
+    def models(self) -> list[str]:
+        return [m["id"] for m in self._request("GET", "/models").get("data", [])]
+
+    def generate(self, model: str, prompt: str, max_tokens: int, api: str = "chat") -> tuple[str, dict]:
+        """Greedy generation; returns (text, usage)."""
+        common = {"model": model, "max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0, "n": 1,
+                  "stream": False}
+        if api == "chat":
+            resp = self._request("POST", "/chat/completions",
+                                 {**common, "messages": [{"role": "user", "content": prompt}]})
+            text = resp["choices"][0]["message"].get("content") or ""
+        elif api == "completions":
+            resp = self._request("POST", "/completions", {**common, "prompt": prompt})
+            text = resp["choices"][0].get("text") or ""
+        else:
+            raise ValueError(f"unknown api {api!r} (chat, completions)")
+        return text, resp.get("usage") or {}
+
+
+def _resume_state(out: Path, ds_hash: str) -> set[str]:
+    if not out.exists() or out.stat().st_size == 0:
+        return set()
+    lines = out.read_text(encoding="utf-8").splitlines()
+    # A run killed mid-write can leave a torn last line; drop it (the question is asked again).
+    if lines and not lines[-1].rstrip().endswith("}"):
+        lines = lines[:-1]
+    rf = parse_lines(lines, str(out), out)
+    have = rf.header.get("dataset_sha256")
+    if have != ds_hash:
+        raise ResultFileError(f"{out}: cannot resume, it was recorded from another question set "
+                              f"(dataset_sha256 {str(have)[:12]} vs {ds_hash[:12]})")
+    out.write_text("".join(l + "\n" for l in lines), encoding="utf-8")
+    return set(rf.results)
+
+
+def record(dataset: Dataset, url: str, out: str | Path, *, model: str | None = None, max_tokens: int = 512,
+           api: str = "chat", label: str | None = None, limit: int | None = None, resume: bool = False,
+           execute_code: bool = False, api_key: str | None = None, timeout_s: float = 600.0,
+           keep_output: bool = True, progress: TextIO | None = sys.stderr,
+           extra_header: dict | None = None, on_result: Callable[[str, bool], None] | None = None) -> Path:
+    """Ask every question (up to ``limit``) in order, one request at a time, and write the result file."""
+    client = Client(api_base(url), api_key=api_key, timeout_s=timeout_s)
+    if model is None:
+        models = client.models()
+        if not models:
+            raise ServerError(f"{client.base}/models lists no model; pass --model")
+        model = models[0]
+    out = Path(out)
+    ds_hash = dataset.sha256()
+    questions: list[Question] = dataset.questions[:limit] if limit else list(dataset.questions)
+    done = _resume_state(out, ds_hash) if resume else set()
+    header = {
+        "r9k_eval": FORMAT_VERSION, "dataset": dataset.name, "dataset_sha256": ds_hash,
+        "questions": len(questions), "model": model, "url": client.base, "label": label or out.stem,
+        "started": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "params": {"max_tokens": max_tokens, "temperature": 0.0, "concurrency": 1, "api": api,
+                   "limit": limit},
+        **(extra_header or {}),
+    }
+    mode = "a" if done else "w"
+    t0 = time.monotonic()
+    correct = 0
+    with out.open(mode, encoding="utf-8") as fh:
+        if not done:
+            fh.write(json.dumps(header) + "\n")
+            fh.flush()
+        todo = [q for q in questions if q.id not in done]
+        for i, q in enumerate(todo, 1):
+            text, usage = client.generate(model, q.prompt, max_tokens, api)
+            ok, extracted = grade(q, text, execute_code=execute_code)
+            correct += ok
+            rec = {"id": q.id, "correct": ok, "output_sha256": sha256_text(text), "expected": q.answer
+                   if q.grader != "humaneval" else None, "extracted": extracted,
+                   "completion_tokens": usage.get("completion_tokens")}
+            if keep_output:
+                rec["output"] = text
+            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            fh.flush()
+            if on_result:
+                on_result(q.id, ok)
+            if progress is not None:
+                el = time.monotonic() - t0
+                print(f"[{len(done) + i}/{len(questions)}] {q.id}: {'right' if ok else 'wrong'}  "
+                      f"({correct}/{i} right this run, {el:.1f} s)", file=progress, flush=True)
+    return out

@@ -1,0 +1,158 @@
+"""The per-question result file: what ``r9kctl eval record`` writes and ``r9kctl eval compare`` reads.
+
+Format (JSON Lines, UTF-8, one JSON object a line):
+
+* an optional **header** as the first line, recognised by its key ``"r9k_eval"`` (the format version, 1)::
+
+    {"r9k_eval": 1, "dataset": "arith-smoke", "dataset_sha256": "<hex>", "questions": 24,
+     "model": "...", "url": "...", "label": "...", "started": "2026-11-30T15:00:00Z",
+     "params": {"max_tokens": 512, "temperature": 0.0, "concurrency": 1}}
+
+  Every field but ``r9k_eval`` is optional. ``dataset_sha256`` is the hash of the question set
+  (:func:`r9k.r9kctl.evidence.dataset.Dataset.sha256`); two files whose headers both carry it must agree.
+
+* one **record** per question::
+
+    {"id": "arith-007", "correct": true, "output": "... #### 42", "output_sha256": "<hex>",
+     "expected": "42", "extracted": "42"}
+
+  ``id`` (string; an integer is read as its decimal string) and ``correct`` (boolean) are required.
+  ``output`` (the generated text) and/or ``output_sha256`` (sha256 of the UTF-8 output) are optional;
+  the identical-output share needs one of them in every record of both files. Other keys are kept but not
+  interpreted. Ids must be unique within a file.
+
+Hand-made files (e.g. constructed from another harness's output) need only ``id`` and ``correct``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+FORMAT_VERSION = 1
+
+
+class ResultFileError(ValueError):
+    """A result file that cannot be read, or two that cannot be compared. The message says where and why."""
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+@dataclass
+class QuestionResult:
+    id: str
+    correct: bool
+    output_sha256: str | None = None
+    output: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"id": self.id, "correct": self.correct}
+        if self.output is not None:
+            d["output"] = self.output
+        if self.output_sha256 is not None:
+            d["output_sha256"] = self.output_sha256
+        d.update(self.extra)
+        return d
+
+
+@dataclass
+class ResultFile:
+    path: Path | None
+    header: dict[str, Any]
+    results: dict[str, QuestionResult]  # by id, in file order
+
+    @property
+    def n(self) -> int:
+        return len(self.results)
+
+    @property
+    def correct(self) -> int:
+        return sum(r.correct for r in self.results.values())
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.n if self.n else float("nan")
+
+    @property
+    def name(self) -> str:
+        return self.header.get("label") or (self.path.name if self.path else "<memory>")
+
+
+def _record(obj: Any, where: str) -> QuestionResult:
+    if not isinstance(obj, dict):
+        raise ResultFileError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    if "id" not in obj:
+        raise ResultFileError(f"{where}: record has no 'id'")
+    qid = obj["id"]
+    if isinstance(qid, bool) or not isinstance(qid, (str, int)):
+        raise ResultFileError(f"{where}: 'id' must be a string or an integer, got {qid!r}")
+    if "correct" not in obj:
+        raise ResultFileError(f"{where}: record {qid!r} has no 'correct'")
+    correct = obj["correct"]
+    if not isinstance(correct, bool):
+        raise ResultFileError(f"{where}: 'correct' of {qid!r} must be true or false, got {correct!r}")
+    output = obj.get("output")
+    if output is not None and not isinstance(output, str):
+        raise ResultFileError(f"{where}: 'output' of {qid!r} must be a string")
+    digest = obj.get("output_sha256")
+    if output is not None:
+        computed = sha256_text(output)
+        if digest is not None and digest != computed:
+            raise ResultFileError(f"{where}: 'output_sha256' of {qid!r} does not match its 'output'")
+        digest = computed
+    extra = {k: v for k, v in obj.items() if k not in ("id", "correct", "output", "output_sha256")}
+    return QuestionResult(str(qid), correct, digest, output, extra)
+
+
+def parse_lines(lines: Iterable[str], source: str = "<input>", path: Path | None = None) -> ResultFile:
+    header: dict[str, Any] = {}
+    results: dict[str, QuestionResult] = {}
+    seen_record = False
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{source}:{lineno}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ResultFileError(f"{where}: not valid JSON ({exc.msg})") from None
+        if isinstance(obj, dict) and "r9k_eval" in obj:
+            if seen_record or header:
+                raise ResultFileError(f"{where}: header line must be the first line")
+            if obj["r9k_eval"] != FORMAT_VERSION:
+                raise ResultFileError(f"{where}: unknown result format version {obj['r9k_eval']!r}")
+            header = obj
+            continue
+        rec = _record(obj, where)
+        if rec.id in results:
+            raise ResultFileError(f"{where}: duplicate question id {rec.id!r}")
+        results[rec.id] = rec
+        seen_record = True
+    return ResultFile(path, header, results)
+
+
+def load(path: str | Path) -> ResultFile:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ResultFileError(f"{p}: cannot read ({exc.strerror})") from None
+    rf = parse_lines(text.splitlines(), str(p), p)
+    if not rf.results:
+        raise ResultFileError(f"{p}: no per-question records")
+    return rf
+
+
+def dump(path: str | Path, header: dict[str, Any] | None, results: Iterable[QuestionResult]) -> None:
+    """Write a whole result file (header first when given)."""
+    p = Path(path)
+    with p.open("w", encoding="utf-8") as fh:
+        if header is not None:
+            fh.write(json.dumps({"r9k_eval": FORMAT_VERSION, **header}) + "\n")
+        for r in results:
+            fh.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")

@@ -1,0 +1,110 @@
+"""Fixtures of the evidence tests: a small OpenAI-compatible server (stdlib http.server on 127.0.0.1).
+
+The server knows the shipped question set's answers and replies with them, except for the question ids
+it is told to get wrong; it records every request body and the highest number of requests it had in
+flight at once, so a test can check that ``eval record`` asks one question at a time.
+"""
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+
+class FakeModelServer:
+    def __init__(self, answers: dict[str, str], model: str = "fake-model"):
+        self.answers = answers  # prompt -> correct final answer
+        self.model = model
+        self.wrong_prompts: set[str] = set()
+        self.fail_next = 0  # answer this many requests with HTTP 503 first
+        self.requests: list[dict] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.delay_s = 0.0
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):  # keep test output clean
+                pass
+
+            def _send(self, code: int, body: dict):
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/v1/models":
+                    self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]})
+                else:
+                    self._send(404, {"error": "not found"})
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server._lock:
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    server.requests.append(body)
+                    fail = server.fail_next > 0
+                    server.fail_next -= fail
+                try:
+                    time.sleep(server.delay_s)
+                    if fail:
+                        return self._send(503, {"error": "warming up"})
+                    if self.path == "/v1/chat/completions":
+                        prompt = body["messages"][-1]["content"]
+                    elif self.path == "/v1/completions":
+                        prompt = body["prompt"]
+                    else:
+                        return self._send(404, {"error": "not found"})
+                    text = server.reply(prompt)
+                    choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                              if self.path.endswith("chat/completions") else {"index": 0, "text": text})
+                    self._send(200, {"id": "x", "model": body["model"], "choices": [choice],
+                                     "usage": {"completion_tokens": len(text.split())}})
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def reply(self, prompt: str) -> str:
+        key = next((p for p in self.answers if prompt.startswith(p)), None)
+        if key is None:
+            return "I do not know."
+        ans = int(self.answers[key])
+        if key in self.wrong_prompts:
+            ans += 1
+        # Some working first, with other numbers in it, so the grader has to find the marked answer.
+        nums = re.findall(r"\d+", key)
+        return f"Using {', '.join(nums) or 'the numbers'} step by step.\n#### {ans}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def fake_server():
+    from r9k.r9kctl.evidence.dataset import load_dataset
+
+    ds = load_dataset("arith-smoke")
+    # Prompts carry an appended answer-format instruction; the server keys on the question text.
+    raw = {q.prompt.split("\nGive the final answer")[0]: q.answer for q in ds.questions}
+    with FakeModelServer(raw) as srv:
+        srv.dataset = ds
+        srv.prompt_of = {q.id: q.prompt.split("\nGive the final answer")[0] for q in ds.questions}
+        yield srv

@@ -1,0 +1,153 @@
+"""eval compare: the release notes' McNemar numbers from constructed per-question files, and refusals."""
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from r9k.r9kctl import cmd_eval
+from r9k.r9kctl.evidence import mcnemar, results
+from r9k.r9kctl.evidence.results import QuestionResult, ResultFileError
+
+
+def build_pair(tmp_path, *, both, b, c, neither, identical=None, seed=None, dataset_sha="d" * 64):
+    """Two result files over the same shuffled question ids with the given 2x2 cell counts.
+
+    identical: how many questions get the same output text in both files (drawn at random).
+    """
+    rng = random.Random(seed)
+    n = both + b + c + neither
+    ids = [f"q{rng.randrange(10**9):09d}-{i}" for i in range(n)]
+    cells = [(True, True)] * both + [(True, False)] * b + [(False, True)] * c + [(False, False)] * neither
+    rng.shuffle(cells)
+    same = set(rng.sample(range(n), identical)) if identical is not None else set()
+    ra, rb = [], []
+    for i, (qid, (ca, cb)) in enumerate(zip(ids, cells)):
+        out_a = f"answer {rng.random()}"
+        out_b = out_a if i in same else out_a + " (B)"
+        ra.append(QuestionResult(qid, ca, output=out_a))
+        rb.append(QuestionResult(qid, cb, output=out_b))
+    rng.shuffle(rb)  # order in the file must not matter
+    pa, pb = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    results.dump(pa, {"dataset": "constructed", "dataset_sha256": dataset_sha, "label": "A"}, ra)
+    results.dump(pb, {"dataset": "constructed", "dataset_sha256": dataset_sha, "label": "B"}, rb)
+    return pa, pb
+
+
+def test_v020_release_note_5_vs_1(tmp_path):
+    # v0.2.0: 800-question CoT eval, new default 97.50% (780/800), 5 / 1 discordant, "p = 0.22".
+    pa, pb = build_pair(tmp_path, both=775, b=5, c=1, neither=19)
+    cmp = mcnemar.compare(results.load(pa), results.load(pb))
+    assert (cmp.b, cmp.c, cmp.n) == (5, 1, 800)
+    assert cmp.a_correct == 780
+    assert cmp.p_value == pytest.approx(0.21875, abs=1e-12)  # 2 * (1 + 6) / 64, exact
+    assert f"{cmp.p_value:.2f}" == "0.22"
+
+
+def test_v031_release_note_7_vs_8(tmp_path):
+    # v0.3.1 gate: v0.3.0 defaults 95.75% (1,263) vs v0.3.1 defaults 95.83% (1,264) of 1,319,
+    # 7 vs 8 discordant, p = 1.00, 25.5% identical outputs.
+    pa, pb = build_pair(tmp_path, both=1256, b=7, c=8, neither=48, identical=336)
+    cmp = mcnemar.compare(results.load(pa), results.load(pb))
+    assert (cmp.a_correct, cmp.b_correct, cmp.n) == (1263, 1264, 1319)
+    assert f"{100 * cmp.a_accuracy:.2f} {100 * cmp.b_accuracy:.2f}" == "95.75 95.83"
+    assert (cmp.b, cmp.c) == (7, 8)
+    assert cmp.p_value == pytest.approx(1.0, abs=1e-12)
+    assert cmp.identical == 336 and f"{100 * cmp.identical_share:.1f}" == "25.5"
+    lo, hi = cmp.diff_ci
+    assert lo < cmp.diff < hi and lo < 0 < hi  # no detectable difference: the interval straddles 0
+
+
+def test_other_recorded_gates():
+    # Further pairs quoted in the original stack's records (releases.toml, knob catalog).
+    quoted = {(5, 8): 0.58, (0, 2): 0.50, (5, 7): 0.77, (6, 5): 1.00, (14, 16): 0.86, (4, 5): 1.0, (14, 13): 1.00}
+    for (b, c), p in quoted.items():
+        assert round(mcnemar.mcnemar_exact_p(b, c), 2) == p, (b, c)
+    assert mcnemar.mcnemar_exact_p(0, 0) == 1.0
+    assert mcnemar.mcnemar_exact_p(0, 10) == pytest.approx(2 / 1024)
+
+
+def test_newcombe_interval():
+    # Newcombe (1998), paired example (a): 36 / 12 / 2 / 0, theta = 0.2, method 10 interval 0.0569 to 0.3404.
+    lo, hi = mcnemar.paired_diff_ci(36, 2, 12, 0)
+    assert (round(lo, 4), round(hi, 4)) == (0.0569, 0.3404)
+    # Mirrored table, mirrored interval; wider at 99% than at 95%.
+    assert mcnemar.paired_diff_ci(36, 12, 2, 0) == pytest.approx((-hi, -lo))
+    lo99, hi99 = mcnemar.paired_diff_ci(36, 2, 12, 0, confidence=0.99)
+    assert lo99 < lo and hi99 > hi
+
+
+def test_mismatched_sets_refused(tmp_path):
+    pa, pb = build_pair(tmp_path, both=40, b=3, c=2, neither=5)
+    lines = pb.read_text().splitlines()
+    dropped = json.loads(lines[7])["id"]
+    pb.write_text("\n".join(lines[:7] + lines[8:]) + "\n")
+    with pytest.raises(ResultFileError, match=r"question sets differ.*only in A \(1\): " + dropped):
+        mcnemar.compare(results.load(pa), results.load(pb))
+    # Same size, one id swapped for another.
+    pb.write_text("\n".join(lines[:7] + [json.dumps({"id": "stranger", "correct": True})] + lines[8:]) + "\n")
+    with pytest.raises(ResultFileError, match="only in B \\(1\\): stranger"):
+        mcnemar.compare(results.load(pa), results.load(pb))
+
+
+def test_same_ids_different_question_set_refused(tmp_path):
+    pa, _ = build_pair(tmp_path, both=10, b=1, c=1, neither=2, seed=7, dataset_sha="a" * 64)
+    (tmp_path / "x").mkdir()
+    _, pb = build_pair(tmp_path / "x", both=10, b=1, c=1, neither=2, seed=7, dataset_sha="b" * 64)
+    with pytest.raises(ResultFileError, match="different question sets"):
+        mcnemar.compare(results.load(pa), results.load(pb))
+
+
+def test_bad_files_refused(tmp_path):
+    p = tmp_path / "r.jsonl"
+    p.write_text('{"id": "1", "correct": true}\n{"id": 1, "correct": false}\n')
+    with pytest.raises(ResultFileError, match="duplicate question id '1'"):
+        results.load(p)
+    p.write_text('{"id": "1", "correct": "yes"}\n')
+    with pytest.raises(ResultFileError, match=r"r.jsonl:1: 'correct' of '1' must be true or false"):
+        results.load(p)
+    p.write_text('{"id": "1", "correct": true, "output": "x", "output_sha256": "00"}\n')
+    with pytest.raises(ResultFileError, match="does not match"):
+        results.load(p)
+
+
+def test_identical_share_needs_outputs(tmp_path):
+    pa, pb = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    pa.write_text("".join(json.dumps({"id": i, "correct": i % 3 > 0}) + "\n" for i in range(30)))
+    pb.write_text("".join(json.dumps({"id": str(i), "correct": i % 4 > 0}) + "\n" for i in range(30)))
+    cmp = mcnemar.compare(results.load(pa), results.load(pb))
+    assert cmp.identical is None and "n/a" in cmp.format_text()
+    # i%3>0 and i%4==0 -> b; i%3==0 and i%4>0 -> c
+    assert (cmp.b, cmp.c) == (sum(1 for i in range(30) if i % 3 and not i % 4),
+                              sum(1 for i in range(30) if not i % 3 and i % 4))
+
+
+def _cli(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="r9kctl")
+    cmd_eval.add_parser(parser.add_subparsers(dest="cmd"))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+def test_cli_compare_json_and_refusal(tmp_path, capsys):
+    pa, pb = build_pair(tmp_path, both=775, b=5, c=1, neither=19, identical=200)
+    assert _cli(["eval", "compare", str(pa), str(pb), "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert (d["b"], d["c"], d["n"]) == (5, 1, 800)
+    assert d["p_value"] == pytest.approx(0.21875)
+    assert d["identical_share"] == pytest.approx(0.25)
+    assert d["diff_ci"][0] < d["diff"] < d["diff_ci"][1]
+    assert _cli(["eval", "compare", str(pa), str(pb)]) == 0
+    out = capsys.readouterr().out
+    assert "b = 5" in out and "c = 1" in out and "p = 0.2188" in out and "no detectable difference" in out
+    # A significantly worse candidate exits 1 (unless --no-fail).
+    pa, pb = build_pair(tmp_path, both=80, b=12, c=0, neither=8)
+    assert _cli(["eval", "compare", str(pa), str(pb)]) == 1
+    assert _cli(["eval", "compare", str(pa), str(pb), "--no-fail"]) == 0
+    capsys.readouterr()
+    pb.write_text("\n".join(pb.read_text().splitlines()[:-3]) + "\n")
+    assert _cli(["eval", "compare", str(pa), str(pb)]) == 2
+    assert "refusing to compare: question sets differ" in capsys.readouterr().err
