@@ -1,0 +1,376 @@
+"""Loading the registry tree (variants, releases, models) and the profiles, with located errors.
+
+Layout of a registry tree::
+
+    <root>/variants/<area>.toml    [[variant]] tables (schema.Variant)
+    <root>/releases/<version>.toml  one release manifest each (schema.Release)
+    <root>/models.toml              [[model]] tables (schema.ModelSpec)
+
+Profiles live in the packaged ``profiles/`` folder, plus any folder named by ``R9K_PROFILES_DIR``
+(os.pathsep-separated) or passed as ``profile_dirs``; a later folder's profile replaces an earlier one
+of the same name.
+
+Parsing uses the standard library's ``tomllib`` (fast). Only when something is wrong do we scan the
+text for the line and column of the offending key, so the happy path stays cheap.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Optional
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+from pydantic import ValidationError
+
+from .errors import Diagnostic, RegistryError
+from .schema import ModelSpec, Profile, Release, Variant
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def default_registry_root() -> Path:
+    env = os.environ.get("R9K_REGISTRY")
+    return Path(env).expanduser() if env else PACKAGE_DIR
+
+
+def default_profile_dirs() -> list[Path]:
+    from r9k import profiles as _profiles_pkg
+
+    dirs = [Path(_profiles_pkg.__file__).resolve().parent]
+    extra = os.environ.get("R9K_PROFILES_DIR")
+    if extra:
+        dirs += [Path(p).expanduser() for p in extra.split(os.pathsep) if p]
+    return dirs
+
+
+def display_path(p: Path) -> str:
+    """A path as a person reads it: relative to the working directory when below it."""
+    try:
+        return str(p.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
+
+
+# --------------------------------------------------------------------------------- locating keys
+
+
+_HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.\-\"]+)\s*\]\]?")
+
+
+def _key_re(key: str) -> re.Pattern:
+    return re.compile(r'^\s*(?:"%s"|%s)\s*=' % (re.escape(key), re.escape(key)))
+
+
+def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
+    """Best-effort line and column (1-based) of a pydantic error location inside a TOML text.
+
+    Handles arrays of tables (``[[variant]]`` .. index .. key), sub-tables (``[variant.gate]``),
+    inline tables and top-level keys. Returns (None, None) when nothing matches.
+    """
+    lines = text.splitlines()
+    lo, hi = 0, len(lines)
+    best: tuple[Optional[int], Optional[int]] = (None, None)
+    prefix = ""
+    loc = list(loc)
+    i = 0
+    while i < len(loc):
+        part = loc[i]
+        if isinstance(part, int):
+            i += 1
+            continue
+        name = f"{prefix}.{part}" if prefix else str(part)
+        nxt = loc[i + 1] if i + 1 < len(loc) else None
+        aot = re.compile(r"^\s*\[\[\s*%s\s*\]\]" % re.escape(name))
+        heads = [n for n in range(lo, hi) if aot.match(lines[n])]
+        if heads and isinstance(nxt, int) and nxt < len(heads):
+            start = heads[nxt]
+            end = hi
+            for n in range(start + 1, hi):
+                m = _HEADER.match(lines[n])
+                if m and lines[n].lstrip().startswith("[[") and m.group(1) == name:
+                    end = n
+                    break
+                if m and not m.group(1).startswith(name):
+                    end = n
+                    break
+            lo, hi = start, end
+            best = (start + 1, 1)
+            prefix = name
+            i += 2
+            continue
+        tab = re.compile(r"^\s*\[\s*%s\s*\]" % re.escape(name))
+        tabs = [n for n in range(lo, hi) if tab.match(lines[n])]
+        if tabs:
+            start = tabs[0]
+            end = hi
+            for n in range(start + 1, hi):
+                if _HEADER.match(lines[n]):
+                    end = n
+                    break
+            lo, hi = start, end
+            best = (start + 1, 1)
+            prefix = name
+            i += 1
+            continue
+        kr = _key_re(str(part))
+        found = None
+        for n in range(lo, hi):
+            if kr.match(lines[n]):
+                found = n
+                break
+            # a key inside an inline table on one line: gate = { kind = [...] }
+            m = re.search(r"[{,]\s*(?:\"%s\"|%s)\s*=" % (re.escape(str(part)), re.escape(str(part))), lines[n])
+            if m and lo < n < hi and found is None:
+                found = n
+                best = (n + 1, m.start() + 2)
+                break
+        if found is None:
+            break
+        col = len(lines[found]) - len(lines[found].lstrip()) + 1
+        if best[0] != found + 1:
+            best = (found + 1, col)
+        lo = found
+        # a multi-line value: stay from this key to the next key/header
+        end = hi
+        for n in range(found + 1, hi):
+            if _HEADER.match(lines[n]) or re.match(r"^\s*[A-Za-z0-9_\"\-]+\s*=", lines[n]):
+                end = n
+                break
+        hi = end
+        prefix = name
+        i += 1
+    return best
+
+
+def _syntax_diag(path: Path, exc: Exception) -> Diagnostic:
+    msg = str(exc)
+    line = col = None
+    m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
+    if m:
+        line, col = int(m.group(1)), int(m.group(2))
+        msg = msg[: m.start()].strip()
+    elif "(at end of document)" in msg:
+        line = len(path.read_text(errors="replace").splitlines()) or 1
+        msg = msg.replace("(at end of document)", "").strip()
+    return Diagnostic("error", "toml-syntax", f"TOML syntax error: {msg}", display_path(path), line, col)
+
+
+def _schema_diags(path: Path, text: str, exc: ValidationError, base_loc: tuple = (), items=()) -> list[Diagnostic]:
+    out = []
+    for err in exc.errors():
+        loc = base_loc + tuple(err["loc"])
+        line, col = locate(text, loc)
+        where = ".".join(str(p) for p in loc)
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = f"unknown field '{loc[-1]}'"
+        elif msg.startswith("Value error, "):
+            msg = msg[len("Value error, "):]
+        out.append(Diagnostic("error", "schema", f"{where}: {msg}", display_path(path), line, col, list(items)))
+    return out
+
+
+def _read(path: Path, diags: list[Diagnostic]) -> tuple[Optional[dict], str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        diags.append(Diagnostic("error", "io", f"cannot read: {exc.strerror}", display_path(path)))
+        return None, ""
+    try:
+        return tomllib.loads(text), text
+    except tomllib.TOMLDecodeError as exc:
+        diags.append(_syntax_diag(path, exc))
+        return None, text
+
+
+# --------------------------------------------------------------------------------- the registry
+
+
+@dataclass
+class Registry:
+    root: Path
+    variants: dict[str, Variant]
+    releases: dict[str, Release]
+    models: dict[str, ModelSpec]
+    profiles: dict[str, Profile]
+    # where each item was declared: ("variant", id) -> (file, line); ("profile", name) -> ...
+    origins: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)  # file (display path) -> text, for locating keys
+    _knobs: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for v in self.variants.values():
+            self._knobs[v.knob] = v.id
+            for k in v.also_knobs:
+                self._knobs.setdefault(k, v.id)
+
+    def variant(self, key: str) -> Variant:
+        """A variant by id or knob (case-insensitive for knobs); KeyError with suggestions if unknown."""
+        if key in self.variants:
+            return self.variants[key]
+        vid = self._knobs.get(key) or self._knobs.get(key.upper())
+        if vid:
+            return self.variants[vid]
+        raise KeyError(key)
+
+    def find_variant(self, key: str) -> Optional[Variant]:
+        try:
+            return self.variant(key)
+        except KeyError:
+            return None
+
+    def knobs(self) -> dict[str, str]:
+        return dict(self._knobs)
+
+    def release_order(self) -> list[str]:
+        """Releases from oldest to newest, by their ``previous`` chain (falling back to date, version)."""
+        return sorted(self.releases, key=lambda v: (self.releases[v].date, _vkey(v)))
+
+    def latest_release(self) -> Optional[str]:
+        order = self.release_order()
+        return order[-1] if order else None
+
+    def locate(self, kind: str, key: str, loc: Iterable = ()) -> tuple[Optional[str], Optional[int], Optional[int]]:
+        """File, line, column of an item (and optionally a key inside it)."""
+        origin = self.origins.get((kind, key))
+        if not origin:
+            return None, None, None
+        file, line = origin
+        loc = tuple(loc)
+        if loc and file in self.texts:
+            lines = self.texts[file].splitlines()
+            if kind == "variant":
+                # search within this variant's block
+                start = line - 1
+                end = next((n for n in range(start + 1, len(lines)) if lines[n].strip() == "[[variant]]"), len(lines))
+                sub = "\n".join(lines[start:end])
+                ln, col = locate(sub, loc)
+                if ln:
+                    return file, start + ln, col
+            else:
+                ln, col = locate(self.texts[file], loc)
+                if ln:
+                    return file, ln, col
+        return file, line, None
+
+
+def _vkey(v: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else x for x in re.findall(r"\d+|[A-Za-z]+", v))
+
+
+def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origins: dict) -> dict[str, Profile]:
+    profiles: dict[str, Profile] = {}
+    for d in dirs:
+        if not d.is_dir():
+            diags.append(Diagnostic("error", "io", "profile folder does not exist", display_path(d)))
+            continue
+        for path in sorted(d.glob("*.toml")):
+            data, text = _read(path, diags)
+            shown = display_path(path)
+            texts[shown] = text
+            if data is None:
+                continue
+            data.setdefault("name", path.stem)
+            try:
+                prof = Profile.model_validate(data)
+            except ValidationError as exc:
+                diags += _schema_diags(path, text, exc, items=[path.stem])
+                continue
+            if prof.name != path.stem:
+                line, col = locate(text, ("name",))
+                diags.append(Diagnostic("error", "schema", f"profile name {prof.name!r} differs from its file name "
+                                        f"{path.stem!r}", shown, line, col, [prof.name]))
+                continue
+            profiles[prof.name] = prof
+            origins[("profile", prof.name)] = (shown, 1)
+    return profiles
+
+
+def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> Registry:
+    """Load and schema-check the registry tree and the profiles; raise RegistryError with every
+    located schema error found (not just the first)."""
+    root = Path(root).expanduser() if root else default_registry_root()
+    diags: list[Diagnostic] = []
+    texts: dict[str, str] = {}
+    origins: dict[tuple[str, str], tuple[str, int]] = {}
+    variants: dict[str, Variant] = {}
+    releases: dict[str, Release] = {}
+    models: dict[str, ModelSpec] = {}
+
+    if not (root / "variants").is_dir():
+        raise RegistryError([Diagnostic("error", "io", "not a registry tree (no variants/ folder)", display_path(root))])
+
+    for path in sorted((root / "variants").glob("*.toml")):
+        data, text = _read(path, diags)
+        shown = display_path(path)
+        texts[shown] = text
+        if data is None:
+            continue
+        extra = set(data) - {"variant"}
+        if extra:
+            for k in sorted(extra):
+                line, col = locate(text, (k,))
+                diags.append(Diagnostic("error", "schema", f"unknown top-level key '{k}' (a variants file holds "
+                                        "[[variant]] tables)", shown, line, col))
+        heads = [n + 1 for n, ln in enumerate(text.splitlines()) if ln.strip() == "[[variant]]"]
+        for i, raw in enumerate(data.get("variant", [])):
+            line = heads[i] if i < len(heads) else None
+            vid = raw.get("id", f"#{i}") if isinstance(raw, dict) else f"#{i}"
+            try:
+                v = Variant.model_validate(raw)
+            except ValidationError as exc:
+                diags += _schema_diags(path, text, exc, base_loc=("variant", i), items=[str(vid)])
+                continue
+            if v.id in variants:
+                f0, l0 = origins[("variant", v.id)]
+                diags.append(Diagnostic("error", "duplicate", f"variant id '{v.id}' is declared twice (first at "
+                                        f"{f0}:{l0})", shown, line, 1, [v.id]))
+                continue
+            variants[v.id] = v
+            origins[("variant", v.id)] = (shown, line or 1)
+
+    rdir = root / "releases"
+    for path in sorted(rdir.glob("*.toml")) if rdir.is_dir() else []:
+        data, text = _read(path, diags)
+        shown = display_path(path)
+        texts[shown] = text
+        if data is None:
+            continue
+        try:
+            rel = Release.model_validate(data)
+        except ValidationError as exc:
+            diags += _schema_diags(path, text, exc, items=[path.stem])
+            continue
+        if rel.version != path.stem:
+            line, col = locate(text, ("version",))
+            diags.append(Diagnostic("error", "schema", f"release version {rel.version!r} differs from its file "
+                                    f"name {path.stem!r}", shown, line, col, [rel.version]))
+            continue
+        releases[rel.version] = rel
+        origins[("release", rel.version)] = (shown, 1)
+
+    mpath = root / "models.toml"
+    if mpath.exists():
+        data, text = _read(mpath, diags)
+        shown = display_path(mpath)
+        texts[shown] = text
+        for i, raw in enumerate((data or {}).get("model", [])):
+            try:
+                m = ModelSpec.model_validate(raw)
+            except ValidationError as exc:
+                diags += _schema_diags(mpath, text, exc, base_loc=("model", i))
+                continue
+            models[m.name] = m
+            origins[("model", m.name)] = (shown, 1)
+
+    profiles = load_profiles(profile_dirs if profile_dirs is not None else default_profile_dirs(), diags, texts, origins)
+    if diags:
+        raise RegistryError(diags)
+    return Registry(root=root, variants=variants, releases=releases, models=models, profiles=profiles,
+                    origins=origins, texts=texts)

@@ -1,0 +1,385 @@
+"""Resolving a profile into the active set: one value per variant, each with its provenance.
+
+Layers, lowest first (like ``git config --show-origin``: every value knows where it came from):
+
+1. ``registry``    the variant's default at this model and TP size in the registry (the latest release's)
+                   or its stock value;
+2. ``release``     the defaults of the release the profile chain extends (derived from the registry's
+                   defaults by undoing the default changes of every later release), or ``stock``;
+3. ``profile``     each profile of the ``extends`` chain, base first;
+4. ``environment`` variables named like a declared knob;
+5. ``override``    ``--set KNOB=VALUE`` on the command line.
+
+Problems found while resolving (unknown knobs, illegal values, ``extends`` cycles) are collected as
+located :class:`Diagnostic` objects on the result; :func:`resolve` never raises for them, so a caller
+can show all of them at once. ``rs.ok`` is False when any of them is an error.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Optional
+
+from .errors import Diagnostic
+from .loader import Registry
+from .schema import Profile, Variant
+
+LAYERS = ("registry", "release", "profile", "environment", "override")
+
+# Variables of this project's own that are not knobs (never warned about as misspelt knobs).
+CONTROL_VARS = {
+    "R9K_MANIFEST", "R9K_PROFILE", "R9K_TP", "R9K_REGISTRY", "R9K_PROFILES_DIR", "R9K_STRICT",
+    "R9K_STATUS_FILE", "R9K_CACHE_DIR", "R9K_LOG_LEVEL", "R9K_PLATFORM_OVERRIDE", "R9K_LEDGER",
+}
+KNOB_PREFIX = "R9K_"
+
+
+@dataclass
+class Resolved:
+    variant: Variant
+    value: Optional[str]  # canonical string; None = not set (the implementation's own default)
+    layer: str
+    source: str  # "registry/variants/decode.toml:40", "profiles/tp4-default.toml:12", "environment", "--set"
+    history: list[tuple[str, str, Optional[str]]] = field(default_factory=list)  # (layer, source, value) overridden
+
+    @property
+    def is_stock(self) -> bool:
+        v = self.variant
+        if v.stock is None:
+            return self.value is None
+        return self.value == v.stock or (self.value is None and v.stock == "")
+
+    @property
+    def active(self) -> bool:
+        """Switched on: set, and not at its stock or 'off' value."""
+        if self.value in (None, ""):
+            return False
+        if self.variant.stock is None:
+            return self.variant.type != "bool" or self.value == "1"
+        return self.value != self.variant.stock
+
+
+@dataclass
+class ResolvedSet:
+    profile: str
+    model: Optional[str]
+    tp: int
+    platform: Optional[str]
+    release: Optional[str]  # the release the chain extends (None for 'stock')
+    chain: list[str]  # profile names, base first
+    items: dict[str, Resolved]
+    extra_env: dict[str, str]
+    serve_args: list[str]
+    model_path: Optional[str]
+    hardware: Optional[dict]
+    gpu_memory_utilization: Optional[float]
+    strict: bool = False
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(d.level == "error" for d in self.diagnostics)
+
+    def value(self, key: str) -> Optional[str]:
+        """Value by variant id or knob."""
+        if key in self.items:
+            return self.items[key].value
+        for r in self.items.values():
+            if r.variant.knob == key:
+                return r.value
+        raise KeyError(key)
+
+    def non_stock(self) -> list[Resolved]:
+        return [r for r in self.items.values() if not r.is_stock]
+
+    def active(self) -> list[Resolved]:
+        return [r for r in self.items.values() if r.active]
+
+    @property
+    def hash(self) -> str:
+        """12 hex chars over what the processes must agree on: model, TP size and every value."""
+        payload = {
+            "model": self.model,
+            "tp": self.tp,
+            "values": {r.variant.knob: r.value for r in sorted(self.items.values(), key=lambda r: r.variant.knob)
+                       if r.value is not None},
+            "env": dict(sorted(self.extra_env.items())),
+        }
+        blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+    def env(self) -> dict[str, str]:
+        """Environment variables to export: every knob with a value, then the profile's extra env."""
+        out = {r.variant.knob: r.value for r in sorted(self.items.values(), key=lambda r: r.variant.knob)
+               if r.value is not None}
+        out.update(self.extra_env)
+        return out
+
+    def to_manifest(self) -> dict:
+        return {
+            "schema": "r9k-manifest/1",
+            "profile": self.profile,
+            "model": self.model,
+            "tp": self.tp,
+            "platform": self.platform,
+            "release": self.release,
+            "chain": self.chain,
+            "hash": self.hash,
+            "strict": self.strict,
+            "values": {
+                vid: {"knob": r.variant.knob, "value": r.value, "layer": r.layer, "source": r.source}
+                for vid, r in sorted(self.items.items())
+            },
+            "extra_env": self.extra_env,
+            "serve_args": self.serve_args,
+            "model_path": self.model_path,
+            "hardware": self.hardware,
+            "gpu_memory_utilization": self.gpu_memory_utilization,
+        }
+
+    @classmethod
+    def from_manifest(cls, data: Mapping, reg: Registry) -> "ResolvedSet":
+        """Rebuild a resolved set from a manifest; values are re-checked against this registry, and the
+        hash must match (a manifest from another registry or an edited one is refused)."""
+        diags: list[Diagnostic] = []
+        items: dict[str, Resolved] = {}
+        vals = data.get("values", {})
+        for vid, v in reg.variants.items():
+            entry = vals.get(vid)
+            if entry is None:
+                diags.append(Diagnostic("error", "manifest", f"manifest has no value for variant '{vid}' "
+                                        "(written by another registry?)", items=[vid]))
+                continue
+            value = entry.get("value")
+            if value is not None:
+                try:
+                    value = v.normalize(value)
+                except ValueError as exc:
+                    diags.append(Diagnostic("error", "bad-value", f"{v.knob}={value!r} in the manifest: {exc}",
+                                            items=[vid]))
+            items[vid] = Resolved(v, value, entry.get("layer", "override"), entry.get("source", "manifest"))
+        for vid in vals:
+            if vid not in reg.variants:
+                diags.append(Diagnostic("error", "manifest", f"manifest names unknown variant '{vid}'", items=[vid]))
+        rs = cls(profile=data.get("profile", "?"), model=data.get("model"), tp=int(data.get("tp", 1)),
+                 platform=data.get("platform"), release=data.get("release"), chain=list(data.get("chain", [])),
+                 items=items, extra_env=dict(data.get("extra_env", {})), serve_args=list(data.get("serve_args", [])),
+                 model_path=data.get("model_path"), hardware=data.get("hardware"),
+                 gpu_memory_utilization=data.get("gpu_memory_utilization"), strict=bool(data.get("strict")),
+                 diagnostics=diags)
+        if not diags and data.get("hash") and data["hash"] != rs.hash:
+            rs.diagnostics.append(Diagnostic("error", "manifest-hash", f"manifest hash {data['hash']} does not match "
+                                             f"its values ({rs.hash}): edited, or written by another registry"))
+        return rs
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def suggest(name: str, candidates: Iterable[str]) -> Optional[str]:
+    """A did-you-mean hint, or None."""
+    cands = list(candidates)
+    m = difflib.get_close_matches(name, cands, n=1, cutoff=0.6)
+    if not m:
+        m = difflib.get_close_matches(name.upper(), [c.upper() for c in cands], n=1, cutoff=0.6)
+        if m:
+            m = [next(c for c in cands if c.upper() == m[0])]
+    return f"did you mean {m[0]}?" if m else None
+
+
+def _scope_matches(scope: str, model: Optional[str], tp: int) -> bool:
+    scope = scope.strip().lower()
+    is_fn = model is None or "flash-next" in (model or "")
+    is_27b = "27b" in (model or "")
+    if scope == "all":
+        return True
+    if scope == "fn":
+        return is_fn
+    if scope == "27b":
+        return is_27b
+    if scope.startswith("tp"):
+        return is_fn and scope == f"tp{tp}"
+    return False
+
+
+def value_at_release(reg: Registry, v: Variant, release: str, model: Optional[str], tp: int) -> Optional[str]:
+    """The variant's default at ``release``: today's default with every later release's changes undone."""
+    order = reg.release_order()
+    if release not in order:
+        raise KeyError(release)
+    idx = order.index(release)
+    if v.since and v.since in order and order.index(v.since) > idx:
+        return v.stock  # the knob did not exist yet: its stock path ran
+    cur = v.default_for(model, tp)
+    for later in reversed(order[idx + 1:]):
+        for ch in reg.releases[later].default_changes:
+            if ch.knob != v.knob or not _scope_matches(ch.tp, model, tp):
+                continue
+            try:
+                to = v.normalize(ch.to)
+            except ValueError:
+                continue
+            if cur != to:
+                continue
+            try:
+                cur = v.normalize(ch.from_) if not ch.from_.startswith("(") else v.stock
+            except ValueError:
+                cur = v.stock
+    return cur
+
+
+def profile_chain(reg: Registry, name: str) -> tuple[list[Profile], Optional[str], list[Diagnostic]]:
+    """The extends chain of a profile, base first, and the release (or 'stock') at its root."""
+    chain: list[Profile] = []
+    seen: list[str] = []
+    diags: list[Diagnostic] = []
+    cur: Optional[str] = name
+    base: Optional[str] = None
+    while cur is not None:
+        if cur in seen:
+            file, line, col = reg.locate("profile", seen[-1], ("extends",))
+            cycle = " -> ".join(seen + [cur])
+            diags.append(Diagnostic("error", "extends-cycle", f"profiles extend each other in a cycle: {cycle}",
+                                    file, line, col, seen + [cur]))
+            break
+        prof = reg.profiles.get(cur)
+        if prof is None:
+            if not seen:
+                diags.append(Diagnostic("error", "unknown-profile", f"no profile named '{cur}'", items=[cur],
+                                        hint=suggest(cur, reg.profiles) or f"known: {', '.join(sorted(reg.profiles))}"))
+            else:
+                file, line, col = reg.locate("profile", seen[-1], ("extends",))
+                diags.append(Diagnostic("error", "unknown-extends", f"profile '{seen[-1]}' extends '{cur}', which is "
+                                        "neither a profile, 'stock' nor 'release:VERSION'", file, line, col,
+                                        [seen[-1], cur], hint=suggest(cur, list(reg.profiles) +
+                                                                      [f"release:{r}" for r in reg.releases])))
+            break
+        seen.append(cur)
+        chain.append(prof)
+        ext = prof.extends
+        if ext is None:
+            cur = None
+        elif ext == "stock":
+            base = "stock"
+            cur = None
+        elif ext.startswith("release:"):
+            rel = ext.split(":", 1)[1]
+            if rel not in reg.releases:
+                file, line, col = reg.locate("profile", prof.name, ("extends",))
+                diags.append(Diagnostic("error", "unknown-release", f"profile '{prof.name}' extends unknown release "
+                                        f"'{rel}'", file, line, col, [prof.name, rel],
+                                        hint=suggest(rel, reg.releases) or f"known: {', '.join(reg.release_order())}"))
+            else:
+                base = rel
+            cur = None
+        else:
+            cur = ext
+    chain.reverse()
+    return chain, base, diags
+
+
+def detect_platform() -> str:
+    """Where this process would serve: rocm, cuda or cpu (overridable with R9K_PLATFORM_OVERRIDE)."""
+    forced = os.environ.get("R9K_PLATFORM_OVERRIDE")
+    if forced:
+        return forced
+    return "cpu"
+
+
+# ------------------------------------------------------------------------------------------ resolve
+
+
+def resolve(
+    reg: Registry,
+    profile: str,
+    tp: Optional[int] = None,
+    env: Optional[Mapping[str, str]] = None,
+    sets: Optional[Mapping[str, object]] = None,
+    platform: Optional[str] = None,
+    strict: Optional[bool] = None,
+) -> ResolvedSet:
+    """Resolve ``profile`` (at ``tp``, else the profile's TP size) against ``env`` and ``sets``."""
+    env = dict(os.environ) if env is None else dict(env)
+    sets = dict(sets or {})
+    chain, base, diags = profile_chain(reg, profile)
+
+    model = next((p.model for p in reversed(chain) if p.model), None)
+    prof_tp = next((p.tp for p in reversed(chain) if p.tp), None)
+    tp = int(tp or prof_tp or 1)
+    plat = platform or next((p.platform for p in reversed(chain) if p.platform), None)
+    hardware = next((p.hardware for p in reversed(chain) if p.hardware), None)
+    util = next((p.gpu_memory_utilization for p in reversed(chain) if p.gpu_memory_utilization), None)
+    model_path = next((p.model_path for p in reversed(chain) if p.model_path), None)
+    strict_flag = bool(strict) if strict is not None else any(p.strict for p in chain) or env.get("R9K_STRICT") == "1"
+    serve_args: list[str] = []
+    extra_env: dict[str, str] = {}
+    for p in chain:
+        serve_args += p.serve_args
+        extra_env.update(p.env)
+    if model and model not in reg.models:
+        file, line, col = reg.locate("profile", next(p.name for p in reversed(chain) if p.model), ("model",))
+        diags.append(Diagnostic("error", "unknown-model", f"unknown model '{model}'", file, line, col, [model],
+                                hint=suggest(model, reg.models) or f"known: {', '.join(sorted(reg.models))}"))
+
+    items: dict[str, Resolved] = {}
+    release_order = reg.release_order()
+    for vid, v in reg.variants.items():
+        file, line = reg.origins.get(("variant", vid), ("registry", 0))
+        r = Resolved(v, v.default_for(model, tp), "registry", f"{file}:{line}")
+        if base == "stock":
+            r.history.append((r.layer, r.source, r.value))
+            r.value, r.layer, r.source = v.stock, "release", "stock values (extends = \"stock\")"
+        elif base in reg.releases and base != (release_order[-1] if release_order else None):
+            val = value_at_release(reg, v, base, model, tp)
+            if val != r.value:
+                r.history.append((r.layer, r.source, r.value))
+                rfile = reg.origins.get(("release", base), (f"release {base}", 0))[0]
+                r.value, r.layer, r.source = val, "release", f"release {base} ({rfile})"
+        elif base is not None:
+            r.layer = "release"
+            r.source = f"release {base} ({file}:{line})"
+        items[vid] = r
+
+    def apply(key: str, raw: object, layer: str, source: str, where=(None, None, None)) -> None:
+        v = reg.find_variant(key)
+        if v is None:
+            diags.append(Diagnostic("error", "unknown-variant", f"unknown knob or variant '{key}' ({source})",
+                                    where[0], where[1], where[2], [key],
+                                    hint=suggest(key, list(reg.knobs()) + list(reg.variants))))
+            return
+        try:
+            val = v.normalize(raw)
+        except ValueError as exc:
+            diags.append(Diagnostic("error", "bad-value", f"{v.knob}={raw!r} ({source}): {exc}", where[0], where[1],
+                                    where[2], [v.id, v.knob], hint=f"allowed: {v.allowed_text()}"))
+            return
+        r = items[v.id]
+        r.history.append((r.layer, r.source, r.value))
+        r.value, r.layer, r.source = val, layer, source
+
+    for p in chain:
+        for key, raw in p.knobs.items():
+            file, line, col = reg.locate("profile", p.name, ("knobs", key))
+            apply(key, raw, "profile", f"{file}:{line}" if line else (file or p.name), (file, line, col))
+
+    declared = reg.knobs()
+    for name in sorted(env):
+        if name in declared:
+            apply(name, env[name], "environment", f"environment {name}")
+        elif name.startswith(KNOB_PREFIX) and name not in CONTROL_VARS:
+            diags.append(Diagnostic("error" if strict_flag else "warning", "unknown-env",
+                                    f"environment variable {name} looks like a knob but is not declared in the "
+                                    "registry; it is ignored", items=[name],
+                                    hint=suggest(name, declared)))
+    for key, raw in sets.items():
+        apply(key, raw, "override", f"--set {key}")
+
+    rs = ResolvedSet(profile=profile, model=model, tp=tp, platform=plat,
+                     release=base, chain=[p.name for p in chain], items=items, extra_env=extra_env,
+                     serve_args=serve_args, model_path=model_path,
+                     hardware=hardware.model_dump() if hardware else None, gpu_memory_utilization=util,
+                     strict=strict_flag, diagnostics=diags)
+    return rs

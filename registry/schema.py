@@ -1,0 +1,446 @@
+"""The registry's schema: variants, releases, models and profiles, as strict pydantic v2 models.
+
+Every model forbids unknown fields, so a misspelt key in a TOML file is an error located at its line,
+not a silently ignored setting. Values that travel as environment variables are canonical strings
+(``"1"``, ``"r9k"``, ``"0.98"``); :meth:`Variant.normalize` turns user input (TOML ints and bools
+included) into that form or raises :class:`ValueError` with the reason.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ValueType = Literal["bool", "enum", "int", "float", "string", "path"]
+Category = Literal["fusion", "kernel", "comm", "tuning", "diagnostic", "launcher"]
+Status = Literal["default-on", "opt-in", "rejected", "removed"]
+GateKind = Literal["bit-exact", "tolerance", "paired-eval"]
+
+TP_KEY = re.compile(r"^tp[0-9]+$")
+ID_RE = re.compile(r"^[a-z0-9][a-z0-9_]*$")
+KNOB_RE = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+_TRUE = {"1", "true", "on", "yes"}
+_FALSE = {"0", "false", "off", "no"}
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=False, populate_by_name=True)
+
+
+# ----------------------------------------------------------------------------------------- variants
+
+
+class NumRange(Strict):
+    min: Optional[float] = None
+    max: Optional[float] = None
+
+
+class Implementation(Strict):
+    """This project's implementation of a variant, and how the plugin installs it.
+
+    module:   this project's module (``r9k.kernels.router``); None when the code is external to this
+              project (the knob is then only exported, for code this project does not ship).
+    op:       the kernel op name in ``r9k.kernels.ops`` that the knob switches.
+    platforms: where this project's implementation has run: ``cuda-h200``, ``triton-interpret``, ...
+    extension_point: how the plugin installs it (``pluggable_layer:gate_linear``, ``custom_op:NAME``,
+              ``ir_op:NAME``, ``model_registry:NAME``, or ``env-only``: the knob is only exported).
+    sources:  repository paths whose content hash decides whether a recorded gate result is fresh.
+    """
+
+    module: Optional[str] = None
+    op: Optional[str] = None
+    platforms: list[str] = Field(default_factory=list)
+    extension_point: Optional[str] = None
+    sources: list[str] = Field(default_factory=list)
+
+    @field_validator("extension_point")
+    @classmethod
+    def _ext(cls, v: Optional[str]) -> Optional[str]:
+        if v is None:
+            return v
+        kinds = ("pluggable_layer:", "custom_op:", "ir_op:", "model_registry:")
+        if v == "env-only" or (v.startswith(kinds) and len(v.split(":", 1)[1]) > 0):
+            return v
+        raise ValueError(
+            f"extension_point {v!r} must be 'env-only' or one of pluggable_layer:NAME, custom_op:NAME, "
+            "ir_op:NAME, model_registry:NAME"
+        )
+
+
+class Original(Strict):
+    """The original stack's implementation, for orientation (its files are not in this repository)."""
+
+    repo: str = "bkvargyas/r9700-stack"
+    files: list[str] = Field(default_factory=list)
+    platforms: list[str] = Field(default_factory=list)
+
+
+class MemoryCost(Strict):
+    """What a variant costs (positive) or frees (negative) of each GPU's memory, per TP key."""
+
+    bytes_per_gpu: dict[str, int] = Field(default_factory=dict)
+    basis: Optional[str] = None  # how the bytes were derived (formula from the model's dims, or measured)
+    note: Optional[str] = None  # the original stack's statement, caveats kept
+
+    @field_validator("bytes_per_gpu")
+    @classmethod
+    def _keys(cls, v: dict[str, int]) -> dict[str, int]:
+        for k in v:
+            if not (TP_KEY.match(k) or k == "all"):
+                raise ValueError(f"memory key {k!r} must be 'all' or a TP key like 'tp4'")
+        return v
+
+    def for_tp(self, tp: int) -> int:
+        return self.bytes_per_gpu.get(f"tp{tp}", self.bytes_per_gpu.get("all", 0))
+
+
+class Gate(Strict):
+    """How a variant is gated. ``tests`` are pytest node ids in this repository (runnable by
+    ``r9kctl gate``); ``original_tests`` name the original stack's tests, for the record."""
+
+    kind: list[GateKind] = Field(default_factory=list)
+    tests: list[str] = Field(default_factory=list)
+    original_tests: list[str] = Field(default_factory=list)
+    thresholds: dict[str, Union[float, str]] = Field(default_factory=dict)
+    eval: Optional[str] = None
+
+
+class StatusInfo(Strict):
+    state: Status
+    reason: str = Field(min_length=1)
+
+
+class DefaultChange(Strict):
+    release: str
+    tp: str  # tp4, tp2, fn (Flash-Next at every TP), 27b, all
+    from_: str = Field(alias="from")
+    to: str
+    note: Optional[str] = None
+
+
+class Measurement(Strict):
+    release: str
+    metric: str
+    platform: str = "r9700"
+    before: Optional[str] = None
+    after: Optional[str] = None
+    unit: Optional[str] = None
+    method: Optional[str] = None  # how it was measured: the command, or the original's note
+    note: Optional[str] = None
+
+
+class Sets(Strict):
+    """A launcher knob sets something of vLLM's rather than an R9K_ variable of the plugin."""
+
+    kind: Literal["vllm-arg", "env", "compilation-config", "attention-backend", "other"]
+    name: str
+    text: Optional[str] = None
+
+
+class Variant(Strict):
+    id: str
+    knob: str
+    also_knobs: list[str] = Field(default_factory=list)
+    type: ValueType
+    choices: list[str] = Field(default_factory=list)  # enum: the allowed values
+    range: Optional[NumRange] = None  # int/float: the allowed range
+    special: list[str] = Field(default_factory=list)  # extra literal values of an int/float knob ("auto")
+    allow_unset: bool = False  # "" (unset) is a legal value
+    stock: Optional[str] = None  # the value that restores vLLM's own path (None: no stock path)
+    code_default: Optional[str] = None  # what the original plugin did with the variable unset
+    defaults: dict[str, str] = Field(default_factory=dict)  # "tp4" -> value: the shipped defaults (latest release)
+    model_defaults: dict[str, dict[str, str]] = Field(default_factory=dict)  # model -> tp key -> value
+    category: Category
+    area: str
+    summary: str = Field(min_length=1)
+    implementation: Implementation = Field(default_factory=Implementation)
+    original: Optional[Original] = None
+    memory: Optional[MemoryCost] = None
+    gate: Optional[Gate] = None
+    status: StatusInfo
+    since: Optional[str] = None
+    history: list[DefaultChange] = Field(default_factory=list)
+    measured: list[Measurement] = Field(default_factory=list)
+    requires: list[str] = Field(default_factory=list)
+    conflicts: list[str] = Field(default_factory=list)
+    supported_tp: list[int] = Field(default_factory=list)  # empty: every TP size
+    models: list[str] = Field(default_factory=list)  # empty: every model
+    excluded_models: list[str] = Field(default_factory=list)  # models that lack the part this variant touches
+    graph_affecting: bool = False  # changes the compiled graph: part of vLLM's compile-cache key
+    sets: Optional[Sets] = None
+    note: Optional[str] = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str) -> str:
+        if not ID_RE.match(v):
+            raise ValueError(f"id {v!r} must be lower_snake_case")
+        return v
+
+    @field_validator("knob", "also_knobs")
+    @classmethod
+    def _knob(cls, v):
+        for k in [v] if isinstance(v, str) else v:
+            if not KNOB_RE.match(k):
+                raise ValueError(f"knob {k!r} must be an UPPER_SNAKE environment variable name")
+        return v
+
+    @field_validator("defaults")
+    @classmethod
+    def _defaults(cls, v: dict[str, str]) -> dict[str, str]:
+        for k in v:
+            if not TP_KEY.match(k):
+                raise ValueError(f"default key {k!r} must be a TP key like 'tp4'")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "Variant":
+        if self.type == "enum" and not self.choices:
+            raise ValueError("an enum variant needs 'choices'")
+        if self.type != "enum" and self.choices:
+            raise ValueError(f"'choices' only applies to enum variants (this one is {self.type})")
+        if self.range is not None and self.type not in ("int", "float"):
+            raise ValueError("'range' only applies to int and float variants")
+        # Every declared value must itself be legal.
+        for where, val in self._declared_values():
+            try:
+                self.normalize(val)
+            except ValueError as exc:
+                raise ValueError(f"{where} {val!r} is not a legal value: {exc}") from None
+        return self
+
+    def _declared_values(self):
+        if self.stock is not None:
+            yield "stock", self.stock
+        for k, v in self.defaults.items():
+            yield f"defaults.{k}", v
+        for m, d in self.model_defaults.items():
+            for k, v in d.items():
+                yield f"model_defaults.{m}.{k}", v
+
+    # ---- values
+
+    def normalize(self, value: object) -> str:
+        """Canonical string form of ``value`` for this variant, or ValueError saying why not."""
+        if isinstance(value, bool):
+            raw = "1" if value else "0"
+        elif isinstance(value, (int, float)):
+            raw = repr(value) if isinstance(value, float) else str(value)
+        elif isinstance(value, str):
+            raw = value.strip()
+        else:
+            raise ValueError(f"expected a string, number or boolean, got {type(value).__name__}")
+        if raw == "":
+            if self.allow_unset or self.type in ("string", "path"):
+                return ""
+            raise ValueError("empty value; this knob cannot be unset")
+        if raw in self.special:
+            return raw
+        t = self.type
+        if t == "bool":
+            low = raw.lower()
+            if low in _TRUE:
+                return "1"
+            if low in _FALSE:
+                return "0"
+            raise ValueError("expected a boolean (1/0, true/false)")
+        if t == "enum":
+            if raw in self.choices:
+                return raw
+            raise ValueError(f"expected one of {', '.join(repr(c) for c in self.choices)}")
+        if t in ("int", "float"):
+            try:
+                num = int(raw) if t == "int" else float(raw)
+            except ValueError:
+                extra = f" or {', '.join(self.special)}" if self.special else ""
+                raise ValueError(f"expected {'an integer' if t == 'int' else 'a number'}{extra}") from None
+            if t == "float" and not math.isfinite(num):
+                raise ValueError("expected a finite number")
+            r = self.range
+            if r is not None:
+                if r.min is not None and num < r.min:
+                    raise ValueError(f"{num:g} is below the minimum {r.min:g}")
+                if r.max is not None and num > r.max:
+                    raise ValueError(f"{num:g} is above the maximum {r.max:g}")
+            return str(num) if t == "int" else raw
+        return raw  # string, path
+
+    def allowed_text(self) -> str:
+        """The allowed values in words, for messages and the control panel."""
+        if self.type == "bool":
+            return "1 or 0"
+        if self.type == "enum":
+            vals = list(self.choices) + (["'' (unset)"] if self.allow_unset else [])
+            return ", ".join(vals)
+        if self.type in ("int", "float"):
+            r = self.range
+            lo = "-inf" if r is None or r.min is None else f"{r.min:g}"
+            hi = "inf" if r is None or r.max is None else f"{r.max:g}"
+            extra = f" or {', '.join(self.special)}" if self.special else ""
+            return f"{self.type} in [{lo}, {hi}]{extra}"
+        return self.type
+
+    def default_for(self, model: Optional[str], tp: int) -> Optional[str]:
+        """The registry's (latest release's) default at this model and TP size, or the stock value."""
+        key = f"tp{tp}"
+        if model and ((self.models and model not in self.models) or model in self.excluded_models):
+            return self.stock
+        if model and model in self.model_defaults and key in self.model_defaults[model]:
+            return self.model_defaults[model][key]
+        if key in self.defaults:
+            return self.defaults[key]
+        return self.stock
+
+
+# ----------------------------------------------------------------------------------------- releases
+
+
+class BenchRecord(Strict):
+    """One measured number of a release. ``value`` or ``low``/``high`` (a range), or ``text`` alone
+    where the original states no number that can be compared."""
+
+    config: str  # fn_tp4, fn_tp2, 27b_tp2, or a platform config such as h200_tp4_shard
+    metric: str
+    value: Optional[float] = None
+    low: Optional[float] = None
+    high: Optional[float] = None
+    approx: bool = False
+    unit: Optional[str] = None
+    stack: Literal["ours", "reference"] = "ours"
+    platform: str = "r9700"
+    source: Optional[str] = None
+    command: Optional[str] = None
+    text: Optional[str] = None  # the original wording where it carries more than the number
+
+    @model_validator(mode="after")
+    def _some_value(self) -> "BenchRecord":
+        if self.value is None and self.low is None and self.text is None:
+            raise ValueError("a bench record needs a value, a range (low/high) or a text")
+        if (self.low is None) != (self.high is None):
+            raise ValueError("a range needs both low and high")
+        return self
+
+    def point(self) -> Optional[float]:
+        """The number to compare: the value, else the lower end of the range."""
+        return self.value if self.value is not None else self.low
+
+
+class McNemar(Strict):
+    b: int  # discordant: baseline right, candidate wrong
+    c: int  # discordant: baseline wrong, candidate right
+    p: float
+    vs: Optional[str] = None
+
+
+class QualityRecord(Strict):
+    config: str
+    eval: str = "gsm8k"  # gsm8k, gsm8k-cot-800, humaneval, sanity...
+    accuracy_pct: Optional[float] = None
+    correct: Optional[int] = None
+    total: Optional[int] = None
+    baseline_label: Optional[str] = None  # what the paired comparison ran against
+    baseline_release: Optional[str] = None
+    baseline_accuracy_pct: Optional[float] = None
+    baseline_correct: Optional[int] = None
+    mcnemar: Optional[McNemar] = None
+    identical_outputs_pct: Optional[float] = None
+    humaneval_passed: Optional[int] = None
+    humaneval_total: Optional[int] = None
+    ci95_pct: Optional[list[float]] = None
+    sanity: Optional[str] = None
+    text: Optional[str] = None  # original wording
+    source: Optional[str] = None
+    note: Optional[str] = None
+
+
+class ReleaseChange(Strict):
+    knob: str
+    tp: str
+    from_: str = Field(alias="from")
+    to: str
+    note: Optional[str] = None
+
+
+class Release(Strict):
+    version: str
+    date: str
+    headline: str
+    vllm_base: Optional[str] = None
+    power_cap: Optional[str] = None
+    previous: Optional[str] = None  # the release before this one (the chain used to derive defaults)
+    default_changes: list[ReleaseChange] = Field(default_factory=list)
+    initial_defaults: list[str] = Field(default_factory=list)
+    bench: list[BenchRecord] = Field(default_factory=list)
+    quality: list[QualityRecord] = Field(default_factory=list)
+    notes: Optional[str] = None
+
+    @field_validator("version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not re.match(r"^v\d+\.\d+\.\d+([-.][A-Za-z0-9.]+)?$", v):
+            raise ValueError(f"version {v!r} must look like v1.2.3")
+        return v
+
+
+# ----------------------------------------------------------------------------------------- models
+
+
+class ModelSpec(Strict):
+    """What the memory budget needs of a model, per TP key (``tp4``...): the weights a GPU holds, the
+    memory that is neither weights nor KV cache (graphs, activations, state pools, parts the dims do not
+    cover), and the KV-cache bytes one token takes. ``basis`` says how each number was derived."""
+
+    name: str
+    description: str
+    architecture: Optional[str] = None
+    weight_bytes_per_gpu: dict[str, int]
+    overhead_bytes_per_gpu: dict[str, int] = Field(default_factory=dict)
+    kv_bytes_per_token: dict[str, int]
+    basis: str
+    checks: list[str] = Field(default_factory=list)  # what the numbers were checked against
+
+    @field_validator("weight_bytes_per_gpu", "overhead_bytes_per_gpu", "kv_bytes_per_token")
+    @classmethod
+    def _keys(cls, v: dict[str, int]) -> dict[str, int]:
+        for k in v:
+            if not TP_KEY.match(k):
+                raise ValueError(f"key {k!r} must be a TP key like 'tp4'")
+        return v
+
+    def supports_tp(self, tp: int) -> bool:
+        return f"tp{tp}" in self.kv_bytes_per_token and f"tp{tp}" in self.weight_bytes_per_gpu
+
+
+# ----------------------------------------------------------------------------------------- profiles
+
+
+class Hardware(Strict):
+    gpus: int = Field(ge=1)
+    memory_gib_per_gpu: float = Field(gt=0)
+    name: Optional[str] = None
+
+
+class Profile(Strict):
+    name: str
+    description: str = ""
+    extends: Optional[str] = None  # "release:v0.3.2", "stock" (every variant at its stock value) or a profile
+    platform: Optional[str] = None  # rocm-gfx1201, cuda, cpu: where it is served (implementation checks)
+    model: Optional[str] = None
+    tp: Optional[int] = Field(default=None, ge=1)
+    hardware: Optional[Hardware] = None
+    gpu_memory_utilization: Optional[float] = Field(default=None, gt=0, le=1)
+    serve_args: list[str] = Field(default_factory=list)
+    model_path: Optional[str] = None
+    knobs: dict[str, Union[str, int, float, bool]] = Field(default_factory=dict)  # KNOB or id -> value
+    env: dict[str, str] = Field(default_factory=dict)  # free-form extra environment
+    strict: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.match(r"^[a-z0-9][a-z0-9._-]*$", v):
+            raise ValueError(f"profile name {v!r} must be lower-case letters, digits, '.', '_' or '-'")
+        return v

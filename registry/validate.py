@@ -1,0 +1,287 @@
+"""Validation in two phases, like Flipt's ``validate``:
+
+1. schema: every file parses and matches the schema (done by the loader; errors located by file,
+   line and column, TOML syntax included);
+2. references and semantics: ids and knobs that exist, releases that exist, ``extends`` chains without
+   cycles, legal values, requires/conflicts, rejected or removed variants switched on, TP-size and
+   platform support, the memory budget, undeclared ``R9K_`` variables, and gate freshness.
+
+Exit codes (``Report.exit_code``): 0 clean, 1 warnings under ``strict``, 2 errors.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+from .errors import Diagnostic, RegistryError
+from .loader import Registry, load_registry
+from .memory import Budget, budget, fmt_bytes
+from .resolve import ResolvedSet, resolve, suggest
+
+VERSION_RE = re.compile(r"^v\d+\.\d+\.\d+")
+TRITON_PLATFORMS = ("cuda", "rocm", "cpu")  # where this project's Triton kernels run (cpu: the interpreter)
+
+
+@dataclass
+class Report:
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    profiles: dict[str, ResolvedSet] = field(default_factory=dict)
+    budgets: dict[str, Optional[Budget]] = field(default_factory=dict)
+    registry: Optional[Registry] = None
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.level == "error"]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.level == "warning"]
+
+    def exit_code(self, strict: bool = False) -> int:
+        if self.errors:
+            return 2
+        if strict and self.warnings:
+            return 1
+        return 0
+
+    def add(self, d: Diagnostic) -> None:
+        key = (d.level, d.code, d.message, d.file, d.line)
+        if not any((x.level, x.code, x.message, x.file, x.line) == key for x in self.diagnostics):
+            self.diagnostics.append(d)
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": not self.errors,
+            "errors": [d.to_dict() for d in self.errors],
+            "warnings": [d.to_dict() for d in self.warnings],
+            "profiles": {
+                name: {"hash": rs.hash, "tp": rs.tp, "model": rs.model, "active": len(rs.active()),
+                       "budget": self.budgets[name].to_dict() if self.budgets.get(name) else None}
+                for name, rs in self.profiles.items()
+            },
+        }
+
+
+# ----------------------------------------------------------------------------------- registry-wide
+
+
+def check_registry(reg: Registry, report: Report) -> None:
+    """References inside the registry: requires/conflicts ids, releases named in histories and
+    measurements, knobs named in release manifests, the release chain."""
+    ids = set(reg.variants)
+    for vid, v in reg.variants.items():
+        for kind in ("requires", "conflicts"):
+            for i, other in enumerate(getattr(v, kind)):
+                if other not in ids:
+                    f, ln, col = reg.locate("variant", vid, (kind,))
+                    report.add(Diagnostic("error", "unknown-reference", f"variant '{vid}' {kind} unknown variant "
+                                          f"'{other}'", f, ln, col, [vid, other], hint=suggest(other, ids)))
+        if vid in v.requires and vid in v.conflicts:
+            f, ln, col = reg.locate("variant", vid, ("conflicts",))
+            report.add(Diagnostic("error", "self-conflict", f"variant '{vid}' both requires and conflicts with "
+                                  "itself", f, ln, col, [vid]))
+        for kind, recs in (("history", v.history), ("measured", v.measured)):
+            for rec in recs:
+                if VERSION_RE.match(rec.release) and rec.release not in reg.releases:
+                    f, ln, col = reg.locate("variant", vid, (kind,))
+                    report.add(Diagnostic("error", "unknown-release", f"variant '{vid}' {kind} names unknown release "
+                                          f"'{rec.release}'", f, ln, col, [vid, rec.release],
+                                          hint=suggest(rec.release, reg.releases)))
+        if v.since and VERSION_RE.match(v.since) and v.since not in reg.releases:
+            f, ln, col = reg.locate("variant", vid, ("since",))
+            report.add(Diagnostic("error", "unknown-release", f"variant '{vid}' since unknown release '{v.since}'",
+                                  f, ln, col, [vid, v.since]))
+    knobs = reg.knobs()
+    for ver, rel in reg.releases.items():
+        if rel.previous and rel.previous not in reg.releases:
+            f, ln, col = reg.locate("release", ver, ("previous",))
+            report.add(Diagnostic("error", "unknown-release", f"release {ver} names unknown previous release "
+                                  f"'{rel.previous}'", f, ln, col, [ver]))
+        for i, ch in enumerate(rel.default_changes):
+            if ch.knob not in knobs:
+                f, ln, col = reg.locate("release", ver, ("default_changes", i, "knob"))
+                report.add(Diagnostic("error", "unknown-knob", f"release {ver} changes the default of unknown knob "
+                                      f"'{ch.knob}'", f, ln, col, [ver, ch.knob], hint=suggest(ch.knob, knobs)))
+    latest = reg.latest_release()
+    if latest:
+        # The registry's defaults are the latest release's: each of its changes must be visible there.
+        from .resolve import _scope_matches
+
+        for i, ch in enumerate(reg.releases[latest].default_changes):
+            v = reg.find_variant(ch.knob)
+            if v is None:
+                continue
+            for tp in (4, 2):
+                if not _scope_matches(ch.tp, "qwen3.8-flash-next", tp):
+                    continue
+                try:
+                    to = v.normalize(ch.to)
+                except ValueError:
+                    to = ch.to
+                have = v.default_for("qwen3.8-flash-next", tp)
+                if have != to:
+                    f, ln, col = reg.locate("release", latest, ("default_changes", i))
+                    report.add(Diagnostic("warning", "release-default-mismatch",
+                                          f"release {latest} sets {ch.knob}={ch.to} at tp{tp}, but the registry's "
+                                          f"default there is {have!r}", f, ln, col, [v.id, latest]))
+
+
+# ----------------------------------------------------------------------------------- per profile
+
+
+def _runs_on(v, platform: Optional[str]) -> bool:
+    if platform is None:
+        return True
+    impl, orig = v.implementation, v.original
+    if impl.module and platform.split("-")[0] in TRITON_PLATFORMS:
+        return True
+    if orig and any(platform == p or platform.startswith(p) or p.startswith(platform) for p in orig.platforms):
+        return True
+    return False
+
+
+def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Budget]:
+    for d in rs.diagnostics:
+        report.add(d)
+    if not rs.chain:
+        return None
+    name = rs.profile
+    items = rs.items
+    strict = rs.strict
+    prof_file = reg.origins.get(("profile", name), (None, None))[0]
+
+    if rs.model and rs.model in reg.models and not reg.models[rs.model].supports_tp(rs.tp):
+        m = reg.models[rs.model]
+        f, ln, col = reg.locate("profile", name, ("tp",))
+        report.add(Diagnostic("error", "unsupported-tp", f"profile '{name}': model '{rs.model}' is not described at "
+                              f"TP{rs.tp} (known: {', '.join(sorted(m.kv_bytes_per_token))})", f, ln, col, [name]))
+
+    for vid, r in items.items():
+        v = r.variant
+        where = _where(reg, r)
+        if r.active and v.status.state in ("rejected", "removed") and r.value != v.default_for(rs.model, rs.tp):
+            report.add(Diagnostic("error", f"{v.status.state}-variant",
+                                  f"{v.knob}={r.value} switches on {v.status.state} variant '{vid}': "
+                                  f"{v.status.reason}", *where, [vid, name]))
+        if r.active and v.supported_tp and rs.tp not in v.supported_tp:
+            report.add(Diagnostic("error", "unsupported-tp", f"{v.knob}={r.value}: variant '{vid}' supports TP sizes "
+                                  f"{v.supported_tp}, not {rs.tp}", *where, [vid, name]))
+        if r.active and rs.model and ((v.models and rs.model not in v.models) or rs.model in v.excluded_models):
+            report.add(Diagnostic("error", "unsupported-model", f"{v.knob}={r.value}: variant '{vid}' does not apply "
+                                  f"to model {rs.model} (applies to: {', '.join(v.models) or 'all but ' + ', '.join(v.excluded_models)})", *where, [vid, name]))
+        if r.active and v.stock is not None and not _runs_on(v, rs.platform):
+            report.add(Diagnostic("error" if strict else "warning", "no-implementation",
+                                  f"{v.knob}={r.value}: variant '{vid}' has no implementation on platform "
+                                  f"'{rs.platform}'; the plugin falls back to stock ({v.knob}={v.stock})",
+                                  *where, [vid, name]))
+        if r.value is not None and r.active:
+            for req in v.requires:
+                other = items.get(req)
+                if other is None or other.active:
+                    continue
+                is_switch = v.stock is not None
+                if not is_switch and r.layer in ("registry", "release"):
+                    continue  # a tuning default left behind by a switched-off fusion: harmless
+                report.add(Diagnostic("error" if is_switch else "warning", "requires",
+                                      f"profile '{name}': {v.knob}={r.value} requires variant '{req}' ({other.variant.knob}), which is "
+                                      f"{'off' if other.value in (None, '', '0') else 'at ' + repr(other.value)}"
+                                      + ("" if is_switch else ": it has no effect"), *where, [vid, req, name]))
+            for con in v.conflicts:
+                other = items.get(con)
+                if other is not None and other.active:
+                    report.add(Diagnostic("error", "conflicts", f"{v.knob}={r.value} conflicts with "
+                                          f"{other.variant.knob}={other.value} (variant '{con}')", *where,
+                                          [vid, con, name]))
+
+    prof = reg.profiles.get(name)
+    if prof:
+        knobs = reg.knobs()
+        for key in prof.env:
+            if key in knobs:
+                f, ln, col = reg.locate("profile", name, ("env", key))
+                report.add(Diagnostic("warning", "knob-in-env", f"{key} is a declared knob; set it under [knobs] so it "
+                                      "is validated and shows its provenance", f, ln, col, [key, name]))
+
+    b = budget(reg, rs)
+    if b is not None:
+        if b.fixed_kv_bytes is None and b.kv_tokens <= 0:
+            report.add(Diagnostic("error", "memory", f"profile '{name}' does not fit: weights {fmt_bytes(b.weights)}, "
+                                  f"overhead {fmt_bytes(b.overhead)} and variants {fmt_bytes(b.variant_bytes)} leave "
+                                  "no room for the KV cache", prof_file, None, None, [name] + [c.variant for c in b.costs]))
+        elif b.fixed_kv_bytes is not None and b.headroom < 0:
+            report.add(Diagnostic("error", "memory", f"profile '{name}' does not fit: the fixed KV budget "
+                                  f"{fmt_bytes(b.fixed_kv_bytes)} exceeds what is left by "
+                                  f"{fmt_bytes(-b.headroom)}", prof_file, None, None,
+                                  [name] + [c.variant for c in b.costs]))
+    _check_gates(reg, rs, report)
+    return b
+
+
+def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
+    """Warn on an active default-on variant whose gate tests have no fresh passing record in the ledger."""
+    try:
+        from . import ledger  # written by the evidence work; optional
+    except ImportError:
+        return
+    try:
+        states = ledger.gate_states(reg)
+    except Exception as exc:  # a broken ledger must not hide the rest of the report
+        report.add(Diagnostic("warning", "gate-ledger", f"cannot read the gate ledger: {exc}"))
+        return
+    for r in rs.active():
+        v = r.variant
+        if v.status.state != "default-on" or not v.gate or not v.gate.tests:
+            continue
+        st = states.get(v.id)
+        state = getattr(st, "state", st)
+        if state in (None, "missing", "stale", "failed"):
+            f, ln, col = reg.locate("variant", v.id, ("gate",))
+            why = {None: "has no recorded result", "missing": "has no recorded result",
+                   "stale": "was recorded against other sources (stale)", "failed": "failed"}[state]
+            report.add(Diagnostic("warning", "gate", f"default-on variant '{v.id}' ({v.knob}): its gate {why}; "
+                                  f"run `r9kctl gate {v.id}`", f, ln, col, [v.id, rs.profile]))
+
+
+def _where(reg: Registry, r) -> tuple:
+    src = r.source
+    m = re.search(r"([^\s(]+\.toml):(\d+)\)?$", src)
+    if m:
+        return m.group(1), int(m.group(2)), None
+    return None, None, None
+
+
+# ----------------------------------------------------------------------------------- entry points
+
+
+def validate(
+    reg: Optional[Registry] = None,
+    profile: Optional[str] = None,
+    all_profiles: bool = False,
+    tp: Optional[int] = None,
+    env: Optional[Mapping[str, str]] = None,
+    sets: Optional[Mapping[str, object]] = None,
+    platform: Optional[str] = None,
+    strict: bool = False,
+    root: Optional[Path] = None,
+) -> Report:
+    """Validate the registry and one profile (or all of them). Schema errors from loading are
+    returned in the report (phase 1) and stop the semantic checks (phase 2)."""
+    report = Report()
+    if reg is None:
+        try:
+            reg = load_registry(root)
+        except RegistryError as exc:
+            for d in exc.diagnostics:
+                report.add(d)
+            return report
+    report.registry = reg
+    check_registry(reg, report)
+    names = sorted(reg.profiles) if all_profiles else ([profile] if profile else [])
+    for name in names:
+        rs = resolve(reg, name, tp=tp, env=env, sets=sets,
+                     platform=platform, strict=strict or None)
+        report.profiles[name] = rs
+        report.budgets[name] = check_profile(reg, rs, report)
+    return report
