@@ -1,6 +1,6 @@
 """The gate ledger: which declared gate tests passed, on what, and for which version of the sources.
 
-File: ``registry/gates/ledger.jsonl`` (next to the registry's TOML; ``<registry root>/gates/ledger.jsonl``),
+File: ``registry/gates/ledger.jsonl`` (``<registry root>/gates/ledger.jsonl``, or ``$R9K_LEDGER``),
 append-only JSON Lines, one line per gate run of one variant, written by ``r9kctl gate``::
 
     {"variant": "router_gemm", "tests": ["kernels/router/test_router.py"], "result": "pass",
@@ -35,6 +35,7 @@ from __future__ import annotations
 import glob as _glob
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -65,7 +66,9 @@ def repo_root(reg_or_root: Any) -> Path:
 
 
 def ledger_path(reg_or_root: Any) -> Path:
-    return registry_root(reg_or_root) / LEDGER_RELPATH
+    """The ledger file: ``$R9K_LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl``."""
+    forced = os.environ.get("R9K_LEDGER")
+    return Path(forced) if forced else registry_root(reg_or_root) / LEDGER_RELPATH
 
 
 def test_file(node_id: str) -> str:

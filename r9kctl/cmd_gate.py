@@ -1,0 +1,132 @@
+"""``r9kctl gate``: run the declared gate tests of variants and record the results in the gate ledger.
+
+    r9kctl gate --profile tp4-default      every variant the profile moves off its stock value
+    r9kctl gate router_gemm R9K_HC_MIX     the named variants (ids or knobs)
+    r9kctl gate --all                      every variant that declares gate tests
+    r9kctl gate --status [...]             only show the gate states (fresh / stale / missing / failed)
+
+Tests run through ``python -m pytest`` in the repository root (Triton's CPU interpreter where there is no
+GPU); tests marked ``gpu`` are skipped without one and reported as needing a GPU. One record per variant
+goes to ``registry/gates/ledger.jsonl`` with the outcomes, the platform and a hash of the variant's sources;
+the gate stays *fresh* while that hash matches. Exit status: 1 when a gate failed, 2 on usage errors.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("gate", help="run variants' gate tests and record them in the gate ledger",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("variants", nargs="*", metavar="VARIANT", help="variant ids or knobs")
+    p.add_argument("--profile", help="gate every variant this profile sets off its stock value")
+    p.add_argument("--tp", type=int, help="TP size to resolve the profile at (default: the profile's)")
+    p.add_argument("--all", action="store_true", help="every variant that declares gate tests")
+    p.add_argument("--status", action="store_true", help="show gate states from the ledger; run nothing")
+    p.add_argument("--dry-run", action="store_true", help="show what would run")
+    p.add_argument("--no-record", action="store_true", help="run, but do not write the ledger")
+    p.add_argument("--timeout", type=float, help="stop the pytest run after this many seconds")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for pytest (repeatable), e.g. --pytest-arg=-x")
+    p.set_defaults(func=run)
+    return p
+
+
+def _err(msg: str) -> int:
+    print(f"r9kctl gate: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _state_rows(states) -> list[str]:
+    width = max((len(v) for v in states), default=10)
+    return [f"  {vid:<{width}}  {st.state:<8} {st.detail}" for vid, st in states.items()]
+
+
+def run(args) -> int:
+    from r9k.registry import RegistryError, load_registry
+    from r9k.registry import ledger as L
+
+    from .evidence import gate as G
+
+    try:
+        reg = load_registry()
+    except RegistryError as exc:
+        return _err(f"cannot load the registry:\n{exc}")
+    if not (args.profile or args.variants or args.all or args.status):
+        return _err("name variants, or use --profile P, --all or --status")
+    if args.profile and args.profile not in reg.profiles:
+        return _err(f"unknown profile {args.profile!r} (known: {', '.join(sorted(reg.profiles))})")
+    try:
+        names = list(args.variants)
+        if args.all or (args.status and not names and not args.profile):
+            names += [vid for vid, v in reg.variants.items() if L.declared_tests(v)]
+        plan = G.plan(reg, profile=args.profile, names=names, tp=args.tp)
+    except KeyError as exc:
+        return _err(f"unknown variant or knob {exc}")
+
+    out = sys.stderr if args.format == "json" else sys.stdout
+    records, _problems = L.read_ledger(L.ledger_path(reg))
+
+    if args.status or args.dry_run:
+        states = {v.id: L.state_of(reg, v, records) for v in plan.variants}
+        if args.format == "json":
+            print(json.dumps({"states": {k: s.to_dict() for k, s in states.items()},
+                              "no_gate_tests": [v.id for v in plan.no_tests],
+                              "would_run": plan.test_ids if args.dry_run else None}, indent=2))
+            return 0
+        print(f"gate states ({L.ledger_path(reg)}):", file=out)
+        for row in _state_rows(states):
+            print(row, file=out)
+        if args.dry_run:
+            print(f"would run {len(plan.test_ids)} test id(s):", file=out)
+            for t in plan.test_ids:
+                print(f"  {t}", file=out)
+        if plan.no_tests:
+            print(f"{len(plan.no_tests)} selected variant(s) declare no gate tests: "
+                  f"{', '.join(v.id for v in plan.no_tests)}", file=out)
+        return 0
+
+    if not plan.variants:
+        print("nothing to run: no selected variant declares gate tests"
+              + (f" ({len(plan.no_tests)} selected: {', '.join(v.id for v in plan.no_tests)})" if plan.no_tests else ""),
+              file=out)
+        return 0
+    result = G.run(reg, plan, record=not args.no_record, progress=lambda m: print(m, file=out, flush=True),
+                   timeout_s=args.timeout, pytest_args=args.pytest_arg)
+    records, _ = L.read_ledger(L.ledger_path(reg))
+    states = {v.id: L.state_of(reg, v, records) for v in plan.variants}
+    failed = [r for r in result.records if r.result == "fail"]
+    gpu = {r.variant: [n for n, o in r.outcomes.items() if o == L.NEEDS_GPU] for r in result.records}
+    gpu = {k: v for k, v in gpu.items() if v}
+    if args.format == "json":
+        print(json.dumps({"platform": result.platform, "records": [r.to_json() for r in result.records],
+                          "states": {k: s.to_dict() for k, s in states.items()},
+                          "needs_gpu": gpu, "no_gate_tests": [v.id for v in plan.no_tests],
+                          "recorded": not args.no_record}, indent=2))
+    else:
+        print(f"\nplatform {result.platform}; pytest exit status {result.exitstatus}"
+              + ("" if not args.no_record else " (not recorded)"))
+        width = max(len(r.variant) for r in result.records)
+        for r in result.records:
+            counts: dict[str, int] = {}
+            for o in r.outcomes.values():
+                counts[o] = counts.get(o, 0) + 1
+            summary = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+            print(f"  {r.variant:<{width}}  {r.result:<8} {summary:<40} gate now: {states[r.variant].state}")
+        if gpu:
+            print(f"\n{sum(len(v) for v in gpu.values())} test(s) need a GPU (skipped here, gate not complete "
+                  "until they pass on one):")
+            for vid, items in gpu.items():
+                for n in items:
+                    print(f"  {vid}: {n}")
+        if plan.no_tests:
+            print(f"\n{len(plan.no_tests)} selected variant(s) declare no gate tests: "
+                  f"{', '.join(v.id for v in plan.no_tests)}")
+        if failed:
+            print(f"\n{len(failed)} gate(s) FAILED: {', '.join(r.variant for r in failed)}")
+            tail = "\n".join(result.log.strip().splitlines()[-40:])
+            print(f"--- pytest output (tail) ---\n{tail}")
+    return 1 if failed else 0

@@ -1,0 +1,222 @@
+"""Gate runner and ledger on a temporary repository: a copy of the shipped registry plus test-only
+variants whose implementation and gate tests are tiny files generated here (independent of the kernels).
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from r9k.r9kctl import cli
+from r9k.registry import ledger as L
+from r9k.registry import load_registry
+
+SHIPPED = Path(L.__file__).resolve().parent
+
+VARIANTS = """
+# Test-only variants (tests/evidence/test_gate.py).
+
+[[variant]]
+id = "evfake_add"
+knob = "R9K_EVFAKE_ADD"
+summary = "Test-only fused add."
+category = "fusion"
+area = "decode"
+type = "enum"
+choices = ["r9k", "stock"]
+stock = "stock"
+[variant.status]
+state = "default-on"
+reason = "test"
+[variant.defaults]
+tp1 = "r9k"
+[variant.implementation]
+sources = ["kernels/evfake/impl.py"]
+[variant.gate]
+kind = ["bit-exact"]
+tests = ["kernels/evfake/test_evfake.py::test_exact"]
+
+[[variant]]
+id = "evfake_gpu"
+knob = "R9K_EVFAKE_GPU"
+summary = "Test-only variant whose gate has an interpreter test and a GPU test."
+category = "fusion"
+area = "decode"
+type = "bool"
+stock = "0"
+[variant.status]
+state = "opt-in"
+reason = "test"
+[variant.implementation]
+sources = ["kernels/evfake/"]
+[variant.gate]
+kind = ["tolerance"]
+tests = ["kernels/evfake/test_evfake.py::test_exact", "kernels/evfake/test_evfake.py::test_on_gpu"]
+
+[[variant]]
+id = "evfake_lost"
+knob = "R9K_EVFAKE_LOST"
+summary = "Test-only variant whose declared gate tests do not exist."
+category = "fusion"
+area = "decode"
+type = "bool"
+stock = "0"
+[variant.status]
+state = "opt-in"
+reason = "test"
+[variant.gate]
+kind = ["bit-exact"]
+tests = ["kernels/evfake/test_evfake.py::test_renamed", "kernels/evfake/test_gone.py"]
+"""
+
+TESTS = """
+import importlib.util
+import pathlib
+import random
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("evfake_impl", pathlib.Path(__file__).with_name("impl.py"))
+impl = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(impl)
+
+
+@pytest.mark.parametrize("n", [1, 7])
+def test_exact(n):
+    xs = [random.randrange(-1000, 1000) for _ in range(n)]
+    ys = [random.randrange(-1000, 1000) for _ in range(n)]
+    assert impl.add(xs, ys) == [x + y for x, y in zip(xs, ys)]
+
+
+@pytest.mark.gpu
+def test_on_gpu():
+    assert impl.add([1], [2]) == [3]
+"""
+
+IMPL = "def add(xs, ys):\n    return [x + y for x, y in zip(xs, ys)]\n"
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch):
+    root = tmp_path / "repo"
+    shutil.copytree(SHIPPED, root / "registry",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.py", "gates"))
+    (root / "registry" / "variants" / "zz-evidence-test.toml").write_text(VARIANTS)
+    k = root / "kernels" / "evfake"
+    k.mkdir(parents=True)
+    (k / "impl.py").write_text(IMPL)
+    (k / "test_evfake.py").write_text(TESTS)
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    (prof / "evfake.toml").write_text(textwrap.dedent("""\
+        description = "stock, plus the test-only fused add and the GPU-gated variant"
+        extends = "stock"
+        tp = 1
+        [knobs]
+        R9K_EVFAKE_ADD = "r9k"
+        R9K_EVFAKE_GPU = "1"
+        """))
+    monkeypatch.setenv("R9K_REGISTRY", str(root / "registry"))
+    monkeypatch.setenv("R9K_PROFILES_DIR", str(prof))
+    monkeypatch.delenv("R9K_LEDGER", raising=False)
+    return root
+
+
+def _ledger(root):
+    return [json.loads(l) for l in (root / "registry" / "gates" / "ledger.jsonl").read_text().splitlines()]
+
+
+def test_gate_records_then_goes_stale_on_source_edit(repo, capsys):
+    reg = load_registry()
+    assert L.gate_states(reg)["evfake_add"].state == "missing"
+    assert cli.main(["gate", "evfake_add"]) == 0
+    out = capsys.readouterr().out
+    assert "passed" in out and "gate now: fresh" in out
+    (rec,) = _ledger(repo)
+    assert rec["variant"] == "evfake_add" and rec["result"] == "pass"
+    assert rec["outcomes"] == {"kernels/evfake/test_evfake.py::test_exact[1]": "passed",
+                               "kernels/evfake/test_evfake.py::test_exact[7]": "passed"}
+    assert rec["platform"].startswith("cpu")
+    assert rec["source_hash"] == L.source_hash(reg, reg.variants["evfake_add"])[0]
+    assert L.gate_states(reg)["evfake_add"].state == "fresh"
+
+    # Edit the kernel source: same behaviour, different bytes -> the recorded result no longer applies.
+    impl = repo / "kernels" / "evfake" / "impl.py"
+    impl.write_text(IMPL.replace("return", f"# edited {random.random()}\n    return"))
+    st = L.gate_states(reg)["evfake_add"]
+    assert st.state == "stale" and st.recorded_hash == rec["source_hash"] != st.source_hash
+    assert "sources changed" in st.detail
+    # Editing the gate test counts as well (the hash covers the test file).
+    assert cli.main(["gate", "R9K_EVFAKE_ADD"]) == 0
+    assert L.gate_states(reg)["evfake_add"].state == "fresh"
+    t = repo / "kernels" / "evfake" / "test_evfake.py"
+    t.write_text(t.read_text() + "\n# a comment\n")
+    assert L.gate_states(reg)["evfake_add"].state == "stale"
+
+    # A broken kernel: the run fails, exit status 1, the gate is failed.
+    impl.write_text(IMPL.replace("x + y", "x - y"))
+    capsys.readouterr()
+    assert cli.main(["gate", "evfake_add"]) == 1
+    assert "1 gate(s) FAILED: evfake_add" in capsys.readouterr().out
+    assert L.gate_states(reg)["evfake_add"].state == "failed"
+    assert _ledger(repo)[-1]["result"] == "fail"
+
+
+def test_gpu_tests_reported_and_missing_ids_fail(repo, capsys):
+    reg = load_registry()
+    assert cli.main(["gate", "evfake_gpu", "evfake_lost", "--format", "json"]) == 1
+    d = json.loads(capsys.readouterr().out)
+    recs = {r["variant"]: r for r in d["records"]}
+    assert recs["evfake_gpu"]["outcomes"]["kernels/evfake/test_evfake.py::test_on_gpu"] == "needs-gpu"
+    assert recs["evfake_gpu"]["result"] == "partial"
+    assert d["needs_gpu"] == {"evfake_gpu": ["kernels/evfake/test_evfake.py::test_on_gpu"]}
+    assert recs["evfake_lost"]["outcomes"] == {"kernels/evfake/test_evfake.py::test_renamed": "not-found",
+                                               "kernels/evfake/test_gone.py": "not-found"}
+    states = L.gate_states(reg)
+    # Nothing has run on a GPU yet, so the GPU-marked half of the gate is missing, not passed.
+    assert states["evfake_gpu"].state == "missing"
+    assert states["evfake_gpu"].needs_gpu == ["kernels/evfake/test_evfake.py::test_on_gpu"]
+    assert states["evfake_gpu"].tests["kernels/evfake/test_evfake.py::test_exact"] == "passed"
+    assert states["evfake_lost"].state == "failed"
+    # A record from a GPU platform at the same source hash completes the gate.
+    h, n = L.source_hash(reg, reg.variants["evfake_gpu"])
+    L.append_records(L.ledger_path(reg), [L.GateRecord(
+        "evfake_gpu", reg.variants["evfake_gpu"].gate.tests, "pass",
+        {"kernels/evfake/test_evfake.py::test_on_gpu": "passed"}, "cuda-h200", "2026-11-30T16:00:00Z", h, n)])
+    assert L.gate_states(reg)["evfake_gpu"].state == "fresh"
+    assert L.gate_states(reg)["evfake_gpu"].platforms == ["cpu-triton-interpret", "cuda-h200"]
+
+
+def test_gate_profile_and_validate_warning(repo, capsys):
+    from r9k.registry.validate import validate
+
+    reg = load_registry()
+
+    def gate_warnings():
+        return [d for d in validate(reg, profile="evfake").warnings if d.code == "gate"]
+
+    assert [d.items[0] for d in gate_warnings()] == ["evfake_add"]  # default-on and active, never gated
+    assert cli.main(["gate", "--profile", "evfake", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "kernels/evfake/test_evfake.py::test_on_gpu" in out and "evfake_lost" not in out
+    assert cli.main(["gate", "--profile", "evfake"]) == 0
+    out = capsys.readouterr().out
+    assert "1 test(s) need a GPU" in out and "evfake_gpu: kernels/evfake/test_evfake.py::test_on_gpu" in out
+    assert {r["variant"] for r in _ledger(repo)} == {"evfake_add", "evfake_gpu"}
+    assert gate_warnings() == []
+    assert cli.main(["gate", "--status"]) == 0
+    out = capsys.readouterr().out
+    assert "evfake_add" in out and "fresh" in out and "evfake_lost" in out and "never run" in out
+
+
+def test_unreadable_ledger_lines_are_reported(repo):
+    reg = load_registry()
+    p = L.ledger_path(reg)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text('{"variant": "evfake_add"}\nnot json\n')
+    records, problems = L.read_ledger(p)
+    assert records == [] and len(problems) == 2 and problems[0].startswith(f"{p}:1:")
