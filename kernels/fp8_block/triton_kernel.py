@@ -1,0 +1,199 @@
+"""Block-fp8 linear at decode widths in Triton: the quant kernel, the block-scaled GEMM reading the
+quantised activations (two launches: the stock path of R9K_FP8_QA), and the same GEMM with the quant
+in its A-load (one launch: R9K_FP8_QA=1).
+
+GEMM layout (M <= 16, one 16-row tile): grid = (N / BLOCK_N, SPLIT_K). A program walks its share of
+the K/128 groups; per group it loads x[:, g] (bf16) and quantises it in registers -- or loads the
+quant kernel's codes and scales -- loads the ``BLOCK_N x 128`` e4m3 weight tile, takes the fp8 x fp8
+tile product (fp32) and folds ``(partial * Bs[n // 128, g]) * sa[m, g]`` into its fp32 sum. Split-K
+partials are reduced deterministically in the same launch (last-arriving program, fixed order; see
+``r9k.kernels.router.triton_kernel``). The quant arithmetic is the same code in both kernels, so the
+fp8 operands are the same bytes and the two paths give the same bits.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from r9k.kernels.router.tl_common import INTERPRETED, to_bf16, to_e4m3
+from r9k.kernels.router.triton_kernel import splitk_counters, use_triton
+
+from . import reference
+
+GROUP = 128
+BLOCK_M = 16
+MAX_M = 16  # the fused (quant-in-A-load) form serves M <= 16, as in the original; above it: two launches
+
+
+@triton.jit
+def _quant_tile(x, INTERPRET: tl.constexpr):
+    """x [BM, 128] fp32 -> (codes [BM, 128] e4m3, sa [BM] fp32): A = max(amax, 1e-12), sa = A/448,
+    q = e4m3(x * (448/A)); both divisions IEEE round-to-nearest (as torch)."""
+    amax = tl.max(tl.abs(x), axis=1)
+    A = tl.maximum(amax, 1e-12)
+    r = tl.math.div_rn(tl.full(A.shape, 448.0, tl.float32), A)
+    sa = tl.math.div_rn(A, tl.full(A.shape, 448.0, tl.float32))
+    q = to_e4m3(x * r[:, None], INTERPRET)
+    return q, sa
+
+
+@triton.jit
+def quant_group128_kernel(x_ptr, stride_xm, q_ptr, s_ptr, M, K, G,
+                          BLOCK_G: tl.constexpr, INTERPRET: tl.constexpr):
+    """One program per (row, BLOCK_G groups): codes [M, K] e4m3, scales [M, G] fp32."""
+    m = tl.program_id(0)
+    offs_g = tl.program_id(1) * BLOCK_G + tl.arange(0, BLOCK_G)
+    offs_k = tl.arange(0, 128)
+    g_mask = offs_g < G
+    cols = offs_g[:, None] * 128 + offs_k[None, :]
+    x = tl.load(x_ptr + m * stride_xm + cols, mask=g_mask[:, None], other=0.0).to(tl.float32)
+    q, sa = _quant_tile(x, INTERPRET)
+    tl.store(q_ptr + m * K + cols, q, mask=g_mask[:, None])
+    tl.store(s_ptr + m * G + offs_g, sa, mask=g_mask)
+
+
+@triton.jit
+def fp8_block_gemm_kernel(
+    x_ptr, stride_xm, qa_ptr, sa_ptr, w_ptr, bs_ptr, ws_ptr, cnt_ptr, out_ptr, stride_om,
+    M, N, K, G, G_PER_SPLIT,
+    FUSED_QUANT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
+    INTERPRET: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, 128)
+    m_mask = offs_m < M
+    n_mask = offs_n < N
+    g_lo = pid_k * G_PER_SPLIT
+    g_hi = tl.minimum(g_lo + G_PER_SPLIT, G)
+    bs_row = (offs_n // 128) * G
+
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for g in range(g_lo, g_hi):
+        cols = g * 128 + offs_k
+        if FUSED_QUANT:
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :],
+                        mask=m_mask[:, None], other=0.0).to(tl.float32)
+            q, sa = _quant_tile(x, INTERPRET)
+        else:
+            q = tl.load(qa_ptr + offs_m[:, None] * K + cols[None, :], mask=m_mask[:, None], other=0.0)
+            sa = tl.load(sa_ptr + offs_m * G + g, mask=m_mask, other=0.0)
+        w = tl.load(w_ptr + offs_n[:, None] * K + cols[None, :], mask=n_mask[:, None], other=0.0)
+        part = tl.dot(q, tl.trans(w))  # exact e4m3 products, fp32 accumulation
+        bs = tl.load(bs_ptr + bs_row + g, mask=n_mask, other=0.0)
+        acc += (part * bs[None, :]) * sa[:, None]
+
+    out_mask = m_mask[:, None] & n_mask[None, :]
+    if SPLIT_K > 1:
+        tl.store(ws_ptr + (pid_k * BLOCK_M + offs_m[:, None]) * N + offs_n[None, :], acc, mask=out_mask)
+        tl.debug_barrier()  # every thread's partial is issued before the arrival is published
+        arrived = tl.atomic_add(cnt_ptr + pid_n, 1)  # acq_rel, gpu scope
+        out_mask = out_mask & ((tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32) + arrived) == SPLIT_K - 1)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for s in range(SPLIT_K):  # fixed order: deterministic bits
+            acc += tl.load(ws_ptr + (s * BLOCK_M + offs_m[:, None]) * N + offs_n[None, :],
+                           mask=out_mask, other=0.0, cache_modifier=".cg")
+        tl.atomic_xchg(cnt_ptr + pid_n, 0, mask=arrived == SPLIT_K - 1)  # reset for the next call
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], to_bf16(acc, INTERPRET), mask=out_mask)
+
+
+# (BLOCK_N, SPLIT_K, num_warps, num_stages) per (N, K); anything else goes through default_config.
+# Filled from the H200 sweep recorded in notes/kernels-part1.md.
+TUNED: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+
+
+def default_config(n: int, k: int) -> tuple[int, int, int, int]:
+    """Enough programs for 132 SMs: BLOCK_N 64 and split K until there are >= ~128 programs."""
+    if (n, k) in TUNED:
+        return TUNED[(n, k)]
+    block_n = 64
+    tiles = triton.cdiv(n, block_n)
+    groups = k // GROUP
+    split = 1
+    while tiles * split < 128 and split * 2 <= groups:
+        split *= 2
+    return block_n, split, 4, 3
+
+
+def _check(x, w_q, w_s):
+    M, K = x.shape
+    N = w_q.shape[0]
+    assert K % GROUP == 0 and w_q.shape[1] == K and w_q.dtype == torch.float8_e4m3fn and w_q.is_contiguous()
+    assert w_s.shape == (triton.cdiv(N, GROUP), K // GROUP) and w_s.dtype == torch.float32 and w_s.is_contiguous()
+    assert x.dtype == torch.bfloat16 and x.stride(1) == 1
+    return M, N, K
+
+
+def quant_group128_fp8(x: torch.Tensor, out_q=None, out_s=None):
+    """The quant launch: x [M, K] bf16 -> (qa [M, K] float8_e4m3fn, sa [M, K/128] fp32)."""
+    M, K = x.shape
+    G = K // GROUP
+    if not use_triton(x):
+        qa, sa = reference.quant_group128_fp8(x)
+        if out_q is not None:
+            out_q.copy_(qa), out_s.copy_(sa)
+            return out_q, out_s
+        return qa, sa
+    qa = out_q if out_q is not None else torch.empty((M, K), dtype=torch.float8_e4m3fn, device=x.device)
+    sa = out_s if out_s is not None else torch.empty((M, G), dtype=torch.float32, device=x.device)
+    block_g = min(32, triton.next_power_of_2(G))
+    quant_group128_kernel[(M, triton.cdiv(G, block_g))](x, x.stride(0), qa, sa, M, K, G,
+                                                         BLOCK_G=block_g, INTERPRET=INTERPRETED, num_warps=4)
+    return qa, sa
+
+
+def _gemm(x, qa, sa, w_q, w_s, out, fused: bool, config=None):
+    M, N, K = _check(x, w_q, w_s)
+    G = K // GROUP
+    if out is None:
+        out = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
+    block_n, split, warps, stages = config or default_config(N, K)
+    g_per = triton.cdiv(G, split)
+    split = triton.cdiv(G, g_per)  # no empty splits
+    tiles = triton.cdiv(N, block_n)
+    if split > 1:
+        ws = torch.empty((split, BLOCK_M, N), dtype=torch.float32, device=x.device)
+        cnt = splitk_counters(x.device, tiles)
+    else:
+        ws = cnt = out  # unused
+    qa_arg = qa if qa is not None else x
+    sa_arg = sa if sa is not None else w_s
+    fp8_block_gemm_kernel[(tiles, split)](
+        x, x.stride(0), qa_arg, sa_arg, w_q, w_s, ws, cnt, out, out.stride(0),
+        M, N, K, G, g_per,
+        FUSED_QUANT=fused, BLOCK_M=BLOCK_M, BLOCK_N=block_n, SPLIT_K=split, INTERPRET=INTERPRETED,
+        num_warps=warps, num_stages=stages,
+    )
+    return out
+
+
+def fp8_block_linear_stock(x, w_q, w_s, out=None, config=None) -> torch.Tensor:
+    """Stock path (R9K_FP8_QA=0): the quant launch, then the block-scaled GEMM launch.
+
+    x [M, K] bf16, w_q [N, K] float8_e4m3fn, w_s [ceil(N/128), K/128] fp32 (dequant multipliers),
+    out [M, N] bf16 optional. Any M (16-row tiles above 16 are run tile by tile).
+    """
+    if not use_triton(x):
+        return reference.fp8_block_linear(x, w_q, w_s, out=out)
+    M = x.shape[0]
+    if out is None:
+        out = torch.empty((M, w_q.shape[0]), dtype=torch.bfloat16, device=x.device)
+    qa, sa = quant_group128_fp8(x)
+    for m0 in range(0, M, BLOCK_M):
+        m1 = min(M, m0 + BLOCK_M)
+        _gemm(x[m0:m1], qa[m0:m1], sa[m0:m1], w_q, w_s, out[m0:m1], fused=False, config=config)
+    return out
+
+
+def fp8_block_linear(x, w_q, w_s, out=None, config=None) -> torch.Tensor:
+    """Fused path (R9K_FP8_QA=1): one launch with the activation quant in the GEMM's A-load, for
+    1 <= M <= 16; larger M runs the stock two-launch path. Same signature and bits as the stock path."""
+    M = x.shape[0]
+    if not use_triton(x):
+        return reference.fp8_block_linear(x, w_q, w_s, out=out)
+    if not 1 <= M <= MAX_M:
+        return fp8_block_linear_stock(x, w_q, w_s, out=out, config=config)
+    return _gemm(x, None, None, w_q, w_s, out, fused=True, config=config)

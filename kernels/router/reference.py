@@ -1,0 +1,105 @@
+"""Stock paths and fp64 references for the MoE router GEMM and routing (kernel-semantics 3.4, 3.5).
+
+Stock router GEMM: ``F.linear(x, W)`` -- one bf16 GEMM launch (cuBLAS on an NVIDIA GPU), fp32
+accumulation, one rounding to bf16.
+Stock routing: fp32 softmax of the logits, top-k, optional renormalisation, in plain PyTorch (the
+semantics of vLLM's ``fused_topk``; PyTorch runs it as a few launches where vLLM runs one
+``topk_softmax`` CUDA kernel, see notes/kernels-part1.md).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def router_gemm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Stock router logits: ``F.linear(x, w)``, x [M, K] bf16, w [E, K] bf16 -> [M, E] bf16."""
+    y = F.linear(x, w)
+    if out is not None:
+        out.copy_(y)
+        return out
+    return y
+
+
+def router_gemm_fp32_fallback(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """The fused op's path above its decode widths: the GEMM with an fp32 output, rounded once to bf16
+    (the value of the fused kernel up to summation order)."""
+    try:
+        y = torch.mm(x, w.t(), out_dtype=torch.float32)
+    except (TypeError, RuntimeError):  # torch builds without the out_dtype overload for this device
+        y = torch.mm(x.float(), w.float().t())
+    y = y.to(torch.bfloat16)
+    if out is not None:
+        out.copy_(y)
+        return out
+    return y
+
+
+def router_gemm_fp64(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """fp64 reference of the router logits (no rounding)."""
+    return x.double() @ w.double().t()
+
+
+def check_route_args(logits: torch.Tensor, top_k: int) -> tuple[int, int]:
+    from .triton_kernel import MAX_EXPERTS, MAX_TOPK
+
+    if logits.dim() != 2:
+        raise ValueError("logits must be [M, E]")
+    M, E = logits.shape
+    if not 1 <= top_k <= MAX_TOPK:
+        raise ValueError(f"top_k must be in 1..{MAX_TOPK}, got {top_k}")
+    if E > MAX_EXPERTS or top_k > E:
+        raise ValueError(f"need top_k <= E <= {MAX_EXPERTS}, got E={E}, top_k={top_k}")
+    return M, E
+
+
+def moe_route_torch(logits, top_k, renormalize, out_weights=None, out_ids=None):
+    """Plain-PyTorch routing with the fused kernel's exact rules (ties to the lower id, non-finite
+    exps count as 0, distinct valid ids on degenerate rows). Used where no Triton platform exists."""
+    l = logits.float()
+    l_c = torch.where(torch.isnan(l), torch.full_like(l, float("-inf")), l)
+    mx = l_c.amax(dim=1, keepdim=True)
+    e = torch.exp(l_c - mx)
+    e = torch.where(torch.isfinite(e), e, torch.zeros_like(e))
+    total = e.sum(dim=1, keepdim=True)
+    p = e * torch.where(total > 0, 1.0 / total, torch.zeros_like(total))
+    # Stable sort on (-p) keeps the lower index first among equal probabilities.
+    order = torch.sort(-p, dim=1, stable=True).indices[:, :top_k]
+    w = torch.gather(p, 1, order)
+    if renormalize:
+        den = w.sum(dim=1, keepdim=True)
+        w = torch.where(den > 0, w / den, torch.zeros_like(w))
+    ids = order.to(torch.int32)
+    if out_weights is not None:
+        out_weights.copy_(w)
+        w = out_weights
+    if out_ids is not None:
+        out_ids.copy_(ids)
+        ids = out_ids
+    return w, ids
+
+
+def moe_route(logits: torch.Tensor, top_k: int, renormalize: bool, out_weights=None, out_ids=None):
+    """Stock routing: ``softmax(logits.float())``, ``torch.topk``, optional renormalisation.
+
+    Same signature and outputs as the fused op (weights [M, k] fp32, ids [M, k] int32). Tie order
+    among equal probabilities is torch.topk's (unspecified); NaN rows give NaN weights here.
+    """
+    check_route_args(logits, top_k)
+    p = torch.softmax(logits.float(), dim=-1)
+    w, ids = torch.topk(p, top_k, dim=-1)
+    if renormalize:
+        w = w / w.sum(dim=-1, keepdim=True)
+    ids = ids.to(torch.int32)
+    if out_weights is not None:
+        out_weights.copy_(w)
+        w = out_weights
+    if out_ids is not None:
+        out_ids.copy_(ids)
+        ids = out_ids
+    return w, ids
+
+
+def moe_route_fp64(logits: torch.Tensor) -> torch.Tensor:
+    """fp64 softmax probabilities (reference for weights and near-tie decisions)."""
+    return torch.softmax(logits.double(), dim=-1)

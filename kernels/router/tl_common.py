@@ -1,0 +1,65 @@
+"""Triton device helpers shared by the part-1 kernels (router, hc_mix, fp8_block).
+
+Each takes ``INTERPRET`` (a constexpr): Triton's CPU interpreter (triton 3.9, ``TRITON_INTERPRET=1``)
+gets three things wrong that the gates depend on, so under it these helpers compute the same values
+with plain integer/float arithmetic; on a GPU they compile to the hardware instruction:
+
+* ``to_bf16``: the interpreter truncates fp32 -> bf16; the GPU (``cvt.rn.bf16.f32``) and torch round
+  to nearest even.
+* ``to_e4m3``: the interpreter's fp32 -> e4m3 rounding is neither RNE nor carries into the exponent;
+  the GPU's ``cvt.rn.satfinite.e4m3x2.f32`` and torch round to nearest even.
+* ``dot_bf16``: the interpreter multiplies bf16 tiles as their raw uint16 bits.
+"""
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@triton.jit
+def to_bf16(v, INTERPRET: tl.constexpr):
+    """fp32 -> bf16, round to nearest even (finite inputs; inf stays inf)."""
+    if INTERPRET:
+        b = v.to(tl.uint32, bitcast=True)
+        r = (b + 0x7FFF + ((b >> 16) & 1)) >> 16
+        y = r.to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        y = v.to(tl.bfloat16)
+    return y
+
+
+@triton.jit
+def to_e4m3(v, INTERPRET: tl.constexpr):
+    """fp32 -> float8_e4m3fn, round to nearest even, saturating at +-448 (finite inputs)."""
+    if INTERPRET:
+        b = v.to(tl.uint32, bitcast=True)
+        sign = (b >> 31) << 7
+        a = b & 0x7FFFFFFF
+        # Normal range (|v| >= 2^-6): round the fp32 mantissa to 3 bits, RNE; the carry may bump
+        # the exponent, which the code arithmetic below absorbs.
+        rb = (a + 0x7FFFF + ((a >> 20) & 1)) >> 20
+        code_n = rb - (120 << 3)
+        # Subnormal range: multiples of 2^-9, RNE by the add-and-subtract trick (2^14 has ulp 2^-9).
+        f = a.to(tl.float32, bitcast=True)
+        r = (f + 16384.0) - 16384.0
+        code_s = (r * 512.0).to(tl.uint32)
+        code = tl.where(a >= (121 << 23), code_n, code_s)
+        code = tl.minimum(code, 0x7E) | sign
+        y = code.to(tl.uint8).to(tl.float8e4nv, bitcast=True)
+    else:
+        y = v.to(tl.float8e4nv)
+    return y
+
+
+@triton.jit
+def dot_bf16(a, b, INTERPRET: tl.constexpr):
+    """bf16 x bf16 -> fp32 tile product (exact products, fp32 accumulation)."""
+    if INTERPRET:
+        r = tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        r = tl.dot(a, b)
+    return r
