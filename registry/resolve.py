@@ -112,9 +112,10 @@ class ResolvedSet:
         return hashlib.sha256(blob).hexdigest()[:12]
 
     def env(self) -> dict[str, str]:
-        """Environment variables to export: every knob with a value, then the profile's extra env."""
+        """Environment variables to export: every knob with a value ('' = unset is not exported), then
+        the profile's extra env."""
         out = {r.variant.knob: r.value for r in sorted(self.items.values(), key=lambda r: r.variant.knob)
-               if r.value is not None}
+               if r.value not in (None, "")}
         out.update(self.extra_env)
         return out
 

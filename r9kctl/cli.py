@@ -1,0 +1,65 @@
+"""``r9kctl``: the command line of r9k-stack.
+
+Each subcommand lives in its own module ``r9k.r9kctl.cmd_<name>`` with ``add_parser(subparsers)``
+(cheap: no heavy imports) and a ``run(args) -> int`` set as the parser's ``func``. Exit codes: 0 fine,
+1 warnings under ``--strict`` (or a comparison that failed its test), 2 errors.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+# Subcommand modules, in the order ``--help`` lists them.
+COMMANDS = [
+    "list", "show", "resolve", "validate", "diff", "launch", "tui", "status", "gate", "eval", "bisect", "bench",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="r9kctl",
+        description="Declarative, checked kernel variants and serving profiles for vLLM.",
+        epilog="Every command takes --registry DIR (or $R9K_REGISTRY) and --profiles-dir DIR (or $R9K_PROFILES_DIR).",
+    )
+    p.add_argument("--registry", metavar="DIR", help="registry tree to use instead of the packaged one")
+    p.add_argument("--profiles-dir", metavar="DIR", action="append",
+                   help="extra folder of profiles (repeatable; later folders win)")
+    p.add_argument("--plain", action="store_true", help="plain text even on a terminal")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"r9k.r9kctl.cmd_{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"r9k.r9kctl.cmd_{name}":
+                continue  # a command not shipped in this build
+            raise
+        mod.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.registry:
+        os.environ["R9K_REGISTRY"] = os.path.abspath(os.path.expanduser(args.registry))
+    if args.profiles_dir:
+        dirs = [os.path.abspath(os.path.expanduser(d)) for d in args.profiles_dir]
+        prev = os.environ.get("R9K_PROFILES_DIR")
+        os.environ["R9K_PROFILES_DIR"] = os.pathsep.join(([prev] if prev else []) + dirs)
+    if args.plain:
+        os.environ["R9K_PLAIN"] = "1"
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""``r9kctl list``: the registry's variants, filtered."""
+from __future__ import annotations
+
+
+def add_parser(sub):
+    p = sub.add_parser("list", help="list variants (filter by area, category, status, TP)")
+    p.add_argument("--area", action="append", help="only this area (repeatable)")
+    p.add_argument("--category", action="append",
+                   help="only this category: fusion, kernel, comm, tuning, diagnostic, launcher (repeatable)")
+    p.add_argument("--status", action="append", help="only this status: default-on, opt-in, rejected, removed")
+    p.add_argument("--tp", type=int, help="only variants with a default at this TP size; show that default")
+    p.add_argument("--search", "-s", help="substring of id, knob or summary")
+    p.add_argument("--format", choices=("table", "json", "ids"), default="table")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from .common import load
+    from .output import print_json, table
+
+    reg = load(args.format)
+    if reg is None:
+        return 2
+    rows = []
+    needle = (args.search or "").lower()
+    for vid in sorted(reg.variants, key=lambda i: (reg.variants[i].area, i)):
+        v = reg.variants[vid]
+        if args.area and v.area not in args.area:
+            continue
+        if args.category and v.category not in args.category:
+            continue
+        if args.status and v.status.state not in args.status:
+            continue
+        if args.tp and f"tp{args.tp}" not in v.defaults:
+            continue
+        if needle and needle not in f"{vid} {v.knob} {v.summary}".lower():
+            continue
+        rows.append(v)
+    if args.format == "json":
+        print_json([v.model_dump(mode="json", by_alias=True, exclude_defaults=True) for v in rows])
+        return 0
+    if args.format == "ids":
+        print("\n".join(v.id for v in rows))
+        return 0
+    key = f"tp{args.tp}" if args.tp else None
+    cols = ["id", "knob", "area", "category", "status", "stock"] + ([key] if key else ["tp4", "tp2"]) + ["summary"]
+    out = []
+    for v in rows:
+        defaults = [v.defaults.get(key)] if key else [v.defaults.get("tp4"), v.defaults.get("tp2")]
+        out.append([v.id, v.knob, v.area, v.category, v.status.state, v.stock] + defaults + [v.summary])
+    table(cols, out, title=f"{len(rows)} of {len(reg.variants)} variants")
+    return 0

@@ -1,0 +1,54 @@
+"""``r9kctl resolve --profile P``: the active set with every value's provenance."""
+from __future__ import annotations
+
+from .common import add_set_option
+
+
+def add_parser(sub):
+    p = sub.add_parser("resolve", help="resolve a profile: every knob's value and where it came from")
+    p.add_argument("--profile", "-p", required=True)
+    p.add_argument("--tp", type=int, help="TP size (default: the profile's)")
+    add_set_option(p)
+    p.add_argument("--format", choices=("table", "env", "json"), default="table",
+                   help="table; env: lines a shell can source (export KNOB=value); json: the manifest")
+    p.add_argument("--non-stock", action="store_true", help="only knobs not at their stock value")
+    p.add_argument("--strict", action="store_true", help="undeclared R9K_ variables are errors")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    import shlex
+
+    from .common import load, parse_sets, report_errors
+    from .output import diagnostics, print_json, table
+
+    reg = load(args.format)
+    if reg is None:
+        return 2
+    from r9k.registry.resolve import resolve
+
+    sets, errs = parse_sets(args.sets)
+    if errs:
+        report_errors(errs, args.format)
+        return 2
+    rs = resolve(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict or None)
+    if not rs.ok:
+        report_errors(rs.diagnostics, args.format)
+        return 2
+    diagnostics(rs.diagnostics)
+    if args.format == "json":
+        print_json(rs.to_manifest())
+        return 0
+    if args.format == "env":
+        print(f"# r9k profile {rs.profile} tp{rs.tp} hash {rs.hash}")
+        for k, v in rs.env().items():
+            print(f"export {k}={shlex.quote(v)}")
+        return 0
+    items = rs.non_stock() if args.non_stock else [r for r in rs.items.values() if r.value is not None]
+    items.sort(key=lambda r: (r.variant.area, r.variant.knob))
+    table(["knob", "value", "stock", "layer", "source"],
+          [[r.variant.knob, r.value, r.variant.stock, r.layer, r.source] for r in items],
+          title=f"profile {rs.profile} (chain {' < '.join(rs.chain)}), model {rs.model}, tp{rs.tp}, hash {rs.hash}: "
+                f"{len(rs.active())} active of {len(rs.items)}")
+    return 0

@@ -1,0 +1,53 @@
+"""``r9kctl validate``: schema, then references and semantics, with located messages.
+
+Exit 0 clean, 1 warnings under --strict, 2 errors.
+"""
+from __future__ import annotations
+
+from .common import add_set_option
+
+
+def add_parser(sub):
+    p = sub.add_parser("validate", help="validate the registry and a profile (or all profiles)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--profile", "-p")
+    g.add_argument("--all", action="store_true", help="every profile")
+    p.add_argument("--tp", type=int)
+    add_set_option(p)
+    p.add_argument("--strict", action="store_true", help="warnings fail (exit 1); undeclared R9K_ variables are errors")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    from r9k.registry.memory import fmt_bytes
+    from r9k.registry.validate import validate
+
+    from .common import parse_sets, report_errors
+    from .output import diagnostics, print_json
+
+    sets, errs = parse_sets(args.sets)
+    if errs:
+        report_errors(errs, args.format)
+        return 2
+    report = validate(profile=args.profile, all_profiles=args.all, tp=args.tp, sets=sets, strict=args.strict)
+    code = report.exit_code(args.strict)
+    if args.format == "json":
+        d = report.to_dict()
+        d["exit_code"] = code
+        print_json(d)
+        return code
+    diagnostics(report.diagnostics)
+    for name, rs in report.profiles.items():
+        b = report.budgets.get(name)
+        line = f"{name}: tp{rs.tp} {rs.model or '-'} hash {rs.hash}, {len(rs.active())} active"
+        if b:
+            line += f", KV cache {b.kv_tokens:,} tokens ({fmt_bytes(b.kv_bytes)})"
+            for c in b.costs:
+                line += f"; {c.knob} {'costs' if c.bytes > 0 else 'frees'} {fmt_bytes(abs(c.bytes))} = {abs(c.tokens):,} tokens"
+        print(line)
+    n_err, n_warn = len(report.errors), len(report.warnings)
+    status = "ok" if code == 0 else "failed"
+    print(f"{status}: {n_err} error(s), {n_warn} warning(s)")
+    return code

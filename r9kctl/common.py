@@ -1,0 +1,51 @@
+"""Helpers shared by the subcommands: loading the registry with located errors, ``--set`` parsing."""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+from r9k.registry import Registry, RegistryError, load_registry
+from r9k.registry.errors import Diagnostic
+
+from .output import diagnostics
+
+
+def load(fmt: str = "table") -> Optional[Registry]:
+    """The registry, or None after printing its located errors (the caller exits 2)."""
+    try:
+        return load_registry()
+    except RegistryError as exc:
+        report_errors(exc.diagnostics, fmt)
+        return None
+
+
+def report_errors(diags: list[Diagnostic], fmt: str = "table") -> None:
+    if fmt == "json":
+        import json
+
+        print(json.dumps({"ok": False, "errors": [d.to_dict() for d in diags if d.level == "error"],
+                          "warnings": [d.to_dict() for d in diags if d.level == "warning"]}, indent=2))
+    else:
+        diagnostics(diags)
+
+
+def parse_sets(items: Optional[list[str]]) -> tuple[dict[str, str], list[Diagnostic]]:
+    out: dict[str, str] = {}
+    errs: list[Diagnostic] = []
+    for item in items or []:
+        if "=" not in item:
+            errs.append(Diagnostic("error", "bad-set", f"--set {item!r}: expected KNOB=VALUE", "--set"))
+            continue
+        k, v = item.split("=", 1)
+        out[k.strip()] = v
+    return out, errs
+
+
+def add_set_option(p) -> None:
+    p.add_argument("--set", dest="sets", action="append", metavar="KNOB=VALUE",
+                   help="override a knob (by knob or variant id); repeatable; highest precedence")
+
+
+def fail(msg: str, code: str = "usage") -> int:
+    sys.stderr.write(Diagnostic("error", code, msg).format() + "\n")
+    return 2

@@ -1,0 +1,141 @@
+"""The launch path shared by ``r9kctl launch`` and the control panel: validate, write the resolved
+manifest, build the ``vllm serve`` argument list and environment, then start it (never through a shell).
+
+The plugin in every vLLM process reads the manifest named by ``R9K_MANIFEST``, so the server runs
+exactly the set that was validated here (its hash is checked again there).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+from r9k.registry import Registry
+from r9k.registry.errors import Diagnostic
+from r9k.registry.validate import Report, validate
+
+TINY_PREFIX = "r9k-tiny:"
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("R9K_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "r9k")
+    return Path(base)
+
+
+@dataclass
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str]  # what the launch adds to the caller's environment
+    manifest: dict
+    manifest_path: Optional[Path]
+    report: Report
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.report.errors
+
+    def display(self) -> str:
+        """The exact command and environment, as a person would type them."""
+        import shlex
+
+        lines = [f"# profile {self.manifest.get('profile')} tp{self.manifest.get('tp')} hash {self.manifest.get('hash')}"]
+        for n in self.notes:
+            lines.append(f"# {n}")
+        for k in sorted(self.env):
+            lines.append(f"export {k}={shlex.quote(self.env[k])}")
+        lines.append(" ".join(shlex.quote(a) for a in self.argv))
+        return "\n".join(lines)
+
+
+def vllm_command() -> list[str]:
+    """How to start vLLM's CLI from this environment (the interpreter that has this package)."""
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+
+
+def launcher_args(rs) -> tuple[list[str], dict[str, str]]:
+    """vLLM arguments and variables set by launcher knobs (``sets`` in the registry)."""
+    args: list[str] = []
+    env: dict[str, str] = {}
+    comp: dict = {}
+    for r in sorted(rs.items.values(), key=lambda r: r.variant.knob):
+        s = r.variant.sets
+        if s is None or r.value in (None, "") or r.value == r.variant.stock:
+            continue  # at stock: vLLM's own default applies
+        if s.kind == "vllm-arg":
+            args += [s.name, r.value]
+        elif s.kind == "env":
+            env[s.name] = r.value
+        elif s.kind == "compilation-config":
+            val = r.value
+            if s.name == "cudagraph_capture_sizes":
+                comp[s.name] = [int(x) for x in val.split(",") if x.strip().isdigit()]
+            else:
+                comp[s.name] = val
+        elif s.kind == "attention-backend":
+            env["VLLM_ATTENTION_BACKEND"] = r.value
+    if comp:
+        args += ["--compilation-config", json.dumps(comp, separators=(",", ":"))]
+    return args, env
+
+
+def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Optional[Mapping] = None,
+                env: Optional[Mapping[str, str]] = None, strict: bool = False, extra_args: Optional[list[str]] = None,
+                write_manifest: bool = True, build_model: bool = True) -> LaunchPlan:
+    report = validate(reg, profile=profile, tp=tp, env=env, sets=sets, strict=strict)
+    rs = report.profiles.get(profile)
+    manifest = rs.to_manifest() if rs is not None else {"profile": profile}
+    plan = LaunchPlan([], {}, manifest, None, report)
+    if rs is None or report.errors or (strict and report.warnings):
+        return plan
+    model = rs.model_path or rs.model or ""
+    if model.startswith(TINY_PREFIX):
+        if build_model:
+            from r9k.plugin.tiny_model import resolve_model_ref
+
+            model = resolve_model_ref(model)
+        else:
+            plan.notes.append(f"{model} is built in the user's cache at launch (r9k.plugin.tiny_model)")
+    largs, lenv = launcher_args(rs)
+    argv = vllm_command() + ["serve", model]
+    if rs.tp > 1:
+        argv += ["--tensor-parallel-size", str(rs.tp)]
+    argv += list(rs.serve_args) + largs + list(extra_args or [])
+    penv = dict(rs.env())
+    penv.update(lenv)
+    penv["R9K_PROFILE"] = rs.profile
+    penv["R9K_TP"] = str(rs.tp)
+    if rs.strict:
+        penv["R9K_STRICT"] = "1"
+    if write_manifest:
+        d = cache_dir() / "manifests"
+        d.mkdir(parents=True, exist_ok=True)
+        path = d / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
+        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(manifest, f, indent=2)
+        os.replace(tmp, path)
+        plan.manifest_path = path
+        penv["R9K_MANIFEST"] = str(path)
+    else:
+        penv["R9K_MANIFEST"] = str(cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json")
+    plan.argv, plan.env = argv, penv
+    return plan
+
+
+def exec_plan(plan: LaunchPlan) -> None:
+    """Replace this process with vLLM (the terminal and signals go to it). Does not return."""
+    env = dict(os.environ)
+    env.update(plan.env)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(plan.argv[0], plan.argv, env)
+
+
+def refusal(plan: LaunchPlan) -> list[Diagnostic]:
+    return plan.report.errors or plan.report.warnings
