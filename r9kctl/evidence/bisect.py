@@ -1,0 +1,374 @@
+"""``r9kctl bisect``: find the knob whose change moved a result between two profiles.
+
+Plan. Both profiles are resolved at the same TP size (without the caller's environment); the variants whose
+values differ are the candidates. Candidates that must move together become one *group*: a variant that
+``requires`` or ``conflicts`` with another candidate is grouped with it (switching one without the other
+would give a configuration neither profile describes and validation would reject). Groups keep registry order.
+
+Steps. Each step is a complete configuration, written as a resolved manifest (``rs.to_manifest()``, the
+file ``R9K_MANIFEST`` points vLLM's plugin at):
+
+* ``binary`` mode: step ``pK`` = the good profile with the first K groups switched to the bad profile's
+  values; ``p0`` is the good profile, ``pM`` the bad one. Assuming one change point along that path, a
+  binary search over K needs about log2(M) evaluations besides the two ends, and names the group switched
+  between the last good and the first bad prefix.
+* ``each`` mode: step ``gI`` = the good profile with only group I switched; every group whose step is
+  classified bad is named. M evaluations; finds several contributors, misses effects that need two knobs.
+
+Classification of a step against the good end (``p0``) result file, question by question:
+
+* ``mcnemar`` (default): bad when the exact McNemar p < alpha and the step is worse (c < b);
+* ``accuracy``: bad when its accuracy is at least ``threshold`` points below the good end's;
+* ``outputs``: bad when the share of outputs identical to the good end's is below ``threshold`` (default
+  1.0: any change). At concurrency 1 the stack is near bit-reproducible, so this finds the knob that changes
+  numerics, which the accuracy criteria can only find when the effect is large.
+
+The bisect directory holds ``plan.json``, ``manifests/<step>.json`` and ``results/<step>.jsonl``; the
+status is recomputed from whichever result files exist, so the search can be run by hand (launch with
+the manifest, record with ``r9kctl eval record``, ask ``r9kctl bisect status``) or end to end
+(:func:`run_end_to_end`, given a launch command).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import time
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import mcnemar, results
+
+CRITERIA = ("mcnemar", "accuracy", "outputs")
+MODES = ("binary", "each")
+
+
+class BisectError(RuntimeError):
+    pass
+
+
+@dataclass
+class Group:
+    variants: list[str]
+    knobs: list[str]
+    good: dict[str, str | None]  # knob -> value in the good profile
+    bad: dict[str, str | None]  # knob -> value in the bad profile
+
+    def label(self) -> str:
+        shown = lambda v: "(unset)" if v is None else repr(v) if v == "" else v  # noqa: E731
+        return ", ".join(f"{k}: {shown(self.good[k])} -> {shown(self.bad[k])}" for k in self.knobs)
+
+
+@dataclass
+class Plan:
+    good: str
+    bad: str
+    tp: int
+    mode: str
+    criterion: str
+    alpha: float
+    threshold: float | None
+    groups: list[Group]
+    steps: dict[str, list[int]]  # step name -> indices of the groups switched to bad values
+    dataset: str | None = None
+    problems: dict[str, list[str]] = field(default_factory=dict)  # step -> resolve errors
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Plan":
+        d = dict(d)
+        d["groups"] = [Group(**g) for g in d["groups"]]
+        return cls(**d)
+
+    @property
+    def good_step(self) -> str:
+        return "p0"
+
+    @property
+    def bad_step(self) -> str:
+        return f"p{len(self.groups)}"
+
+
+# ------------------------------------------------------------------------------------------- planning
+
+def _groups(reg: Any, differing: list[str]) -> list[list[str]]:
+    parent = {v: v for v in differing}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for vid in differing:
+        v = reg.variants[vid]
+        for other in list(v.requires) + list(v.conflicts):
+            o = reg.find_variant(other)
+            if o is not None and o.id in parent:
+                parent[find(vid)] = find(o.id)
+    order = {vid: i for i, vid in enumerate(reg.variants)}
+    groups: dict[str, list[str]] = {}
+    for vid in sorted(differing, key=order.__getitem__):
+        groups.setdefault(find(vid), []).append(vid)
+    return sorted(groups.values(), key=lambda g: order[g[0]])
+
+
+def step_set(reg: Any, plan: Plan, step: str):
+    """The resolved set of one step: the good profile with the step's groups at the bad values."""
+    from r9k.registry.resolve import resolve
+
+    sets: dict[str, str] = {}
+    unset: list[str] = []
+    for gi in plan.steps[step]:
+        for knob, val in plan.groups[gi].bad.items():
+            (unset.append(knob) if val is None else sets.__setitem__(knob, val))
+    rs = resolve(reg, plan.good, tp=plan.tp, env={}, sets=sets)
+    for knob in unset:  # `--set` cannot express "not set"; the resolved item is patched instead
+        r = rs.items[reg.variant(knob).id]
+        r.history.append((r.layer, r.source, r.value))
+        r.value, r.layer, r.source = None, "override", "bisect (unset, as in the bad profile)"
+    return rs
+
+
+def make_plan(reg: Any, good: str, bad: str, *, tp: int | None = None, mode: str = "binary",
+              criterion: str = "mcnemar", alpha: float = 0.05, threshold: float | None = None,
+              dataset: str | None = None) -> Plan:
+    from r9k.registry.resolve import resolve
+
+    if mode not in MODES:
+        raise BisectError(f"unknown mode {mode!r} ({', '.join(MODES)})")
+    if criterion not in CRITERIA:
+        raise BisectError(f"unknown criterion {criterion!r} ({', '.join(CRITERIA)})")
+    for name in (good, bad):
+        if name not in reg.profiles:
+            raise BisectError(f"unknown profile {name!r}")
+    g = resolve(reg, good, tp=tp, env={})
+    tp = g.tp
+    b = resolve(reg, bad, tp=tp, env={})
+    errs = [d.format() for rs in (g, b) for d in rs.diagnostics if d.level == "error"]
+    if errs:
+        raise BisectError("cannot resolve the profiles:\n" + "\n".join(errs))
+    if g.model != b.model:
+        raise BisectError(f"the profiles serve different models ({g.model} vs {b.model}); a knob bisect needs one")
+    differing = [vid for vid in g.items if g.items[vid].value != b.items[vid].value]
+    if not differing:
+        raise BisectError(f"{good} and {bad} resolve to the same values at TP{tp}: nothing to bisect")
+    groups = []
+    for ids in _groups(reg, differing):
+        knobs = [reg.variants[i].knob for i in ids]
+        groups.append(Group(ids, knobs, {k: g.items[i].value for k, i in zip(knobs, ids)},
+                            {k: b.items[i].value for k, i in zip(knobs, ids)}))
+    m = len(groups)
+    steps = {f"p{k}": list(range(k)) for k in range(m + 1)}
+    if mode == "each":
+        steps.update({f"g{i}": [i] for i in range(m)})
+    if threshold is None:
+        threshold = {"mcnemar": None, "accuracy": 1.0, "outputs": 1.0}[criterion]
+    plan = Plan(good, bad, tp, mode, criterion, alpha, threshold, groups, steps, dataset)
+    return plan
+
+
+def write_plan(reg: Any, plan: Plan, directory: str | Path) -> Path:
+    d = Path(directory)
+    (d / "manifests").mkdir(parents=True, exist_ok=True)
+    (d / "results").mkdir(exist_ok=True)
+    needed = ([plan.good_step, plan.bad_step] + [f"g{i}" for i in range(len(plan.groups))]
+              if plan.mode == "each" else list(plan.steps))
+    for step in needed:
+        rs = step_set(reg, plan, step)
+        errs = [x.format() for x in rs.diagnostics if x.level == "error"]
+        if errs:
+            plan.problems[step] = errs
+        manifest = rs.to_manifest()
+        manifest["bisect"] = {"step": step, "good": plan.good, "bad": plan.bad,
+                              "switched": [plan.groups[i].knobs for i in plan.steps[step]]}
+        (d / "manifests" / f"{step}.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (d / "plan.json").write_text(json.dumps(plan.to_json(), indent=2) + "\n")
+    return d
+
+
+def load_plan(directory: str | Path) -> Plan:
+    p = Path(directory) / "plan.json"
+    if not p.exists():
+        raise BisectError(f"{p}: no bisect plan here (run r9kctl bisect plan first)")
+    return Plan.from_json(json.loads(p.read_text()))
+
+
+# ------------------------------------------------------------------------------------------- status
+
+@dataclass
+class StepVerdict:
+    step: str
+    bad: bool
+    summary: str
+
+
+@dataclass
+class Status:
+    verdicts: dict[str, StepVerdict]
+    next_step: str | None  # the step to evaluate next; None when done
+    culprits: list[int]  # group indices named
+    done: bool
+    message: str
+
+
+def classify(plan: Plan, good: results.ResultFile, other: results.ResultFile) -> StepVerdict:
+    cmp = mcnemar.compare(good, other)
+    acc = f"{100 * cmp.b_accuracy:.2f}% vs {100 * cmp.a_accuracy:.2f}%, b/c {cmp.b}/{cmp.c}, p {cmp.p_value:.3g}"
+    if plan.criterion == "mcnemar":
+        bad = cmp.p_value < plan.alpha and cmp.c < cmp.b
+    elif plan.criterion == "accuracy":
+        bad = 100 * (cmp.a_accuracy - cmp.b_accuracy) >= plan.threshold
+    else:
+        if cmp.identical_share is None:
+            raise BisectError("criterion 'outputs' needs output text or hashes in the result files")
+        bad = cmp.identical_share < plan.threshold
+        acc += f", identical {100 * cmp.identical_share:.1f}%"
+    return StepVerdict("", bad, acc)
+
+
+def status(directory: str | Path) -> tuple[Plan, Status]:
+    d = Path(directory)
+    plan = load_plan(d)
+    have = {p.stem: p for p in (d / "results").glob("*.jsonl")}
+    m = len(plan.groups)
+    verdicts: dict[str, StepVerdict] = {}
+    if plan.good_step not in have:
+        return plan, Status(verdicts, plan.good_step, [], False, "evaluate the good end first")
+    good = results.load(have[plan.good_step])
+    verdicts[plan.good_step] = StepVerdict(plan.good_step, False, f"{100 * good.accuracy:.2f}% (reference)")
+    for step, path in have.items():
+        if step != plan.good_step and step in plan.steps:
+            v = classify(plan, good, results.load(path))
+            v.step = step
+            verdicts[step] = v
+    if plan.bad_step not in verdicts:
+        return plan, Status(verdicts, plan.bad_step, [], False, "evaluate the bad end")
+    if not verdicts[plan.bad_step].bad:
+        return plan, Status(verdicts, None, [], True,
+                            f"the bad end does not differ from the good end by the '{plan.criterion}' criterion "
+                            f"({verdicts[plan.bad_step].summary}): nothing to bisect")
+    if plan.mode == "each":
+        todo = [f"g{i}" for i in range(m) if f"g{i}" not in verdicts]
+        culprits = [i for i in range(m) if f"g{i}" in verdicts and verdicts[f"g{i}"].bad]
+        if todo:
+            return plan, Status(verdicts, todo[0], culprits, False, f"{len(todo)} group(s) left to evaluate")
+        msg = ("moved the result on its own: " + "; ".join(plan.groups[i].label() for i in culprits) if culprits
+               else "no single group moves the result on its own (an interaction of several)")
+        return plan, Status(verdicts, None, culprits, True, msg)
+    known = {int(s[1:]): v.bad for s, v in verdicts.items() if s.startswith("p")}
+    hi = min(k for k, bad in known.items() if bad)
+    lo = max(k for k, bad in known.items() if not bad and k < hi)
+    inconsistent = [k for k, bad in known.items() if (bad and k < hi) or (not bad and k > hi)]
+    note = (f" (steps {', '.join(f'p{k}' for k in sorted(inconsistent))} disagree with a single change point: "
+            "more than one knob matters, or the criterion is noisy; try --mode each)") if inconsistent else ""
+    if hi - lo == 1:
+        return plan, Status(verdicts, None, [lo], True,
+                            f"first bad step p{hi}; it switched group {lo}: {plan.groups[lo].label()}{note}")
+    nxt = (lo + hi) // 2
+    return plan, Status(verdicts, f"p{nxt}", [], False, f"searching between p{lo} (good) and p{hi} (bad){note}")
+
+
+# ------------------------------------------------------------------------------------------- running
+
+def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
+    from .record import api_base
+
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if proc.poll() is not None:
+            raise BisectError(f"the launch command exited with status {proc.returncode} before serving")
+        try:
+            with urllib.request.urlopen(api_base(url) + "/models", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise BisectError(f"{url} did not answer within {timeout_s:.0f} s")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)  # the launch's own process group (started with a new session)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template: str, dataset: str,
+                   port: int = 8000, ready_timeout_s: float = 900.0, max_steps: int = 64,
+                   say: Callable[[str], None] = print, record_kwargs: dict | None = None) -> Status:
+    """Launch, evaluate and stop each step the search asks for, until it concludes.
+
+    ``launch`` is a command line with placeholders ``{manifest}``, ``{port}``, ``{profile}``, ``{tp}``; it
+    also gets the step's knobs in its environment with ``R9K_MANIFEST``, ``R9K_PROFILE`` and ``R9K_TP``.
+    ``url_template`` is the server's URL with ``{port}``.
+    """
+    from .dataset import load_dataset
+    from .record import record
+
+    d = Path(directory)
+    plan, st = status(d)
+    ds = load_dataset(dataset)
+    for _ in range(max_steps):
+        if st.done:
+            return st
+        step = st.next_step
+        manifest = (d / "manifests" / f"{step}.json").resolve()
+        if not manifest.exists():  # plans written without this step's manifest (none today) are rebuilt
+            write_plan(reg, plan, d)
+        data = json.loads(manifest.read_text())
+        env = dict(os.environ)
+        env.update({k: v for k, v in data.get("extra_env", {}).items()})
+        for vid, item in data["values"].items():
+            if item["value"] is None:
+                env.pop(item["knob"], None)
+            else:
+                env[item["knob"]] = item["value"]
+        env.update({"R9K_MANIFEST": str(manifest), "R9K_PROFILE": plan.good, "R9K_TP": str(plan.tp)})
+        cmd = launch.format(manifest=shlex.quote(str(manifest)), port=port, profile=plan.good, tp=plan.tp)
+        say(f"[{step}] launch: {cmd}")
+        log = (d / "results" / f"{step}.launch.log").open("w")
+        proc = subprocess.Popen(shlex.split(cmd), env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            url = url_template.format(port=port)
+            _wait_ready(url, proc, ready_timeout_s)
+            partial = d / "results" / f"{step}.partial"
+            record(ds, url, partial, label=f"bisect {step}", progress=None,
+                   extra_header={"bisect_step": step, "manifest_hash": data.get("hash")}, **(record_kwargs or {}))
+            partial.rename(d / "results" / f"{step}.jsonl")  # only complete files count
+        finally:
+            _stop(proc)
+            log.close()
+        plan, st = status(d)
+        v = st.verdicts.get(step)
+        say(f"[{step}] {'BAD ' if v and v.bad else 'good'} {v.summary if v else ''}")
+    raise BisectError(f"no conclusion after {max_steps} steps")
+
+
+def describe_step(plan: Plan, step: str, directory: str | Path, url: str = "URL") -> str:
+    d = Path(directory)
+    switched = [plan.groups[i] for i in plan.steps[step]]
+    lines = [f"step {step}: {plan.good} with {len(switched)} group(s) switched to {plan.bad}'s values"]
+    for g in switched:
+        lines.append(f"    {g.label()}")
+    sets = " ".join(f"--set {k}={v}" for g in switched for k, v in g.bad.items() if v is not None)
+    unset = [k for g in switched for k, v in g.bad.items() if v is None]
+    lines.append(f"  launch: R9K_MANIFEST={d / 'manifests' / (step + '.json')} vllm serve ...   "
+                 f"(or: r9kctl launch --profile {plan.good} --tp {plan.tp} {sets}"
+                 + (f"; and unset {' '.join(unset)}" if unset else "") + ")")
+    lines.append(f"  record: r9kctl eval record --url {url} --dataset {plan.dataset or 'FILE'} "
+                 f"--out {d / 'results' / (step + '.jsonl')}")
+    return "\n".join(lines)
+
