@@ -1,0 +1,142 @@
+"""Stock path and fp64 references of the hyper-connection input mix (kernel-semantics 3.1, 3.3).
+
+Stock sequence (4 launches on a GPU, as vLLM runs it):
+1. ``buf = F.linear(xn, W_down)``            bf16 GEMM, fp32 accumulation, one rounding  [M, 336]
+2. ``hc_silu`` in place on ``buf[:, :320]``  ``bf16(silu(v / 4))`` (one Triton launch on a GPU)
+3. ``gate = F.linear(buf[:, :320], W_up)``   bf16 GEMM                                    [M, 10240]
+4. ``hc_gate_mix(xn, gate)``                 ``bf16(0.25 * sum_s sigmoid(gate_s) * xn_s)`` (one Triton launch)
+Steps 2 and 4 use the Triton elementwise kernels of ``triton_kernel`` where Triton runs (a GPU, or
+the interpreter), the PyTorch ops below elsewhere; the values are the same up to exp/divide ulps.
+
+fp8 weights (``R9K_HC_FP8_DECODE``): per output row ``s_n = max(amax_row, 1e-12) / 448``,
+``q = e4m3(W / s_n)``; W8A16: ``bf16(s_n * sum_k bf16(q) * x)`` then the same epilogues.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+HC = 4
+LORA = 320
+
+
+# ------------------------------------------------------------------ elementwise steps (PyTorch ops)
+
+def hc_silu_torch_(buf: torch.Tensor, lora_rank: int = LORA, hc_count: int = HC) -> torch.Tensor:
+    a = buf[:, :lora_rank].float() / hc_count
+    buf[:, :lora_rank] = (a * torch.sigmoid(a)).to(torch.bfloat16)
+    return buf
+
+
+def hc_gate_mix_torch(xn: torch.Tensor, gate: torch.Tensor, hc_count: int = HC, out=None) -> torch.Tensor:
+    M = xn.shape[0]
+    hd = xn.shape[1] // hc_count
+    g = torch.sigmoid(gate.float().view(M, hc_count, hd))
+    t = g * xn.float().reshape(M, hc_count, hd)
+    acc = t[:, 0]
+    for s in range(1, hc_count):  # stream order 0, 1, 2, 3
+        acc = acc + t[:, s]
+    y = (acc * (1.0 / hc_count)).to(torch.bfloat16)
+    if out is not None:
+        out.copy_(y)
+        return out
+    return y
+
+
+def _elementwise():
+    from . import triton_kernel
+
+    return triton_kernel
+
+
+# ---------------------------------------------------------------------------------- stock paths
+
+def hc_mix(xn, w_down, w_up, out_buf=None, out_block=None, *, lora_rank: int = LORA, hc_count: int = HC):
+    """Stock hyper-connection input mix (bf16 weights), 4 launches on a GPU.
+
+    xn [M, hc*HD] bf16 (unit column stride), w_down [336, hc*HD] bf16, w_up [hc*HD, lora_rank] bf16.
+    Returns ``(buf [M, 336] bf16, block_input [M, HD] bf16)``; ``buf[:, :lora_rank]`` holds the
+    hc_silu'd lora, ``buf[:, lora_rank:lora_rank+hc]`` the raw injection logits.
+    """
+    tk = _elementwise()
+    buf = F.linear(xn, w_down)
+    if out_buf is not None:
+        out_buf.copy_(buf)
+        buf = out_buf
+    tk.hc_silu_(buf, lora_rank, hc_count)
+    gate = F.linear(buf[:, :lora_rank], w_up)
+    block = tk.hc_gate_mix(xn, gate, hc_count, out=out_block)
+    return buf, block
+
+
+def prepare_hc_fp8(w_down: torch.Tensor, w_up: torch.Tensor):
+    """Make the fp8 copies once at load: ``(down_q, down_s, up_q, up_s)``; ``*_q`` float8_e4m3fn
+    [N, K] (same layout as the bf16 weight), ``*_s`` fp32 [N], one scale per output row."""
+
+    def q(w):
+        wf = w.float()
+        s = wf.abs().amax(dim=1).clamp_min(1e-12) / torch.full((w.shape[0],), 448.0, device=w.device)
+        return (wf / s[:, None]).to(torch.float8_e4m3fn).contiguous(), s.contiguous()
+
+    dq, ds = q(w_down)
+    uq, us = q(w_up)
+    return dq, ds, uq, us
+
+
+def hc_fp8_bytes(down_q, down_s, up_q, up_s) -> int:
+    """Device bytes the fp8 copies of one HC module take (codes + per-row scales)."""
+    return sum(t.numel() * t.element_size() for t in (down_q, down_s, up_q, up_s))
+
+
+def _w8a16(x, q, s):
+    """bf16(s_n * sum_k x * bf16(q)): fp32 GEMM of exact values, scale once, one rounding."""
+    return ((x.float() @ q.float().t()) * s[None, :]).to(torch.bfloat16)
+
+
+def hc_mix_fp8(xn, down_q, down_s, up_q, up_s, out_buf=None, out_block=None, *,
+               lora_rank: int = LORA, hc_count: int = HC):
+    """Plain-PyTorch W8A16 hyper-connection mix on the fp8 copies (same signature as the fused op);
+    the semantics reference and the fallback where no Triton platform exists."""
+    buf = _w8a16(xn, down_q, down_s)
+    hc_silu_torch_(buf, lora_rank, hc_count)
+    gate = _w8a16(buf[:, :lora_rank], up_q, up_s)
+    block = hc_gate_mix_torch(xn, gate, hc_count)
+    if out_buf is not None:
+        out_buf.copy_(buf)
+        buf = out_buf
+    if out_block is not None:
+        out_block.copy_(block)
+        block = out_block
+    return buf, block
+
+
+# ------------------------------------------------------------------------------ fp64 references
+
+def down_fp64(xn, w, scale=None):
+    """fp64 down GEMM (weights as given, scaled per row if ``scale``), no rounding."""
+    y = xn.double() @ w.double().t()
+    return y * scale.double()[None, :] if scale is not None else y
+
+
+def mix_fp64(xn, lora, w_up, up_scale=None, hc_count: int = HC):
+    """fp64 reference of stock's up + gated mean from a given bf16 ``lora``: the up GEMM exact then
+    rounded to bf16 (as stock's GEMM output), sigmoid, mean over streams, all in fp64."""
+    g = lora.double() @ w_up.double().t()
+    if up_scale is not None:
+        g = g * up_scale.double()[None, :]
+    g = g.to(torch.bfloat16).double()
+    M = xn.shape[0]
+    hd = xn.shape[1] // hc_count
+    t = torch.sigmoid(g.view(M, hc_count, hd)) * xn.double().reshape(M, hc_count, hd)
+    return t.sum(dim=1) / hc_count
+
+
+def hc_fp8_dequant_ref(xn, down_q, down_s, up_q, up_s, lora_rank: int = LORA, hc_count: int = HC):
+    """The fp8 gate's reference (3.3): GEMMs in fp32 on the exactly dequantised weights, rounded to
+    bf16, then hc_silu / gated mean in fp32, rounded to bf16."""
+    wd = down_q.float() * down_s[:, None]
+    wu = up_q.float() * up_s[:, None]
+    buf = (xn.float() @ wd.t()).to(torch.bfloat16)
+    hc_silu_torch_(buf, lora_rank, hc_count)
+    gate = (buf[:, :lora_rank].float() @ wu.t()).to(torch.bfloat16)
+    return buf, hc_gate_mix_torch(xn, gate, hc_count)

@@ -1,0 +1,135 @@
+"""Gate tests for the hyper-connection input mix, bf16 (3.1) and fp8 W8A16 (3.3) weights.
+
+Gates (from the original's tests):
+* down + hc_silu vs stock: bf16 values may differ only by summation-order flips: lora columns
+  <= max(4, 0.5% of M*lora) flips, injection columns <= 1.
+* gated mean vs an fp64 reference of stock's semantics from the *same* lora (stock's and ours): our
+  mean error <= 1.2x stock's (+1e-6), elements beyond 2x stock's max error <= 1e-3 of all.
+* above 16 rows the fused op runs the stock sequence: bit-identical.
+* fp8: relative L2 < 2e-2 against the exactly dequantised fp32 reference; a second launch gives the
+  same bits.
+CPU: interpreter at a small geometry (4 streams of 96, lora 40, 48 down rows: tails everywhere);
+GPU (``-m gpu``): the real one (4 x 2560, lora 320, 336 down rows).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from r9k.kernels._testing import assert_written, bf16_flips, randn, rel_l2
+
+from . import reference as ref
+from . import triton_kernel as tk
+
+SMALL = dict(HD=96, R=40, ND=48)
+REAL = dict(HD=2560, R=320, ND=336)
+
+
+def _need_triton(device):
+    if not (device == "cuda" or tk.INTERPRETED):
+        pytest.skip("no Triton platform: no CUDA device and TRITON_INTERPRET was not set at import")
+
+
+def _inputs(M, HD, R, ND, gen, device, strided=False):
+    cols = 4 * HD
+    xb = randn((M, cols + (128 if strided else 0)), gen, device)
+    xn = xb[:, :cols]
+    w_down = randn((ND, cols), gen, device, scale=cols ** -0.5 * 4)
+    w_down[R + 4:] = 0.0  # the zero padding rows of the merged down+inject weight
+    w_up = randn((cols, R), gen, device, scale=R ** -0.5 * 2)
+    return xn, w_down, w_up
+
+
+def _outs(M, HD, ND, device, poison):
+    return (poison(torch.empty((M, ND), dtype=torch.bfloat16, device=device)),
+            poison(torch.empty((M, HD), dtype=torch.bfloat16, device=device)))
+
+
+def _mix_errors(y, ref64):
+    err = (y.double() - ref64).abs()
+    return err.mean().item(), err
+
+
+def _check_bf16(M, g, device, gen, poison, strided=False):
+    xn, wd, wu = _inputs(M, g["HD"], g["R"], g["ND"], gen, device, strided)
+    R = g["R"]
+    ob, oy = _outs(M, g["HD"], g["ND"], device, poison)
+    buf, y = tk.hc_mix(xn, wd, wu, ob, oy, lora_rank=R)
+    assert buf.data_ptr() == ob.data_ptr() and y.data_ptr() == oy.data_ptr()
+    assert_written(buf, "buf")
+    assert_written(y, "block_input")
+    sbuf, sy = ref.hc_mix(xn, wd, wu, lora_rank=R)
+    # down + hc_silu: summation-order flips only
+    assert bf16_flips(buf[:, :R], sbuf[:, :R]) <= max(4, int(0.005 * M * R))
+    assert bf16_flips(buf[:, R:R + 4], sbuf[:, R:R + 4]) <= 1
+    assert torch.equal(buf[:, R + 4:], sbuf[:, R + 4:])  # zero rows stay exactly zero
+    # gated mean, from stock's lora and from ours
+    for lora in (sbuf[:, :R], buf[:, :R]):
+        r64 = ref.mix_fp64(xn, lora, wu)
+        ours = tk._up_mix(lora, wu, None, xn, None, 4)
+        stock = ref.hc_gate_mix_torch(xn, F.linear(lora, wu))
+        mo, eo = _mix_errors(ours, r64)
+        ms, es = _mix_errors(stock, r64)
+        assert mo <= 1.2 * ms + 1e-6, (mo, ms)
+        assert int((eo > 2 * es.max()).sum()) <= 1e-3 * eo.numel()
+    return xn, wd, wu
+
+
+def _check_fp8(M, g, device, gen, poison, strided=False):
+    xn, wd, wu = _inputs(M, g["HD"], g["R"], g["ND"], gen, device, strided)
+    R = g["R"]
+    p = tk.prepare_hc_fp8(wd, wu)
+    assert tk.hc_fp8_bytes(*p) == wd.numel() + wu.numel() + 4 * (wd.shape[0] + wu.shape[0])
+    ob, oy = _outs(M, g["HD"], g["ND"], device, poison)
+    buf, y = tk.hc_mix_fp8(xn, *p, ob, oy, lora_rank=R)
+    assert_written(buf, "buf")
+    assert_written(y, "block_input")
+    rbuf, ry = ref.hc_fp8_dequant_ref(xn, *p, lora_rank=R)
+    assert rel_l2(buf[:, :R + 4], rbuf[:, :R + 4]) < 2e-2
+    assert rel_l2(y, ry) < 2e-2
+    buf2, y2 = tk.hc_mix_fp8(xn, *p, lora_rank=R)
+    assert torch.equal(buf, buf2) and torch.equal(y, y2), "a second launch gave other bits"
+    return rel_l2(y, ry)
+
+
+@pytest.mark.parametrize("M,strided", [(1, False), (3, False), (4, False), (5, True), (8, False), (16, False)])
+def test_hc_mix_gate_interpreter(M, strided, device, rng, poison):
+    _need_triton(device)
+    _check_bf16(M, SMALL, device, rng, poison, strided)
+
+
+def test_hc_mix_above_16_is_stock_interpreter(device, rng, poison):
+    _need_triton(device)
+    xn, wd, wu = _inputs(17, SMALL["HD"], SMALL["R"], SMALL["ND"], rng, device)
+    ob, oy = _outs(17, SMALL["HD"], SMALL["ND"], device, poison)
+    buf, y = tk.hc_mix(xn, wd, wu, ob, oy, lora_rank=SMALL["R"])
+    sbuf, sy = ref.hc_mix(xn, wd, wu, lora_rank=SMALL["R"])
+    assert torch.equal(buf, sbuf) and torch.equal(y, sy)
+
+
+@pytest.mark.parametrize("M,strided", [(1, False), (4, True), (13, False), (16, False)])
+def test_hc_mix_fp8_gate_interpreter(M, strided, device, rng, poison):
+    _need_triton(device)
+    _check_fp8(M, SMALL, device, rng, poison, strided)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,strided", [(1, False), (3, False), (4, False), (5, True), (8, False), (13, False),
+                                       (16, False)])
+def test_hc_mix_gate_gpu(M, strided, rng, poison):
+    _check_bf16(M, REAL, "cuda", rng, poison, strided)
+
+
+@pytest.mark.gpu
+def test_hc_mix_above_16_is_stock_gpu(rng, poison):
+    xn, wd, wu = _inputs(17, REAL["HD"], REAL["R"], REAL["ND"], rng, "cuda")
+    buf, y = tk.hc_mix(xn, wd, wu)
+    sbuf, sy = ref.hc_mix(xn, wd, wu)
+    assert torch.equal(buf, sbuf) and torch.equal(y, sy)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,strided", [(1, False), (2, False), (4, True), (8, False), (13, False), (16, False)])
+def test_hc_mix_fp8_gate_gpu(M, strided, rng, poison):
+    _check_fp8(M, REAL, "cuda", rng, poison, strided)

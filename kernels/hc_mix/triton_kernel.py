@@ -1,0 +1,199 @@
+"""Fused hyper-connection input mix in Triton: 2 launches instead of stock's 4, bf16 or fp8 weights.
+
+* Down + hc_silu: the split-K skinny GEMM of ``r9k.kernels.router`` (10240 -> 336) with the hc_silu
+  epilogue on the first ``lora_rank`` columns, computed from the bf16-rounded GEMM value exactly where
+  stock rounds; for fp8 weights the e4m3 codes are converted exactly to bf16 and the per-row scale is
+  applied once to the fp32 sum (W8A16).
+* Up + gated mean (``hc_up_mix_kernel``): a program owns ``BLOCK_D`` output dims d and the four weight
+  rows ``s*HD + d`` of each; it accumulates the four dots with ``lora`` in fp32, rounds each to bf16
+  (stock's GEMM output), applies sigmoid, multiplies by ``xn``, adds the four terms in stream order
+  ``((t0 + t1) + t2) + t3``, scales by 1/4 and rounds once. The [M, 10240] gate never touches memory.
+
+Also here: the stock path's two elementwise kernels (``hc_silu_``, ``hc_gate_mix``), one launch each,
+with the semantics of vLLM's Triton ones.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from r9k.kernels.router.tl_common import INTERPRETED, dot_bf16, to_bf16
+from r9k.kernels.router.triton_kernel import BLOCK_M, skinny_gemm, use_triton
+
+from . import reference
+
+MAX_M = 16  # fused for 1 <= M <= 16 (one 16-row tile); above: the stock sequence
+
+
+@triton.jit
+def _sigmoid(g):
+    return 1.0 / (1.0 + tl.exp(-g))
+
+
+@triton.jit
+def _gate_term(acc, s_ptr, rows, d_mask, xn_ptr, xn_off, x_mask,
+               HAS_SCALE: tl.constexpr, INTERPRET: tl.constexpr):
+    """sigmoid(bf16(acc [* scale])) * xn for one stream, in fp32."""
+    if HAS_SCALE:
+        sc = tl.load(s_ptr + rows, mask=d_mask, other=0.0)
+        acc = acc * sc[None, :]
+    g = to_bf16(acc, INTERPRET).to(tl.float32)
+    xv = tl.load(xn_ptr + xn_off, mask=x_mask, other=0.0).to(tl.float32)
+    return _sigmoid(g) * xv
+
+
+@triton.jit
+def hc_up_mix_kernel(
+    lora_ptr, stride_lm, w_ptr, s_ptr, xn_ptr, stride_xm, out_ptr, stride_om,
+    M, HD, R,
+    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+    HAS_SCALE: tl.constexpr, INTERPRET: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = pid * BLOCK_D + tl.arange(0, BLOCK_D)
+    offs_r = tl.arange(0, BLOCK_R)
+    m_mask = offs_m < M
+    d_mask = offs_d < HD
+    acc0 = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc1 = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    acc3 = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for r0 in range(0, R, BLOCK_R):
+        rr = r0 + offs_r
+        r_mask = rr < R
+        lo = tl.load(lora_ptr + offs_m[:, None] * stride_lm + rr[None, :],
+                     mask=m_mask[:, None] & r_mask[None, :], other=0.0).to(tl.bfloat16)
+        wm = d_mask[:, None] & r_mask[None, :]
+        wp = w_ptr + offs_d[:, None] * R + rr[None, :]
+        w0 = tl.load(wp, mask=wm, other=0.0).to(tl.bfloat16)
+        w1 = tl.load(wp + HD * R, mask=wm, other=0.0).to(tl.bfloat16)
+        w2 = tl.load(wp + 2 * HD * R, mask=wm, other=0.0).to(tl.bfloat16)
+        w3 = tl.load(wp + 3 * HD * R, mask=wm, other=0.0).to(tl.bfloat16)
+        acc0 += dot_bf16(lo, tl.trans(w0), INTERPRET)
+        acc1 += dot_bf16(lo, tl.trans(w1), INTERPRET)
+        acc2 += dot_bf16(lo, tl.trans(w2), INTERPRET)
+        acc3 += dot_bf16(lo, tl.trans(w3), INTERPRET)
+    x_mask = m_mask[:, None] & d_mask[None, :]
+    xo = offs_m[:, None] * stride_xm + offs_d[None, :]
+    t0 = _gate_term(acc0, s_ptr, offs_d, d_mask, xn_ptr, xo, x_mask, HAS_SCALE, INTERPRET)
+    t1 = _gate_term(acc1, s_ptr, offs_d + HD, d_mask, xn_ptr, xo + HD, x_mask, HAS_SCALE, INTERPRET)
+    t2 = _gate_term(acc2, s_ptr, offs_d + 2 * HD, d_mask, xn_ptr, xo + 2 * HD, x_mask, HAS_SCALE, INTERPRET)
+    t3 = _gate_term(acc3, s_ptr, offs_d + 3 * HD, d_mask, xn_ptr, xo + 3 * HD, x_mask, HAS_SCALE, INTERPRET)
+    y = ((t0 + t1) + t2) + t3
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_d[None, :], to_bf16(y * 0.25, INTERPRET), mask=x_mask)
+
+
+# Tile of the up+mix kernel: (BLOCK_D, BLOCK_R, num_warps, num_stages). 10240 / 4 / 16 = 160 programs.
+UP_CONFIG = (16, 64, 4, 3)
+# Down GEMM tiles (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages); None = the skinny GEMM's default.
+DOWN_CONFIG = None
+
+
+def _up_mix(lora, w_up, up_scale, xn, out, hc_count, config=None):
+    M, R = lora.shape
+    hd = xn.shape[1] // hc_count
+    assert hc_count == 4, "the fused up+mix kernel is written for 4 streams"
+    assert w_up.shape == (hc_count * hd, R) and w_up.is_contiguous()
+    assert lora.stride(1) == 1 and xn.stride(1) == 1
+    if out is None:
+        out = torch.empty((M, hd), dtype=torch.bfloat16, device=xn.device)
+    block_d, block_r, warps, stages = config or UP_CONFIG
+    hc_up_mix_kernel[(triton.cdiv(hd, block_d),)](
+        lora, lora.stride(0), w_up, up_scale if up_scale is not None else w_up, xn, xn.stride(0),
+        out, out.stride(0), M, hd, R,
+        BLOCK_M=BLOCK_M, BLOCK_D=block_d, BLOCK_R=block_r,
+        HAS_SCALE=up_scale is not None, INTERPRET=INTERPRETED,
+        num_warps=warps, num_stages=stages,
+    )
+    return out
+
+
+def hc_mix(xn, w_down, w_up, out_buf=None, out_block=None, *, lora_rank: int = 320, hc_count: int = 4,
+           down_config=None, up_config=None):
+    """Fused hyper-connection input mix (bf16 weights), 2 launches for 1 <= M <= 16.
+
+    Same signature and outputs as ``reference.hc_mix``: xn [M, 4*HD] bf16, w_down [336, 4*HD] bf16,
+    w_up [4*HD, lora_rank] bf16 -> ``(buf [M, 336] bf16, block_input [M, HD] bf16)``. Above 16 rows,
+    or where Triton cannot run, the stock sequence runs.
+    """
+    M = xn.shape[0]
+    if not (use_triton(xn) and 1 <= M <= MAX_M and xn.stride(1) == 1):
+        return reference.hc_mix(xn, w_down, w_up, out_buf, out_block, lora_rank=lora_rank, hc_count=hc_count)
+    buf = skinny_gemm(xn, w_down, out=out_buf, epi_cols=lora_rank, hc_count=hc_count,
+                      config=down_config or DOWN_CONFIG)
+    block = _up_mix(buf[:, :lora_rank], w_up, None, xn, out_block, hc_count, up_config)
+    return buf, block
+
+
+def hc_mix_fp8(xn, down_q, down_s, up_q, up_s, out_buf=None, out_block=None, *,
+               lora_rank: int = 320, hc_count: int = 4, down_config=None, up_config=None):
+    """Fused hyper-connection input mix on the fp8 copies (W8A16), 2 launches for 1 <= M <= 16.
+
+    xn [M, 4*HD] bf16; ``(down_q, down_s, up_q, up_s)`` from ``prepare_hc_fp8`` (e4m3 [N, K] codes and
+    fp32 per-row scales). Returns ``(buf [M, 336] bf16, block_input [M, HD] bf16)``. Above 16 rows, or
+    where Triton cannot run, the plain-PyTorch W8A16 reference runs (same semantics).
+    """
+    M = xn.shape[0]
+    if not (use_triton(xn) and 1 <= M <= MAX_M and xn.stride(1) == 1):
+        return reference.hc_mix_fp8(xn, down_q, down_s, up_q, up_s, out_buf, out_block,
+                                    lora_rank=lora_rank, hc_count=hc_count)
+    buf = skinny_gemm(xn, down_q, scale=down_s, out=out_buf, epi_cols=lora_rank, hc_count=hc_count,
+                      config=down_config or DOWN_CONFIG)
+    block = _up_mix(buf[:, :lora_rank], up_q, up_s, xn, out_block, hc_count, up_config)
+    return buf, block
+
+
+prepare_hc_fp8 = reference.prepare_hc_fp8
+hc_fp8_bytes = reference.hc_fp8_bytes
+
+
+# ------------------------------------------------------------ stock path's elementwise kernels
+
+@triton.jit
+def hc_silu_kernel(buf_ptr, stride_m, COLS, inv_hc, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
+    m = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < COLS
+    v = tl.load(buf_ptr + m * stride_m + offs, mask=mask, other=0.0).to(tl.float32)
+    a = v * inv_hc
+    tl.store(buf_ptr + m * stride_m + offs, to_bf16(a / (1.0 + tl.exp(-a)), INTERPRET), mask=mask)
+
+
+@triton.jit
+def hc_gate_mix_kernel(xn_ptr, stride_x, g_ptr, stride_g, out_ptr, stride_o, HD,
+                       BLOCK_D: tl.constexpr, INTERPRET: tl.constexpr):
+    m = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask = offs < HD
+    acc = tl.zeros([BLOCK_D], dtype=tl.float32)
+    for s in tl.static_range(4):
+        g = tl.load(g_ptr + m * stride_g + s * HD + offs, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(xn_ptr + m * stride_x + s * HD + offs, mask=mask, other=0.0).to(tl.float32)
+        acc = acc + _sigmoid(g) * x
+    tl.store(out_ptr + m * stride_o + offs, to_bf16(acc * 0.25, INTERPRET), mask=mask)
+
+
+def hc_silu_(buf: torch.Tensor, lora_rank: int = 320, hc_count: int = 4) -> torch.Tensor:
+    """Stock step 2: hc_silu in place on ``buf[:, :lora_rank]`` (one launch where Triton runs)."""
+    if not (use_triton(buf) and buf.stride(1) == 1):
+        return reference.hc_silu_torch_(buf, lora_rank, hc_count)
+    hc_silu_kernel[(buf.shape[0],)](buf, buf.stride(0), lora_rank, 1.0 / hc_count,
+                                    BLOCK=triton.next_power_of_2(lora_rank), INTERPRET=INTERPRETED)
+    return buf
+
+
+def hc_gate_mix(xn: torch.Tensor, gate: torch.Tensor, hc_count: int = 4, out=None) -> torch.Tensor:
+    """Stock step 4: ``bf16(0.25 * sum_s sigmoid(gate_s) * xn_s)`` (one launch where Triton runs)."""
+    M = xn.shape[0]
+    hd = xn.shape[1] // hc_count
+    if not (use_triton(xn) and hc_count == 4 and xn.stride(1) == 1 and gate.stride(1) == 1):
+        return reference.hc_gate_mix_torch(xn, gate, hc_count, out=out)
+    if out is None:
+        out = torch.empty((M, hd), dtype=torch.bfloat16, device=xn.device)
+    block_d = 1024
+    hc_gate_mix_kernel[(M, triton.cdiv(hd, block_d))](xn, xn.stride(0), gate, gate.stride(0), out,
+                                                      out.stride(0), hd, BLOCK_D=block_d,
+                                                      INTERPRET=INTERPRETED)
+    return out

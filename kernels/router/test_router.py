@@ -1,0 +1,172 @@
+"""Gate tests for the router GEMM and fused routing (kernel-semantics 3.4, 3.5).
+
+CPU: Triton interpreter at small shapes (plus the real 512 x 2560 at one width). GPU (``-m gpu``):
+the real shapes at decode widths. Fresh random inputs per run (seed printed), outputs poisoned.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from r9k.kernels._testing import assert_written, bf16_flips, randn
+
+from . import reference as ref
+from . import triton_kernel as tk
+
+
+def _need_triton(device):
+    if not (device == "cuda" or tk.INTERPRETED):
+        pytest.skip("no Triton platform: no CUDA device and TRITON_INTERPRET was not set at import")
+
+
+def _router_gate(x, w, poison):
+    M, E = x.shape[0], w.shape[0]
+    out = poison(torch.empty((M, E), dtype=torch.bfloat16, device=x.device))
+    y = tk.router_gemm(x, w, out=out)
+    assert y.data_ptr() == out.data_ptr()
+    assert_written(y, "router logits")
+    r64 = ref.router_gemm_fp64(x, w)
+    stock = ref.router_gemm(x, w)
+    err = (y.double() - r64).abs().max().item()
+    err_stock = (stock.double() - r64).abs().max().item()
+    assert err <= 1.5 * err_stock + 1e-30, (err, err_stock)
+    flips = bf16_flips(y, stock)
+    assert flips <= max(2, int(0.002 * y.numel())), f"{flips} bf16 flips vs stock of {y.numel()}"
+    # Top-10 sets agree with fp64's except near-ties at the 10th value.
+    k = min(10, E)
+    vals, ids = r64.topk(k, dim=1)
+    _, ours = y.double().topk(k, dim=1)
+    for m in range(M):
+        a, b = set(ids[m].tolist()), set(ours[m].tolist())
+        if a != b:
+            kth = vals[m, -1].item()
+            diff = a ^ b
+            assert all(abs(r64[m, e].item() - kth) <= 4e-3 * max(1.0, abs(kth)) for e in diff), (m, diff)
+    return y
+
+
+@pytest.mark.parametrize("M,E,K,strided", [(1, 96, 384, False), (3, 100, 320, True), (8, 64, 256, False),
+                                           (16, 48, 640, True), (4, 512, 2560, False)])
+def test_router_gate_interpreter(M, E, K, strided, device, rng, poison):
+    _need_triton(device)
+    xb = randn((M, K + (64 if strided else 0)), rng, device)
+    x = xb[:, :K]  # row stride != K when strided
+    w = randn((E, K), rng, device, scale=0.02)
+    _router_gate(x, w, poison)
+
+
+def test_router_fallback_above_16(device, rng, poison):
+    _need_triton(device)
+    x = randn((20, 256), rng, device)
+    w = randn((64, 256), rng, device, scale=0.05)
+    out = poison(torch.empty((20, 64), dtype=torch.bfloat16, device=device))
+    y = tk.router_gemm(x, w, out=out)
+    assert_written(y)
+    exp = (x.double() @ w.double().t()).float()
+    # fp32-out GEMM rounded once: within half a bf16 ulp of the exact value (plus fp32 sum noise)
+    assert ((y.float() - exp).abs() <= exp.abs() * 2.0**-8 + 1e-6).all()
+    assert torch.equal(y, ref.router_gemm_fp32_fallback(x, w))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 2, 3, 4, 8, 13, 16])
+@pytest.mark.parametrize("E", [512, 500])
+def test_router_gate_gpu(M, E, rng, poison):
+    xb = randn((M, 2560 + 128), rng, "cuda")
+    x = xb[:, :2560] if M % 2 else xb[:, :2560].contiguous()
+    w = randn((E, 2560), rng, "cuda", scale=0.02)
+    _router_gate(x, w, poison)
+    # Repeated launches give the same bits (split-K counters reset, fixed reduction order).
+    a = tk.router_gemm(x, w)
+    b = tk.router_gemm(x, w)
+    assert torch.equal(a, b)
+
+
+# ------------------------------------------------------------------------------------ routing
+
+def _route_gate(logits, k, renorm, poison):
+    M = logits.shape[0]
+    w = poison(torch.empty((M, k), dtype=torch.float32, device=logits.device))
+    ids = poison(torch.empty((M, k), dtype=torch.int32, device=logits.device))
+    w, ids = tk.moe_route(logits, k, renorm, out_weights=w, out_ids=ids)
+    assert_written(w, "weights")
+    assert_written(ids, "ids")
+    sw, sids = ref.moe_route(logits, k, renorm)
+    p64 = ref.moe_route_fp64(logits)
+    for m in range(M):
+        a, b = set(ids[m].tolist()), set(sids[m].tolist())
+        assert len(a) == k
+        if a != b:  # only near-ties may differ
+            kth = p64[m, sids[m, -1].long()].item()
+            for e in a ^ b:
+                assert abs(p64[m, e].item() - kth) <= 1e-5, (m, e)
+        common = a & b
+        for e in common:
+            wi = w[m][ids[m] == e].item()
+            si = sw[m][sids[m] == e].item()
+            assert abs(wi - si) <= 2e-6, (m, e, wi, si)
+    # Selection order: probabilities descending, ties to the lower id.
+    pr = torch.gather(p64, 1, ids.long())
+    assert (pr[:, :-1] >= pr[:, 1:] - 1e-7).all()
+    return w, ids
+
+
+@pytest.mark.parametrize("M,E,k", [(1, 512, 10), (3, 100, 10), (16, 48, 8), (5, 512, 16), (2, 20, 1)])
+@pytest.mark.parametrize("renorm", [True, False])
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_moe_route_interpreter(M, E, k, renorm, scale, device, rng, poison):
+    _need_triton(device)
+    logits = randn((M, E), rng, device, scale=scale)
+    _route_gate(logits, k, renorm, poison)
+
+
+def _degenerate_rows(E, device, rng):
+    rows = [
+        torch.full((E,), float("nan")),
+        torch.full((E,), float("inf")),
+        torch.full((E,), float("-inf")),
+        torch.zeros(E) + 0.25,
+        torch.full((E,), -3e38),
+    ]
+    mixed = torch.randn(E, generator=torch.Generator().manual_seed(int(torch.randint(0, 2**31, (1,), generator=rng, device=device).item())))
+    mixed[1] = float("nan")
+    mixed[3] = float("inf")
+    mixed[5] = float("-inf")
+    rows.append(mixed)
+    return torch.stack(rows).to(device=device, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("E", [512, 100, 48])
+@pytest.mark.parametrize("renorm", [True, False])
+def test_moe_route_degenerate_rows(E, renorm, device, rng, poison):
+    _need_triton(device)
+    logits = _degenerate_rows(E, device, rng)
+    k = 10
+    w = poison(torch.empty((logits.shape[0], k), dtype=torch.float32, device=device))
+    ids = poison(torch.empty((logits.shape[0], k), dtype=torch.int32, device=device))
+    w, ids = tk.moe_route(logits, k, renorm, out_weights=w, out_ids=ids)
+    assert torch.isfinite(w).all()
+    assert ((ids >= 0) & (ids < E)).all()
+    for m in range(ids.shape[0]):
+        assert len(set(ids[m].tolist())) == k
+    # all-equal row: the k lowest ids, weight 1/E (or 1/k renormalised)
+    assert ids[3].tolist() == list(range(k))
+    expect = 1.0 / k if renorm else 1.0 / E
+    assert torch.allclose(w[3], torch.full_like(w[3], expect), rtol=1e-5)
+    # mixed row: the +inf lane makes the row's sum non-finite -> weights 0, ids still valid
+    assert torch.equal(tk.moe_route(logits, k, renorm)[1], ids)  # deterministic
+
+
+def test_moe_route_refuses_k_above_16(device):
+    logits = torch.zeros((2, 64), dtype=torch.bfloat16, device=device)
+    with pytest.raises(ValueError):
+        tk.moe_route(logits, 17, True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 3, 4, 8, 16, 37, 64, 128, 256])
+@pytest.mark.parametrize("renorm", [True, False])
+@pytest.mark.parametrize("scale", [1.0, 4.0])
+def test_moe_route_gpu(M, renorm, scale, rng, poison):
+    logits = randn((M, 512), rng, "cuda", scale=scale)
+    _route_gate(logits, 10, renorm, poison)
