@@ -7,12 +7,16 @@ flight at once, so a test can check that ``eval record`` asks one question at a 
 from __future__ import annotations
 
 import json
+import random
 import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+
+from r9k.r9kctl.evidence import results
+from r9k.r9kctl.evidence.results import QuestionResult
 
 
 class FakeModelServer:
@@ -108,3 +112,33 @@ def fake_server():
         srv.dataset = ds
         srv.prompt_of = {q.id: q.prompt.split("\nGive the final answer")[0] for q in ds.questions}
         yield srv
+
+
+def _build_pair(tmp_path, *, both, b, c, neither, identical=None, seed=None, dataset_sha="d" * 64):
+    """Two result files over the same shuffled question ids with the given 2x2 cell counts.
+
+    identical: how many questions get the same output text in both files (drawn at random).
+    """
+    rng = random.Random(seed)
+    n = both + b + c + neither
+    ids = [f"q{rng.randrange(10**9):09d}-{i}" for i in range(n)]
+    cells = [(True, True)] * both + [(True, False)] * b + [(False, True)] * c + [(False, False)] * neither
+    rng.shuffle(cells)
+    same = set(rng.sample(range(n), identical)) if identical is not None else set()
+    ra, rb = [], []
+    for i, (qid, (ca, cb)) in enumerate(zip(ids, cells)):
+        out_a = f"answer {rng.random()}"
+        out_b = out_a if i in same else out_a + " (B)"
+        ra.append(QuestionResult(qid, ca, output=out_a))
+        rb.append(QuestionResult(qid, cb, output=out_b))
+    rng.shuffle(rb)  # order in the file must not matter
+    pa, pb = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    results.dump(pa, {"dataset": "constructed", "dataset_sha256": dataset_sha, "label": "A"}, ra)
+    results.dump(pb, {"dataset": "constructed", "dataset_sha256": dataset_sha, "label": "B"}, rb)
+    return pa, pb
+
+
+@pytest.fixture
+def build_pair():
+    """Constructs two result files with given 2x2 cell counts (see _build_pair)."""
+    return _build_pair

@@ -2,40 +2,14 @@
 from __future__ import annotations
 
 import json
-import random
-
 import pytest
 
 from r9k.r9kctl import cmd_eval
 from r9k.r9kctl.evidence import mcnemar, results
-from r9k.r9kctl.evidence.results import QuestionResult, ResultFileError
+from r9k.r9kctl.evidence.results import ResultFileError
 
 
-def build_pair(tmp_path, *, both, b, c, neither, identical=None, seed=None, dataset_sha="d" * 64):
-    """Two result files over the same shuffled question ids with the given 2x2 cell counts.
-
-    identical: how many questions get the same output text in both files (drawn at random).
-    """
-    rng = random.Random(seed)
-    n = both + b + c + neither
-    ids = [f"q{rng.randrange(10**9):09d}-{i}" for i in range(n)]
-    cells = [(True, True)] * both + [(True, False)] * b + [(False, True)] * c + [(False, False)] * neither
-    rng.shuffle(cells)
-    same = set(rng.sample(range(n), identical)) if identical is not None else set()
-    ra, rb = [], []
-    for i, (qid, (ca, cb)) in enumerate(zip(ids, cells)):
-        out_a = f"answer {rng.random()}"
-        out_b = out_a if i in same else out_a + " (B)"
-        ra.append(QuestionResult(qid, ca, output=out_a))
-        rb.append(QuestionResult(qid, cb, output=out_b))
-    rng.shuffle(rb)  # order in the file must not matter
-    pa, pb = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    results.dump(pa, {"dataset": "constructed", "dataset_sha256": dataset_sha, "label": "A"}, ra)
-    results.dump(pb, {"dataset": "constructed", "dataset_sha256": dataset_sha, "label": "B"}, rb)
-    return pa, pb
-
-
-def test_v020_release_note_5_vs_1(tmp_path):
+def test_v020_release_note_5_vs_1(tmp_path, build_pair):
     # v0.2.0: 800-question CoT eval, new default 97.50% (780/800), 5 / 1 discordant, "p = 0.22".
     pa, pb = build_pair(tmp_path, both=775, b=5, c=1, neither=19)
     cmp = mcnemar.compare(results.load(pa), results.load(pb))
@@ -45,7 +19,7 @@ def test_v020_release_note_5_vs_1(tmp_path):
     assert f"{cmp.p_value:.2f}" == "0.22"
 
 
-def test_v031_release_note_7_vs_8(tmp_path):
+def test_v031_release_note_7_vs_8(tmp_path, build_pair):
     # v0.3.1 gate: v0.3.0 defaults 95.75% (1,263) vs v0.3.1 defaults 95.83% (1,264) of 1,319,
     # 7 vs 8 discordant, p = 1.00, 25.5% identical outputs.
     pa, pb = build_pair(tmp_path, both=1256, b=7, c=8, neither=48, identical=336)
@@ -78,7 +52,7 @@ def test_newcombe_interval():
     assert lo99 < lo and hi99 > hi
 
 
-def test_mismatched_sets_refused(tmp_path):
+def test_mismatched_sets_refused(tmp_path, build_pair):
     pa, pb = build_pair(tmp_path, both=40, b=3, c=2, neither=5)
     lines = pb.read_text().splitlines()
     dropped = json.loads(lines[7])["id"]
@@ -91,7 +65,7 @@ def test_mismatched_sets_refused(tmp_path):
         mcnemar.compare(results.load(pa), results.load(pb))
 
 
-def test_same_ids_different_question_set_refused(tmp_path):
+def test_same_ids_different_question_set_refused(tmp_path, build_pair):
     pa, _ = build_pair(tmp_path, both=10, b=1, c=1, neither=2, seed=7, dataset_sha="a" * 64)
     (tmp_path / "x").mkdir()
     _, pb = build_pair(tmp_path / "x", both=10, b=1, c=1, neither=2, seed=7, dataset_sha="b" * 64)
@@ -132,7 +106,7 @@ def _cli(argv):
     return args.func(args)
 
 
-def test_cli_compare_json_and_refusal(tmp_path, capsys):
+def test_cli_compare_json_and_refusal(tmp_path, capsys, build_pair):
     pa, pb = build_pair(tmp_path, both=775, b=5, c=1, neither=19, identical=200)
     assert _cli(["eval", "compare", str(pa), str(pb), "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
