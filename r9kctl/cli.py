@@ -17,7 +17,8 @@ COMMANDS = [
 ]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with ``only``, just that subcommand's module is imported (a faster start)."""
     p = argparse.ArgumentParser(
         prog="r9kctl",
         description="Declarative, checked kernel variants and serving profiles for vLLM.",
@@ -28,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra folder of profiles (repeatable; later folders win)")
     p.add_argument("--plain", action="store_true", help="plain text even on a terminal")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
+    for name in ([only] if only else COMMANDS):
         try:
             mod = importlib.import_module(f"r9k.r9kctl.cmd_{name}")
         except ModuleNotFoundError as exc:
@@ -40,7 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    # the first word naming a command; an option's value never names one here (they are paths and names)
+    chosen = next((w for w in words if w in COMMANDS), None)
+    parser = build_parser(chosen)
     args = parser.parse_args(argv)
     if args.registry:
         os.environ["R9K_REGISTRY"] = os.path.abspath(os.path.expanduser(args.registry))

@@ -1,0 +1,69 @@
+"""Benchmark: cold wall time of ``r9kctl validate --profile tp4-default`` and of loading the registry.
+
+    python -m r9k.registry.bench_load [--runs 7]
+
+Prints medians (and min/max) for: a new process running the validate command, with and without the
+parse cache; and an in-process ``load_registry()`` with and without it. Targets (issue 2): validate
+within 250 ms, registry load within 30 ms, on a 2-core machine. Not a test: it prints figures.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def wall(cmd, env, runs):
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def fmt(xs):
+    return f"median {statistics.median(xs):7.1f} ms  (min {min(xs):.1f}, max {max(xs):.1f}, n={len(xs)})"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=7)
+    args = ap.parse_args()
+    cache = tempfile.mkdtemp(prefix="r9k-bench-")
+    env = dict(os.environ, R9K_CACHE_DIR=cache, R9K_PLAIN="1")
+    cmd = [sys.executable, "-m", "r9k.r9kctl.cli", "validate", "--profile", "tp4-default"]
+    nocache = wall(cmd, dict(env, R9K_NO_CACHE="1"), args.runs)
+    wall(cmd, env, 1)  # fills the cache
+    cached = wall(cmd, env, args.runs)
+    py = [sys.executable, "-c", "pass"]
+    bare = wall(py, env, args.runs)
+
+    os.environ["R9K_CACHE_DIR"] = cache
+    from r9k.registry import load_registry
+
+    def load_times(no_cache: bool):
+        os.environ["R9K_NO_CACHE"] = "1" if no_cache else "0"
+        xs = []
+        for _ in range(args.runs):
+            t = time.perf_counter()
+            load_registry()
+            xs.append((time.perf_counter() - t) * 1000)
+        return xs
+
+    load_nc, load_c = load_times(True), load_times(False)
+    print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
+    print(f"python -c pass (interpreter start)       {fmt(bare)}")
+    print(f"r9kctl validate --profile tp4-default      {fmt(cached)}  [parse cache warm]")
+    print(f"r9kctl validate --profile tp4-default      {fmt(nocache)}  [R9K_NO_CACHE=1]")
+    print(f"load_registry() in process                 {fmt(load_c)}  [parse cache warm]")
+    print(f"load_registry() in process                 {fmt(load_nc)}  [R9K_NO_CACHE=1]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""The shipped data: every knob and release of the reference converted, and every profile clean."""
+import tomllib
+
+import pytest
+
+from r9k.registry import load_registry
+from r9k.registry.resolve import resolve
+from r9k.registry.validate import validate
+
+from .conftest import REFERENCE
+
+
+@pytest.fixture(scope="module")
+def reg():
+    return load_registry()
+
+
+def test_counts(reg):
+    assert len(reg.variants) == 147
+    assert reg.release_order() == ["v0.1.0", "v0.2.0", "v0.2.1", "v0.2.2", "v0.2.3", "v0.2.4", "v0.2.5", "v0.3.0",
+                                   "v0.3.1", "v0.3.2"]
+    assert {"tp4-default", "tp2-default", "27b-tp2", "stock", "round2-numerics", "cpu-smoke"} <= set(reg.profiles)
+
+
+@pytest.mark.skipif(not (REFERENCE / "knob-catalog.toml").exists(), reason="../shared/reference not present")
+def test_every_reference_knob_and_default_is_here(reg):
+    cat = tomllib.loads((REFERENCE / "knob-catalog.toml").read_text())
+    for v in cat["variant"]:
+        mine = reg.variants[v["id"]]
+        assert mine.knob == v["knob"]
+        for tp in ("tp4", "tp2"):
+            if f"default_{tp}" in v:
+                assert mine.defaults[tp] == mine.normalize(str(v[f"default_{tp}"])), (v["id"], tp)
+        if "default_27b_tp2" in v:
+            assert mine.model_defaults["qwen3.8-27b"]["tp2"] == str(v["default_27b_tp2"])
+        assert mine.status.state == {"shipped-default": "default-on", "opt-in": "opt-in", "rejected": "rejected"}[
+            v["status"]]
+        assert mine.status.reason
+        assert len(mine.measured) == len(v.get("measured", []))
+        if v.get("note"):
+            assert mine.note == v["note"]  # every caveat kept
+
+
+def test_validate_all_is_clean(reg):
+    report = validate(reg, all_profiles=True, env={})
+    assert [d.format() for d in report.diagnostics] == []
+    assert set(report.profiles) == set(reg.profiles)
+
+
+@pytest.mark.parametrize("profile", ["tp4-default", "tp2-default", "27b-tp2", "stock", "round2-numerics", "cpu-smoke"])
+def test_every_profile_resolves(reg, profile):
+    rs = resolve(reg, profile, env={})
+    assert rs.ok, [d.format() for d in rs.diagnostics]
+    assert len(rs.items) == 147
+    assert len(rs.hash) == 12
+
+
+def test_stock_profile_is_all_stock(reg):
+    rs = resolve(reg, "stock", env={})
+    assert rs.active() == []
+    assert all(r.value == r.variant.stock for r in rs.items.values())
+
+
+def test_round2_numerics(reg):
+    base, r2 = resolve(reg, "tp4-default", env={}), resolve(reg, "round2-numerics", env={})
+    changed = {r.variant.knob for r in r2.items.values() if r.value != base.items[r.variant.id].value}
+    assert changed == {"R9K_ROUTER", "R9K_QSA_GLUE", "R9K_HC_MIX"}
+    assert all(r2.value(k) == "stock" for k in changed)
+
+
+def test_release_defaults_are_derived_from_history(reg):
+    at = lambda rel, knob, tp: resolve_release(reg, rel, knob, tp)
+    assert at("v0.3.0", "R9K_HC_FP8_DECODE", 4) == "0"
+    assert at("v0.3.1", "R9K_HC_FP8_DECODE", 4) == "1"
+    assert at("v0.3.1", "R9K_HC_FP8_DECODE", 2) == "0"  # stayed off at TP2 until v0.3.2
+    assert at("v0.3.2", "R9K_HC_FP8_DECODE", 2) == "1"
+    assert at("v0.3.0", "R9K_FP8_QA", 2) == "0"
+    assert at("v0.2.0", "UTIL", 4) == "0.94"
+    assert at("v0.3.0", "UTIL", 4) == "0.98"
+
+
+def resolve_release(reg, rel, knob, tp):
+    from r9k.registry.resolve import value_at_release
+
+    return value_at_release(reg, reg.variant(knob), rel, "qwen3.8-flash-next", tp)
