@@ -67,7 +67,7 @@ def describe(reg, v) -> list[tuple[str, str]]:
         add("gate eval", g.eval)
         st = gate_state(reg, v.id)
         if st is not None:
-            add("gate state", str(getattr(st, "describe", lambda: st)()))
+            add("gate state", f"{st.state}: {st.detail}" if hasattr(st, "detail") else str(st))
     add("requires", ", ".join(v.requires))
     add("conflicts", ", ".join(v.conflicts))
     if v.history:

@@ -214,16 +214,31 @@ def _bench(reg: Registry, a: str, b: str) -> list[BenchRow]:
 
     ia, ib = index(ra.bench), index(rb.bench)
     rows = []
-    for key in sorted(set(ia) & set(ib)):  # numbers both releases report
+    for key in sorted(set(ia) & set(ib), key=_bench_order):  # numbers both releases report
         cfg, metric, stack, _plat = key
         unit = (ib.get(key) or ia.get(key)).unit
         rows.append(BenchRow(cfg, metric, unit, stack, ia.get(key), ib.get(key)))
-    for key in sorted(set(ib) - set(ia)):  # B's numbers on another platform (e.g. this project's H200 runs)
+    for key in sorted(set(ib) - set(ia), key=_bench_order):  # B's numbers on another platform (e.g. this project's H200 runs)
         cfg, metric, stack, plat = key
         if plat == "r9700":
             continue
         rows.append(BenchRow(cfg, metric, ib[key].unit, stack, None, ib[key]))
     return rows
+
+
+CONFIG_ORDER = ["fn_tp4", "fn_tp2", "27b_tp2"]
+METRIC_ORDER = ["decode_step_ms", "single_stream_tok_s", "betterbench_decode_tok_s", "betterbench_step_p50_ms",
+                "concurrency_tok_s", "prefill_tok_s", "ttft_p50_ms", "kv_cache_tokens"]
+
+
+def _bench_order(key: tuple) -> tuple:
+    """Headline first: Flash-Next TP4, then TP2, then the 27B; decode step and single stream first."""
+    cfg, metric, stack, plat = key
+    base, _, sub = metric.partition("@")
+    ci = CONFIG_ORDER.index(cfg) if cfg in CONFIG_ORDER else len(CONFIG_ORDER)
+    mi = METRIC_ORDER.index(base) if base in METRIC_ORDER else len(METRIC_ORDER)
+    num = int("".join(ch for ch in sub if ch.isdigit()) or 0)
+    return (plat != "r9700", ci, cfg, mi, base, num, sub, stack)
 
 
 def _quality(reg: Registry, a: str, b: str) -> list[QualityRow]:
