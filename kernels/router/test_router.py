@@ -34,8 +34,9 @@ def _router_gate(x, w, poison):
     assert flips <= max(2, int(0.002 * y.numel())), f"{flips} bf16 flips vs stock of {y.numel()}"
     # Top-10 sets agree with fp64's except near-ties at the 10th value.
     k = min(10, E)
+    r64 = r64.cpu()
     vals, ids = r64.topk(k, dim=1)
-    _, ours = y.double().topk(k, dim=1)
+    _, ours = y.double().cpu().topk(k, dim=1)
     for m in range(M):
         a, b = set(ids[m].tolist()), set(ours[m].tolist())
         if a != b:
@@ -92,7 +93,8 @@ def _route_gate(logits, k, renorm, poison):
     assert_written(w, "weights")
     assert_written(ids, "ids")
     sw, sids = ref.moe_route(logits, k, renorm)
-    p64 = ref.moe_route_fp64(logits)
+    p64 = ref.moe_route_fp64(logits).cpu()
+    w, ids, sw, sids = w.cpu(), ids.cpu(), sw.cpu(), sids.cpu()
     for m in range(M):
         a, b = set(ids[m].tolist()), set(sids[m].tolist())
         assert len(a) == k
