@@ -1,0 +1,140 @@
+"""The vLLM plugin of r9k-stack (entry point ``vllm.general_plugins: r9k = r9k.plugin:register``).
+
+vLLM calls :func:`register` in every process it starts (API server, engine core, each worker),
+possibly more than once. It:
+
+1. resolves the active set (the manifest of ``r9kctl launch``, else ``R9K_PROFILE``, else the shipped
+   default for ``R9K_TP``) with the core resolver and validator, and raises
+   :class:`~r9k.plugin.startup.StartupError` with the located messages of ``r9kctl validate`` on any
+   error, before vLLM builds the model or loads weights;
+2. checks that this process agrees with the launch (hash of the resolved set);
+3. plans the dispatch table (which implementation each variant gets here; fallback to stock with one
+   warning, or an error in strict mode);
+4. declares the knobs to vLLM's environment-variable registry (graph-affecting ones reach the
+   torch.compile cache key);
+5. installs the implementations through vLLM's extension points (``PluggableLayer.register_oot``);
+6. logs one startup table (rank 0 in full, other ranks one line) and writes its status section.
+
+It imports neither textual nor rich, nor torch-heavy modules of its own; the kernel modules load at
+model construction. Nothing happens when no ``R9K_*`` variable is set (plain vLLM use).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from typing import Optional
+
+logger = logging.getLogger("vllm.r9k")
+
+_done = False
+_error: Optional[BaseException] = None
+_active = None
+_proc = None
+_status_path: Optional[str] = None
+
+
+def register() -> None:
+    """vLLM's general-plugin hook: idempotent (a second call in one process does nothing more)."""
+    global _done, _error
+    if _done:
+        if _error is not None:
+            raise _error
+        return
+    _done = True
+    try:
+        _register()
+    except BaseException as exc:
+        _error = exc
+        raise
+
+
+def _register() -> None:
+    global _active, _proc, _status_path
+    from . import dispatch, envdecl, install, startup
+
+    proc = startup.process_info()
+    active = startup.resolve_active()
+    if active is None:
+        logger.debug("r9k: no R9K_* variable set; plugin inactive in %s", proc.label)
+        return
+    notes = startup.apply_profile_env(active)
+    startup.check_agreement(active, proc)
+    table = dispatch.DispatchTable(active.rs, strict=active.rs.strict)
+    table.plan()
+    envdecl.declare(active.rs)
+    for plan in table.installs():
+        install.install(plan.extension_point)
+    _active, _proc = active, proc
+    dispatch.set_table(table)
+    _status_path = startup.default_status_file()
+    table.on_change = _write_status
+    for line in active.warnings + notes + table.warnings:
+        _emit(logging.WARNING, f"r9k {active.hash}: {line}")
+    for line in startup_table(active, table, proc):
+        _emit(logging.INFO, line)
+    _write_status(table)
+
+
+def _emit(level: int, line: str) -> None:
+    """Log through vLLM's logging; in the API server, vLLM configures logging only after its argument
+    parser (which loads the plugins) has run, so until then the line goes straight to stderr."""
+    if logging.getLogger("vllm").handlers or logging.getLogger().handlers:
+        logger.log(level, "%s", line)
+    else:
+        import sys
+
+        sys.stderr.write(f"{logging.getLevelName(level)} [r9k.plugin] {line}\n")
+
+
+def _write_status(table) -> None:
+    from . import status
+
+    if _active is None or _status_path is None:
+        return
+    try:
+        status.write_section(_status_path, status.snapshot(_active, table, _proc))
+    except OSError as exc:  # the status file is informative; never stop the server for it
+        logger.warning("r9k: cannot write the status file %s: %s", _status_path, exc)
+
+
+def startup_table(active, table, proc) -> list[str]:
+    """The startup table: a header with profile and hash; rank 0 lists every non-stock variant."""
+    rs = active.rs
+    head = (f"r9k {rs.hash}: profile {rs.profile} (tp {rs.tp}, {active.origin}), {proc.label}"
+            f"{' strict' if rs.strict else ''}")
+    if proc.rank != 0:
+        return [head + f"; rank {proc.rank}: table on rank 0"]
+    rows = []
+    for r in sorted(rs.non_stock(), key=lambda r: r.variant.knob):
+        p = table.plans.get(r.variant.id)
+        rows.append((r.variant.knob, "(unset)" if r.value is None else r.value, f"{r.layer}: {r.source}",
+                     p.describe() if p else "?"))
+    lines = [head + f"; {len(rows)} variant(s) not at stock:"]
+    if rows:
+        w = [max(len(x[i]) for x in rows + [("KNOB", "VALUE", "FROM", "")]) for i in range(3)]
+        lines.append(f"r9k {rs.hash}:   {'KNOB':<{w[0]}}  {'VALUE':<{w[1]}}  {'FROM':<{w[2]}}  IMPLEMENTATION")
+        for k, v, src, impl in rows:
+            lines.append(f"r9k {rs.hash}:   {k:<{w[0]}}  {v:<{w[1]}}  {src:<{w[2]}}  {impl}")
+    return lines
+
+
+def active_set():
+    """The resolved set of this process (None when inactive); for code that reads knob values."""
+    return _active.rs if _active is not None else None
+
+
+def current_status() -> dict:
+    """The status the ``/r9k/status`` route answers (this process merged with the status file)."""
+    from . import dispatch, status
+
+    own = status.snapshot(_active, dispatch.get_table(), _proc) if _active is not None else None
+    return status.merged_status(own, _status_path or os.environ.get("R9K_STATUS_FILE"))
+
+
+def _reset_for_tests() -> None:
+    """Forget this process's registration (unit tests only)."""
+    global _done, _error, _active, _proc, _status_path
+    from . import dispatch
+
+    _done, _error, _active, _proc, _status_path = False, None, None, None, None
+    dispatch.set_table(None)

@@ -1,0 +1,221 @@
+"""The dispatch table: which implementation each fused op uses in this process.
+
+Built once per process by ``register()`` from the resolved set. Two moments:
+
+* :meth:`DispatchTable.plan` (at ``register()``, cheap: no kernel import) decides, per variant, what
+  the plugin will install: the variant's value selects this project's implementation and it can run
+  here -> "fused"; the value is the stock one -> "stock" (vLLM's own code path, nothing installed);
+  the value selects an implementation that cannot run here -> "fallback": stock, with one warning
+  line, or a :class:`~r9k.plugin.startup.StartupError` in strict mode. Env-only variants are only
+  exported for code outside this project ("env").
+* :meth:`DispatchTable.choose` (at model construction, once per layer, never per call) hands a layer
+  the callable of its op, importing the kernel module then. An import failure at that point also
+  falls back to the op's stock implementation (or stops the start in strict mode).
+
+What was actually used is recorded (:attr:`DispatchTable.in_use`), logged once per op, and written to
+the status file that the server's ``/r9k/status`` route and ``r9kctl status`` read.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+logger = logging.getLogger("vllm.r9k")
+
+#: Extension-point kinds this plugin can install, and for each the names it has an adapter for.
+#: (The variant -> extension point mapping lives in the registry's TOML; this is only what the
+#: plugin knows how to plug into vLLM.)
+SUPPORTED_EXTENSION_POINTS: dict[str, tuple[str, ...]] = {
+    "pluggable_layer": ("gate_linear",),
+}
+
+
+@dataclass
+class Plan:
+    """What the plugin does for one variant in this process."""
+
+    variant_id: str
+    knob: str
+    value: Optional[str]
+    mode: str  # "fused" | "stock" | "fallback" | "env" | "unset"
+    extension_point: Optional[str]
+    op: Optional[str]
+    module: Optional[str]
+    reason: str = ""  # why a fallback happened
+    used: Optional[str] = None  # filled at model construction: the implementation a layer got
+    layers: int = 0  # how many layers asked for it
+
+    def describe(self) -> str:
+        """The 'implementation in use' column of the startup table."""
+        if self.mode == "fused":
+            where = f" via {self.extension_point}"
+            got = self.used or f"{self.module}:{self.op} (r9k, installed; used when the model is built)"
+            return f"{got}{where}"
+        if self.mode == "stock":
+            return "stock (vLLM's own path)"
+        if self.mode == "fallback":
+            return f"stock (fallback: {self.reason})"
+        if self.mode == "env":
+            return "exported to the environment (read by code outside this project)"
+        return "unset (implementation default)"
+
+
+@dataclass
+class Choice:
+    """What one layer got from :meth:`DispatchTable.choose`."""
+
+    op: str
+    variant_id: str
+    impl: str  # "fused" | "stock"
+    fn: Callable
+    label: str  # e.g. "r9k.kernels.router:router_gemm fused (triton interpret)"
+
+
+def triton_platform() -> Optional[str]:
+    from r9k.kernels.ops import triton_platform as tp
+
+    return tp()
+
+
+def _platform_ok(declared: list[str], triton: Optional[str]) -> bool:
+    """Whether the TOML's ``implementation.platforms`` (empty: no restriction) admits this process."""
+    if not declared:
+        return True
+    names = {"interpret": ("triton-interpret", "cpu", "interpret"), "cuda": ("cuda",), "rocm": ("rocm",)}
+    here = names.get(triton or "", ())
+    return any(p == h or p.startswith(h + "-") for p in declared for h in here)
+
+
+@dataclass
+class DispatchTable:
+    rs: object  # ResolvedSet
+    strict: bool = False
+    platform_probe: Callable[[], Optional[str]] = triton_platform
+    plans: dict[str, Plan] = field(default_factory=dict)
+    by_op: dict[str, str] = field(default_factory=dict)  # op name -> variant id
+    on_change: Optional[Callable[["DispatchTable"], None]] = None  # e.g. rewrite the status file
+    _choices: dict[str, Choice] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    # ----------------------------------------------------------------------------- at register()
+
+    def plan(self) -> dict[str, Plan]:
+        """Decide every variant's mode (no kernel import). Raises StartupError in strict mode when a
+        selected implementation cannot run here."""
+        from .startup import StartupError
+
+        triton = None
+        probed = False
+        errors: list[str] = []
+        for vid, r in sorted(self.rs.items.items()):
+            v = r.variant
+            impl = v.implementation
+            ep = impl.extension_point
+            p = Plan(vid, v.knob, r.value, "unset", ep, impl.op, impl.module)
+            if impl.op:
+                self.by_op[impl.op] = vid
+            if r.value is None:
+                p.mode = "unset"
+            elif ep in (None, "env-only"):
+                p.mode = "env"
+            elif r.is_stock or not r.active:
+                p.mode = "stock"
+            else:
+                kind, _, name = ep.partition(":")
+                reason = ""
+                if impl.module is None:
+                    reason = "its implementation is external to this project"
+                elif name not in SUPPORTED_EXTENSION_POINTS.get(kind, ()):
+                    reason = f"the plugin has no adapter for {ep} yet"
+                elif importlib.util.find_spec(impl.module) is None:
+                    reason = f"module {impl.module} is not installed"
+                else:
+                    if not probed:
+                        triton, probed = self.platform_probe(), True
+                    if triton is None:
+                        reason = "no Triton backend in this process (no GPU; TRITON_INTERPRET=1 not set)"
+                    elif not _platform_ok(impl.platforms, triton):
+                        reason = f"implementation runs on {impl.platforms}, this process has Triton '{triton}'"
+                if reason:
+                    p.mode, p.reason = "fallback", reason
+                    line = (f"{v.knob}={r.value}: {reason}; using stock ({v.knob}={v.stock})")
+                    if self.strict:
+                        errors.append(f"error[no-implementation]: {line} (strict mode)")
+                    else:
+                        self.warnings.append(line)
+                else:
+                    p.mode = "fused"
+            self.plans[vid] = p
+        if errors:
+            raise StartupError(errors, "r9k: a selected implementation cannot run here; refusing to start vLLM")
+        return self.plans
+
+    def installs(self) -> list[Plan]:
+        """Variants whose implementation the plugin installs through an extension point."""
+        return [p for p in self.plans.values() if p.mode == "fused"]
+
+    # ------------------------------------------------------------------- at model construction
+
+    def choose(self, op: str, layer: str = "") -> Optional[Choice]:
+        """The implementation of ``op`` for one layer; call once per layer at construction.
+
+        None means: this project's implementation is not used here (stock, or a fallback already
+        warned about); the layer keeps vLLM's own code path."""
+        from r9k.kernels import ops
+
+        from .startup import StartupError
+
+        vid = self.by_op.get(op)
+        if vid is None:
+            raise KeyError(f"no variant in the registry names op {op!r}")
+        plan = self.plans[vid]
+        plan.layers += 1
+        if plan.mode != "fused":
+            return None
+        if op in self._choices:
+            return self._choices[op]
+        try:
+            kop = ops.get(op)
+        except Exception as exc:  # noqa: BLE001 - any import problem of the kernel means: not available
+            if self.strict:
+                raise StartupError([f"error[no-implementation]: {plan.knob}={plan.value}: kernel op {op!r} "
+                                    f"does not load: {exc!r} (strict mode)"]) from exc
+            msg = f"{plan.knob}={plan.value}: kernel op {op!r} does not load ({exc!r}); using stock"
+            logger.warning("r9k: %s", msg)
+            self.warnings.append(msg)
+            plan.mode, plan.reason = "fallback", f"kernel op does not load: {exc!r}"
+            if self.on_change:
+                self.on_change(self)
+            return None
+        fused = plan.value in kop.fused_values
+        fn = kop.fused if fused else kop.stock
+        impl = "fused" if fused else "stock"
+        where = f"triton {triton_platform()}" if fused else "torch"
+        label = f"{plan.module}:{op} {impl} ({where})"
+        choice = Choice(op, vid, impl, fn, label)
+        self._choices[op] = choice
+        plan.used = label
+        logger.info("r9k %s: %s=%s -> %s, first used by %s", self.rs.hash, plan.knob, plan.value, label,
+                    layer or "a layer")
+        if self.on_change:
+            self.on_change(self)
+        return choice
+
+    def in_use(self) -> dict[str, str]:
+        """variant id -> the implementation this process uses, for every non-stock variant."""
+        return {vid: p.describe() for vid, p in sorted(self.plans.items()) if p.mode in ("fused", "fallback")}
+
+
+_TABLE: Optional[DispatchTable] = None
+
+
+def get_table() -> Optional[DispatchTable]:
+    """The process's table (None when the plugin is inactive here)."""
+    return _TABLE
+
+
+def set_table(table: Optional[DispatchTable]) -> None:
+    global _TABLE
+    _TABLE = table

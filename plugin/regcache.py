@@ -1,0 +1,75 @@
+"""A snapshot cache of the loaded registry, so that the plugin's ``register()`` stays cheap.
+
+``register()`` runs in every vLLM process (API server, engine core, every worker). Parsing the ~30
+TOML files of the registry costs ~40 ms per process (tomllib is pure Python), more than the plugin's
+whole startup budget. The parsed :class:`~r9k.registry.loader.Registry` (schema-checked by the core
+loader) is therefore pickled once into the user's cache directory, keyed by a fingerprint of every
+input file (path, size, mtime) and of the registry's own Python sources. A changed file changes the
+key, so a stale snapshot is never used; a snapshot that cannot be read is rebuilt.
+
+Only successful loads are cached: a registry with errors raises ``RegistryError`` every time, with
+its located diagnostics.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+
+def _fingerprint(root: Path, profile_dirs: list[Path]) -> str:
+    from r9k import registry as regpkg
+
+    h = hashlib.sha256()
+    h.update(str(root.resolve()).encode())
+    pkg_dir = Path(regpkg.__file__).parent
+    files: list[Path] = sorted(pkg_dir.glob("*.py"))
+    for d in [root, *profile_dirs]:
+        h.update(b"\0dir:" + str(Path(d).resolve()).encode())
+        if Path(d).is_dir():
+            files += sorted(Path(d).rglob("*.toml"))
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        h.update(f"{f}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:20]
+
+
+def cache_dir() -> Path:
+    from .tiny_model import cache_root
+
+    return cache_root() / "registry-snapshots"
+
+
+def load_registry_cached(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None):
+    """Same result as ``r9k.registry.load_registry(root, profile_dirs)``, from a snapshot when fresh.
+
+    ``R9K_NO_REGISTRY_CACHE=1`` bypasses the cache (used by the benchmark to measure both paths).
+    """
+    from r9k.registry.loader import default_profile_dirs, default_registry_root, load_registry
+
+    root = Path(root).expanduser() if root else default_registry_root()
+    dirs = list(profile_dirs) if profile_dirs is not None else default_profile_dirs()
+    if os.environ.get("R9K_NO_REGISTRY_CACHE") == "1":
+        return load_registry(root, dirs)
+    path = cache_dir() / f"{_fingerprint(root, dirs)}.pickle"
+    try:
+        with open(path, "rb") as fh:
+            return pickle.load(fh)
+    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError):
+        pass
+    reg = load_registry(root, dirs)  # raises RegistryError with located diagnostics
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+        with os.fdopen(fd, "wb") as fh:
+            pickle.dump(reg, fh, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache directory only costs speed
+        pass
+    return reg

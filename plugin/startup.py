@@ -1,0 +1,236 @@
+"""Resolving the active set at startup, in every vLLM process, and failing fast.
+
+Where the set comes from (first that applies):
+
+1. ``R9K_MANIFEST``: the manifest ``r9kctl launch`` wrote after validating. The process re-resolves
+   the manifest's profile at its TP size against its own environment with the core resolver (the
+   same layers and checks as ``r9kctl validate``) and refuses to start when the result differs from
+   the manifest (hash mismatch: the environment or the registry changed since the launch validated).
+2. ``R9K_PROFILE`` (started by hand): that profile, at ``R9K_TP`` if set.
+3. ``R9K_TP`` or any declared knob in the environment: the shipped default profile for that TP size
+   (``tp<N>-default``).
+4. Nothing of the above: the plugin is inactive in this process (a vLLM that merely has the package
+   installed is left alone).
+
+Every error is reported with the core's located one-line format (``path:line:col: error[code]: ...``)
+in a :class:`StartupError`, raised from ``register()``, i.e. before vLLM builds the model or loads
+any weight.
+
+Agreement between processes: the first plugin process of a launch exports the hash of its resolved
+set as ``_R9K_LAUNCH_HASH`` (inherited by the engine core and the workers it spawns, and copied to
+Ray workers because it is declared to vLLM's env registry); every later process compares its own
+hash with it and refuses to start on a mismatch.
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+#: Exported by the first plugin process of a launch; compared by every later one.
+LAUNCH_HASH_VAR = "_R9K_LAUNCH_HASH"
+#: Where the status file goes when R9K_STATUS_FILE is not set (exported for the child processes).
+STATUS_FILE_VAR = "R9K_STATUS_FILE"
+
+
+class StartupError(RuntimeError):
+    """The plugin refuses to let vLLM start; the message holds one located line per problem."""
+
+    def __init__(self, lines: list[str], headline: str = "r9k: refusing to start vLLM"):
+        self.lines = lines
+        super().__init__(headline + ":\n" + "\n".join("  " + ln for ln in lines))
+
+
+@dataclass
+class ProcessInfo:
+    """Which vLLM process this is, from the multiprocessing name vLLM gives it."""
+
+    name: str  # "MainProcess", "EngineCore", "EngineCore_DP0", "VllmWorker-1", ...
+    pid: int
+    rank: int  # worker rank (0 outside workers)
+
+    @property
+    def role(self) -> str:
+        if self.name.startswith("VllmWorker"):
+            return "worker"
+        if self.name.startswith("EngineCore"):
+            return "engine"
+        return "main"  # the API server, or the process of an offline LLM(...)
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} pid {self.pid}"
+
+
+def process_info() -> ProcessInfo:
+    name = multiprocessing.current_process().name
+    rank = 0
+    if name.startswith("VllmWorker-"):
+        try:
+            rank = int(name.rsplit("-", 1)[1])
+        except ValueError:
+            rank = 0
+    return ProcessInfo(name=name, pid=os.getpid(), rank=rank)
+
+
+@dataclass
+class Active:
+    """The outcome of startup resolution in one process."""
+
+    rs: object  # r9k.registry.resolve.ResolvedSet
+    reg: object  # r9k.registry.loader.Registry
+    origin: str  # "manifest <path>", "R9K_PROFILE", "default for TP n"
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def hash(self) -> str:
+        return self.rs.hash
+
+
+def wants_activation(environ: Mapping[str, str]) -> bool:
+    """Whether anything in the environment asks for this project's stack."""
+    if any(environ.get(k) for k in ("R9K_MANIFEST", "R9K_PROFILE", "R9K_TP")):
+        return True
+    return any(k.startswith("R9K_") for k in environ if k not in ("R9K_CACHE_DIR", "R9K_REGISTRY",
+                                                                     "R9K_PROFILES_DIR"))
+
+
+def _load_registry():
+    from r9k.registry.errors import RegistryError
+
+    from .regcache import load_registry_cached
+
+    try:
+        return load_registry_cached()
+    except RegistryError as exc:
+        raise StartupError([d.format() for d in exc.diagnostics],
+                           "r9k: the registry does not load; refusing to start vLLM") from None
+
+
+def _check(reg, rs, strict: bool) -> list[str]:
+    """The core's semantic checks on a resolved set; returns warning lines, raises on errors."""
+    from r9k.registry.validate import Report, check_profile
+
+    report = Report()
+    check_profile(reg, rs, report)
+    errors = report.errors + (report.warnings if strict else [])
+    if errors:
+        raise StartupError([d.format() for d in errors],
+                           f"r9k: profile '{rs.profile}' does not validate; refusing to start vLLM")
+    return [d.format() for d in report.warnings]
+
+
+def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Active]:
+    """Resolve and validate the active set for this process; None when the plugin is inactive."""
+    environ = dict(os.environ if environ is None else environ)
+    if not wants_activation(environ):
+        return None
+    from r9k.registry.resolve import ResolvedSet, resolve
+
+    reg = _load_registry()
+    manifest_path = environ.get("R9K_MANIFEST")
+    if manifest_path:
+        try:
+            data = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise StartupError([f"{manifest_path}: error[manifest]: cannot read the manifest: {exc}"]) from None
+        from_launch = ResolvedSet.from_manifest(data, reg)
+        if not from_launch.ok:
+            raise StartupError([d.format() for d in from_launch.diagnostics if d.level == "error"],
+                               f"r9k: manifest {manifest_path} is not valid here; refusing to start vLLM")
+        here = resolve(reg, from_launch.profile, tp=from_launch.tp, env=environ,
+                       platform=from_launch.platform, strict=from_launch.strict or None)
+        _raise_on_resolve_errors(here)
+        if here.hash != from_launch.hash:
+            diffs = [f"{r.variant.knob}: manifest {from_launch.items[vid].value!r}, this process {r.value!r} "
+                     f"(from {r.source})"
+                     for vid, r in sorted(here.items.items())
+                     if vid in from_launch.items and from_launch.items[vid].value != r.value]
+            if from_launch.extra_env != here.extra_env:
+                diffs.append(f"profile env: manifest {from_launch.extra_env}, this process {here.extra_env}")
+            raise StartupError(
+                [f"{manifest_path}: error[manifest-drift]: the active set resolved here ({here.hash}) differs "
+                 f"from the one r9kctl launch validated ({from_launch.hash})"] + diffs)
+        warnings = _check(reg, from_launch, from_launch.strict)
+        # Keep the manifest's provenance (it knows which values came from --set on the command line).
+        return Active(from_launch, reg, f"manifest {manifest_path}", warnings)
+
+    tp = environ.get("R9K_TP")
+    try:
+        tp_n = int(tp) if tp else None
+    except ValueError:
+        raise StartupError([f"error[bad-value]: R9K_TP={tp!r} is not an integer (environment R9K_TP)"]) from None
+    profile = environ.get("R9K_PROFILE")
+    origin = "R9K_PROFILE"
+    if not profile:
+        profile = f"tp{tp_n or 1}-default"
+        origin = f"shipped default for TP {tp_n or 1}"
+        if profile not in reg.profiles:
+            shipped = sorted(p for p in reg.profiles if p.endswith("-default"))
+            raise StartupError([f"error[no-profile]: R9K_* variables are set but neither R9K_MANIFEST nor "
+                                f"R9K_PROFILE, and there is no shipped default profile '{profile}' "
+                                f"(shipped: {', '.join(shipped)}); set R9K_PROFILE or R9K_TP"])
+    rs = resolve(reg, profile, tp=tp_n, env=environ)
+    _raise_on_resolve_errors(rs)
+    warnings = _check(reg, rs, rs.strict)
+    return Active(rs, reg, origin, warnings)
+
+
+def _raise_on_resolve_errors(rs) -> None:
+    errors = [d for d in rs.diagnostics if d.level == "error"]
+    if errors:
+        raise StartupError([d.format() for d in errors],
+                           f"r9k: profile '{rs.profile}' does not resolve; refusing to start vLLM")
+
+
+def check_agreement(active: Active, proc: ProcessInfo, environ=None) -> Optional[str]:
+    """Compare this process's hash with the launch's; export it when this is the first process.
+
+    Returns the hash this process agreed with (None when it is the first). Raises on disagreement.
+    """
+    environ = os.environ if environ is None else environ
+    expected = environ.get(LAUNCH_HASH_VAR)
+    if not expected:
+        environ[LAUNCH_HASH_VAR] = active.hash
+        return None
+    if expected != active.hash:
+        who = "worker" if proc.role == "worker" else proc.role
+        raise StartupError([f"error[hash-mismatch]: this {who} ({proc.label}) resolved the active set to "
+                            f"{active.hash}, the engine/launch resolved {expected}; the processes of one "
+                            "server must run the same kernel set (different environment or registry files?)"])
+    return expected
+
+
+def apply_profile_env(active: Active, environ=None) -> list[str]:
+    """Export the profile's ``[env]`` (e.g. TRITON_INTERPRET for cpu-smoke) when started by hand;
+    ``r9kctl launch`` has exported it already. Never overrides a variable that is set: a difference
+    is reported as a warning line instead."""
+    environ = os.environ if environ is None else environ
+    notes = []
+    for k, v in active.rs.extra_env.items():
+        cur = environ.get(k)
+        if cur is None:
+            environ[k] = v
+        elif cur != v:
+            notes.append(f"profile '{active.rs.profile}' sets {k}={v}, but the environment has {k}={cur} (kept)")
+    return notes
+
+
+def default_status_file(environ=None) -> str:
+    """The status file of this launch: R9K_STATUS_FILE, else next to the manifest, else in the cache.
+    The first process decides and exports it, so that every process of the launch writes the same."""
+    environ = os.environ if environ is None else environ
+    path = environ.get(STATUS_FILE_VAR)
+    if not path:
+        manifest = environ.get("R9K_MANIFEST")
+        if manifest:
+            path = str(Path(manifest).with_suffix("")) + ".status.json"
+        else:
+            from .tiny_model import cache_root
+
+            path = str(cache_root() / "run" / f"status-{os.getpid()}.json")
+        environ[STATUS_FILE_VAR] = path
+    return path

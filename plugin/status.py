@@ -1,0 +1,127 @@
+"""The server's active set, for clients: a status file, and the HTTP route ``GET /r9k/status``.
+
+The status file (``$R9K_STATUS_FILE``; by default next to the manifest of ``r9kctl launch``) is
+written by every plugin process into its own section (keyed by process name), atomically: the API
+server writes what it resolved at start, the worker of rank 0 rewrites it when the model is built,
+with the implementation each fused op actually got.
+
+The route is a ``vllm.endpoint_plugins`` entry (vLLM loads endpoint plugins only when named in
+``VLLM_PLUGINS``; ``r9kctl launch`` sets ``VLLM_PLUGINS=r9k``). It answers the API server's own
+resolved set, merged with the file's per-process sections.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Optional
+
+SCHEMA = "r9k-status/1"
+ROUTE = "/r9k/status"
+
+
+def snapshot(active, table, proc) -> dict:
+    """This process's view: profile, hash, every value, and the non-stock variants with provenance."""
+    rs = active.rs
+    plans = table.plans if table is not None else {}
+    non_stock = []
+    for r in sorted(rs.non_stock(), key=lambda r: r.variant.knob):
+        p = plans.get(r.variant.id)
+        non_stock.append({"variant": r.variant.id, "knob": r.variant.knob, "value": r.value,
+                          "stock": r.variant.stock, "layer": r.layer, "source": r.source,
+                          "implementation": p.describe() if p else None,
+                          "mode": p.mode if p else None})
+    return {
+        "profile": rs.profile, "hash": rs.hash, "tp": rs.tp, "model": rs.model, "platform": rs.platform,
+        "origin": active.origin, "strict": rs.strict,
+        "process": {"name": proc.name, "pid": proc.pid, "role": proc.role, "rank": proc.rank},
+        "values": {r.variant.knob: r.value for r in rs.items.values() if r.value is not None},
+        "non_stock": non_stock,
+        "in_use": table.in_use() if table is not None else {},
+        "time": time.time(),
+    }
+
+
+def write_section(path: str, section: dict) -> None:
+    """Merge this process's section into the status file (locked read-modify-write, atomic replace)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    lock = p.with_name(p.name + ".lock")
+    with open(lock, "a+") as lf:
+        fcntl.flock(lf, fcntl.LOCK_EX)
+        try:
+            data = json.loads(p.read_text()) if p.exists() else {}
+        except (OSError, ValueError):
+            data = {}
+        if data.get("hash") not in (None, section["hash"]):
+            data = {}  # a previous launch's file
+        data.update({"schema": SCHEMA, "profile": section["profile"], "hash": section["hash"],
+                     "tp": section["tp"], "model": section["model"]})
+        procs = data.setdefault("processes", {})
+        procs[section["process"]["name"]] = section
+        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
+        with os.fdopen(fd, "w") as fh:
+            json.dump(data, fh, indent=1, sort_keys=True)
+        os.replace(tmp, p)
+
+
+def read_status_file(path: str) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
+    """What the route answers: the API server's section, the file's processes, and the implementation
+    in use as the model-building worker (rank 0) reports it."""
+    data: dict = {"schema": SCHEMA}
+    file_data = {}
+    if path:
+        try:
+            file_data = read_status_file(path)
+        except (OSError, ValueError):
+            file_data = {}
+    procs = dict(file_data.get("processes", {}))
+    if own is not None:
+        data.update({k: own[k] for k in ("profile", "hash", "tp", "model", "platform", "origin", "strict",
+                                          "values", "non_stock")})
+        procs.setdefault(own["process"]["name"], own)
+    else:
+        data.update({k: file_data.get(k) for k in ("profile", "hash", "tp", "model")})
+    data["processes"] = {n: {"pid": s["process"]["pid"], "role": s["process"]["role"],
+                             "rank": s["process"]["rank"], "hash": s["hash"], "in_use": s.get("in_use", {})}
+                         for n, s in sorted(procs.items())}
+    workers = sorted((s for s in procs.values() if s["process"]["role"] == "worker"),
+                     key=lambda s: s["process"]["rank"])
+    builder = workers[0] if workers else (own or next(iter(procs.values()), None))
+    data["in_use"] = builder.get("in_use", {}) if builder else {}
+    data["in_use_from"] = builder["process"]["name"] if builder else None
+    data["agree"] = len({s["hash"] for s in procs.values()}) <= 1
+    data["status_file"] = path
+    return data
+
+
+class StatusEndpoint:
+    """A ``vllm.endpoint_plugins`` entry: ``GET /r9k/status`` answers the active set as JSON."""
+
+    name = "r9k"
+    required_tasks = None
+
+    def attach_router(self, app) -> None:
+        from fastapi.responses import JSONResponse
+
+        async def r9k_status():
+            from . import current_status
+
+            return JSONResponse(current_status())
+
+        app.add_api_route(ROUTE, r9k_status, methods=["GET"], name="r9k_status")
+
+    async def init_state(self, engine_client, state, args) -> None:
+        return None
+
+
+def endpoint_plugin() -> StatusEndpoint:
+    """Factory named by the ``vllm.endpoint_plugins`` entry point."""
+    return StatusEndpoint()
