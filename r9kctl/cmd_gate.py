@@ -117,11 +117,15 @@ def run(args) -> int:
             summary = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
             print(f"  {r.variant:<{width}}  {r.result:<8} {summary:<40} gate now: {states[r.variant].state}")
         if gpu:
-            print(f"\n{sum(len(v) for v in gpu.values())} test(s) need a GPU (skipped here, gate not complete "
-                  "until they pass on one):")
+            print(f"\n{sum(len(v) for v in gpu.values())} test item(s) need a GPU (skipped here; such a gate is "
+                  "not complete until they pass on one):")
             for vid, items in gpu.items():
-                for n in items:
-                    print(f"  {vid}: {n}")
+                by_test: dict[str, int] = {}
+                for n in items:  # one line per test function, parametrizations counted
+                    base = n.split("[", 1)[0]
+                    by_test[base] = by_test.get(base, 0) + 1
+                for base, count in by_test.items():
+                    print(f"  {vid}: {base}" + (f" ({count} cases)" if count > 1 else ""))
         if plan.no_tests:
             print(f"\n{len(plan.no_tests)} selected variant(s) declare no gate tests: "
                   f"{', '.join(v.id for v in plan.no_tests)}")

@@ -61,8 +61,10 @@ def registry_root(reg_or_root: Any) -> Path:
 
 
 def repo_root(reg_or_root: Any) -> Path:
-    """Source paths and pytest ids are relative to the repository root: the registry folder's parent."""
-    return registry_root(reg_or_root).resolve().parent
+    """Source paths and pytest ids are relative to the repository root: the registry folder's parent, or
+    ``$R9K_REPO_ROOT`` (for a registry tree kept outside the repository whose code it describes)."""
+    forced = os.environ.get("R9K_REPO_ROOT")
+    return Path(forced).resolve() if forced else registry_root(reg_or_root).resolve().parent
 
 
 def ledger_path(reg_or_root: Any) -> Path:

@@ -205,7 +205,7 @@ def test_gate_profile_and_validate_warning(repo, capsys):
     assert "kernels/evfake/test_evfake.py::test_on_gpu" in out and "evfake_lost" not in out
     assert cli.main(["gate", "--profile", "evfake"]) == 0
     out = capsys.readouterr().out
-    assert "1 test(s) need a GPU" in out and "evfake_gpu: kernels/evfake/test_evfake.py::test_on_gpu" in out
+    assert "1 test item(s) need a GPU" in out and "evfake_gpu: kernels/evfake/test_evfake.py::test_on_gpu" in out
     assert {r["variant"] for r in _ledger(repo)} == {"evfake_add", "evfake_gpu"}
     assert gate_warnings() == []
     assert cli.main(["gate", "--status"]) == 0
