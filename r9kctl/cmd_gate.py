@@ -131,6 +131,10 @@ def run(args) -> int:
                   f"{', '.join(v.id for v in plan.no_tests)}")
         if failed:
             print(f"\n{len(failed)} gate(s) FAILED: {', '.join(r.variant for r in failed)}")
+            for r in failed:
+                for n, o in r.outcomes.items():
+                    if o not in (L.PASSED, L.SKIPPED, L.NEEDS_GPU):
+                        print(f"  {r.variant}: {o} {n}")
             tail = "\n".join(result.log.strip().splitlines()[-40:])
             print(f"--- pytest output (tail) ---\n{tail}")
     return 1 if failed else 0

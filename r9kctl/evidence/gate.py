@@ -123,7 +123,7 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
             if not _gpu_device_present():
                 env.setdefault("TRITON_INTERPRET", "1")
             cmd = [sys.executable, "-m", "pytest", "-p", "r9k.r9kctl.evidence.pytest_plugin",
-                   "-p", "no:cacheprovider", "--rootdir", str(root), "-q", "-rfEs", *pytest_args, *files]
+                   "-p", "no:cacheprovider", "--rootdir", str(root), "-q", "-rfE", *pytest_args, *files]
             say(f"running {len(existing)} gate test id(s) of {len(gate_plan.variants)} variant(s): "
                 f"{' '.join(cmd[1:4])} ... {len(files)} file(s)")
             with logf.open("w") as log:
