@@ -16,7 +16,9 @@ the compiled graph (``graph_affecting`` in its TOML):
   the cache key, so it does not cause needless recompiles. Its value is read from the resolved set
   (``r9k.plugin.active_set()``), not from ``vllm.envs``.
 
-The plugin's own control variables are declared the same way (constant None).
+The plugin's own control variables are declared the same way (constant None). Launcher knobs
+(category ``launcher``: ``UTIL``, ``EAGER``, ...) are not: ``r9kctl launch`` turns them into vLLM's own
+flags and variables, which vLLM already accounts for; their bare names never reach vLLM.
 """
 from __future__ import annotations
 
@@ -55,6 +57,8 @@ def declare(rs, env_vars: Optional[dict] = None) -> dict[str, str]:
     added: dict[str, str] = {}
     for r in rs.items.values():
         v = r.variant
+        if v.category == "launcher":
+            continue
         existing = env_vars.get(v.knob)
         if existing is not None and not getattr(existing, _MARK, False):
             continue

@@ -83,6 +83,8 @@ def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
         except (OSError, ValueError):
             file_data = {}
     procs = dict(file_data.get("processes", {}))
+    if own is None and procs:  # read from the file alone: the front-end process speaks for the server
+        own = procs.get("MainProcess") or next(iter(procs.values()))
     if own is not None:
         data.update({k: own[k] for k in ("profile", "hash", "tp", "model", "platform", "origin", "strict",
                                           "values", "non_stock")})

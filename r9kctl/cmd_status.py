@@ -1,0 +1,81 @@
+"""``r9kctl status``: the active set of a running server, as the server reports it.
+
+Reads ``GET <url>/r9k/status`` (the plugin's route) with ``--url``, or the plugin's status file with
+``--file`` (default: ``$R9K_STATUS_FILE``). Shows the profile, the hash each vLLM process resolved, and
+for every variant not at its stock value: knob, value, provenance and the implementation in use.
+
+Exit codes: 0 the processes agree, 1 they report different hashes, 2 no status could be read.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.error
+import urllib.request
+
+ROUTE = "/r9k/status"  # same as r9k.plugin.status.ROUTE (not imported: keep this command light)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("status", help="show the active set a running server reports",
+                       description=__doc__.split("\n\n")[1])
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000")
+    src.add_argument("--file", help="status file written by the plugin (default: $R9K_STATUS_FILE)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the server (default 10)")
+    p.set_defaults(func=run)
+
+
+def fetch(url: str, timeout: float = 10.0) -> dict:
+    full = url.rstrip("/") + ROUTE
+    with urllib.request.urlopen(full, timeout=timeout) as resp:  # noqa: S310 - a user-given server URL
+        return json.loads(resp.read().decode())
+
+
+def read(args) -> dict:
+    if args.url:
+        return fetch(args.url, args.timeout)
+    path = args.file or os.environ.get("R9K_STATUS_FILE")
+    if not path:
+        raise ValueError("give --url or --file (or set R9K_STATUS_FILE)")
+    with open(path, encoding="utf-8") as fh:
+        data = json.load(fh)
+    if "in_use" not in data:  # the raw file: merge the processes' sections as the route does
+        from r9k.plugin.status import merged_status
+
+        data = merged_status(None, path)
+    return data
+
+
+def run(args) -> int:
+    try:
+        data = read(args)
+    except urllib.error.HTTPError as exc:
+        hint = " (the server runs without the plugin's route: VLLM_PLUGINS must name r9k)" if exc.code == 404 else ""
+        print(f"r9kctl status: {args.url}{ROUTE}: HTTP {exc.code}{hint}", file=sys.stderr)
+        return 2
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        print(f"r9kctl status: {exc}", file=sys.stderr)
+        return 2
+    agree = data.get("agree", True)
+    if args.format == "json":
+        print(json.dumps(data, indent=2, sort_keys=True))
+        return 0 if agree else 1
+    from .output import table
+
+    print(f"profile {data.get('profile')}  hash {data.get('hash')}  tp {data.get('tp')}  model {data.get('model')}")
+    procs = data.get("processes", {})
+    table(["PROCESS", "PID", "ROLE", "RANK", "HASH"],
+          [[n, p.get("pid"), p.get("role"), p.get("rank"), p.get("hash")] for n, p in procs.items()],
+          title="processes")
+    in_use = data.get("in_use", {})
+    rows = [[r["knob"], r["value"], f"{r['layer']}: {r['source']}", in_use.get(r["variant"], r.get("implementation"))]
+            for r in data.get("non_stock", [])]
+    table(["KNOB", "VALUE", "FROM", "IMPLEMENTATION IN USE"], rows,
+          title=f"not at stock (implementation as reported by {data.get('in_use_from')})")
+    if not agree:
+        print("r9kctl status: the server's processes report different hashes", file=sys.stderr)
+        return 1
+    return 0

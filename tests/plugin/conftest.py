@@ -1,0 +1,62 @@
+"""Fixtures of the plugin tests.
+
+* ``TRITON_INTERPRET=1`` when no CUDA device is visible, set before any kernel module is imported
+  (Triton decides at decoration time whether a kernel runs on a GPU or in its CPU interpreter).
+* ``plugin_env``: an environment without any ``R9K_*`` variable, a private cache directory, and a
+  plugin that has not registered yet in this process (undone after the test).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+try:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+except ImportError:
+    pass
+
+
+@pytest.fixture
+def plugin_env(monkeypatch, tmp_path):
+    import r9k.plugin as plugin
+
+    for k in list(os.environ):
+        if k.startswith(("R9K_", "_R9K_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("R9K_CACHE_DIR", str(tmp_path / "cache"))
+    import vllm.envs as envs
+    from vllm.model_executor.custom_op import op_registry_oot
+
+    from r9k.plugin.install import HOOKS
+
+    saved_env_vars = dict(envs.environment_variables)
+    saved_oot = dict(op_registry_oot)
+    plugin._reset_for_tests()
+    yield monkeypatch
+    plugin._reset_for_tests()
+    envs.environment_variables.clear()
+    envs.environment_variables.update(saved_env_vars)
+    op_registry_oot.clear()
+    op_registry_oot.update(saved_oot)
+    HOOKS.pending.clear()
+
+
+@pytest.fixture(scope="session")
+def registry():
+    from r9k.registry import load_registry
+
+    return load_registry()
+
+
+@pytest.fixture
+def seed() -> int:
+    """A fresh seed per test (``R9K_TEST_SEED`` replays one); printed with a failing test's output."""
+    import random
+
+    s = int(os.environ.get("R9K_TEST_SEED") or random.SystemRandom().randrange(2**31))
+    print(f"seed={s}")
+    return s

@@ -1,0 +1,95 @@
+"""The dispatch table: fused where it can run, fallback to stock with one warning, strict mode."""
+from __future__ import annotations
+
+import pytest
+
+from r9k.plugin.dispatch import DispatchTable
+from r9k.plugin.startup import StartupError
+
+
+def _rs(registry, **env):
+    from r9k.registry.resolve import resolve
+
+    rs = resolve(registry, "cpu-smoke", env=env)
+    assert rs.ok, [d.format() for d in rs.diagnostics]
+    return rs
+
+
+def test_fused_when_the_platform_runs_triton(registry):
+    from r9k.kernels import ops
+
+    t = DispatchTable(_rs(registry), platform_probe=lambda: "interpret")
+    plans = t.plan()
+    assert plans["router_gemm"].mode == "fused"
+    assert [p.variant_id for p in t.installs()] == ["router_gemm"]
+    assert t.warnings == []
+    c = t.choose("router_gemm", layer="model.layers.0.mlp.gate")
+    assert c is not None and c.impl == "fused" and c.fn is ops.get("router_gemm").fused
+    assert t.choose("router_gemm") is c, "one choice per op and process, not one per layer"
+    assert plans["router_gemm"].layers == 2
+    assert "fused" in t.in_use()["router_gemm"]
+
+
+def test_stock_value_installs_nothing(registry):
+    t = DispatchTable(_rs(registry, R9K_ROUTER="stock"), platform_probe=lambda: "interpret")
+    t.plan()
+    assert t.plans["router_gemm"].mode == "stock"
+    assert t.installs() == []
+    assert t.choose("router_gemm") is None  # the layer keeps vLLM's own path
+    assert "router_gemm" not in t.in_use()
+
+
+def test_fallback_to_stock_with_one_warning_line(registry):
+    t = DispatchTable(_rs(registry), platform_probe=lambda: None)  # CPU without the interpreter
+    t.plan()
+    p = t.plans["router_gemm"]
+    assert p.mode == "fallback" and "no Triton backend" in p.reason
+    assert len(t.warnings) == 1 and t.warnings[0].startswith("R9K_ROUTER=r9k: ")
+    assert "using stock (R9K_ROUTER=stock)" in t.warnings[0]
+    assert t.installs() == []
+    assert t.choose("router_gemm") is None
+    assert t.in_use()["router_gemm"].startswith("stock (fallback")
+
+
+def test_strict_mode_stops_the_start(registry):
+    t = DispatchTable(_rs(registry), strict=True, platform_probe=lambda: None)
+    with pytest.raises(StartupError) as ei:
+        t.plan()
+    assert "error[no-implementation]" in str(ei.value) and "R9K_ROUTER=r9k" in str(ei.value)
+
+
+def test_declared_platforms_restrict_where_it_runs(registry):
+    rs = _rs(registry)
+    impl = rs.items["router_gemm"].variant.implementation
+    old = list(impl.platforms)
+    impl.platforms = ["cuda-h200"]
+    try:
+        t = DispatchTable(rs, platform_probe=lambda: "interpret")
+        t.plan()
+        assert t.plans["router_gemm"].mode == "fallback"
+        assert "cuda-h200" in t.plans["router_gemm"].reason
+        impl.platforms = ["triton-interpret"]
+        t = DispatchTable(rs, platform_probe=lambda: "interpret")
+        t.plan()
+        assert t.plans["router_gemm"].mode == "fused"
+    finally:
+        impl.platforms = old
+
+
+def test_a_variant_without_adapter_or_implementation_falls_back(registry):
+    from r9k.registry.resolve import resolve
+
+    # Find a variant installed through an extension point the plugin has no adapter for, switch it on.
+    cand = [v for v in registry.variants.values()
+            if (v.implementation.extension_point or "").startswith("custom_op:") and v.stock is not None
+            and v.choices]
+    assert cand, "the registry maps some variants to custom ops"
+    v = cand[0]
+    on = next(c for c in v.choices if c != v.stock)
+    rs = resolve(registry, "cpu-smoke", env={}, sets={v.knob: on})
+    t = DispatchTable(rs, platform_probe=lambda: "interpret")
+    t.plan()
+    assert t.plans[v.id].mode == "fallback"
+    assert "no adapter" in t.plans[v.id].reason
+    with pytest.raises(StartupError):
+        DispatchTable(rs, strict=True, platform_probe=lambda: "interpret").plan()
