@@ -1,0 +1,124 @@
+"""The control panel's App: loads the registry (or shows where it is broken), installs the main screen,
+the command palette provider, two themes of its own and a keymap by binding id."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, Optional
+
+from textual.app import App
+from textual.binding import Binding
+from textual.theme import Theme
+
+from r9k.registry.errors import Diagnostic, RegistryError
+
+from .commands import R9kCommands
+
+DARK = Theme(name="r9k-dark", primary="#4EA1D3", secondary="#B083F0", accent="#E8A33D", warning="#E8A33D",
+             error="#E5534B", success="#57AB5A", background="#1C2128", surface="#22272E", panel="#2D333B",
+             dark=True)
+LIGHT = Theme(name="r9k-light", primary="#0969DA", secondary="#8250DF", accent="#BF8700", warning="#9A6700",
+              error="#CF222E", success="#1A7F37", background="#FFFFFF", surface="#F6F8FA", panel="#EAEEF2",
+              dark=False)
+
+
+def config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    return Path(base) / "r9k" / "tui.toml"
+
+
+def read_config(path: Optional[Path]) -> tuple[dict[str, str], Optional[str]]:
+    """([keys] binding id -> keys, theme) from the TOML config; missing file: nothing."""
+    if path is None or not Path(path).is_file():
+        return {}, None
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
+    data = tomllib.loads(Path(path).read_text())
+    keys = {str(k): str(v) for k, v in (data.get("keys") or {}).items()}
+    theme = data.get("theme")
+    return keys, str(theme) if theme else None
+
+
+class R9kApp(App):
+    """``R9kApp(profile, tp).run()``; returns ("launch", session) when the user confirmed a launch."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "r9kctl tui"
+    COMMANDS = App.COMMANDS | {R9kCommands}
+    BINDINGS = [
+        Binding("question_mark,f1", "help", "Help", id="r9k.help"),
+        Binding("T", "toggle_r9k_theme", "Theme", show=False, id="r9k.theme"),
+    ]
+
+    def __init__(self, profile: Optional[str] = None, tp: Optional[int] = None,
+                 env: Optional[Mapping[str, str]] = None, keymap: Optional[Mapping[str, str]] = None,
+                 theme: Optional[str] = None) -> None:
+        super().__init__()
+        self.start_profile = profile
+        self.start_tp = tp
+        self.env = env
+        self.session = None
+        self.register_theme(DARK)
+        self.register_theme(LIGHT)
+        self.theme = theme if theme in self.available_themes else "r9k-dark"
+        if keymap:
+            self.set_keymap(dict(keymap))
+
+    def on_mount(self) -> None:
+        self.load()
+
+    def load(self) -> None:
+        from .session import Session
+
+        try:
+            self.session = Session.open(self.start_profile, self.start_tp, self.env)
+        except RegistryError as exc:
+            self.show_load_error(exc.diagnostics)
+            return
+        if self.start_profile and self.start_profile != self.session.profile:
+            self.notify(f"no profile named '{self.start_profile}'; showing '{self.session.profile}'",
+                        severity="warning")
+        from .main_screen import MainScreen
+
+        self.switch_or_push(MainScreen(self.session))
+
+    def switch_or_push(self, screen) -> None:
+        # the default screen stays at the bottom of the stack; ours replaces whatever is above it
+        while len(self.screen_stack) > 1:
+            self.pop_screen()
+        self.push_screen(screen)
+
+    def show_load_error(self, diagnostics: list[Diagnostic]) -> None:
+        from .error_screen import ErrorScreen
+
+        self.switch_or_push(ErrorScreen(diagnostics))
+
+    def action_retry_load(self) -> None:
+        self.load()
+
+    def action_help(self) -> None:
+        from .help_screen import HelpScreen
+
+        if isinstance(self.screen, HelpScreen):
+            return
+        self.push_screen(HelpScreen(self.binding_rows()))
+
+    def binding_rows(self) -> list[tuple[str, str, str]]:
+        """(keys, description, id) of the app's and the active screen's bindings, keymap applied."""
+        from .main_screen import MainScreen
+        from .variant_table import VariantTable
+
+        rows = []
+        keymap = getattr(self, "_keymap", {}) or {}
+        for cls in (VariantTable, MainScreen, type(self)):
+            for b in cls.BINDINGS:
+                if not isinstance(b, Binding) or not b.id:
+                    continue
+                keys = keymap.get(b.id, b.key)
+                rows.append((keys.replace("question_mark", "?").replace("slash", "/"), b.description, b.id))
+        return rows
+
+    def action_toggle_r9k_theme(self) -> None:
+        self.theme = "r9k-light" if self.current_theme.dark else "r9k-dark"

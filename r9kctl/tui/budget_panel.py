@@ -1,0 +1,74 @@
+"""The memory budget: KV-cache capacity, its change since the last save, where each GPU's memory goes
+(a stacked bar reads faster than four numbers) and how the capacity moved over this session's edits."""
+from __future__ import annotations
+
+from rich.text import Text
+from textual.containers import Vertical
+from textual.widgets import Sparkline, Static
+
+from r9k.registry.memory import fmt_bytes
+
+from .session import Session
+
+SEGMENTS = (("weights", "█", "blue"), ("overhead", "█", "grey50"), ("variants", "█", "magenta"),
+            ("KV", "█", "green"), ("free", "░", "grey30"))
+
+
+def bar(parts: list[tuple[str, int]], width: int) -> Text:
+    total = sum(max(0, n) for _, n in parts) or 1
+    out = Text()
+    used = 0
+    styles = {name: (ch, st) for name, ch, st in SEGMENTS}
+    for i, (name, n) in enumerate(parts):
+        cells = round(width * max(0, n) / total) if i < len(parts) - 1 else width - used
+        cells = max(0, min(cells, width - used))
+        ch, st = styles[name]
+        out.append(ch * cells, st)
+        used += cells
+    return out
+
+
+class BudgetPanel(Vertical):
+    def compose(self):
+        yield Static(id="budget-text")
+        yield Sparkline([], id="budget-spark")
+
+    def show(self, s: Session) -> None:
+        txt = self.query_one("#budget-text", Static)
+        spark = self.query_one(Sparkline)
+        b = s.budget
+        if b is None:
+            txt.update(Text(f"no memory budget: profile '{s.profile}' names no model/hardware with numbers at "
+                            f"tp{s.tp}", "dim"))
+            spark.display = False
+            return
+        t = Text()
+        t.append("KV cache ", "bold")
+        t.append(f"{b.kv_tokens:,}", "bold green" if b.kv_tokens > 0 else "bold red")
+        t.append(" tokens")
+        delta = s.kv_delta
+        if delta:
+            t.append(f"  {delta:+,} since save", "bold green" if delta > 0 else "bold red")
+        elif delta == 0:
+            t.append("  (as saved)", "dim")
+        t.append("\n")
+        cap = int(b.memory_bytes * b.utilization)
+        width = max(10, (self.size.width or 40) - 2)
+        kv = b.kv_bytes if b.fixed_kv_bytes is None else b.fixed_kv_bytes
+        t.append_text(bar([("weights", b.weights), ("overhead", b.overhead), ("variants", b.variant_bytes),
+                           ("KV", kv), ("free", max(0, b.headroom))], width))
+        t.append("\n")
+        t.append("■ ", "blue")
+        t.append(f"weights {fmt_bytes(b.weights):<11}")
+        t.append("■ ", "grey50")
+        t.append(f"overhead {fmt_bytes(b.overhead)}\n")
+        t.append("■ ", "magenta")
+        t.append(f"variants {fmt_bytes(b.variant_bytes):<11} ")
+        t.append("■ ", "green")
+        t.append(f"KV {fmt_bytes(kv)}\n")
+        t.append(f"of {fmt_bytes(cap)} usable ({b.utilization:g} x {fmt_bytes(b.memory_bytes)})", "dim")
+        txt.update(t)
+        hist = s.kv_history
+        spark.display = len(hist) > 1
+        if len(hist) > 1:
+            spark.data = [float(x) for x in hist[-60:]]

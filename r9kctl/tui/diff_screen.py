@@ -1,0 +1,126 @@
+"""The diff view: the current edits against the saved profile, or any two releases or profiles, computed
+by ``r9k.registry.diff.diff`` (the same diff as ``r9kctl diff``) and laid out like its table output."""
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Select, Static
+
+from .session import Session
+
+
+def diff_renderable(reg, d, A: str, B: str):
+    from r9k.r9kctl.cmd_diff import fmt_delta, fmt_rec, label, pct_text, quality_text
+
+    parts = []
+    if d.added or d.removed:
+        t = Table(title="Variants", title_justify="left", header_style="bold", expand=True)
+        for c in ("change", "variant", "knob"):
+            t.add_column(c)
+        for v in d.added:
+            t.add_row("added", v, reg.variants[v].knob)
+        for v in d.removed:
+            t.add_row("removed", v, reg.variants[v].knob)
+        parts.append(t)
+    if d.fields:
+        t = Table(title="Profile fields", title_justify="left", header_style="bold", expand=True)
+        for c in ("field", A, B):
+            t.add_column(c, overflow="fold")
+        for f, a, b in d.fields:
+            t.add_row(f, str(a), str(b))
+        parts.append(t)
+    if d.changed:
+        show_src = d.a.kind == "profile" or d.b.kind == "profile"
+        t = Table(title=f"Changed values ({len(d.changed)})", title_justify="left", header_style="bold", expand=True)
+        for c in ["knob", "tp", A, B] + (["source in " + B] if show_src else []):
+            t.add_column(c, overflow="fold")
+        for c in d.changed:
+            row = [c.knob, c.tp, Text(str(c.a), "red"), Text(str(c.b), "green")]
+            if show_src:
+                row.append(Text(str(c.b_source), "dim"))
+            t.add_row(*row)
+        parts.append(t)
+    else:
+        parts.append(Text("No value differs.", "bold"))
+    for key in sorted(set(d.a.kv_tokens) | set(d.b.kv_tokens)):
+        ka, kb = d.a.kv_tokens.get(key), d.b.kv_tokens.get(key)
+        if ka is not None and kb is not None:
+            parts.append(Text.assemble(("KV cache at ", "bold"), (key, "bold"), f": {ka:,} -> {kb:,} tokens ",
+                                       (f"({kb - ka:+,})", "bold green" if kb > ka else "bold red" if kb < ka else "")))
+    rows = [r for r in d.bench if r.stack == "ours" and r.delta != 0]
+    if rows:
+        t = Table(title="Numbers", title_justify="left", header_style="bold", expand=True)
+        for c in ("config", "metric", "unit", A, B, "change"):
+            t.add_column(c)
+        for r in rows:
+            t.add_row(r.config, label(r.metric), r.unit or "", fmt_rec(r.a), fmt_rec(r.b), fmt_delta(r))
+        parts.append(t)
+    if d.quality:
+        t = Table(title="Quality", title_justify="left", header_style="bold", expand=True)
+        for c in ("config", "eval", A, B, "paired"):
+            t.add_column(c, overflow="fold")
+        for q in d.quality:
+            t.add_row(q.config, q.eval, pct_text(q.a_pct, q.a_correct), pct_text(q.b_pct, q.b_correct),
+                      quality_text(q))
+        parts.append(t)
+    return Group(*parts)
+
+
+class DiffScreen(Screen):
+    """Side A and side B pickers (releases, profiles, and the edited profile) over the diff."""
+
+    BINDINGS = [
+        Binding("escape,q", "app.pop_screen", "Back", id="r9k.back"),
+        Binding("x", "swap", "Swap sides", id="r9k.diff_swap"),
+    ]
+
+    def __init__(self, session: Session, a: str | None = None, b: str | None = None, **kw) -> None:
+        super().__init__(**kw)
+        self.s = session
+        self.edited = f"{session.profile}*"
+        self.a = a or session.profile
+        self.b = b or self.edited
+
+    def compose(self):
+        reg = self.s.reg
+        opts = [(f"{self.s.profile} (with the unsaved edits)", self.edited)]
+        opts += [(f"profile {p}", p) for p in sorted(reg.profiles)]
+        opts += [(f"release {r}", r) for r in reversed(reg.release_order())]
+        with Horizontal(id="diff-sides"):
+            yield Static(Text("A", "bold"), classes="side-label")
+            yield Select(opts, value=self.a, allow_blank=False, id="diff-a", compact=True)
+            yield Static(Text("B", "bold"), classes="side-label")
+            yield Select(opts, value=self.b, allow_blank=False, id="diff-b", compact=True)
+        with VerticalScroll(id="diff-body"):
+            yield Static(id="diff-content")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.render_diff()
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        event.stop()
+        if event.select.id == "diff-a":
+            self.a = str(event.value)
+        else:
+            self.b = str(event.value)
+        self.render_diff()
+
+    def action_swap(self) -> None:
+        self.a, self.b = self.b, self.a
+        with self.prevent(Select.Changed):
+            self.query_one("#diff-a", Select).value = self.a
+            self.query_one("#diff-b", Select).value = self.b
+        self.render_diff()
+
+    def render_diff(self) -> None:
+        body = self.query_one("#diff-content", Static)
+        if self.a == self.b:
+            body.update(Text("A and B are the same side.", "dim"))
+            return
+        d = self.s.diff_sides(self.a, self.b)
+        body.update(diff_renderable(self.s.reg, d, self.a, self.b))

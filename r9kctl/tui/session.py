@@ -1,0 +1,404 @@
+"""The control panel's editing state, without any widget: which profile and TP size are shown, the
+unsaved edits, and the resolved set, validation report and memory budget that follow from them.
+
+Everything is computed by the core (``resolve``, ``check_profile``, ``budget``, ``diff``, ``describe``,
+``plan_launch``); this module only decides *what* to ask. Edits are applied to a copy of the profile
+(``Profile.knobs``) inside a shallow copy of the registry, then the profile is re-resolved, so an edited
+knob's provenance is the profile layer, as it will be once saved.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Mapping, Optional
+
+from r9k.registry.errors import Diagnostic
+from r9k.registry.loader import Registry, default_profile_dirs, load_registry
+from r9k.registry.memory import Budget, VariantCost, budget, cost_if_toggled
+from r9k.registry.resolve import ResolvedSet, resolve
+from r9k.registry.validate import Report, check_profile, check_registry
+
+REMOVED = object()  # an edit that deletes the profile's own key (the inherited value applies again)
+UNSAVED = "unsaved edit"
+
+
+class EditError(ValueError):
+    """A value the variant does not accept; the message says why and what is allowed."""
+
+
+def load_gate_states(reg: Registry) -> Optional[dict]:
+    """variant id -> GateState from the evidence ledger, or None where the ledger module is absent."""
+    try:
+        from r9k.registry import ledger
+    except ImportError:
+        return None
+    try:
+        return ledger.gate_states(reg)
+    except Exception:  # noqa: BLE001 - a broken ledger shows as '?' in the gate column, validation says why
+        return {}
+
+
+class Session:
+    """The state behind the main screen. ``env`` is the environment resolved against (the process's
+    by default, so the environment layer shows as it would at launch)."""
+
+    def __init__(self, reg: Registry, profile: Optional[str] = None, tp: Optional[int] = None,
+                 env: Optional[Mapping[str, str]] = None, profile_dirs: Optional[list[Path]] = None):
+        self.reg = reg
+        self.env = dict(os.environ) if env is None else dict(env)
+        self.profile_dirs = profile_dirs
+        self.registry_report = Report()
+        check_registry(reg, self.registry_report)
+        self.gates = load_gate_states(reg)
+        self.edits: dict[str, dict[str, object]] = {}  # profile -> variant id -> value | REMOVED
+        self.docs: dict[str, object] = {}  # profile -> ProfileDocument (loaded when first saved)
+        self.profile = profile if profile in reg.profiles else self.default_profile()
+        self.tp_choice = tp  # None: the profile's own TP size
+        self.kv_history: list[int] = []
+        self.rs: ResolvedSet
+        self.report: Report
+        self.budget: Optional[Budget]
+        self.saved_budget: Optional[Budget]
+        self._saved_noenv: ResolvedSet
+        self._switched()
+
+    # ------------------------------------------------------------------------------ loading
+
+    @classmethod
+    def open(cls, profile: Optional[str] = None, tp: Optional[int] = None,
+             env: Optional[Mapping[str, str]] = None) -> "Session":
+        """Load the registry and profiles (raises RegistryError with located diagnostics)."""
+        return cls(load_registry(), profile, tp, env)
+
+    def default_profile(self) -> str:
+        for name in ("tp4-default", "tp2-default"):
+            if name in self.reg.profiles:
+                return name
+        return sorted(self.reg.profiles)[0]
+
+    def reload(self) -> None:
+        """Reload everything from disk, dropping the edits (raises RegistryError)."""
+        reg = load_registry()
+        self.reg = reg
+        self.registry_report = Report()
+        check_registry(reg, self.registry_report)
+        self.gates = load_gate_states(reg)
+        self.edits.clear()
+        self.docs.clear()
+        if self.profile not in reg.profiles:
+            self.profile = self.default_profile()
+        self._switched()
+
+    # ------------------------------------------------------------------------------ switching
+
+    def _switched(self) -> None:
+        """After the profile or TP size changed: the saved state's numbers, then the current ones."""
+        saved = resolve(self.reg, self.profile, tp=self.tp_choice, env=self.env)
+        self.saved_budget = budget(self.reg, saved)
+        self._saved_noenv = resolve(self.reg, self.profile, tp=self.tp_choice, env={})
+        self.kv_history = []
+        self.recompute()
+
+    def set_profile(self, name: str) -> None:
+        if name not in self.reg.profiles:
+            raise KeyError(name)
+        self.profile = name
+        self._switched()
+
+    def set_tp(self, tp: Optional[int]) -> None:
+        self.tp_choice = tp
+        self._switched()
+
+    @property
+    def tp(self) -> int:
+        return self.rs.tp
+
+    def tp_options(self) -> list[int]:
+        """TP sizes the profile's model is described at (its own first)."""
+        model = self.rs.model
+        sizes: set[int] = set()
+        if model and model in self.reg.models:
+            sizes = {int(k[2:]) for k in self.reg.models[model].kv_bytes_per_token}
+        sizes.add(self._saved_noenv.tp)
+        return sorted(sizes)
+
+    # ------------------------------------------------------------------------------ edits
+
+    @property
+    def current_edits(self) -> dict[str, object]:
+        return self.edits.setdefault(self.profile, {})
+
+    def has_edits(self, profile: Optional[str] = None) -> bool:
+        return bool(self.edits.get(profile or self.profile))
+
+    def saved_knobs(self, profile: Optional[str] = None) -> dict:
+        return dict(self.reg.profiles[profile or self.profile].knobs)
+
+    def key_for(self, vid: str, profile: Optional[str] = None) -> str:
+        """The key the profile file uses for a variant (its knob, id or alias), or the knob if none."""
+        for key in self.saved_knobs(profile):
+            v = self.reg.find_variant(key)
+            if v is not None and v.id == vid:
+                return key
+        return self.reg.variants[vid].knob
+
+    def edited_knobs(self, profile: Optional[str] = None) -> dict:
+        name = profile or self.profile
+        knobs = self.saved_knobs(name)
+        for vid, val in self.edits.get(name, {}).items():
+            key = self.key_for(vid, name)
+            if val is REMOVED:
+                knobs.pop(key, None)
+            else:
+                knobs[key] = val
+        return knobs
+
+    def edited_registry(self, alias: Optional[str] = None) -> Registry:
+        """The registry with the current profile's edits applied (to a copy of the profile). With
+        ``alias``, the edited profile is added under that name and the saved one kept (for diffs)."""
+        edits = self.edits.get(self.profile)
+        if not edits and alias is None:
+            return self.reg
+        prof = self.reg.profiles[self.profile]
+        update: dict = {"knobs": self.edited_knobs()}
+        profiles = dict(self.reg.profiles)
+        if alias is None:
+            profiles[self.profile] = prof.model_copy(update=update)
+        else:
+            update["name"] = alias
+            profiles[alias] = prof.model_copy(update=update)
+        return dataclasses.replace(self.reg, profiles=profiles)
+
+    def inherited_value(self, vid: str) -> Optional[str]:
+        """The value the profile chain gives a variant without this profile's own key (no env)."""
+        r = self._saved_noenv.items[vid]
+        if self.key_for(vid) in self.saved_knobs():
+            # this profile's key was applied last (no environment here): the entry before it
+            return r.history[-1][2] if r.history else r.value
+        return r.value
+
+    def set_value(self, vid: str, raw: object) -> str:
+        """Set a variant to ``raw`` in the current profile (unsaved). Returns the canonical value;
+        raises :class:`EditError` with the reason for an illegal one. Setting a knob back to its saved
+        value, or to the inherited value when the file has no key for it, drops the edit."""
+        v = self.reg.variants[vid]
+        try:
+            value = v.normalize(raw)
+        except ValueError as exc:
+            raise EditError(f"{v.knob}={raw!r}: {exc} (allowed: {v.allowed_text()})") from None
+        key = self.key_for(vid)
+        saved = self.saved_knobs()
+        edits = self.current_edits
+        if key in saved:
+            try:
+                same = v.normalize(saved[key]) == value
+            except ValueError:
+                same = False
+            if same:
+                edits.pop(vid, None)
+            else:
+                edits[vid] = value
+        elif value == self.inherited_value(vid):
+            edits.pop(vid, None)
+        else:
+            edits[vid] = value
+        self.recompute()
+        return value
+
+    def reset(self, vid: str) -> None:
+        """Remove the profile's own key for a variant (the inherited value applies)."""
+        key = self.key_for(vid)
+        edits = self.current_edits
+        if key in self.saved_knobs():
+            edits[vid] = REMOVED
+        else:
+            edits.pop(vid, None)
+        self.recompute()
+
+    def next_value(self, vid: str) -> Optional[str]:
+        """What space/enter cycles a bool or enum to; None for other types (they open an input)."""
+        v = self.reg.variants[vid]
+        cur = self.rs.items[vid].value
+        if v.type == "bool":
+            return "0" if cur == "1" else "1"
+        if v.type == "enum":
+            order = list(v.choices) + ([""] if v.allow_unset else [])
+            if cur in order:
+                return order[(order.index(cur) + 1) % len(order)]
+            return order[0]
+        return None
+
+    def cycle(self, vid: str) -> Optional[str]:
+        nxt = self.next_value(vid)
+        if nxt is None:
+            return None
+        return self.set_value(vid, nxt)
+
+    def env_overrides(self, vid: str) -> Optional[str]:
+        """The environment variable that hides the profile's value of a variant, if any."""
+        r = self.rs.items[vid]
+        return r.source.split(" ", 1)[1] if r.layer == "environment" else None
+
+    # ------------------------------------------------------------------------------ derived state
+
+    def recompute(self) -> None:
+        """Re-resolve and re-validate (about a millisecond with the shipped registry)."""
+        reg = self.edited_registry()
+        rs = resolve(reg, self.profile, tp=self.tp_choice, env=self.env)
+        edits = self.edits.get(self.profile, {})
+        if edits:
+            file = self.reg.origins.get(("profile", self.profile), (self.profile, 0))[0]
+            for vid in edits:
+                r = rs.items[vid]
+                if r.layer == "profile":
+                    # the key is not in the file yet (or not with this value): no line to point at
+                    r.source = f"{file} ({UNSAVED})"
+        report = Report()
+        for d in self.registry_report.diagnostics:
+            report.add(d)
+        self.budget = check_profile(reg, rs, report)
+        self.rs, self.report = rs, report
+        if self.budget is not None:
+            kv = self.budget.kv_tokens
+            if not self.kv_history or self.kv_history[-1] != kv:
+                self.kv_history.append(kv)
+
+    @property
+    def kv_delta(self) -> Optional[int]:
+        if self.budget is None or self.saved_budget is None:
+            return None
+        return self.budget.kv_tokens - self.saved_budget.kv_tokens
+
+    def problems_by_item(self) -> dict[str, str]:
+        """variant id -> worst level among the diagnostics that name it."""
+        out: dict[str, str] = {}
+        for d in self.report.diagnostics:
+            for item in d.items:
+                if item in self.reg.variants and out.get(item) != "error":
+                    out[item] = d.level
+        return out
+
+    def cost(self, vid: str) -> Optional[VariantCost]:
+        return cost_if_toggled(self.reg, self.rs, vid)
+
+    def gate_state(self, vid: str) -> str:
+        if self.gates is None:
+            return "-"
+        st = self.gates.get(vid)
+        if st is None:
+            return "-" if not (self.reg.variants[vid].gate and self.reg.variants[vid].gate.tests) else "?"
+        return getattr(st, "state", str(st))
+
+    def diagnostics(self) -> list[Diagnostic]:
+        order = {"error": 0, "warning": 1, "info": 2}
+        return sorted(self.report.diagnostics, key=lambda d: order.get(d.level, 3))
+
+    # ------------------------------------------------------------------------------ files
+
+    def profile_dirs_now(self) -> list[Path]:
+        return self.profile_dirs if self.profile_dirs is not None else default_profile_dirs()
+
+    def profile_path(self, name: Optional[str] = None) -> Optional[Path]:
+        from r9k.registry.profile_io import find_profile_file
+
+        return find_profile_file(name or self.profile, self.profile_dirs_now())
+
+    def document(self, name: Optional[str] = None):
+        """The profile's file for round-trip editing, loaded once per session (the load's stamp is what
+        a later save compares against to detect a concurrent edit)."""
+        from r9k.registry.profile_io import ProfileDocument
+
+        name = name or self.profile
+        doc = self.docs.get(name)
+        if doc is None:
+            path = self.profile_path(name)
+            if path is None:
+                raise FileNotFoundError(f"no file for profile '{name}'")
+            doc = ProfileDocument.load(path)
+            self.docs[name] = doc
+        return doc
+
+    def save(self) -> Path:
+        """Write the current profile's edits into its file (keeping comments and layout), atomically.
+        Raises ProfileConflict when the file changed on disk since it was loaded. Reloads the registry
+        afterwards so provenance points at the new lines."""
+        doc = self.document()
+        for vid, val in self.current_edits.items():
+            key = self.key_for(vid)
+            if val is REMOVED:
+                doc.remove_knob(key)
+            else:
+                doc.set_knob(key, val)
+        try:
+            doc.save()
+        except BaseException:
+            # leave the in-memory document as it was on disk: the edits stay in the session
+            self.docs.pop(self.profile, None)
+            raise
+        path = doc.path
+        edits_kept = {p: e for p, e in self.edits.items() if p != self.profile and e}
+        self._reload_keep(edits_kept)
+        return path
+
+    def save_as_target(self) -> Path:
+        """Where save-as writes: the last extra profile folder ($R9K_PROFILES_DIR / --profiles-dir),
+        else the current profile's folder."""
+        dirs = self.profile_dirs_now()
+        if len(dirs) > 1:
+            return Path(dirs[-1])
+        path = self.profile_path()
+        return path.parent if path else Path(dirs[0])
+
+    def save_as(self, name: str) -> Path:
+        """A new profile that extends the current (saved) one with the current edits' values."""
+        from r9k.registry.profile_io import save_as
+
+        if name in self.reg.profiles:
+            raise FileExistsError(f"a profile named '{name}' exists")
+        noenv = resolve(self.edited_registry(), self.profile, tp=self.tp_choice, env={})
+        knobs: dict[str, str] = {}
+        for vid in self.current_edits:
+            val = noenv.items[vid].value
+            if val is not None:
+                knobs[self.reg.variants[vid].knob] = val
+        path = save_as(self.save_as_target(), name, self.profile, knobs,
+                       f"{self.profile} with {', '.join(sorted(knobs)) or 'no changes'}")
+        edits_kept = {p: e for p, e in self.edits.items() if p != self.profile and e}
+        self.profile = name
+        self._reload_keep(edits_kept)
+        return path
+
+    def _reload_keep(self, edits: dict) -> None:
+        reg = load_registry()
+        self.reg = reg
+        self.registry_report = Report()
+        check_registry(reg, self.registry_report)
+        self.gates = load_gate_states(reg)
+        self.docs.clear()
+        self.edits = {p: e for p, e in edits.items() if p in reg.profiles}
+        if self.profile not in reg.profiles:
+            self.profile = self.default_profile()
+        self._switched()
+
+    # ------------------------------------------------------------------------------ diff and launch
+
+    def diff_edits(self):
+        """The current edits against the saved profile, as ``r9kctl diff`` computes a diff."""
+        from r9k.registry.diff import diff
+
+        alias = f"{self.profile}*"
+        return diff(self.edited_registry(alias=alias), self.profile, alias, tp=self.tp), alias
+
+    def diff_sides(self, a: str, b: str):
+        from r9k.registry.diff import diff
+
+        return diff(self.edited_registry(alias=f"{self.profile}*"), a, b, tp=None)
+
+    def plan_launch(self, final: bool = False):
+        """The launch plan of the current state (edits included), via the same path as
+        ``r9kctl launch``. ``final`` writes the manifest (the plan is about to be executed)."""
+        from r9k.r9kctl.launch import plan_launch
+
+        return plan_launch(self.edited_registry(), self.profile, tp=self.tp_choice, env=self.env,
+                           write_manifest=final, build_model=final)

@@ -1,0 +1,248 @@
+"""Round-trip editing of profile files: change knobs, keep the user's comments and layout.
+
+The loader (:mod:`r9k.registry.loader`) reads profiles with ``tomllib`` (fast, but it forgets comments);
+this module is the write side, used by the control panel (``r9kctl tui``):
+
+* :class:`ProfileDocument` holds one profile file as a ``tomlkit`` document, which keeps comments,
+  blank lines, key order and value styles; :meth:`~ProfileDocument.set_knob` and
+  :meth:`~ProfileDocument.remove_knob` touch only the one key (under ``[knobs]``, an inline
+  ``knobs = {...}`` table or dotted ``knobs.KEY = ...`` keys, whichever the file uses).
+* :meth:`~ProfileDocument.save` writes atomically (a temporary file in the same folder, fsync, then
+  ``os.replace``) and refuses to overwrite a file that changed on disk since it was loaded
+  (:class:`ProfileConflict`). "Changed" means the content hash differs; the modification time is kept
+  too, for the message, but a file that was only touched is not a conflict.
+* :func:`save_as` creates a new profile that ``extends`` an existing one and holds the given knobs; it
+  never replaces an existing file (the final step is a hard link, which fails if the name exists).
+
+Values are written as the canonical strings the registry uses (``"1"``, ``"r9k"``, ``"0.98"``), except
+that a key whose current value is a TOML number or boolean keeps that type when the new value converts
+cleanly, so a hand-written ``R9K_SPLIT = 4`` stays an integer.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+import tomlkit
+from tomlkit.items import InlineTable, Table
+
+PROFILE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+
+class ProfileConflict(Exception):
+    """The file changed on disk since it was loaded; saving would lose someone else's edit."""
+
+    def __init__(self, path: Path, loaded_mtime_ns: int, disk_mtime_ns: Optional[int]):
+        self.path = path
+        self.loaded_mtime_ns = loaded_mtime_ns
+        self.disk_mtime_ns = disk_mtime_ns
+        what = "was deleted" if disk_mtime_ns is None else "changed on disk"
+        super().__init__(f"{path} {what} since it was loaded; reload it or save as a new profile")
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def find_profile_file(name: str, dirs: Iterable[Path]) -> Optional[Path]:
+    """The file a profile was loaded from: the last folder that has ``NAME.toml`` (the loader's rule,
+    a later folder replaces an earlier one)."""
+    found = None
+    for d in dirs:
+        p = Path(d) / f"{name}.toml"
+        if p.is_file():
+            found = p
+    return found
+
+
+@dataclass
+class _Stamp:
+    mtime_ns: Optional[int]
+    sha256: Optional[str]
+
+
+def _stamp(path: Path) -> _Stamp:
+    try:
+        data = path.read_bytes()
+        st = path.stat()
+    except FileNotFoundError:
+        return _Stamp(None, None)
+    return _Stamp(st.st_mtime_ns, _digest(data))
+
+
+class ProfileDocument:
+    """One profile file, loaded for editing."""
+
+    def __init__(self, path: Path, text: str, stamp: _Stamp):
+        self.path = Path(path)
+        self.text = text  # as loaded (or last saved)
+        self.doc = tomlkit.parse(text)
+        self._stamp = stamp
+
+    @classmethod
+    def load(cls, path: Path) -> "ProfileDocument":
+        path = Path(path)
+        data = path.read_bytes()
+        st = path.stat()
+        return cls(path, data.decode("utf-8"), _Stamp(st.st_mtime_ns, _digest(data)))
+
+    # ------------------------------------------------------------------------------ reading
+
+    @property
+    def loaded_mtime_ns(self) -> Optional[int]:
+        return self._stamp.mtime_ns
+
+    @property
+    def loaded_sha256(self) -> Optional[str]:
+        return self._stamp.sha256
+
+    def knobs(self) -> dict[str, object]:
+        """The ``knobs`` table as plain Python values (what the loader would see)."""
+        tab = self.doc.get("knobs")
+        return dict(tab.unwrap()) if tab is not None else {}
+
+    def render(self) -> str:
+        return tomlkit.dumps(self.doc)
+
+    @property
+    def dirty(self) -> bool:
+        return self.render() != self.text
+
+    def changed_on_disk(self) -> bool:
+        """True when the file's content differs from what was loaded (or it was deleted)."""
+        return _stamp(self.path).sha256 != self._stamp.sha256
+
+    # ------------------------------------------------------------------------------ editing
+
+    def _knobs_table(self, create: bool) -> Optional[Table | InlineTable]:
+        tab = self.doc.get("knobs")
+        if tab is None and create:
+            tab = tomlkit.table()
+            # a blank line before the new table, unless the document already ends with one
+            if not self.render().endswith("\n\n"):
+                self.doc.add(tomlkit.nl())
+            self.doc.add("knobs", tab)
+            tab = self.doc["knobs"]
+        return tab
+
+    def set_knob(self, key: str, value: str) -> None:
+        """Set ``key`` (a knob or variant id, as the file spells it) to ``value`` (canonical string);
+        an existing key keeps its place, its inline comment and, where it converts, its TOML type."""
+        tab = self._knobs_table(create=True)
+        if key in tab:
+            old = tab[key]
+            new = _typed_like(old, value)
+            tab[key] = new
+        else:
+            tab[key] = value
+
+    def remove_knob(self, key: str) -> bool:
+        """Remove ``key`` from the knobs; False if it was not there. Comments on other lines stay."""
+        tab = self._knobs_table(create=False)
+        if tab is None or key not in tab:
+            return False
+        del tab[key]
+        return True
+
+    # ------------------------------------------------------------------------------ writing
+
+    def save(self, force: bool = False) -> None:
+        """Write the document atomically. Raises :class:`ProfileConflict` if the file changed on disk
+        since it was loaded (unless ``force``)."""
+        if not force and self.changed_on_disk():
+            raise ProfileConflict(self.path, self._stamp.mtime_ns or 0, _stamp(self.path).mtime_ns)
+        text = self.render()
+        atomic_write(self.path, text)
+        data = text.encode("utf-8")
+        self.text = text
+        self._stamp = _Stamp(self.path.stat().st_mtime_ns, _digest(data))
+
+
+def _typed_like(old: object, value: str) -> object:
+    """``value`` as the same TOML type as ``old`` when it converts cleanly, else the string."""
+    raw = old.unwrap() if hasattr(old, "unwrap") else old
+    try:
+        if isinstance(raw, bool):
+            if value in ("1", "0"):
+                return value == "1"
+        elif isinstance(raw, int):
+            return int(value)
+        elif isinstance(raw, float):
+            f = float(value)
+            return f
+    except ValueError:
+        pass
+    return value
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename, so a reader
+    sees either the old or the new file, never half of one. Keeps the file's permission bits."""
+    path = Path(path)
+    mode = None
+    try:
+        mode = path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        pass
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def new_profile_text(name: str, extends: str, knobs: dict[str, str], description: str = "") -> str:
+    """The TOML text of a new profile that extends ``extends`` and sets ``knobs``."""
+    doc = tomlkit.document()
+    doc.add(tomlkit.comment(f"Created by r9kctl tui: {extends} with {len(knobs)} knob(s) changed."))
+    doc.add("description", description or f"{extends} with {len(knobs)} knob(s) changed")
+    doc.add("extends", extends)
+    doc.add(tomlkit.nl())
+    tab = tomlkit.table()
+    for k in sorted(knobs):
+        tab[k] = knobs[k]
+    doc.add("knobs", tab)
+    return tomlkit.dumps(doc)
+
+
+def save_as(folder: Path, name: str, extends: str, knobs: dict[str, str], description: str = "") -> Path:
+    """Create ``folder/NAME.toml``, a profile extending ``extends`` with ``knobs``. Raises
+    FileExistsError if it exists (never replaces a file) and ValueError for an illegal name."""
+    if not PROFILE_NAME_RE.match(name):
+        raise ValueError(f"profile name {name!r} must be lower-case letters, digits, '.', '_' or '-'")
+    if name == extends:
+        raise ValueError("a profile cannot extend itself")
+    folder = Path(folder)
+    target = folder / f"{name}.toml"
+    if target.exists():
+        raise FileExistsError(f"{target} exists")
+    text = new_profile_text(name, extends, knobs, description)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.link(tmp, target)  # atomic and fails with FileExistsError if someone created it meanwhile
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+    return target
