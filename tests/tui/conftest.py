@@ -1,0 +1,47 @@
+"""Fixtures of the control panel's tests: a workspace in a temporary folder with a copy of the registry
+tree and of the profiles, used as the working directory, so every path the app shows is relative
+(``profiles/tp2-default.toml``) and nothing the tests save touches the repository."""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def _workspace(tmp_path: Path, monkeypatch, registry_src: Path, profiles_src: Path) -> Path:
+    ws = tmp_path / "ws"
+    reg = ws / "registry"
+    reg.mkdir(parents=True)
+    for part in ("variants", "releases"):
+        shutil.copytree(registry_src / part, reg / part)
+    shutil.copy(registry_src / "models.toml", reg / "models.toml")
+    prof = ws / "profiles"
+    prof.mkdir()
+    for f in sorted(profiles_src.glob("*.toml")):
+        shutil.copy(f, prof / f.name)
+    for name in list(os.environ):
+        if name.startswith("R9K_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("R9K_REGISTRY", str(reg))
+    monkeypatch.setenv("R9K_PROFILES_DIR", str(prof))
+    monkeypatch.setenv("R9K_CACHE_DIR", str(ws / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(ws / "config"))  # no user keymap
+    monkeypatch.chdir(ws)
+    return ws
+
+
+@pytest.fixture
+def workspace(tmp_path, monkeypatch) -> Path:
+    """A copy of the live registry and profiles (the Pilot tests)."""
+    return _workspace(tmp_path, monkeypatch, REPO / "registry", REPO / "profiles")
+
+
+@pytest.fixture
+def frozen_workspace(tmp_path, monkeypatch) -> Path:
+    """The frozen registry and profiles of tests/tui/fixtures (the snapshot tests)."""
+    return _workspace(tmp_path, monkeypatch, FIXTURES / "registry", FIXTURES / "profiles")

@@ -1,0 +1,359 @@
+"""The control panel driven through Textual's Pilot: the real app, the real registry (a copy), real files.
+
+Each test runs in a temporary workspace (conftest) and resolves with an empty environment, so a knob
+exported in the developer's shell cannot change what the tests see.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import random
+import secrets
+from pathlib import Path
+
+import pytest
+from textual.widgets import Input, OptionList, Select, Static
+
+from r9k.registry.loader import load_registry
+from r9k.registry.memory import cost_if_toggled
+from r9k.registry.resolve import resolve
+from r9k.r9kctl.tui.app import R9kApp
+from r9k.r9kctl.tui.confirm_screen import ConfirmScreen
+from r9k.r9kctl.tui.diff_screen import DiffScreen
+from r9k.r9kctl.tui.error_screen import ErrorScreen
+from r9k.r9kctl.tui.help_screen import HelpScreen
+from r9k.r9kctl.tui.launch_screen import LaunchScreen
+from r9k.r9kctl.tui.main_screen import MainScreen
+from r9k.r9kctl.tui.save_as_screen import SaveAsScreen
+from r9k.r9kctl.tui.value_input import ValueInputScreen
+from r9k.r9kctl.tui.variant_table import VariantTable
+
+SIZE = (120, 40)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def text_of(widget) -> str:
+    """The plain text a Static shows (its content rendered by rich, wide enough not to wrap much)."""
+    from rich.console import Console
+
+    content = widget.content
+    if isinstance(content, str):
+        return content
+    console = Console(width=400, record=True, file=io.StringIO(), color_system=None)
+    console.print(content)
+    return console.export_text()
+
+
+def validation_text(screen) -> str:
+    lst = screen.query_one("#validation-list", OptionList)
+    title = text_of(screen.query_one("#validation-title", Static))
+    return title + "\n" + "\n".join(str(lst.get_option_at_index(i).prompt) for i in range(lst.option_count))
+
+
+def budget_text(screen) -> str:
+    return text_of(screen.query_one("#budget-text", Static))
+
+
+def mark_profile(path: Path) -> str:
+    """Add a fresh comment to a profile file (a random marker the save must keep)."""
+    marker = f"# keep-me {secrets.token_hex(6)}"
+    text = path.read_text()
+    lines = text.splitlines()
+    lines.insert(random.randrange(1, 3), marker)
+    path.write_text("\n".join(lines) + "\n")
+    return marker
+
+
+async def search(pilot, text: str) -> None:
+    await pilot.press("slash")
+    inp = pilot.app.screen.query_one("#search", Input)
+    inp.value = ""
+    await pilot.press(*list(text))
+    await pilot.press("enter")
+    await pilot.pause()
+
+
+async def pick_profile(pilot, name: str) -> None:
+    """Open the profile picker and choose a profile by typing its name (type-to-search)."""
+    await pilot.press("p")
+    await pilot.pause()
+    await pilot.press(*list(name))
+    await pilot.press("enter")
+    await pilot.pause()
+
+
+def test_toggle_fp8_decode_at_tp2_budget_requires_save_reload(workspace):
+    prof_file = workspace / "profiles" / "tp2-default.toml"
+    marker = mark_profile(prof_file)
+    reg = load_registry()
+    base = resolve(reg, "tp2-default", env={})
+    assert base.tp == 2 and base.value("R9K_HC_FP8_DECODE") == "1"
+    cost = cost_if_toggled(reg, base, "hc_fp8_decode")
+    assert cost is not None and cost.tokens > 0
+
+    async def scenario():
+        app = R9kApp(profile="stock", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            screen = app.screen
+            assert isinstance(screen, MainScreen)
+            await pick_profile(pilot, "tp2-default")
+            s = screen.s
+            assert s.profile == "tp2-default" and s.tp == 2
+            kv0 = s.budget.kv_tokens
+            assert f"{kv0:,}" in budget_text(screen)
+
+            await search(pilot, "R9K_HC_FP8_DECODE")
+            table = screen.query_one(VariantTable)
+            assert table.current_variant() == "hc_fp8_decode"
+            await pilot.press("space")
+            await pilot.pause()
+            assert s.rs.value("R9K_HC_FP8_DECODE") == "0"
+            assert s.rs.items["hc_fp8_decode"].layer == "profile"
+            # switching the fp8 copies off frees their memory for the KV cache
+            assert s.budget.kv_tokens == kv0 + cost.tokens
+            shown = budget_text(screen)
+            assert f"{kv0 + cost.tokens:,}" in shown and f"{cost.tokens:+,} since save" in shown
+            assert "1 unsaved" in text_of(screen.query_one("#summary", Static))
+
+            # a requires error appears (R9K_HC_FREE_BF16 needs the fp8 down copy) and clears
+            await search(pilot, "R9K_HC_FP8_DOWN")
+            assert table.current_variant() == "hc_fp8_down"
+            await pilot.press("space")
+            await pilot.pause()
+            text = validation_text(screen)
+            assert "1 error" in text and "requires" in text and "R9K_HC_FREE_BF16" in text, text
+            await pilot.press("space")
+            await pilot.pause()
+            text = validation_text(screen)
+            assert "error" not in text.split("\n")[0].replace("no errors", ""), text
+            assert not [d for d in s.report.diagnostics if d.code == "requires" and d.level == "error"]
+            assert list(s.current_edits) == ["hc_fp8_decode"]  # toggled back: no edit left
+
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert not s.has_edits()
+            # after the save the value comes from the file, at the line it was written to
+            r = s.rs.items["hc_fp8_decode"]
+            assert r.layer == "profile" and "unsaved" not in r.source and r.source.startswith("profiles/tp2-default.toml:")
+            assert s.kv_delta == 0
+
+            # reload from disk: the change is there
+            await pilot.press("r")
+            await pilot.pause()
+            assert s.rs.value("R9K_HC_FP8_DECODE") == "0"
+            assert s.budget.kv_tokens == kv0 + cost.tokens
+
+    run(scenario())
+    saved = prof_file.read_text()
+    assert marker in saved
+    assert "# Qwen3.8-Flash-Next on two R9700 cards" in saved
+    assert "# none: the release's defaults at TP2" in saved
+    assert 'R9K_HC_FP8_DECODE = "0"' in saved
+    # an independent load of the saved file agrees
+    assert resolve(load_registry(), "tp2-default", env={}).value("R9K_HC_FP8_DECODE") == "0"
+
+
+def test_concurrent_edit_on_disk_is_detected_then_save_as(workspace):
+    prof_file = workspace / "profiles" / "tp4-default.toml"
+
+    async def scenario():
+        app = R9kApp(profile="tp4-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            screen = app.screen
+            s = screen.s
+            await search(pilot, "R9K_HC_FP8_DECODE")
+            await pilot.press("space")
+            await pilot.pause()
+            assert s.has_edits()
+            s.document()  # the file as the panel loaded it (what the save compares against)
+            # someone else edits the file meanwhile
+            theirs = prof_file.read_text() + f'\n# edited elsewhere {secrets.token_hex(4)}\n'
+            prof_file.write_text(theirs)
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen)
+            assert "changed on disk" in app.screen.title_text
+            assert prof_file.read_text() == theirs  # not overwritten
+            await pilot.press("a")  # save as
+            await pilot.pause()
+            assert isinstance(app.screen, SaveAsScreen)
+            inp = app.screen.query_one(Input)
+            inp.value = ""
+            await pilot.press(*list("tp4-nofp8"))
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, MainScreen)
+            assert s.profile == "tp4-nofp8"
+            assert s.rs.chain == ["tp4-default", "tp4-nofp8"]
+            assert s.rs.value("R9K_HC_FP8_DECODE") == "0"
+            return theirs
+
+    theirs = run(scenario())
+    assert prof_file.read_text() == theirs
+    new = (workspace / "profiles" / "tp4-nofp8.toml").read_text()
+    assert 'extends = "tp4-default"' in new and 'R9K_HC_FP8_DECODE = "0"' in new
+
+
+def test_invalid_profile_needs_explicit_confirm_to_save(workspace):
+    prof_file = workspace / "profiles" / "tp2-default.toml"
+    before = prof_file.read_text()
+
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            s = app.screen.s
+            await search(pilot, "R9K_HC_FP8_DOWN")
+            await pilot.press("space")
+            await pilot.pause()
+            assert not s.report.diagnostics == [] and s.report.errors
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("n")
+            await pilot.pause()
+            assert prof_file.read_text() == before and s.has_edits()
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            await pilot.press("y")
+            await pilot.pause()
+            assert not s.has_edits()
+
+    run(scenario())
+    assert 'R9K_HC_FP8_DOWN = "0"' in prof_file.read_text()
+
+
+def test_int_input_refuses_an_illegal_value(workspace):
+    reg = load_registry()
+    v = reg.variant("R9K_HC_FP8_DECODE_MAXM")
+    lo = int(v.range.min) if v.range and v.range.min is not None else 0
+    good = str(lo + random.randrange(1, 500))
+
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            s = app.screen.s
+            await search(pilot, "R9K_HC_FP8_DECODE_MAXM")
+            await pilot.press("enter")  # an int: opens the input
+            await pilot.pause()
+            assert isinstance(app.screen, ValueInputScreen)
+            assert v.allowed_text() in text_of(app.screen.query_one("#value-allowed", Static))
+            inp = app.screen.query_one(Input)
+            inp.value = ""
+            await pilot.press(*list("lots"), "enter")
+            await pilot.pause()
+            assert isinstance(app.screen, ValueInputScreen)  # refused, still open
+            assert "expected an integer" in text_of(app.screen.query_one("#value-error", Static))
+            inp.value = ""
+            await pilot.press(*list(good), "enter")
+            await pilot.pause()
+            assert isinstance(app.screen, MainScreen)
+            assert s.rs.value("R9K_HC_FP8_DECODE_MAXM") == good
+            assert s.rs.items["hc_fp8_decode_maxm"].layer == "profile"
+            # reset to the inherited value: the edit disappears
+            await pilot.press("delete")
+            await pilot.pause()
+            assert not s.has_edits()
+
+    run(scenario())
+
+
+def test_launch_shows_dry_run_and_refuses_invalid(workspace):
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            s = app.screen.s
+            await pilot.press("l")
+            await pilot.pause()
+            assert isinstance(app.screen, LaunchScreen)
+            plan = app.screen.plan
+            assert plan.ok and "--tensor-parallel-size" in plan.argv and "2" in plan.argv
+            assert plan.env["R9K_PROFILE"] == "tp2-default"
+            await pilot.press("escape")
+            await pilot.pause()
+            # make it invalid: refused, no launch button
+            await search(pilot, "R9K_HC_FP8_DOWN")
+            await pilot.press("space")
+            await pilot.pause()
+            await pilot.press("l")
+            await pilot.pause()
+            assert isinstance(app.screen, LaunchScreen) and not app.screen.plan.ok
+            assert not app.screen.query("#launch-go")
+            await pilot.press("y")  # not offered: nothing happens
+            await pilot.pause()
+            assert isinstance(app.screen, LaunchScreen)
+            await pilot.press("escape")
+            await pilot.press("space")  # valid again
+            await pilot.pause()
+            await pilot.press("l")
+            await pilot.pause()
+            await pilot.press("y")
+            await pilot.pause()
+        return app.return_value, s
+
+    result, s = run(scenario())
+    assert result[0] == "launch" and result[1] is s
+
+
+def test_diff_view_help_palette_and_keymap(workspace):
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={}, keymap={"r9k.diff": "D", "r9k.help": "f2"})
+        async with app.run_test(size=SIZE) as pilot:
+            s = app.screen.s
+            await search(pilot, "R9K_HC_FP8_DECODE")
+            await pilot.press("space")
+            await pilot.pause()
+            await pilot.press("d")  # remapped away: nothing
+            await pilot.pause()
+            assert isinstance(app.screen, MainScreen)
+            await pilot.press("D")
+            await pilot.pause()
+            assert isinstance(app.screen, DiffScreen)
+            text = text_of(app.screen.query_one("#diff-content", Static))
+            assert "R9K_HC_FP8_DECODE" in text and "KV cache at tp2" in text
+            await pilot.press("escape")
+            await pilot.press("f2")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            assert ("D", "Diff", "r9k.diff") in app.screen.bindings
+            await pilot.press("escape")
+            await pilot.pause()
+            # the command palette jumps to a variant
+            await pilot.press("ctrl+p")
+            await pilot.pause()
+            await pilot.press(*list("jump to variant: router_max_m"))
+            await pilot.pause(0.3)
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, MainScreen)
+            assert app.screen.query_one(VariantTable).current_variant() == "router_max_m"
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("where", ["profile", "registry"])
+def test_broken_file_opens_on_a_located_error_screen(workspace, where):
+    if where == "profile":
+        path = workspace / "profiles" / "broken.toml"
+        path.write_text('description = "x"\nextends = "tp4-default"\n[knobs\nR9K_ROUTER = "r9k"\n')
+        expect = "profiles/broken.toml:3"
+    else:
+        path = workspace / "registry" / "variants" / "decode.toml"
+        lines = path.read_text().splitlines()
+        n = random.choice([i for i, ln in enumerate(lines) if ln.startswith("summary = ")])
+        lines.insert(n + 1, "colour = \"blue\"")
+        path.write_text("\n".join(lines) + "\n")
+        expect = f"registry/variants/decode.toml:{n + 2}"
+
+    async def scenario():
+        app = R9kApp(profile="tp4-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert isinstance(app.screen, ErrorScreen)
+            return text_of(app.screen.query_one("#error-text", Static))
+
+    text = run(scenario())
+    assert expect in text, text
+    assert "Traceback" not in text
