@@ -153,3 +153,57 @@ def bench_row(name: str, m: int, stock: tuple, fused: tuple, arg_sets_stock, arg
         "floor us": floor_us,
         "bw frac": floor_us / tf["us"],
     }
+
+
+def node_overhead_us(n: int = 64) -> float:
+    """Graph-replay cost of one near-empty kernel node (one program storing one value): the floor
+    any single-launch op pays per call in a decode-step graph."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _touch(p):
+        tl.store(p, 1.0)
+
+    bufs = [(torch.empty(1, device="cuda"),) for _ in range(n)]
+    return graph_time_us(lambda p: _touch[(1,)](p), bufs)["us"]
+
+
+def sweep(name: str, configs, time_fn, check_fn, ms=(1, 16)):
+    """Time ``time_fn(cfg, m)`` for every config at the widths ``ms``; configs whose ``check_fn(cfg)``
+    fails (wrong result, or a compile error) are reported and skipped. Returns (best cfg, rows)."""
+    rows, best = [], None
+    for c in configs:
+        try:
+            ok = bool(check_fn(c))
+            ts = [time_fn(c, m) for m in ms] if ok else []
+        except Exception as exc:  # noqa: BLE001 - a config that does not compile is skipped, reported
+            ok, ts = False, []
+            print(f"sweep {name} {c}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+        tot = sum(ts) if ts else float("inf")
+        rows.append({"kernel": name, "cfg": list(c), "us": ts, "ok": ok})
+        print(f"sweep {name} {c} us(M={ms})={['%.2f' % t for t in ts]} ok={ok}", flush=True)
+        if ok and (best is None or tot < best[0]):
+            best = (tot, c)
+    print(f"best {name}: {best[1] if best else None}", flush=True)
+    return (best[1] if best else None), rows
+
+
+def update_json(path: str, updates: dict) -> None:
+    """Merge ``updates`` into the JSON object at ``path`` (created if missing)."""
+    import json
+    import os
+
+    data = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f)
+    for k, v in updates.items():
+        if isinstance(v, dict) and isinstance(data.get(k), dict):
+            data[k].update(v)
+        else:
+            data[k] = v
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.write("\n")

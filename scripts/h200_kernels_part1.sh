@@ -7,15 +7,16 @@ export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/r9k_k1_out}
 mkdir -p "$OUT"
 SWEEP=${1:-}
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || { echo "pip install failed"; tail "$OUT/pip.log"; }
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/tmp/pip.log 2>&1 || { echo "pip install failed"; tail /tmp/pip.log; }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
-T_FP8=${T_FP8:-95}; T_HC=${T_HC:-60}; T_ROUTER=${T_ROUTER:-40}; T_TEST=${T_TEST:-75}
+T_FP8=${T_FP8:-110}; T_HC=${T_HC:-55}; T_ROUTER=${T_ROUTER:-45}; T_TEST=${T_TEST:-60}
 timeout "$T_FP8" python3 -m r9k.kernels.fp8_block.bench_fp8_block $SWEEP --json "$OUT/fp8.json" >"$OUT/fp8.log" 2>&1; echo "fp8 bench rc=$?"
 timeout "$T_HC" python3 -m r9k.kernels.hc_mix.bench_hc_mix $SWEEP --json "$OUT/hc.json" >"$OUT/hc.log" 2>&1; echo "hc bench rc=$?"
 timeout "$T_ROUTER" python3 -m r9k.kernels.router.bench_router $SWEEP --json "$OUT/router.json" >"$OUT/router.log" 2>&1; echo "router bench rc=$?"
 timeout "$T_TEST" python3 -m pytest -q -m gpu -p no:cacheprovider kernels/fp8_block kernels/hc_mix kernels/router \
   >"$OUT/pytest_gpu.log" 2>&1; echo "pytest gpu rc=$?"
-tail -n 6 "$OUT/pytest_gpu.log"
+tail -n 12 "$OUT/pytest_gpu.log"
+tar cf "$OUT/tuned.tar" kernels/*/tuned_h200.json 2>/dev/null; echo "tuned files: $(tar tf "$OUT/tuned.tar" 2>/dev/null | tr "\n" " ")"
 grep -h "^best\|copy bandwidth" "$OUT"/*.log
 for f in fp8 hc router; do echo "== $f"; grep -A40 "^| op" "$OUT/$f.log" | cut -c1-400; done

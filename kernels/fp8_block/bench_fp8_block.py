@@ -3,9 +3,11 @@
     python -m r9k.kernels.fp8_block.bench_fp8_block [--sweep] [--json FILE]
 
 CUDA-graph replay over rotating weight copies (r9k.kernels._bench), M = 1, 4, 8, 16, the Flash-Next
-shards; also cuBLAS bf16 (F.linear on bf16 copies of the same shape) and cuBLASLt fp8 row-wise
-(torch._scaled_mm, M = 16) in the same run. ``--sweep`` times a set of tile configs first, checks
-each against the default config's output, and uses the fastest per shape.
+shards; in the same run: cuBLAS bf16 (F.linear on bf16 weights of the same shape), cuBLASLt fp8
+row-wise (torch._scaled_mm, M = 16), the fused kernel with L2-hot weights (one copy: the latency
+part), and the graph cost of an empty kernel node. ``--sweep`` times tile configs on the TP4 in_proj
+(K = 2560) and out_proj (K = 1536) shards, checks each against the fp64 reference, and writes the
+winners for every shard of that K into tuned_h200.json (the gate tests then run on them).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from r9k.kernels import _bench
+from r9k.kernels.fp8_block import reference as ref
 from r9k.kernels.fp8_block import triton_kernel as tk
 
 SHAPES = {
@@ -24,10 +27,17 @@ SHAPES = {
     "attn_qkv tp4": (3584, 2560),
     "gdn_in_proj tp2": (8192, 2560),
 }
+ALL_SHARDS = [(2560, 1536), (3584, 2560), (4096, 2560), (2560, 3072), (6656, 2560), (8192, 2560)]
 MS = (1, 4, 8, 16)
-SWEEP = [(bn, sp, 4, 3) for bn in (32, 64) for sp in (1, 2, 4, 8)] + [
-    (128, 2, 4, 3), (128, 4, 4, 3), (32, 4, 4, 4), (64, 4, 4, 4)]
-SWEEP_SHAPES = ("gdn_in_proj tp4", "gdn_out_proj/o_proj tp4")  # the others reuse the in_proj winner
+# (BLOCK_N, SPLIT_K, warps, stages, unroll)
+SWEEP = (
+    [(bn, sp, 4, 3, 0) for bn, sp in ((16, 1), (16, 2), (16, 4), (32, 2), (32, 4), (32, 8), (64, 2), (64, 4), (64, 8))]
+    + [(bn, sp, 2, 3, 0) for bn, sp in ((16, 2), (32, 4), (64, 4))]
+    + [(bn, sp, 4, 2, 1) for bn, sp in ((16, 2), (32, 4), (32, 8), (64, 4), (64, 8))]
+    + [(bn, sp, 2, 2, 1) for bn, sp in ((16, 4), (32, 4))]
+    + [(64, 4, 4, 5, 0), (32, 8, 4, 5, 0), (128, 4, 4, 3, 0)]
+)
+SWEEP_SHAPES = {"gdn_in_proj tp4": 2560, "gdn_out_proj/o_proj tp4": 1536}
 
 
 def _weights(N, K, n, gen):
@@ -39,43 +49,41 @@ def _weights(N, K, n, gen):
     return out
 
 
-def run(sweep: bool = False) -> tuple[list[dict], list[dict]]:
+def run(sweep: bool = False):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
     bw = _bench.copy_bandwidth()
-    print(f"copy bandwidth {bw / 1e12:.3f} TB/s", flush=True)
+    node = _bench.node_overhead_us()
+    print(f"copy bandwidth {bw / 1e12:.3f} TB/s; empty kernel node {node:.2f} us", flush=True)
     rows, sweep_rows = [], []
-    best_in_proj = None
     for name, (N, K) in SHAPES.items():
         nc = _bench.copies_for(N * K)
         ws = _weights(N, K, nc, gen)
         xs = {M: torch.randn((M, K), generator=gen, device="cuda").to(torch.bfloat16) for M in MS}
-        cfg = tk.default_config(N, K)
-        if sweep and name not in SWEEP_SHAPES:
-            cfg = best_in_proj
         if sweep and name in SWEEP_SHAPES:
-            best = None
-            for c in SWEEP:
-                tot = 0.0
-                ok = True
-                for M in (1, 16):
-                    x = xs[M]
-                    y0 = tk.fp8_block_linear(x, *ws[0])
-                    y1 = tk.fp8_block_linear(x, *ws[0], config=c)
-                    d = float((y1.float() - y0.float()).norm() / y0.float().norm())
-                    ok &= d < 1e-5
-                    t = _bench.graph_time_us(lambda x, a, b, c=c: tk.fp8_block_linear(x, a, b, config=c),
-                                             [(x, a, b) for a, b in ws], replays=10)["us"]
-                    sweep_rows.append({"shape": name, "cfg": str(c), "M": M, "fused us": t, "ok": ok})
-                    tot += t
-                print(f"sweep {name} {c} total(M=1,16) {tot:.2f} us ok={ok}", flush=True)
-                if ok and (best is None or tot < best[0]):
-                    best = (tot, c)
-            cfg = best[1]
-            if name == SWEEP_SHAPES[0]:
-                best_in_proj = cfg
-            print(f"best {name}: {cfg}", flush=True)
-        bf = [torch.randn((N, K), generator=gen, device="cuda").to(torch.bfloat16) for _ in range(_bench.copies_for(2 * N * K))]
+            r64 = {M: ref.fp8_block_linear_fp64(xs[M], *ws[0]) for M in (1, 16)}
+
+            def check(c):
+                return all(float((tk.fp8_block_linear(xs[M], *ws[0], config=c).double() - r64[M]).norm()
+                                 / r64[M].norm()) < 1e-2 for M in (1, 16))
+
+            def time_fn(c, M):
+                return _bench.graph_time_us(lambda x, a, b: tk.fp8_block_linear(x, a, b, config=c),
+                                            [(xs[M], a, b) for a, b in ws], replays=10)["us"]
+
+            best, r = _bench.sweep(f"fp8 {name}", SWEEP, time_fn, check)
+            sweep_rows += r
+            if best is not None:
+                upd = {f"{n}x{k}": list(best) for n, k in ALL_SHARDS if k == SWEEP_SHAPES[name]
+                       or (SWEEP_SHAPES[name] == 2560 and k != 1536 and (n, k) != (2560, 3072))}
+                if SWEEP_SHAPES[name] == 1536:
+                    upd["2560x3072"] = list(best)
+                _bench.update_json(tk.TUNED_FILE, upd)
+                tk.TUNED.clear()
+                tk.TUNED.update(tk.load_tuned())
+        cfg = tk.default_config(N, K)
+        bf = [torch.randn((N, K), generator=gen, device="cuda").to(torch.bfloat16)
+              for _ in range(_bench.copies_for(2 * N * K))]
         for M in MS:
             x = xs[M]
             args = [(x, a, b) for a, b in ws]
@@ -85,26 +93,29 @@ def run(sweep: bool = False) -> tuple[list[dict], list[dict]]:
                 (lambda x, a, b: tk.fp8_block_linear(x, a, b, config=cfg), "fused"),
                 args, args, N * K + 4 * ((N + 127) // 128) * (K // 128) + 2 * M * K + 2 * M * N, bw)
             row["cfg"] = str(cfg)
+            row["L2-hot fused us"] = _bench.graph_time_us(
+                lambda x, a, b: tk.fp8_block_linear(x, a, b, config=cfg), [args[0]] * len(args))["us"]
             row["cuBLAS bf16 us"] = _bench.graph_time_us(lambda x, w: F.linear(x, w), [(x, w) for w in bf])["us"]
             if M % 16 == 0:
                 try:
                     sa = torch.ones((M, 1), device="cuda")
-                    sb = [torch.ones((1, N), device="cuda") for _ in ws]
+                    sb = torch.ones((1, N), device="cuda")
                     row["cuBLASLt fp8 us"] = _bench.graph_time_us(
-                        lambda x8, w, s1, s2: torch._scaled_mm(x8, w.t(), scale_a=s1, scale_b=s2, out_dtype=torch.bfloat16),
-                        [(x.to(torch.float8_e4m3fn), a, sa, s) for (a, _), s in zip(ws, sb)])["us"]
+                        lambda x8, w: torch._scaled_mm(x8, w.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16),
+                        [(x.to(torch.float8_e4m3fn), a) for a, _ in ws])["us"]
                 except Exception as exc:  # noqa: BLE001 - report, do not guess
                     row["cuBLASLt fp8 us"] = f"n/a ({type(exc).__name__})"
             rows.append(row)
             print(row, flush=True)
         del ws, bf
         torch.cuda.empty_cache()
-    rows.append({"op": "copy bandwidth TB/s", "M": "", "stock us": bw / 1e12})
+    rows.append({"op": "copy bandwidth TB/s", "stock us": bw / 1e12})
+    rows.append({"op": "empty kernel node us", "stock us": node})
     return rows, sweep_rows
 
 
-COLS = ["op", "M", "stock us", "fused us", "speedup", "launches s/f", "floor us", "bw frac", "cuBLAS bf16 us",
-        "cuBLASLt fp8 us", "cfg"]
+COLS = ["op", "M", "stock us", "fused us", "speedup", "launches s/f", "floor us", "bw frac", "L2-hot fused us",
+        "cuBLAS bf16 us", "cuBLASLt fp8 us", "cfg"]
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()

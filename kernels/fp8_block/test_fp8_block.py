@@ -75,7 +75,7 @@ def test_quant_bit_exact_interpreter(device, rng, poison):
 
 
 @pytest.mark.parametrize("M", [1, 3, 8, 16])
-@pytest.mark.parametrize("N,K,config", [(160, 384, None), (160, 384, (32, 2, 4, 3)), (256, 256, (64, 1, 4, 2)),
+@pytest.mark.parametrize("N,K,config", [(160, 384, None), (160, 384, (32, 2, 4, 3)), (256, 256, (64, 1, 4, 2, 1)), (160, 640, (16, 2, 2, 3, 1)),
                                         (96, 512, (32, 4, 4, 3))])
 def test_fused_vs_two_launch_interpreter(M, N, K, config, device, rng, poison):
     _need_triton(device)

@@ -12,6 +12,9 @@ fp8 operands are the same bytes and the two paths give the same bits.
 """
 from __future__ import annotations
 
+import json
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -54,11 +57,32 @@ def quant_group128_kernel(x_ptr, stride_xm, q_ptr, s_ptr, M, K, G,
 
 
 @triton.jit
+def _group_step(acc, g, g_hi, x_ptr, stride_xm, qa_ptr, sa_ptr, w_ptr, bs_ptr, bs_row,
+                offs_m, offs_n, offs_k, m_mask, n_mask, K, G,
+                FUSED_QUANT: tl.constexpr, INTERPRET: tl.constexpr):
+    """One 128-group of the K loop: quantise (or load) the activation group, e4m3 tile product,
+    fold ``(partial * Bs) * sa`` into the fp32 sum. ``g >= g_hi`` (an unrolled tail) adds nothing."""
+    cols = g * 128 + offs_k
+    mk = m_mask & ((offs_m * 0 + g) < g_hi)  # tensor-shaped: the interpreter rejects scalar-bool masks
+    if FUSED_QUANT:
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :], mask=mk[:, None], other=0.0)
+        q, sa = _quant_tile(x.to(tl.float32), INTERPRET)
+    else:
+        q = tl.load(qa_ptr + offs_m[:, None] * K + cols[None, :], mask=mk[:, None], other=0.0)
+        sa = tl.load(sa_ptr + offs_m * G + g, mask=mk, other=0.0)
+    nk = n_mask & ((offs_n * 0 + g) < g_hi)
+    w = tl.load(w_ptr + offs_n[:, None] * K + cols[None, :], mask=nk[:, None], other=0.0)
+    part = tl.dot(q, tl.trans(w))  # exact e4m3 products, fp32 accumulation
+    bs = tl.load(bs_ptr + bs_row + g, mask=nk, other=0.0)
+    return acc + (part * bs[None, :]) * sa[:, None]
+
+
+@triton.jit
 def fp8_block_gemm_kernel(
     x_ptr, stride_xm, qa_ptr, sa_ptr, w_ptr, bs_ptr, ws_ptr, cnt_ptr, out_ptr, stride_om,
     M, N, K, G, G_PER_SPLIT,
     FUSED_QUANT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
-    INTERPRET: tl.constexpr,
+    INTERPRET: tl.constexpr, UNROLL: tl.constexpr = 0,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -72,19 +96,16 @@ def fp8_block_gemm_kernel(
     bs_row = (offs_n // 128) * G
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for g in range(g_lo, g_hi):
-        cols = g * 128 + offs_k
-        if FUSED_QUANT:
-            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + cols[None, :],
-                        mask=m_mask[:, None], other=0.0).to(tl.float32)
-            q, sa = _quant_tile(x, INTERPRET)
-        else:
-            q = tl.load(qa_ptr + offs_m[:, None] * K + cols[None, :], mask=m_mask[:, None], other=0.0)
-            sa = tl.load(sa_ptr + offs_m * G + g, mask=m_mask, other=0.0)
-        w = tl.load(w_ptr + offs_n[:, None] * K + cols[None, :], mask=n_mask[:, None], other=0.0)
-        part = tl.dot(q, tl.trans(w))  # exact e4m3 products, fp32 accumulation
-        bs = tl.load(bs_ptr + bs_row + g, mask=n_mask, other=0.0)
-        acc += (part * bs[None, :]) * sa[:, None]
+    if UNROLL > 0:
+        # UNROLL == G_PER_SPLIT: the group loop fully unrolled, so every load of the split can be
+        # issued up front (decode widths are latency-bound: few groups per program).
+        for i in tl.static_range(UNROLL):
+            acc = _group_step(acc, g_lo + i, g_hi, x_ptr, stride_xm, qa_ptr, sa_ptr, w_ptr, bs_ptr, bs_row,
+                              offs_m, offs_n, offs_k, m_mask, n_mask, K, G, FUSED_QUANT, INTERPRET)
+    else:
+        for g in range(g_lo, g_hi):
+            acc = _group_step(acc, g, g_hi, x_ptr, stride_xm, qa_ptr, sa_ptr, w_ptr, bs_ptr, bs_row,
+                              offs_m, offs_n, offs_k, m_mask, n_mask, K, G, FUSED_QUANT, INTERPRET)
 
     out_mask = m_mask[:, None] & n_mask[None, :]
     if SPLIT_K > 1:
@@ -100,13 +121,28 @@ def fp8_block_gemm_kernel(
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], to_bf16(acc, INTERPRET), mask=out_mask)
 
 
-# (BLOCK_N, SPLIT_K, num_warps, num_stages) per (N, K); anything else goes through default_config.
-# Filled from the H200 sweep recorded in notes/kernels-part1.md.
-TUNED: dict[tuple[int, int], tuple[int, int, int, int]] = {}
+# Tile configs: (BLOCK_N, SPLIT_K, num_warps, num_stages, UNROLL) where UNROLL 1 fully unrolls the
+# group loop of a split. Per (N, K) winners of the H200 sweep live in tuned_h200.json next to this
+# file (written by ``bench_fp8_block --sweep``, gate-tested in the same device run, see
+# notes/kernels-part1.md); every other shape uses default_config's rule.
+TUNED_FILE = os.path.join(os.path.dirname(__file__), "tuned_h200.json")
 
 
-def default_config(n: int, k: int) -> tuple[int, int, int, int]:
-    """Enough programs for 132 SMs: BLOCK_N 64 and split K until there are >= ~128 programs."""
+def load_tuned(path: str = TUNED_FILE) -> dict:
+    try:
+        with open(path) as f:
+            raw = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return {tuple(int(v) for v in key.split("x")): tuple(cfg) for key, cfg in raw.items()}
+
+
+TUNED: dict = load_tuned()
+
+
+def default_config(n: int, k: int) -> tuple[int, int, int, int, int]:
+    """Tuned config for (n, k) if the H200 sweep recorded one, else: BLOCK_N 64 and split K until
+    there are >= ~128 programs (132 SMs), 4 warps, 3 stages, rolled loop."""
     if (n, k) in TUNED:
         return TUNED[(n, k)]
     block_n = 64
@@ -115,7 +151,7 @@ def default_config(n: int, k: int) -> tuple[int, int, int, int]:
     split = 1
     while tiles * split < 128 and split * 2 <= groups:
         split *= 2
-    return block_n, split, 4, 3
+    return block_n, split, 4, 3, 0
 
 
 def _check(x, w_q, w_s):
@@ -150,9 +186,10 @@ def _gemm(x, qa, sa, w_q, w_s, out, fused: bool, config=None):
     G = K // GROUP
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
-    block_n, split, warps, stages = config or default_config(N, K)
+    block_n, split, warps, stages, *rest = config or default_config(N, K)
     g_per = triton.cdiv(G, split)
     split = triton.cdiv(G, g_per)  # no empty splits
+    unroll = g_per if (rest and rest[0]) else 0
     tiles = triton.cdiv(N, block_n)
     if split > 1:
         ws = torch.empty((split, BLOCK_M, N), dtype=torch.float32, device=x.device)
@@ -165,7 +202,7 @@ def _gemm(x, qa, sa, w_q, w_s, out, fused: bool, config=None):
         x, x.stride(0), qa_arg, sa_arg, w_q, w_s, ws, cnt, out, out.stride(0),
         M, N, K, G, g_per,
         FUSED_QUANT=fused, BLOCK_M=BLOCK_M, BLOCK_N=block_n, SPLIT_K=split, INTERPRET=INTERPRETED,
-        num_warps=warps, num_stages=stages,
+        UNROLL=unroll, num_warps=warps, num_stages=stages,
     )
     return out
 

@@ -4,6 +4,8 @@ sequence (cuBLAS down, hc_silu, cuBLAS up, gated mean: 4 launches), on a GPU.
     python -m r9k.kernels.hc_mix.bench_hc_mix [--sweep] [--json FILE]
 
 Also times the two cuBLAS GEMMs alone and our two kernels alone (the anchors' "hc down / hc up").
+``--sweep`` times tile configs for the down GEMM (336 x 10240) and the up+mix kernel, checks each,
+and writes the winners into the tuned_h200.json files (the gate tests then run on them).
 """
 from __future__ import annotations
 
@@ -21,8 +23,11 @@ from r9k.kernels.router import triton_kernel as rk
 MS = (1, 4, 8, 16)
 HD, R, ND = 2560, 320, 336
 COLS4 = 4 * HD
-DOWN_SWEEP = [(bn, bk, sp, 4, 3) for bn in (16, 32) for bk in (128, 256) for sp in (4, 8, 16)]
-UP_SWEEP = [(bd, br, w, st) for bd in (16, 32) for br in (32, 64) for w in (4,) for st in (2, 3)]
+DOWN_SWEEP = [(16, 128, 8, 4, 3), (16, 128, 16, 4, 3), (16, 256, 16, 4, 3), (16, 128, 32, 4, 3),
+              (32, 256, 16, 4, 3), (32, 128, 32, 4, 3), (32, 256, 32, 4, 3), (16, 256, 16, 2, 3),
+              (32, 256, 16, 2, 3), (16, 128, 32, 2, 3), (64, 256, 16, 4, 3), (32, 128, 16, 4, 3)]
+UP_SWEEP = [(16, 64, 4, 3), (32, 64, 4, 3), (32, 64, 2, 3), (32, 64, 8, 3), (64, 64, 4, 3), (64, 64, 8, 3),
+            (32, 32, 4, 4), (32, 128, 4, 2), (16, 64, 2, 3), (64, 32, 4, 3)]
 
 
 def _mods(n, gen):
@@ -34,59 +39,49 @@ def _mods(n, gen):
     return mods
 
 
-def _pick(name, cands, fn_for, xs, check):
-    best = None
-    rows = []
-    for c in cands:
-        tot, ok = 0.0, True
-        for M in (1, 16):
-            ok &= check(c, xs[M])
-            t = _bench.graph_time_us(fn_for(c), [(xs[M], *a) for a in ARGS], replays=10)["us"]
-            rows.append({"kernel": name, "cfg": str(c), "M": M, "us": t, "ok": ok})
-            tot += t
-        print(f"sweep {name} {c} total(M=1,16) {tot:.2f} ok={ok}", flush=True)
-        if ok and (best is None or tot < best[0]):
-            best = (tot, c)
-    print(f"best {name}: {best[1]}", flush=True)
-    return best[1], rows
+def _sweep(mods, xs):
+    wd0, wu0, _ = mods[0]
+    ref_down = {M: rk.skinny_gemm(xs[M], wd0, epi_cols=R) for M in (1, 16)}
 
+    def dcheck(c):
+        return all(int((rk.skinny_gemm(xs[M], wd0, epi_cols=R, config=c) != ref_down[M]).sum())
+                   <= max(4, int(0.005 * ref_down[M].numel())) for M in (1, 16))
 
-ARGS: list = []
+    def dtime(c, M):
+        return _bench.graph_time_us(lambda x, wd: rk.skinny_gemm(x, wd, epi_cols=R, config=c),
+                                    [(xs[M], wd) for wd, _, _ in mods], replays=10)["us"]
+
+    best, r1 = _bench.sweep("hc down+silu 336x10240", DOWN_SWEEP, dtime, dcheck)
+    if best is not None:
+        _bench.update_json(rk.TUNED_FILE, {"skinny": {f"{ND}x{COLS4}": list(best)}})
+        rk.TUNED.clear()
+        rk.TUNED.update(rk.load_tuned())
+    lora = {M: rk.skinny_gemm(xs[M], wd0, epi_cols=R)[:, :R] for M in MS}
+    ref_up = {M: tk._up_mix(lora[M], wu0, None, xs[M], None, 4) for M in (1, 16)}
+
+    def ucheck(c):
+        return all(torch.equal(tk._up_mix(lora[M], wu0, None, xs[M], None, 4, config=c), ref_up[M])
+                   for M in (1, 16))
+
+    def utime(c, M):
+        return _bench.graph_time_us(lambda x, wu: tk._up_mix(lora[M], wu, None, x, None, 4, config=c),
+                                    [(xs[M], wu) for _, wu, _ in mods], replays=10)["us"]
+
+    up_best, r2 = _bench.sweep("hc up+mix", UP_SWEEP, utime, ucheck)
+    if up_best is not None:
+        _bench.update_json(tk.TUNED_FILE, {"up_mix": list(up_best)})
+        tk.UP_CONFIG = tuple(up_best)
+    return r1 + r2
 
 
 def run(sweep: bool = False):
-    global ARGS
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     bw = _bench.copy_bandwidth()
     mods = _mods(_bench.copies_for(2 * (ND * COLS4 + COLS4 * R)), gen)
     xs = {M: torch.randn((M, COLS4), generator=gen, device="cuda").to(torch.bfloat16) for M in MS}
-    down_cfg, up_cfg = tk.DOWN_CONFIG, tk.UP_CONFIG
-    sweep_rows = []
-    if sweep:
-        wd0, wu0, _ = mods[0]
-        ARGS = [(wd,) for wd, _, _ in mods]
-
-        def dcheck(c, x):
-            a = rk.skinny_gemm(x, wd0, epi_cols=R)
-            b = rk.skinny_gemm(x, wd0, epi_cols=R, config=c)
-            return int((a != b).sum()) <= max(4, int(0.005 * a.numel()))
-
-        down_cfg, r1 = _pick("hc down+silu", DOWN_SWEEP,
-                             lambda c: (lambda x, wd: rk.skinny_gemm(x, wd, epi_cols=R, config=c)), xs, dcheck)
-        lora = {M: rk.skinny_gemm(xs[M], wd0, epi_cols=R)[:, :R] for M in MS}
-        ARGS = [(wu,) for _, wu, _ in mods]
-
-        def ucheck(c, x):
-            lo = lora[x.shape[0]]
-            a = tk._up_mix(lo, wu0, None, x, None, 4)
-            b = tk._up_mix(lo, wu0, None, x, None, 4, config=c)
-            return torch.equal(a, b)
-
-        up_cfg, r2 = _pick("hc up+mix", UP_SWEEP,
-                           lambda c: (lambda x, wu: tk._up_mix(lora[x.shape[0]], wu, None, x, None, 4, config=c)),
-                           xs, ucheck)
-        sweep_rows = r1 + r2
+    sweep_rows = _sweep(mods, xs) if sweep else []
+    down_cfg, up_cfg = rk.default_skinny_config(ND, COLS4), tk.UP_CONFIG
     bytes_bf16 = 2 * (ND * COLS4 + COLS4 * R)
     bytes_fp8 = ND * COLS4 + COLS4 * R + 4 * (ND + COLS4)
     rows = []
@@ -95,29 +90,24 @@ def run(sweep: bool = False):
         act = 2 * M * COLS4 + 2 * M * (ND + HD)
         a16 = [(x, wd, wu) for wd, wu, _ in mods]
         a8 = [(x, *p) for _, _, p in mods]
-        fused16 = lambda x, wd, wu: tk.hc_mix(x, wd, wu, down_config=down_cfg, up_config=up_cfg)  # noqa: E731
-        fused8 = lambda x, dq, ds, uq, us: tk.hc_mix_fp8(x, dq, ds, uq, us, down_config=down_cfg,  # noqa: E731
-                                                         up_config=up_cfg)
-        r = _bench.bench_row("hc_mix bf16", M, (ref.hc_mix, "stock"), (fused16, "fused"), a16, a16,
+        r = _bench.bench_row("hc_mix bf16", M, (ref.hc_mix, "stock"), (tk.hc_mix, "fused"), a16, a16,
                              bytes_bf16 + act, bw)
         r["cfg"] = f"down {down_cfg} up {up_cfg}"
         r["cuBLAS down us"] = _bench.graph_time_us(lambda x, wd, wu: F.linear(x, wd), a16)["us"]
         r["cuBLAS up us"] = _bench.graph_time_us(lambda x, wd, wu: F.linear(x[:, :R], wu), a16)["us"]
-        r["r9k down us"] = _bench.graph_time_us(
-            lambda x, wd, wu: rk.skinny_gemm(x, wd, epi_cols=R, config=down_cfg), a16)["us"]
+        r["r9k down us"] = _bench.graph_time_us(lambda x, wd, wu: rk.skinny_gemm(x, wd, epi_cols=R), a16)["us"]
         lo = rk.skinny_gemm(x, mods[0][0], epi_cols=R)[:, :R]
-        r["r9k up+mix us"] = _bench.graph_time_us(
-            lambda x, wd, wu: tk._up_mix(lo, wu, None, x, None, 4, config=up_cfg), a16)["us"]
+        r["r9k up+mix us"] = _bench.graph_time_us(lambda x, wd, wu: tk._up_mix(lo, wu, None, x, None, 4), a16)["us"]
         rows.append(r)
         print(r, flush=True)
         # fp8 W8A16 against the same stock (bf16, 4 launches): what turning R9K_HC_FP8_DECODE on buys
-        r = _bench.bench_row("hc_mix_fp8 (vs bf16 stock)", M, (ref.hc_mix, "stock"), (fused8, "fused"), a16, a8,
-                             bytes_fp8 + act, bw)
+        r = _bench.bench_row("hc_mix_fp8 (vs bf16 stock)", M, (ref.hc_mix, "stock"), (tk.hc_mix_fp8, "fused"),
+                             a16, a8, bytes_fp8 + act, bw)
         r["cfg"] = f"down {down_cfg} up {up_cfg}"
         r["fused bf16 us"] = rows[-1]["fused us"]
         rows.append(r)
         print(r, flush=True)
-    rows.append({"op": "hc fp8 copies bytes/module", "M": "", "stock us": tk.hc_fp8_bytes(*mods[0][2])})
+    rows.append({"op": "hc fp8 copies bytes/module", "stock us": tk.hc_fp8_bytes(*mods[0][2])})
     return rows, sweep_rows
 
 

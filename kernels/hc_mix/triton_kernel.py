@@ -14,6 +14,9 @@ with the semantics of vLLM's Triton ones.
 """
 from __future__ import annotations
 
+import json
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -85,8 +88,14 @@ def hc_up_mix_kernel(
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_d[None, :], to_bf16(y * 0.25, INTERPRET), mask=x_mask)
 
 
-# Tile of the up+mix kernel: (BLOCK_D, BLOCK_R, num_warps, num_stages). 10240 / 4 / 16 = 160 programs.
-UP_CONFIG = (16, 64, 4, 3)
+# Tile of the up+mix kernel: (BLOCK_D, BLOCK_R, num_warps, num_stages). The H200 sweep's winner is
+# read from tuned_h200.json (written by ``bench_hc_mix --sweep``, gate-tested in the same run).
+TUNED_FILE = os.path.join(os.path.dirname(__file__), "tuned_h200.json")
+try:
+    with open(TUNED_FILE) as _f:
+        UP_CONFIG = tuple(json.load(_f)["up_mix"])
+except (OSError, ValueError, KeyError):
+    UP_CONFIG = (16, 64, 4, 3)  # 2560 / 16 = 160 programs
 # Down GEMM tiles (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages); None = the skinny GEMM's default.
 DOWN_CONFIG = None
 

@@ -2,6 +2,9 @@
 PyTorch softmax + topk + renormalise), on a GPU.
 
     python -m r9k.kernels.router.bench_router [--sweep] [--json FILE]
+
+``--sweep`` times tile configs for the 512 x 2560 GEMM and warp counts for the routing kernel, checks
+each, and writes the winners into tuned_h200.json (the gate tests then run on them).
 """
 from __future__ import annotations
 
@@ -16,8 +19,9 @@ from r9k.kernels.router import triton_kernel as tk
 
 MS = (1, 4, 8, 16)
 E, K = 512, 2560
-SWEEP = [(bn, bk, sp, 4, st) for bn in (16, 32) for bk in (128, 256) for sp in (2, 4, 8, 16) for st in (3,)
-         if K // sp >= bk]
+SWEEP = [(16, 128, 8, 4, 3), (16, 128, 16, 4, 3), (16, 64, 16, 4, 3), (16, 64, 32, 4, 3), (32, 128, 8, 4, 3),
+         (32, 128, 16, 4, 3), (32, 64, 16, 4, 3), (32, 64, 32, 4, 3), (32, 128, 16, 2, 3), (16, 128, 16, 2, 3),
+         (16, 64, 32, 2, 3), (64, 128, 16, 4, 3), (64, 64, 32, 4, 3), (32, 256, 8, 4, 3)]
 
 
 def run(sweep: bool = False):
@@ -27,26 +31,45 @@ def run(sweep: bool = False):
     nc = _bench.copies_for(E * K * 2)
     ws = [(torch.randn((E, K), generator=gen, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(nc)]
     xs = {M: torch.randn((M, K), generator=gen, device="cuda").to(torch.bfloat16) for M in MS}
-    cfg = tk.default_skinny_config(E, K)
+    ls = {M: [(torch.randn((M, E), generator=gen, device="cuda") * 2).to(torch.bfloat16) for _ in range(32)]
+          for M in MS}
     sweep_rows = []
     if sweep:
-        best = None
-        for c in SWEEP:
-            tot, ok = 0.0, True
+        exact = {M: (xs[M].double() @ ws[0].double().t()).to(torch.bfloat16) for M in (1, 16)}
+
+        def check(c):
+            return all(int((tk.skinny_gemm(xs[M], ws[0], config=c) != exact[M]).sum())
+                       <= max(2, int(0.002 * exact[M].numel())) for M in (1, 16))
+
+        def time_fn(c, M):
+            return _bench.graph_time_us(lambda x, w: tk.skinny_gemm(x, w, config=c), [(xs[M], w) for w in ws],
+                                        replays=10)["us"]
+
+        best, r = _bench.sweep("router 512x2560", SWEEP, time_fn, check)
+        sweep_rows += r
+        if best is not None:
+            _bench.update_json(tk.TUNED_FILE, {"skinny": {f"{E}x{K}": list(best)}})
+
+        def rcheck(wn):
             for M in (1, 16):
-                x = xs[M]
-                y0 = ref.router_gemm_fp32_fallback(x, ws[0])
-                y1 = tk.skinny_gemm(x, ws[0], config=c)
-                ok &= int((y0 != y1).sum()) <= max(2, int(0.002 * y0.numel()))
-                t = _bench.graph_time_us(lambda x, w, c=c: tk.skinny_gemm(x, w, config=c), [(x, w) for w in ws],
-                                         replays=10)["us"]
-                sweep_rows.append({"cfg": str(c), "M": M, "fused us": t, "ok": ok})
-                tot += t
-            print(f"sweep router {c} total(M=1,16) {tot:.2f} ok={ok}", flush=True)
-            if ok and (best is None or tot < best[0]):
-                best = (tot, c)
-        cfg = best[1]
-        print(f"best router: {cfg}", flush=True)
+                lo = ls[M][0]
+                w, i = tk.moe_route(lo, 10, True, num_warps=wn)
+                w2, i2 = ref.moe_route_torch(lo, 10, True)
+                if not (torch.equal(i, i2) and (w - w2).abs().max().item() <= 2e-6):
+                    return False
+            return True
+
+        def rtime(wn, M):
+            return _bench.graph_time_us(lambda lo: tk.moe_route(lo, 10, True, num_warps=wn),
+                                        [(lo,) for lo in ls[M]], replays=10)["us"]
+
+        bw_, r = _bench.sweep("moe_route warps", (1, 2, 4, 8), rtime, rcheck)
+        sweep_rows += r
+        if bw_ is not None:
+            _bench.update_json(tk.TUNED_FILE, {"moe_route_warps": bw_})
+        tk.TUNED.clear()
+        tk.TUNED.update(tk.load_tuned())
+    cfg = tk.default_skinny_config(E, K)
     rows = []
     for M in MS:
         x = xs[M]
@@ -55,21 +78,23 @@ def run(sweep: bool = False):
                                (lambda x, w: tk.skinny_gemm(x, w, config=cfg), "fused"), args, args,
                                E * K * 2 + M * K * 2 + M * E * 2, bw)
         row["cfg"] = str(cfg)
+        row["L2-hot fused us"] = _bench.graph_time_us(lambda x, w: tk.skinny_gemm(x, w, config=cfg),
+                                                      [args[0]] * len(args))["us"]
         rows.append(row)
         print(row, flush=True)
     for M in MS:
-        ls = [(torch.randn((M, E), generator=gen, device="cuda") * 2).to(torch.bfloat16) for _ in range(32)]
-        args = [(lo,) for lo in ls]
+        args = [(lo,) for lo in ls[M]]
         row = _bench.bench_row("moe_route E=512 k=10 renorm", M,
                                (lambda lo: ref.moe_route(lo, 10, True), "stock"),
                                (lambda lo: tk.moe_route(lo, 10, True), "fused"), args, args,
                                M * E * 2 + M * 10 * 8, bw)
+        row["cfg"] = f"warps {tk.moe_route_warps()}"
         rows.append(row)
         print(row, flush=True)
     return rows, sweep_rows
 
 
-COLS = ["op", "M", "stock us", "fused us", "speedup", "launches s/f", "floor us", "bw frac", "cfg"]
+COLS = ["op", "M", "stock us", "fused us", "speedup", "launches s/f", "floor us", "bw frac", "L2-hot fused us", "cfg"]
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()

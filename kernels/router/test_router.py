@@ -30,8 +30,15 @@ def _router_gate(x, w, poison):
     err = (y.double() - r64).abs().max().item()
     err_stock = (stock.double() - r64).abs().max().item()
     assert err <= 1.5 * err_stock + 1e-30, (err, err_stock)
-    flips = bf16_flips(y, stock)
-    assert flips <= max(2, int(0.002 * y.numel())), f"{flips} bf16 flips vs stock of {y.numel()}"
+    # Rounding flips, counted against the correctly rounded result: ours may flip where fp32
+    # summation order lands near a bf16 rounding boundary, on at most max(2, 0.2%) of the elements or
+    # as many as the stock GEMM does (cuBLAS picks split-K kernels for some shapes, e.g. E = 500,
+    # that flip far more often; the original's gate counted flips against an exactly-rounded stock).
+    exact = r64.to(torch.bfloat16)
+    flips = bf16_flips(y, exact)
+    flips_stock = bf16_flips(stock, exact)
+    assert flips <= max(2, int(0.002 * y.numel()), flips_stock), \
+        f"{flips} bf16 flips vs the exactly rounded logits (stock: {flips_stock}) of {y.numel()}"
     # Top-10 sets agree with fp64's except near-ties at the 10th value.
     k = min(10, E)
     r64 = r64.cpu()

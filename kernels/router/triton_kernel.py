@@ -16,6 +16,9 @@ top-k by iterated arg-max with ties to the lower expert id, optional renormalisa
 """
 from __future__ import annotations
 
+import json
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -110,11 +113,29 @@ def skinny_gemm_kernel(
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], y, mask=out_mask)
 
 
-def default_skinny_config(n: int, k: int) -> tuple[int, int, int, int, int]:
-    """(BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages) for a skinny GEMM of N x K.
+TUNED_FILE = os.path.join(os.path.dirname(__file__), "tuned_h200.json")
 
-    Aim: ~130-260 programs (132 SMs), each streaming a few tens of KB of weight.
-    """
+
+def load_tuned(path: str = TUNED_FILE) -> dict:
+    """The H200 sweep's winners (written by the benchmarks with ``--sweep``, gate-tested in the same
+    device run; see notes/kernels-part1.md): {"skinny": {"NxK": [cfg]}, "moe_route_warps": int}."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+TUNED: dict = load_tuned()
+
+
+def default_skinny_config(n: int, k: int) -> tuple[int, int, int, int, int]:
+    """(BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages) for a skinny GEMM of N x K: the H200
+    sweep's winner for this shape if recorded, else ~130-260 programs (132 SMs), each streaming a few
+    tens of KB of weight."""
+    cfg = TUNED.get("skinny", {}).get(f"{n}x{k}")
+    if cfg:
+        return tuple(cfg)
     block_n = 32 if n >= 512 else 16
     block_k = 128
     tiles = triton.cdiv(n, block_n)
@@ -217,7 +238,12 @@ MAX_TOPK = 16
 MAX_EXPERTS = 1024
 
 
-def moe_route(logits: torch.Tensor, top_k: int, renormalize: bool, out_weights=None, out_ids=None):
+def moe_route_warps() -> int:
+    return int(TUNED.get("moe_route_warps", 4))
+
+
+def moe_route(logits: torch.Tensor, top_k: int, renormalize: bool, out_weights=None, out_ids=None,
+              num_warps: int | None = None):
     """Softmax + top-k (+ renormalisation) of router logits in one launch.
 
     logits [M, E] bf16 or fp32 (E <= 1024), top_k <= 16 (and <= E). Returns ``(weights [M, k] fp32,
@@ -236,5 +262,5 @@ def moe_route(logits: torch.Tensor, top_k: int, renormalize: bool, out_weights=N
     if M:
         moe_route_kernel[(M,)](logits, logits.stride(0), w, ids, E,
                                TOPK=top_k, TOPK_P2=triton.next_power_of_2(top_k), BLOCK_E=triton.next_power_of_2(E), RENORM=renormalize,
-                               num_warps=4)
+                               num_warps=num_warps or moe_route_warps())
     return w, ids
