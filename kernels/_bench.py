@@ -156,18 +156,12 @@ def bench_row(name: str, m: int, stock: tuple, fused: tuple, arg_sets_stock, arg
 
 
 def node_overhead_us(n: int = 64) -> float:
-    """Graph-replay cost of one near-empty kernel node (one program storing one value): the floor
-    any single-launch op pays per call in a decode-step graph."""
+    """Graph-replay cost of one tiny elementwise kernel node (a 1-element fill): the floor any
+    single-launch op pays per call in a decode-step graph (the anchors measured 1.23 us)."""
     import torch
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _touch(p):
-        tl.store(p, 1.0)
 
     bufs = [(torch.empty(1, device="cuda"),) for _ in range(n)]
-    return graph_time_us(lambda p: _touch[(1,)](p), bufs)["us"]
+    return graph_time_us(lambda p: p.fill_(1.0), bufs)["us"]
 
 
 def sweep(name: str, configs, time_fn, check_fn, ms=(1, 16)):
