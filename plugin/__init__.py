@@ -58,7 +58,7 @@ def _register() -> None:
         logger.debug("r9k: no R9K_* variable set; plugin inactive in %s", proc.label)
         return
     notes = startup.apply_profile_env(active)
-    startup.check_agreement(active, proc)
+    first_process = startup.check_agreement(active, proc) is None
     table = dispatch.DispatchTable(active.rs, strict=active.rs.strict)
     table.plan()
     envdecl.declare(active.rs)
@@ -67,6 +67,11 @@ def _register() -> None:
     _active, _proc = active, proc
     dispatch.set_table(table)
     _status_path = startup.default_status_file()
+    if first_process:  # a new launch: drop a previous launch's status file (same manifest path)
+        try:
+            os.unlink(_status_path)
+        except OSError:
+            pass
     table.on_change = _write_status
     for line in active.warnings + notes + table.warnings:
         _emit(logging.WARNING, f"r9k {active.hash}: {line}")
@@ -105,11 +110,16 @@ def startup_table(active, table, proc) -> list[str]:
     if proc.rank != 0:
         return [head + f"; rank {proc.rank}: table on rank 0"]
     rows = []
-    for r in sorted(rs.non_stock(), key=lambda r: r.variant.knob):
+    # Every variant not at stock, and those this plugin could install here (so that a launch at stock
+    # also says which implementation, e.g. of the router, it uses).
+    shown = [r for r in rs.items.values()
+             if not r.is_stock or table.plans.get(r.variant.id) and table.plans[r.variant.id].pluggable]
+    for r in sorted(shown, key=lambda r: r.variant.knob):
         p = table.plans.get(r.variant.id)
         rows.append((r.variant.knob, "(unset)" if r.value is None else r.value, f"{r.layer}: {r.source}",
                      p.describe() if p else "?"))
-    lines = [head + f"; {len(rows)} variant(s) not at stock:"]
+    n = len(rs.non_stock())
+    lines = [head + f"; {n} variant(s) not at stock:"]
     if rows:
         w = [max(len(x[i]) for x in rows + [("KNOB", "VALUE", "FROM", "")]) for i in range(3)]
         lines.append(f"r9k {rs.hash}:   {'KNOB':<{w[0]}}  {'VALUE':<{w[1]}}  {'FROM':<{w[2]}}  IMPLEMENTATION")

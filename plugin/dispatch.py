@@ -47,6 +47,12 @@ class Plan:
     used: Optional[str] = None  # filled at model construction: the implementation a layer got
     layers: int = 0  # how many layers asked for it
 
+    @property
+    def pluggable(self) -> bool:
+        """Whether this plugin has an adapter for the variant's extension point."""
+        kind, _, name = (self.extension_point or "").partition(":")
+        return name in SUPPORTED_EXTENSION_POINTS.get(kind, ())
+
     def describe(self) -> str:
         """The 'implementation in use' column of the startup table."""
         if self.mode == "fused":
@@ -54,7 +60,7 @@ class Plan:
             got = self.used or f"{self.module}:{self.op} (r9k, installed; used when the model is built)"
             return f"{got}{where}"
         if self.mode == "stock":
-            return "stock (vLLM's own path)"
+            return "stock (vLLM's own path; nothing installed)"
         if self.mode == "fallback":
             return f"stock (fallback: {self.reason})"
         if self.mode == "env":

@@ -7,7 +7,7 @@ the user's cache directory and reused; the directory name carries a hash of the 
 of the recipe builds a new one instead of serving a stale one.
 
 Usage: ``python -m r9k.plugin.tiny_model`` prints the path (building it first if needed). The
-``cpu-smoke`` profile names the model as ``builtin:tiny-qwen2-moe`` (its ``model_path``); ``r9kctl launch`` (or the test)
+``cpu-smoke`` profile names the model as ``r9k-tiny:qwen2-moe`` (its ``model_path``); ``r9kctl launch`` (or the test)
 turns that into the path with :func:`ensure_tiny_model`.
 
 Heavy imports (torch, transformers, tokenizers) happen only inside :func:`build`.
@@ -23,7 +23,7 @@ import tempfile
 from pathlib import Path
 
 #: The model reference used in profiles; resolved to a local path by :func:`resolve_model_ref`.
-MODEL_REF = "builtin:tiny-qwen2-moe"
+MODEL_REF = "r9k-tiny:qwen2-moe"
 
 # The recipe. head_dim = hidden_size / num_attention_heads = 64: vLLM's CPU attention wants >= 64.
 CONFIG: dict = {

@@ -1,0 +1,98 @@
+"""How much ``register()`` adds to a vLLM process start.
+
+Each measurement is a fresh interpreter (``-X importtime`` is not used: it slows imports down) that
+first imports what vLLM has imported by the time it loads its general plugins in the API server
+(``vllm.engine.arg_utils``: torch, pydantic, vllm's config), then times ``r9k.plugin.register()``
+with ``time.perf_counter``. Cases:
+
+* ``inactive``:    no R9K_* variable (plain vLLM use with the package installed);
+* ``cold``:        R9K_PROFILE=cpu-smoke, empty cache (the registry's TOML is parsed);
+* ``warm``:        the same, registry snapshot cached (every process after the first);
+* ``manifest``:    R9K_MANIFEST from ``r9kctl launch`` (re-resolved and compared), warm cache;
+* ``second-call``: register() again in the same process (vLLM calls it more than once).
+
+Usage: ``python -m r9k.plugin.bench_register [--runs N]``; prints one line per case (median and
+min over N fresh processes, milliseconds) and whether textual or rich got imported.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = r"""
+import json, os, sys, time
+import vllm.engine.arg_utils  # what the API server has imported when vLLM loads general plugins
+t0 = time.perf_counter()
+import r9k.plugin as plugin
+plugin._emit = lambda level, line: None  # time the work, not the terminal
+plugin.register()
+t1 = time.perf_counter()
+plugin.register()
+t2 = time.perf_counter()
+print(json.dumps({"first_ms": (t1 - t0) * 1e3, "second_ms": (t2 - t1) * 1e3,
+                  "ui": [m for m in ("textual", "rich") if m in sys.modules]}))
+"""
+
+
+def run_case(env: dict, runs: int) -> tuple[list[float], list[float], list[str]]:
+    firsts, seconds, ui = [], [], set()
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300)
+        if out.returncode != 0:
+            raise SystemExit(f"benchmark child failed:\n{out.stderr[-3000:]}")
+        d = json.loads(out.stdout.strip().splitlines()[-1])
+        firsts.append(d["first_ms"])
+        seconds.append(d["second_ms"])
+        ui.update(d["ui"])
+    return firsts, seconds, sorted(ui)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args()
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "_R9K_"))}
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = Path(tmp) / "cache"
+        prof = dict(base, R9K_CACHE_DIR=str(cache), R9K_PROFILE="cpu-smoke")
+
+        def report(name, firsts, seconds=None, ui=()):
+            line = f"{name:<12} register(): median {statistics.median(firsts):6.1f} ms  min {min(firsts):6.1f} ms"
+            if seconds is not None:
+                line += f"  | second call median {statistics.median(seconds) * 1e3:6.1f} us"
+            line += f"  | textual/rich imported: {', '.join(ui) or 'no'}"
+            print(line, flush=True)
+
+        f, s, ui = run_case(dict(base, R9K_CACHE_DIR=str(cache)), args.runs)
+        report("inactive", f, s, ui)
+        colds = []
+        for _ in range(args.runs):  # a fresh cache each run: the registry is parsed
+            with tempfile.TemporaryDirectory() as c:
+                ff, _, ui = run_case(dict(prof, R9K_CACHE_DIR=c), 1)
+                colds += ff
+        report("cold", colds, None, ui)
+        f, s, ui = run_case(prof, args.runs)
+        report("warm", f, s, ui)
+
+        # a manifest as r9kctl launch writes it, and the environment it exports
+        from r9k.registry import load_registry
+        from r9k.registry.resolve import resolve
+
+        rs = resolve(load_registry(), "cpu-smoke", env={})
+        mpath = Path(tmp) / "manifest.json"
+        mpath.write_text(json.dumps(rs.to_manifest()))
+        menv = dict(base, R9K_CACHE_DIR=str(cache), R9K_MANIFEST=str(mpath), R9K_PROFILE="cpu-smoke", R9K_TP="1")
+        menv.update(rs.env())
+        f, s, ui = run_case(menv, args.runs)
+        report("manifest", f, s, ui)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
