@@ -1,0 +1,143 @@
+"""Fused Gated DeltaNet speculative-decode core: gating, l2-norms, delta-rule recurrence over the candidates,
+state stores and the gated RMS-norm output in ONE launch per layer.
+
+Grid ``(N + 1, Hv)``: program (n, v) owns sequence n's value head v, with the whole 128 x 128 fp32 state in
+registers (so the gated norm over the 128 value dims needs no exchange between programs); program (N, v) zeroes
+the graph-padding rows past ``cu[N]``. All of a sequence's candidate rows (q, k, v, z, b, a: at most S_MAX) are
+loaded up front together with the state, so the per-token loop has no memory latency on its critical path;
+the state stores are fire-and-forget. The output of all candidates is normed and stored once at the end.
+
+Rounding: fp32 throughout as stock; ``o`` rounded to bf16 before the norm, output and bf16 state rounded to
+nearest (on the bits, see :func:`r9k.kernels.qsa_glue.triton_kernel.rne_bf16`). Differences from stock are
+fp32 summation order only.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from r9k.kernels.qsa_glue.triton_kernel import rne_bf16
+
+
+@triton.jit
+def _pick(tile, rows, i):
+    """Row ``i`` of a [S_MAX, D] tile as a [D] vector."""
+    return tl.sum(tl.where((rows == i)[:, None], tile, 0.0), axis=0)
+
+
+@triton.jit
+def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, state_ptr, cu_ptr, acc_ptr, idx_ptr,
+                       out_ptr, N, T, s_qkv, s_z, s_b, s_a, s_out, s_slot, s_idx, scale, eps,
+                       HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+                       S_MAX: tl.constexpr, GATE_SILU: tl.constexpr, STATE_BF16: tl.constexpr):
+    n = tl.program_id(0)
+    hv = tl.program_id(1)
+    dk = tl.arange(0, DK)
+    dv = tl.arange(0, DV)
+    rows = tl.arange(0, S_MAX)
+    if n == N:
+        # graph padding past the last sequence: zero rows cu[N] .. T-1
+        tail = tl.load(cu_ptr + N)
+        for base in range(tail, T, S_MAX):
+            r = base + rows
+            tl.store(out_ptr + r[:, None] * s_out + hv * DV + dv[None, :], tl.zeros((S_MAX, DV), tl.bfloat16),
+                     mask=(r < T)[:, None])
+    else:
+        start = tl.load(cu_ptr + n)
+        L = tl.load(cu_ptr + n + 1) - start
+        acc = tl.load(acc_ptr + n)
+        last = tl.load(idx_ptr + n * s_idx + acc - 1)
+        valid = last > 0
+        n_iter = tl.where(valid, L, 0)
+        hk = hv // (HV // HK)
+        r = start + rows
+        rm = rows < n_iter
+        # candidate rows, all at once
+        qrow = qkv_ptr + r[:, None] * s_qkv
+        Q = tl.load(qrow + hk * DK + dk[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
+        K = tl.load(qrow + HK * DK + hk * DK + dk[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
+        V = tl.load(qrow + 2 * HK * DK + hv * DV + dv[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
+        Z = tl.load(z_ptr + r[:, None] * s_z + hv * DV + dv[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
+        bb = tl.load(b_ptr + r * s_b + hv, mask=rm, other=0.0).to(tl.float32)
+        aa = tl.load(a_ptr + r * s_a + hv, mask=rm, other=0.0).to(tl.float32)
+        # state of the last accepted candidate
+        hoff = hv * DV * DK + dv[:, None] * DK + dk[None, :]
+        # Masks are built from full-shape integer tensors: a scalar boolean mask (or `tensor & scalar_bool`)
+        # is rejected by the CPU interpreter.
+        zero_hv = dv[:, None] * 0 + dk[None, :] * 0
+        H = tl.load(state_ptr + tl.maximum(last, 0).to(tl.int64) * s_slot + hoff, mask=(zero_hv + last) > 0,
+                    other=0.0).to(tl.float32)
+        # per-token gates and normalised q, k
+        Qn = Q / tl.sqrt(tl.sum(Q * Q, axis=1) + 1e-6)[:, None] * scale
+        Kn = K / tl.sqrt(tl.sum(K * K, axis=1) + 1e-6)[:, None]
+        x = aa + tl.load(dtb_ptr + hv).to(tl.float32)
+        sp = tl.where(x <= 20.0, tl.log(1.0 + tl.exp(x)), x)
+        decay = tl.exp(-tl.exp(tl.load(alog_ptr + hv).to(tl.float32)) * sp)
+        beta = 1.0 / (1.0 + tl.exp(-bb))
+        O = tl.zeros((S_MAX, DV), tl.float32)
+        for i in range(0, n_iter):
+            k = _pick(Kn, rows, i)
+            q = _pick(Qn, rows, i)
+            v = _pick(V, rows, i)
+            d_i = tl.sum(tl.where(rows == i, decay, 0.0), axis=0)
+            b_i = tl.sum(tl.where(rows == i, beta, 0.0), axis=0)
+            H = H * d_i
+            u = b_i * (v - tl.sum(H * k[None, :], axis=1))
+            H = H + u[:, None] * k[None, :]
+            o = tl.sum(H * q[None, :], axis=1)
+            O = tl.where((rows == i)[:, None], o[None, :], O)
+            slot = tl.load(idx_ptr + n * s_idx + i)
+            if STATE_BF16:
+                hs = rne_bf16(H).to(tl.bfloat16)
+            else:
+                hs = H
+            tl.store(state_ptr + tl.maximum(slot, 0).to(tl.int64) * s_slot + hoff, hs, mask=(zero_hv + slot) > 0)
+        # gated RMS norm of every candidate's output, one store
+        Ob = rne_bf16(O)
+        rr = tl.math.rsqrt(tl.sum(Ob * Ob, axis=1) / DV + eps)
+        sg = 1.0 / (1.0 + tl.exp(-Z))
+        if GATE_SILU:
+            g = Z * sg
+        else:
+            g = sg
+        w = tl.load(w_ptr + dv).to(tl.float32)
+        Y = Ob * rr[:, None] * w[None, :] * g
+        Y = tl.where(rm[:, None], rne_bf16(Y), 0.0)
+        tl.store(out_ptr + r[:, None] * s_out + hv * DV + dv[None, :], Y.to(tl.bfloat16),
+                 mask=(rows < L)[:, None])
+
+
+def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
+                         A_log: torch.Tensor, dt_bias: torch.Tensor, norm_weight: torch.Tensor, state: torch.Tensor,
+                         cu_seqlens: torch.Tensor, num_accepted: torch.Tensor, state_indices: torch.Tensor,
+                         num_k_heads: int, num_v_heads: int, head_k_dim: int = 128, head_v_dim: int = 128,
+                         eps: float = 1e-6, gate: str = "sigmoid", scale: float | None = None,
+                         out: torch.Tensor | None = None, num_warps: int = 8) -> torch.Tensor:
+    """Fused form of :func:`r9k.kernels.gdn_decode.reference.gdn_spec_decode_core` (same arguments, one launch).
+
+    Extra requirements: head dims powers of two, Hv % Hk == 0, state [slots, Hv, Dv, Dk] contiguous per slot
+    (fp32 or bf16), at most 8 candidates per sequence (``state_indices.shape[1] <= 8``); last dims of
+    mixed_qkv and z contiguous. ``num_warps`` is a tuning knob (the benchmark sweeps it).
+    """
+    T = mixed_qkv.shape[0]
+    N, S = state_indices.shape
+    Hk, Hv, Dk, Dv = num_k_heads, num_v_heads, head_k_dim, head_v_dim
+    if Hv % Hk or S > 8 or state.shape[1:] != (Hv, Dv, Dk) or state.stride(1) != Dv * Dk:
+        raise ValueError("unsupported GDN geometry for the fused core")
+    if gate not in ("sigmoid", "silu"):
+        raise ValueError(f"gate must be 'sigmoid' or 'silu', not {gate!r}")
+    if out is None:
+        out = torch.empty((T, Hv * Dv), dtype=torch.bfloat16, device=mixed_qkv.device)
+    if T == 0:
+        return out
+    if scale is None:
+        scale = Dk ** -0.5
+    _gdn_decode_kernel[(N + 1, Hv)](
+        mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted, state_indices, out,
+        N, T, mixed_qkv.stride(0), z.stride(0), b.stride(0), a.stride(0), out.stride(0), state.stride(0),
+        state_indices.stride(0), float(scale), float(eps),
+        HK=Hk, HV=Hv, DK=Dk, DV=Dv, S_MAX=max(triton.next_power_of_2(S), 2), GATE_SILU=(gate == "silu"),
+        STATE_BF16=(state.dtype == torch.bfloat16), num_warps=num_warps,
+    )
+    return out
