@@ -123,7 +123,7 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
             if not _gpu_device_present():
                 env.setdefault("TRITON_INTERPRET", "1")
             cmd = [sys.executable, "-m", "pytest", "-p", "r9k.r9kctl.evidence.pytest_plugin",
-                   "-p", "no:cacheprovider", "--rootdir", str(root), "-q", "-rfE", *pytest_args, *files]
+                   "-p", "no:cacheprovider", "--rootdir", str(root), "-q", "-rfE", "--continue-on-collection-errors", *pytest_args, *files]
             say(f"running {len(existing)} gate test id(s) of {len(gate_plan.variants)} variant(s): "
                 f"{' '.join(cmd[1:4])} ... {len(files)} file(s)")
             with logf.open("w") as log:
@@ -174,10 +174,10 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
             items = {n: o for n, o in outcomes.items() if matches(n, t)}
             if items:
                 mine.update(items)
+            elif any(L.test_file(t) == f.split("::")[0] for f in collect_errors):
+                mine[t] = L.ERROR  # its file did not import: no items, but not a wrong id either
             elif t in not_found:
                 mine[t] = L.NOT_FOUND
-            elif any(L.test_file(t) == f.split("::")[0] for f in collect_errors):
-                mine[t] = L.ERROR
             else:
                 mine[t] = L.NOT_RUN
         h, nfiles = hashes[v.id]

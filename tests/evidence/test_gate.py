@@ -70,7 +70,7 @@ state = "opt-in"
 reason = "test"
 [variant.gate]
 kind = ["bit-exact"]
-tests = ["kernels/evfake/test_evfake.py::test_renamed", "kernels/evfake/test_gone.py"]
+tests = ["kernels/evfake/test_evfake.py::test_renamed", "kernels/evfake/test_gone.py", "kernels/evfake/test_broken.py"]
 """
 
 TESTS = """
@@ -110,6 +110,7 @@ def repo(tmp_path, monkeypatch):
     k.mkdir(parents=True)
     (k / "impl.py").write_text(IMPL)
     (k / "test_evfake.py").write_text(TESTS)
+    (k / "test_broken.py").write_text("import evfake_no_such_module\n\ndef test_x():\n    pass\n")
     prof = tmp_path / "profiles"
     prof.mkdir()
     (prof / "evfake.toml").write_text(textwrap.dedent("""\
@@ -174,8 +175,10 @@ def test_gpu_tests_reported_and_missing_ids_fail(repo, capsys):
     assert recs["evfake_gpu"]["outcomes"]["kernels/evfake/test_evfake.py::test_on_gpu"] == "needs-gpu"
     assert recs["evfake_gpu"]["result"] == "partial"
     assert d["needs_gpu"] == {"evfake_gpu": ["kernels/evfake/test_evfake.py::test_on_gpu"]}
+    # A test file that cannot be imported is an error of its own gate; the other files still ran.
     assert recs["evfake_lost"]["outcomes"] == {"kernels/evfake/test_evfake.py::test_renamed": "not-found",
-                                               "kernels/evfake/test_gone.py": "not-found"}
+                                               "kernels/evfake/test_gone.py": "not-found",
+                                               "kernels/evfake/test_broken.py": "error"}
     states = L.gate_states(reg)
     # Nothing has run on a GPU yet, so the GPU-marked half of the gate is missing, not passed.
     assert states["evfake_gpu"].state == "missing"
