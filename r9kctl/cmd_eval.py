@@ -28,7 +28,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     c.add_argument("--format", choices=("text", "json"), default="text")
     c.add_argument("--confidence", type=float, default=0.95, help="confidence level of the intervals (0.95)")
     c.add_argument("--alpha", type=float, default=0.05,
-                   help="exit 1 when p < alpha and B is worse than A (default 0.05); reported, not a gate, with --no-fail")
+                   help="exit 1 when p < alpha and B is worse than A (default 0.05; --no-fail: always exit 0)")
     c.add_argument("--no-fail", action="store_true", help="always exit 0 after a successful comparison")
     c.add_argument("--into", metavar="MANIFEST", help="append the result as a [[quality]] record to this release TOML")
     c.add_argument("--config", help="quality record's config (fn_tp4, h200_tp4, ...); required with --into")
