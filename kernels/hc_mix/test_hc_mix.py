@@ -108,6 +108,18 @@ def test_hc_mix_above_16_is_stock_interpreter(device, rng, poison):
     assert torch.equal(buf, sbuf) and torch.equal(y, sy)
 
 
+@pytest.mark.parametrize("config", [(16, 16, 4, 2, 1), (32, 32, 2, 3, 1), (16, 64, 4, 3)])
+def test_up_mix_configs_interpreter(config, device, rng, poison):
+    """Other up+mix tiles (unrolled and rolled, lora tails) give the same bits as the default."""
+    _need_triton(device)
+    xn, wd, wu = _inputs(6, SMALL["HD"], SMALL["R"], SMALL["ND"], rng, device)
+    lora = randn((6, SMALL["R"]), rng, device)
+    out = poison(torch.empty((6, SMALL["HD"]), dtype=torch.bfloat16, device=device))
+    y = tk._up_mix(lora, wu, None, xn, out, 4, config=config)
+    assert_written(y)
+    assert torch.equal(y, tk._up_mix(lora, wu, None, xn, None, 4, config=(16, 64, 4, 3)))
+
+
 @pytest.mark.parametrize("M,strided", [(1, False), (4, True), (13, False), (16, False)])
 def test_hc_mix_fp8_gate_interpreter(M, strided, device, rng, poison):
     _need_triton(device)

@@ -47,11 +47,32 @@ def _gate_term(acc, s_ptr, rows, d_mask, xn_ptr, xn_off, x_mask,
 
 
 @triton.jit
+def _up_step(acc0, acc1, acc2, acc3, r0, lora_ptr, stride_lm, w_ptr, offs_m, offs_d, offs_r, m_mask, d_mask,
+             HD, R, INTERPRET: tl.constexpr):
+    """One BLOCK_R chunk of the four stream dots (weight rows s*HD + d, s = 0..3)."""
+    rr = r0 + offs_r
+    r_mask = rr < R
+    lo = tl.load(lora_ptr + offs_m[:, None] * stride_lm + rr[None, :],
+                 mask=m_mask[:, None] & r_mask[None, :], other=0.0).to(tl.bfloat16)
+    wm = d_mask[:, None] & r_mask[None, :]
+    wp = w_ptr + offs_d[:, None] * R + rr[None, :]
+    w0 = tl.load(wp, mask=wm, other=0.0).to(tl.bfloat16)
+    w1 = tl.load(wp + HD * R, mask=wm, other=0.0).to(tl.bfloat16)
+    w2 = tl.load(wp + 2 * HD * R, mask=wm, other=0.0).to(tl.bfloat16)
+    w3 = tl.load(wp + 3 * HD * R, mask=wm, other=0.0).to(tl.bfloat16)
+    acc0 += dot_bf16(lo, tl.trans(w0), INTERPRET)
+    acc1 += dot_bf16(lo, tl.trans(w1), INTERPRET)
+    acc2 += dot_bf16(lo, tl.trans(w2), INTERPRET)
+    acc3 += dot_bf16(lo, tl.trans(w3), INTERPRET)
+    return acc0, acc1, acc2, acc3
+
+
+@triton.jit
 def hc_up_mix_kernel(
     lora_ptr, stride_lm, w_ptr, s_ptr, xn_ptr, stride_xm, out_ptr, stride_om,
     M, HD, R,
     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
-    HAS_SCALE: tl.constexpr, INTERPRET: tl.constexpr,
+    HAS_SCALE: tl.constexpr, INTERPRET: tl.constexpr, UNROLL: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     offs_m = tl.arange(0, BLOCK_M)
@@ -63,21 +84,14 @@ def hc_up_mix_kernel(
     acc1 = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     acc3 = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    for r0 in range(0, R, BLOCK_R):
-        rr = r0 + offs_r
-        r_mask = rr < R
-        lo = tl.load(lora_ptr + offs_m[:, None] * stride_lm + rr[None, :],
-                     mask=m_mask[:, None] & r_mask[None, :], other=0.0).to(tl.bfloat16)
-        wm = d_mask[:, None] & r_mask[None, :]
-        wp = w_ptr + offs_d[:, None] * R + rr[None, :]
-        w0 = tl.load(wp, mask=wm, other=0.0).to(tl.bfloat16)
-        w1 = tl.load(wp + HD * R, mask=wm, other=0.0).to(tl.bfloat16)
-        w2 = tl.load(wp + 2 * HD * R, mask=wm, other=0.0).to(tl.bfloat16)
-        w3 = tl.load(wp + 3 * HD * R, mask=wm, other=0.0).to(tl.bfloat16)
-        acc0 += dot_bf16(lo, tl.trans(w0), INTERPRET)
-        acc1 += dot_bf16(lo, tl.trans(w1), INTERPRET)
-        acc2 += dot_bf16(lo, tl.trans(w2), INTERPRET)
-        acc3 += dot_bf16(lo, tl.trans(w3), INTERPRET)
+    if UNROLL > 0:  # UNROLL == cdiv(R, BLOCK_R): all chunks unrolled, every load issued up front
+        for i in tl.static_range(UNROLL):
+            acc0, acc1, acc2, acc3 = _up_step(acc0, acc1, acc2, acc3, i * BLOCK_R, lora_ptr, stride_lm, w_ptr,
+                                              offs_m, offs_d, offs_r, m_mask, d_mask, HD, R, INTERPRET)
+    else:
+        for r0 in range(0, R, BLOCK_R):
+            acc0, acc1, acc2, acc3 = _up_step(acc0, acc1, acc2, acc3, r0, lora_ptr, stride_lm, w_ptr,
+                                              offs_m, offs_d, offs_r, m_mask, d_mask, HD, R, INTERPRET)
     x_mask = m_mask[:, None] & d_mask[None, :]
     xo = offs_m[:, None] * stride_xm + offs_d[None, :]
     t0 = _gate_term(acc0, s_ptr, offs_d, d_mask, xn_ptr, xo, x_mask, HAS_SCALE, INTERPRET)
@@ -108,12 +122,13 @@ def _up_mix(lora, w_up, up_scale, xn, out, hc_count, config=None):
     assert lora.stride(1) == 1 and xn.stride(1) == 1
     if out is None:
         out = torch.empty((M, hd), dtype=torch.bfloat16, device=xn.device)
-    block_d, block_r, warps, stages = config or UP_CONFIG
+    block_d, block_r, warps, stages, *rest = config or UP_CONFIG
+    unroll = triton.cdiv(R, block_r) if (rest and rest[0]) else 0
     hc_up_mix_kernel[(triton.cdiv(hd, block_d),)](
         lora, lora.stride(0), w_up, up_scale if up_scale is not None else w_up, xn, xn.stride(0),
         out, out.stride(0), M, hd, R,
         BLOCK_M=BLOCK_M, BLOCK_D=block_d, BLOCK_R=block_r,
-        HAS_SCALE=up_scale is not None, INTERPRET=INTERPRETED,
+        HAS_SCALE=up_scale is not None, INTERPRET=INTERPRETED, UNROLL=unroll,
         num_warps=warps, num_stages=stages,
     )
     return out

@@ -63,6 +63,19 @@ def test_router_gate_interpreter(M, E, K, strided, device, rng, poison):
     _router_gate(x, w, poison)
 
 
+@pytest.mark.parametrize("config", [(16, 64, 3, 4, 3), (32, 128, 2, 4, 1, 1), (16, 64, 4, 2, 1, 1)])
+def test_skinny_gemm_configs_interpreter(config, device, rng, poison):
+    """The split-K reduction (uneven splits, K tails) and the unrolled variant, on other tiles."""
+    _need_triton(device)
+    x = randn((5, 456), rng, device)
+    w = randn((40, 456), rng, device, scale=0.05)
+    out = poison(torch.empty((5, 40), dtype=torch.bfloat16, device=device))
+    y = tk.skinny_gemm(x, w, out=out, config=config)
+    assert_written(y)
+    exact = ref.router_gemm_fp64(x, w).to(torch.bfloat16)
+    assert bf16_flips(y, exact) <= 2
+
+
 def test_router_fallback_above_16(device, rng, poison):
     _need_triton(device)
     x = randn((20, 256), rng, device)

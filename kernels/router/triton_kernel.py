@@ -60,12 +60,25 @@ def _hc_silu(v, inv_hc):
 
 
 @triton.jit
+def _skinny_step(acc, k0, k_hi, x_ptr, w_ptr, offs_m, offs_n, offs_k, m_mask, n_mask, K, stride_xm,
+                 INTERPRET: tl.constexpr):
+    kk = k0 + offs_k
+    k_mask = kk < k_hi
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :],
+                mask=m_mask[:, None] & k_mask[None, :], other=0.0)
+    w = tl.load(w_ptr + offs_n[:, None] * K + kk[None, :],
+                mask=n_mask[:, None] & k_mask[None, :], other=0.0)
+    # bf16 weights as they are; e4m3 weights converted exactly to bf16 (W8A16).
+    return acc + dot_bf16(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)), INTERPRET)
+
+
+@triton.jit
 def skinny_gemm_kernel(
     x_ptr, w_ptr, scale_ptr, ws_ptr, cnt_ptr, out_ptr,
     M, N, K, stride_xm, stride_om, K_PER_SPLIT,
     EPI_COLS, inv_hc,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    HAS_SCALE: tl.constexpr, EPI_SILU: tl.constexpr, INTERPRET: tl.constexpr,
+    HAS_SCALE: tl.constexpr, EPI_SILU: tl.constexpr, INTERPRET: tl.constexpr, UNROLL: tl.constexpr = 0,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -78,15 +91,15 @@ def skinny_gemm_kernel(
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        kk = k0 + offs_k
-        k_mask = kk < k_hi
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :],
-                    mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-        w = tl.load(w_ptr + offs_n[:, None] * K + kk[None, :],
-                    mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-        # bf16 weights as they are; e4m3 weights converted exactly to bf16 (W8A16).
-        acc += dot_bf16(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)), INTERPRET)
+    if UNROLL > 0:
+        # UNROLL == K_PER_SPLIT / BLOCK_K: the split's chunks fully unrolled, every load issued up front.
+        for i in tl.static_range(UNROLL):
+            acc = _skinny_step(acc, k_lo + i * BLOCK_K, k_hi, x_ptr, w_ptr, offs_m, offs_n, offs_k, m_mask, n_mask,
+                               K, stride_xm, INTERPRET)
+    else:
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            acc = _skinny_step(acc, k0, k_hi, x_ptr, w_ptr, offs_m, offs_n, offs_k, m_mask, n_mask,
+                               K, stride_xm, INTERPRET)
 
     out_mask = m_mask[:, None] & n_mask[None, :]
     if SPLIT_K > 1:
@@ -147,7 +160,9 @@ def default_skinny_config(n: int, k: int) -> tuple[int, int, int, int, int]:
 
 
 def skinny_gemm(x, w, *, scale=None, out=None, epi_cols: int = 0, hc_count: int = 4, config=None):
-    """``out[m, n] = epi(bf16(scale[n] * sum_k x[m,k] * w[n,k]))`` for M <= 16 in one launch.
+    """``config``: (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages[, unroll]); None = tuned/default.
+
+``out[m, n] = epi(bf16(scale[n] * sum_k x[m,k] * w[n,k]))`` for M <= 16 in one launch.
 
     x [M, K] bf16 (row stride free, unit column stride), w [N, K] bf16 or float8_e4m3fn (contiguous),
     scale [N] fp32 or None, out [M, N] bf16 (allocated when None). ``epi_cols > 0`` applies hc_silu
@@ -159,9 +174,10 @@ def skinny_gemm(x, w, *, scale=None, out=None, epi_cols: int = 0, hc_count: int 
     assert 1 <= M <= BLOCK_M, "skinny_gemm covers decode widths (M <= 16)"
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
-    block_n, block_k, split, warps, stages = config or default_skinny_config(N, K)
+    block_n, block_k, split, warps, stages, *rest = config or default_skinny_config(N, K)
     k_per_split = triton.cdiv(triton.cdiv(K, split), block_k) * block_k
     split = triton.cdiv(K, k_per_split)  # no empty splits
+    unroll = k_per_split // block_k if (rest and rest[0]) else 0
     tiles = triton.cdiv(N, block_n)
     if split > 1:
         ws = torch.empty((split, BLOCK_M, N), dtype=torch.float32, device=x.device)
@@ -173,7 +189,7 @@ def skinny_gemm(x, w, *, scale=None, out=None, epi_cols: int = 0, hc_count: int 
         M, N, K, x.stride(0), out.stride(0), k_per_split,
         epi_cols, 1.0 / hc_count,
         BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split,
-        HAS_SCALE=scale is not None, EPI_SILU=epi_cols > 0, INTERPRET=INTERPRETED,
+        HAS_SCALE=scale is not None, EPI_SILU=epi_cols > 0, INTERPRET=INTERPRETED, UNROLL=unroll,
         num_warps=warps, num_stages=stages,
     )
     return out
