@@ -33,10 +33,17 @@ class BudgetPanel(Vertical):
         yield Static(id="budget-text")
         yield Sparkline([], id="budget-spark")
 
+    _key: tuple = ()
+
     def show(self, s: Session) -> None:
+        b = s.budget
+        key = (s.profile, s.tp, self.size.width, None if b is None else (b.kv_tokens, b.variant_bytes, b.kv_bytes),
+               s.kv_delta, tuple(s.kv_history[-60:]))
+        if key == self._key:
+            return
+        self._key = key
         txt = self.query_one("#budget-text", Static)
         spark = self.query_one(Sparkline)
-        b = s.budget
         if b is None:
             txt.update(Text(f"no memory budget: profile '{s.profile}' names no model/hardware with numbers at "
                             f"tp{s.tp}", "dim"))
@@ -67,7 +74,7 @@ class BudgetPanel(Vertical):
         t.append("■ ", "green")
         t.append(f"KV {fmt_bytes(kv)}\n")
         t.append(f"of {fmt_bytes(cap)} usable ({b.utilization:g} x {fmt_bytes(b.memory_bytes)})", "dim")
-        txt.update(t)
+        txt.update(t, layout=False)  # a fixed-height box: no reflow of the screen
         hist = s.kv_history
         spark.display = len(hist) > 1
         if len(hist) > 1:

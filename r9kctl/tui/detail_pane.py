@@ -59,13 +59,21 @@ class DetailPane(VerticalScroll):
         super().__init__(**kw)
         self._body = Static(id="detail-body")
         self.variant: Optional[str] = None
+        self._key: Optional[tuple] = None
 
     def compose(self):
         yield self._body
 
     def show(self, s: Session, vid: Optional[str]) -> None:
+        """Redraw for ``vid``, unless what the pane shows of it is unchanged (a toggle elsewhere)."""
         self.variant = vid
         if vid is None:
+            self._key = None
             self._body.update(Text("no variant matches the filters", "dim"))
             return
+        r = s.rs.items[vid]
+        key = (id(s.reg), s.profile, s.tp, vid, r.value, r.layer, r.source, tuple(r.history))
+        if key == self._key:
+            return
+        self._key = key
         self._body.update(detail_renderable(s, vid))

@@ -8,8 +8,9 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Select, Static
+from textual.widgets import Footer, Static
 
+from .picker import Picker
 from .session import Session
 
 
@@ -91,10 +92,9 @@ class DiffScreen(Screen):
         opts += [(f"profile {p}", p) for p in sorted(reg.profiles)]
         opts += [(f"release {r}", r) for r in reversed(reg.release_order())]
         with Horizontal(id="diff-sides"):
-            yield Static(Text("A", "bold"), classes="side-label")
-            yield Select(opts, value=self.a, allow_blank=False, id="diff-a", compact=True)
-            yield Static(Text("B", "bold"), classes="side-label")
-            yield Select(opts, value=self.b, allow_blank=False, id="diff-b", compact=True)
+            yield Picker("A", opts, self.a, id="diff-a")
+            yield Static(Text(" -> ", "bold"), classes="side-label")
+            yield Picker("B", opts, self.b, id="diff-b")
         with VerticalScroll(id="diff-body"):
             yield Static(id="diff-content")
         yield Footer()
@@ -102,9 +102,9 @@ class DiffScreen(Screen):
     def on_mount(self) -> None:
         self.render_diff()
 
-    def on_select_changed(self, event: Select.Changed) -> None:
+    def on_picker_changed(self, event: Picker.Changed) -> None:
         event.stop()
-        if event.select.id == "diff-a":
+        if event.picker.id == "diff-a":
             self.a = str(event.value)
         else:
             self.b = str(event.value)
@@ -112,9 +112,8 @@ class DiffScreen(Screen):
 
     def action_swap(self) -> None:
         self.a, self.b = self.b, self.a
-        with self.prevent(Select.Changed):
-            self.query_one("#diff-a", Select).value = self.a
-            self.query_one("#diff-b", Select).value = self.b
+        self.query_one("#diff-a", Picker).value = self.a
+        self.query_one("#diff-b", Picker).value = self.b
         self.render_diff()
 
     def render_diff(self) -> None:

@@ -5,10 +5,11 @@ from dataclasses import dataclass
 from typing import Optional
 
 from textual.containers import Horizontal
-from textual.widgets import Input, Select
+from textual.widgets import Input
 
 from r9k.registry.loader import Registry
 
+from .picker import Picker
 from .session import Session
 
 # besides the registry's statuses: what the variant does in this profile
@@ -63,13 +64,13 @@ class FilterBar(Horizontal):
         cats = sorted({v.category for v in self.reg.variants.values()})
         stats = sorted({v.status.state for v in self.reg.variants.values()})
         yield Input(placeholder="/ search id, knob, summary", id="search", compact=True)
-        yield Select([(a, a) for a in areas], prompt="area", id="f-area", compact=True)
-        yield Select([(c, c) for c in cats], prompt="category", id="f-category", compact=True)
-        yield Select([(x, x) for x in stats] + STATE_FILTERS, prompt="status", id="f-status", compact=True)
+        yield Picker("area", [("all", None)] + [(a, a) for a in areas], None, id="f-area")
+        yield Picker("category", [("all", None)] + [(c, c) for c in cats], None, id="f-category")
+        yield Picker("status", [("all", None)] + [(x, x) for x in stats] + STATE_FILTERS, None, id="f-status")
 
     def filters(self) -> Filters:
         def val(sel_id: str) -> Optional[str]:
-            v = self.query_one(sel_id, Select).value
-            return None if v is Select.NULL else str(v)
+            v = self.query_one(sel_id, Picker).value
+            return None if v is None else str(v)
 
         return Filters(self.query_one("#search", Input).value, val("#f-area"), val("#f-category"), val("#f-status"))

@@ -10,14 +10,14 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, OptionList, Select, Static
+from textual.widgets import Footer, Input, OptionList, Static
 
 from r9k.registry.errors import RegistryError
 
 from .budget_panel import BudgetPanel
-from .confirm_screen import ConfirmScreen
 from .detail_pane import DetailPane
 from .filter_bar import FilterBar, Filters
+from .picker import Picker
 from .session import EditError, Session
 from .validation_panel import ValidationPanel
 from .variant_table import VariantTable
@@ -46,16 +46,19 @@ class MainScreen(Screen):
         self.s = session
         self.filters = Filters()
         self.detail_open = True
+        self._sized = False
         self.last_toggle_ms: Optional[float] = None  # re-validate + redraw of the last change (bench)
 
     # ------------------------------------------------------------------------------ layout
 
     def compose(self):
         s = self.s
+        # the layout classes are set before the children mount: changing them later restyles every node
+        self._layout_for(self.app.size.width)
         with Horizontal(id="topbar"):
             yield Static(Text(" r9k ", "bold reverse"), id="logo")
-            yield Select(self._profile_options(), value=s.profile, allow_blank=False, id="profile", compact=True)
-            yield Select(self._tp_options(), value=s.tp_choice or 0, allow_blank=False, id="tp", compact=True)
+            yield Picker("profile", self._profile_options(), s.profile, id="profile")
+            yield Picker("TP", self._tp_options(), s.tp_choice or 0, id="tp")
             yield Static(id="summary")
         yield FilterBar(s.reg, id="filters")
         with Horizontal(id="body"):
@@ -76,21 +79,23 @@ class MainScreen(Screen):
         return opts
 
     def on_mount(self) -> None:
-        self._layout_for(self.app.size.width)
         self.refill()
         self.query_one(VariantTable).focus()
+        self.call_after_refresh(self.app.first_frame_painted)
 
     def on_resize(self, event) -> None:
         self._layout_for(event.size.width)
 
     def _layout_for(self, width: int) -> None:
         narrow = width < NARROW
-        self.set_class(narrow, "-narrow")
+        if narrow != self.has_class("-narrow"):
+            self.set_class(narrow, "-narrow")
         # on a narrow terminal the pane starts closed (the table needs the width)
-        if narrow and not self.has_class("-sized"):
+        if narrow and not self._sized:
             self.detail_open = False
-        self.add_class("-sized")
-        self.set_class(self.detail_open, "-detail-open")
+        self._sized = True
+        if self.detail_open != self.has_class("-detail-open"):
+            self.set_class(self.detail_open, "-detail-open")
 
     # ------------------------------------------------------------------------------ redraw
 
@@ -113,7 +118,7 @@ class MainScreen(Screen):
         t.append(f"  {s.rs.hash}", "dim")
         if n:
             t.append(f"  {n} unsaved", "bold magenta")
-        self.query_one("#summary", Static).update(t)
+        self.query_one("#summary", Static).update(t, layout=False)  # fixed size: no reflow
         self.show_detail()
 
     def show_detail(self) -> None:
@@ -133,7 +138,7 @@ class MainScreen(Screen):
 
     # ------------------------------------------------------------------------------ events
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_variant_table_highlighted(self, event: VariantTable.Highlighted) -> None:
         self.show_detail()
 
     def on_input_changed(self, event: Input.Changed) -> None:
@@ -146,8 +151,8 @@ class MainScreen(Screen):
         if event.input.id == "search":
             self.query_one(VariantTable).focus()
 
-    def on_select_changed(self, event: Select.Changed) -> None:
-        sel = event.select
+    def on_picker_changed(self, event: Picker.Changed) -> None:
+        sel = event.picker
         if sel.id == "profile":
             if event.value != self.s.profile:
                 self.switch_profile(str(event.value))
@@ -177,23 +182,18 @@ class MainScreen(Screen):
         self.refill()
 
     def _sync_pickers(self) -> None:
-        with self.prevent(Select.Changed):
-            prof = self.query_one("#profile", Select)
-            prof.set_options(self._profile_options())
-            prof.value = self.s.profile
-            tp = self.query_one("#tp", Select)
-            tp.set_options(self._tp_options())
-            tp.value = self.s.tp_choice or 0
+        self.query_one("#profile", Picker).set_options(self._profile_options(), self.s.profile)
+        self.query_one("#tp", Picker).set_options(self._tp_options(), self.s.tp_choice or 0)
 
     def jump_to(self, vid: str) -> None:
         table = self.query_one(VariantTable)
         if not table.jump_to(vid):
             # hidden by the filters: clear them, then jump
             bar = self.query_one(FilterBar)
-            with self.prevent(Input.Changed, Select.Changed):
+            with self.prevent(Input.Changed):
                 bar.query_one("#search", Input).value = ""
-                for sel in bar.query(Select):
-                    sel.clear()
+            for picker in bar.query(Picker):
+                picker.value = None
             self.filters = Filters()
             table.fill(self.s, self.filters.apply(self.s))
             table.jump_to(vid)
@@ -258,9 +258,7 @@ class MainScreen(Screen):
         self.query_one(VariantTable).focus()
 
     def action_pick_profile(self) -> None:
-        sel = self.query_one("#profile", Select)
-        sel.focus()
-        sel.action_show_overlay()
+        self.query_one("#profile", Picker).action_open()
 
     def action_cycle_tp(self) -> None:
         opts = [None] + [t for t in self.s.tp_options() if t != self.s._saved_noenv.tp]
@@ -288,6 +286,8 @@ class MainScreen(Screen):
     # ------------------------------------------------------------------------------ save / reload
 
     def action_save(self) -> None:
+        from .confirm_screen import ConfirmScreen
+
         s = self.s
         if not s.has_edits():
             self.notify("nothing to save: no unsaved edits", timeout=3)
@@ -306,6 +306,8 @@ class MainScreen(Screen):
 
     def _do_save(self) -> None:
         from r9k.registry.profile_io import ProfileConflict
+
+        from .confirm_screen import ConfirmScreen
 
         s = self.s
         try:
@@ -358,6 +360,8 @@ class MainScreen(Screen):
         self.app.push_screen(SaveAsScreen(s.profile, display_path(s.save_as_target()), set(s.reg.profiles)), done)
 
     def action_reload(self) -> None:
+        from .confirm_screen import ConfirmScreen
+
         if any(self.s.edits.values()):
             self.app.push_screen(
                 ConfirmScreen("Reload from disk?", Text("The unsaved edits are dropped."),
@@ -390,6 +394,8 @@ class MainScreen(Screen):
         self.app.push_screen(LaunchScreen(plan, len(self.s.current_edits)), done)
 
     def action_quit(self) -> None:
+        from .confirm_screen import ConfirmScreen
+
         if any(self.s.edits.values()):
             n = sum(len(e) for e in self.s.edits.values())
             self.app.push_screen(

@@ -34,16 +34,23 @@ class ValidationPanel(Vertical):
         yield Static(id="validation-title")
         yield OptionList(id="validation-list")
 
+    _key: tuple = ()
+
     def show(self, s: Session) -> None:
         diags = s.diagnostics()
+        key = (s.profile, s.tp, tuple(d.format() + repr(d.items) for d in diags))
+        if key == self._key:
+            return  # the same problems: keep the list (and its highlight) as it is
+        self._key = key
         ne = sum(1 for d in diags if d.level == "error")
         nw = sum(1 for d in diags if d.level == "warning")
         title = self.query_one("#validation-title", Static)
         if not diags:
-            title.update(Text.assemble(("✓ valid", "bold green"), f"  {s.profile} at tp{s.tp}: no errors, no warnings"))
+            title.update(Text.assemble(("✓ valid", "bold green"), f"  {s.profile} at tp{s.tp}: no errors, no warnings"),
+                         layout=False)
         else:
             title.update(Text.assemble((f"✗ {ne} error(s)" if ne else "✓ no errors", "bold red" if ne else "bold green"),
-                                       "  ", (f"{nw} warning(s)", "yellow" if nw else "dim")))
+                                       "  ", (f"{nw} warning(s)", "yellow" if nw else "dim")), layout=False)
         self.set_class(bool(ne), "-errors")
         lst = self.query_one(OptionList)
         lst.clear_options()

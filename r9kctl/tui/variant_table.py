@@ -1,21 +1,29 @@
 """The variants of the shown profile: value, stock value, provenance, status, gate state, KV cost.
 
-Redrawing after a toggle touches only the cells whose text changed (the previous cells are kept per
-row), so a toggle costs a few cell updates, not a rebuilt table.
+A line-API widget (``ScrollView`` + ``render_line``) rather than Textual's ``DataTable``: a DataTable
+re-renders every visible cell after any ``update_cell`` (its caches are keyed on a table-wide update
+counter), which costs most of a frame on a toggle. Here each row's rendered strip is cached with the row's
+cells, and a toggle re-renders only the rows whose cells changed (usually one to three).
 """
 from __future__ import annotations
 
 from typing import Iterable, Optional
 
+from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
+from textual import events
 from textual.binding import Binding
-from textual.coordinate import Coordinate
-from textual.widgets import DataTable
+from textual.geometry import Size
+from textual.message import Message
+from textual.reactive import reactive
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from .session import UNSAVED, Session
 
-COLUMNS = (  # key, label, width (None: fit the content)
-    ("mark", " ", 1),
+COLUMNS = (  # key, label, width
+    ("mark", "", 1),
     ("variant", "variant", 28),
     ("value", "value", 12),
     ("stock", "stock", 8),
@@ -23,8 +31,10 @@ COLUMNS = (  # key, label, width (None: fit the content)
     ("status", "status", 10),
     ("gate", "gate", 7),
     ("cost", "KV tok", 8),
-    ("knob", "knob", None),
+    ("knob", "knob", 30),
 )
+PAD = 1  # cells of padding either side of a column
+ROW_WIDTH = sum(w + 2 * PAD for _k, _l, w in COLUMNS)
 
 LAYER_SHORT = {"registry": "registry", "release": "release", "profile": "profile", "environment": "env",
                "override": "override"}
@@ -49,15 +59,14 @@ def tokens_text(n: int) -> str:
     return f"{n:+d}"
 
 
-def _sig(cell) -> object:
-    """What a cell looks like (rich's Text equality ignores the base style)."""
-    if isinstance(cell, Text):
-        return (cell.plain, str(cell.style), tuple(cell.spans))
-    return cell
+def row_state(s: Session, vid: str, problems: dict[str, str]) -> tuple:
+    """Everything a row's cells depend on that a toggle can change (cheap to compute and compare)."""
+    r = s.rs.items[vid]
+    return (r.value, r.layer, r.source, r.active, problems.get(vid), vid in s.edits.get(s.profile, {}))
 
 
 def row_cells(s: Session, vid: str, problems: dict[str, str]) -> tuple:
-    """The cells of one variant's row (plain values and rich Text: compared to find changed cells)."""
+    """The cells of one variant's row."""
     r = s.rs.items[vid]
     v = r.variant
     edited = vid in s.edits.get(s.profile, {})
@@ -67,7 +76,7 @@ def row_cells(s: Session, vid: str, problems: dict[str, str]) -> tuple:
     val = show_value(r.value, 10)
     value = Text(("● " if r.active else "  ") + val, "bold green" if r.active else "")
     if edited:
-        value.stylize("underline")
+        value.stylize("underline", 2)
     layer = LAYER_SHORT.get(r.layer, r.layer)
     src = Text(layer + ("*" if UNSAVED in r.source else ""),
                "magenta" if r.layer == "profile" else "yellow" if r.layer in ("environment", "override") else "dim")
@@ -79,73 +88,184 @@ def row_cells(s: Session, vid: str, problems: dict[str, str]) -> tuple:
         ctext = Text(tokens_text(-cost.tokens), "red" if cost.tokens > 0 else "green")
     else:
         ctext = Text(f"({tokens_text(-cost.tokens)})", "dim")
-    return (mark, vid, value, show_value(v.stock, 8), src, Text(v.status.state, STATUS_STYLE[v.status.state]),
-            Text(gate, GATE_STYLE.get(gate, "dim")), ctext, v.knob)
+    return (mark, Text(vid), value, Text(show_value(v.stock, 8)), src,
+            Text(v.status.state, STATUS_STYLE[v.status.state]), Text(gate, GATE_STYLE.get(gate, "dim")), ctext,
+            Text(v.knob))
 
 
-class VariantTable(DataTable):
-    """One row per variant (key: the variant id)."""
+def _line(cells: Iterable[Text]) -> Text:
+    line = Text(no_wrap=True, end="")
+    for (_k, _l, width), cell in zip(COLUMNS, cells):
+        t = cell.copy()
+        t.truncate(width, overflow="ellipsis", pad=True)
+        line.append(" " * PAD)
+        line.append_text(t)
+        line.append(" " * PAD)
+    return line
+
+
+class VariantTable(ScrollView, can_focus=True):
+    """One row per variant, a fixed header line; ``cursor_row`` indexes the shown variants."""
 
     BINDINGS = [
         Binding("space,enter", "screen.toggle", "Toggle/edit", id="r9k.toggle"),
         Binding("e", "screen.edit", "Edit value", id="r9k.edit"),
         Binding("backspace,delete", "screen.reset", "Reset to inherited", show=False, id="r9k.reset"),
+        Binding("up,k", "cursor(-1)", "Up", show=False),
+        Binding("down,j", "cursor(1)", "Down", show=False),
+        Binding("pageup", "page(-1)", "Page up", show=False),
+        Binding("pagedown", "page(1)", "Page down", show=False),
+        Binding("home", "to(0)", "First", show=False),
+        Binding("end", "to(-1)", "Last", show=False),
     ]
+    COMPONENT_CLASSES = {"variant-table--header", "variant-table--cursor", "variant-table--even"}
+    DEFAULT_CSS = """
+    VariantTable { background: $surface; color: $foreground; }
+    VariantTable > .variant-table--header { text-style: bold; background: $panel; color: $foreground; }
+    VariantTable > .variant-table--even { background: $surface-lighten-1 50%; }
+    VariantTable > .variant-table--cursor { background: $block-cursor-blurred-background;
+                                            color: $block-cursor-blurred-foreground; }
+    VariantTable:focus > .variant-table--cursor { background: $block-cursor-background;
+                                                  color: $block-cursor-foreground; text-style: bold; }
+    """
+
+    cursor_row: reactive[int] = reactive(0, always_update=False, init=False)
+
+    class Highlighted(Message):
+        def __init__(self, table: "VariantTable", vid: Optional[str]) -> None:
+            super().__init__()
+            self.table = table
+            self.vid = vid
 
     def __init__(self, **kw) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kw)
-        self._cells: dict[str, tuple] = {}
+        super().__init__(**kw)
         self._shown: list[str] = []
+        self._cells: dict[str, tuple] = {}
+        self._state: dict[str, tuple] = {}
+        self._strips: dict[tuple, Strip] = {}  # (vid, selected, even, focused, theme) -> rendered row
+        self._header: Optional[Strip] = None
 
-    def on_mount(self) -> None:
-        for key, label, width in COLUMNS:
-            self.add_column(label, key=key, width=width)
+    # ------------------------------------------------------------------------------ data
 
     @property
     def shown(self) -> list[str]:
         return list(self._shown)
 
     def current_variant(self) -> Optional[str]:
-        if not self._shown or self.cursor_row < 0 or self.cursor_row >= len(self._shown):
-            return None
-        return self._shown[self.cursor_row]
+        if 0 <= self.cursor_row < len(self._shown):
+            return self._shown[self.cursor_row]
+        return None
 
     def fill(self, s: Session, vids: Iterable[str]) -> None:
         """Replace the rows (a filter changed, or another profile / TP size)."""
         keep = self.current_variant()
         problems = s.problems_by_item()
-        vids = list(vids)
-        self.clear()
-        self._cells = {vid: row_cells(s, vid, problems) for vid in vids}
-        self._shown = vids
-        self.add_rows_keyed(vids)
-        if keep in vids:
-            self.move_cursor(row=vids.index(keep), animate=False)
-
-    def add_rows_keyed(self, vids: list[str]) -> None:
-        for vid in vids:
-            self.add_row(*self._cells[vid], key=vid)
+        self._shown = list(vids)
+        self._cells = {vid: row_cells(s, vid, problems) for vid in self._shown}
+        self._state = {vid: row_state(s, vid, problems) for vid in self._shown}
+        self._strips.clear()
+        self.virtual_size = Size(ROW_WIDTH, len(self._shown) + 1)
+        row = self._shown.index(keep) if keep in self._shown else 0
+        self.set_reactive(VariantTable.cursor_row, row)
+        self._scroll_to_cursor()
+        self.refresh()
+        self.post_message(self.Highlighted(self, self.current_variant()))
 
     def update_rows(self, s: Session) -> int:
-        """Recompute every shown row; update only the cells that changed. Returns that count."""
+        """After an edit: re-render only the rows whose state changed. Returns how many."""
         problems = s.problems_by_item()
         changed = 0
-        keys = [c[0] for c in COLUMNS]
-        for vid in self._shown:
-            new = row_cells(s, vid, problems)
-            old = self._cells.get(vid) or (None,) * len(new)
-            for i, (a, b) in enumerate(zip(old, new)):
-                if _sig(a) != _sig(b):
-                    self.update_cell(vid, keys[i], b, update_width=False)
-                    changed += 1
-            self._cells[vid] = new
+        for i, vid in enumerate(self._shown):
+            st = row_state(s, vid, problems)
+            if st == self._state.get(vid):
+                continue
+            self._state[vid] = st
+            self._cells[vid] = row_cells(s, vid, problems)
+            for key in [k for k in self._strips if k[0] == vid]:
+                del self._strips[key]
+            self.refresh_line(i + 1)
+            changed += 1
         return changed
+
+    # ------------------------------------------------------------------------------ cursor
+
+    def watch_cursor_row(self, old: int, new: int) -> None:
+        self.refresh_line(old + 1)
+        self.refresh_line(new + 1)
+        self._scroll_to_cursor()
+        self.post_message(self.Highlighted(self, self.current_variant()))
+
+    def validate_cursor_row(self, row: int) -> int:
+        return max(0, min(row, len(self._shown) - 1)) if self._shown else 0
+
+    def _scroll_to_cursor(self) -> None:
+        body = max(1, self.size.height - 1)
+        y = self.scroll_offset.y
+        if self.cursor_row < y:
+            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+        elif self.cursor_row >= y + body:
+            self.scroll_to(y=self.cursor_row - body + 1, animate=False, immediate=True)
 
     def jump_to(self, vid: str) -> bool:
         if vid not in self._shown:
             return False
-        self.move_cursor(row=self._shown.index(vid), animate=False)
+        self.cursor_row = self._shown.index(vid)
         return True
 
-    def cursor_coordinate_for(self, vid: str) -> Optional[Coordinate]:
-        return Coordinate(self._shown.index(vid), 0) if vid in self._shown else None
+    def action_cursor(self, step: int) -> None:
+        self.cursor_row = self.cursor_row + step
+
+    def action_page(self, direction: int) -> None:
+        self.cursor_row = self.cursor_row + direction * max(1, self.size.height - 2)
+
+    def action_to(self, row: int) -> None:
+        self.cursor_row = row if row >= 0 else len(self._shown) - 1
+
+    def on_click(self, event: events.Click) -> None:
+        row = event.y + self.scroll_offset.y - 1
+        if event.y >= 1 and 0 <= row < len(self._shown):
+            self.cursor_row = row
+
+    def on_focus(self) -> None:
+        self._strips.clear()
+        self.refresh()
+
+    on_blur = on_focus
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()
+        self._header = None
+
+    # ------------------------------------------------------------------------------ rendering
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.size.width
+        base = self.rich_style
+        if y == 0:
+            if self._header is None:
+                head_style = self.get_component_rich_style("variant-table--header")
+                line = _line(Text(label) for _k, label, _w in COLUMNS)
+                line.stylize(base + head_style)
+                self._header = Strip(list(line.render(self.app.console)), ROW_WIDTH)
+            return self._header.crop_extend(scroll_x, scroll_x + width, base)
+        row = scroll_y + y - 1
+        if row >= len(self._shown):
+            return Strip.blank(width, base)
+        vid = self._shown[row]
+        selected = row == self.cursor_row
+        even = row % 2 == 1
+        key = (vid, selected, even, self.has_focus)
+        strip = self._strips.get(key)
+        if strip is None:
+            style = base
+            if even:
+                style = style + self.get_component_rich_style("variant-table--even")
+            if selected:
+                style = style + self.get_component_rich_style("variant-table--cursor")
+            line = _line(self._cells[vid])
+            segs = [Segment(t, style + s if s else style) for t, s, _c in line.render(self.app.console)]
+            strip = Strip(segs, ROW_WIDTH)
+            self._strips[key] = strip
+        return strip.crop_extend(scroll_x, scroll_x + width, base)

@@ -1,0 +1,164 @@
+"""Benchmark of the control panel (not a test): first-frame time and toggle re-validate + redraw time.
+
+    python -m r9k.r9kctl.tui.bench_tui [--size 120x36] [--runs 5] [--toggles 60] [--profile tp2-default]
+
+Each run starts a fresh interpreter on a pseudo-terminal (the real terminal driver, so writing the frame
+to the terminal is part of the time, as for a person), which
+
+* marks the moment the module starts executing, imports the app, loads the registry and profiles and
+  paints the main screen (``first frame``: from the first line of the child process's code, and from
+  the parent's fork, so the interpreter's own start is included);
+* then toggles ``R9K_HC_FP8_DECODE`` back and forth ``--toggles`` times; each toggle is timed from the
+  key action to the end of the screen refresh that shows it (re-resolve, re-validate, budget, changed
+  table cells, validation and budget panels, detail pane, and the terminal write);
+* and times the core's part alone (``Session.cycle``: resolve + check_profile + budget).
+
+Figures are printed as JSON-ish lines (median, p90, max) and go in notes/tui.md.
+"""
+from __future__ import annotations
+
+import time
+
+T0 = time.perf_counter()  # first thing: the child's "process has started running our code" mark
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+
+
+def _stats(xs: list[float]) -> dict:
+    xs = sorted(xs)
+    if not xs:
+        return {}
+    p90 = xs[min(len(xs) - 1, int(round(0.9 * (len(xs) - 1))))]
+    return {"n": len(xs), "median": round(statistics.median(xs), 2), "p90": round(p90, 2), "max": round(xs[-1], 2)}
+
+
+# ---------------------------------------------------------------------------------------------- child
+
+def child(out: str, profile: str, toggles: int) -> None:
+    from r9k.r9kctl.tui.app import R9kApp
+
+    t_import = time.perf_counter()
+    result: dict = {"import_s": t_import - T0}
+
+    class BenchApp(R9kApp):
+        def first_frame_painted(self) -> None:
+            first = self.first_frame_at is None
+            super().first_frame_painted()
+            if first:
+                result["first_frame_s"] = self.first_frame_at - T0
+                self.call_later(self._start_toggles)
+
+        def _start_toggles(self) -> None:
+            screen = self.screen
+            screen.jump_to("hc_fp8_decode")
+            self._times: list[float] = []
+            self._last = None
+            self._toggle_next()
+            self.set_interval(0.01, self._poll)
+
+        def _toggle_next(self) -> None:
+            self._last = self.screen.last_toggle_ms
+            self.screen.last_toggle_ms = None
+            self.screen.action_toggle()
+
+        def _poll(self) -> None:
+            ms = self.screen.last_toggle_ms
+            if ms is None:
+                return
+            self._times.append(ms)
+            if len(self._times) >= toggles:
+                result["toggle_ms"] = self._times
+                self.exit()
+                return
+            self._toggle_next()
+
+    app = BenchApp(profile=profile)
+    app.run()
+    # the core's part alone, on the same session
+    s = app.session
+    core = []
+    for _ in range(toggles):
+        t = time.perf_counter()
+        s.cycle("hc_fp8_decode")
+        core.append((time.perf_counter() - t) * 1000.0)
+    result["core_ms"] = core
+    result["variants"] = len(s.reg.variants)
+    result["kv_tokens"] = s.budget.kv_tokens if s.budget else None
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
+# ---------------------------------------------------------------------------------------------- parent
+
+def run_in_pty(size: tuple[int, int], profile: str, toggles: int) -> dict:
+    import fcntl
+    import pty
+    import struct
+    import tempfile
+    import termios
+
+    fd_out, out = tempfile.mkstemp(suffix=".json")
+    os.close(fd_out)
+    t_fork = time.perf_counter()
+    pid, master = pty.fork()
+    if pid == 0:  # child: size the terminal, then a fresh interpreter
+        fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
+        os.execv(sys.executable, [sys.executable, "-m", "r9k.r9kctl.tui.bench_tui", "--child", out,
+                                  "--profile", profile, "--toggles", str(toggles)])
+    # parent: drain the terminal output until the child exits
+    while True:
+        try:
+            if not os.read(master, 65536):
+                break
+        except OSError:
+            break
+    _, status = os.waitpid(pid, 0)
+    wall = time.perf_counter() - t_fork
+    os.close(master)
+    try:
+        with open(out) as f:
+            res = json.load(f)
+    except (OSError, ValueError):
+        raise SystemExit(f"benchmark child failed (status {status}); run it in a terminal to see why")
+    finally:
+        os.unlink(out)
+    res["wall_s"] = wall
+    return res
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", default="120x36", help="terminal WIDTHxHEIGHT")
+    p.add_argument("--runs", type=int, default=5)
+    p.add_argument("--toggles", type=int, default=60)
+    p.add_argument("--profile", default="tp2-default")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    a = p.parse_args(argv)
+    if a.child:
+        child(a.child, a.profile, a.toggles)
+        return 0
+    w, h = (int(x) for x in a.size.lower().split("x"))
+    first, imports, toggles, core = [], [], [], []
+    info = {}
+    for _ in range(a.runs):
+        r = run_in_pty((w, h), a.profile, a.toggles)
+        first.append(r["first_frame_s"] * 1000.0)
+        imports.append(r["import_s"] * 1000.0)
+        toggles += r["toggle_ms"][1:]  # the first toggle also warms caches: reported apart
+        core += r["core_ms"][1:]
+        info = {"variants": r["variants"], "first_toggle_ms": round(r["toggle_ms"][0], 2)}
+        info.setdefault("walls", [])
+    print(json.dumps({"cpus": os.cpu_count(), "size": a.size, "profile": a.profile, "runs": a.runs, **info}))
+    print("first frame ms (from the child's first line):", json.dumps(_stats(first)))
+    print("  of which importing the app ms:", json.dumps(_stats(imports)))
+    print("toggle re-validate + redraw ms:", json.dumps(_stats(toggles)))
+    print("  of which core (resolve + check_profile + budget) ms:", json.dumps(_stats(core)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
