@@ -48,6 +48,8 @@ class Comparison:
     discordant_share_ci: tuple[float, float] | None  # exact CI of c / (b + c); None when b + c == 0
     identical: int | None  # questions whose outputs are identical (None: outputs not in both files)
     dataset: str | None = None
+    a_server: dict | None = None  # the active set each server reported (profile, hash), when recorded
+    b_server: dict | None = None
 
     @property
     def a_accuracy(self) -> float:
@@ -88,6 +90,9 @@ class Comparison:
         if self.discordant_share_ci is not None:
             clo, chi = self.discordant_share_ci
             lines.append(f"c / (b + c)    {self.c / (self.b + self.c):.3f}, exact CI [{clo:.3f}, {chi:.3f}]")
+        if self.a_server or self.b_server:
+            cfg = lambda s: f"{s.get('profile')} @ {s.get('hash')}" if s else "?"  # noqa: E731
+            lines.append(f"configs        A: {cfg(self.a_server)}   B: {cfg(self.b_server)}")
         if self.identical is None:
             lines.append("identical      n/a (outputs not recorded in both files)")
         else:
@@ -185,5 +190,6 @@ def compare(a: ResultFile, b: ResultFile, confidence: float = 0.95) -> Compariso
         p_value=mcnemar_exact_p(bb, cc), confidence=confidence,
         diff=(cc - bb) / n, diff_ci=paired_diff_ci(both, bb, cc, neither, confidence),
         discordant_share_ci=share_ci, identical=identical if have_outputs else None, dataset=dataset,
+        a_server=a.header.get("server_r9k"), b_server=b.header.get("server_r9k"),
     )
 

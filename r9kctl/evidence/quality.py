@@ -18,7 +18,8 @@ def quality_record(cmp: Comparison, *, config: str, eval_name: str | None = None
                    baseline_label: str | None = None, baseline_release: str | None = None,
                    source: str | None = None, note: str | None = None) -> dict[str, Any]:
     """The QualityRecord fields for ``cmp`` (A = baseline, B = candidate), as a plain dict."""
-    label = baseline_label or cmp.a_name
+    server = cmp.a_server or {}
+    label = baseline_label or (f"{server['profile']} ({server['hash']})" if server.get("profile") else cmp.a_name)
     rec: dict[str, Any] = {
         "config": config,
         "eval": eval_name or cmp.dataset or "eval",

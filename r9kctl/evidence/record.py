@@ -83,6 +83,23 @@ class Client:
         return text, resp.get("usage") or {}
 
 
+def server_status(base: str, timeout_s: float = 5.0) -> dict | None:
+    """The active set a server with this project's plugin reports (``GET /r9k/status``), or None.
+
+    Stored in the result file's header, so a result names the exact configuration (profile and resolved
+    hash) that produced it. Servers without the route (any other OpenAI-compatible server) give None.
+    """
+    root = base[: -len("/v1")] if base.endswith("/v1") else base
+    try:
+        with urllib.request.urlopen(root + "/r9k/status", timeout=timeout_s) as resp:
+            data = json.loads(resp.read().decode("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or "hash" not in data:
+        return None
+    return {k: data.get(k) for k in ("profile", "hash", "tp", "model", "platform", "agree")}
+
+
 def _resume_state(out: Path, ds_hash: str) -> set[str]:
     if not out.exists() or out.stat().st_size == 0:
         return set()
@@ -123,6 +140,9 @@ def record(dataset: Dataset, url: str, out: str | Path, *, model: str | None = N
                    "limit": limit},
         **(extra_header or {}),
     }
+    status = server_status(client.base)
+    if status is not None:
+        header["server_r9k"] = status
     mode = "a" if done else "w"
     t0 = time.monotonic()
     correct = 0

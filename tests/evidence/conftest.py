@@ -29,6 +29,7 @@ class FakeModelServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.delay_s = 0.0
+        self.r9k_status: dict | None = None  # what GET /r9k/status answers (None: 404, no plugin)
         self._lock = threading.Lock()
         server = self
 
@@ -47,6 +48,8 @@ class FakeModelServer:
             def do_GET(self):
                 if self.path == "/v1/models":
                     self._send(200, {"object": "list", "data": [{"id": server.model, "object": "model"}]})
+                elif self.path == "/r9k/status" and server.r9k_status is not None:
+                    self._send(200, server.r9k_status)
                 else:
                     self._send(404, {"error": "not found"})
 

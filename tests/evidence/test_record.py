@@ -44,12 +44,20 @@ def test_record_end_to_end_then_compare(fake_server, tmp_path, capsys):
     wrong_q = next(q for q in ds.questions if q.id in wrong_a)
     assert rf.results[wrong_q.id].extra["extracted"] == str(int(wrong_q.answer) + 1)
 
-    # A second run that gets a different set wrong; compare pairs them question by question.
+    assert "server_r9k" not in rf.header  # this server has no /r9k/status route
+
+    # A second run that gets a different set wrong; compare pairs them question by question. This time
+    # the server reports its active set, as one with the plugin does; the header keeps it.
+    fake_server.r9k_status = {"profile": "cpu-smoke", "hash": "0123456789ab", "tp": 1, "agree": True,
+                              "processes": {}}
     wrong_b = set(rng.sample([q.id for q in ds.questions], 3))
     fake_server.wrong_prompts = {fake_server.prompt_of[i] for i in wrong_b}
     out_b = tmp_path / "b.jsonl"
     record(ds, fake_server.url + "/v1/", out_b, progress=None)
+    assert results.load(out_b).header["server_r9k"]["hash"] == "0123456789ab"
     cmp = mcnemar.compare(results.load(out_a), results.load(out_b))
+    assert cmp.b_server["profile"] == "cpu-smoke" and cmp.a_server is None
+    assert "B: cpu-smoke @ 0123456789ab" in cmp.format_text()
     assert cmp.b == len(wrong_b - wrong_a) and cmp.c == len(wrong_a - wrong_b)
     assert cmp.identical == len(ds) - len(wrong_a ^ wrong_b)
 
