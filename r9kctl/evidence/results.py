@@ -8,7 +8,8 @@ Format (JSON Lines, UTF-8, one JSON object a line):
      "model": "...", "url": "...", "label": "...", "started": "2026-11-30T15:00:00Z",
      "params": {"max_tokens": 512, "temperature": 0.0, "concurrency": 1}}
 
-  Every field but ``r9k_eval`` is optional. ``dataset_sha256`` is the hash of the question set
+  ``server_r9k`` (``{"profile", "hash", "tp", "model", "platform", "agree"}``) is added when the server
+  reports its active set (``GET /r9k/status`` of this project's plugin). Every field but ``r9k_eval`` is optional. ``dataset_sha256`` is the hash of the question set
   (:func:`r9k.r9kctl.evidence.dataset.Dataset.sha256`); two files whose headers both carry it must agree.
 
 * one **record** per question::
