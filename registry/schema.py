@@ -349,7 +349,7 @@ class QualityRecord(Strict):
     identical_outputs_pct: Optional[float] = None
     humaneval_passed: Optional[int] = None
     humaneval_total: Optional[int] = None
-    ci95_pct: Optional[list[float]] = None
+    ci95_pct: Optional[list[float]] = None  # 95% interval of the accuracy difference (this - baseline), in points
     sanity: Optional[str] = None
     text: Optional[str] = None  # original wording
     source: Optional[str] = None

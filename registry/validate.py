@@ -238,10 +238,9 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
         state = getattr(st, "state", st)
         if state in (None, "missing", "stale", "failed"):
             f, ln, col = reg.locate("variant", v.id, ("gate",))
-            why = {None: "has no recorded result", "missing": "has no recorded result",
-                   "stale": "was recorded against other sources (stale)", "failed": "failed"}[state]
-            report.add(Diagnostic("warning", "gate", f"default-on variant '{v.id}' ({v.knob}): its gate {why}; "
-                                  f"run `r9kctl gate {v.id}`", f, ln, col, [v.id, rs.profile]))
+            detail = getattr(st, "detail", None) or "no recorded result"
+            report.add(Diagnostic("warning", "gate", f"default-on variant '{v.id}' ({v.knob}): gate {state or 'missing'} "
+                                  f"({detail}); run `r9kctl gate {v.id}`", f, ln, col, [v.id, rs.profile]))
 
 
 def _where(reg: Registry, r) -> tuple:
