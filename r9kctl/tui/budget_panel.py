@@ -52,10 +52,10 @@ class BudgetPanel(Vertical):
         t = Text()
         t.append("KV cache ", "bold")
         t.append(f"{b.kv_tokens:,}", "bold green" if b.kv_tokens > 0 else "bold red")
-        t.append(" tokens")
+        t.append(" tok")
         delta = s.kv_delta
         if delta:
-            t.append(f"  {delta:+,} since save", "bold green" if delta > 0 else "bold red")
+            t.append(f"  {delta:+,} vs saved", "bold green" if delta > 0 else "bold red")
         elif delta == 0:
             t.append("  (as saved)", "dim")
         t.append("\n")

@@ -271,6 +271,8 @@ class MainScreen(Screen):
         self.detail_open = not self.detail_open
         self.set_class(self.detail_open, "-detail-open")
         self.show_detail()
+        if not (self.detail_open and self.has_class("-narrow")):
+            self.query_one(VariantTable).focus()
 
     def action_focus_validation(self) -> None:
         self.query_one("#validation-list", OptionList).focus()

@@ -46,8 +46,7 @@ class ValidationPanel(Vertical):
         nw = sum(1 for d in diags if d.level == "warning")
         title = self.query_one("#validation-title", Static)
         if not diags:
-            title.update(Text.assemble(("✓ valid", "bold green"), f"  {s.profile} at tp{s.tp}: no errors, no warnings"),
-                         layout=False)
+            title.update(Text.assemble(("✓ valid", "bold green"), ": no errors, no warnings"), layout=False)
         else:
             title.update(Text.assemble((f"✗ {ne} error(s)" if ne else "✓ no errors", "bold red" if ne else "bold green"),
                                        "  ", (f"{nw} warning(s)", "yellow" if nw else "dim")), layout=False)

@@ -199,7 +199,7 @@ class VariantTable(ScrollView, can_focus=True):
         return max(0, min(row, len(self._shown) - 1)) if self._shown else 0
 
     def _scroll_to_cursor(self) -> None:
-        body = max(1, self.size.height - 1)
+        body = max(1, self.scrollable_content_region.height - 1)  # rows below the header, above a scrollbar
         y = self.scroll_offset.y
         if self.cursor_row < y:
             self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
@@ -216,7 +216,7 @@ class VariantTable(ScrollView, can_focus=True):
         self.cursor_row = self.cursor_row + step
 
     def action_page(self, direction: int) -> None:
-        self.cursor_row = self.cursor_row + direction * max(1, self.size.height - 2)
+        self.cursor_row = self.cursor_row + direction * max(1, self.scrollable_content_region.height - 2)
 
     def action_to(self, row: int) -> None:
         self.cursor_row = row if row >= 0 else len(self._shown) - 1

@@ -115,7 +115,7 @@ def test_toggle_fp8_decode_at_tp2_budget_requires_save_reload(workspace):
             # switching the fp8 copies off frees their memory for the KV cache
             assert s.budget.kv_tokens == kv0 + cost.tokens
             shown = budget_text(screen)
-            assert f"{kv0 + cost.tokens:,}" in shown and f"{cost.tokens:+,} since save" in shown
+            assert f"{kv0 + cost.tokens:,}" in shown and f"{cost.tokens:+,} vs saved" in shown
             assert "1 unsaved" in text_of(screen.query_one("#summary", Static))
 
             # a requires error appears (R9K_HC_FREE_BF16 needs the fp8 down copy) and clears

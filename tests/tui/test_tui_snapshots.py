@@ -1,0 +1,63 @@
+"""Snapshot tests of the control panel (pytest-textual-snapshot): the SVGs under __snapshots__/ are the
+approved screens. They run on the frozen registry of tests/tui/fixtures, in a temporary workspace used
+as the working directory (stable relative paths), with an empty environment and fixed terminal sizes.
+After an intended visual change: ``pytest tests/tui/test_tui_snapshots.py --snapshot-update`` and
+review the new SVGs."""
+from __future__ import annotations
+
+from r9k.r9kctl.tui.app import R9kApp
+
+
+def app(profile: str = "tp2-default", theme: str | None = None) -> R9kApp:
+    return R9kApp(profile=profile, env={}, theme=theme)
+
+
+async def _toggle(pilot, vid: str) -> None:
+    pilot.app.screen.jump_to(vid)
+    await pilot.pause()
+    await pilot.press("space")
+    await pilot.pause()
+
+
+def test_main_screen_80x24(frozen_workspace, snap_compare):
+    assert snap_compare(app(), terminal_size=(80, 24))
+
+
+def test_main_screen_with_detail_pane_large(frozen_workspace, snap_compare):
+    async def before(pilot):
+        pilot.app.screen.jump_to("hc_fp8_decode")
+        await pilot.pause()
+
+    assert snap_compare(app("tp4-default"), terminal_size=(170, 46), run_before=before)
+
+
+def test_validation_panel_with_an_error(frozen_workspace, snap_compare):
+    async def before(pilot):
+        await _toggle(pilot, "hc_fp8_decode")  # KV capacity up, shown against the saved state
+        await _toggle(pilot, "hc_fp8_down")  # R9K_HC_FREE_BF16 requires it: an error
+
+    assert snap_compare(app(), terminal_size=(120, 36), run_before=before)
+
+
+def test_diff_view_of_the_edits(frozen_workspace, snap_compare):
+    async def before(pilot):
+        await _toggle(pilot, "hc_fp8_decode")
+        await _toggle(pilot, "router_gemm")
+        await pilot.press("d")
+        await pilot.pause()
+
+    assert snap_compare(app(), terminal_size=(120, 30), run_before=before)
+
+
+def test_help_screen(frozen_workspace, snap_compare):
+    assert snap_compare(app(), press=["question_mark"], terminal_size=(100, 34))
+
+
+def test_light_theme(frozen_workspace, snap_compare):
+    assert snap_compare(app(theme="r9k-light"), terminal_size=(100, 24))
+
+
+def test_error_screen_names_file_and_line(frozen_workspace, snap_compare):
+    (frozen_workspace / "profiles" / "broken.toml").write_text(
+        'description = "x"\nextends = "tp4-default"\n[knobs\nR9K_ROUTER = "r9k"\n')
+    assert snap_compare(app(), terminal_size=(100, 20))
