@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.containers import Vertical
-from textual.widgets import Sparkline, Static
+from textual.widgets import Static
 
 from r9k.registry.memory import fmt_bytes
 
@@ -28,10 +28,20 @@ def bar(parts: list[tuple[str, int]], width: int) -> Text:
     return out
 
 
+BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def spark(values: list[int]) -> str:
+    """A one-line sparkline of the KV capacity over this session's edits."""
+    lo, hi = min(values), max(values)
+    if hi == lo:
+        return BLOCKS[3] * len(values)
+    return "".join(BLOCKS[round((v - lo) * (len(BLOCKS) - 1) / (hi - lo))] for v in values)
+
+
 class BudgetPanel(Vertical):
     def compose(self):
         yield Static(id="budget-text")
-        yield Sparkline([], id="budget-spark")
 
     _key: tuple = ()
 
@@ -43,11 +53,9 @@ class BudgetPanel(Vertical):
             return
         self._key = key
         txt = self.query_one("#budget-text", Static)
-        spark = self.query_one(Sparkline)
         if b is None:
             txt.update(Text(f"no memory budget: profile '{s.profile}' names no model/hardware with numbers at "
                             f"tp{s.tp}", "dim"))
-            spark.display = False
             return
         t = Text()
         t.append("KV cache ", "bold")
@@ -74,8 +82,7 @@ class BudgetPanel(Vertical):
         t.append("■ ", "green")
         t.append(f"KV {fmt_bytes(kv)}\n")
         t.append(f"of {fmt_bytes(cap)} usable ({b.utilization:g} x {fmt_bytes(b.memory_bytes)})", "dim")
+        if len(s.kv_history) > 1:
+            t.append("\nKV over the edits ", "dim")
+            t.append(spark(s.kv_history[-(width - 18):]), "green")
         txt.update(t, layout=False)  # a fixed-height box: no reflow of the screen
-        hist = s.kv_history
-        spark.display = len(hist) > 1
-        if len(hist) > 1:
-            spark.data = [float(x) for x in hist[-60:]]

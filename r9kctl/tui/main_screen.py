@@ -73,7 +73,7 @@ class MainScreen(Screen):
         return [(name, name) for name in sorted(self.s.reg.profiles)]
 
     def _tp_options(self):
-        own = self.s._saved_noenv.tp if self.s.tp_choice is None else None
+        own = self.s.tp if self.s.tp_choice is None else None
         opts = [(f"tp{self.s.tp} (profile)" if self.s.tp_choice is None else "profile's tp", 0)]
         opts += [(f"tp{t}", t) for t in self.s.tp_options() if t != own]
         return opts
@@ -261,7 +261,7 @@ class MainScreen(Screen):
         self.query_one("#profile", Picker).action_open()
 
     def action_cycle_tp(self) -> None:
-        opts = [None] + [t for t in self.s.tp_options() if t != self.s._saved_noenv.tp]
+        opts = [None] + [t for t in self.s.tp_options() if t != self.s.profile_tp]
         cur = self.s.tp_choice
         nxt = opts[(opts.index(cur) + 1) % len(opts)] if cur in opts else None
         self.switch_tp(nxt)

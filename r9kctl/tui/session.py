@@ -60,7 +60,7 @@ class Session:
         self.report: Report
         self.budget: Optional[Budget]
         self.saved_budget: Optional[Budget]
-        self._saved_noenv: ResolvedSet
+        self._noenv: Optional[ResolvedSet] = None
         self._switched()
 
     # ------------------------------------------------------------------------------ loading
@@ -93,12 +93,23 @@ class Session:
     # ------------------------------------------------------------------------------ switching
 
     def _switched(self) -> None:
-        """After the profile or TP size changed: the saved state's numbers, then the current ones."""
-        saved = resolve(self.reg, self.profile, tp=self.tp_choice, env=self.env)
-        self.saved_budget = budget(self.reg, saved)
-        self._saved_noenv = resolve(self.reg, self.profile, tp=self.tp_choice, env={})
+        """After the profile or TP size changed: the current numbers, and the saved state's (the same
+        when there are no edits, so no second resolve)."""
+        self._noenv = None
         self.kv_history = []
         self.recompute()
+        if self.has_edits():
+            saved = resolve(self.reg, self.profile, tp=self.tp_choice, env=self.env)
+            self.saved_budget = budget(self.reg, saved)
+        else:
+            self.saved_budget = self.budget
+
+    @property
+    def _saved_noenv(self) -> ResolvedSet:
+        """The saved profile resolved without the environment (what the profile chain itself gives)."""
+        if self._noenv is None:
+            self._noenv = resolve(self.reg, self.profile, tp=self.tp_choice, env={})
+        return self._noenv
 
     def set_profile(self, name: str) -> None:
         if name not in self.reg.profiles:
@@ -114,13 +125,18 @@ class Session:
     def tp(self) -> int:
         return self.rs.tp
 
+    @property
+    def profile_tp(self) -> int:
+        """The profile's own TP size (what the TP picker's first choice means)."""
+        return self.rs.tp if self.tp_choice is None else self._saved_noenv.tp
+
     def tp_options(self) -> list[int]:
         """TP sizes the profile's model is described at (its own first)."""
         model = self.rs.model
         sizes: set[int] = set()
         if model and model in self.reg.models:
             sizes = {int(k[2:]) for k in self.reg.models[model].kv_bytes_per_token}
-        sizes.add(self._saved_noenv.tp)
+        sizes.add(self.profile_tp)
         return sorted(sizes)
 
     # ------------------------------------------------------------------------------ edits
@@ -266,7 +282,7 @@ class Session:
 
     @property
     def kv_delta(self) -> Optional[int]:
-        if self.budget is None or self.saved_budget is None:
+        if self.budget is None or getattr(self, "saved_budget", None) is None:
             return None
         return self.budget.kv_tokens - self.saved_budget.kv_tokens
 
