@@ -176,7 +176,7 @@ def sweep(name: str, configs, time_fn, check_fn, ms=(1, 16)):
             ok, ts = False, []
             print(f"sweep {name} {c}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
         tot = sum(ts) if ts else float("inf")
-        rows.append({"kernel": name, "cfg": list(c), "us": ts, "ok": ok})
+        rows.append({"kernel": name, "cfg": c if isinstance(c, int) else list(c), "us": ts, "ok": ok})
         print(f"sweep {name} {c} us(M={ms})={['%.2f' % t for t in ts]} ok={ok}", flush=True)
         if ok and (best is None or tot < best[0]):
             best = (tot, c)

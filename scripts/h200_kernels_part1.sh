@@ -12,7 +12,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,driver_version --format=csv,noh
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 T_FP8=${T_FP8:-100}; T_HC=${T_HC:-65}; T_ROUTER=${T_ROUTER:-45}; T_TEST=${T_TEST:-50}; T_NCU=${T_NCU:-25}
 # results.tar (tuned files + bench JSON) is refreshed after every step, so a run cut short still returns them.
-pack() { mkdir -p /tmp/res && cp kernels/*/tuned_h200.json /tmp/res/ 2>/dev/null; mv "$OUT"/*.json /tmp/res/ 2>/dev/null; tar cf "$OUT/results.tar" -C /tmp/res .; }
+pack() { mkdir -p /tmp/res && for d in fp8_block hc_mix router; do cp kernels/$d/tuned_h200.json /tmp/res/tuned_$d.json 2>/dev/null; done; mv "$OUT"/*.json /tmp/res/ 2>/dev/null; tar cf "$OUT/results.tar" -C /tmp/res .; }
 timeout "$T_FP8" python3 -m r9k.kernels.fp8_block.bench_fp8_block $SWEEP --json "$OUT/fp8.json" >"$OUT/fp8.log" 2>&1; echo "fp8 bench rc=$?"; pack
 timeout "$T_HC" python3 -m r9k.kernels.hc_mix.bench_hc_mix $SWEEP --json "$OUT/hc.json" >"$OUT/hc.log" 2>&1; echo "hc bench rc=$?"; pack
 timeout "$T_ROUTER" python3 -m r9k.kernels.router.bench_router $SWEEP --json "$OUT/router.json" >"$OUT/router.log" 2>&1; echo "router bench rc=$?"; pack

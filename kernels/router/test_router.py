@@ -5,6 +5,8 @@ the real shapes at decode widths. Fresh random inputs per run (seed printed), ou
 """
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -39,7 +41,10 @@ def _router_gate(x, w, poison):
     flips_stock = bf16_flips(stock, exact)
     assert flips <= max(2, int(0.002 * y.numel()), flips_stock), \
         f"{flips} bf16 flips vs the exactly rounded logits (stock: {flips_stock}) of {y.numel()}"
-    # Top-10 sets agree with fp64's except near-ties at the 10th value.
+    # Top-10 sets agree with fp64's except near-ties at the 10th value. A near-tie is within the
+    # original's 4e-3 * max(1, |kth|) or within one bf16 ulp of kth: the logits are bf16, so two values
+    # closer than an ulp can round to a tie or swap even when correctly rounded (checked on the CPU:
+    # exactly rounded logits fail the 4e-3 rule alone on ~1.7% of rows at this distribution).
     k = min(10, E)
     r64 = r64.cpu()
     vals, ids = r64.topk(k, dim=1)
@@ -48,8 +53,10 @@ def _router_gate(x, w, poison):
         a, b = set(ids[m].tolist()), set(ours[m].tolist())
         if a != b:
             kth = vals[m, -1].item()
+            ulp = 2.0 ** (math.floor(math.log2(abs(kth))) - 7) if kth else 0.0
+            tol = max(4e-3 * max(1.0, abs(kth)), ulp)
             diff = a ^ b
-            assert all(abs(r64[m, e].item() - kth) <= 4e-3 * max(1.0, abs(kth)) for e in diff), (m, diff)
+            assert all(abs(r64[m, e].item() - kth) <= tol for e in diff), (m, diff)
     return y
 
 
