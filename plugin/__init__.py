@@ -66,8 +66,12 @@ def _register() -> None:
         install.install(plan.extension_point)
     _active, _proc = active, proc
     dispatch.set_table(table)
-    _status_path = startup.default_status_file()
-    if first_process:  # a new launch: drop a previous launch's status file (same manifest path)
+    # A "MainProcess" that is not the first plugin process of the launch is a helper vLLM runs as a
+    # plain subprocess (e.g. the model inspection of vllm.model_executor.models.registry): it checks
+    # agreement like every process, but does not speak for the server in the status file.
+    helper = proc.role == "main" and not first_process
+    _status_path = None if helper else startup.default_status_file()
+    if first_process and _status_path:  # a new launch: drop a previous launch's status file
         try:
             os.unlink(_status_path)
         except OSError:

@@ -234,6 +234,7 @@ def test_cpu_smoke_launch_status_stock_equivalence_and_fail_fast(tmp_path):
         assert status2["values"]["R9K_ROUTER"] == "stock" and status2["hash"] != status["hash"]
         assert re.search(rf"r9k {status2['hash']}:\s+R9K_ROUTER\s+stock\s+.*stock \(vLLM's own path", log2)
         assert "router_gemm fused" not in log2
+        print("greedy completions, r9k router:", texts_r9k, "stock router:", texts_stock)
         assert texts_stock == texts_r9k, (texts_r9k, texts_stock)
         d1, d2 = compile_dirs(log), compile_dirs(log2)
         if d1 and d2:  # torch.compile ran: the router knob is part of vLLM's compile-cache key
