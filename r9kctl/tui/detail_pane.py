@@ -42,7 +42,7 @@ def detail_head(s: Session, vid: str) -> Text:
                     f"{' (on)' if r.active else ' if switched on'}\n")
     env = s.env_overrides(vid)
     if env:
-        head.append(f"the environment sets {env}: it wins over the profile\n", "bold yellow")
+        head.append(f"{env} sets it: that wins over the profile\n", "bold yellow")
     head.rstrip()
     return head
 

@@ -228,7 +228,7 @@ class MainScreen(Screen):
     def _warn_env(self, vid: str) -> None:
         env = self.s.env_overrides(vid)
         if env:
-            self.notify(f"{env} is set in the environment: it wins over the profile's value", severity="warning")
+            self.notify(f"{env} sets this knob: it wins over the profile's value", severity="warning")
 
     def action_edit(self) -> None:
         vid = self.query_one(VariantTable).current_variant()

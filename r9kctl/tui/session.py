@@ -44,9 +44,11 @@ class Session:
     by default, so the environment layer shows as it would at launch)."""
 
     def __init__(self, reg: Registry, profile: Optional[str] = None, tp: Optional[int] = None,
-                 env: Optional[Mapping[str, str]] = None, profile_dirs: Optional[list[Path]] = None):
+                 env: Optional[Mapping[str, str]] = None, profile_dirs: Optional[list[Path]] = None,
+                 sets: Optional[Mapping[str, object]] = None):
         self.reg = reg
         self.env = dict(os.environ) if env is None else dict(env)
+        self.sets = dict(sets or {})  # --set KNOB=VALUE: the override layer, above every edit
         self.profile_dirs = profile_dirs
         self.registry_report = Report()
         check_registry(reg, self.registry_report)
@@ -67,9 +69,9 @@ class Session:
 
     @classmethod
     def open(cls, profile: Optional[str] = None, tp: Optional[int] = None,
-             env: Optional[Mapping[str, str]] = None) -> "Session":
+             env: Optional[Mapping[str, str]] = None, sets: Optional[Mapping[str, object]] = None) -> "Session":
         """Load the registry and profiles (raises RegistryError with located diagnostics)."""
-        return cls(load_registry(), profile, tp, env)
+        return cls(load_registry(), profile, tp, env, sets=sets)
 
     def default_profile(self) -> str:
         for name in ("tp4-default", "tp2-default"):
@@ -99,7 +101,7 @@ class Session:
         self.kv_history = []
         self.recompute()
         if self.has_edits():
-            saved = resolve(self.reg, self.profile, tp=self.tp_choice, env=self.env)
+            saved = resolve(self.reg, self.profile, tp=self.tp_choice, env=self.env, sets=self.sets)
             self.saved_budget = budget(self.reg, saved)
         else:
             self.saved_budget = self.budget
@@ -252,16 +254,20 @@ class Session:
         return self.set_value(vid, nxt)
 
     def env_overrides(self, vid: str) -> Optional[str]:
-        """The environment variable that hides the profile's value of a variant, if any."""
+        """What hides the profile's value of a variant (an environment variable or --set), if anything."""
         r = self.rs.items[vid]
-        return r.source.split(" ", 1)[1] if r.layer == "environment" else None
+        if r.layer == "environment":
+            return r.source.split(" ", 1)[1]
+        if r.layer == "override":
+            return r.source
+        return None
 
     # ------------------------------------------------------------------------------ derived state
 
     def recompute(self) -> None:
         """Re-resolve and re-validate (about a millisecond with the shipped registry)."""
         reg = self.edited_registry()
-        rs = resolve(reg, self.profile, tp=self.tp_choice, env=self.env)
+        rs = resolve(reg, self.profile, tp=self.tp_choice, env=self.env, sets=self.sets)
         edits = self.edits.get(self.profile, {})
         if edits:
             file = self.reg.origins.get(("profile", self.profile), (self.profile, 0))[0]
@@ -416,5 +422,5 @@ class Session:
         ``r9kctl launch``. ``final`` writes the manifest (the plan is about to be executed)."""
         from r9k.r9kctl.launch import plan_launch
 
-        return plan_launch(self.edited_registry(), self.profile, tp=self.tp_choice, env=self.env,
+        return plan_launch(self.edited_registry(), self.profile, tp=self.tp_choice, env=self.env, sets=self.sets,
                            write_manifest=final, build_model=final)
