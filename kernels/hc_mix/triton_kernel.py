@@ -140,10 +140,10 @@ def hc_mix(xn, w_down, w_up, out_buf=None, out_block=None, *, lora_rank: int = 3
 
     Same signature and outputs as ``reference.hc_mix``: xn [M, 4*HD] bf16, w_down [336, 4*HD] bf16,
     w_up [4*HD, lora_rank] bf16 -> ``(buf [M, 336] bf16, block_input [M, HD] bf16)``. Above 16 rows,
-    or where Triton cannot run, the stock sequence runs.
+    where Triton cannot run, or for a stream count other than 4, the stock sequence runs.
     """
     M = xn.shape[0]
-    if not (use_triton(xn) and 1 <= M <= MAX_M and xn.stride(1) == 1):
+    if not (use_triton(xn) and 1 <= M <= MAX_M and xn.stride(1) == 1 and hc_count == 4):
         return reference.hc_mix(xn, w_down, w_up, out_buf, out_block, lora_rank=lora_rank, hc_count=hc_count)
     buf = skinny_gemm(xn, w_down, out=out_buf, epi_cols=lora_rank, hc_count=hc_count,
                       config=down_config or DOWN_CONFIG)
@@ -160,7 +160,7 @@ def hc_mix_fp8(xn, down_q, down_s, up_q, up_s, out_buf=None, out_block=None, *,
     where Triton cannot run, the plain-PyTorch W8A16 reference runs (same semantics).
     """
     M = xn.shape[0]
-    if not (use_triton(xn) and 1 <= M <= MAX_M and xn.stride(1) == 1):
+    if not (use_triton(xn) and 1 <= M <= MAX_M and xn.stride(1) == 1 and hc_count == 4):
         return reference.hc_mix_fp8(xn, down_q, down_s, up_q, up_s, out_buf, out_block,
                                     lora_rank=lora_rank, hc_count=hc_count)
     buf = skinny_gemm(xn, down_q, scale=down_s, out=out_buf, epi_cols=lora_rank, hc_count=hc_count,
