@@ -1,0 +1,276 @@
+"""The decode-step benchmark: builds the model per profile, checks agreement, times one CUDA-graph step.
+
+Input is a *plan* (plain JSON, so the H200, which has no pydantic, needs no registry code), written by
+``r9kctl bench decode-step --export-plan`` or built in-process by ``r9kctl bench decode-step``::
+
+    {"schema": "r9k-decode-step-plan/1", "profile": P, "against": Q, "requests": [1, 2, 4], "context": 4096,
+     "config": "flash-next-tp4", "ablate": true, "ablate_requests": 1, "replays": 50,
+     "profiles": {name: {"hash": ..., "values": {variant id: value},
+                         "non_stock": [{"id", "knob", "value", "stock"}],
+                         "memory": {variant id: {"bytes": declared bytes per GPU at this TP, "basis": ...}}}}}
+
+For each request count: one :class:`Weights` (shared), one :class:`StepInputs`, a model per profile.
+
+* check: every model's step against the same profile with every op at its *stock implementation* (same
+  weight formats): the implementations must agree within ``IMPL_TOL`` (relative L2 of the step output);
+  and profile against profile (reported; where the two hold the same weight formats it must also be within
+  ``IMPL_TOL``; where they do not -- the fp8 HC copies -- the difference is the format's, which the
+  original gated by paired evals, not by tolerance).
+* launches: :class:`~.counter.LaunchCounter` over one eager step (launch sites, any machine);
+* on CUDA: the step captured in one graph, nodes and kernel nodes from the driver, replays timed with
+  CUDA events (median, p10, p90 in ms).
+
+``python -m r9k.kernels.decode_step.bench --plan plan.json [--out result.json]`` runs a plan.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from typing import Optional
+
+import torch
+
+from r9k.kernels import ops
+
+from . import counter
+from .config import get_config
+from .dispatch import Pick, describe, values_chooser
+from .model import DecodeStepModel, StepInputs, Weights
+
+#: Agreement tolerance of a step output, relative L2: the loosest rel-L2 bound among the gates of the ops
+#: in the step (shared expert 3.6: output within 3% relative L2 of stock; hc fp8 decode 3.3: < 2e-2).
+IMPL_TOL = 3e-2
+
+#: Variants that change what the model holds or runs without being an op.
+MEMORY_ONLY = {"hc_free_bf16"}
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a64, b64 = a.double(), b.double()
+    return float((a64 - b64).norm() / b64.norm().clamp_min(1e-300))
+
+
+def stock_impl_chooser(values):
+    """The same variant values (so the same weight formats), every op at its stock implementation."""
+    base = values_chooser(values)
+
+    def choose(op: str) -> Pick:
+        p = base(op)
+        if p.impl == "absent":
+            return p
+        kop = ops.get(op)
+        # keep "fused" on hc_mix_fp8 as the *format* switch (fp8 copies) while running its stock code
+        impl = p.impl if op == "hc_mix_fp8" else "stock"
+        return Pick(p.op, p.variant, p.value, impl, kop.stock, "stock-impl")
+
+    return choose
+
+
+def model_ops(values) -> set[str]:
+    """Variant ids that decide an op this model uses (or what it holds)."""
+    ch = values_chooser(values)
+    vids = {ch(op).variant for op in ("hc_mix", "hc_mix_fp8", "fp8_block_linear", "gdn_decode", "qk_norm_rope",
+                                      "qsa_glue", "router_gemm", "moe_route", "shared_expert")}
+    return {v for v in vids if v} | MEMORY_ONLY
+
+
+def _time_graph(g, replays: int) -> dict:
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    ms = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        ms.append(a.elapsed_time(b))
+    ms.sort()
+    n = len(ms)
+    return {"ms": statistics.median(ms), "p10": ms[n // 10], "p90": ms[(9 * n) // 10], "replays": n}
+
+
+def measure(model: DecodeStepModel, replays: int, cuda: bool) -> dict:
+    """Launch sites of an eager step; on CUDA also graph nodes and replay times."""
+    model.reset_state()
+    c = counter.count_launches(model.step)
+    row = {"launch_sites": c.total, "aten_launches": sum(c.aten.values()), "triton_launches": sum(c.triton.values())}
+    if cuda:
+        model.reset_state()
+        g, _, nodes = counter.capture(model.step)
+        row["graph"] = nodes
+        row.update(_time_graph(g, replays))
+        del g
+        torch.cuda.synchronize()
+    return row
+
+
+def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Optional[dict] = None) -> dict:
+    """Run a plan. ``choosers``: profile name -> chooser for the measured models (default: the plan's values
+    through :func:`values_chooser`; ``r9kctl bench --dispatch plugin`` passes the plugin's DispatchTable)."""
+    cuda = torch.cuda.is_available() if device is None else device == "cuda"
+    device = "cuda" if cuda else "cpu"
+    cfg = get_config(plan.get("config", "flash-next-tp4"))
+    P, Q = plan["profile"], plan.get("against")
+    names = [P] + ([Q] if Q else [])
+    profs = plan["profiles"]
+    replays = int(plan.get("replays", 50))
+    t0 = time.time()
+    w = Weights.build(cfg, device=device, seed=int(plan.get("seed", 0)))
+    log(f"weights built in {time.time() - t0:.1f} s on {device}")
+    result = {"schema": "r9k-decode-step-result/1", "config": cfg.name, "device": device,
+              "gpu": torch.cuda.get_device_name() if cuda else None, "torch": torch.__version__,
+              "context": plan["context"], "profiles": {}, "rows": [], "checks": [], "ablation": [], "memory": {}}
+    try:
+        import triton
+
+        result["triton"] = triton.__version__
+    except ImportError:
+        pass
+    choosers = {n: (choosers or {}).get(n) or values_chooser(profs[n]["values"]) for n in names}
+    for name in names:
+        result["profiles"][name] = {"hash": profs[name].get("hash"),
+                                    "ops": describe({op: choosers[name](op) for op in
+                                                     ("hc_mix", "hc_mix_fp8", "fp8_block_linear", "gdn_decode",
+                                                      "qk_norm_rope", "qsa_glue", "router_gemm", "moe_route",
+                                                      "shared_expert")})}
+    for R in plan["requests"]:
+        inp = StepInputs.build(cfg, R, plan["context"], device=device, seed=int(plan.get("seed", 0)) + 1)
+        outs, models = {}, {}
+        for name in names:
+            vals = profs[name]["values"]
+            m = DecodeStepModel(w, inp, choosers[name], flags=vals)
+            models[name] = m
+            outs[name] = m.step()
+            ref = DecodeStepModel(w, inp, stock_impl_chooser(vals), flags=vals)
+            y_ref = ref.step()
+            rel = _rel(outs[name], y_ref)
+            ok = bool(torch.isfinite(outs[name]).all()) and rel <= IMPL_TOL
+            result["checks"].append({"requests": R, "what": f"{name}: ops vs their stock implementations",
+                                     "rel_l2": rel, "tol": IMPL_TOL, "ok": ok})
+            if R == plan["requests"][0]:
+                result["memory"][name] = memory_report(m, profs[name], cfg)
+            del ref, y_ref
+        if Q:
+            rel = _rel(outs[P], outs[Q])
+            same_formats = models[P].hc_fp8 == models[Q].hc_fp8
+            result["checks"].append({"requests": R, "what": f"{P} vs {Q}", "rel_l2": rel,
+                                     "tol": IMPL_TOL if same_formats else None,
+                                     "ok": (rel <= IMPL_TOL) if same_formats else bool(torch.isfinite(outs[P]).all()),
+                                     "note": None if same_formats else
+                                     "weight formats differ (fp8 HC copies): a numerics change, reported not gated"})
+        for name in names:
+            row = {"requests": R, "M": R * cfg.spec_tokens, "profile": name}
+            row.update(measure(models[name], replays, cuda))
+            result["rows"].append(row)
+            log(json.dumps(row))
+        del models, outs
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+        if plan.get("ablate") and R == plan.get("ablate_requests", plan["requests"][0]):
+            result["ablation"] = ablation(w, inp, profs[P], replays, cuda, log)
+    if Q:
+        for R in plan["requests"]:
+            a = next(r for r in result["rows"] if r["requests"] == R and r["profile"] == P)
+            b = next(r for r in result["rows"] if r["requests"] == R and r["profile"] == Q)
+            if "ms" in a:
+                result.setdefault("ratios", []).append({
+                    "requests": R, "speedup": b["ms"] / a["ms"],
+                    "nodes_ratio": (a["graph"]["nodes"] / b["graph"]["nodes"]) if a.get("graph", {}).get("nodes")
+                    and b.get("graph", {}).get("nodes") else None})
+    result["ok"] = all(c["ok"] for c in result["checks"])
+    result["seconds"] = time.time() - t0
+    return result
+
+
+def ablation(w, inp, prof: dict, replays: int, cuda: bool, log) -> list[dict]:
+    """Each non-stock variant of the profile back to stock, one at a time: its worth in ms and nodes."""
+    vals = prof["values"]
+    base = DecodeStepModel(w, inp, values_chooser(vals), flags=vals)
+    b = measure(base, replays, cuda)
+    base_picks = {k: p.impl for k, p in base.picks.items()}
+    base_bytes = base.weight_bytes()
+    del base
+    rows = [{"variant": "(profile)", "knob": "", **b}]
+    used = model_ops(vals)
+    for v in prof.get("non_stock", []):
+        if v["id"] not in used:
+            continue
+        alt = dict(vals)
+        alt[v["id"]] = v["stock"]
+        m = DecodeStepModel(w, inp, values_chooser(alt), flags=alt)
+        picks = {k: p.impl for k, p in m.picks.items()}
+        row = {"variant": v["id"], "knob": f"{v['knob']}={v['value']}->{v['stock']}"}
+        if picks == base_picks and v["id"] not in MEMORY_ONLY:
+            row["note"] = "same implementations as the profile (another variant takes precedence)"
+        elif v["id"] in MEMORY_ONLY:
+            row["note"] = "memory only"
+        else:
+            r = measure(m, replays, cuda)
+            row.update(r)
+            if "ms" in r and "ms" in b:
+                row["worth_ms"] = r["ms"] - b["ms"]
+            if r.get("graph", {}).get("nodes") and b.get("graph", {}).get("nodes"):
+                row["worth_nodes"] = r["graph"]["nodes"] - b["graph"]["nodes"]
+            row["worth_launch_sites"] = r["launch_sites"] - b["launch_sites"]
+        row["weight_bytes_delta"] = m.weight_bytes() - base_bytes  # what turning it back to stock changes
+        rows.append(row)
+        log(json.dumps(row))
+        del m
+        gc.collect()
+    return rows
+
+
+def memory_report(m: DecodeStepModel, prof: dict, cfg) -> dict:
+    """Weight bytes per rank and, per variant, the bytes the model adds beside the registry's declared cost.
+
+    The registry declares a whole-model cost (its module count: 97 + 3 MTP = 100 HC modules); this model
+    has ``cfg.hc_modules`` HC modules, so the comparison is per module."""
+    out = {"weight_bytes": m.weight_bytes(), "variants": []}
+    declared = prof.get("memory", {})
+    modules = cfg.hc_modules
+    for vid, added in sorted(m.variant_bytes.items()):
+        d = declared.get(vid, {})
+        row = {"variant": vid, "model_bytes": added, "model_modules": modules,
+               "model_per_module": added / modules, "declared_bytes": d.get("bytes"),
+               "declared_modules": d.get("modules"), "basis": d.get("basis")}
+        if d.get("bytes") is not None and d.get("modules"):
+            row["declared_per_module"] = d["bytes"] / d["modules"]
+            row["agree"] = abs(row["declared_per_module"] - row["model_per_module"]) < 0.5
+        out["variants"].append(row)
+    for vid, d in declared.items():
+        if vid not in m.variant_bytes and d.get("bytes"):
+            out["variants"].append({"variant": vid, "model_bytes": None, "declared_bytes": d["bytes"],
+                                    "note": "not modelled by the decode step (memory outside its weights)"})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="run a decode-step plan (JSON) and write the result")
+    ap.add_argument("--plan", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--device", choices=("cuda", "cpu"))
+    a = ap.parse_args(argv)
+    plan = json.load(open(a.plan))
+    if a.device != "cpu" and not torch.cuda.is_available() and plan.get("config") != "tiny":
+        print("no CUDA GPU here: the decode-step benchmark needs one (the tiny configuration runs on the CPU)")
+        return 0
+    res = run_plan(plan, device=a.device, log=lambda s: print(s, file=sys.stderr, flush=True))
+    text = json.dumps(res, indent=1)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    from .report import render
+
+    print(render(res))
+    return 0 if res["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

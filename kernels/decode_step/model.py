@@ -1,0 +1,382 @@
+"""One TP4 rank of Qwen3.8-Flash-Next at decode, built from the project's ops (kernel-semantics.md 1.1, 2).
+
+:class:`Weights` holds synthetic weights in the checkpoint's formats where the project has a kernel for
+them (block-fp8 e4m3 + 128x128 fp32 scales for the GDN in/out and attention qkv/o projections; bf16 for
+the router, the hyper-connection mixers and ``in_proj_ba``) and a plain format where it has none (routed
+experts: e4m3 with one scale per output row, read by the shared plain W8A16 GEMM). One :class:`Weights`
+can back several models (one per profile), so two profiles compare the same numbers.
+
+:class:`DecodeStepModel` is built from a :class:`Weights`, a chooser (``r9k.kernels.decode_step.dispatch``)
+and the request count; every op's implementation is picked once, in ``__init__``. ``step()`` runs one
+MTP-3 verify step (4 tokens a request) through the 48 layers and returns the final hyper-connection
+mixer's output [M, 2560] (what the LM head would read). Per layer:
+
+    HC module (combine previous block output + grouped norm + hc mix) -> token mixer (GDN or attention)
+    HC module -> MoE (router, routing, routed experts, shared expert, sum)
+
+and a final HC module collapses the streams (2 x 48 + 1 = 97 modules). The all-reduce after each token
+mixer and MoE is a no-op on one rank. Not modelled: the MTP draft passes, the LM head and sampling.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
+
+import torch
+import torch.nn.functional as F
+
+from . import plain
+from .config import StepConfig
+from .dispatch import Chooser, Pick
+
+FP8 = torch.float8_e4m3fn
+Q_STD = 64.0  # spread of the synthetic e4m3 codes (|code| <= 448)
+
+
+def _codes(shape, gen, device) -> torch.Tensor:
+    """Random e4m3 codes ~ N(0, Q_STD), clamped to the finite range."""
+    t = torch.randn(shape, generator=gen, device=device, dtype=torch.float32 if device == "cpu" else torch.bfloat16)
+    return (t * Q_STD).clamp_(-448, 448).to(FP8)
+
+
+def _bf16(shape, gen, device, std) -> torch.Tensor:
+    return (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * std).to(torch.bfloat16)
+
+
+def _uniform(shape, gen, device, lo, hi) -> torch.Tensor:
+    return torch.rand(shape, generator=gen, device=device, dtype=torch.float32) * (hi - lo) + lo
+
+
+def block_fp8(n: int, k: int, gen, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A block-fp8 linear as in the checkpoint: codes [N, K] e4m3, dequant multipliers [ceil(N/128), K/128]
+    fp32, scaled so that a unit-RMS input gives a unit-RMS output."""
+    s = 1.0 / (Q_STD * math.sqrt(k))
+    return _codes((n, k), gen, device), _uniform((-(-n // 128), k // 128), gen, device, 0.8 * s, 1.2 * s)
+
+
+def rowwise_fp8(e: int, n: int, k: int, gen, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Expert weights for the plain W8A16 GEMM: codes [E, N, K] e4m3, one fp32 scale per output row."""
+    s = 1.0 / (Q_STD * math.sqrt(k))
+    return _codes((e, n, k), gen, device), _uniform((e, n), gen, device, 0.8 * s, 1.2 * s)
+
+
+def rope_cache(positions: int, rotary: int, theta: float, device) -> torch.Tensor:
+    """[positions, rotary] bf16 rows ``[cos | sin]`` (neox halves)."""
+    half = rotary // 2
+    inv = 1.0 / (theta ** (torch.arange(half, dtype=torch.float64) * 2 / rotary))
+    ang = torch.arange(positions, dtype=torch.float64)[:, None] * inv[None, :]
+    return torch.cat([ang.cos(), ang.sin()], dim=1).to(torch.bfloat16).to(device)
+
+
+def nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+@dataclass
+class Weights:
+    """Synthetic weights of one rank; built once, shared by every model (profile) and request count."""
+
+    cfg: StepConfig
+    device: str
+    hc: list = field(default_factory=list)  # per HC module: dict(norm, down, up)
+    layers: list = field(default_factory=list)  # per layer: dict of tensors
+
+    @classmethod
+    def build(cls, cfg: StepConfig, device: str = "cpu", seed: int = 0) -> "Weights":
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        w = cls(cfg, device)
+        HD, DIM = cfg.hidden, cfg.dim
+        for _ in range(cfg.hc_modules):
+            down = _bf16((cfg.down_rows, DIM), gen, device, 1.0 / math.sqrt(DIM))
+            down[cfg.lora + cfg.hc:] = 0  # zero padding rows of the merged down+inject weight
+            w.hc.append(dict(norm=_bf16((DIM,), gen, device, 0.1), down=down,
+                             up=_bf16((DIM, cfg.lora), gen, device, 1.0 / math.sqrt(cfg.lora))))
+        for kind in cfg.layer_kinds():
+            L: dict = {"kind": kind}
+            if kind == "gdn":
+                Hv, D = cfg.gdn_v_heads, cfg.gdn_head
+                L["qkvz"] = block_fp8(*cfg.gdn_qkvz, gen, device)
+                L["ba"] = _bf16((2 * Hv, HD), gen, device, 1.0 / math.sqrt(HD))
+                L["conv"] = _bf16((cfg.gdn_conv_channels, cfg.conv_width), gen, device, 0.5)
+                L["A_log"] = torch.log(_uniform((Hv,), gen, device, 1.0, 16.0))
+                L["dt_bias"] = _uniform((Hv,), gen, device, -1.0, 1.0)
+                L["norm"] = (1.0 + _bf16((D,), gen, device, 0.1).float()).to(torch.bfloat16)
+                L["out"] = block_fp8(*cfg.gdn_out, gen, device)
+            else:
+                D = cfg.attn_head
+                L["qkv"] = block_fp8(*cfg.attn_qkv, gen, device)
+                L["q_norm"] = _bf16((D,), gen, device, 0.1)
+                L["k_norm"] = _bf16((D,), gen, device, 0.1)
+                L["idx"] = _bf16(((cfg.idx_heads + 1) * cfg.idx_head, HD), gen, device, 1.0 / math.sqrt(HD))
+                L["idx_q_norm"] = _bf16((cfg.idx_head,), gen, device, 0.1)
+                L["idx_k_norm"] = _bf16((cfg.idx_head,), gen, device, 0.1)
+                L["o"] = block_fp8(*cfg.attn_o, gen, device)
+            E, I = cfg.experts, cfg.expert_inter
+            L["router"] = _bf16((E, HD), gen, device, 1.0 / math.sqrt(HD))
+            L["w1"] = rowwise_fp8(E, 2 * I, HD, gen, device)
+            L["w2"] = rowwise_fp8(E, HD, I, gen, device)
+            se_gu = _bf16((2 * cfg.shared_inter, HD), gen, device, 1.0 / math.sqrt(HD))
+            se_down = _bf16((HD, cfg.shared_inter), gen, device, 1.0 / math.sqrt(cfg.shared_inter))
+            se_gate = _bf16((1, HD), gen, device, 1.0 / math.sqrt(HD))
+            L["se"] = _shared_expert_weights(se_gu, se_down, se_gate)
+            w.layers.append(L)
+        return w
+
+
+@dataclass
+class StepInputs:
+    """The step's input hidden and the initial decode state (caches, GDN states) for ``requests`` requests
+    at ``context`` tokens; every model clones the state, so all start from the same point."""
+
+    cfg: StepConfig
+    device: str
+    requests: int
+    context: int
+    x0: torch.Tensor
+    state0: list  # per layer: dict of initial caches/states
+
+    @classmethod
+    def build(cls, cfg: StepConfig, requests: int, context: int, device: str = "cpu", seed: int = 1) -> "StepInputs":
+        if context % cfg.idx_group or context < cfg.spec_tokens or context % cfg.page:
+            raise ValueError(f"context must be a multiple of {cfg.page} and of {cfg.idx_group}")
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        R, S = requests, cfg.spec_tokens
+        pages = context // cfg.page
+        state0 = []
+        for kind in cfg.layer_kinds():
+            st = {}
+            if kind == "gdn":
+                Hv, D = cfg.gdn_v_heads, cfg.gdn_head
+                st["conv"] = _bf16((R, cfg.gdn_conv_channels, cfg.conv_width - 1 + S), gen, device, 1.0)
+                st["state"] = torch.randn((1 + R * S, Hv, D, D), generator=gen, device=device) * 0.05
+            else:
+                hkv, D = cfg.attn_kv_heads, cfg.attn_head
+                st["k"] = _bf16((R * pages, cfg.page, hkv, D), gen, device, 1.0)
+                st["v"] = _bf16((R * pages, cfg.page, hkv, D), gen, device, 1.0)
+                st["ckeys"] = _bf16((R, context // cfg.idx_group, cfg.idx_head), gen, device, 1.0)
+            state0.append(st)
+        return cls(cfg, device, R, context, _bf16((R * S, cfg.hidden), gen, device, 1.0), state0)
+
+
+def _shared_expert_weights(gu, down, gate):
+    """The shared expert in the checkpoint's format (MXFP4 codes + E8M0 scales, bf16 gate) through the kernel
+    package's load-time helpers; plain bf16 tensors while the package does not exist."""
+    try:
+        from r9k.kernels.shared_expert import prepare_shared_expert, quantize_mxfp4
+    except ImportError:
+        return (gu, down, gate)
+    return prepare_shared_expert(*quantize_mxfp4(gu), *quantize_mxfp4(down), gate)
+
+
+def _tensors(v) -> list:
+    if isinstance(v, torch.Tensor):
+        return [v]
+    if isinstance(v, (tuple, list)):
+        return [t for x in v for t in _tensors(x)]
+    if hasattr(v, "__dataclass_fields__"):
+        return [t for f in v.__dataclass_fields__ for t in _tensors(getattr(v, f))]
+    return []
+
+
+def _unique_bytes(tensors) -> int:
+    seen, total = set(), 0
+    for t in tensors:
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.numel())
+        if key not in seen:
+            seen.add(key)
+            total += nbytes(t)
+    return total
+
+
+class DecodeStepModel:
+    """One profile's decode step over shared :class:`Weights`.
+
+    choose:  ``op name -> Pick`` (``dispatch.values_chooser`` / ``dispatch.plugin_chooser``), asked once per op.
+    flags:   ``{variant id: value}`` for variants that are not ops but change what the model holds
+             (``hc_free_bf16``: drop the bf16 HC weights when the fp8 decode path replaces them).
+    """
+
+    def __init__(self, w: Weights, inputs: StepInputs, choose: Chooser,
+                 flags: Optional[Mapping[str, Optional[str]]] = None):
+        self.w, self.cfg, self.inp = w, w.cfg, inputs
+        cfg, dev = w.cfg, w.device
+        flags = dict(flags or {})
+        self.picks: dict[str, Pick] = {op: choose(op) for op in
+                                       ("hc_mix_fp8", "hc_mix", "fp8_block_linear", "gdn_decode", "qk_norm_rope",
+                                        "qsa_glue", "router_gemm", "moe_route", "shared_expert")}
+        for op in ("hc_mix", "fp8_block_linear", "gdn_decode", "qk_norm_rope", "qsa_glue", "router_gemm",
+                   "moe_route"):
+            if self.picks[op].fn is None:
+                raise RuntimeError(f"op {op!r} is not in the op table (r9k.kernels.ops); the step needs it")
+        self.notes: list[str] = []
+        # Hyper-connection mix: the fp8 decode path takes precedence over hc_mix when it is on (3.1, 3.3).
+        self.hc_fp8 = self.picks["hc_mix_fp8"].fused
+        self.variant_bytes: dict[str, int] = {}
+        self.hc_w: list[dict] = []
+        if self.hc_fp8:
+            from r9k.kernels.hc_mix import prepare_hc_fp8
+
+            added = 0
+            for m in w.hc:
+                dq, ds, uq, us = prepare_hc_fp8(m["down"], m["up"])
+                added += _unique_bytes([dq, ds, uq, us])
+                self.hc_w.append(dict(norm=m["norm"], fp8=(dq, ds, uq, us), down=m["down"], up=m["up"]))
+            self.variant_bytes[self.picks["hc_mix_fp8"].variant] = added
+            self.hc_fp8_module_bytes = added // len(w.hc)
+            if flags.get("hc_free_bf16") == "1":
+                freed = _unique_bytes([t for m in self.hc_w for t in (m.pop("down"), m.pop("up"))])
+                self.variant_bytes["hc_free_bf16"] = -freed
+        else:
+            self.hc_w = [dict(m) for m in w.hc]
+            if flags.get("hc_free_bf16") == "1":
+                self.notes.append("hc_free_bf16=1 not applied: the bf16 HC weights are in use (fp8 decode off)")
+        if self.picks["shared_expert"].impl == "absent":
+            self.notes.append("shared_expert: no op in the op table yet; plain bf16 composition in every profile")
+        self.shared_expert_fn = self._shared_expert_adapter()
+        self._alloc_state()
+
+    # ----------------------------------------------------------------------------- state & metadata
+
+    def _alloc_state(self):
+        """This model's own copies of the caches/states, and the step's static metadata."""
+        inp, cfg, dev = self.inp, self.cfg, self.w.device
+        R, S, N = inp.requests, cfg.spec_tokens, inp.context
+        self.state = [{k: v.clone() for k, v in st.items()} for st in inp.state0]
+        ar = torch.arange(R, device=dev, dtype=torch.int32)
+        self.cu = torch.arange(R + 1, device=dev, dtype=torch.int32) * S
+        self.num_accepted = (S - (ar % S)).to(torch.int32)  # 4, 3, 2, 1, 4, ...: every roll-back case
+        self.state_idx = (1 + ar[:, None] * S + torch.arange(S, device=dev, dtype=torch.int32)[None, :]).contiguous()
+        pos = (N - S + torch.arange(S, device=dev))[None, :].expand(R, S).reshape(-1)
+        self.pos1 = pos.contiguous()
+        self.pos3 = pos[None, :].expand(3, -1).contiguous()  # MRoPE rows t, h, w (text: equal)
+        pages = -(-N // cfg.page)
+        self.page_table = (ar.long()[:, None] * pages + torch.arange(pages, device=dev)[None, :])
+        self.slots = (self.page_table.gather(1, (pos.view(R, S) // cfg.page)) * cfg.page
+                      + (pos.view(R, S) % cfg.page)).reshape(-1)
+        self.group_first = torch.full((R,), N - S, device=dev, dtype=torch.long)  # the new group's first token
+        self.rope_attn = rope_cache(N, cfg.attn_rotary, cfg.rope_theta, dev)
+        self.rope_idx = rope_cache(N, cfg.idx_rotary, cfg.rope_theta, dev)
+
+    def reset_state(self):
+        for st, st0 in zip(self.state, self.inp.state0):
+            for k, v in st.items():
+                v.copy_(st0[k])
+
+    # ------------------------------------------------------------------------------------ parts
+
+    def _shared_expert_adapter(self):
+        p = self.picks["shared_expert"]
+        if p.impl == "absent" or isinstance(self.w.layers[0]["se"], tuple):
+            return lambda x, L: plain.shared_expert_plain(x, *L["se"])
+        fn = p.fn  # shared_expert(x, SharedExpertWeights) -> [M, H] bf16
+        return lambda x, L: fn(x, L["se"])
+
+    def _hc(self, i: int, res: torch.Tensor, blk: Optional[torch.Tensor], inj: Optional[torch.Tensor]):
+        """HC module i: combine (if a block output is pending) + grouped norm + mix.
+        Returns (new residual, block input [M, HD], injection logits [M, hc])."""
+        cfg, m = self.cfg, self.hc_w[i]
+        if blk is not None:
+            res = plain.hc_combine(res, blk, inj, cfg.hc)
+        xn = plain.hc_group_norm(res, m["norm"], cfg.hc, cfg.eps)
+        if self.hc_fp8:
+            buf, block = self.picks["hc_mix_fp8"].fn(xn, *m["fp8"], lora_rank=cfg.lora, hc_count=cfg.hc)
+        else:
+            buf, block = self.picks["hc_mix"].fn(xn, m["down"], m["up"], lora_rank=cfg.lora, hc_count=cfg.hc)
+        return res, block, buf[:, cfg.lora: cfg.lora + cfg.hc]
+
+    def _linear(self, x, wq_ws):
+        return self.picks["fp8_block_linear"].fn(x, *wq_ws)
+
+    def _gdn(self, x, L, st):
+        cfg = self.cfg
+        Hk, Hv, D = cfg.gdn_k_heads, cfg.gdn_v_heads, cfg.gdn_head
+        C = cfg.gdn_conv_channels
+        qkvz = self._linear(x, L["qkvz"])
+        ba = F.linear(x, L["ba"])
+        mixed = plain.conv_update(qkvz[:, :C], st["conv"], L["conv"], self.num_accepted, cfg.spec_tokens)
+        core = self.picks["gdn_decode"].fn(
+            mixed, qkvz[:, C:], ba[:, :Hv], ba[:, Hv:], L["A_log"], L["dt_bias"], L["norm"], st["state"],
+            self.cu, self.num_accepted, self.state_idx, Hk, Hv, D, D, cfg.eps, "sigmoid")
+        return self._linear(core, L["out"])
+
+    def _attn(self, x, L, st):
+        cfg = self.cfg
+        hq, hkv, D = cfg.attn_q_heads, cfg.attn_kv_heads, cfg.attn_head
+        M = x.shape[0]
+        qkv = self._linear(x, L["qkv"])
+        q, k, gate = self.picks["qk_norm_rope"].fn(qkv, L["q_norm"], L["k_norm"], self.pos3, self.rope_attn, hq, hkv,
+                                                   D, cfg.eps, cfg.mrope_section, True)
+        v = qkv[:, (2 * hq + hkv) * D:]
+        plain.kv_write(st["k"], st["v"], k, v, self.slots)
+        # QSA indexer: projection, glue (norm + rope) of the query heads and of the newly completed group's key
+        ih, idd = cfg.idx_heads, cfg.idx_head
+        ix = F.linear(x, L["idx"])
+        glue = self.picks["qsa_glue"].fn
+        iq = glue(ix[:, : ih * idd].view(M, ih, idd), L["idx_q_norm"], self.pos1, self.rope_idx, cfg.eps)
+        R, S = self.inp.requests, cfg.spec_tokens
+        raw_k = ix[:, ih * idd:].float().view(R, S // cfg.idx_group, cfg.idx_group, idd).mean(2)
+        new_keys = raw_k.to(torch.bfloat16).reshape(-1, 1, idd)  # one group of 4 tokens a request (S == 4)
+        kn = glue(new_keys, L["idx_k_norm"], self.group_first, self.rope_idx, cfg.eps)
+        G = st["ckeys"].shape[1]
+        st["ckeys"][:, G - 1].copy_(kn.view(R, idd))
+        mask = plain.indexer_select(iq, st["ckeys"], self.pos1, R, self.inp.context, cfg.idx_group, cfg.idx_top_groups)
+        att = plain.attention(q, st["k"], st["v"], self.page_table, mask, hq)
+        att = (att.float() * torch.sigmoid(gate.float())).to(torch.bfloat16)
+        return self._linear(att, L["o"])
+
+    def _moe(self, x, L):
+        cfg = self.cfg
+        logits = self.picks["router_gemm"].fn(x, L["router"])
+        rw, ids = self.picks["moe_route"].fn(logits, cfg.top_k, cfg.renormalize)
+        routed = plain.routed_experts(x, ids, rw, *L["w1"], *L["w2"])
+        shared = self.shared_expert_fn(x, L)
+        return plain.moe_sum(routed, shared, cfg.top_k)
+
+    # -------------------------------------------------------------------------------------- step
+
+    def step(self, x0: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """One decode step; returns the final mixer output [M, HD] bf16. Updates this model's caches."""
+        cfg = self.cfg
+        x = self.inp.x0 if x0 is None else x0
+        res = x.repeat(1, cfg.hc)  # the embedding broadcast into the four streams
+        blk = inj = None
+        mod = 0
+        for L, st in zip(self.w.layers, self.state):
+            res, h, inj = self._hc(mod, res, blk, inj)
+            blk = self._gdn(h, L, st) if L["kind"] == "gdn" else self._attn(h, L, st)
+            res, h, inj = self._hc(mod + 1, res, blk, inj)
+            blk = self._moe(h, L)
+            mod += 2
+        _, out, _ = self._hc(mod, res, blk, inj)
+        return out
+
+    # ------------------------------------------------------------------------------------ memory
+
+    def weight_tensors(self) -> list[torch.Tensor]:
+        out = []
+        for m in self.hc_w:
+            out += [m["norm"]] + [m[k] for k in ("down", "up") if k in m] + list(m.get("fp8", ()))
+        for L in self.w.layers:
+            for k, v in L.items():
+                if k != "kind":
+                    out += _tensors(v)
+        return out
+
+    def weight_bytes_by_part(self) -> dict[str, int]:
+        """Bytes per part: hc (bf16 + fp8 copies), and per layer tensor name summed over layers."""
+        parts: dict[str, list] = {"hc_bf16": [], "hc_fp8": []}
+        for m in self.hc_w:
+            parts["hc_bf16"] += [m["norm"]] + [m[k] for k in ("down", "up") if k in m]
+            parts["hc_fp8"] += list(m.get("fp8", ()))
+        for L in self.w.layers:
+            for k, v in L.items():
+                if k != "kind":
+                    parts.setdefault(k, []).extend(_tensors(v))
+        return {k: _unique_bytes(v) for k, v in parts.items()}
+
+    def weight_bytes(self) -> int:
+        """Bytes of every weight this model reads (each storage once)."""
+        return _unique_bytes(self.weight_tensors())

@@ -1,0 +1,113 @@
+"""Text tables of a decode-step result, and the release records it can become."""
+from __future__ import annotations
+
+
+def _f(v, nd=2):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{nd}f}"
+    return str(v)
+
+
+def _table(cols, rows) -> str:
+    w = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
+    line = lambda cells: "  ".join(c.ljust(w[i]) for i, c in enumerate(cells))  # noqa: E731
+    return "\n".join([line(cols), line(["-" * x for x in w])] + [line(r) for r in rows])
+
+
+def render(res: dict) -> str:
+    out = [f"decode step: {res['config']} on {res.get('gpu') or res['device']}, context {res['context']} tokens, "
+           f"MTP-3 (4 tokens a request); torch {res.get('torch')}, triton {res.get('triton')}"]
+    for name, p in res["profiles"].items():
+        fused = [o["op"] for o in p["ops"] if o["impl"] == "fused"]
+        absent = [o["op"] for o in p["ops"] if o["impl"] == "absent"]
+        out.append(f"  {name} ({p.get('hash')}): fused {', '.join(fused) or 'none'}"
+                   + (f"; not in the op table: {', '.join(absent)}" if absent else ""))
+    out.append("")
+    out.append("checks (relative L2 of the step output):")
+    out.append(_table(["requests", "what", "rel_l2", "tol", "ok"],
+                      [[str(c["requests"]), c["what"], f"{c['rel_l2']:.2e}", _f(c.get("tol")), str(c["ok"])]
+                       for c in res["checks"]]))
+    for c in res["checks"]:
+        if c.get("note"):
+            out.append(f"  note ({c['what']}): {c['note']}")
+    out.append("")
+    rows = []
+    for r in res["rows"]:
+        g = r.get("graph") or {}
+        rows.append([str(r["requests"]), str(r["M"]), r["profile"], _f(r.get("ms"), 3),
+                     f"{_f(r.get('p10'), 3)}-{_f(r.get('p90'), 3)}" if "ms" in r else "-",
+                     _f(g.get("nodes")), _f(g.get("kernels")), str(r["launch_sites"])])
+    out.append(_table(["requests", "M", "profile", "ms/step", "p10-p90", "graph nodes", "kernel nodes",
+                       "launch sites"], rows))
+    for q in res.get("ratios", []):
+        out.append(f"  requests {q['requests']}: speedup {q['speedup']:.3f}x"
+                   + (f", nodes {q['nodes_ratio']:.3f} of the baseline's" if q.get("nodes_ratio") else ""))
+    if res.get("ablation"):
+        out.append("")
+        out.append("ablation (each variant back to stock, one at a time; worth = stock-variant minus profile):")
+        ar = []
+        for a in res["ablation"]:
+            g = a.get("graph") or {}
+            ar.append([a["variant"], a.get("knob", ""), _f(a.get("ms"), 3), _f(a.get("worth_ms"), 3),
+                       _f(g.get("nodes")), _f(a.get("worth_nodes")), _f(a.get("worth_launch_sites")),
+                       a.get("note", "")])
+        out.append(_table(["variant", "knob", "ms/step", "worth ms", "nodes", "worth nodes", "worth sites", "note"],
+                          ar))
+    if res.get("memory"):
+        out.append("")
+        out.append("memory per rank (the registry declares whole-model costs; compared per HC module):")
+        for name, m in res["memory"].items():
+            out.append(f"  {name}: weights {m['weight_bytes']:,} bytes")
+            for v in m["variants"]:
+                if v.get("model_bytes") is None:
+                    out.append(f"    {v['variant']}: declared {v['declared_bytes']:,}; {v.get('note')}")
+                    continue
+                dpm = v.get("declared_per_module")
+                out.append(f"    {v['variant']}: model {v['model_bytes']:,} bytes = {v['model_per_module']:,.0f} x "
+                           f"{v['model_modules']} modules; declared "
+                           + (f"{v['declared_bytes']:,} = {dpm:,.0f} x {v['declared_modules']} modules; "
+                              f"agree per module: {v.get('agree')}" if dpm is not None else
+                              f"{_f(v.get('declared_bytes'))} (no per-module basis)"))
+    out.append("")
+    out.append(f"overall: {'OK' if res['ok'] else 'FAILED'} ({res.get('seconds', 0):.0f} s)")
+    return "\n".join(out)
+
+
+def release_records(res: dict, command: str, platform: str = "h200") -> list[dict]:
+    """``[[bench]]`` records (registry BenchRecord fields) for a release manifest: ms per step, graph nodes
+    and speedup per request count and profile, on config ``h200_tp4_shard``."""
+    recs = []
+    for r in res["rows"]:
+        if "ms" not in r:
+            continue
+        base = {"config": "h200_tp4_shard", "stack": "ours", "platform": platform, "command": command,
+                "source": f"r9kctl bench decode-step, profile {r['profile']}, context {res['context']}"}
+        recs.append({**base, "metric": f"decode_step_ms@{r['profile']}@r{r['requests']}", "value": round(r["ms"], 3),
+                     "unit": "ms"})
+        if (r.get("graph") or {}).get("nodes"):
+            recs.append({**base, "metric": f"graph_nodes@{r['profile']}@r{r['requests']}",
+                         "value": float(r["graph"]["nodes"]), "unit": "nodes"})
+    for q in res.get("ratios", []):
+        recs.append({"config": "h200_tp4_shard", "stack": "ours", "platform": platform, "command": command,
+                     "metric": f"decode_step_speedup@r{q['requests']}", "value": round(q["speedup"], 3), "unit": "x",
+                     "source": "r9kctl bench decode-step"})
+    return recs
+
+
+def records_toml(recs: list[dict]) -> str:
+    lines = []
+    for r in recs:
+        lines.append("[[bench]]")
+        for k in ("config", "metric", "value", "unit", "stack", "platform", "command", "source"):
+            v = r.get(k)
+            if v is None:
+                continue
+            lines.append(f"{k} = {v!r}" if isinstance(v, (int, float)) else f"{k} = {_q(v)}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _q(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
