@@ -218,6 +218,8 @@ def fp8_block_linear_stock(x, w_q, w_s, out=None, config=None) -> torch.Tensor:
     M = x.shape[0]
     if out is None:
         out = torch.empty((M, w_q.shape[0]), dtype=torch.bfloat16, device=x.device)
+    if M == 0:
+        return out
     qa, sa = quant_group128_fp8(x)
     for m0 in range(0, M, BLOCK_M):
         m1 = min(M, m0 + BLOCK_M)

@@ -201,7 +201,7 @@ def hc_gate_mix_kernel(xn_ptr, stride_x, g_ptr, stride_g, out_ptr, stride_o, HD,
 
 def hc_silu_(buf: torch.Tensor, lora_rank: int = 320, hc_count: int = 4) -> torch.Tensor:
     """Stock step 2: hc_silu in place on ``buf[:, :lora_rank]`` (one launch where Triton runs)."""
-    if not (use_triton(buf) and buf.stride(1) == 1):
+    if not (use_triton(buf) and buf.stride(1) == 1) or buf.shape[0] == 0:
         return reference.hc_silu_torch_(buf, lora_rank, hc_count)
     hc_silu_kernel[(buf.shape[0],)](buf, buf.stride(0), lora_rank, 1.0 / hc_count,
                                     BLOCK=triton.next_power_of_2(lora_rank), INTERPRET=INTERPRETED)
@@ -212,7 +212,7 @@ def hc_gate_mix(xn: torch.Tensor, gate: torch.Tensor, hc_count: int = 4, out=Non
     """Stock step 4: ``bf16(0.25 * sum_s sigmoid(gate_s) * xn_s)`` (one launch where Triton runs)."""
     M = xn.shape[0]
     hd = xn.shape[1] // hc_count
-    if not (use_triton(xn) and hc_count == 4 and xn.stride(1) == 1 and gate.stride(1) == 1):
+    if not (use_triton(xn) and hc_count == 4 and xn.stride(1) == 1 and gate.stride(1) == 1) or M == 0:
         return reference.hc_gate_mix_torch(xn, gate, hc_count, out=out)
     if out is None:
         out = torch.empty((M, hd), dtype=torch.bfloat16, device=xn.device)

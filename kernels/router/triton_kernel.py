@@ -160,13 +160,12 @@ def default_skinny_config(n: int, k: int) -> tuple[int, int, int, int, int]:
 
 
 def skinny_gemm(x, w, *, scale=None, out=None, epi_cols: int = 0, hc_count: int = 4, config=None):
-    """``config``: (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages[, unroll]); None = tuned/default.
-
-``out[m, n] = epi(bf16(scale[n] * sum_k x[m,k] * w[n,k]))`` for M <= 16 in one launch.
+    """``out[m, n] = epi(bf16(scale[n] * sum_k x[m,k] * w[n,k]))`` for M <= 16 in one launch.
 
     x [M, K] bf16 (row stride free, unit column stride), w [N, K] bf16 or float8_e4m3fn (contiguous),
     scale [N] fp32 or None, out [M, N] bf16 (allocated when None). ``epi_cols > 0`` applies hc_silu
     (``silu(v / hc_count)`` on the bf16-rounded value) to columns ``< epi_cols``.
+    ``config``: (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages[, unroll]); None = tuned or default.
     """
     M, K = x.shape
     N = w.shape[0]
