@@ -29,6 +29,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--no-record", action="store_true", help="run, but do not write the ledger")
     p.add_argument("--timeout", type=float, help="stop the pytest run after this many seconds")
     p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--import-junit", metavar="FILE",
+                   help="record results of a pytest run elsewhere (a GPU machine without this project's tools): "
+                        "a JUnit XML file written with -o junit_family=xunit1")
+    p.add_argument("--platform", help="with --import-junit: where it ran, e.g. cuda-h200")
     p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for pytest (repeatable), e.g. --pytest-arg=-x")
     p.set_defaults(func=run)
@@ -55,6 +59,24 @@ def run(args) -> int:
         reg = load_registry()
     except RegistryError as exc:
         return _err(f"cannot load the registry:\n{exc}")
+    if args.import_junit:
+        from .evidence import junit as J
+
+        if not args.platform:
+            return _err("--import-junit needs --platform (where the tests ran, e.g. cuda-h200)")
+        try:
+            outcomes = J.read_junit(args.import_junit)
+        except (OSError, ValueError) as exc:  # ET.ParseError is a ValueError
+            return _err(f"cannot read {args.import_junit}: {exc}")
+        recs = J.records_from_junit(reg, outcomes, args.platform)
+        L.append_records(L.ledger_path(reg), recs)
+        records, _ = L.read_ledger(L.ledger_path(reg))
+        for r in recs:
+            st = L.state_of(reg, reg.variants[r.variant], records)
+            print(f"  {r.variant:<28} {r.result:<8} {len(r.outcomes):>4} item(s) on {args.platform}; gate now: "
+                  f"{st.state} ({st.detail})")
+        print(f"imported {len(recs)} gate record(s) from {len(outcomes)} test case(s) into {L.ledger_path(reg)}")
+        return 1 if any(r.result == "fail" for r in recs) else 0
     if not (args.profile or args.variants or args.all or args.status):
         return _err("name variants, or use --profile P, --all or --status")
     if args.profile and args.profile not in reg.profiles:
