@@ -50,12 +50,14 @@ def child(out: str, profile: str, toggles: int) -> None:
             super().first_frame_painted()
             if first:
                 result["first_frame_s"] = self.first_frame_at - T0
+                result["first_frame_cpu_s"] = time.process_time()  # CPU since the process started
                 self.call_later(self._start_toggles)
 
         def _start_toggles(self) -> None:
             screen = self.screen
             screen.jump_to("hc_fp8_decode")
             self._times: list[float] = []
+            self._cpu: list[float] = []
             self._last = None
             self._toggle_next()
             self.set_interval(0.01, self._poll)
@@ -70,8 +72,10 @@ def child(out: str, profile: str, toggles: int) -> None:
             if ms is None:
                 return
             self._times.append(ms)
+            self._cpu.append(self.screen.last_toggle_cpu_ms)
             if len(self._times) >= toggles:
                 result["toggle_ms"] = self._times
+                result["toggle_cpu_ms"] = self._cpu
                 self.exit()
                 return
             self._toggle_next()
@@ -142,20 +146,28 @@ def main(argv=None) -> int:
         child(a.child, a.profile, a.toggles)
         return 0
     w, h = (int(x) for x in a.size.lower().split("x"))
-    first, imports, toggles, core = [], [], [], []
+    first, first_cpu, walls, imports, toggles, toggles_cpu, core = [], [], [], [], [], [], []
     info = {}
     for _ in range(a.runs):
         r = run_in_pty((w, h), a.profile, a.toggles)
         first.append(r["first_frame_s"] * 1000.0)
+        first_cpu.append(r["first_frame_cpu_s"] * 1000.0)
+        walls.append(r["wall_s"] * 1000.0)
         imports.append(r["import_s"] * 1000.0)
         toggles += r["toggle_ms"][1:]  # the first toggle also warms caches: reported apart
+        toggles_cpu += r["toggle_cpu_ms"][1:]
         core += r["core_ms"][1:]
         info = {"variants": r["variants"], "first_toggle_ms": round(r["toggle_ms"][0], 2)}
-        info.setdefault("walls", [])
-    print(json.dumps({"cpus": os.cpu_count(), "size": a.size, "profile": a.profile, "runs": a.runs, **info}))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    print(json.dumps({"cpus": os.cpu_count(), "loadavg_1m": load, "size": a.size, "profile": a.profile,
+                      "runs": a.runs, **info}))
     print("first frame ms (from the child's first line):", json.dumps(_stats(first)))
+    print("  CPU time of the child up to the first frame, interpreter start included:", json.dumps(_stats(first_cpu)))
     print("  of which importing the app ms:", json.dumps(_stats(imports)))
+    print("process start to the end of the run ms (parent's fork to exit, includes the toggles):",
+          json.dumps(_stats(walls)))
     print("toggle re-validate + redraw ms:", json.dumps(_stats(toggles)))
+    print("  CPU time ms:", json.dumps(_stats(toggles_cpu)))
     print("  of which core (resolve + check_profile + budget) ms:", json.dumps(_stats(core)))
     return 0
 

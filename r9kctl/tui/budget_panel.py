@@ -41,7 +41,8 @@ def spark(values: list[int]) -> str:
 
 class BudgetPanel(Vertical):
     def compose(self):
-        yield Static(id="budget-text")
+        self.text_widget = Static(id="budget-text")
+        yield self.text_widget
 
     _key: tuple = ()
 
@@ -52,7 +53,7 @@ class BudgetPanel(Vertical):
         if key == self._key:
             return
         self._key = key
-        txt = self.query_one("#budget-text", Static)
+        txt = self.text_widget
         if b is None:
             txt.update(Text(f"no memory budget: profile '{s.profile}' names no model/hardware with numbers at "
                             f"tp{s.tp}", "dim"))

@@ -13,6 +13,7 @@ ACTIONS = [  # (text, action on the main screen, help)
     ("Launch (dry run first)", "launch", "show the exact command and environment, then confirm"),
     ("Reload from disk", "reload", "drop the edits and re-read the registry and profiles"),
     ("Reset variant to inherited value", "reset", "remove the profile's own key for the selected variant"),
+    ("Problems: every error and warning", "problems", "choose one to jump to its variant"),
     ("Toggle detail pane", "toggle_detail", ""),
     ("Toggle light/dark theme", "app.toggle_r9k_theme", ""),
     ("Help: keys and columns", "app.help", ""),

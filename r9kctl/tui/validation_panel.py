@@ -1,11 +1,13 @@
 """The validation panel: the errors and warnings of the current state, each with its location and the
-items it affects; choosing one moves the table to the first affected variant."""
+items it affects (errors first). It has a fixed size and is redrawn without a reflow of the screen (a
+list widget whose length changes would re-layout every widget on each toggle); ``v`` opens the full
+list (:mod:`.problems_screen`), where choosing a problem moves the table to the first affected variant."""
 from __future__ import annotations
 
 from rich.text import Text
+from textual import events
 from textual.containers import Vertical
-from textual.widgets import OptionList, Static
-from textual.widgets.option_list import Option
+from textual.widgets import Static
 
 from .session import Session
 
@@ -28,33 +30,37 @@ def diagnostic_text(d, variants) -> Text:
 
 
 class ValidationPanel(Vertical):
-    """Header line (counts) and one option per diagnostic (its id: the first affected variant)."""
-
-    def compose(self):
-        yield Static(id="validation-title")
-        yield OptionList(id="validation-list")
+    """A count line, then the problems, as many as fit."""
 
     _key: tuple = ()
+
+    def compose(self):
+        self.title_widget = Static(id="validation-title")
+        self.body_widget = Static(id="validation-body")
+        yield self.title_widget
+        yield self.body_widget
 
     def show(self, s: Session) -> None:
         diags = s.diagnostics()
         key = (s.profile, s.tp, tuple(d.format() + repr(d.items) for d in diags))
         if key == self._key:
-            return  # the same problems: keep the list (and its highlight) as it is
+            return
         self._key = key
         ne = sum(1 for d in diags if d.level == "error")
         nw = sum(1 for d in diags if d.level == "warning")
-        title = self.query_one("#validation-title", Static)
         if not diags:
-            title.update(Text.assemble(("✓ valid", "bold green"), ": no errors, no warnings"), layout=False)
+            title = Text.assemble(("✓ valid", "bold green"), ": no errors, no warnings")
         else:
-            title.update(Text.assemble((f"✗ {ne} error(s)" if ne else "✓ no errors", "bold red" if ne else "bold green"),
-                                       "  ", (f"{nw} warning(s)", "yellow" if nw else "dim")), layout=False)
-        self.set_class(bool(ne), "-errors")
-        lst = self.query_one(OptionList)
-        lst.clear_options()
-        opts = []
+            title = Text.assemble((f"✗ {ne} error(s)" if ne else "✓ no errors", "bold red" if ne else "bold green"),
+                                  "  ", (f"{nw} warning(s)", "yellow" if nw else "dim"), ("   v: all problems", "dim"))
+        self.title_widget.update(title, layout=False)
+        body = Text()
         for n, d in enumerate(diags):
-            first = next((i for i in d.items if i in s.reg.variants), None)
-            opts.append(Option(diagnostic_text(d, s.reg.variants), id=f"{n}:{first or ''}"))
-        lst.add_options(opts)
+            if n:
+                body.append("\n")
+            body.append_text(diagnostic_text(d, s.reg.variants))
+        self.body_widget.update(body, layout=False)  # fixed height (app.tcss): cropped, not reflowed
+        self.set_class(bool(ne), "-errors")
+
+    def on_click(self, event: events.Click) -> None:
+        self.screen.run_action("problems")
