@@ -96,21 +96,54 @@ def _time_graph(g, replays: int) -> dict:
 
 
 def measure(model: DecodeStepModel, replays: int, cuda: bool) -> dict:
-    """Launch sites of an eager step; on CUDA also graph nodes and replay times."""
-    model.reset_state()
-    c = counter.count_launches(model.step)
-    row = {"launch_sites": c.total, "aten_launches": sum(c.aten.values()), "triton_launches": sum(c.triton.values())}
-    if cuda:
+    """Launch sites of an eager step; on CUDA also graph nodes and replay times. Errors are recorded in the
+    row (``error``), not raised, so one failing measurement leaves the others standing."""
+    row: dict = {}
+    try:
         model.reset_state()
-        g, _, nodes = counter.capture(model.step)
-        row["graph"] = nodes
-        row.update(_time_graph(g, replays))
-        del g
-        torch.cuda.synchronize()
+        c = counter.count_launches(model.step)
+        row.update(launch_sites=c.total, aten_launches=sum(c.aten.values()), triton_launches=sum(c.triton.values()))
+        if cuda:
+            model.reset_state()
+            g, _, nodes = counter.capture(model.step)
+            row["graph"] = nodes
+            row.update(_time_graph(g, replays))
+            del g
+            torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - reported in the result
+        row["error"] = f"{type(exc).__name__}: {exc}"[:500]
     return row
 
 
-def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Optional[dict] = None) -> dict:
+def parts_profile(model: DecodeStepModel, steps: int = 3) -> list[dict]:
+    """Device time per model part (kernels launched inside each ``part:*`` range), ms per step, eager steps:
+    what the step's time is made of (without the launch gaps a graph replay still pays)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model.reset_state()
+    model.step()
+    torch.cuda.synchronize()
+    model.profile_parts = True
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(steps):
+                model.step()
+            torch.cuda.synchronize()
+    finally:
+        model.profile_parts = False
+    rows = []
+    for e in prof.key_averages():
+        if e.key.startswith("part:"):
+            dev = getattr(e, "device_time_total", None)
+            if dev is None:
+                dev = getattr(e, "cuda_time_total", 0.0)
+            rows.append({"part": e.key[5:], "ms": dev / 1e3 / steps, "calls": e.count // steps})
+    rows.sort(key=lambda r: -r["ms"])
+    return rows
+
+
+def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Optional[dict] = None,
+             out_path: Optional[str] = None) -> dict:
     """Run a plan. ``choosers``: profile name -> chooser for the measured models (default: the plan's values
     through :func:`values_chooser`; ``r9kctl bench --dispatch plugin`` passes the plugin's DispatchTable)."""
     cuda = torch.cuda.is_available() if device is None else device == "cuda"
@@ -139,6 +172,11 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
                                                      ("hc_mix", "hc_mix_fp8", "fp8_block_linear", "gdn_decode",
                                                       "qk_norm_rope", "qsa_glue", "router_gemm", "moe_route",
                                                       "shared_expert")})}
+    def save():
+        if out_path:
+            with open(out_path, "w") as f:
+                json.dump(result, f, indent=1)
+
     for R in plan["requests"]:
         inp = StepInputs.build(cfg, R, plan["context"], device=device, seed=int(plan.get("seed", 0)) + 1)
         outs, models = {}, {}
@@ -147,6 +185,12 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
             m = DecodeStepModel(w, inp, choosers[name], flags=vals)
             models[name] = m
             outs[name] = m.step()
+            if not any(p.fused for p in m.picks.values()):
+                result["checks"].append({"requests": R, "what": f"{name}: ops vs their stock implementations",
+                                         "rel_l2": 0.0, "tol": IMPL_TOL, "ok": True, "note": "no fused op"})
+                if R == plan["requests"][0]:
+                    result["memory"][name] = memory_report(m, profs[name], cfg)
+                continue
             ref = DecodeStepModel(w, inp, stock_impl_chooser(vals), flags=vals)
             y_ref = ref.step()
             rel = _rel(outs[name], y_ref)
@@ -167,25 +211,34 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
         for name in names:
             row = {"requests": R, "M": R * cfg.spec_tokens, "profile": name}
             row.update(measure(models[name], replays, cuda))
+            if cuda and R == max(plan["requests"]) and plan.get("parts", True):
+                try:
+                    row["parts"] = parts_profile(models[name])
+                except Exception as exc:  # noqa: BLE001
+                    row["parts_error"] = repr(exc)[:300]
             result["rows"].append(row)
-            log(json.dumps(row))
+            log(json.dumps({k: v for k, v in row.items() if k != "parts"}))
+            save()
         del models, outs
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
         if plan.get("ablate") and R == plan.get("ablate_requests", plan["requests"][0]):
             result["ablation"] = ablation(w, inp, profs[P], replays, cuda, log)
+            save()
     if Q:
         for R in plan["requests"]:
             a = next(r for r in result["rows"] if r["requests"] == R and r["profile"] == P)
             b = next(r for r in result["rows"] if r["requests"] == R and r["profile"] == Q)
-            if "ms" in a:
+            if "ms" in a and "ms" in b:
                 result.setdefault("ratios", []).append({
                     "requests": R, "speedup": b["ms"] / a["ms"],
                     "nodes_ratio": (a["graph"]["nodes"] / b["graph"]["nodes"]) if a.get("graph", {}).get("nodes")
                     and b.get("graph", {}).get("nodes") else None})
-    result["ok"] = all(c["ok"] for c in result["checks"])
+    errors = [r for r in result["rows"] + result["ablation"] if r.get("error")]
+    result["ok"] = all(c["ok"] for c in result["checks"]) and not errors
     result["seconds"] = time.time() - t0
+    save()
     return result
 
 
@@ -261,11 +314,7 @@ def main(argv=None) -> int:
     if a.device != "cpu" and not torch.cuda.is_available() and plan.get("config") != "tiny":
         print("no CUDA GPU here: the decode-step benchmark needs one (the tiny configuration runs on the CPU)")
         return 0
-    res = run_plan(plan, device=a.device, log=lambda s: print(s, file=sys.stderr, flush=True))
-    text = json.dumps(res, indent=1)
-    if a.out:
-        with open(a.out, "w") as f:
-            f.write(text)
+    res = run_plan(plan, device=a.device, log=lambda s: print(s, file=sys.stderr, flush=True), out_path=a.out)
     from .report import render
 
     print(render(res))

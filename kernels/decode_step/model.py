@@ -19,6 +19,7 @@ mixer and MoE is a no-op on one rank. Not modelled: the MTP draft passes, the LM
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
@@ -236,7 +237,13 @@ class DecodeStepModel:
         if self.picks["shared_expert"].impl == "absent":
             self.notes.append("shared_expert: no op in the op table yet; plain bf16 composition in every profile")
         self.shared_expert_fn = self._shared_expert_adapter()
+        self.profile_parts = False  # True: each part runs inside a profiler range "part:<name>"
         self._alloc_state()
+
+    def _p(self, name: str):
+        if self.profile_parts:
+            return torch.profiler.record_function("part:" + name)
+        return contextlib.nullcontext()
 
     # ----------------------------------------------------------------------------- state & metadata
 
@@ -251,7 +258,10 @@ class DecodeStepModel:
         self.state_idx = (1 + ar[:, None] * S + torch.arange(S, device=dev, dtype=torch.int32)[None, :]).contiguous()
         pos = (N - S + torch.arange(S, device=dev))[None, :].expand(R, S).reshape(-1)
         self.pos1 = pos.contiguous()
-        self.pos3 = pos[None, :].expand(3, -1).contiguous()  # MRoPE rows t, h, w (text: equal)
+        # Text tokens: the MRoPE rows t, h, w are equal, so interleaved MRoPE is the 1-D rotary at these positions;
+        # the 1-D form is passed (the stock MRoPE path builds its section table on the host every call, which a
+        # CUDA graph cannot capture).
+        self.pos3 = pos[None, :].expand(3, -1).contiguous()
         pages = -(-N // cfg.page)
         self.page_table = (ar.long()[:, None] * pages + torch.arange(pages, device=dev)[None, :])
         self.slots = (self.page_table.gather(1, (pos.view(R, S) // cfg.page)) * cfg.page
@@ -278,62 +288,79 @@ class DecodeStepModel:
         """HC module i: combine (if a block output is pending) + grouped norm + mix.
         Returns (new residual, block input [M, HD], injection logits [M, hc])."""
         cfg, m = self.cfg, self.hc_w[i]
-        if blk is not None:
-            res = plain.hc_combine(res, blk, inj, cfg.hc)
-        xn = plain.hc_group_norm(res, m["norm"], cfg.hc, cfg.eps)
-        if self.hc_fp8:
-            buf, block = self.picks["hc_mix_fp8"].fn(xn, *m["fp8"], lora_rank=cfg.lora, hc_count=cfg.hc)
-        else:
-            buf, block = self.picks["hc_mix"].fn(xn, m["down"], m["up"], lora_rank=cfg.lora, hc_count=cfg.hc)
+        with self._p("hc.combine_norm"):
+            if blk is not None:
+                res = plain.hc_combine(res, blk, inj, cfg.hc)
+            xn = plain.hc_group_norm(res, m["norm"], cfg.hc, cfg.eps)
+        with self._p("hc.mix"):
+            if self.hc_fp8:
+                buf, block = self.picks["hc_mix_fp8"].fn(xn, *m["fp8"], lora_rank=cfg.lora, hc_count=cfg.hc)
+            else:
+                buf, block = self.picks["hc_mix"].fn(xn, m["down"], m["up"], lora_rank=cfg.lora, hc_count=cfg.hc)
         return res, block, buf[:, cfg.lora: cfg.lora + cfg.hc]
 
-    def _linear(self, x, wq_ws):
-        return self.picks["fp8_block_linear"].fn(x, *wq_ws)
+    def _linear(self, x, wq_ws, part: str):
+        with self._p(part):
+            return self.picks["fp8_block_linear"].fn(x, *wq_ws)
 
     def _gdn(self, x, L, st):
         cfg = self.cfg
         Hk, Hv, D = cfg.gdn_k_heads, cfg.gdn_v_heads, cfg.gdn_head
         C = cfg.gdn_conv_channels
-        qkvz = self._linear(x, L["qkvz"])
-        ba = F.linear(x, L["ba"])
-        mixed = plain.conv_update(qkvz[:, :C], st["conv"], L["conv"], self.num_accepted, cfg.spec_tokens)
-        core = self.picks["gdn_decode"].fn(
-            mixed, qkvz[:, C:], ba[:, :Hv], ba[:, Hv:], L["A_log"], L["dt_bias"], L["norm"], st["state"],
-            self.cu, self.num_accepted, self.state_idx, Hk, Hv, D, D, cfg.eps, "sigmoid")
-        return self._linear(core, L["out"])
+        qkvz = self._linear(x, L["qkvz"], "gdn.in_proj_fp8")
+        with self._p("gdn.ba_conv"):
+            ba = F.linear(x, L["ba"])
+            mixed = plain.conv_update(qkvz[:, :C], st["conv"], L["conv"], self.num_accepted, cfg.spec_tokens)
+        with self._p("gdn.core"):
+            core = self.picks["gdn_decode"].fn(
+                mixed, qkvz[:, C:], ba[:, :Hv], ba[:, Hv:], L["A_log"], L["dt_bias"], L["norm"], st["state"],
+                self.cu, self.num_accepted, self.state_idx, Hk, Hv, D, D, cfg.eps, "sigmoid")
+        return self._linear(core, L["out"], "gdn.out_proj_fp8")
 
     def _attn(self, x, L, st):
         cfg = self.cfg
         hq, hkv, D = cfg.attn_q_heads, cfg.attn_kv_heads, cfg.attn_head
         M = x.shape[0]
-        qkv = self._linear(x, L["qkv"])
-        q, k, gate = self.picks["qk_norm_rope"].fn(qkv, L["q_norm"], L["k_norm"], self.pos3, self.rope_attn, hq, hkv,
-                                                   D, cfg.eps, cfg.mrope_section, True)
+        qkv = self._linear(x, L["qkv"], "attn.qkv_fp8")
+        with self._p("attn.qk_norm_rope"):
+            q, k, gate = self.picks["qk_norm_rope"].fn(qkv, L["q_norm"], L["k_norm"], self.pos1, self.rope_attn, hq,
+                                                       hkv, D, cfg.eps, cfg.mrope_section, True)
         v = qkv[:, (2 * hq + hkv) * D:]
-        plain.kv_write(st["k"], st["v"], k, v, self.slots)
+        with self._p("attn.kv_write"):
+            plain.kv_write(st["k"], st["v"], k, v, self.slots)
         # QSA indexer: projection, glue (norm + rope) of the query heads and of the newly completed group's key
         ih, idd = cfg.idx_heads, cfg.idx_head
-        ix = F.linear(x, L["idx"])
-        glue = self.picks["qsa_glue"].fn
-        iq = glue(ix[:, : ih * idd].view(M, ih, idd), L["idx_q_norm"], self.pos1, self.rope_idx, cfg.eps)
         R, S = self.inp.requests, cfg.spec_tokens
-        raw_k = ix[:, ih * idd:].float().view(R, S // cfg.idx_group, cfg.idx_group, idd).mean(2)
-        new_keys = raw_k.to(torch.bfloat16).reshape(-1, 1, idd)  # one group of 4 tokens a request (S == 4)
-        kn = glue(new_keys, L["idx_k_norm"], self.group_first, self.rope_idx, cfg.eps)
-        G = st["ckeys"].shape[1]
-        st["ckeys"][:, G - 1].copy_(kn.view(R, idd))
-        mask = plain.indexer_select(iq, st["ckeys"], self.pos1, R, self.inp.context, cfg.idx_group, cfg.idx_top_groups)
-        att = plain.attention(q, st["k"], st["v"], self.page_table, mask, hq)
-        att = (att.float() * torch.sigmoid(gate.float())).to(torch.bfloat16)
-        return self._linear(att, L["o"])
+        with self._p("attn.indexer_proj"):
+            ix = F.linear(x, L["idx"])
+            raw_k = ix[:, ih * idd:].float().view(R, S // cfg.idx_group, cfg.idx_group, idd).mean(2)
+            new_keys = raw_k.to(torch.bfloat16).reshape(-1, 1, idd)  # one group of 4 tokens a request (S == 4)
+        with self._p("attn.indexer_glue"):
+            glue = self.picks["qsa_glue"].fn
+            iq = glue(ix[:, : ih * idd].view(M, ih, idd), L["idx_q_norm"], self.pos1, self.rope_idx, cfg.eps)
+            kn = glue(new_keys, L["idx_k_norm"], self.group_first, self.rope_idx, cfg.eps)
+        with self._p("attn.indexer_select"):
+            G = st["ckeys"].shape[1]
+            st["ckeys"][:, G - 1].copy_(kn.view(R, idd))
+            mask = plain.indexer_select(iq, st["ckeys"], self.pos1, R, self.inp.context, cfg.idx_group,
+                                        cfg.idx_top_groups)
+        with self._p("attn.attention"):
+            att = plain.attention(q, st["k"], st["v"], self.page_table, mask, hq)
+            att = (att.float() * torch.sigmoid(gate.float())).to(torch.bfloat16)
+        return self._linear(att, L["o"], "attn.o_proj_fp8")
 
     def _moe(self, x, L):
         cfg = self.cfg
-        logits = self.picks["router_gemm"].fn(x, L["router"])
-        rw, ids = self.picks["moe_route"].fn(logits, cfg.top_k, cfg.renormalize)
-        routed = plain.routed_experts(x, ids, rw, *L["w1"], *L["w2"])
-        shared = self.shared_expert_fn(x, L)
-        return plain.moe_sum(routed, shared, cfg.top_k)
+        with self._p("moe.router_gemm"):
+            logits = self.picks["router_gemm"].fn(x, L["router"])
+        with self._p("moe.route"):
+            rw, ids = self.picks["moe_route"].fn(logits, cfg.top_k, cfg.renormalize)
+        with self._p("moe.routed_experts"):
+            routed = plain.routed_experts(x, ids, rw, *L["w1"], *L["w2"])
+        with self._p("moe.shared_expert"):
+            shared = self.shared_expert_fn(x, L)
+        with self._p("moe.sum"):
+            return plain.moe_sum(routed, shared, cfg.top_k)
 
     # -------------------------------------------------------------------------------------- step
 
@@ -341,7 +368,8 @@ class DecodeStepModel:
         """One decode step; returns the final mixer output [M, HD] bf16. Updates this model's caches."""
         cfg = self.cfg
         x = self.inp.x0 if x0 is None else x0
-        res = x.repeat(1, cfg.hc)  # the embedding broadcast into the four streams
+        with self._p("embed_streams"):
+            res = x.repeat(1, cfg.hc)  # the embedding broadcast into the four streams
         blk = inj = None
         mod = 0
         for L, st in zip(self.w.layers, self.state):

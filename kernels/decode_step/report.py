@@ -41,9 +41,23 @@ def render(res: dict) -> str:
                      _f(g.get("nodes")), _f(g.get("kernels")), str(r["launch_sites"])])
     out.append(_table(["requests", "M", "profile", "ms/step", "p10-p90", "graph nodes", "kernel nodes",
                        "launch sites"], rows))
+    for r in res["rows"]:
+        if r.get("error"):
+            out.append(f"  ERROR requests {r['requests']} {r['profile']}: {r['error']}")
     for q in res.get("ratios", []):
         out.append(f"  requests {q['requests']}: speedup {q['speedup']:.3f}x"
                    + (f", nodes {q['nodes_ratio']:.3f} of the baseline's" if q.get("nodes_ratio") else ""))
+    parts = [r for r in res["rows"] if r.get("parts")]
+    if parts:
+        out.append("")
+        names = [r["profile"] for r in parts]
+        out.append(f"device time per part, ms per step (eager, kernels only), requests {parts[0]['requests']}:")
+        by = {}
+        for r in parts:
+            for p in r["parts"]:
+                by.setdefault(p["part"], {})[r["profile"]] = p["ms"]
+        order = sorted(by, key=lambda k: -max(by[k].values()))
+        out.append(_table(["part"] + names, [[k] + [_f(by[k].get(n), 3) for n in names] for k in order]))
     if res.get("ablation"):
         out.append("")
         out.append("ablation (each variant back to stock, one at a time; worth = stock-variant minus profile):")
@@ -52,7 +66,7 @@ def render(res: dict) -> str:
             g = a.get("graph") or {}
             ar.append([a["variant"], a.get("knob", ""), _f(a.get("ms"), 3), _f(a.get("worth_ms"), 3),
                        _f(g.get("nodes")), _f(a.get("worth_nodes")), _f(a.get("worth_launch_sites")),
-                       a.get("note", "")])
+                       a.get("note", "") or a.get("error", "")])
         out.append(_table(["variant", "knob", "ms/step", "worth ms", "nodes", "worth nodes", "worth sites", "note"],
                           ar))
     if res.get("memory"):
@@ -89,6 +103,9 @@ def release_records(res: dict, command: str, platform: str = "h200") -> list[dic
         if (r.get("graph") or {}).get("nodes"):
             recs.append({**base, "metric": f"graph_nodes@{r['profile']}@r{r['requests']}",
                          "value": float(r["graph"]["nodes"]), "unit": "nodes"})
+    for r in res["rows"]:
+        if r.get("error"):
+            out.append(f"  ERROR requests {r['requests']} {r['profile']}: {r['error']}")
     for q in res.get("ratios", []):
         recs.append({"config": "h200_tp4_shard", "stack": "ours", "platform": platform, "command": command,
                      "metric": f"decode_step_speedup@r{q['requests']}", "value": round(q["speedup"], 3), "unit": "x",

@@ -114,7 +114,8 @@ def test_graph_node_counter_on_gpu():
 # ------------------------------------------------------------------------------------- plain parts
 
 
-def test_conv_update_rolls_back_to_the_accepted_token(rng):
+def test_conv_update_rolls_back_to_the_accepted_token(seed):
+    rng = torch.Generator().manual_seed(seed)
     N, C, W, S = 3, 8, 4, 4
     state = torch.randn((N, C, W - 1 + S), generator=rng).to(torch.bfloat16)
     weight = torch.randn((C, W), generator=rng).to(torch.bfloat16)
@@ -139,7 +140,7 @@ def test_pair_gemm_matches_its_reference(rng, device, poison):
 
     wq, ws = rowwise_fp8(E, N, K, rng, device)
     x = torch.randn((M, K), generator=rng, device=device).to(torch.bfloat16)
-    ids = torch.stack([torch.randperm(E, generator=rng)[:k] for _ in range(M)]).to(torch.int32).to(device)
+    ids = torch.stack([torch.randperm(E, generator=rng, device=device)[:k] for _ in range(M)]).to(torch.int32)
     rw = torch.rand((M, k), generator=rng, device=device)
     out = poison(torch.empty((M * k, N), dtype=torch.bfloat16, device=device))
     plain.pair_gemm(x, ids, wq, ws, rw=rw, out=out)
@@ -150,7 +151,8 @@ def test_pair_gemm_matches_its_reference(rng, device, poison):
     assert (out != ref).float().mean() < 0.05
 
 
-def test_indexer_selects_top_visible_groups_and_own_tail(rng):
+def test_indexer_selects_top_visible_groups_and_own_tail(seed):
+    rng = torch.Generator().manual_seed(seed)
     R, S, H, D, G, grp, top = 1, 4, 2, 16, 8, 4, 3
     ctx = G * grp
     iq = torch.randn((R * S, H, D), generator=rng).to(torch.bfloat16)
@@ -169,7 +171,8 @@ def test_indexer_selects_top_visible_groups_and_own_tail(rng):
         assert torch.equal(mask[i], want), i
 
 
-def test_attention_matches_a_loop(rng):
+def test_attention_matches_a_loop(seed):
+    rng = torch.Generator().manual_seed(seed)
     R, S, hq, hkv, D, page, ctx = 2, 4, 4, 2, 16, 4, 16
     pages = ctx // page
     kp = torch.randn((R * pages, page, hkv, D), generator=rng).to(torch.bfloat16)
@@ -296,3 +299,23 @@ def test_cli_without_gpu_says_so(capsys, tmp_path, reg):
     assert set(plan["profiles"]) == {"tp4-default", "stock"} and plan["ablate"]
     ns = {v["id"] for v in plan["profiles"]["tp4-default"]["non_stock"]}
     assert {"gdn_spec_decode_core", "hc_fp8_decode", "fp8_block_fused_act_quant"} <= ns
+
+
+@pytest.mark.parametrize("impl", ["stock", "fused"])
+def test_text_positions_mrope_equals_1d_rotary(impl, rng, device):
+    """The model passes 1-D positions to q/k norm+rope: for text tokens (t = h = w) interleaved MRoPE is the
+    same function, bit for bit, in both implementations."""
+    from r9k.kernels.decode_step.model import rope_cache
+
+    cfg = TINY
+    T, hq, hkv, D = 8, cfg.attn_q_heads, cfg.attn_kv_heads, cfg.attn_head
+    qkv = torch.randn((T, (2 * hq + 2 * hkv) * D), generator=rng, device=device).to(torch.bfloat16)
+    wq = (torch.randn((D,), generator=rng, device=device) * 0.1).to(torch.bfloat16)
+    wk = (torch.randn((D,), generator=rng, device=device) * 0.1).to(torch.bfloat16)
+    pos = torch.randint(0, 60, (T,), generator=rng, device=device)
+    cache = rope_cache(64, cfg.attn_rotary, cfg.rope_theta, device)
+    fn = getattr(ops.get("qk_norm_rope"), impl)
+    a = fn(qkv, wq, wk, pos, cache, hq, hkv, D, cfg.eps, cfg.mrope_section, True)
+    b = fn(qkv, wq, wk, pos[None, :].expand(3, -1).contiguous(), cache, hq, hkv, D, cfg.eps, cfg.mrope_section, True)
+    for x, y in zip(a, b):
+        assert torch.equal(x, y)
