@@ -50,15 +50,26 @@ def register() -> None:
 
 def _register() -> None:
     global _active, _proc, _status_path
-    from . import dispatch, envdecl, install, startup
+    from . import dispatch, envdecl, install, snapshot, startup
 
     proc = startup.process_info()
-    active = startup.resolve_active()
-    if active is None:
+    if not startup.wants_activation(os.environ):
         logger.debug("r9k: no R9K_* variable set; plugin inactive in %s", proc.label)
         return
+    active = None
+    if os.environ.get(startup.LAUNCH_HASH_VAR):
+        # A later process of a launch: with the first process's inputs, reuse its result.
+        loaded = snapshot.try_load()
+        if loaded is not None:
+            light, origin, warnings = loaded
+            active = startup.Active(light, None, f"{origin}; same inputs as the launch's first process",
+                                    warnings)
+    if active is None:
+        active = startup.resolve_active()
     notes = startup.apply_profile_env(active)
     first_process = startup.check_agreement(active, proc) is None
+    if first_process:
+        snapshot.save(active)
     table = dispatch.DispatchTable(active.rs, strict=active.rs.strict)
     table.plan()
     envdecl.declare(active.rs)

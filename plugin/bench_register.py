@@ -6,10 +6,17 @@ first imports what vLLM has imported by the time it loads its general plugins in
 with ``time.perf_counter``. Cases:
 
 * ``inactive``:    no R9K_* variable (plain vLLM use with the package installed);
-* ``cold``:        R9K_PROFILE=cpu-smoke, empty cache (the registry's TOML is parsed);
-* ``warm``:        the same, registry snapshot cached (every process after the first);
-* ``manifest``:    R9K_MANIFEST from ``r9kctl launch`` (re-resolved and compared), warm cache;
-* ``second-call``: register() again in the same process (vLLM calls it more than once).
+* ``first-cold``:  R9K_PROFILE=cpu-smoke, empty caches: the registry's TOML is parsed (once per
+                   machine and registry change);
+* ``first``:       the first process of a launch (the API server): full resolution and validation,
+                   registry snapshot cached;
+* ``manifest``:    the same from ``r9kctl launch``'s manifest (re-resolved and compared);
+* ``later``:       the engine core / a worker of the same launch (its inputs equal the first
+                   process's: the launch snapshot is loaded);
+* each line also gives the median of a second ``register()`` call in the same process.
+
+Python's bytecode cache is on for the children (``PYTHONDONTWRITEBYTECODE`` removed, one warm-up run),
+as in a normal installation; ``--no-bytecode`` keeps the caller's setting.
 
 Usage: ``python -m r9k.plugin.bench_register [--runs N]``; prints one line per case (median and
 min over N fresh processes, milliseconds) and whether textual or rich got imported.
@@ -56,8 +63,11 @@ def run_case(env: dict, runs: int) -> tuple[list[float], list[float], list[str]]
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--no-bytecode", action="store_true", help="keep PYTHONDONTWRITEBYTECODE as it is")
     args = ap.parse_args()
     base = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "_R9K_"))}
+    if not args.no_bytecode:
+        base.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "cache"
         prof = dict(base, R9K_CACHE_DIR=str(cache), R9K_PROFILE="cpu-smoke")
@@ -69,6 +79,7 @@ def main() -> int:
             line += f"  | textual/rich imported: {', '.join(ui) or 'no'}"
             print(line, flush=True)
 
+        run_case(dict(prof), 1)  # warm-up: bytecode and registry snapshot
         f, s, ui = run_case(dict(base, R9K_CACHE_DIR=str(cache)), args.runs)
         report("inactive", f, s, ui)
         colds = []
@@ -76,9 +87,9 @@ def main() -> int:
             with tempfile.TemporaryDirectory() as c:
                 ff, _, ui = run_case(dict(prof, R9K_CACHE_DIR=c), 1)
                 colds += ff
-        report("cold", colds, None, ui)
+        report("first-cold", colds, None, ui)
         f, s, ui = run_case(prof, args.runs)
-        report("warm", f, s, ui)
+        report("first", f, s, ui)
 
         # a manifest as r9kctl launch writes it, and the environment it exports
         from r9k.registry import load_registry
@@ -91,6 +102,15 @@ def main() -> int:
         menv.update(rs.env())
         f, s, ui = run_case(menv, args.runs)
         report("manifest", f, s, ui)
+
+        # what the first process exports to the engine core and the workers it starts
+        probe = ("import os, json, r9k.plugin as p; p._emit = lambda l, x: None; p.register(); "
+                 "print(json.dumps({k: v for k, v in os.environ.items() if k.startswith(('R9K_', '_R9K_'))}))")
+        out = subprocess.run([sys.executable, "-c", probe], env=menv, capture_output=True, text=True, timeout=300)
+        later = dict(menv)
+        later.update(json.loads(out.stdout.strip().splitlines()[-1]))
+        f, s, ui = run_case(later, args.runs)
+        report("later", f, s, ui)
     return 0
 
 

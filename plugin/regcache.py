@@ -20,17 +20,36 @@ from pathlib import Path
 from typing import Optional
 
 
-def _fingerprint(root: Path, profile_dirs: list[Path]) -> str:
-    from r9k import registry as regpkg
+def package_dir(name: str) -> Path:
+    """Folder of a subpackage of r9k, found without importing it (importing r9k.registry costs
+    tens of milliseconds of pydantic model building)."""
+    import importlib.util
 
+    spec = importlib.util.find_spec(name)
+    return Path(list(spec.submodule_search_locations)[0]).resolve()
+
+
+def default_dirs(environ=None) -> tuple[Path, list[Path]]:
+    """The registry root and the profile folders, as ``r9k.registry.loader`` chooses them."""
+    environ = os.environ if environ is None else environ
+    root = Path(environ["R9K_REGISTRY"]).expanduser() if environ.get("R9K_REGISTRY") else package_dir("r9k.registry")
+    dirs = [package_dir("r9k.profiles")]
+    extra = environ.get("R9K_PROFILES_DIR")
+    if extra:
+        dirs += [Path(p).expanduser() for p in extra.split(os.pathsep) if p]
+    return root, dirs
+
+
+def _fingerprint(root: Path, profile_dirs: list[Path]) -> str:
+    """Stat-based fingerprint of everything a load (and a validation) reads: the registry's TOML and
+    gate ledger files, the profiles, and the registry's Python code."""
     h = hashlib.sha256()
     h.update(str(root.resolve()).encode())
-    pkg_dir = Path(regpkg.__file__).parent
-    files: list[Path] = sorted(pkg_dir.glob("*.py"))
+    files: list[Path] = sorted(package_dir("r9k.registry").glob("*.py"))
     for d in [root, *profile_dirs]:
         h.update(b"\0dir:" + str(Path(d).resolve()).encode())
         if Path(d).is_dir():
-            files += sorted(Path(d).rglob("*.toml"))
+            files += sorted(Path(d).rglob("*.toml")) + sorted(Path(d).rglob("*.jsonl"))
     for f in files:
         try:
             st = f.stat()

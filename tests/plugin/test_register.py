@@ -128,3 +128,27 @@ def test_register_imports_neither_textual_nor_rich():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "_R9K_"))}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_later_processes_reuse_the_launch_snapshot_only_with_the_same_inputs(plugin_env, emitted):
+    import subprocess
+    import sys
+
+    from r9k.plugin.snapshot import INPUTS_VAR, SNAPSHOT_VAR
+
+    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
+    plugin.register()  # the first process of the launch
+    h = plugin.active_set().hash
+    assert os.environ[LAUNCH_HASH_VAR] == h and os.environ[SNAPSHOT_VAR] and os.environ[INPUTS_VAR]
+
+    child = ("import sys, r9k.plugin as p; p._emit = lambda l, x: None; p.register(); rs = p.active_set(); "
+             "print(type(rs).__name__, rs.hash, rs.items['router_gemm'].value, 'r9k.registry.schema' in sys.modules)")
+    # an engine/worker with the launch's inputs: the snapshot, without importing the registry's schema
+    out = subprocess.run([sys.executable, "-c", child], env=dict(os.environ), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["LightSet", h, "r9k", "False"]
+    # a worker whose environment differs: resolved in full, and refused because it disagrees
+    env = dict(os.environ, R9K_ROUTER="stock")
+    out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "hash-mismatch" in out.stderr, out.stdout + out.stderr[-3000:]

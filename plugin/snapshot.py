@@ -1,0 +1,151 @@
+"""The launch snapshot: lets the engine core and the workers skip re-resolving what the first process
+of the same launch has just resolved and validated from the very same inputs.
+
+The first plugin process of a launch (the API server, or the process of an offline ``LLM``) runs the
+full resolution and validation, then writes the resolved set as JSON (only what the plugin needs:
+values, provenance, each variant's knob, stock value, category, graph flag and implementation) and
+exports its path with a digest of its *inputs*: every ``R9K_*`` variable, the fingerprint of the
+registry and profile files and of the registry code (:mod:`r9k.plugin.regcache`), and the bytes of
+the manifest. A later process whose inputs have the same digest would compute exactly the same
+result (resolution and validation are functions of these inputs), so it loads the snapshot instead
+(~1 ms, no pydantic import). A process whose inputs differ (another environment, other registry
+files) resolves in full and compares hashes, so a disagreeing worker is still caught.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+SNAPSHOT_VAR = "_R9K_LAUNCH_SNAPSHOT"
+INPUTS_VAR = "_R9K_LAUNCH_INPUTS"
+SCHEMA = "r9k-launch-snapshot/1"
+# Variables that differ between the processes of one launch without changing what is resolved.
+_NOT_INPUTS = ("R9K_STATUS_FILE", "R9K_CACHE_DIR")
+
+
+def inputs_digest(environ: Mapping[str, str]) -> str:
+    from .regcache import _fingerprint, default_dirs
+
+    h = hashlib.sha256()
+    for k in sorted(environ):
+        if k.startswith("R9K_") and k not in _NOT_INPUTS:
+            h.update(f"{k}={environ[k]}\n".encode())
+    h.update(_fingerprint(*default_dirs(environ)).encode())
+    manifest = environ.get("R9K_MANIFEST")
+    if manifest:
+        try:
+            h.update(Path(manifest).read_bytes())
+        except OSError:
+            h.update(b"\0unreadable manifest")
+    return h.hexdigest()[:20]
+
+
+# ---------------------------------------------------------------- light stand-ins of the core's objects
+
+
+@dataclass
+class LightImplementation:
+    module: Optional[str]
+    op: Optional[str]
+    platforms: list[str]
+    extension_point: Optional[str]
+
+
+@dataclass
+class LightVariant:
+    id: str
+    knob: str
+    stock: Optional[str]
+    category: str
+    graph_affecting: bool
+    implementation: LightImplementation
+
+
+@dataclass
+class LightResolved:
+    variant: LightVariant
+    value: Optional[str]
+    layer: str
+    source: str
+    is_stock: bool
+    active: bool
+
+
+@dataclass
+class LightSet:
+    """What the plugin reads of a ResolvedSet, rebuilt from the snapshot."""
+
+    profile: str
+    hash: str
+    tp: int
+    model: Optional[str]
+    platform: Optional[str]
+    strict: bool
+    extra_env: dict[str, str]
+    items: dict[str, LightResolved] = field(default_factory=dict)
+
+    def non_stock(self) -> list[LightResolved]:
+        return [r for r in self.items.values() if not r.is_stock]
+
+
+def dump(active) -> dict:
+    rs = active.rs
+    items = {}
+    for vid, r in rs.items.items():
+        v, impl = r.variant, r.variant.implementation
+        items[vid] = {"knob": v.knob, "stock": v.stock, "category": v.category,
+                      "graph_affecting": bool(v.graph_affecting),
+                      "implementation": {"module": impl.module, "op": impl.op, "platforms": list(impl.platforms),
+                                         "extension_point": impl.extension_point},
+                      "value": r.value, "layer": r.layer, "source": r.source,
+                      "is_stock": bool(r.is_stock), "active": bool(r.active)}
+    return {"schema": SCHEMA, "profile": rs.profile, "hash": rs.hash, "tp": rs.tp, "model": rs.model,
+            "platform": rs.platform, "strict": bool(rs.strict), "extra_env": dict(rs.extra_env),
+            "origin": active.origin, "warnings": list(active.warnings), "items": items}
+
+
+def load(data: dict) -> tuple[LightSet, str, list[str]]:
+    if data.get("schema") != SCHEMA:
+        raise ValueError("not a launch snapshot")
+    ls = LightSet(data["profile"], data["hash"], int(data["tp"]), data.get("model"), data.get("platform"),
+                  bool(data.get("strict")), dict(data.get("extra_env", {})))
+    for vid, d in data["items"].items():
+        impl = LightImplementation(**d["implementation"])
+        v = LightVariant(vid, d["knob"], d["stock"], d["category"], d["graph_affecting"], impl)
+        ls.items[vid] = LightResolved(v, d["value"], d["layer"], d["source"], d["is_stock"], d["active"])
+    return ls, data.get("origin", "launch snapshot"), list(data.get("warnings", []))
+
+
+def save(active, environ=None) -> Optional[str]:
+    """Write the snapshot of the first process and export where it is (None if it cannot be written)."""
+    environ = os.environ if environ is None else environ
+    from .tiny_model import cache_root
+
+    digest = inputs_digest(environ)
+    path = cache_root() / "run" / f"launch-{active.rs.hash}-{digest}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(dump(active)))
+        os.replace(tmp, path)
+    except OSError:
+        return None
+    environ[SNAPSHOT_VAR] = str(path)
+    environ[INPUTS_VAR] = digest
+    return str(path)
+
+
+def try_load(environ=None):
+    """The launch's resolved set when this process has the same inputs as the first one, else None."""
+    environ = os.environ if environ is None else environ
+    path, digest = environ.get(SNAPSHOT_VAR), environ.get(INPUTS_VAR)
+    if not path or not digest or inputs_digest(environ) != digest:
+        return None
+    try:
+        return load(json.loads(Path(path).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
