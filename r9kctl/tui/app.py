@@ -13,7 +13,13 @@ from textual.theme import Theme
 
 from r9k.registry.errors import Diagnostic, RegistryError
 
-from .commands import R9kCommands
+
+
+def _commands_provider():
+    """The command palette's provider, imported when the palette first opens (not at start-up)."""
+    from .commands import R9kCommands
+
+    return R9kCommands
 
 DARK = Theme(name="r9k-dark", primary="#4EA1D3", secondary="#B083F0", accent="#E8A33D", warning="#E8A33D",
              error="#E5534B", success="#57AB5A", background="#1C2128", surface="#22272E", panel="#2D333B",
@@ -47,7 +53,7 @@ class R9kApp(App):
 
     CSS_PATH = "app.tcss"
     TITLE = "r9kctl tui"
-    COMMANDS = App.COMMANDS | {R9kCommands}
+    COMMANDS = App.COMMANDS | {_commands_provider}
     BINDINGS = [
         Binding("question_mark,f1", "help", "Help", id="r9k.help"),
         Binding("T", "toggle_r9k_theme", "Theme", show=False, id="r9k.theme"),

@@ -1,6 +1,7 @@
 """Benchmark of the control panel (not a test): first-frame time and toggle re-validate + redraw time.
 
     python -m r9k.r9kctl.tui.bench_tui [--size 120x36] [--runs 5] [--toggles 60] [--profile tp2-default]
+                                       [--user-cache] [--phases]
 
 Each run starts a fresh interpreter on a pseudo-terminal (the real terminal driver, so writing the frame
 to the terminal is part of the time, as for a person), which
@@ -96,6 +97,46 @@ def child(out: str, profile: str, toggles: int) -> None:
         json.dump(result, f)
 
 
+def phases_child(profile: str) -> None:
+    """CPU time of each start-up phase in this fresh interpreter (headless: no terminal writes)."""
+    import asyncio
+
+    P = time.process_time
+    out = {"interpreter": P()}
+    c = P()
+    import textual.app  # noqa: F401
+    from textual.widgets import Footer, Input, Static  # noqa: F401
+
+    out["textual import"], c = P() - c, P()
+    import r9k.registry.validate  # noqa: F401
+
+    out["registry import"], c = P() - c, P()
+    from r9k.r9kctl.tui import main_screen, session  # noqa: F401
+    from r9k.r9kctl.tui.app import R9kApp
+
+    out["app modules import"], c = P() - c, P()
+    opened = session.Session.open.__func__
+
+    def timed_open(cls, *a, **k):
+        t = P()
+        r = opened(cls, *a, **k)
+        out["Session.open"] = P() - t
+        return r
+
+    session.Session.open = classmethod(timed_open)
+
+    async def run() -> None:
+        app = R9kApp(profile=profile)
+        async with app.run_test(size=(120, 36)):
+            while app.first_frame_at is None:
+                await asyncio.sleep(0.001)
+
+    asyncio.run(run())
+    out["compose, styles, first paint"] = P() - c - out["Session.open"]
+    out["total"] = P()
+    print(json.dumps({k: round(v * 1000.0, 1) for k, v in out.items()}))
+
+
 # ---------------------------------------------------------------------------------------------- parent
 
 def run_in_pty(size: tuple[int, int], profile: str, toggles: int) -> dict:
@@ -140,10 +181,42 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--toggles", type=int, default=60)
     p.add_argument("--profile", default="tp2-default")
+    p.add_argument("--user-cache", action="store_true",
+                   help="use the user's R9K_CACHE_DIR (default: a fresh one, warmed by an untimed first run, "
+                        "as on a user's machine; a developer's cache also holds every test registry parsed)")
+    p.add_argument("--phases", action="store_true", help="CPU time of each start-up phase instead (headless)")
     p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--phases-child", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.child:
         child(a.child, a.profile, a.toggles)
+        return 0
+    if a.phases_child:
+        phases_child(a.profile)
+        return 0
+    tmp_cache = None
+    if not a.user_cache:
+        import tempfile
+
+        tmp_cache = tempfile.mkdtemp(prefix="r9k-bench-cache-")
+        os.environ["R9K_CACHE_DIR"] = tmp_cache
+        run_in_pty((80, 24), a.profile, 2)  # warm-up: fills the parse cache, not timed
+    if a.phases:
+        import subprocess
+
+        rows = []
+        for _ in range(a.runs):
+            res = subprocess.run([sys.executable, "-m", "r9k.r9kctl.tui.bench_tui", "--phases-child", "--profile",
+                                  a.profile], capture_output=True, text=True, check=True)
+            rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        print(json.dumps({"cpus": os.cpu_count(), "loadavg_1m": load, "runs": a.runs}))
+        for key in rows[0]:
+            print(f"{key} CPU ms:", json.dumps(_stats([r[key] for r in rows])))
+        if tmp_cache:
+            import shutil
+
+            shutil.rmtree(tmp_cache, ignore_errors=True)
         return 0
     w, h = (int(x) for x in a.size.lower().split("x"))
     first, first_cpu, walls, imports, toggles, toggles_cpu, core = [], [], [], [], [], [], []
@@ -169,6 +242,10 @@ def main(argv=None) -> int:
     print("toggle re-validate + redraw ms:", json.dumps(_stats(toggles)))
     print("  CPU time ms:", json.dumps(_stats(toggles_cpu)))
     print("  of which core (resolve + check_profile + budget) ms:", json.dumps(_stats(core)))
+    if tmp_cache:
+        import shutil
+
+        shutil.rmtree(tmp_cache, ignore_errors=True)
     return 0
 
 
