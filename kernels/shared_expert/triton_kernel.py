@@ -1,0 +1,208 @@
+"""Shared expert in 4 launches (kernel-semantics.md 3.6), and the plugin kernels its stock path uses on a GPU.
+
+Fused form:
+1. :func:`row_quant_gate`: per-row fp8 quant of x (appendix B) and, in the same pass over the row, the expert
+   gate ``g = bf16(sigmoid(bf16(x . wg)))`` (the two roundings reproduce stock's bf16 GEMM output and bf16
+   sigmoid), stored as fp32;
+2. :func:`mxfp4_gemm`: gate_up GEMM, ``gu = bf16(acc * s_x)`` (unchanged from stock);
+3. :func:`silu_mul_quant`: ``v = silu(gate) * up`` in fp32 (not rounded to bf16 first), per-row fp8 quant of v;
+4. :func:`mxfp4_gemm` with the gate folded into the epilogue: ``out = bf16(acc * s_act * g)`` (one rounding where
+   stock rounds twice).
+
+The MXFP4 GEMM decodes e2m1 codes and the E8M0 block exponent to exact bf16 values in registers and runs bf16
+``tl.dot`` with fp32 accumulation: fp8 x e2m1 * 2^e products are exact in fp32, so only the summation order can
+differ from any other exact-product GEMM. Every rounding to bf16 / e4m3 is done on the bits
+(``rne_bf16``, ``rne_e4m3``) so the CPU interpreter, whose float casts truncate, gives the GPU's values.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from r9k.kernels.qsa_glue.triton_kernel import rne_bf16
+
+from .reference import SharedExpertWeights
+
+
+@triton.jit
+def rne_e4m3(v):
+    """Round fp32 to the nearest-even OCP e4m3fn value (saturating at +-448), returned as fp32 (exact in e4m3)."""
+    bits = v.to(tl.int32, bitcast=True)
+    normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576).to(tl.float32, bitcast=True)  # 3 mantissa bits
+    sub = (v + 24576.0) - 24576.0  # below 2^-6 the e4m3 grid is 2^-9: the add rounds to it (ties to even)
+    sub = (sub.to(tl.int32, bitcast=True) | (bits & -2147483648)).to(tl.float32, bitcast=True)  # keep -0
+    r = tl.where(tl.abs(v) < 0.015625, sub, normal)
+    return tl.minimum(tl.maximum(r, -448.0), 448.0)
+
+
+@triton.jit
+def _e2m1_to_f32(c):
+    """e2m1 code (int32, 0..15) -> fp32 value: sign bit 3, exponent bits 2..1 (bias 1), mantissa bit 0."""
+    e = (c >> 1) & 3
+    m = c & 1
+    bits = tl.where(e == 0, m * 0x3F000000, ((e + 126) << 23) | (m << 22))
+    bits = bits | ((c >> 3) << 31)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _row_quant_kernel(x_ptr, q_ptr, s_ptr, wg_ptr, g_ptr, K, s_x, s_q, BLOCK_K: tl.constexpr,
+                      HAS_GATE: tl.constexpr):
+    m = tl.program_id(0)
+    k = tl.arange(0, BLOCK_K)
+    mk = k < K
+    x = tl.load(x_ptr + m * s_x + k, mask=mk, other=0.0).to(tl.float32)
+    A = tl.maximum(tl.max(tl.abs(x), axis=0), 1e-12)
+    inv = tl.math.div_rn(448.0, A)
+    tl.store(q_ptr + m * s_q + k, rne_e4m3(x * inv).to(tl.float8e4nv), mask=mk)
+    tl.store(s_ptr + m, tl.math.div_rn(A, 448.0))
+    if HAS_GATE:
+        wg = tl.load(wg_ptr + k, mask=mk, other=0.0).to(tl.float32)
+        gl = rne_bf16(tl.sum(x * wg, axis=0))
+        g = rne_bf16(tl.math.div_rn(1.0, 1.0 + tl.exp(-gl)))
+        tl.store(g_ptr + m, g)
+
+
+@triton.jit
+def _silu_mul_kernel(gu_ptr, o_ptr, s_ptr, I, s_gu, s_o, BLOCK_I: tl.constexpr, QUANT: tl.constexpr):
+    m = tl.program_id(0)
+    i = tl.arange(0, BLOCK_I)
+    mi = i < I
+    g = tl.load(gu_ptr + m * s_gu + i, mask=mi, other=0.0).to(tl.float32)
+    u = tl.load(gu_ptr + m * s_gu + I + i, mask=mi, other=0.0).to(tl.float32)
+    v = tl.math.div_rn(g, 1.0 + tl.exp(-g)) * u
+    if QUANT:
+        A = tl.maximum(tl.max(tl.abs(v), axis=0), 1e-12)
+        inv = tl.math.div_rn(448.0, A)
+        tl.store(o_ptr + m * s_o + i, rne_e4m3(v * inv).to(tl.float8e4nv), mask=mi)
+        tl.store(s_ptr + m, tl.math.div_rn(A, 448.0))
+    else:
+        tl.store(o_ptr + m * s_o + i, rne_bf16(v).to(tl.bfloat16), mask=mi)
+
+
+@triton.jit
+def _mxfp4_gemm_kernel(a_ptr, sa_ptr, w_ptr, ws_ptr, g_ptr, o_ptr, M, N, K, s_am, s_wn, s_wsn, s_om,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       HAS_GATE: tl.constexpr, DOT_F32: tl.constexpr):
+    pid_n = tl.program_id(0)
+    pid_m = tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    mm = rm < M
+    mn = rn < N
+    HB: tl.constexpr = BLOCK_K // 2  # packed bytes per step
+    jb = tl.arange(0, HB)
+    KB = K // 2
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for k0 in range(0, KB, HB):
+        kb = k0 + jb
+        mk = kb < KB
+        wmask = mn[:, None] & mk[None, :]
+        wb = tl.load(w_ptr + rn[:, None] * s_wn + kb[None, :], mask=wmask, other=0).to(tl.int32)
+        sc = tl.load(ws_ptr + rn[:, None] * s_wsn + (kb // 16)[None, :], mask=wmask, other=127).to(tl.int32)
+        scale = (sc << 23).to(tl.float32, bitcast=True)  # 2^(E-127), E in 1..254
+        w_lo = _e2m1_to_f32(wb & 15) * scale  # elements 2j (exact in bf16)
+        w_hi = _e2m1_to_f32(wb >> 4) * scale  # elements 2j+1
+        amask = mm[:, None] & mk[None, :]
+        a_row = a_ptr + rm[:, None] * s_am + 2 * kb[None, :]
+        a_even = tl.load(a_row, mask=amask, other=0.0).to(tl.float32)
+        a_odd = tl.load(a_row + 1, mask=amask, other=0.0).to(tl.float32)
+        if DOT_F32:  # the CPU interpreter's dot cannot take bf16 operands; fp32 holds the same exact values
+            acc += tl.dot(a_even, tl.trans(w_lo), input_precision="ieee")
+            acc += tl.dot(a_odd, tl.trans(w_hi), input_precision="ieee")
+        else:
+            acc += tl.dot(a_even.to(tl.bfloat16), tl.trans(w_lo.to(tl.bfloat16)))
+            acc += tl.dot(a_odd.to(tl.bfloat16), tl.trans(w_hi.to(tl.bfloat16)))
+    sa = tl.load(sa_ptr + rm, mask=mm, other=0.0)
+    res = acc * sa[:, None]
+    if HAS_GATE:
+        res = res * tl.load(g_ptr + rm, mask=mm, other=0.0)[:, None]
+    tl.store(o_ptr + rm[:, None] * s_om + rn[None, :], rne_bf16(res).to(tl.bfloat16),
+             mask=mm[:, None] & mn[None, :])
+
+
+# ---------------------------------------------------------------------------------------------- wrappers
+def _gemm_config(M, N, K):
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) for decode widths: narrow N tiles so that the skinny
+    GEMMs spread over more SMs; the whole K of the down GEMM (160 / 320) in one step."""
+    block_k = min(512, max(64, triton.next_power_of_2(K)))
+    block_n = 16 if N <= 1024 else 32
+    return 16, block_n, block_k, 4, 3
+
+
+def mxfp4_gemm(q: torch.Tensor, s: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
+               gate: torch.Tensor | None = None, out: torch.Tensor | None = None, config=None) -> torch.Tensor:
+    """``out[m, n] = bf16(sum_k q[m,k] W[n,k] * s[m] [* gate[m]])``; q [M, K] e4m3, s/gate [M] fp32, W MXFP4."""
+    M, K = q.shape
+    N = packed.shape[0]
+    if K % 32 or packed.shape[1] * 2 != K or q.stride(-1) != 1:
+        raise ValueError("K must be a multiple of 32 matching the packed weight, q's last dim contiguous")
+    if out is None:
+        out = torch.empty((M, N), dtype=torch.bfloat16, device=q.device)
+    bm, bn, bk, nw, ns = config or _gemm_config(M, N, K)
+    grid = (triton.cdiv(N, bn), triton.cdiv(M, bm))
+    _mxfp4_gemm_kernel[grid](q, s, packed, scales, gate if gate is not None else s, out, M, N, K,
+                             q.stride(0), packed.stride(0), scales.stride(0), out.stride(0),
+                             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, HAS_GATE=gate is not None,
+                             DOT_F32=os.environ.get("TRITON_INTERPRET") == "1", num_warps=nw, num_stages=ns)
+    return out
+
+
+def _row_quant(x, wg=None):
+    M, K = x.shape
+    if x.stride(-1) != 1:
+        raise ValueError("x's last dim must be contiguous")
+    q = torch.empty((M, K), dtype=torch.float8_e4m3fn, device=x.device)
+    s = torch.empty((M,), dtype=torch.float32, device=x.device)
+    g = torch.empty((M,), dtype=torch.float32, device=x.device) if wg is not None else s
+    bk = triton.next_power_of_2(K)
+    _row_quant_kernel[(M,)](x, q, s, wg if wg is not None else x, g, K, x.stride(0), q.stride(0), BLOCK_K=bk,
+                            HAS_GATE=wg is not None, num_warps=4 if bk >= 2048 else 2)
+    return q, s, g
+
+
+def row_quant(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row fp8 quant (appendix B): (q e4m3 [M, K], s fp32 [M]). One launch."""
+    q, s, _ = _row_quant(x)
+    return q, s
+
+
+def row_quant_gate(x: torch.Tensor, wg: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-row fp8 quant of x plus the expert gate ``bf16(sigmoid(bf16(x . wg)))`` as fp32 [M]. One launch."""
+    return _row_quant(x, wg)
+
+
+def _silu(gu, quant):
+    M, two_i = gu.shape
+    I = two_i // 2
+    if quant:
+        o = torch.empty((M, I), dtype=torch.float8_e4m3fn, device=gu.device)
+        s = torch.empty((M,), dtype=torch.float32, device=gu.device)
+    else:
+        o = torch.empty((M, I), dtype=torch.bfloat16, device=gu.device)
+        s = o
+    _silu_mul_kernel[(M,)](gu, o, s, I, gu.stride(0), o.stride(0), BLOCK_I=triton.next_power_of_2(I),
+                           QUANT=quant, num_warps=1)
+    return o, s
+
+
+def silu_and_mul(gu: torch.Tensor) -> torch.Tensor:
+    """Stock step 3: ``bf16(silu(gate) * up)`` [M, I] from gu [M, 2I] bf16. One launch."""
+    return _silu(gu, False)[0]
+
+
+def silu_mul_quant(gu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fused step 3: ``v = silu(gate) * up`` in fp32, then per-row fp8 quant of v: (q [M, I] e4m3, s [M])."""
+    return _silu(gu, True)
+
+
+def shared_expert(x: torch.Tensor, weights: SharedExpertWeights, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Fused shared expert, 4 launches; same signature as :func:`r9k.kernels.shared_expert.reference.shared_expert`."""
+    w = weights
+    xq, xs, g = row_quant_gate(x, w.wg)
+    gu = mxfp4_gemm(xq, xs, w.w1_packed, w.w1_scales)
+    aq, as_ = silu_mul_quant(gu)
+    return mxfp4_gemm(aq, as_, w.w2_packed, w.w2_scales, gate=g, out=out)
