@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from rich.segment import Segment
-from rich.style import Style
 from rich.text import Text
 from textual import events
 from textual.binding import Binding
@@ -225,6 +224,8 @@ class VariantTable(ScrollView, can_focus=True):
         row = event.y + self.scroll_offset.y - 1
         if event.y >= 1 and 0 <= row < len(self._shown):
             self.cursor_row = row
+            if event.chain == 2:  # a double click toggles (or opens the input), like space
+                self.screen.run_action("toggle")
 
     def on_focus(self) -> None:
         self._strips.clear()

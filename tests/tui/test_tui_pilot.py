@@ -363,3 +363,24 @@ def test_broken_file_opens_on_a_located_error_screen(workspace, where):
     text = run(scenario())
     assert expect in text, text
     assert "Traceback" not in text
+
+
+def test_tp_key_shows_the_profile_at_another_tp_size(workspace):
+    reg = load_registry()
+    at2 = resolve(reg, "tp4-default", tp=2, env={})
+
+    async def scenario():
+        app = R9kApp(profile="tp4-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            s = app.screen.s
+            assert s.tp == 4
+            await pilot.press("t")
+            await pilot.pause()
+            assert s.tp == 2 and s.tp_choice == 2
+            assert s.rs.hash == at2.hash
+            assert f"{s.budget.kv_tokens:,}" in budget_text(app.screen)
+            await pilot.press("t")  # back to the profile's own size
+            await pilot.pause()
+            assert s.tp == 4 and s.tp_choice is None
+
+    run(scenario())
