@@ -33,7 +33,7 @@ def rne_e4m3(v):
     bits = v.to(tl.int32, bitcast=True)
     normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576).to(tl.float32, bitcast=True)  # 3 mantissa bits
     sub = (v + 24576.0) - 24576.0  # below 2^-6 the e4m3 grid is 2^-9: the add rounds to it (ties to even)
-    sub = (sub.to(tl.int32, bitcast=True) | (bits & -2147483648)).to(tl.float32, bitcast=True)  # keep -0
+    sub = (sub.to(tl.int32, bitcast=True) | ((bits >> 31) << 31)).to(tl.float32, bitcast=True)  # keep -0
     r = tl.where(tl.abs(v) < 0.015625, sub, normal)
     return tl.minimum(tl.maximum(r, -448.0), 448.0)
 
