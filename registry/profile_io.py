@@ -26,10 +26,13 @@ import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
-import tomlkit
-from tomlkit.items import InlineTable, Table
+if TYPE_CHECKING:
+    from tomlkit.items import InlineTable, Table
+
+# tomlkit is imported where a document is parsed or written, not with this module: the control panel
+# imports this module at start-up (find_profile_file) and tomlkit costs ~15 ms to import.
 
 PROFILE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
@@ -79,6 +82,8 @@ class ProfileDocument:
     """One profile file, loaded for editing."""
 
     def __init__(self, path: Path, text: str, stamp: _Stamp):
+        import tomlkit
+
         self.path = Path(path)
         self.text = text  # as loaded (or last saved)
         self.doc = tomlkit.parse(text)
@@ -89,7 +94,13 @@ class ProfileDocument:
         path = Path(path)
         data = path.read_bytes()
         st = path.stat()
-        return cls(path, data.decode("utf-8"), _Stamp(st.st_mtime_ns, _digest(data)))
+        return cls.from_bytes(path, data, st.st_mtime_ns)
+
+    @classmethod
+    def from_bytes(cls, path: Path, data: bytes, mtime_ns: Optional[int]) -> "ProfileDocument":
+        """The document as it was read earlier (``data``): a later save compares the file with these
+        bytes, so a change made on disk after that read is a conflict."""
+        return cls(Path(path), data.decode("utf-8"), _Stamp(mtime_ns, _digest(data)))
 
     # ------------------------------------------------------------------------------ reading
 
@@ -107,6 +118,8 @@ class ProfileDocument:
         return dict(tab.unwrap()) if tab is not None else {}
 
     def render(self) -> str:
+        import tomlkit
+
         return tomlkit.dumps(self.doc)
 
     @property
@@ -120,6 +133,8 @@ class ProfileDocument:
     # ------------------------------------------------------------------------------ editing
 
     def _knobs_table(self, create: bool) -> Optional[Table | InlineTable]:
+        import tomlkit
+
         tab = self.doc.get("knobs")
         if tab is None and create:
             tab = tomlkit.table()
@@ -208,6 +223,8 @@ def atomic_write(path: Path, text: str) -> None:
 
 def new_profile_text(name: str, extends: str, knobs: dict[str, str], description: str = "") -> str:
     """The TOML text of a new profile that extends ``extends`` and sets ``knobs``."""
+    import tomlkit
+
     doc = tomlkit.document()
     doc.add(tomlkit.comment(f"Created by r9kctl tui: {extends} with {len(knobs)} knob(s) changed."))
     doc.add("description", description or f"{extends} with {len(knobs)} knob(s) changed")

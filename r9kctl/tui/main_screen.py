@@ -332,7 +332,10 @@ class MainScreen(Screen):
                                ("cancel", "Cancel", "n", "default")]),
                 self._conflict_answer)
             return
-        except (OSError, RegistryError) as exc:
+        except RegistryError as exc:  # saved, but the registry no longer loads (another file is broken)
+            self.app.show_load_error(exc.diagnostics)
+            return
+        except OSError as exc:
             self.notify(f"cannot save: {exc}", severity="error", timeout=8)
             return
         self._sync_pickers()

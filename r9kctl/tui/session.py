@@ -73,13 +73,15 @@ class Session:
                  sets: Optional[Mapping[str, object]] = None):
         self.reg = reg
         self.env = dict(os.environ) if env is None else dict(env)
+        self._files: dict[str, tuple[Path, bytes, Optional[int]]] = {}
         self.sets = dict(sets or {})  # --set KNOB=VALUE: the override layer, above every edit
         self.profile_dirs = profile_dirs
         self.registry_report = Report()
         check_registry(reg, self.registry_report)
         self.gates = load_gate_states(reg)
         self.edits: dict[str, dict[str, object]] = {}  # profile -> variant id -> value | REMOVED
-        self.docs: dict[str, object] = {}  # profile -> ProfileDocument (loaded when first saved)
+        self.docs: dict[str, object] = {}  # profile -> ProfileDocument (made when first saved)
+        self._capture_files()
         self.profile = profile if profile in reg.profiles else self.default_profile()
         self.tp_choice = tp  # None: the profile's own TP size
         self.kv_history: list[int] = []
@@ -104,6 +106,20 @@ class Session:
                 return name
         return sorted(self.reg.profiles)[0]
 
+    def _capture_files(self) -> None:
+        """The bytes of every profile file as of this load: what "changed on disk since it was loaded"
+        compares against at save (the loader keeps no text when its parse cache answers)."""
+        self._files = {}
+        for name in self.reg.profiles:
+            path = self.profile_path(name)
+            if path is None:
+                continue
+            try:
+                st = path.stat()
+                self._files[name] = (path, path.read_bytes(), st.st_mtime_ns)
+            except OSError:
+                continue
+
     def reload(self) -> None:
         """Reload everything from disk, dropping the edits (raises RegistryError)."""
         reg = load_registry()
@@ -113,6 +129,7 @@ class Session:
         self.gates = load_gate_states(reg)
         self.edits.clear()
         self.docs.clear()
+        self._capture_files()
         if self.profile not in reg.profiles:
             self.profile = self.default_profile()
         self._switched()
@@ -353,17 +370,20 @@ class Session:
         return find_profile_file(name or self.profile, self.profile_dirs_now())
 
     def document(self, name: Optional[str] = None):
-        """The profile's file for round-trip editing, loaded once per session (the load's stamp is what
-        a later save compares against to detect a concurrent edit)."""
+        """The profile's file for round-trip editing, as it was when the registry was loaded (a save
+        then refuses a file that changed on disk since)."""
         from r9k.registry.profile_io import ProfileDocument
 
         name = name or self.profile
         doc = self.docs.get(name)
         if doc is None:
-            path = self.profile_path(name)
-            if path is None:
-                raise FileNotFoundError(f"no file for profile '{name}'")
-            doc = ProfileDocument.load(path)
+            if name in self._files:
+                doc = ProfileDocument.from_bytes(*self._files[name])
+            else:
+                path = self.profile_path(name)
+                if path is None:
+                    raise FileNotFoundError(f"no file for profile '{name}'")
+                doc = ProfileDocument.load(path)
             self.docs[name] = doc
         return doc
 
@@ -424,6 +444,7 @@ class Session:
         check_registry(reg, self.registry_report)
         self.gates = load_gate_states(reg)
         self.docs.clear()
+        self._capture_files()
         self.edits = {p: e for p, e in edits.items() if p in reg.profiles}
         if self.profile not in reg.profiles:
             self.profile = self.default_profile()

@@ -167,8 +167,7 @@ def test_concurrent_edit_on_disk_is_detected_then_save_as(workspace):
             await pilot.press("space")
             await pilot.pause()
             assert s.has_edits()
-            s.document()  # the file as the panel loaded it (what the save compares against)
-            # someone else edits the file meanwhile
+            # someone else edits the file after the panel loaded it (the panel has not read it since)
             theirs = prof_file.read_text() + f'\n# edited elsewhere {secrets.token_hex(4)}\n'
             prof_file.write_text(theirs)
             await pilot.press("ctrl+s")
