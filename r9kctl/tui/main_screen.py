@@ -87,7 +87,7 @@ class MainScreen(Screen):
         self.summary = self.query_one("#summary", Static)
         self.detail = self.query_one(DetailPane)
         self.refill()
-        self.query_one(VariantTable).focus()
+        self.table.focus()
         self.call_after_refresh(self.app.first_frame_painted)
 
     def on_resize(self, event) -> None:
@@ -95,11 +95,11 @@ class MainScreen(Screen):
 
     def _layout_for(self, width: int) -> None:
         narrow = width < NARROW
+        if narrow and (not self._sized or not self.has_class("-narrow")):
+            # starting narrow, or shrinking to narrow: the pane closes (it would replace the table)
+            self.detail_open = False
         if narrow != self.has_class("-narrow"):
             self.set_class(narrow, "-narrow")
-        # on a narrow terminal the pane starts closed (the table needs the width)
-        if narrow and not self._sized:
-            self.detail_open = False
         self._sized = True
         if self.detail_open != self.has_class("-detail-open"):
             self.set_class(self.detail_open, "-detail-open")
@@ -108,8 +108,7 @@ class MainScreen(Screen):
 
     def refill(self) -> None:
         """Rebuild the table (filters, profile or TP changed), then the panels."""
-        table = self.query_one(VariantTable)
-        table.fill(self.s, self.filters.apply(self.s))
+        self.table.fill(self.s, self.filters.apply(self.s))
         self.refresh_panels()
 
     def refresh_panels(self) -> None:
