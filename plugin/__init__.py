@@ -50,11 +50,13 @@ def register() -> None:
 
 def _register() -> None:
     global _active, _proc, _status_path
+    if not any(k.startswith("R9K_") for k in os.environ):
+        return  # plain vLLM use with the package installed: nothing to do, nothing imported
     from . import dispatch, envdecl, install, snapshot, startup
 
     proc = startup.process_info()
     if not startup.wants_activation(os.environ):
-        logger.debug("r9k: no R9K_* variable set; plugin inactive in %s", proc.label)
+        logger.debug("r9k: only R9K_* paths set; plugin inactive in %s", proc.label)
         return
     active = None
     if os.environ.get(startup.LAUNCH_HASH_VAR):
@@ -67,8 +69,8 @@ def _register() -> None:
     if active is None:
         active = startup.resolve_active()
     notes = startup.apply_profile_env(active)
-    first_process = startup.check_agreement(active, proc) is None
-    if first_process:
+    first_process = startup.check_agreement(active, proc)
+    if first_process and not os.environ.get(snapshot.SNAPSHOT_VAR):
         snapshot.save(active)
     table = dispatch.DispatchTable(active.rs, strict=active.rs.strict)
     table.plan()

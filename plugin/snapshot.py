@@ -149,3 +149,23 @@ def try_load(environ=None):
         return load(json.loads(Path(path).read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def prepare_launch(rs, warnings: list[str], env: dict) -> dict[str, str]:
+    """For a launcher that has just validated ``rs`` (``r9kctl launch``): write the snapshot and return
+    the variables to add to vLLM's environment, so that even the API server (the first vLLM process)
+    loads the snapshot instead of resolving again. ``env`` is the complete environment vLLM will get
+    (caller's environment plus what the launch exports, ``R9K_MANIFEST`` included); the digest is taken
+    over it, so a process started with anything else resolves in full.
+
+    Call it after the manifest is written: its bytes are part of the digest.
+    """
+    from .startup import LAUNCH_HASH_VAR, LAUNCH_PID_VAR, Active
+
+    active = Active(rs, None, f"manifest {env.get('R9K_MANIFEST')} (validated by r9kctl launch)", list(warnings))
+    scratch = dict(env)
+    if save(active, scratch) is None:
+        return {}
+    # os.execve keeps the pid: the API server is recognised as the launch's first vLLM process.
+    return {LAUNCH_HASH_VAR: rs.hash, LAUNCH_PID_VAR: str(os.getpid()), SNAPSHOT_VAR: scratch[SNAPSHOT_VAR],
+            INPUTS_VAR: scratch[INPUTS_VAR]}

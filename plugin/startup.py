@@ -32,6 +32,8 @@ from typing import Mapping, Optional
 
 #: Exported by the first plugin process of a launch; compared by every later one.
 LAUNCH_HASH_VAR = "_R9K_LAUNCH_HASH"
+#: The pid of the process that exported it (``r9kctl launch`` exec's into the API server: same pid).
+LAUNCH_PID_VAR = "_R9K_LAUNCH_PID"
 #: Where the status file goes when R9K_STATUS_FILE is not set (exported for the child processes).
 STATUS_FILE_VAR = "R9K_STATUS_FILE"
 
@@ -186,22 +188,24 @@ def _raise_on_resolve_errors(rs) -> None:
                            f"r9k: profile '{rs.profile}' does not resolve; refusing to start vLLM")
 
 
-def check_agreement(active: Active, proc: ProcessInfo, environ=None) -> Optional[str]:
+def check_agreement(active: Active, proc: ProcessInfo, environ=None) -> bool:
     """Compare this process's hash with the launch's; export it when this is the first process.
 
-    Returns the hash this process agreed with (None when it is the first). Raises on disagreement.
+    Returns True when this process is the first of the launch (it exported the hash, or the launcher
+    that exec'd into it did: same pid). Raises on disagreement.
     """
     environ = os.environ if environ is None else environ
     expected = environ.get(LAUNCH_HASH_VAR)
     if not expected:
         environ[LAUNCH_HASH_VAR] = active.hash
-        return None
+        environ[LAUNCH_PID_VAR] = str(proc.pid)
+        return True
     if expected != active.hash:
         who = "worker" if proc.role == "worker" else proc.role
         raise StartupError([f"error[hash-mismatch]: this {who} ({proc.label}) resolved the active set to "
                             f"{active.hash}, the engine/launch resolved {expected}; the processes of one "
                             "server must run the same kernel set (different environment or registry files?)"])
-    return expected
+    return environ.get(LAUNCH_PID_VAR) == str(proc.pid)
 
 
 def apply_profile_env(active: Active, environ=None) -> list[str]:

@@ -112,7 +112,8 @@ def test_manifest_from_launch_and_drift(plugin_env, emitted, tmp_path, registry)
 
     # the same manifest, but the environment changed after launch validated it
     plugin._reset_for_tests()
-    plugin_env.delenv(LAUNCH_HASH_VAR)
+    for k in [k for k in os.environ if k.startswith("_R9K_")]:
+        plugin_env.delenv(k)
     plugin_env.setenv("R9K_ROUTER", "stock")
     with pytest.raises(StartupError) as ei:
         plugin.register()
@@ -152,3 +153,32 @@ def test_later_processes_reuse_the_launch_snapshot_only_with_the_same_inputs(plu
     env = dict(os.environ, R9K_ROUTER="stock")
     out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "hash-mismatch" in out.stderr, out.stdout + out.stderr[-3000:]
+
+
+def test_a_launcher_can_hand_its_validation_to_the_api_server(plugin_env, tmp_path, registry):
+    """r9kctl launch validates, then exec's into vLLM (same pid): with prepare_launch's variables the
+    API server loads the launcher's snapshot instead of resolving again, and still counts as the
+    launch's first process (it writes the status file)."""
+    import subprocess
+    import sys
+
+    child = f"""
+import json, os, sys
+from r9k.registry import load_registry
+from r9k.registry.resolve import resolve
+from r9k.plugin.snapshot import prepare_launch
+rs = resolve(load_registry(), "cpu-smoke", env={{}})
+m = {str(tmp_path / "m.json")!r}
+open(m, "w").write(json.dumps(rs.to_manifest()))
+os.environ.update(rs.env()); os.environ["R9K_MANIFEST"] = m
+os.environ.update(prepare_launch(rs, [], dict(os.environ)))
+import r9k.plugin as p
+p._emit = lambda l, x: None
+p.register()
+st = json.load(open(os.environ["R9K_STATUS_FILE"]))
+print(type(p.active_set()).__name__, p.active_set().hash == rs.hash, sorted(st["processes"]))
+"""
+    out = subprocess.run([sys.executable, "-c", child], env=dict(os.environ), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["LightSet", "True", "['MainProcess']"]
