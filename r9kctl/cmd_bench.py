@@ -26,7 +26,8 @@ def add_parser(sub):
     d.add_argument("--ablate", action="store_true", help="each non-stock variant back to stock, one at a time")
     d.add_argument("--ablate-requests", type=int, help="request count of the ablation (default: the first)")
     d.add_argument("--replays", type=int, default=50)
-    d.add_argument("--config", default="flash-next-tp4", choices=("flash-next-tp4", "tiny"))
+    d.add_argument("--config", default="flash-next-tp4", choices=("flash-next-tp4", "tiny", "tiny-deep"),
+                   help="model dimensions: the Flash-Next TP4 rank (GPU), or tiny ones that run on the CPU")
     d.add_argument("--set", dest="sets", action="append", metavar="KNOB=VALUE", help="override a knob (both profiles)")
     d.add_argument("--dispatch", choices=("values", "plugin"), default="values",
                    help="how ops are chosen: the manifest values with the plugin's rule (default), or the plugin's "
@@ -80,7 +81,7 @@ def run(args) -> int:
         return 0
     import torch
 
-    if not torch.cuda.is_available() and args.config != "tiny":
+    if not torch.cuda.is_available() and not args.config.startswith("tiny"):
         msg = ("no CUDA GPU on this machine: the decode-step benchmark needs one. Run it on a GPU machine, or "
                "export the plan (--export-plan FILE) and run `python -m r9k.kernels.decode_step.bench --plan FILE` "
                "there; --config tiny runs the tiny model on the CPU (Triton interpreter).")

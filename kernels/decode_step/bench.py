@@ -11,11 +11,11 @@ Input is a *plan* (plain JSON, so the H200, which has no pydantic, needs no regi
 
 For each request count: one :class:`Weights` (shared), one :class:`StepInputs`, a model per profile.
 
-* check: every model's step against the same profile with every op at its *stock implementation* (same
-  weight formats): the implementations must agree within ``IMPL_TOL`` (relative L2 of the step output);
-  and profile against profile (reported; where the two hold the same weight formats it must also be within
-  ``IMPL_TOL``; where they do not -- the fp8 HC copies -- the difference is the format's, which the
-  original gated by paired evals, not by tolerance).
+* check (gated): :class:`ShadowChooser` runs every fused op's stock implementation beside it on the same
+  inputs, at every call of a real step (the model's own activations), and each op must stay within its gate's
+  tolerance (``OP_TOL``, relative L2). Reported, not gated: the whole step against every op at its stock
+  implementation (same weight formats), the same step with its input moved by one bf16 ulp (how much this
+  random-weight network amplifies a rounding-size change over 48 layers), and profile against profile.
 * launches: :class:`~.counter.LaunchCounter` over one eager step (launch sites, any machine);
 * on CUDA: the step captured in one graph, nodes and kernel nodes from the driver, replays timed with
   CUDA events (median, p10, p90 in ms).
@@ -41,9 +41,23 @@ from .config import get_config
 from .dispatch import Pick, describe, values_chooser
 from .model import DecodeStepModel, StepInputs, Weights
 
-#: Agreement tolerance of a step output, relative L2: the loosest rel-L2 bound among the gates of the ops
-#: in the step (shared expert 3.6: output within 3% relative L2 of stock; hc fp8 decode 3.3: < 2e-2).
+#: Default in-situ tolerance for an op without an entry in OP_TOL (the loosest bound among the gates:
+#: shared expert 3.6, within 3% relative L2 of stock); also the tiny model's whole-step bound in the tests.
 IMPL_TOL = 3e-2
+
+#: In-situ agreement of each fused op with its stock implementation on the same inputs (the model's own
+#: activations at every call), relative L2 of each output, from the op's gate (kernel-semantics.md):
+OP_TOL = {
+    "fp8_block_linear": 1e-5,  # 3.11: fused-quant vs two-launch rel L2 < 1e-5
+    "hc_mix": 1e-2,  # 3.1: bf16 flips from summation order only (rare, 1 ulp)
+    "hc_mix_fp8": 2e-2,  # 3.3: rel L2 < 2e-2 against the dequantised reference
+    "router_gemm": 1e-2,  # 3.4: <= 0.2% bf16 flips
+    "moe_route": 1e-2,  # 3.5: weights within 2e-6 abs, ids equal except near-ties
+    "qsa_glue": 1e-2,  # 3.7: bit-equal except < 1e-3 of elements
+    "qk_norm_rope": 2e-2,  # 3.8: relative max error < 2e-2
+    "gdn_decode": 1e-2,  # 3.10: <= 0.3% of elements differ, each by <= 2^-6 relative
+    "shared_expert": 3e-2,  # 3.6: within 3% relative L2 of stock
+}
 
 #: Variants that change what the model holds or runs without being an op.
 MEMORY_ONLY = {"hc_free_bf16"}
@@ -68,6 +82,49 @@ def stock_impl_chooser(values):
         return Pick(p.op, p.variant, p.value, impl, kop.stock, "stock-impl")
 
     return choose
+
+
+class ShadowChooser:
+    """Wraps a chooser: every fused op, at every call, also runs its stock implementation on copies of its
+    tensor inputs and records the relative L2 difference of each floating-point output (max over calls).
+    The fused result is what the step continues with. ``stats``: op -> {"max_rel_l2", "calls"}."""
+
+    def __init__(self, base):
+        self.base = base
+        self.stats: dict = {}
+
+    def __call__(self, op: str) -> Pick:
+        p = self.base(op)
+        if not p.fused:
+            return p
+        stock, fused = ops.get(op).stock, p.fn
+        st = self.stats.setdefault(op, {"max_rel_l2": 0.0, "calls": 0})
+
+        def clone(a):
+            return a.clone() if isinstance(a, torch.Tensor) else a
+
+        def fn(*args, **kwargs):
+            cargs = [clone(a) for a in args]
+            ckw = {k: clone(v) for k, v in kwargs.items()}
+            y = fused(*args, **kwargs)
+            ys = stock(*cargs, **ckw)
+            pairs = zip(y, ys) if isinstance(y, tuple) else [(y, ys)]
+            for a, b in pairs:
+                if a.is_floating_point():
+                    r = _rel(a, b)
+                    st["max_rel_l2"] = max(st["max_rel_l2"], r) if r == r else float("nan")
+            st["calls"] += 1
+            return y
+
+        return Pick(p.op, p.variant, p.value, p.impl, fn, p.via + "+shadow")
+
+
+def _perturbed(x: torch.Tensor, seed: int = 7) -> torch.Tensor:
+    """x with every bf16 element moved by one unit in the last place (random direction)."""
+    g = torch.Generator(device=x.device)
+    g.manual_seed(seed)
+    step = torch.randint(0, 2, x.shape, generator=g, device=x.device, dtype=torch.int16) * 2 - 1
+    return (x.contiguous().view(torch.int16) + step).view(torch.bfloat16)
 
 
 def model_ops(values) -> set[str]:
@@ -101,8 +158,15 @@ def measure(model: DecodeStepModel, replays: int, cuda: bool) -> dict:
     row: dict = {}
     try:
         model.reset_state()
-        c = counter.count_launches(model.step)
-        row.update(launch_sites=c.total, aten_launches=sum(c.aten.values()), triton_launches=sum(c.triton.values()))
+        c = counter.LaunchCounter()
+        model.part_hook = c.part_scope
+        try:
+            with c:
+                model.step()
+        finally:
+            model.part_hook = None
+        row.update(launch_sites=c.total, aten_launches=sum(c.aten.values()), triton_launches=sum(c.triton.values()),
+                   launch_parts={str(k): v for k, v in sorted(c.by_part.items(), key=lambda kv: -kv[1])})
         if cuda:
             model.reset_state()
             g, _, nodes = counter.capture(model.step)
@@ -185,29 +249,41 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
             m = DecodeStepModel(w, inp, choosers[name], flags=vals)
             models[name] = m
             outs[name] = m.step()
-            if not any(p.fused for p in m.picks.values()):
-                result["checks"].append({"requests": R, "what": f"{name}: ops vs their stock implementations",
-                                         "rel_l2": 0.0, "tol": IMPL_TOL, "ok": True, "note": "no fused op"})
-                if R == plan["requests"][0]:
-                    result["memory"][name] = memory_report(m, profs[name], cfg)
-                continue
-            ref = DecodeStepModel(w, inp, stock_impl_chooser(vals), flags=vals)
-            y_ref = ref.step()
-            rel = _rel(outs[name], y_ref)
-            ok = bool(torch.isfinite(outs[name]).all()) and rel <= IMPL_TOL
-            result["checks"].append({"requests": R, "what": f"{name}: ops vs their stock implementations",
-                                     "rel_l2": rel, "tol": IMPL_TOL, "ok": ok})
             if R == plan["requests"][0]:
                 result["memory"][name] = memory_report(m, profs[name], cfg)
-            del ref, y_ref
+            if not any(p.fused for p in m.picks.values()):
+                continue
+            # gated: each fused op against its stock implementation on the same inputs, at every call
+            shadow = ShadowChooser(choosers[name])
+            DecodeStepModel(w, inp, shadow, flags=vals).step()
+            for op, st in sorted(shadow.stats.items()):
+                if not st["calls"]:
+                    continue  # chosen but not used (hc_mix when the fp8 decode path takes precedence)
+                tol = OP_TOL.get(op, IMPL_TOL)
+                result["checks"].append({"requests": R, "what": f"{name}: {op} fused vs stock, in situ "
+                                         f"({st['calls']} calls, max)", "rel_l2": st["max_rel_l2"], "tol": tol,
+                                         "ok": st["max_rel_l2"] <= tol})
+            # reported: the whole step against every op at its stock implementation, and how far a one-ulp
+            # change of the step's input moves the output (the network's own amplification of rounding)
+            y_ref = DecodeStepModel(w, inp, stock_impl_chooser(vals), flags=vals).step()
+            m.reset_state()
+            y_pert = m.step(_perturbed(inp.x0))
+            m.reset_state()
+            result["checks"].append({"requests": R, "what": f"{name}: whole step vs stock implementations",
+                                     "rel_l2": _rel(outs[name], y_ref), "tol": None,
+                                     "ok": bool(torch.isfinite(outs[name]).all()),
+                                     "note": "reported; compare with the one-ulp input sensitivity below"})
+            result["checks"].append({"requests": R, "what": f"{name}: whole step, input moved by 1 bf16 ulp",
+                                     "rel_l2": _rel(y_pert, outs[name]), "tol": None, "ok": True,
+                                     "note": "the random-weight network's amplification of a rounding-size change"})
+            del y_ref, y_pert
         if Q:
             rel = _rel(outs[P], outs[Q])
             same_formats = models[P].hc_fp8 == models[Q].hc_fp8
-            result["checks"].append({"requests": R, "what": f"{P} vs {Q}", "rel_l2": rel,
-                                     "tol": IMPL_TOL if same_formats else None,
-                                     "ok": (rel <= IMPL_TOL) if same_formats else bool(torch.isfinite(outs[P]).all()),
-                                     "note": None if same_formats else
-                                     "weight formats differ (fp8 HC copies): a numerics change, reported not gated"})
+            result["checks"].append({"requests": R, "what": f"{P} vs {Q}, whole step", "rel_l2": rel, "tol": None,
+                                     "ok": bool(torch.isfinite(outs[P]).all() and torch.isfinite(outs[Q]).all()),
+                                     "note": "reported (the in-situ op checks are the gate)" + (
+                                         "" if same_formats else "; weight formats differ (fp8 HC copies)")})
         for name in names:
             row = {"requests": R, "M": R * cfg.spec_tokens, "profile": name}
             row.update(measure(models[name], replays, cuda))
@@ -311,7 +387,7 @@ def main(argv=None) -> int:
     ap.add_argument("--device", choices=("cuda", "cpu"))
     a = ap.parse_args(argv)
     plan = json.load(open(a.plan))
-    if a.device != "cpu" and not torch.cuda.is_available() and plan.get("config") != "tiny":
+    if a.device != "cpu" and not torch.cuda.is_available() and not str(plan.get("config", "")).startswith("tiny"):
         print("no CUDA GPU here: the decode-step benchmark needs one (the tiny configuration runs on the CPU)")
         return 0
     res = run_plan(plan, device=a.device, log=lambda s: print(s, file=sys.stderr, flush=True), out_path=a.out)

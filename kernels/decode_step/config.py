@@ -100,7 +100,11 @@ TINY = StepConfig(
     experts=16, top_k=4, expert_inter=32, shared_inter=32,
 )
 
-CONFIGS = {"flash-next-tp4": FLASH_NEXT_TP4, "tiny": TINY}
+# The tiny dimensions at the real depth (12 x (3 GDN, 1 attention) = 48 layers, 97 HC modules): how rounding-size
+# differences grow over the whole stack, on the CPU.
+TINY_DEEP = replace(TINY, name="tiny-deep", groups=12, gdn_per_group=3)
+
+CONFIGS = {"flash-next-tp4": FLASH_NEXT_TP4, "tiny": TINY, "tiny-deep": TINY_DEEP}
 
 
 def get_config(name: str, **overrides) -> StepConfig:

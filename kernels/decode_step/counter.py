@@ -46,6 +46,8 @@ class LaunchCounter(TorchDispatchMode):
         self.triton: Counter = Counter()
         self._inside_triton = 0
         self._patches: list = []
+        self.part: str | None = None
+        self.by_part: Counter = Counter()  # launches per part (see part_scope)
 
     @property
     def total(self) -> int:
@@ -54,7 +56,17 @@ class LaunchCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if not self._inside_triton and _is_launch(func):
             self.aten[func._schema.name.split("::")[-1]] += 1
+            self.by_part[self.part] += 1
         return func(*args, **(kwargs or {}))
+
+    @contextlib.contextmanager
+    def part_scope(self, name: str):
+        """Attribute the launches inside to ``name`` (nested scopes: the innermost wins)."""
+        prev, self.part = self.part, name
+        try:
+            yield
+        finally:
+            self.part = prev
 
     def __enter__(self):
         self._patch_triton()
@@ -92,6 +104,7 @@ class LaunchCounter(TorchDispatchMode):
                     return __orig(fn_self, *args, **kwargs)
                 counter.triton[getattr(fn_self, "__name__", None) or getattr(getattr(fn_self, "fn", None),
                                                                             "__name__", "triton")] += 1
+                counter.by_part[counter.part] += 1
                 counter._inside_triton += 1
                 try:
                     return __orig(fn_self, *args, **kwargs)

@@ -238,11 +238,14 @@ class DecodeStepModel:
             self.notes.append("shared_expert: no op in the op table yet; plain bf16 composition in every profile")
         self.shared_expert_fn = self._shared_expert_adapter()
         self.profile_parts = False  # True: each part runs inside a profiler range "part:<name>"
+        self.part_hook = None  # or a callable name -> context manager (e.g. LaunchCounter.part_scope)
         self._alloc_state()
 
     def _p(self, name: str):
         if self.profile_parts:
             return torch.profiler.record_function("part:" + name)
+        if self.part_hook is not None:
+            return self.part_hook(name)
         return contextlib.nullcontext()
 
     # ----------------------------------------------------------------------------- state & metadata

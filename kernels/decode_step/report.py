@@ -27,10 +27,13 @@ def render(res: dict) -> str:
     out.append("")
     out.append("checks (relative L2 of the step output):")
     out.append(_table(["requests", "what", "rel_l2", "tol", "ok"],
-                      [[str(c["requests"]), c["what"], f"{c['rel_l2']:.2e}", _f(c.get("tol")), str(c["ok"])]
+                      [[str(c["requests"]), c["what"], f"{c['rel_l2']:.2e}",
+                        f"{c['tol']:.0e}" if c.get("tol") is not None else "-", str(c["ok"])]
                        for c in res["checks"]]))
+    seen = set()
     for c in res["checks"]:
-        if c.get("note"):
+        if c.get("note") and c["note"] not in seen:
+            seen.add(c["note"])
             out.append(f"  note ({c['what']}): {c['note']}")
     out.append("")
     rows = []
@@ -47,11 +50,20 @@ def render(res: dict) -> str:
     for q in res.get("ratios", []):
         out.append(f"  requests {q['requests']}: speedup {q['speedup']:.3f}x"
                    + (f", nodes {q['nodes_ratio']:.3f} of the baseline's" if q.get("nodes_ratio") else ""))
+    first = [r for r in res["rows"] if r["requests"] == res["rows"][0]["requests"] and r.get("launch_parts")]
+    if first:
+        out.append("")
+        names = [r["profile"] for r in first]
+        out.append(f"launch sites per part and step (requests {first[0]['requests']}):")
+        keys = sorted({k for r in first for k in r["launch_parts"]},
+                      key=lambda k: -max(r["launch_parts"].get(k, 0) for r in first))
+        out.append(_table(["part"] + names, [[k] + [str(r["launch_parts"].get(k, 0)) for r in first] for k in keys]))
     parts = [r for r in res["rows"] if r.get("parts")]
     if parts:
         out.append("")
         names = [r["profile"] for r in parts]
-        out.append(f"device time per part, ms per step (eager, kernels only), requests {parts[0]['requests']}:")
+        out.append(f"device time per part, ms per step (eager; kernels launched through ATen only: Triton launches "
+                   f"are not attributed by the profiler and show ~0), requests {parts[0]['requests']}:")
         by = {}
         for r in parts:
             for p in r["parts"]:
@@ -90,26 +102,26 @@ def render(res: dict) -> str:
 
 
 def release_records(res: dict, command: str, platform: str = "h200") -> list[dict]:
-    """``[[bench]]`` records (registry BenchRecord fields) for a release manifest: ms per step, graph nodes
-    and speedup per request count and profile, on config ``h200_tp4_shard``."""
+    """``[[bench]]`` records (registry BenchRecord fields) for a release manifest, one config per profile
+    (``h200_tp4_shard.<profile>``): ms per step and graph nodes per request count (``@r<requests>``), and the
+    speedup over the baseline profile."""
     recs = []
     for r in res["rows"]:
         if "ms" not in r:
             continue
-        base = {"config": "h200_tp4_shard", "stack": "ours", "platform": platform, "command": command,
-                "source": f"r9kctl bench decode-step, profile {r['profile']}, context {res['context']}"}
-        recs.append({**base, "metric": f"decode_step_ms@{r['profile']}@r{r['requests']}", "value": round(r["ms"], 3),
-                     "unit": "ms"})
+        base = {"config": f"h200_tp4_shard.{r['profile']}", "stack": "ours", "platform": platform, "command": command,
+                "source": f"r9kctl bench decode-step: one TP4-rank decode step, MTP-3, context {res['context']}, "
+                          f"CUDA-graph replay median"}
+        recs.append({**base, "metric": f"decode_step_ms@r{r['requests']}", "value": round(r["ms"], 3), "unit": "ms"})
         if (r.get("graph") or {}).get("nodes"):
-            recs.append({**base, "metric": f"graph_nodes@{r['profile']}@r{r['requests']}",
-                         "value": float(r["graph"]["nodes"]), "unit": "nodes"})
-    for r in res["rows"]:
-        if r.get("error"):
-            out.append(f"  ERROR requests {r['requests']} {r['profile']}: {r['error']}")
+            recs.append({**base, "metric": f"graph_nodes@r{r['requests']}", "value": float(r["graph"]["nodes"]),
+                         "unit": "nodes"})
+    profiles = list(res["profiles"])
     for q in res.get("ratios", []):
-        recs.append({"config": "h200_tp4_shard", "stack": "ours", "platform": platform, "command": command,
-                     "metric": f"decode_step_speedup@r{q['requests']}", "value": round(q["speedup"], 3), "unit": "x",
-                     "source": "r9kctl bench decode-step"})
+        recs.append({"config": f"h200_tp4_shard.{profiles[0]}", "stack": "ours", "platform": platform,
+                     "command": command, "metric": f"decode_step_speedup@r{q['requests']}",
+                     "value": round(q["speedup"], 3), "unit": "x",
+                     "source": f"r9kctl bench decode-step: {profiles[0]} over {profiles[-1]}"})
     return recs
 
 

@@ -49,7 +49,7 @@ def _rel(a, b):
 # ----------------------------------------------------------------------------------------- counter
 
 
-def test_counter_counts_launch_sites(seed):
+def test_counter_counts_launch_sites(rng, device):
     import triton
     import triton.language as tl
 
@@ -58,12 +58,11 @@ def test_counter_counts_launch_sites(seed):
         o = tl.arange(0, B)
         tl.store(x_ptr + o, tl.load(x_ptr + o) * 2)
 
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(16, generator=g)
+    x = torch.randn(16, generator=rng, device=device)
 
     def fn():
         y = x.view(4, 4).t()          # views: nothing on the device
-        z = torch.empty(3)            # allocation: nothing
+        z = torch.empty(3, device=device)  # allocation: nothing
         z.fill_(1.0)                  # 1 (memset-like kernel)
         w = y + 1                     # 1
         _ = w[1:3, :2]                # view
@@ -74,6 +73,18 @@ def test_counter_counts_launch_sites(seed):
     c = count_launches(fn)
     assert c.total == 5, (dict(c.aten), dict(c.triton))
     assert sum(c.triton.values()) == 2 and sum(c.aten.values()) == 3
+    # attribution to parts: the innermost scope wins, launches outside any scope go to None
+    from r9k.kernels.decode_step.counter import LaunchCounter
+
+    c = LaunchCounter()
+    with c:
+        x.add(1)
+        with c.part_scope("a"):
+            x.mul(2)
+            with c.part_scope("b"):
+                _double[(1,)](x, B=16)
+            x.sub(1)
+    assert dict(c.by_part) == {None: 1, "a": 2, "b": 1}
 
 
 def test_counter_matches_the_ops_documented_launches(rng, device):
@@ -252,8 +263,12 @@ def test_run_plan_tiny_reports_checks_launches_and_memory(reg):
     assert not diags
     res = run_plan(plan, device="cpu", log=lambda s: None)
     assert res["ok"], res["checks"]
+    in_situ = {c["what"].split(": ")[1].split(" ")[0] for c in res["checks"] if "in situ" in c["what"]}
+    assert {"fp8_block_linear", "gdn_decode", "hc_mix_fp8", "qk_norm_rope", "qsa_glue", "router_gemm"} <= in_situ
     rows = {r["profile"]: r for r in res["rows"]}
     assert rows["stock"]["launch_sites"] > 2 * rows["tp4-default"]["launch_sites"]
+    for r in rows.values():  # every launch is attributed to a part of the model
+        assert sum(r["launch_parts"].values()) == r["launch_sites"] and "None" not in r["launch_parts"]
     mem = {v["variant"]: v for v in res["memory"]["tp4-default"]["variants"]}
     assert mem["hc_fp8_decode"]["model_bytes"] > 0 and mem["hc_free_bf16"]["model_bytes"] < 0
     text = render(res)
@@ -266,6 +281,44 @@ def test_run_plan_tiny_reports_checks_launches_and_memory(reg):
     assert len(recs) == 5
     for rec in recs:
         BenchRecord(**rec)
+
+
+def test_shadow_check_catches_a_wrong_fused_op(rng, tiny_weights):
+    """The in-situ check is not vacuous: a fused op that is off by 1% is reported above its tolerance."""
+    from r9k.kernels.decode_step.bench import OP_TOL, ShadowChooser
+    from r9k.kernels.decode_step.dispatch import Pick
+
+    good = ops.get("router_gemm")
+
+    def base(op):
+        kop = ops.get(op)
+        if op == "router_gemm":
+            return Pick(op, kop.variant, "r9k", "fused", lambda x, w, out=None: good.stock(x, w) * 1.01, "test")
+        return Pick(op, kop.variant, None, "stock", kop.stock, "test")
+
+    shadow = ShadowChooser(base)
+    DecodeStepModel(tiny_weights, StepInputs.build(TINY, 1, 32), shadow).step()
+    st = shadow.stats["router_gemm"]
+    assert st["calls"] == TINY.layers and st["max_rel_l2"] > OP_TOL["router_gemm"]
+
+
+def test_release_records_show_in_r9kctl_diff(tmp_path, capsys, reg):
+    """Recorded into a release manifest (a copy of the registry), the numbers show in ``r9kctl diff``."""
+    import shutil
+
+    from r9k.kernels.decode_step.report import records_toml
+    from r9k.r9kctl.cli import main
+
+    res = json.loads((REPO / "kernels/decode_step/results/h200_tp4-default_vs_stock.json").read_text())
+    root = tmp_path / "registry"
+    shutil.copytree(REPO / "registry", root)
+    latest = sorted((root / "releases").glob("v*.toml"), key=lambda p: [int(x) for x in p.stem[1:].split(".")])[-1]
+    prev = sorted((root / "releases").glob("v*.toml"), key=lambda p: [int(x) for x in p.stem[1:].split(".")])[-2]
+    latest.write_text(latest.read_text() + "\n" + records_toml(release_records(res, "bash scripts/h200_decode_step.sh")))
+    capsys.readouterr()
+    assert main(["--registry", str(root), "diff", prev.stem, latest.stem]) == 0
+    out = capsys.readouterr().out
+    assert "h200_tp4_shard.tp4-default" in out and "h200_tp4_shard.stock" in out
 
 
 def test_memory_per_module_matches_the_registry(reg):
