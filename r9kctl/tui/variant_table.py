@@ -142,7 +142,7 @@ class VariantTable(ScrollView, can_focus=True):
         self._cells: dict[str, tuple] = {}
         self._state: dict[str, tuple] = {}
         self._strips: dict[tuple, Strip] = {}  # (vid, selected, even, focused, theme) -> rendered row
-        self._header: Optional[Strip] = None
+        self._header: Optional[tuple] = None  # ((scroll_x, width), rendered header)
 
     # ------------------------------------------------------------------------------ data
 
@@ -240,24 +240,42 @@ class VariantTable(ScrollView, can_focus=True):
 
     # ------------------------------------------------------------------------------ rendering
 
+    def _window(self, line: Text, scroll_x: int, width: int) -> Text:
+        """The visible part of a row's text, padded to the width. Cutting the text before rendering is
+        much cheaper than cropping a rendered strip; every cell here is one column wide (ids, knobs,
+        values, and the marks), which the fallback checks."""
+        if line.cell_len != len(line.plain):
+            return line  # a wide character: let the strip be cropped instead
+        part = line[scroll_x:scroll_x + width]
+        part.pad_right(width - len(part.plain))
+        return part
+
+    def _strip(self, line: Text, style, scroll_x: int, width: int) -> Strip:
+        part = self._window(line, scroll_x, width)
+        segs = [Segment(t, style + s if s else style) for t, s, _c in part.render(self.app.console)]
+        strip = Strip(segs)
+        if part is line:
+            strip = strip.crop_extend(scroll_x, scroll_x + width, style)
+        return strip
+
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
         width = self.size.width
         base = self.rich_style
         if y == 0:
-            if self._header is None:
-                head_style = self.get_component_rich_style("variant-table--header")
+            key = ("", scroll_x, width)
+            if self._header is None or self._header[0] != key:
+                head_style = base + self.get_component_rich_style("variant-table--header")
                 line = _line(Text(label) for _k, label, _w in COLUMNS)
-                line.stylize(base + head_style)
-                self._header = Strip(list(line.render(self.app.console)), ROW_WIDTH)
-            return self._header.crop_extend(scroll_x, scroll_x + width, base)
+                self._header = (key, self._strip(line, head_style, scroll_x, width))
+            return self._header[1]
         row = scroll_y + y - 1
         if row >= len(self._shown):
             return Strip.blank(width, base)
         vid = self._shown[row]
         selected = row == self.cursor_row
         even = row % 2 == 1
-        key = (vid, selected, even, self.has_focus)
+        key = (vid, selected, even, self.has_focus, scroll_x, width)
         strip = self._strips.get(key)
         if strip is None:
             style = base
@@ -265,8 +283,8 @@ class VariantTable(ScrollView, can_focus=True):
                 style = style + self.get_component_rich_style("variant-table--even")
             if selected:
                 style = style + self.get_component_rich_style("variant-table--cursor")
-            line = _line(self._cells[vid])
-            segs = [Segment(t, style + s if s else style) for t, s, _c in line.render(self.app.console)]
-            strip = Strip(segs, ROW_WIDTH)
+            strip = self._strip(_line(self._cells[vid]), style, scroll_x, width)
+            if len(self._strips) > 8 * len(self._shown) + 64:  # scrolled sideways a lot: start afresh
+                self._strips.clear()
             self._strips[key] = strip
-        return strip.crop_extend(scroll_x, scroll_x + width, base)
+        return strip
