@@ -214,9 +214,15 @@ class _ParseCache:
             self.data[str(path)] = (st.st_mtime_ns, st.st_size, data, heads)
             self.dirty = True
 
+    MAX_ENTRIES = 200
+
     def save(self) -> None:
         if not (self.enabled and self.dirty):
             return
+        # forget files that are gone (temporary trees of tests, moved registries), then the oldest entries
+        self.data = {k: v for k, v in self.data.items() if os.path.exists(k)}
+        while len(self.data) > self.MAX_ENTRIES:
+            self.data.pop(next(iter(self.data)))
         try:
             import pickle
             import tempfile
@@ -271,6 +277,7 @@ class Registry:
     origins: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     texts: dict[str, Optional[str]] = field(default_factory=dict)  # file -> text (None: read when needed)
     _knobs: dict[str, str] = field(default_factory=dict)
+    _memo: dict = field(default_factory=dict)  # derived data cached for this registry object (see validate)
 
     def __post_init__(self) -> None:
         for v in self.variants.values():
@@ -306,6 +313,13 @@ class Registry:
 
     def locate(self, kind: str, key: str, loc: Iterable = ()) -> tuple[Optional[str], Optional[int], Optional[int]]:
         """File, line, column of an item (and optionally a key inside it)."""
+        memo_key = ("locate", kind, key, tuple(loc))
+        if memo_key in self._memo:
+            return self._memo[memo_key]
+        self._memo[memo_key] = out = self._locate(kind, key, tuple(loc))
+        return out
+
+    def _locate(self, kind: str, key: str, loc: tuple):
         origin = self.origins.get((kind, key))
         if not origin:
             return None, None, None

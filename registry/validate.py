@@ -219,14 +219,28 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
     return b
 
 
+def gate_states(reg: Registry):
+    """The ledger's gate states, computed once per registry object and ledger file version (the source
+    hashes behind them are computed at that time: a long-lived session calls ``reg._memo.clear()``
+    after editing kernel sources)."""
+    from . import ledger
+
+    path = ledger.ledger_path(reg)
+    try:
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    key = ("gate_states", str(path), stamp)
+    if key not in reg._memo:
+        reg._memo[key] = ledger.gate_states(reg)
+    return reg._memo[key]
+
+
 def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
     """Warn on an active default-on variant whose gate tests have no fresh passing record in the ledger."""
     try:
-        from . import ledger  # written by the evidence work; optional
-    except ImportError:
-        return
-    try:
-        states = ledger.gate_states(reg)
+        states = gate_states(reg)
     except Exception as exc:  # a broken ledger must not hide the rest of the report
         report.add(Diagnostic("warning", "gate-ledger", f"cannot read the gate ledger: {exc}"))
         return

@@ -36,14 +36,17 @@ def test_every_reference_knob_and_default_is_here(reg):
         assert mine.status.state == {"shipped-default": "default-on", "opt-in": "opt-in", "rejected": "rejected"}[
             v["status"]]
         assert mine.status.reason
-        assert len(mine.measured) == len(v.get("measured", []))
+        assert len([m for m in mine.measured if m.platform == "r9700"]) == len(v.get("measured", []))
         if v.get("note"):
             assert mine.note == v["note"]  # every caveat kept
 
 
 def test_validate_all_is_clean(reg):
     report = validate(reg, all_profiles=True, env={})
-    assert [d.format() for d in report.diagnostics] == []
+    # Gate freshness is the one thing the data alone cannot keep: a kernel edit makes its gate stale
+    # until `r9kctl gate` (or an imported GPU run) records it again. Everything else must be clean.
+    assert [d.format() for d in report.diagnostics if d.code != "gate"] == []
+    assert all(d.level == "warning" for d in report.diagnostics)
     assert set(report.profiles) == set(reg.profiles)
 
 
