@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -29,39 +28,15 @@ class EditError(ValueError):
 
 
 def load_gate_states(reg: Registry) -> Optional[dict]:
-    """variant id -> GateState from the evidence ledger; None where the ledger module is absent or the
-    ledger cannot be read (the column then shows '-'; validation says why)."""
+    """variant id -> GateState from the evidence ledger (memoized on the registry object by the core, so
+    re-validating on a toggle does not re-hash sources); None where the ledger cannot be read (the column
+    then shows '-'; validation says why)."""
     try:
-        from r9k.registry import ledger
-    except ImportError:
-        return None
-    try:
-        return ledger.gate_states(reg)
+        from r9k.registry.validate import gate_states
+
+        return gate_states(reg)
     except Exception:  # noqa: BLE001 - check_profile reports the unreadable ledger itself
         return None
-
-
-@contextmanager
-def gate_states_as_loaded(states: Optional[dict]):
-    """Let ``check_profile`` use the gate states read at load time.
-
-    ``check_profile`` asks ``ledger.gate_states`` on every call, which re-reads the ledger and hashes
-    every gated variant's source files (~10 ms with six gated variants, and growing): too slow for a
-    re-validation on each toggle, and the answer cannot change with a toggle (it depends on files, not on
-    the profile's values). The session reads the states once per load (and again on reload/save), and
-    this hands them to the one call. A stopgap until ``check_profile`` takes the states as an argument.
-    """
-    if states is None:
-        yield
-        return
-    from r9k.registry import ledger
-
-    original = ledger.gate_states
-    ledger.gate_states = lambda reg, ledger_path=None: states
-    try:
-        yield
-    finally:
-        ledger.gate_states = original
 
 
 class Session:
@@ -321,8 +296,7 @@ class Session:
         report = Report()
         for d in self.registry_report.diagnostics:
             report.add(d)
-        with gate_states_as_loaded(self.gates):
-            self.budget = check_profile(reg, rs, report)
+        self.budget = check_profile(reg, rs, report)
         self.rs, self.report = rs, report
         if self.budget is not None:
             kv = self.budget.kv_tokens
