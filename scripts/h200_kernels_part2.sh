@@ -44,7 +44,7 @@ for name, fn in [("qsa_glue", lambda: bench_qsa_glue.run(bw)), ("qk_rope", lambd
 r = step("gdn_decode", lambda: bench_gdn_decode.run(bw))
 if r:
     rows += r[0]; extra["gdn_warps"] = r[1]
-    print(fmt_table(r[1], ["M", "num_warps", "fused us"]))
+    print(fmt_table(r[1], ["M", "block_v", "num_warps", "fused us"]))
 s = step("gemm sweep", bench_shared_expert.sweep_gemm)
 if s:
     extra["gemm_sweep"] = s

@@ -2,7 +2,7 @@
 replay rotating over 36 state pools (as the anchor in h200-anchors.md), Flash-Next TP4 (4 key / 12 value heads).
 
 M = tokens: 1 (one request, one candidate), 4, 8, 16 (1, 2, 4 requests x 4 MTP-3 candidates). Also a sweep of
-the fused kernel's num_warps. Run: ``python -m r9k.kernels.gdn_decode.bench_gdn_decode``.
+the fused kernel's value-row block and num_warps. Run: ``python -m r9k.kernels.gdn_decode.bench_gdn_decode``.
 """
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ ARGS = ["mixed_qkv", "z", "b", "a", "A_log", "dt_bias", "norm_weight", "state", 
         "state_indices", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "eps", "gate", "scale", "out"]
 
 
-def run(bw, warps_sweep=(4, 8, 16)):
+def run(bw, sweep_cfgs=((128, 8), (128, 16), (64, 4), (64, 8), (32, 2), (32, 4), (16, 2), (16, 4))):
     from . import reference, triton_kernel
     from ._part2_bench import row
 
@@ -43,9 +43,9 @@ def run(bw, warps_sweep=(4, 8, 16)):
         rows.append(row("gdn_decode", M, reference.gdn_spec_decode_core, triton_kernel.gdn_spec_decode_core,
                         sets, sets, floor_bytes, bw))
         from r9k.kernels._bench import graph_time_us
-        for w in warps_sweep:
-            fn = functools.partial(triton_kernel.gdn_spec_decode_core, num_warps=w)
-            sweep.append({"M": M, "num_warps": w, "fused us": graph_time_us(fn, sets)["us"]})
+        for bv, w in sweep_cfgs:
+            fn = functools.partial(triton_kernel.gdn_spec_decode_core, num_warps=w, block_v=bv)
+            sweep.append({"M": M, "block_v": bv, "num_warps": w, "fused us": graph_time_us(fn, sets)["us"]})
     return rows, sweep
 
 
@@ -58,4 +58,4 @@ if __name__ == "__main__":
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
     rows, sweep = run(bw)
     print(fmt_table(rows, COLS + ["fused p10-p90"]))
-    print(fmt_table(sweep, ["M", "num_warps", "fused us"]))
+    print(fmt_table(sweep, ["M", "block_v", "num_warps", "fused us"]))

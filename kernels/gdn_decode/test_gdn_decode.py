@@ -32,18 +32,24 @@ def _flip_rule(f, s, frac=3e-3):
     return n
 
 
-def _check(kw, seed, poison):
+def _check(kw, seed, poison, block_vs=(None,)):
+    for bv in block_vs:
+        _check_one(kw, seed, poison, {} if bv is None else {"block_v": bv})
+
+
+def _check_one(kw, seed, poison, launch):
     state0 = kw["state"].clone()
     ref_y, ref_state = reference.gdn_decode_fp64(**kw)
     stock = reference.gdn_spec_decode_core(**kw)
     st_stock = kw["state"].clone()
     kw["state"].copy_(state0)
     out = poison(torch.empty_like(stock))
-    res = triton_kernel.gdn_spec_decode_core(**kw, out=out)
-    st_fused = kw["state"]
+    res = triton_kernel.gdn_spec_decode_core(**kw, out=out, **launch)
+    st_fused = kw["state"].clone()
+    kw["state"].copy_(state0)
     assert res.data_ptr() == out.data_ptr()
     assert not torch.isnan(out).any(), f"unwritten output rows (seed {seed})"
-    msg = f"(seed {seed})"
+    msg = f"(seed {seed}, {launch})"
 
     # rows of padding sequences and graph-padding rows: exactly zero, in both paths
     act = active_rows(kw).to(out.device)
@@ -98,7 +104,7 @@ SMALL = dict(Hk=2, Hv=6, D=32)
 ])
 def test_gate_interpreter(lens, acc, kwargs, seed, device, poison):
     kw, _ = make_batch(seed, device, lens, acc, **SMALL, **kwargs)
-    _check(kw, seed, poison)
+    _check(kw, seed, poison, block_vs=(8, 32))  # 4 value blocks per head (counter + in-place norm), and 1
 
 
 @needs_triton
@@ -124,4 +130,4 @@ def test_gate_interpreter_real_head_dims(seed, device, poison):
 def test_gate_gpu(Hk, Hv, case, seed, device, poison):
     case = dict(case)
     kw, _ = make_batch(seed, device, case.pop("lens"), case.pop("acc"), Hk=Hk, Hv=Hv, D=128, **case)
-    _check(kw, seed, poison)
+    _check(kw, seed, poison, block_vs=(None, 64, 128))

@@ -1,9 +1,13 @@
 """Fused Gated DeltaNet speculative-decode core: gating, l2-norms, delta-rule recurrence over the candidates,
 state stores and the gated RMS-norm output in ONE launch per layer.
 
-Grid ``(N + 1, Hv)``: program (n, v) owns sequence n's value head v, with the whole 128 x 128 fp32 state in
-registers (so the gated norm over the 128 value dims needs no exchange between programs); program (N, v) zeroes
-the graph-padding rows past ``cu[N]``. All of a sequence's candidate rows (q, k, v, z, b, a: at most S_MAX) are
+Grid ``(N + 1, Hv, DV / BV)``: program (n, v, j) owns rows j*BV .. of sequence n's value head v (the delta
+rule is independent per value row), ``BV x 128`` of fp32 state in registers; programs (N, v, j) zero the
+graph-padding rows past ``cu[N]``. The gated RMS norm couples the 128 value rows: with BV < 128 every block
+writes its bf16 ``o`` into the output and the last block of a (sequence, head) to arrive -- an atomic counter
+with acquire/release order -- norms the whole head in place (no block ever waits, so no deadlock at any grid
+size). Per token the two products of the old state, ``H k`` and ``H q``, are independent reductions and
+``o = d (H q) + u (k . q)``, so the state update is off the reduction chain. All of a sequence's candidate rows (q, k, v, z, b, a: at most S_MAX) are
 loaded up front together with the state, so the per-token loop has no memory latency on its critical path;
 the state stores are fire-and-forget. The output of all candidates is normed and stored once at the end.
 
@@ -28,26 +32,30 @@ def _pick(tile, rows, i):
 
 @triton.jit
 def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, state_ptr, cu_ptr, acc_ptr, idx_ptr,
-                       out_ptr, N, T, s_qkv, s_z, s_b, s_a, s_out, s_slot, s_idx, scale, eps,
-                       HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
+                       out_ptr, cnt_ptr, N, T, S, s_qkv, s_z, s_b, s_a, s_out, s_slot, s_idx, scale, eps,
+                       HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
                        S_MAX: tl.constexpr, GATE_SILU: tl.constexpr, STATE_BF16: tl.constexpr):
+    NB: tl.constexpr = DV // BV  # value-row blocks per head (programs per (sequence, head))
     n = tl.program_id(0)
     hv = tl.program_id(1)
+    vb = tl.program_id(2)
     dk = tl.arange(0, DK)
+    dvb = vb * BV + tl.arange(0, BV)  # this program's value rows
     dv = tl.arange(0, DV)
     rows = tl.arange(0, S_MAX)
     if n == N:
-        # graph padding past the last sequence: zero rows cu[N] .. T-1
+        # graph padding past the last sequence: zero rows cu[N] .. T-1 (this program's columns)
         tail = tl.load(cu_ptr + N)
         for base in range(tail, T, S_MAX):
             r = base + rows
-            tl.store(out_ptr + r[:, None] * s_out + hv * DV + dv[None, :], tl.zeros((S_MAX, DV), tl.bfloat16),
+            tl.store(out_ptr + r[:, None] * s_out + hv * DV + dvb[None, :], tl.zeros((S_MAX, BV), tl.bfloat16),
                      mask=(r < T)[:, None])
     else:
         start = tl.load(cu_ptr + n)
         L = tl.load(cu_ptr + n + 1) - start
         acc = tl.load(acc_ptr + n)
-        last = tl.load(idx_ptr + n * s_idx + acc - 1)
+        slots = tl.load(idx_ptr + n * s_idx + rows, mask=rows < S, other=0)  # every candidate's slot, up front
+        last = tl.sum(tl.where(rows == acc - 1, slots, 0), axis=0)
         valid = last > 0
         n_iter = tl.where(valid, L, 0)
         hk = hv // (HV // HK)
@@ -57,55 +65,92 @@ def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, s
         qrow = qkv_ptr + r[:, None] * s_qkv
         Q = tl.load(qrow + hk * DK + dk[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
         K = tl.load(qrow + HK * DK + hk * DK + dk[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
-        V = tl.load(qrow + 2 * HK * DK + hv * DV + dv[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
-        Z = tl.load(z_ptr + r[:, None] * s_z + hv * DV + dv[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
+        V = tl.load(qrow + 2 * HK * DK + hv * DV + dvb[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
         bb = tl.load(b_ptr + r * s_b + hv, mask=rm, other=0.0).to(tl.float32)
         aa = tl.load(a_ptr + r * s_a + hv, mask=rm, other=0.0).to(tl.float32)
-        # state of the last accepted candidate
-        hoff = hv * DV * DK + dv[:, None] * DK + dk[None, :]
-        # Masks are built from full-shape integer tensors: a scalar boolean mask (or `tensor & scalar_bool`)
-        # is rejected by the CPU interpreter.
-        zero_hv = dv[:, None] * 0 + dk[None, :] * 0
+        # rows of the state of the last accepted candidate. Masks are built from full-shape integer tensors:
+        # a scalar boolean mask (or `tensor & scalar_bool`) is rejected by the CPU interpreter.
+        hoff = hv * DV * DK + dvb[:, None] * DK + dk[None, :]
+        zero_hv = dvb[:, None] * 0 + dk[None, :] * 0
         H = tl.load(state_ptr + tl.maximum(last, 0).to(tl.int64) * s_slot + hoff, mask=(zero_hv + last) > 0,
                     other=0.0).to(tl.float32)
         # per-token gates and normalised q, k
         Qn = Q / tl.sqrt(tl.sum(Q * Q, axis=1) + 1e-6)[:, None] * scale
         Kn = K / tl.sqrt(tl.sum(K * K, axis=1) + 1e-6)[:, None]
+        KQ = tl.sum(Kn * Qn, axis=1)  # k_t . q_t
         x = aa + tl.load(dtb_ptr + hv).to(tl.float32)
         sp = tl.where(x <= 20.0, tl.log(1.0 + tl.exp(x)), x)
         decay = tl.exp(-tl.exp(tl.load(alog_ptr + hv).to(tl.float32)) * sp)
         beta = 1.0 / (1.0 + tl.exp(-bb))
-        O = tl.zeros((S_MAX, DV), tl.float32)
+        O = tl.zeros((S_MAX, BV), tl.float32)
         for i in range(0, n_iter):
+            sel = rows == i
             k = _pick(Kn, rows, i)
             q = _pick(Qn, rows, i)
             v = _pick(V, rows, i)
-            d_i = tl.sum(tl.where(rows == i, decay, 0.0), axis=0)
-            b_i = tl.sum(tl.where(rows == i, beta, 0.0), axis=0)
-            H = H * d_i
-            u = b_i * (v - tl.sum(H * k[None, :], axis=1))
-            H = H + u[:, None] * k[None, :]
-            o = tl.sum(H * q[None, :], axis=1)
-            O = tl.where((rows == i)[:, None], o[None, :], O)
-            slot = tl.load(idx_ptr + n * s_idx + i)
+            d_i = tl.sum(tl.where(sel, decay, 0.0), axis=0)
+            b_i = tl.sum(tl.where(sel, beta, 0.0), axis=0)
+            kq = tl.sum(tl.where(sel, KQ, 0.0), axis=0)
+            slot = tl.sum(tl.where(sel, slots, 0), axis=0)
+            # H_new = d H + u k^T with u = b (v - d H k): both products of the OLD H are independent, so
+            # o = H_new q = d (H q) + u (k . q) needs no reduction over the updated state.
+            hk_old = tl.sum(H * k[None, :], axis=1)
+            hq_old = tl.sum(H * q[None, :], axis=1)
+            u = b_i * (v - d_i * hk_old)
+            o = d_i * hq_old + u * kq
+            H = H * d_i + u[:, None] * k[None, :]
+            O = tl.where(sel[:, None], o[None, :], O)
             if STATE_BF16:
                 hs = rne_bf16(H).to(tl.bfloat16)
             else:
                 hs = H
             tl.store(state_ptr + tl.maximum(slot, 0).to(tl.int64) * s_slot + hoff, hs, mask=(zero_hv + slot) > 0)
-        # gated RMS norm of every candidate's output, one store
-        Ob = rne_bf16(O)
-        rr = tl.math.rsqrt(tl.sum(Ob * Ob, axis=1) / DV + eps)
-        sg = 1.0 / (1.0 + tl.exp(-Z))
-        if GATE_SILU:
-            g = Z * sg
+        Ob = rne_bf16(O)  # o rounded to bf16 before the norm (stock's rounding point)
+        w_ptrs = out_ptr + r[:, None] * s_out + hv * DV
+        if NB == 1:
+            rr = tl.math.rsqrt(tl.sum(Ob * Ob, axis=1) / DV + eps)
+            Z = tl.load(z_ptr + r[:, None] * s_z + hv * DV + dv[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
+            sg = 1.0 / (1.0 + tl.exp(-Z))
+            if GATE_SILU:
+                g = Z * sg
+            else:
+                g = sg
+            w = tl.load(w_ptr + dv).to(tl.float32)
+            Y = tl.where(rm[:, None], rne_bf16(Ob * rr[:, None] * w[None, :] * g), 0.0)
+            tl.store(w_ptrs + dv[None, :], Y.to(tl.bfloat16), mask=(rows < L)[:, None])
         else:
-            g = sg
-        w = tl.load(w_ptr + dv).to(tl.float32)
-        Y = Ob * rr[:, None] * w[None, :] * g
-        Y = tl.where(rm[:, None], rne_bf16(Y), 0.0)
-        tl.store(out_ptr + r[:, None] * s_out + hv * DV + dv[None, :], Y.to(tl.bfloat16),
-                 mask=(rows < L)[:, None])
+            # The norm needs all DV rows: each block parks its bf16 o in the output; the last block of this
+            # (sequence, head) to arrive (atomic counter, acq_rel) norms all DV columns in place and resets the
+            # counter. No block waits for another, so any grid size is safe.
+            tl.store(w_ptrs + dvb[None, :], Ob.to(tl.bfloat16), mask=(rows < L)[:, None])
+            cnt = tl.atomic_add(cnt_ptr + n * HV + hv, 1, sem="acq_rel")
+            if cnt == NB - 1:
+                Of = tl.load(w_ptrs + dv[None, :], mask=rm[:, None], other=0.0, cache_modifier=".cg").to(tl.float32)
+                rr = tl.math.rsqrt(tl.sum(Of * Of, axis=1) / DV + eps)
+                Z = tl.load(z_ptr + r[:, None] * s_z + hv * DV + dv[None, :], mask=rm[:, None],
+                            other=0.0).to(tl.float32)
+                sg = 1.0 / (1.0 + tl.exp(-Z))
+                if GATE_SILU:
+                    g = Z * sg
+                else:
+                    g = sg
+                w = tl.load(w_ptr + dv).to(tl.float32)
+                Y = tl.where(rm[:, None], rne_bf16(Of * rr[:, None] * w[None, :] * g), 0.0)
+                tl.store(w_ptrs + dv[None, :], Y.to(tl.bfloat16), mask=(rows < L)[:, None])
+                tl.store(cnt_ptr + n * HV + hv, 0)
+
+
+_COUNTERS: dict = {}
+
+
+def _counters(device, n: int) -> torch.Tensor:
+    """Zeroed int32 arrival counters (the kernel leaves them zero); grown, never shrunk, per device."""
+    key = str(device)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+        _COUNTERS[key] = buf
+    return buf
 
 
 def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
@@ -113,12 +158,14 @@ def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tens
                          cu_seqlens: torch.Tensor, num_accepted: torch.Tensor, state_indices: torch.Tensor,
                          num_k_heads: int, num_v_heads: int, head_k_dim: int = 128, head_v_dim: int = 128,
                          eps: float = 1e-6, gate: str = "sigmoid", scale: float | None = None,
-                         out: torch.Tensor | None = None, num_warps: int = 8) -> torch.Tensor:
+                         out: torch.Tensor | None = None, num_warps: int = 4, block_v: int = 32) -> torch.Tensor:
     """Fused form of :func:`r9k.kernels.gdn_decode.reference.gdn_spec_decode_core` (same arguments, one launch).
 
     Extra requirements: head dims powers of two, Hv % Hk == 0, state [slots, Hv, Dv, Dk] contiguous per slot
     (fp32 or bf16), at most 8 candidates per sequence (``state_indices.shape[1] <= 8``); last dims of
-    mixed_qkv and z contiguous. ``num_warps`` is a tuning knob (the benchmark sweeps it).
+    mixed_qkv and z contiguous. ``block_v`` (value rows per program, DV = one program per head) and
+    ``num_warps`` are tuning knobs (the benchmark sweeps them). With block_v < DV the programs of one head meet
+    through an arrival counter in a small persistent workspace: calls on concurrent streams must not overlap.
     """
     T = mixed_qkv.shape[0]
     N, S = state_indices.shape
@@ -133,11 +180,15 @@ def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tens
         return out
     if scale is None:
         scale = Dk ** -0.5
-    _gdn_decode_kernel[(N + 1, Hv)](
-        mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted, state_indices, out,
-        N, T, mixed_qkv.stride(0), z.stride(0), b.stride(0), a.stride(0), out.stride(0), state.stride(0),
+    block_v = min(block_v, Dv)
+    if Dv % block_v:
+        raise ValueError("block_v must divide the value head dim")
+    cnt = _counters(mixed_qkv.device, N * Hv)
+    _gdn_decode_kernel[(N + 1, Hv, Dv // block_v)](
+        mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted, state_indices, out, cnt,
+        N, T, S, mixed_qkv.stride(0), z.stride(0), b.stride(0), a.stride(0), out.stride(0), state.stride(0),
         state_indices.stride(0), float(scale), float(eps),
-        HK=Hk, HV=Hv, DK=Dk, DV=Dv, S_MAX=max(triton.next_power_of_2(S), 2), GATE_SILU=(gate == "silu"),
-        STATE_BF16=(state.dtype == torch.bfloat16), num_warps=num_warps,
+        HK=Hk, HV=Hv, DK=Dk, DV=Dv, BV=block_v, S_MAX=max(triton.next_power_of_2(S), 2),
+        GATE_SILU=(gate == "silu"), STATE_BF16=(state.dtype == torch.bfloat16), num_warps=num_warps,
     )
     return out

@@ -35,6 +35,20 @@ def mrope_selector(half: int, sections, interleaved: bool) -> list[int]:
     return sel
 
 
+_SELECTORS: dict = {}
+
+
+def _selector_tensor(half, sections, interleaved, device) -> torch.Tensor:
+    """The MRoPE row selector as a device tensor, made once per (shape, device): a host-to-device copy inside
+    the forward would break CUDA-graph capture."""
+    key = (half, tuple(int(s) for s in sections), bool(interleaved), str(device))
+    t = _SELECTORS.get(key)
+    if t is None:
+        t = torch.tensor(mrope_selector(half, sections, interleaved), device=device)
+        _SELECTORS[key] = t
+    return t
+
+
 def gemma_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """vLLM's GemmaRMSNorm.forward_static: ``bf16((x * rsqrt(mean(x^2) + eps)) * (1 + w))`` in fp32."""
     orig = x.dtype
@@ -75,7 +89,7 @@ def apply_rope(y: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Te
             raise ValueError("3-row positions need mrope_section")
         cos_sin = cos_sin_cache[positions]  # [3, T, rot]
         cos, sin = cos_sin.chunk(2, dim=-1)  # [3, T, half]
-        sel = torch.tensor(mrope_selector(half, mrope_section, mrope_interleaved), device=y.device)
+        sel = _selector_tensor(half, mrope_section, mrope_interleaved, y.device)
         sel = sel.view(1, 1, half).expand(1, cos.shape[1], half)
         cos = cos.gather(0, sel)[0].unsqueeze(-2).to(y.dtype)
         sin = sin.gather(0, sel)[0].unsqueeze(-2).to(y.dtype)

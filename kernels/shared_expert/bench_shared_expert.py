@@ -55,9 +55,10 @@ def run(bw, tps=((4, 160), (2, 320))):
     return rows
 
 
-def sweep_gemm(configs=((16, 16, 512, 4, 3), (16, 32, 256, 4, 3), (16, 16, 256, 4, 4), (16, 64, 128, 4, 3),
-                        (16, 16, 512, 8, 2))):
-    """gate_up GEMM alone (TP4, M=4) under a few (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages) configs."""
+def sweep_gemm(configs=(None, (16, 16, 256, 4, 2, 1), (16, 16, 256, 4, 2, 10), (16, 32, 256, 4, 2, 5),
+                        (16, 16, 128, 4, 2, 10), (16, 16, 512, 4, 2, 5), (16, 16, 256, 8, 2, 5))):
+    """gate_up GEMM alone (TP4, M=4) under a few (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages, SPLIT_K) configs
+    (None = the default heuristic), then the down GEMM."""
     import torch
 
     from r9k.kernels._bench import graph_time_us
@@ -73,7 +74,7 @@ def sweep_gemm(configs=((16, 16, 512, 4, 3), (16, 32, 256, 4, 3), (16, 16, 256, 
         res.append({"config": str(cfg), "gate_up us": graph_time_us(fn, args)["us"]})
     cfgd = [(q, s, W.w2_packed, W.w2_scales) for (_, W, _) in sets]
     aq = (torch.randn(4, 160, device="cuda") * 100).to(torch.float8_e4m3fn)
-    for cfg in ((16, 32, 256, 4, 1), (16, 64, 256, 4, 1), (16, 16, 256, 4, 1), (16, 32, 64, 4, 3)):
+    for cfg in (None, (16, 64, 256, 4, 1, 1), (16, 16, 256, 4, 1, 1), (16, 32, 64, 4, 3, 1), (16, 32, 64, 4, 2, 3)):
         fn = functools.partial(triton_kernel.mxfp4_gemm, config=cfg)
         args = [(aq, s, a[2], a[3]) for a in cfgd]
         res.append({"config": "down " + str(cfg), "gate_up us": graph_time_us(fn, args)["us"]})

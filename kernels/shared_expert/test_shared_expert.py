@@ -113,6 +113,10 @@ def test_building_blocks_interpreter(seed, device, poison):
     gu1 = reference.mxfp4_gemm_torch(q1, s1, W.w1_packed, W.w1_scales)
     gu2 = triton_kernel.mxfp4_gemm(q1, s1, W.w1_packed, W.w1_scales, out=poison(torch.empty_like(gu1)))
     assert int((gu1 != gu2).sum()) <= max(2, gu1.numel() // 500), "gate_up GEMM differs beyond summation order"
+    for cfg in ((16, 16, 64, 4, 2, 4), (16, 32, 64, 4, 2, 3)):  # split-K through the workspace (3: uneven split)
+        gu3 = triton_kernel.mxfp4_gemm(q1, s1, W.w1_packed, W.w1_scales, out=poison(torch.empty_like(gu1)),
+                                       config=cfg)
+        assert int((gu1 != gu3).sum()) <= max(2, gu1.numel() // 500), f"split-K GEMM {cfg} differs"
     # exp() of the two backends may differ by an ulp: allow a rare bf16 flip / fp8 code / scale ulp from that
     assert int((reference.silu_and_mul_torch(gu1) != triton_kernel.silu_and_mul(gu1)).sum()) <= 1
     v = gu1[:, :I].float() / (1.0 + torch.exp(-gu1[:, :I].float())) * gu1[:, I:].float()

@@ -39,16 +39,6 @@ def rne_e4m3(v):
 
 
 @triton.jit
-def _e2m1_to_f32(c):
-    """e2m1 code (int32, 0..15) -> fp32 value: sign bit 3, exponent bits 2..1 (bias 1), mantissa bit 0."""
-    e = (c >> 1) & 3
-    m = c & 1
-    bits = tl.where(e == 0, m * 0x3F000000, ((e + 126) << 23) | (m << 22))
-    bits = bits | ((c >> 3) << 31)
-    return bits.to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def _row_quant_kernel(x_ptr, q_ptr, s_ptr, wg_ptr, g_ptr, K, s_x, s_q, BLOCK_K: tl.constexpr,
                       HAS_GATE: tl.constexpr):
     m = tl.program_id(0)
@@ -84,28 +74,40 @@ def _silu_mul_kernel(gu_ptr, o_ptr, s_ptr, I, s_gu, s_o, BLOCK_I: tl.constexpr, 
 
 
 @triton.jit
-def _mxfp4_gemm_kernel(a_ptr, sa_ptr, w_ptr, ws_ptr, g_ptr, o_ptr, M, N, K, s_am, s_wn, s_wsn, s_om,
+def _mxfp4_decode(c, E):
+    """e2m1 code c (int32 0..15) times 2^(E-127) (E: int32 E8M0, 2..254) -> fp32, built on the bits (exact)."""
+    e = (c >> 1) & 3
+    m = c & 1
+    bits = tl.where(e == 0, tl.where(m == 1, (E - 1) << 23, 0), ((e - 1 + E) << 23) | (m << 22))
+    bits = bits | ((c >> 3) << 31)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _mxfp4_gemm_kernel(a_ptr, sa_ptr, w_ptr, ws_ptr, g_ptr, o_ptr, part_ptr, cnt_ptr, M, N, K, K_SPLIT,
+                       s_am, s_wn, s_wsn, s_om,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       HAS_GATE: tl.constexpr, DOT_F32: tl.constexpr):
+                       SPLIT_K: tl.constexpr, HAS_GATE: tl.constexpr, DOT_F32: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_m = tl.program_id(1)
+    pid_k = tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mm = rm < M
     mn = rn < N
     HB: tl.constexpr = BLOCK_K // 2  # packed bytes per step
     jb = tl.arange(0, HB)
-    KB = K // 2
+    k_lo = pid_k * K_SPLIT // 2
+    k_hi = tl.minimum(k_lo + K_SPLIT // 2, K // 2)
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    for k0 in range(0, KB, HB):
+    for k0 in range(k_lo, k_hi, HB):
         kb = k0 + jb
-        mk = kb < KB
+        mk = kb < k_hi
         wmask = mn[:, None] & mk[None, :]
         wb = tl.load(w_ptr + rn[:, None] * s_wn + kb[None, :], mask=wmask, other=0).to(tl.int32)
-        sc = tl.load(ws_ptr + rn[:, None] * s_wsn + (kb // 16)[None, :], mask=wmask, other=127).to(tl.int32)
-        scale = (sc << 23).to(tl.float32, bitcast=True)  # 2^(E-127), E in 1..254
-        w_lo = _e2m1_to_f32(wb & 15) * scale  # elements 2j (exact in bf16)
-        w_hi = _e2m1_to_f32(wb >> 4) * scale  # elements 2j+1
+        E = tl.load(ws_ptr + rn[:, None] * s_wsn + (kb // 16)[None, :], mask=wmask, other=127).to(tl.int32)
+        w_lo = _mxfp4_decode(wb & 15, E)  # elements 2j (exact in bf16)
+        w_hi = _mxfp4_decode(wb >> 4, E)  # elements 2j+1
         amask = mm[:, None] & mk[None, :]
         a_row = a_ptr + rm[:, None] * s_am + 2 * kb[None, :]
         a_even = tl.load(a_row, mask=amask, other=0.0).to(tl.float32)
@@ -116,37 +118,88 @@ def _mxfp4_gemm_kernel(a_ptr, sa_ptr, w_ptr, ws_ptr, g_ptr, o_ptr, M, N, K, s_am
         else:
             acc += tl.dot(a_even.to(tl.bfloat16), tl.trans(w_lo.to(tl.bfloat16)))
             acc += tl.dot(a_odd.to(tl.bfloat16), tl.trans(w_hi.to(tl.bfloat16)))
-    sa = tl.load(sa_ptr + rm, mask=mm, other=0.0)
-    res = acc * sa[:, None]
-    if HAS_GATE:
-        res = res * tl.load(g_ptr + rm, mask=mm, other=0.0)[:, None]
-    tl.store(o_ptr + rm[:, None] * s_om + rn[None, :], rne_bf16(res).to(tl.bfloat16),
-             mask=mm[:, None] & mn[None, :])
+    omask = mm[:, None] & mn[None, :]
+    if SPLIT_K > 1:
+        # split-K: park the partial, the last of the SPLIT_K programs of this tile to arrive (acq_rel counter)
+        # sums them in split order (deterministic) and runs the epilogue; nobody waits.
+        poff = rm[:, None] * N + rn[None, :]
+        tl.store(part_ptr + pid_k * M * N + poff, acc, mask=omask)
+        tile = pid_m * tl.num_programs(0) + pid_n
+        cnt = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel")
+        if cnt == SPLIT_K - 1:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+            for sk in range(0, SPLIT_K):
+                acc += tl.load(part_ptr + sk * M * N + poff, mask=omask, other=0.0, cache_modifier=".cg")
+            sa = tl.load(sa_ptr + rm, mask=mm, other=0.0)
+            res = acc * sa[:, None]
+            if HAS_GATE:
+                res = res * tl.load(g_ptr + rm, mask=mm, other=0.0)[:, None]
+            tl.store(o_ptr + rm[:, None] * s_om + rn[None, :], rne_bf16(res).to(tl.bfloat16), mask=omask)
+            tl.store(cnt_ptr + tile, 0)
+    else:
+        sa = tl.load(sa_ptr + rm, mask=mm, other=0.0)
+        res = acc * sa[:, None]
+        if HAS_GATE:
+            res = res * tl.load(g_ptr + rm, mask=mm, other=0.0)[:, None]
+        tl.store(o_ptr + rm[:, None] * s_om + rn[None, :], rne_bf16(res).to(tl.bfloat16), mask=omask)
 
 
 # ---------------------------------------------------------------------------------------------- wrappers
 def _gemm_config(M, N, K):
-    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages) for decode widths: narrow N tiles so that the skinny
-    GEMMs spread over more SMs; the whole K of the down GEMM (160 / 320) in one step."""
-    block_k = min(512, max(64, triton.next_power_of_2(K)))
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K) for decode widths. The e2m1 decode is integer
+    work proportional to the weight, so the weight is spread over ~100+ programs: narrow N tiles, and split-K
+    for the 2560-deep gate_up GEMM (whose N is only 320 / 640)."""
+    block_k = 256 if K >= 256 else max(64, triton.next_power_of_2(K))
     block_n = 16 if N <= 1024 else 32
-    return 16, block_n, block_k, 4, 3
+    n_tiles = triton.cdiv(N, block_n) * triton.cdiv(M, 16)
+    k_steps = triton.cdiv(K, block_k)
+    split = 1
+    while split * 2 <= k_steps and n_tiles * split < 128:
+        split *= 2
+    return 16, block_n, block_k, 4, 2, split
+
+
+_COUNTERS: dict = {}
+
+
+def _counters(device, n: int) -> torch.Tensor:
+    """Zeroed int32 arrival counters for split-K tiles (the kernel leaves them zero); grown per device."""
+    key = str(device)
+    buf = _COUNTERS.get(key)
+    if buf is None or buf.numel() < n:
+        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
+        _COUNTERS[key] = buf
+    return buf
 
 
 def mxfp4_gemm(q: torch.Tensor, s: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
                gate: torch.Tensor | None = None, out: torch.Tensor | None = None, config=None) -> torch.Tensor:
-    """``out[m, n] = bf16(sum_k q[m,k] W[n,k] * s[m] [* gate[m]])``; q [M, K] e4m3, s/gate [M] fp32, W MXFP4."""
+    """``out[m, n] = bf16(sum_k q[m,k] W[n,k] * s[m] [* gate[m]])``; q [M, K] e4m3, s/gate [M] fp32, W MXFP4.
+
+    ``config``: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K), default by :func:`_gemm_config`.
+    With SPLIT_K > 1 the partial sums go through an fp32 workspace and are added in a fixed order, so results
+    are deterministic; calls on concurrent streams must not overlap (shared arrival counters).
+    """
     M, K = q.shape
     N = packed.shape[0]
     if K % 32 or packed.shape[1] * 2 != K or q.stride(-1) != 1:
         raise ValueError("K must be a multiple of 32 matching the packed weight, q's last dim contiguous")
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=q.device)
-    bm, bn, bk, nw, ns = config or _gemm_config(M, N, K)
-    grid = (triton.cdiv(N, bn), triton.cdiv(M, bm))
-    _mxfp4_gemm_kernel[grid](q, s, packed, scales, gate if gate is not None else s, out, M, N, K,
+    bm, bn, bk, nw, ns, split = config or _gemm_config(M, N, K)
+    k_steps = triton.cdiv(K, bk)
+    split = max(1, min(split, k_steps))
+    k_split = triton.cdiv(k_steps, split) * bk  # elements of K per split (a multiple of BLOCK_K)
+    split = triton.cdiv(K, k_split)
+    grid = (triton.cdiv(N, bn), triton.cdiv(M, bm), split)
+    if split > 1:
+        part = torch.empty((split, M, N), dtype=torch.float32, device=q.device)
+        cnt = _counters(q.device, grid[0] * grid[1])
+    else:
+        part, cnt = out, s  # unused
+    _mxfp4_gemm_kernel[grid](q, s, packed, scales, gate if gate is not None else s, out, part, cnt, M, N, K, k_split,
                              q.stride(0), packed.stride(0), scales.stride(0), out.stride(0),
-                             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, HAS_GATE=gate is not None,
+                             BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, HAS_GATE=gate is not None,
                              DOT_F32=os.environ.get("TRITON_INTERPRET") == "1", num_warps=nw, num_stages=ns)
     return out
 
