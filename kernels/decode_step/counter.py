@@ -160,11 +160,6 @@ def graph_node_counts(raw_graph: int) -> dict:
             "memset": kinds["memset"], "other": kinds["other"]}
 
 
-@contextlib.contextmanager
-def _noop():
-    yield
-
-
 def capture(fn, warmup: int = 2):
     """Capture ``fn()`` in a CUDA graph kept for inspection; returns ``(graph, output, node counts or None)``.
 

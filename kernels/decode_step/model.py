@@ -203,7 +203,6 @@ class DecodeStepModel:
     def __init__(self, w: Weights, inputs: StepInputs, choose: Chooser,
                  flags: Optional[Mapping[str, Optional[str]]] = None):
         self.w, self.cfg, self.inp = w, w.cfg, inputs
-        cfg, dev = w.cfg, w.device
         flags = dict(flags or {})
         self.picks: dict[str, Pick] = {op: choose(op) for op in
                                        ("hc_mix_fp8", "hc_mix", "fp8_block_linear", "gdn_decode", "qk_norm_rope",
