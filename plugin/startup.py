@@ -96,8 +96,9 @@ def wants_activation(environ: Mapping[str, str]) -> bool:
     """Whether anything in the environment asks for this project's stack."""
     if any(environ.get(k) for k in ("R9K_MANIFEST", "R9K_PROFILE", "R9K_TP")):
         return True
-    return any(k.startswith("R9K_") for k in environ if k not in ("R9K_CACHE_DIR", "R9K_REGISTRY",
-                                                                     "R9K_PROFILES_DIR"))
+    from . import _PATH_VARS
+
+    return any(k.startswith("R9K_") for k in environ if k not in _PATH_VARS)
 
 
 def _load_registry():
