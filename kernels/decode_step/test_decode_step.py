@@ -284,7 +284,7 @@ def test_run_plan_tiny_reports_checks_launches_and_memory(reg):
 
 
 def test_shadow_check_catches_a_wrong_fused_op(rng, tiny_weights):
-    """The in-situ check is not vacuous: a fused op that is off by 1% is reported above its tolerance."""
+    """The in-situ check is not vacuous: a fused op that is off by 5% is reported above its tolerance."""
     from r9k.kernels.decode_step.bench import OP_TOL, ShadowChooser
     from r9k.kernels.decode_step.dispatch import Pick
 
@@ -293,7 +293,7 @@ def test_shadow_check_catches_a_wrong_fused_op(rng, tiny_weights):
     def base(op):
         kop = ops.get(op)
         if op == "router_gemm":
-            return Pick(op, kop.variant, "r9k", "fused", lambda x, w, out=None: good.stock(x, w) * 1.01, "test")
+            return Pick(op, kop.variant, "r9k", "fused", lambda x, w, out=None: good.stock(x, w) * 1.05, "test")
         return Pick(op, kop.variant, None, "stock", kop.stock, "test")
 
     shadow = ShadowChooser(base)
