@@ -94,7 +94,9 @@ def row_quant_fp8_torch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Appendix B on an fp32 or bf16 [M, K]: returns (q e4m3 [M, K], s fp32 [M])."""
     xf = x.float()
     A = xf.abs().amax(-1).clamp_min(1e-12)
-    q = (xf * (FP8_MAX / A)[:, None]).to(torch.float8_e4m3fn)
+    # a true fp32 division: torch evaluates ``scalar / tensor`` as ``scalar * reciprocal(tensor)`` (two roundings)
+    inv = torch.full_like(A, FP8_MAX) / A
+    q = (xf * inv[:, None]).to(torch.float8_e4m3fn)
     return q, A / FP8_MAX
 
 
