@@ -94,10 +94,12 @@ def row_quant_fp8_torch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Appendix B on an fp32 or bf16 [M, K]: returns (q e4m3 [M, K], s fp32 [M])."""
     xf = x.float()
     A = xf.abs().amax(-1).clamp_min(1e-12)
-    # a true fp32 division: torch evaluates ``scalar / tensor`` as ``scalar * reciprocal(tensor)`` (two roundings)
-    inv = torch.full_like(A, FP8_MAX) / A
+    # true fp32 divisions, tensor by tensor: torch evaluates ``scalar / tensor`` as ``scalar * reciprocal(tensor)``,
+    # and on CUDA ``tensor / python scalar`` as ``tensor * (1 / scalar)`` (two roundings each)
+    full = torch.full_like(A, FP8_MAX)
+    inv = full / A
     q = (xf * inv[:, None]).to(torch.float8_e4m3fn)
-    return q, A / FP8_MAX
+    return q, A / full
 
 
 def mxfp4_gemm_torch(q: torch.Tensor, s: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
