@@ -35,6 +35,7 @@ class LaunchPlan:
     manifest_path: Optional[Path]
     report: Report
     notes: list[str] = field(default_factory=list)
+    rs: Optional[object] = None  # the validated ResolvedSet
 
     @property
     def ok(self) -> bool:
@@ -95,6 +96,21 @@ def launcher_args(rs) -> tuple[list[str], dict[str, str]]:
     return args, env
 
 
+def plugins_allowlist(current: Optional[str]) -> str:
+    """``VLLM_PLUGINS`` naming this project's plugin. vLLM loads endpoint plugins (our status route) only
+    when that variable names them, and once it is set it loads only the general plugins it names: so an
+    unset variable becomes every installed general plugin plus ours, and a set one gets ours appended."""
+    if current is not None:
+        names = [n.strip() for n in current.split(",") if n.strip()]
+    else:
+        from importlib.metadata import entry_points
+
+        names = sorted({ep.name for ep in entry_points(group="vllm.general_plugins")})
+    if "r9k" not in names:
+        names.append("r9k")
+    return ",".join(names)
+
+
 def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Optional[Mapping] = None,
                 env: Optional[Mapping[str, str]] = None, strict: bool = False, extra_args: Optional[list[str]] = None,
                 write_manifest: bool = True, build_model: bool = True) -> LaunchPlan:
@@ -119,6 +135,7 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     argv += list(rs.serve_args) + largs + list(extra_args or [])
     penv = dict(rs.env())
     penv.update(lenv)
+    penv["VLLM_PLUGINS"] = plugins_allowlist((env if env is not None else os.environ).get("VLLM_PLUGINS"))
     penv["R9K_PROFILE"] = rs.profile
     penv["R9K_TP"] = str(rs.tp)
     if rs.strict:
@@ -135,7 +152,7 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         penv["R9K_MANIFEST"] = str(path)
     else:
         penv["R9K_MANIFEST"] = str(cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json")
-    plan.argv, plan.env = argv, penv
+    plan.argv, plan.env, plan.rs = argv, penv, rs
     return plan
 
 
@@ -143,6 +160,15 @@ def exec_plan(plan: LaunchPlan) -> None:
     """Replace this process with vLLM (the terminal and signals go to it). Does not return."""
     env = dict(os.environ)
     env.update(plan.env)
+    # Hand the validated set to the plugin so that vLLM's first process need not resolve it again (the
+    # plugin checks a digest of this exact environment; anything else makes it resolve in full).
+    if plan.rs is not None and plan.manifest_path is not None:
+        try:
+            from r9k.plugin.snapshot import prepare_launch
+
+            env.update(prepare_launch(plan.rs, [d.format() for d in plan.report.warnings], env))
+        except Exception as exc:  # noqa: BLE001 - only an optimisation: the plugin then resolves in full
+            sys.stderr.write(f"r9k: launch snapshot not written ({exc}); vLLM resolves the profile itself\n")
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(plan.argv[0], plan.argv, env)
