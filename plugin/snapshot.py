@@ -162,7 +162,7 @@ def prepare_launch(rs, warnings: list[str], env: dict) -> dict[str, str]:
     """
     from .startup import LAUNCH_HASH_VAR, LAUNCH_PID_VAR, Active
 
-    active = Active(rs, None, f"manifest {env.get('R9K_MANIFEST')} (validated by r9kctl launch)", list(warnings))
+    active = Active(rs, None, f"manifest {env.get('R9K_MANIFEST')}, validated by r9kctl launch", list(warnings))
     scratch = dict(env)
     if save(active, scratch) is None:
         return {}
