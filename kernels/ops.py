@@ -43,6 +43,13 @@ class KernelOp:
     fused: Callable
     fused_values: frozenset[str] = field(default_factory=lambda: frozenset({"1", "r9k", "block"}))
 
+    def select(self, value: "str | None") -> "tuple[str, Callable]":
+        """The one rule every caller (the plugin's dispatch table, the decode-step model) applies:
+        ``("fused", fused)`` when the knob's value selects the fused implementation, else ``("stock", stock)``."""
+        if value is not None and value in self.fused_values:
+            return "fused", self.fused
+        return "stock", self.stock
+
 
 _OPS: dict[str, KernelOp] = {}
 

@@ -195,9 +195,8 @@ class DispatchTable:
             if self.on_change:
                 self.on_change(self)
             return None
-        fused = plan.value in kop.fused_values
-        fn = kop.fused if fused else kop.stock
-        impl = "fused" if fused else "stock"
+        impl, fn = kop.select(plan.value)
+        fused = impl == "fused"
         where = f"triton {triton_platform()}" if fused else "torch"
         label = f"{plan.module}:{op} {impl} ({where})"
         choice = Choice(op, vid, impl, fn, label)

@@ -6,7 +6,7 @@ construction. Two choosers, one rule:
 * :func:`plugin_chooser` goes through the vLLM plugin's own dispatch table
   (``r9k.plugin.dispatch.DispatchTable``: ``plan()`` then ``choose(op)``), i.e. the exact path a served
   model takes. It needs the registry (pydantic), so it runs where the registry does.
-* :func:`values_chooser` applies the same rule as ``DispatchTable.choose`` to a plain
+* :func:`values_chooser` applies the same rule (``KernelOp.select``) as ``DispatchTable.choose`` to a plain
   ``{variant id: value}`` map (a manifest from ``r9kctl resolve --format json``), for the H200 where
   neither pydantic nor vLLM is installed: the op table's ``KernelOp.variant`` names the variant, and the
   fused implementation is used iff the variant's value is in ``KernelOp.fused_values``.
@@ -64,9 +64,8 @@ def values_chooser(values: Mapping[str, Optional[str]]) -> Chooser:
         if kop is None:
             return Pick(op, None, None, "absent", None, "values")
         value = values.get(kop.variant)
-        fused = value is not None and value in kop.fused_values
-        return Pick(op, kop.variant, value, "fused" if fused else "stock", kop.fused if fused else kop.stock,
-                    "values")
+        impl, fn = kop.select(value)
+        return Pick(op, kop.variant, value, impl, fn, "values")
 
     return choose
 
