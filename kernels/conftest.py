@@ -27,7 +27,7 @@ if not HAS_CUDA:
 
 GPU_SKIP_REASON = (
     "needs a CUDA GPU (none visible here); the real-shape gates run on the H200 through "
-    "scripts/h200_kernels_part1.sh"
+    "scripts/h200_final.sh (all kernels; results imported with r9kctl gate --import-junit)"
 )
 
 
