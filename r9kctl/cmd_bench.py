@@ -52,15 +52,12 @@ def run(args) -> int:
             res = json.load(f)
         return _show(res, args, render, release_records, records_toml)
 
-    from .common import load, parse_sets, report_errors
+    from .common import load_with_sets, report_errors
 
-    reg = load(args.format)
-    if reg is None:
+    loaded = load_with_sets(args)
+    if loaded is None:
         return 2
-    sets, errs = parse_sets(args.sets)
-    if errs:
-        report_errors(errs, args.format)
-        return 2
+    reg, sets = loaded
     try:
         requests = [int(x) for x in args.requests.split(",") if x.strip()]
     except ValueError:

@@ -19,17 +19,14 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from .common import load, parse_sets, report_errors
+    from .common import load_with_sets, report_errors
     from .launch import exec_plan, plan_launch
     from .output import diagnostics, print_json
 
-    reg = load(args.format)
-    if reg is None:
+    loaded = load_with_sets(args)
+    if loaded is None:
         return 2
-    sets, errs = parse_sets(args.sets)
-    if errs:
-        report_errors(errs, args.format)
-        return 2
+    reg, sets = loaded
     plan = plan_launch(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict, extra_args=args.extra,
                        write_manifest=not args.dry_run, build_model=not args.dry_run)
     if not plan.ok or (args.strict and plan.report.warnings):

@@ -20,18 +20,15 @@ def add_parser(sub):
 def run(args) -> int:
     import shlex
 
-    from .common import load, parse_sets, report_errors
-    from .output import diagnostics, print_json, table
-
-    reg = load(args.format)
-    if reg is None:
-        return 2
     from r9k.registry.resolve import resolve
 
-    sets, errs = parse_sets(args.sets)
-    if errs:
-        report_errors(errs, args.format)
+    from .common import load_with_sets, report_errors
+    from .output import diagnostics, print_json, table
+
+    loaded = load_with_sets(args)
+    if loaded is None:
         return 2
+    reg, sets = loaded
     rs = resolve(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict or None)
     if not rs.ok:
         report_errors(rs.diagnostics, args.format)

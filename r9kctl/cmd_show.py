@@ -26,7 +26,6 @@ def gate_state(reg, vid: str):
 def describe(reg, v) -> list[tuple[str, str]]:
     """(field, text) pairs: the same content for `show` and the control panel's detail pane."""
     from r9k.registry.memory import fmt_bytes
-    from r9k.registry.resolve import suggest  # noqa: F401
 
     rows: list[tuple[str, str]] = []
     add = lambda k, val: rows.append((k, val)) if val not in (None, "", []) else None

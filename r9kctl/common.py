@@ -41,6 +41,17 @@ def parse_sets(items: Optional[list[str]]) -> tuple[dict[str, str], list[Diagnos
     return out, errs
 
 
+def load_with_sets(args) -> Optional[tuple[Registry, dict[str, str]]]:
+    """The registry and the ``--set`` overrides of ``args``; None after printing what is wrong (exit 2)."""
+    fmt = getattr(args, "format", "table")
+    sets, errs = parse_sets(getattr(args, "sets", None))
+    if errs:
+        report_errors(errs, fmt)
+        return None
+    reg = load(fmt)
+    return None if reg is None else (reg, sets)
+
+
 def add_set_option(p) -> None:
     p.add_argument("--set", dest="sets", action="append", metavar="KNOB=VALUE",
                    help="override a knob (by knob or variant id); repeatable; highest precedence")

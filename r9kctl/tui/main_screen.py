@@ -319,8 +319,8 @@ class MainScreen(Screen):
 
         s = self.s
         try:
-            path = s.save()
-        except ProfileConflict as exc:
+            s.save()
+        except ProfileConflict:
             body = Text.assemble((f"{self._shown_path()}", "bold"),
                                  " changed on disk since it was loaded. Saving would overwrite that change.\n"
                                  "Reload it (dropping your edits) or save your edits as a new profile that "
