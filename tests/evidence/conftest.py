@@ -61,24 +61,27 @@ class FakeModelServer:
                     server.requests.append(body)
                     fail = server.fail_next > 0
                     server.fail_next -= fail
+                # The request counts as in flight until its response is ready; it stops counting before
+                # the response is written, because the client may send its next request the moment it
+                # has read this one (counting until after the write would see a sequential client as 2).
                 try:
                     time.sleep(server.delay_s)
                     if fail:
-                        return self._send(503, {"error": "warming up"})
-                    if self.path == "/v1/chat/completions":
-                        prompt = body["messages"][-1]["content"]
-                    elif self.path == "/v1/completions":
-                        prompt = body["prompt"]
+                        status, payload = 503, {"error": "warming up"}
+                    elif self.path in ("/v1/chat/completions", "/v1/completions"):
+                        chat = self.path.endswith("chat/completions")
+                        prompt = body["messages"][-1]["content"] if chat else body["prompt"]
+                        text = server.reply(prompt)
+                        choice = ({"index": 0, "message": {"role": "assistant", "content": text},
+                                   "finish_reason": "stop"} if chat else {"index": 0, "text": text})
+                        status, payload = 200, {"id": "x", "model": body["model"], "choices": [choice],
+                                                "usage": {"completion_tokens": len(text.split())}}
                     else:
-                        return self._send(404, {"error": "not found"})
-                    text = server.reply(prompt)
-                    choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
-                              if self.path.endswith("chat/completions") else {"index": 0, "text": text})
-                    self._send(200, {"id": "x", "model": body["model"], "choices": [choice],
-                                     "usage": {"completion_tokens": len(text.split())}})
+                        status, payload = 404, {"error": "not found"}
                 finally:
                     with server._lock:
                         server.in_flight -= 1
+                self._send(status, payload)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
