@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from . import fileio
+
 LEDGER_RELPATH = Path("gates") / "ledger.jsonl"
 
 PASSED, FAILED, ERROR, SKIPPED, NEEDS_GPU, NOT_FOUND, NOT_RUN = (
@@ -181,13 +183,13 @@ def read_ledger(path: str | Path) -> tuple[list[GateRecord], list[str]]:
         return [], []
     records: list[GateRecord] = []
     problems: list[str] = []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    bad: list = []
+    for lineno, obj in fileio.read_jsonl(p, "gate ledger", problems=bad):
         try:
-            records.append(GateRecord.from_json(json.loads(line)))
-        except (ValueError, TypeError) as exc:
-            problems.append(f"{p}:{lineno}: unreadable ledger line ({exc})")
+            records.append(GateRecord.from_json(obj))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            problems.append(f"{fileio.display_path(p)}:{lineno}: unreadable ledger line ({exc})")
+    problems += [d.format() for d in bad]
     return records, problems
 
 
@@ -195,8 +197,7 @@ def append_records(path: str | Path, records: Iterable[GateRecord]) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records)
-    with p.open("a", encoding="utf-8") as fh:  # one write per batch: appends do not interleave mid-line
-        fh.write(text)
+    fileio.atomic_append(p, text, "gate ledger")  # all or nothing: a failed write leaves the ledger as it was
 
 
 # --------------------------------------------------------------------------------------------- state

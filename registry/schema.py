@@ -385,6 +385,19 @@ class Release(Strict):
             raise ValueError(f"version {v!r} must look like v1.2.3")
         return v
 
+    @field_validator("date")
+    @classmethod
+    def _date(cls, v: str) -> str:  # the release order depends on it
+        import datetime
+
+        try:
+            if not re.match(r"^\d{4}-\d{2}-\d{2}$", v):
+                raise ValueError
+            datetime.date.fromisoformat(v)
+        except ValueError:
+            raise ValueError(f"date {v!r} is not a date (YYYY-MM-DD); the release order depends on it") from None
+        return v
+
 
 # ----------------------------------------------------------------------------------------- models
 
@@ -405,10 +418,13 @@ class ModelSpec(Strict):
 
     @field_validator("weight_bytes_per_gpu", "overhead_bytes_per_gpu", "kv_bytes_per_token")
     @classmethod
-    def _keys(cls, v: dict[str, int]) -> dict[str, int]:
-        for k in v:
+    def _keys(cls, v: dict[str, int], info) -> dict[str, int]:
+        for k, n in v.items():
             if not TP_KEY.match(k):
                 raise ValueError(f"key {k!r} must be a TP key like 'tp4'")
+            if n < 0 or (n == 0 and info.field_name == "kv_bytes_per_token") or n > 1 << 50:
+                raise ValueError(f"{k} = {n}: must be a {'positive' if info.field_name == 'kv_bytes_per_token' else 'non-negative'} "
+                                 "number of bytes (at most 2**50)")
         return v
 
     def supports_tp(self, tp: int) -> bool:
@@ -420,7 +436,7 @@ class ModelSpec(Strict):
 
 class Hardware(Strict):
     gpus: int = Field(ge=1)
-    memory_gib_per_gpu: float = Field(gt=0)
+    memory_gib_per_gpu: float = Field(gt=0, le=1 << 20, allow_inf_nan=False)
     name: Optional[str] = None
 
 

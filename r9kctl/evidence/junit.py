@@ -10,7 +10,6 @@ the run, from the same tree that was sent to the machine.
 from __future__ import annotations
 
 import datetime as _dt
-import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,12 @@ from .pytest_plugin import matches
 
 def read_junit(path: str | Path) -> dict[str, str]:
     """pytest node id -> outcome (passed, failed, error, skipped, needs-gpu) for every test case."""
-    root = ET.parse(path).getroot()
+    from r9k.registry import fileio
+
+    root = fileio.read_xml(path, "JUnit XML file")
+    if root.tag not in ("testsuites", "testsuite"):
+        raise fileio.error(path, "junit", f"not a JUnit XML file: the root element is <{root.tag}>, not "
+                           "<testsuites> or <testsuite>", 1, 1)
     out: dict[str, str] = {}
     for case in root.iter("testcase"):
         name = case.get("name", "")

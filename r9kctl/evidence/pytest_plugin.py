@@ -15,8 +15,6 @@ import json
 import os
 import sys
 
-import pytest
-
 _events_path = os.environ.get("R9K_GATE_EVENTS")
 _select = json.loads(os.environ["R9K_GATE_SELECT"]) if os.environ.get("R9K_GATE_SELECT") else None
 _outcomes: dict[str, str] = {}
@@ -76,6 +74,8 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu") is not None and not gpu_available():
+        import pytest
+
         pytest.skip("needs a GPU (test is marked gpu)")
 
 
