@@ -2,7 +2,7 @@
 
 Each subcommand lives in its own module ``r9k.r9kctl.cmd_<name>`` with ``add_parser(subparsers)``
 (cheap: no heavy imports) and a ``run(args) -> int`` set as the parser's ``func``. Exit codes: 0 fine,
-1 warnings under ``--strict`` (or a comparison that failed its test), 2 errors.
+1 warnings under ``--strict`` (or a comparison that failed its test), 2 errors, 3 a bug (see :func:`main`).
 
 The global options (``--registry``, ``--profiles-dir``, ``--plain``) are accepted before or after the
 subcommand. They reach the commands as arguments (``args.registry_root``, ``args.profile_dirs``; see
@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+
+from r9k.registry.errors import RegistryError
 
 from .help_text import EXAMPLES
 
@@ -122,27 +125,62 @@ def merge_globals(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    words = sys.argv[1:] if argv is None else argv
+    """Run one command. Exit codes: 0 fine, 1 warnings under --strict or a failed comparison, 2 bad input
+    (one located line per fault), 3 an unexpected exception: one line saying it is a bug, and how to get the
+    traceback (``R9K_DEBUG=1``). A traceback is never printed otherwise."""
+    words = sys.argv[1:] if argv is None else list(argv)
     if words[:1] == ["__complete"]:  # the shell completion scripts ask here (r9kctl completion SHELL)
         from .completion import complete
 
         return complete(words[1:])
+    try:
+        return _main(words)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+    except RegistryError as exc:  # a file that cannot be read, raised from anywhere: its located lines
+        for d in exc.diagnostics:
+            sys.stderr.write(d.format() + "\n")
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the catch-all: one line, never a bare traceback
+        if os.environ.get("R9K_DEBUG") == "1":
+            raise
+        return internal_error(exc, words)
+
+
+def internal_error(exc: BaseException, words: list[str]) -> int:
+    """Report an unexpected exception in one line; exit 3."""
+    text = " ".join(str(exc).split())
+    if len(text) > 300:
+        text = text[:300] + "..."
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None:
+        where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+    cmd = " ".join(["r9kctl", *words])
+    sys.stderr.write(f"r9kctl: error[internal]: {type(exc).__name__}{': ' + text if text else ''}{where}; this is a "
+                     f"bug in r9kctl, please report it (the traceback: R9K_DEBUG=1 {cmd})\n")
+    return 3
+
+
+def _main(words: list[str]) -> int:
     # the first word naming a command; an option's value never names one here (they are paths and names)
     chosen = next((w for w in words if w in COMMANDS), None)
     parser = build_parser(chosen)
-    args = merge_globals(parser.parse_args(argv))
+    try:
+        args = merge_globals(parser.parse_args(words))
+    except SystemExit as exc:  # argparse: usage errors exit 2, --help and --version exit 0
+        return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     from . import output
 
     output.set_plain(bool(args.plain))
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        return 130
-    except BrokenPipeError:
-        return 0
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":
