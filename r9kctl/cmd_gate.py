@@ -55,12 +55,13 @@ def _state_rows(states) -> list[str]:
 
 def run(args) -> int:
     from r9k.registry import RegistryError, load_registry
+    from .common import registry_location
     from r9k.registry import ledger as L
 
     from .evidence import gate as G
 
     try:
-        reg = load_registry()
+        reg = load_registry(*registry_location(args))  # --registry / --profiles-dir
     except RegistryError as exc:
         return _err(f"cannot load the registry:\n{exc}")
     if args.import_junit:

@@ -134,9 +134,15 @@ class Measurement(Strict):
 
 
 class Sets(Strict):
-    """A launcher knob sets something of vLLM's rather than an R9K_ variable of the plugin."""
+    """A launcher knob sets something of vLLM's rather than an R9K_ variable of the plugin.
 
-    kind: Literal["vllm-arg", "env", "compilation-config", "attention-backend", "other"]
+    ``vllm-arg``: ``NAME VALUE``; ``vllm-flag`` (a bool knob): ``NAME`` at 1, ``--no-NAME`` at 0;
+    ``speculative-config``: ``--speculative-config`` with method NAME and VALUE speculative tokens;
+    ``env``: the variable NAME; ``compilation-config``: the key NAME of ``--compilation-config``;
+    ``attention-backend``: ``VLLM_ATTENTION_BACKEND``."""
+
+    kind: Literal["vllm-arg", "vllm-flag", "speculative-config", "env", "compilation-config", "attention-backend",
+                  "other"]
     name: str
     text: Optional[str] = None
 
