@@ -11,6 +11,7 @@ import importlib
 import os
 import sys
 
+from r9k.registry import envvars
 from r9k.registry.errors import RegistryError
 
 # Subcommand modules, in the order ``--help`` lists them.
@@ -24,7 +25,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="r9kctl",
         description="Declarative, checked kernel variants and serving profiles for vLLM.",
-        epilog="Every command takes --registry DIR (or $R9K_REGISTRY) and --profiles-dir DIR (or $R9K_PROFILES_DIR).",
+        epilog=f"Every command takes --registry DIR (or ${envvars.REGISTRY.name}) and --profiles-dir DIR (or "
+               f"${envvars.PROFILES_DIR.name}).",
     )
     p.add_argument("--registry", metavar="DIR", help="registry tree to use instead of the packaged one")
     p.add_argument("--profiles-dir", metavar="DIR", action="append",
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(d.format() + "\n")
         return 2
     except Exception as exc:  # noqa: BLE001 - the catch-all: one line, never a bare traceback
-        if os.environ.get("R9K_DEBUG") == "1":
+        if envvars.DEBUG.on():
             raise
         return internal_error(exc, words)
 
@@ -76,7 +78,7 @@ def internal_error(exc: BaseException, words: list[str]) -> int:
         where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
     cmd = " ".join(["r9kctl", *words])
     sys.stderr.write(f"r9kctl: error[internal]: {type(exc).__name__}{': ' + text if text else ''}{where}; this is a "
-                     f"bug in r9kctl, please report it (the traceback: R9K_DEBUG=1 {cmd})\n")
+                     f"bug in r9kctl, please report it (the traceback: {envvars.DEBUG.name}=1 {cmd})\n")
     return 3
 
 
@@ -88,14 +90,15 @@ def _main(words: list[str]) -> int:
         args = parser.parse_args(words)
     except SystemExit as exc:  # argparse: usage errors exit 2, --help exits 0
         return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    # passed on as arguments (common.locations), never through this process's environment
     if args.registry:
-        os.environ["R9K_REGISTRY"] = os.path.abspath(os.path.expanduser(args.registry))
+        args.registry = os.path.abspath(os.path.expanduser(args.registry))
     if args.profiles_dir:
-        dirs = [os.path.abspath(os.path.expanduser(d)) for d in args.profiles_dir]
-        prev = os.environ.get("R9K_PROFILES_DIR")
-        os.environ["R9K_PROFILES_DIR"] = os.pathsep.join(([prev] if prev else []) + dirs)
+        args.profiles_dir = [os.path.abspath(os.path.expanduser(d)) for d in args.profiles_dir]
     if args.plain:
-        os.environ["R9K_PLAIN"] = "1"
+        from .output import force_plain
+
+        force_plain()
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -53,10 +53,11 @@ def run(args) -> int:
     from r9k.registry import RegistryError, load_registry
     from r9k.registry import ledger as L
 
+    from .common import locations
     from .evidence import gate as G
 
     try:
-        reg = load_registry()
+        reg = load_registry(**locations(args))
     except RegistryError as exc:
         return _err(f"cannot load the registry:\n{exc}")
     if args.import_junit:

@@ -20,7 +20,7 @@ def run(args) -> int:
     import sys
     from pathlib import Path
 
-    from .common import parse_sets, report_errors
+    from .common import locations, parse_sets, report_errors
     from .tui.app import R9kApp, config_path, read_config
 
     sets, errs = parse_sets(args.sets)
@@ -32,7 +32,8 @@ def run(args) -> int:
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"error: cannot read the keymap: {exc}\n")
         return 2
-    app = R9kApp(profile=args.profile, tp=args.tp, keymap=keys, theme=theme, sets=sets)
+    app = R9kApp(profile=args.profile, tp=args.tp, keymap=keys, theme=theme, sets=sets,
+                 locations=locations(args))
     result = app.run()
     if isinstance(result, tuple) and result and result[0] == "launch":
         from .launch import exec_plan

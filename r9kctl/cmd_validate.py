@@ -24,14 +24,15 @@ def run(args) -> int:
     from r9k.registry.memory import fmt_bytes
     from r9k.registry.validate import validate
 
-    from .common import parse_sets, report_errors
+    from .common import locations, parse_sets, report_errors
     from .output import diagnostics, print_json
 
     sets, errs = parse_sets(args.sets)
     if errs:
         report_errors(errs, args.format)
         return 2
-    report = validate(profile=args.profile, all_profiles=args.all, tp=args.tp, sets=sets, strict=args.strict)
+    report = validate(profile=args.profile, all_profiles=args.all, tp=args.tp, sets=sets, strict=args.strict,
+                      **locations(args))
     code = report.exit_code(args.strict)
     if args.format == "json":
         d = report.to_dict()

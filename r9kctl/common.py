@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Optional
 
 from r9k.registry import Registry, RegistryError, load_registry
@@ -10,12 +11,24 @@ from r9k.registry.errors import Diagnostic
 from .output import diagnostics
 
 
-def load(fmt: str = "table") -> Optional[Registry]:
-    """The registry, or None after printing its located errors (the caller exits 2)."""
+def locations(args) -> dict:
+    """``load_registry`` arguments for the tree and profile folders named on the command line
+    (``--registry``, ``--profiles-dir``, made absolute by ``cli``); None: the environment's, else the
+    packaged ones. Given folders come after the default ones: they win."""
+    from r9k.registry.loader import default_profile_dirs
+
+    root = getattr(args, "registry", None)
+    extra = getattr(args, "profiles_dir", None)
+    return {"root": Path(root) if root else None,
+            "profile_dirs": default_profile_dirs() + [Path(d) for d in extra] if extra else None}
+
+
+def load(args) -> Optional[Registry]:
+    """The registry ``args`` name, or None after printing its located errors (the caller exits 2)."""
     try:
-        return load_registry()
+        return load_registry(**locations(args))
     except RegistryError as exc:
-        report_errors(exc.diagnostics, fmt)
+        report_errors(exc.diagnostics, getattr(args, "format", "table"))
         return None
 
 
@@ -48,7 +61,7 @@ def load_with_sets(args) -> Optional[tuple[Registry, dict[str, str]]]:
     if errs:
         report_errors(errs, fmt)
         return None
-    reg = load(fmt)
+    reg = load(args)
     return None if reg is None else (reg, sets)
 
 

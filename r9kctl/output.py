@@ -10,11 +10,21 @@ import os
 import sys
 from typing import Iterable, Optional, Sequence
 
+from r9k.registry import envvars
 from r9k.registry.errors import Diagnostic
 
 
+_forced_plain = False
+
+
+def force_plain() -> None:
+    """Plain text for the rest of this process (``r9kctl --plain``)."""
+    global _forced_plain
+    _forced_plain = True
+
+
 def is_tty() -> bool:
-    if os.environ.get("R9K_PLAIN") == "1" or os.environ.get("NO_COLOR"):
+    if _forced_plain or envvars.PLAIN.on() or os.environ.get("NO_COLOR"):
         return False
     return sys.stdout.isatty()
 

@@ -61,12 +61,14 @@ class R9kApp(App):
 
     def __init__(self, profile: Optional[str] = None, tp: Optional[int] = None,
                  env: Optional[Mapping[str, str]] = None, keymap: Optional[Mapping[str, str]] = None,
-                 theme: Optional[str] = None, sets: Optional[Mapping[str, object]] = None) -> None:
+                 theme: Optional[str] = None, sets: Optional[Mapping[str, object]] = None,
+                 locations: Optional[Mapping[str, object]] = None) -> None:
         super().__init__()
         self.start_profile = profile
         self.start_tp = tp
         self.env = env
         self.sets = sets
+        self.locations = dict(locations or {})  # load_registry's root and profile_dirs (r9kctl's options)
         self.session = None
         self.first_frame_at: Optional[float] = None  # perf_counter() when the main screen was first painted
         self.register_theme(DARK)
@@ -82,7 +84,7 @@ class R9kApp(App):
         from .session import Session
 
         try:
-            self.session = Session.open(self.start_profile, self.start_tp, self.env, self.sets)
+            self.session = Session.open(self.start_profile, self.start_tp, self.env, self.sets, **self.locations)
         except RegistryError as exc:
             self.show_load_error(exc.diagnostics)
             return

@@ -71,9 +71,11 @@ class Session:
 
     @classmethod
     def open(cls, profile: Optional[str] = None, tp: Optional[int] = None,
-             env: Optional[Mapping[str, str]] = None, sets: Optional[Mapping[str, object]] = None) -> "Session":
-        """Load the registry and profiles (raises RegistryError with located diagnostics)."""
-        return cls(load_registry(), profile, tp, env, sets=sets)
+             env: Optional[Mapping[str, str]] = None, sets: Optional[Mapping[str, object]] = None,
+             root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> "Session":
+        """Load the registry and profiles (raises RegistryError with located diagnostics); ``root`` and
+        ``profile_dirs`` as for ``load_registry`` (r9kctl's --registry and --profiles-dir)."""
+        return cls(load_registry(root, profile_dirs), profile, tp, env, profile_dirs=profile_dirs, sets=sets)
 
     def default_profile(self) -> str:
         for name in ("tp4-default", "tp2-default"):
@@ -97,7 +99,7 @@ class Session:
 
     def reload(self) -> None:
         """Reload everything from disk, dropping the edits (raises RegistryError)."""
-        reg = load_registry()
+        reg = load_registry(self.reg.root, self.reg.profile_dirs)
         self.reg = reg
         self.registry_report = Report()
         check_registry(reg, self.registry_report)
@@ -336,7 +338,9 @@ class Session:
     # ------------------------------------------------------------------------------ files
 
     def profile_dirs_now(self) -> list[Path]:
-        return self.profile_dirs if self.profile_dirs is not None else default_profile_dirs()
+        if self.profile_dirs is not None:
+            return self.profile_dirs
+        return self.reg.profile_dirs or default_profile_dirs()
 
     def profile_path(self, name: Optional[str] = None) -> Optional[Path]:
         from r9k.registry.profile_io import find_profile_file
@@ -412,7 +416,7 @@ class Session:
         return path
 
     def _reload_keep(self, edits: dict) -> None:
-        reg = load_registry()
+        reg = load_registry(self.reg.root, self.reg.profile_dirs)
         self.reg = reg
         self.registry_report = Report()
         check_registry(reg, self.registry_report)
