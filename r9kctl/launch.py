@@ -114,21 +114,6 @@ def plugins_allowlist(current: Optional[str]) -> str:
     return ",".join(names)
 
 
-def location_env(reg: Registry) -> dict[str, str]:
-    """The variables that make vLLM's processes load the registry tree and profile folders this launch
-    validated (given to r9kctl as options, or inherited): none when they are the packaged ones."""
-    from r9k.registry.loader import PACKAGE_DIR, default_profile_dirs
-
-    out: dict[str, str] = {}
-    if Path(reg.root).resolve() != PACKAGE_DIR:
-        out[envvars.REGISTRY.name] = str(reg.root)
-    packaged = default_profile_dirs()[0]
-    extra = [str(d) for d in reg.profile_dirs if Path(d).resolve() != packaged]
-    if extra:
-        out[envvars.PROFILES_DIR.name] = os.pathsep.join(extra)
-    return out
-
-
 def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Optional[Mapping] = None,
                 env: Optional[Mapping[str, str]] = None, strict: bool = False, extra_args: Optional[list[str]] = None,
                 write_manifest: bool = True, build_model: bool = True) -> LaunchPlan:
@@ -153,7 +138,6 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     argv += list(rs.serve_args) + largs + list(extra_args or [])
     penv = dict(rs.env())
     penv.update(lenv)
-    penv.update(location_env(reg))
     penv["VLLM_PLUGINS"] = plugins_allowlist((env if env is not None else os.environ).get("VLLM_PLUGINS"))
     penv[envvars.PROFILE.name] = rs.profile
     penv[envvars.TP.name] = str(rs.tp)

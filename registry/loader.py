@@ -253,7 +253,6 @@ class Registry:
     # where each item was declared: ("variant", id) -> (file, line); ("profile", name) -> ...
     origins: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     texts: dict[str, Optional[str]] = field(default_factory=dict)  # file -> text (None: read when needed)
-    profile_dirs: list[Path] = field(default_factory=list)  # the profile folders it was loaded from, in order
     _knobs: dict[str, str] = field(default_factory=dict)
     _memo: dict = field(default_factory=dict)  # derived data cached for this registry object (see validate)
 
@@ -448,10 +447,10 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
             models[m.name] = m
             origins[("model", m.name)] = (shown, 1)
 
-    dirs = list(profile_dirs) if profile_dirs is not None else default_profile_dirs()
-    profiles = load_profiles(dirs, diags, texts, origins, cache)
+    profiles = load_profiles(profile_dirs if profile_dirs is not None else default_profile_dirs(), diags, texts, origins,
+                             cache)
     cache.save()
     if diags:
         raise RegistryError(diags)
     return Registry(root=root, variants=variants, releases=releases, models=models, profiles=profiles,
-                    origins=origins, texts=texts, profile_dirs=dirs)
+                    origins=origins, texts=texts)

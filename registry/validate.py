@@ -278,14 +278,13 @@ def validate(
     platform: Optional[str] = None,
     strict: bool = False,
     root: Optional[Path] = None,
-    profile_dirs: Optional[list[Path]] = None,
 ) -> Report:
     """Validate the registry and one profile (or all of them). Schema errors from loading are
     returned in the report (phase 1) and stop the semantic checks (phase 2)."""
     report = Report()
     if reg is None:
         try:
-            reg = load_registry(root, profile_dirs)
+            reg = load_registry(root)
         except RegistryError as exc:
             for d in exc.diagnostics:
                 report.add(d)

@@ -62,13 +62,14 @@ class R9kApp(App):
     def __init__(self, profile: Optional[str] = None, tp: Optional[int] = None,
                  env: Optional[Mapping[str, str]] = None, keymap: Optional[Mapping[str, str]] = None,
                  theme: Optional[str] = None, sets: Optional[Mapping[str, object]] = None,
-                 locations: Optional[Mapping[str, object]] = None) -> None:
+                 registry_root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> None:
         super().__init__()
+        self.registry_root = registry_root  # None: the loader's default ($R9K_REGISTRY, the packaged tree)
+        self.profile_dirs = profile_dirs
         self.start_profile = profile
         self.start_tp = tp
         self.env = env
         self.sets = sets
-        self.locations = dict(locations or {})  # load_registry's root and profile_dirs (r9kctl's options)
         self.session = None
         self.first_frame_at: Optional[float] = None  # perf_counter() when the main screen was first painted
         self.register_theme(DARK)
@@ -84,7 +85,8 @@ class R9kApp(App):
         from .session import Session
 
         try:
-            self.session = Session.open(self.start_profile, self.start_tp, self.env, self.sets, **self.locations)
+            self.session = Session.open(self.start_profile, self.start_tp, self.env, self.sets,
+                                        root=self.registry_root, profile_dirs=self.profile_dirs)
         except RegistryError as exc:
             self.show_load_error(exc.diagnostics)
             return

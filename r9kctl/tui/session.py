@@ -45,8 +45,9 @@ class Session:
 
     def __init__(self, reg: Registry, profile: Optional[str] = None, tp: Optional[int] = None,
                  env: Optional[Mapping[str, str]] = None, profile_dirs: Optional[list[Path]] = None,
-                 sets: Optional[Mapping[str, object]] = None):
+                 sets: Optional[Mapping[str, object]] = None, root: Optional[Path] = None):
         self.reg = reg
+        self.root = root  # the registry tree (None: the loader's default)
         self.env = dict(os.environ) if env is None else dict(env)
         self._files: dict[str, tuple[Path, bytes, Optional[int]]] = {}
         self.sets = dict(sets or {})  # --set KNOB=VALUE: the override layer, above every edit
@@ -74,8 +75,12 @@ class Session:
              env: Optional[Mapping[str, str]] = None, sets: Optional[Mapping[str, object]] = None,
              root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> "Session":
         """Load the registry and profiles (raises RegistryError with located diagnostics); ``root`` and
-        ``profile_dirs`` as for ``load_registry`` (r9kctl's --registry and --profiles-dir)."""
-        return cls(load_registry(root, profile_dirs), profile, tp, env, profile_dirs=profile_dirs, sets=sets)
+        ``profile_dirs`` as for ``load_registry`` (None: its defaults)."""
+        return cls(load_registry(root, profile_dirs), profile, tp, env, profile_dirs=profile_dirs, sets=sets,
+                   root=root)
+
+    def load_registry(self) -> Registry:
+        return load_registry(self.root, self.profile_dirs)
 
     def default_profile(self) -> str:
         for name in ("tp4-default", "tp2-default"):
@@ -99,7 +104,7 @@ class Session:
 
     def reload(self) -> None:
         """Reload everything from disk, dropping the edits (raises RegistryError)."""
-        reg = load_registry(self.reg.root, self.reg.profile_dirs)
+        reg = self.load_registry()
         self.reg = reg
         self.registry_report = Report()
         check_registry(reg, self.registry_report)
@@ -338,9 +343,7 @@ class Session:
     # ------------------------------------------------------------------------------ files
 
     def profile_dirs_now(self) -> list[Path]:
-        if self.profile_dirs is not None:
-            return self.profile_dirs
-        return self.reg.profile_dirs or default_profile_dirs()
+        return self.profile_dirs if self.profile_dirs is not None else default_profile_dirs()
 
     def profile_path(self, name: Optional[str] = None) -> Optional[Path]:
         from r9k.registry.profile_io import find_profile_file
@@ -416,7 +419,7 @@ class Session:
         return path
 
     def _reload_keep(self, edits: dict) -> None:
-        reg = load_registry(self.reg.root, self.reg.profile_dirs)
+        reg = self.load_registry()
         self.reg = reg
         self.registry_report = Report()
         check_registry(reg, self.registry_report)
