@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from r9k.registry import Registry, RegistryError, load_registry
+from r9k.registry import Registry, RegistryError, envvars, load_registry
 from r9k.registry.errors import Diagnostic
 
 from .output import diagnostics
@@ -36,9 +36,9 @@ def child_env(args=None) -> dict[str, str]:
     root, dirs = registry_location(args)
     env: dict[str, str] = {}
     if root is not None:
-        env["R9K_REGISTRY"] = str(root)
+        env[envvars.REGISTRY.name] = str(root)
     if dirs is not None:
-        env["R9K_PROFILES_DIR"] = os.pathsep.join(str(d) for d in dirs[1:])  # [0] is the packaged folder
+        env[envvars.PROFILES_DIR.name] = os.pathsep.join(str(d) for d in dirs[1:])  # [0] is the packaged folder
     return env
 
 
