@@ -350,9 +350,13 @@ def read_jsonl(path: PathLike, what: str = "JSON Lines file", expect: Any = dict
 def read_xml(path: PathLike, what: str = "XML file", max_bytes: Optional[int] = None):
     """The root element of an XML file (ElementTree), or a located FileError. Document type declarations
     (and so entity definitions) are refused: no result file needs them."""
+    return parse_xml(read_text(path, what, max_bytes), path, what)
+
+
+def parse_xml(text: str, path: Optional[PathLike] = None, what: str = "XML file"):
+    """The root element of an XML text, or a located FileError (see :func:`read_xml`)."""
     import xml.etree.ElementTree as ET
 
-    text = read_text(path, what, max_bytes)
     m = re.search(r"<!DOCTYPE|<!ENTITY", text)
     if m:
         line, col = _line_col(text.encode("utf-8"), len(text[: m.start()].encode("utf-8")))

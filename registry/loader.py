@@ -23,7 +23,7 @@ from typing import Iterable, Optional
 
 from pydantic import ValidationError
 
-from . import fileio
+from . import envvars, fileio
 from .errors import Diagnostic, RegistryError
 from .fileio import display_path  # noqa: F401 - re-exported (r9kctl, the plugin and the TUI use it)
 from .schema import ModelSpec, Profile, Release, Variant
@@ -32,18 +32,14 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def default_registry_root() -> Path:
-    env = os.environ.get("R9K_REGISTRY")
-    return Path(env).expanduser() if env else PACKAGE_DIR
+    own = envvars.REGISTRY.get()
+    return Path(own).expanduser() if own else PACKAGE_DIR
 
 
 def default_profile_dirs() -> list[Path]:
     from r9k import profiles as _profiles_pkg
 
-    dirs = [Path(_profiles_pkg.__file__).resolve().parent]
-    extra = os.environ.get("R9K_PROFILES_DIR")
-    if extra:
-        dirs += [Path(p).expanduser() for p in extra.split(os.pathsep) if p]
-    return dirs
+    return [Path(_profiles_pkg.__file__).resolve().parent] + envvars.PROFILES_DIR.paths()
 
 
 # --------------------------------------------------------------------------------- locating keys
@@ -172,10 +168,8 @@ class _ParseCache:
     """
 
     def __init__(self) -> None:
-        self.enabled = os.environ.get("R9K_NO_CACHE") != "1"
-        base = os.environ.get("R9K_CACHE_DIR") or os.path.join(
-            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "r9k")
-        self.path = Path(base) / "toml-cache.pickle"
+        self.enabled = not envvars.NO_CACHE.on()
+        self.path = envvars.cache_dir() / "toml-cache.pickle"
         self.data: dict = {}
         self.dirty = False
         if self.enabled:
