@@ -110,33 +110,49 @@ def _test_functions(path: Path, cache: dict) -> Optional[set]:
     return cache[path]
 
 
-def _gate_tests(reg: Registry, report) -> None:
+def missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
+    """Variant id -> an error per declared gate test that does not exist (its file, or the test in it).
+    Computed once per registry object."""
+    memo = reg._memo.get("missing_gate_tests")
+    if memo is not None:
+        return memo
     from .ledger import repo_root, test_file
 
     root = repo_root(reg)
     cache: dict = {}
+    out: dict[str, list[Diagnostic]] = {}
     for vid, v in reg.variants.items():
         if not v.gate:
             continue
-        for i, tid in enumerate(v.gate.tests):
+        for tid in v.gate.tests:
             rel = test_file(tid)
-            top = Path(rel).parts[0] if Path(rel).parts else ""
-            if not top or not (root / top).is_dir():
-                continue  # a registry tree kept apart from the code it describes: nothing to check against
             path = root / rel
+            if not path.parent.is_dir():
+                continue  # a registry tree kept apart from the code it describes: nothing to check against
             where = reg.locate("variant", vid, ("gate", "tests"))
             if not path.is_file():
-                report.add(Diagnostic("error", "unknown-test", f"variant '{vid}' gate test '{tid}': no file {rel}",
-                                      *where, [vid]))
+                out.setdefault(vid, []).append(Diagnostic("error", "unknown-test", f"variant '{vid}' gate test "
+                                                          f"'{tid}': no file {rel}", *where, [vid]))
                 continue
             names = _test_functions(path, cache)
-            parts = tid.split("::")[1:]
-            for part in parts:
+            for part in tid.split("::")[1:]:
                 name = part.split("[", 1)[0]
                 if names is not None and name not in names:
-                    report.add(Diagnostic("error", "unknown-test", f"variant '{vid}' gate test '{tid}': {rel} has "
-                                          f"no test '{name}'", *where, [vid], hint=suggest(name, names)))
+                    out.setdefault(vid, []).append(Diagnostic(
+                        "error", "unknown-test", f"variant '{vid}' gate test '{tid}': {rel} has no test '{name}'",
+                        *where, [vid], hint=suggest(name, names)))
                     break
+    reg._memo["missing_gate_tests"] = out
+    return out
+
+
+def _gate_tests(reg: Registry, report) -> None:
+    """A default-on variant ships: a gate test of it that does not exist is an error of the registry. Other
+    variants' are errors of the profiles that switch them on (:func:`check_resolved`)."""
+    for vid, diags in missing_gate_tests(reg).items():
+        if reg.variants[vid].status.state == "default-on":
+            for d in diags:
+                report.add(d)
 
 
 # ------------------------------------------------------------------------------------------ releases
@@ -260,10 +276,18 @@ def _profiles(reg: Registry, report) -> None:
 
 
 def check_resolved(reg: Registry, rs, report) -> None:
-    """Per resolved profile: serve_args that set a vLLM argument a knob of the set also sets."""
-    if not rs.serve_args or not rs.chain:
+    """Per resolved profile: gate tests of the variants it switches on that do not exist; serve_args that
+    set a vLLM argument a knob of the set also sets."""
+    if not rs.chain:
         return
-    from .memory import KVMEM_KNOB  # noqa: F401 - (the launcher knobs are the registry's ``sets``)
+    missing = missing_gate_tests(reg)
+    for r in rs.active():
+        if r.variant.id in missing and r.variant.status.state != "default-on":
+            for d in missing[r.variant.id]:
+                report.add(Diagnostic(d.level, d.code, d.message + f" (profile '{rs.profile}' switches it on)",
+                                      d.file, d.line, d.col, d.items + [rs.profile]))
+    if not rs.serve_args:
+        return
 
     emitted = {}
     for r in rs.items.values():
@@ -346,7 +370,8 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
 
 
 def group_cascades(report, reg: Optional[Registry]) -> None:
-    """One fault, one message: merge diagnostics reported at the same place for several profiles."""
+    """One fault, one message: merge diagnostics reported at the same place, with the same message but for
+    another profile (a fault in a parent profile, seen from each child), into the first one."""
     diags = report.diagnostics
     if reg is not None and not reg.models:
         unknown = [d for d in diags if d.code == "unknown-model"]
@@ -364,8 +389,14 @@ def group_cascades(report, reg: Optional[Registry]) -> None:
     at: dict[tuple, Diagnostic] = {}
     also: dict[int, list[str]] = {}
     profiles = set(reg.profiles) if reg is not None else set()
+    names_re = re.compile(r"\b(" + "|".join(sorted(map(re.escape, profiles), key=len, reverse=True)) + r")\b") \
+        if profiles else None
+
+    def generic(msg: str) -> str:  # the message with profile names blanked: the same fault in another profile
+        return names_re.sub("*", msg) if names_re else msg
+
     for d in diags:
-        key = (d.level, d.code, d.file, d.line, d.col)
+        key = (d.level, d.code, d.file, d.line, d.col, generic(d.message))
         if d.file and d.line and key in at:
             first = at[key]
             extra = [i for i in d.items if i not in first.items]
