@@ -66,12 +66,13 @@ def _print_status(plan, st, directory, url, out=sys.stdout) -> None:
 
 def run(args) -> int:
     from r9k.registry import RegistryError, load_registry
+    from .common import registry_location
 
     from .evidence import bisect as B
     from .evidence.results import ResultFileError
 
     try:
-        reg = load_registry()
+        reg = load_registry(*registry_location(args))  # --registry / --profiles-dir
         if args.bisect_cmd == "plan":
             plan = B.make_plan(reg, args.good, args.bad, tp=args.tp, mode=args.mode, criterion=args.criterion,
                                alpha=args.alpha, threshold=args.threshold, dataset=args.dataset)

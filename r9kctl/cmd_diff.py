@@ -222,7 +222,7 @@ def run(args) -> int:
     from .common import fail, load
     from .output import heading, print_json, table
 
-    reg = load(args.format)
+    reg = load(args.format, args)
     if reg is None:
         return 2
     for spec in (args.a, args.b):

@@ -98,6 +98,29 @@ class MemoryCost(Strict):
         return self.bytes_per_gpu.get(f"tp{tp}", self.bytes_per_gpu.get("all", 0))
 
 
+class KnownBad(Strict):
+    """A toolchain range this variant is known to be wrong on (``validate`` warns when the installed
+    toolchain, or one its gate passed on, falls in it)::
+
+        [[variant.gate.known_bad]]
+        package = "triton"
+        versions = ">=3.4,<3.7.1"
+        reason = "flash-linear-attention Hopper precision bug"
+    """
+
+    package: Literal["torch", "triton", "vllm", "python", "device"]
+    versions: str = Field(min_length=1)  # comma-separated clauses: >=, >, <=, <, ==, != (device: == / !=)
+    reason: str = Field(min_length=1)
+
+    @field_validator("versions")
+    @classmethod
+    def _spec(cls, v: str) -> str:
+        from .provenance import parse_spec
+
+        parse_spec(v)  # raises ValueError with the bad clause
+        return v
+
+
 class Gate(Strict):
     """How a variant is gated. ``tests`` are pytest node ids in this repository (runnable by
     ``r9kctl gate``); ``original_tests`` name the original stack's tests, for the record."""
@@ -107,6 +130,7 @@ class Gate(Strict):
     original_tests: list[str] = Field(default_factory=list)
     thresholds: dict[str, Union[float, str]] = Field(default_factory=dict)
     eval: Optional[str] = None
+    known_bad: list[KnownBad] = Field(default_factory=list)
 
 
 class StatusInfo(Strict):
@@ -134,9 +158,15 @@ class Measurement(Strict):
 
 
 class Sets(Strict):
-    """A launcher knob sets something of vLLM's rather than an R9K_ variable of the plugin."""
+    """A launcher knob sets something of vLLM's rather than an R9K_ variable of the plugin.
 
-    kind: Literal["vllm-arg", "env", "compilation-config", "attention-backend", "other"]
+    ``vllm-arg``: ``NAME VALUE``; ``vllm-flag`` (a bool knob): ``NAME`` at 1, ``--no-NAME`` at 0;
+    ``speculative-config``: ``--speculative-config`` with method NAME and VALUE speculative tokens;
+    ``env``: the variable NAME; ``compilation-config``: the key NAME of ``--compilation-config``;
+    ``attention-backend``: ``VLLM_ATTENTION_BACKEND``."""
+
+    kind: Literal["vllm-arg", "vllm-flag", "speculative-config", "env", "compilation-config", "attention-backend",
+                  "other"]
     name: str
     text: Optional[str] = None
 

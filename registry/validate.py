@@ -238,23 +238,18 @@ def gate_states(reg: Registry):
 
 
 def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
-    """Warn on an active default-on variant whose gate tests have no fresh passing record in the ledger."""
+    """The gate rule (registry/ledger.py gate_findings): a default-on variant without a fresh gate, or a
+    toolchain in a variant's known-bad range, is a warning (so --strict and the plugin's strict mode refuse)."""
     try:
         states = gate_states(reg)
     except Exception as exc:  # a broken ledger must not hide the rest of the report
         report.add(Diagnostic("warning", "gate-ledger", f"cannot read the gate ledger: {exc}"))
         return
-    for r in rs.active():
-        v = r.variant
-        if v.status.state != "default-on" or not v.gate or not v.gate.tests:
-            continue
-        st = states.get(v.id)
-        state = getattr(st, "state", st)
-        if state in (None, "missing", "stale", "failed"):
-            f, ln, col = reg.locate("variant", v.id, ("gate",))
-            detail = getattr(st, "detail", None) or "no recorded result"
-            report.add(Diagnostic("warning", "gate", f"default-on variant '{v.id}' ({v.knob}): gate {state or 'missing'} "
-                                  f"({detail}); run `r9kctl gate {v.id}`", f, ln, col, [v.id, rs.profile]))
+    from . import ledger
+
+    for code, v, key, msg in ledger.gate_findings([r.variant for r in rs.active()], states):
+        f, ln, col = reg.locate("variant", v.id, key)
+        report.add(Diagnostic("warning", code, msg, f, ln, col, [v.id, rs.profile]))
 
 
 def _where(reg: Registry, r) -> tuple:

@@ -44,16 +44,19 @@ def gpu_available() -> bool:
 
 
 def platform_name() -> str:
+    from r9k.registry.provenance import normalize_device, platform_name as name
+
     torch = sys.modules.get("torch")
     if torch is not None and _gpu:
         kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
-        name = torch.cuda.get_device_name(0).lower().replace("nvidia ", "").replace(" ", "-")
-        return f"{kind}-{name}"
-    return "cpu-triton-interpret" if os.environ.get("TRITON_INTERPRET") == "1" else "cpu"
+        return name(normalize_device(torch.cuda.get_device_name(0)), kind)
+    return name("cpu")
 
 
 def matches(nodeid: str, declared: str) -> bool:
-    return nodeid == declared or nodeid.startswith(declared + "::") or nodeid.startswith(declared + "[")
+    from r9k.registry.ledger import item_of
+
+    return item_of(nodeid, declared)
 
 
 def pytest_configure(config):
