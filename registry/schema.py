@@ -342,16 +342,43 @@ class BenchRecord(Strict):
     unit: Optional[str] = None
     stack: Literal["ours", "reference"] = "ours"
     platform: str = "r9700"
+    # how it was measured: probe (probe.py, 1 minute), betterbench (full BetterBench), release-table (a release
+    # notes' own table), step-script (~/tp4tune.sh), startup (vLLM's startup log), client, launcher-header,
+    # r9kctl-bench, notes (a figure of the notes' prose, no benchmark named), kernel (a kernel measurement)
+    method: Optional[Literal["probe", "betterbench", "release-table", "step-script", "startup", "client",
+                             "launcher-header", "r9kctl-bench", "notes", "kernel"]] = None
+    # where the figure comes from: the seed documents (the release notes, ../shared/seeds: the record) or the
+    # public repository's facts (../shared/reference); where both give one figure, the seed's is shown
+    origin: Literal["seed", "reference"] = "reference"
+    stated_in: Optional[str] = None  # the release whose notes state it, where not this one's ('v0.2.1'), or
+    # 'launcher' / 'progress' (stated outside any release notes: shown with --all-numbers only)
+    setting: Optional[str] = None  # a configuration other than the release's defaults ('R9K_HC_FP8_DECODE=1')
+    launch: Optional[Literal["warm", "cold", "restarted", "first"]] = None  # KV figures differ by launch
+    unchanged: bool = False  # the notes say this figure did not change from the release before
+    before: Optional[float] = None  # a before -> after the notes give within this release ('137 -> 88 ms')
     source: Optional[str] = None
     command: Optional[str] = None
     text: Optional[str] = None  # the original wording where it carries more than the number
 
     @model_validator(mode="after")
     def _some_value(self) -> "BenchRecord":
-        if self.value is None and self.low is None and self.text is None:
-            raise ValueError("a bench record needs a value, a range (low/high) or a text")
+        if self.value is None and self.low is None and self.text is None and not self.unchanged:
+            raise ValueError("a bench record needs a value, a range (low/high), a text or unchanged = true")
         if (self.low is None) != (self.high is None):
             raise ValueError("a range needs both low and high")
+        if self.low is not None and self.low > self.high:
+            raise ValueError(f"range reversed: low {self.low:g} > high {self.high:g}")
+        if (self.value is not None or self.low is not None) and not self.unit and self.metric != "validation_notes":
+            raise ValueError(f"{self.metric} = {self.point():g} has no unit")
+        if self.text and self.point() is not None:
+            # a figure written '121k' must not be held as 121
+            for m in re.finditer(r"(?<![\w.])(\d+(?:\.\d+)?)\s*([kM])(?![\w])", self.text.replace(",", "")):
+                bare = float(m.group(1))
+                if bare in (self.value, self.low, self.high):
+                    raise ValueError(f"'{m.group(0)}' in the text is held as {bare:g}; write "
+                                     f"{bare * (1000 if m.group(2) == 'k' else 1e6):g}")
+        if self.unit == "tokens" and self.metric.startswith("kv_cache") and (self.point() or 1000) < 1000:
+            raise ValueError(f"a KV cache of {self.point():g} tokens is implausible (a figure in thousands?)")
         return self
 
     def point(self) -> Optional[float]:
@@ -380,6 +407,15 @@ class QualityRecord(Strict):
     identical_outputs_pct: Optional[float] = None
     humaneval_passed: Optional[int] = None
     humaneval_total: Optional[int] = None
+    baseline_humaneval_passed: Optional[int] = None
+    sanity_bad: Optional[int] = None  # strict sanity: bad answers of sanity_total
+    sanity_total: Optional[int] = None
+    baseline_sanity_bad: Optional[int] = None
+    baseline_sanity_total: Optional[int] = None
+    # another comparison the notes give, as a range of accuracies ('the round-2 build: 97.9-98.0%')
+    other_range_pct: Optional[list[float]] = None
+    other_label: Optional[str] = None
+    origin: Literal["seed", "reference"] = "reference"
     ci95_pct: Optional[list[float]] = None  # 95% interval of the accuracy difference (this - baseline), in points
     sanity: Optional[str] = None
     text: Optional[str] = None  # original wording
