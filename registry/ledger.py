@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import envvars
+from . import envvars, fileio
 
 LEDGER_RELPATH = Path("gates") / "ledger.jsonl"
 
@@ -239,13 +239,13 @@ def read_ledger(path: str | Path) -> tuple[list[GateRecord], list[str]]:
         return [], []
     records: list[GateRecord] = []
     problems: list[str] = []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    bad: list = []
+    for lineno, obj in fileio.read_jsonl(p, "gate ledger", problems=bad):
         try:
-            records.append(GateRecord.from_json(json.loads(line)))
-        except (ValueError, TypeError) as exc:
-            problems.append(f"{p}:{lineno}: unreadable ledger line ({exc})")
+            records.append(GateRecord.from_json(obj))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            problems.append(f"{fileio.display_path(p)}:{lineno}: unreadable ledger line ({exc})")
+    problems += [d.format() for d in bad]
     return records, problems
 
 
@@ -253,8 +253,7 @@ def append_records(path: str | Path, records: Iterable[GateRecord]) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records)
-    with p.open("a", encoding="utf-8") as fh:  # one write per batch: appends do not interleave mid-line
-        fh.write(text)
+    fileio.atomic_append(p, text, "gate ledger")  # all or nothing: a failed write leaves the ledger as it was
 
 
 # --------------------------------------------------------------------------------------------- state
@@ -271,6 +270,7 @@ class GateState:
     platforms: list[str] = field(default_factory=list)  # where the current-hash passes ran
     needs_gpu: list[str] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)  # what changed since the newest record that no longer counts
+    toolchains: dict[str, dict] = field(default_factory=dict)  # platform -> toolchain of the passes counted
 
     @property
     def ok(self) -> bool:
@@ -381,15 +381,29 @@ def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord], tcs: Too
     elif counts.get("stale"):
         state = "stale"
         changes = _changes(invalid[-1], current, files, tcs) if invalid else []
-        detail = (f"{counts['stale']}/{n} test(s) passed only before: {'; '.join(changes)}; "
-                  f"run r9kctl gate {variant.id}")
+        detail = f"{counts['stale']}/{n} test(s) passed only before: {'; '.join(changes)}"
     else:
         state = "missing"
         detail = "never run" if not mine else f"{counts.get('passed', 0)}/{n} passed at the current sources"
     if needs_gpu and state != "failed":
         detail += f"; {len(needs_gpu)} need a GPU (only skipped so far)"
     return GateState(variant.id, state, detail, statuses, current, mine[-1].source_hash if mine else None,
-                     mine[-1].date if mine else None, sorted(platforms), needs_gpu, changes)
+                     mine[-1].date if mine else None, sorted(platforms), needs_gpu, changes,
+                     {p: dict(tcs.current(p) or {}) for p in sorted(platforms)})
+
+
+def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One message per declared known-bad range (``gate.known_bad``) that a toolchain falls in;
+    ``toolchains``: where -> toolchain, e.g. {"installed here": ..., "gate passed on cuda-h200": ...}."""
+    from .provenance import in_range
+
+    out = []
+    for kb in getattr(getattr(variant, "gate", None), "known_bad", None) or []:
+        for where, tc in toolchains.items():
+            v = tc.get(kb.package)
+            if in_range(v, kb.versions):
+                out.append(f"{kb.package} {v} ({where}) is in the known-bad range {kb.versions}: {kb.reason}")
+    return out
 
 
 def gate_states(reg: Any, ledger: str | Path | None = None) -> dict[str, GateState]:
@@ -397,3 +411,39 @@ def gate_states(reg: Any, ledger: str | Path | None = None) -> dict[str, GateSta
     records, _problems = read_ledger(ledger or ledger_path(reg))
     tcs = Toolchains(records)
     return {vid: state_of(reg, v, records, tcs) for vid, v in reg.variants.items() if declared_tests(v)}
+
+
+def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
+                  local_toolchain: Mapping[str, Any] | None = None) -> list[tuple[str, Any, tuple, str]]:
+    """The gate rule for a launch, over the variants it switches on: (code, variant, TOML key, message) for
+
+    * ``gate``: every default-on variant with this project's code (``implementation.module``) or declared
+      gate tests whose gate is not fresh: no gate tests, never run, stale (with what changed), failed;
+    * ``known-bad``: every variant whose ``gate.known_bad`` range holds the toolchain installed here or one
+      its counted gate passes ran on.
+
+    ``r9kctl validate`` / ``launch`` report them as warnings; ``launch --strict`` and the plugin's strict
+    mode refuse on warnings."""
+    from .provenance import toolchain
+
+    here = dict(local_toolchain) if local_toolchain is not None else toolchain()
+    out: list[tuple[str, Any, tuple, str]] = []
+    for v in variants:
+        st = states.get(v.id)
+        if getattr(getattr(v, "gate", None), "known_bad", None):
+            tcs = {"installed here": here, **{f"gate passed on {p}": tc for p, tc in (st.toolchains if st else {}).items()}}
+            out += [("known-bad", v, ("gate", "known_bad"), f"variant '{v.id}' ({v.knob}): {m}") for m in known_bad(v, tcs)]
+        if getattr(getattr(v, "status", None), "state", None) != "default-on":
+            continue
+        has_code = bool(getattr(getattr(v, "implementation", None), "module", None))
+        if not declared_tests(v):
+            if has_code:
+                out.append(("gate", v, ("implementation",), f"default-on variant '{v.id}' ({v.knob}): no gate: it "
+                            "runs this project's code but declares no gate tests ([variant.gate] tests)"))
+            continue
+        if st is None or st.state != "fresh":
+            state = st.state if st else "missing"
+            detail = st.detail if st else "no recorded result"
+            out.append(("gate", v, ("gate",), f"default-on variant '{v.id}' ({v.knob}): gate {state} ({detail}); "
+                        f"run `r9kctl gate {v.id}`"))
+    return out

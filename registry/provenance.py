@@ -139,6 +139,59 @@ def toolchain_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> 
             for k in TOOLCHAIN_KEYS if (old.get(k) or None) != (new.get(k) or None)]
 
 
+# ------------------------------------------------------------------------------------------ version ranges
+
+_OPS = (">=", "<=", "==", "!=", ">", "<")
+
+
+def _release(v: str) -> tuple[int, ...]:
+    """``"2.13.0+cpu"`` -> (2, 13, 0); ``"3.7.1rc1"`` -> (3, 7, 1): the numeric release segment only."""
+    out = []
+    for part in v.split("+", 1)[0].split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        out.append(int(digits))
+        if len(digits) < len(part):
+            break
+    return tuple(out)
+
+
+def parse_spec(spec: str) -> list[tuple[str, str]]:
+    """``">=3.4,<3.7.1"`` -> [(">=", "3.4"), ("<", "3.7.1")]; ValueError naming a clause it cannot read."""
+    clauses = []
+    for raw in spec.split(","):
+        c = raw.strip()
+        op = next((o for o in _OPS if c.startswith(o)), None)
+        val = c[len(op):].strip() if op else ""
+        if not op or not val:
+            raise ValueError(f"cannot read version clause {c!r} (use >=, >, <=, <, == or != and a version)")
+        clauses.append((op, val))
+    return clauses
+
+
+def in_range(version: str | None, spec: str) -> bool:
+    """Whether ``version`` satisfies every clause of ``spec`` (numeric release comparison, zero-padded;
+    a version that is None, i.e. not installed, is in no range)."""
+    if version is None:
+        return False
+    for op, val in parse_spec(spec):
+        if not _release(val):  # a name (a device): equality only
+            ok = {"==": version == val, "!=": version != val}.get(op, False)
+        else:
+            a, b = _release(version), _release(val)
+            n = max(len(a), len(b))
+            a, b = a + (0,) * (n - len(a)), b + (0,) * (n - len(b))
+            ok = {">=": a >= b, "<=": a <= b, "==": a == b, "!=": a != b, ">": a > b, "<": a < b}[op]
+        if not ok:
+            return False
+    return True
+
+
 # ------------------------------------------------------------------------------------------ the file
 
 def _git_commit(root: Path) -> str | None:

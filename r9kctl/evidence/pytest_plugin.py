@@ -14,8 +14,6 @@ from __future__ import annotations
 import json
 import sys
 
-import pytest
-
 from r9k.registry import envvars
 
 _events_path = envvars.GATE_EVENTS.get()
@@ -80,6 +78,8 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu") is not None and not gpu_available():
+        import pytest
+
         pytest.skip("needs a GPU (test is marked gpu)")
 
 

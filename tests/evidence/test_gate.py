@@ -205,6 +205,11 @@ def test_gate_profile_and_validate_warning(repo, capsys):
         return [d for d in validate(reg, profile="evfake").warnings if d.code == "gate"]
 
     assert [d.items[0] for d in gate_warnings()] == ["evfake_add"]  # default-on and active, never gated
+    # Consequences: launch warns, launch --strict refuses (before starting anything).
+    assert cli.main(["launch", "--profile", "evfake", "--dry-run"]) == 0
+    assert "warning[gate]: default-on variant 'evfake_add'" in capsys.readouterr().err
+    assert cli.main(["launch", "--profile", "evfake", "--dry-run", "--strict"]) == 2
+    assert "warning[gate]: default-on variant 'evfake_add'" in capsys.readouterr().err
     assert cli.main(["gate", "--profile", "evfake", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "kernels/evfake/test_evfake.py::test_on_gpu" in out and "evfake_lost" not in out
@@ -213,6 +218,8 @@ def test_gate_profile_and_validate_warning(repo, capsys):
     assert "1 test item(s) need a GPU" in out and "evfake_gpu: kernels/evfake/test_evfake.py::test_on_gpu" in out
     assert {r["variant"] for r in _ledger(repo)} == {"evfake_add", "evfake_gpu"}
     assert gate_warnings() == []
+    capsys.readouterr()
+    assert cli.main(["launch", "--profile", "evfake", "--dry-run", "--strict"]) == 0, capsys.readouterr().err
     assert cli.main(["gate", "--status"]) == 0
     out = capsys.readouterr().out
     assert "evfake_add" in out and "fresh" in out and "evfake_lost" in out and "never run" in out

@@ -287,3 +287,35 @@ def test_provenance_script_runs_without_the_package(repo, tmp_path):
     d = P.read(out)
     assert d["files"]["evlib/common.py"] == P.file_sha256(repo / "evlib/common.py")
     assert set(d["toolchain"]) == set(P.TOOLCHAIN_KEYS)
+
+
+def test_known_bad_ranges_make_validate_warn(repo, tmp_path, monkeypatch):
+    from r9k.registry.validate import validate
+
+    toml = repo / "registry" / "variants" / "zz-evdep-test.toml"
+    toml.write_text(toml.read_text().replace('tests = ["kernels/evneg/test_evneg.py::test_neg"]', textwrap.dedent('''\
+        tests = ["kernels/evneg/test_evneg.py::test_neg"]
+        [[variant.gate.known_bad]]
+        package = "triton"
+        versions = ">=3.4,<3.7.1"
+        reason = "precision bug on Hopper"
+        ''')))
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    (prof / "evneg.toml").write_text('description = "x"\nextends = "stock"\ntp = 1\n[knobs]\nR9K_EVDEP_NEG = "1"\n')
+    monkeypatch.setenv("R9K_PROFILES_DIR", str(prof))
+
+    def warnings():
+        return [d for d in validate(load_registry(), profile="evneg").warnings if d.code == "known-bad"]
+
+    assert warnings() == []  # triton 3.9.0 here
+    xml = _gpu_run(repo, tmp_path, [("kernels/evneg/test_evneg.py", "test_neg", "")])  # the H200: triton 3.6.0
+    assert cli.main(["gate", "--import-junit", str(xml)]) == 0
+    (w,) = warnings()
+    assert "triton 3.6.0 (gate passed on cuda-h200) is in the known-bad range >=3.4,<3.7.1" in w.message
+    assert w.file and w.file.endswith("zz-evdep-test.toml") and w.line
+    monkeypatch.setattr(P, "toolchain", lambda use_torch=False: dict(LOCAL_TC, triton="3.5.0"))
+    assert len(warnings()) == 2
+    toml.write_text(toml.read_text().replace('">=3.4,<3.7.1"', '"~3.4"'))
+    with pytest.raises(Exception, match="cannot read version clause"):
+        load_registry()
