@@ -15,6 +15,7 @@ import importlib
 import os
 import sys
 
+from r9k.registry import envvars
 from r9k.registry.errors import RegistryError
 
 from .help_text import EXAMPLES
@@ -27,10 +28,10 @@ COMMANDS = [
 
 GLOBAL_OPTIONS = (  # (flags, dest, argparse keywords)
     (("--registry",), "registry", dict(metavar="DIR", help="registry tree to use instead of the packaged one "
-                                                              "(also $R9K_REGISTRY)")),
+                                                              f"(also ${envvars.REGISTRY.name})")),
     (("--profiles-dir",), "profiles_dir", dict(metavar="DIR", action="append",
                                                help="extra folder of profiles (repeatable; later folders win; "
-                                                    "also $R9K_PROFILES_DIR)")),
+                                                    f"also ${envvars.PROFILES_DIR.name})")),
     (("--plain",), "plain", dict(action="store_true", help="plain text even on a terminal")),
 )
 AFTER = "after_"  # dest prefix of a global option given after the subcommand
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             sys.stderr.write(d.format() + "\n")
         return 2
     except Exception as exc:  # noqa: BLE001 - the catch-all: one line, never a bare traceback
-        if os.environ.get("R9K_DEBUG") == "1":
+        if envvars.DEBUG.on():
             raise
         return internal_error(exc, words)
 
@@ -162,7 +163,7 @@ def internal_error(exc: BaseException, words: list[str]) -> int:
         where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
     cmd = " ".join(["r9kctl", *words])
     sys.stderr.write(f"r9kctl: error[internal]: {type(exc).__name__}{': ' + text if text else ''}{where}; this is a "
-                     f"bug in r9kctl, please report it (the traceback: R9K_DEBUG=1 {cmd})\n")
+                     f"bug in r9kctl, please report it (the traceback: {envvars.DEBUG.name}=1 {cmd})\n")
     return 3
 
 

@@ -10,6 +10,7 @@ import os
 import sys
 from typing import Iterable, Optional, Sequence
 
+from r9k.registry import envvars
 from r9k.registry.errors import Diagnostic
 
 
@@ -22,7 +23,7 @@ def set_plain(plain: bool) -> None:
 
 
 def is_tty() -> bool:
-    if _PLAIN or os.environ.get("R9K_PLAIN") == "1" or os.environ.get("NO_COLOR"):
+    if _PLAIN or envvars.PLAIN.on() or os.environ.get("NO_COLOR"):
         return False
     return sys.stdout.isatty()
 

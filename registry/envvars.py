@@ -78,6 +78,8 @@ REPO_ROOT = _v("R9K_REPO_ROOT", "path", "the package's parent folder",
 NO_CACHE = _v("R9K_NO_CACHE", "bool", "0", "1: parse every TOML file again (no parse cache)", ("registry.loader",))
 NO_REGISTRY_CACHE = _v("R9K_NO_REGISTRY_CACHE", "bool", "0",
                        "1: the plugin loads the registry instead of its pickled snapshot", ("plugin.regcache",))
+DEBUG = _v("R9K_DEBUG", "bool", "0", "1: r9kctl shows the traceback of an unexpected error instead of one line",
+           ("r9kctl.cli",))
 PLAIN = _v("R9K_PLAIN", "bool", "0", "1: plain text output even on a terminal (like r9kctl --plain)",
            ("r9kctl.output",))
 

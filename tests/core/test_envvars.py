@@ -47,3 +47,22 @@ def test_launcher_knobs_become_flags_not_variables():
     spec = args[args.index("--speculative-config") + 1]
     assert '"num_speculative_tokens":3' in spec
     assert args[args.index("--gpu-memory-utilization") + 1] == rs.value("UTIL")
+
+
+def test_cli_options_are_arguments_not_environment(tmp_path, capsys, monkeypatch):
+    import os
+
+    from r9k.r9kctl import cli
+
+    for v in envvars.ALL.values():
+        monkeypatch.delenv(v.name, raising=False)
+    monkeypatch.setenv("R9K_CACHE_DIR", str(tmp_path / "cache"))
+    src = Path(__file__).resolve().parents[2] / "profiles" / "cpu-smoke.toml"
+    (tmp_path / "mine.toml").write_text(src.read_text())  # a profile is named by its file
+    before = dict(os.environ)
+    code = cli.main(["--plain", "--profiles-dir", str(tmp_path), "launch", "--profile", "mine", "--dry-run"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert dict(os.environ) == before  # nothing leaked into this process's environment
+    # ... but vLLM's processes are told where the validated profile lives
+    assert f"export R9K_PROFILES_DIR={tmp_path}" in out.splitlines()
