@@ -63,7 +63,9 @@ def run(args) -> int:
     try:
         reg = load_registry(*registry_location(args))  # --registry / --profiles-dir
     except RegistryError as exc:
-        return _err(f"cannot load the registry:\n{exc}")
+        for d in exc.diagnostics:
+            print(d.format(), file=sys.stderr)
+        return 2
     if args.import_junit:
         from .evidence import junit as J
 
@@ -120,6 +122,11 @@ def run(args) -> int:
               + (f" ({len(plan.no_tests)} selected: {', '.join(v.id for v in plan.no_tests)})" if plan.no_tests else ""),
               file=out)
         return 0
+    import importlib.util
+
+    if importlib.util.find_spec("pytest") is None:
+        return _err("pytest is not installed here, and gate tests run under it (pip install pytest); or run them "
+                    "on another machine and record them with --import-junit")
     result = G.run(reg, plan, record=not args.no_record, progress=lambda m: print(m, file=out, flush=True),
                    timeout_s=args.timeout, pytest_args=args.pytest_arg)
     records, _ = L.read_ledger(L.ledger_path(reg))

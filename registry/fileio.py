@@ -108,9 +108,11 @@ def _fmt_size(n: int) -> str:
     return str(n)
 
 
-def read_bytes(path: PathLike, what: str = "file", max_bytes: int = MAX_BYTES) -> bytes:
+def read_bytes(path: PathLike, what: str = "file", max_bytes: Optional[int] = None) -> bytes:
     """The bytes of a regular file, or a located FileError (missing, loop, folder, permission, size)."""
     p = Path(path)
+    if max_bytes is None:
+        max_bytes = MAX_BYTES
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -185,7 +187,7 @@ def decode(data: bytes, path: Optional[PathLike] = None, what: str = "file") -> 
                     hint="save it as UTF-8") from None
 
 
-def read_text(path: PathLike, what: str = "file", max_bytes: int = MAX_BYTES) -> str:
+def read_text(path: PathLike, what: str = "file", max_bytes: Optional[int] = None) -> str:
     """The UTF-8 text of a file (all checks of :func:`read_bytes` and :func:`decode`)."""
     return decode(read_bytes(path, what, max_bytes), path, what)
 
@@ -272,7 +274,7 @@ def parse_toml(text: str, path: Optional[PathLike] = None, what: str = "TOML fil
     return data
 
 
-def read_toml(path: PathLike, what: str = "TOML file", max_bytes: int = MAX_BYTES) -> dict:
+def read_toml(path: PathLike, what: str = "TOML file", max_bytes: Optional[int] = None) -> dict:
     return parse_toml(read_text(path, what, max_bytes), path, what)
 
 
@@ -323,11 +325,11 @@ def _tuple(t) -> tuple:
     return t if isinstance(t, tuple) else (t,)
 
 
-def read_json(path: PathLike, what: str = "JSON file", expect: Any = None, max_bytes: int = MAX_BYTES) -> Any:
+def read_json(path: PathLike, what: str = "JSON file", expect: Any = None, max_bytes: Optional[int] = None) -> Any:
     return parse_json(read_text(path, what, max_bytes), path, what, expect)
 
 
-def read_jsonl(path: PathLike, what: str = "JSON Lines file", expect: Any = dict, max_bytes: int = MAX_BYTES,
+def read_jsonl(path: PathLike, what: str = "JSON Lines file", expect: Any = dict, max_bytes: Optional[int] = None,
                problems: Optional[list] = None) -> list[tuple[int, Any]]:
     """(line number, value) for each non-blank line. A bad line raises its located FileError, or, with a
     ``problems`` list, is skipped and its Diagnostic appended there."""
@@ -345,12 +347,16 @@ def read_jsonl(path: PathLike, what: str = "JSON Lines file", expect: Any = dict
     return out
 
 
-def read_xml(path: PathLike, what: str = "XML file", max_bytes: int = MAX_BYTES):
+def read_xml(path: PathLike, what: str = "XML file", max_bytes: Optional[int] = None):
     """The root element of an XML file (ElementTree), or a located FileError. Document type declarations
     (and so entity definitions) are refused: no result file needs them."""
+    return parse_xml(read_text(path, what, max_bytes), path, what)
+
+
+def parse_xml(text: str, path: Optional[PathLike] = None, what: str = "XML file"):
+    """The root element of an XML text, or a located FileError (see :func:`read_xml`)."""
     import xml.etree.ElementTree as ET
 
-    text = read_text(path, what, max_bytes)
     m = re.search(r"<!DOCTYPE|<!ENTITY", text)
     if m:
         line, col = _line_col(text.encode("utf-8"), len(text[: m.start()].encode("utf-8")))

@@ -44,10 +44,11 @@ from __future__ import annotations
 import glob as _glob
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from . import envvars, fileio
 
 LEDGER_RELPATH = Path("gates") / "ledger.jsonl"
 
@@ -72,13 +73,13 @@ def registry_root(reg_or_root: Any) -> Path:
 def repo_root(reg_or_root: Any) -> Path:
     """Source paths and pytest ids are relative to the repository root: the registry folder's parent, or
     ``$R9K_REPO_ROOT`` (for a registry tree kept outside the repository whose code it describes)."""
-    forced = os.environ.get("R9K_REPO_ROOT")
+    forced = envvars.REPO_ROOT.get()
     return Path(forced).resolve() if forced else registry_root(reg_or_root).resolve().parent
 
 
 def ledger_path(reg_or_root: Any) -> Path:
     """The ledger file: ``$R9K_LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl``."""
-    forced = os.environ.get("R9K_LEDGER")
+    forced = envvars.LEDGER.get()
     return Path(forced) if forced else registry_root(reg_or_root) / LEDGER_RELPATH
 
 
@@ -238,13 +239,13 @@ def read_ledger(path: str | Path) -> tuple[list[GateRecord], list[str]]:
         return [], []
     records: list[GateRecord] = []
     problems: list[str] = []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    bad: list = []
+    for lineno, obj in fileio.read_jsonl(p, "gate ledger", problems=bad):
         try:
-            records.append(GateRecord.from_json(json.loads(line)))
-        except (ValueError, TypeError) as exc:
-            problems.append(f"{p}:{lineno}: unreadable ledger line ({exc})")
+            records.append(GateRecord.from_json(obj))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            problems.append(f"{fileio.display_path(p)}:{lineno}: unreadable ledger line ({exc})")
+    problems += [d.format() for d in bad]
     return records, problems
 
 
@@ -252,8 +253,7 @@ def append_records(path: str | Path, records: Iterable[GateRecord]) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records)
-    with p.open("a", encoding="utf-8") as fh:  # one write per batch: appends do not interleave mid-line
-        fh.write(text)
+    fileio.atomic_append(p, text, "gate ledger")  # all or nothing: a failed write leaves the ledger as it was
 
 
 # --------------------------------------------------------------------------------------------- state

@@ -309,10 +309,11 @@ class Registry:
                 self.texts.pop(file)
         if loc and file in self.texts:
             lines = self.texts[file].splitlines()
-            if kind == "variant":
-                # search within this variant's block
+            if kind in ("variant", "model"):
+                # search within this item's block
+                head = f"[[{kind}]]"
                 start = line - 1
-                end = next((n for n in range(start + 1, len(lines)) if lines[n].strip() == "[[variant]]"), len(lines))
+                end = next((n for n in range(start + 1, len(lines)) if lines[n].strip() == head), len(lines))
                 sub = "\n".join(lines[start:end])
                 ln, col = locate(sub, loc)
                 if ln:
@@ -429,7 +430,7 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
 
     mpath = root / "models.toml"
     if mpath.exists():
-        data, text, _ = _read(mpath, diags, cache)
+        data, text, mheads = _read(mpath, diags, cache, header="[[model]]")
         shown = display_path(mpath)
         texts[shown] = text
         tables = (data or {}).get("model", [])
@@ -444,8 +445,14 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
             except ValidationError as exc:
                 diags += _schema_diags(mpath, text, exc, base_loc=("model", i))
                 continue
+            line = mheads[i] if i < len(mheads) else 1
+            if m.name in models:
+                f0, l0 = origins[("model", m.name)]
+                diags.append(Diagnostic("error", "duplicate", f"model '{m.name}' is declared twice (first at "
+                                        f"{f0}:{l0})", shown, line, 1, [m.name]))
+                continue
             models[m.name] = m
-            origins[("model", m.name)] = (shown, 1)
+            origins[("model", m.name)] = (shown, line)
 
     profiles = load_profiles(profile_dirs if profile_dirs is not None else default_profile_dirs(), diags, texts, origins,
                              cache)

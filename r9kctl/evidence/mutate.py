@@ -14,10 +14,11 @@ import importlib.abc
 import importlib.machinery
 import json
 import linecache
-import os
 import sys
 
-_SPEC = json.loads(os.environ["R9K_MUTATE"]) if os.environ.get("R9K_MUTATE") else []
+from r9k.registry import envvars
+
+_SPEC = json.loads(envvars.MUTATE.get() or "[]")
 _BY_MODULE: dict[str, list[dict]] = {}
 for _m in _SPEC:
     _BY_MODULE.setdefault(_m["module"], []).append(_m)

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from r9k.registry import envvars
 from r9k.registry import ledger as L
 from r9k.registry import load_registry
 
@@ -57,7 +58,7 @@ def _run_mutant(reg, mutant):
     from r9k.r9kctl.evidence import gate as G
 
     variant, kernel, old, new = mutant
-    env = {"R9K_MUTATE": json.dumps([{"module": TK.format(kernel), "old": old, "new": new}]),
+    env = {envvars.MUTATE.name: json.dumps([{"module": TK.format(kernel), "old": old, "new": new}]),
            "PYTEST_PLUGINS": "r9k.r9kctl.evidence.mutate", "TRITON_INTERPRET": "1"}
     run = G.run(reg, G.plan(reg, names=[variant]), record=False, pytest_args=["-x"], timeout_s=240, env=env)
     (rec,) = run.records
