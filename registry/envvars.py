@@ -118,6 +118,14 @@ def declared_to_vllm() -> tuple[str, ...]:
     return tuple(n for n, v in ALL.items() if v.vllm)
 
 
+def state_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
+    """Where an installed copy keeps what it writes (the gate ledger): ``$XDG_STATE_HOME/r9k``, else
+    ``~/.local/state/r9k``."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "r9k"
+
+
 def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
     """The cache directory: ``R9K_CACHE_DIR``, else ``$XDG_CACHE_HOME/r9k``, else ``~/.cache/r9k``."""
     env = os.environ if environ is None else environ
