@@ -78,10 +78,10 @@ def _register() -> None:
     table = dispatch.DispatchTable(active.rs, strict=active.rs.strict)
     table.plan()
     envdecl.declare(active.rs)
-    for plan in table.installs():
-        install.install(plan.extension_point)
     _active, _proc = active, proc
     dispatch.set_table(table)
+    for plan in table.installs():
+        install.install(plan, _install_failed)
     # A "MainProcess" that is not the first plugin process of the launch is a helper vLLM runs as a
     # plain subprocess (e.g. the model inspection of vllm.model_executor.models.registry): it checks
     # agreement like every process, but does not speak for the server in the status file.
@@ -97,6 +97,24 @@ def _register() -> None:
         _emit(logging.WARNING, f"r9k {active.hash}: {line}")
     for line in startup_table(active, table, proc):
         _emit(logging.INFO, line)
+    _write_status(table)
+
+
+def _install_failed(plan, reason: str) -> None:
+    """An adapter that does not install: one line naming variant, extension point and reason; the variant
+    keeps vLLM's path, or the start stops in strict mode (before the model is built: installs run at
+    register() or when vLLM imports the layer's module, both before weights load)."""
+    from . import dispatch
+    from .startup import StartupError
+
+    line = (f"{plan.knob}={plan.value} (variant {plan.variant_id}): the adapter for {plan.extension_point} "
+            f"does not install: {reason}")
+    table = dispatch.get_table()
+    if table is not None and table.strict:
+        raise StartupError([f"error[adapter-install]: {line} (strict mode)"],
+                           "r9k: an adapter does not install; refusing to start vLLM")
+    plan.mode, plan.reason = "fallback", f"adapter does not install: {reason}"
+    _emit(logging.WARNING, f"r9k {_active.hash if _active else '?'}: {line}; using vLLM's own path")
     _write_status(table)
 
 

@@ -22,7 +22,7 @@ from typing import Mapping, Optional
 
 SNAPSHOT_VAR = "_R9K_LAUNCH_SNAPSHOT"
 INPUTS_VAR = "_R9K_LAUNCH_INPUTS"
-SCHEMA = "r9k-launch-snapshot/1"
+SCHEMA = "r9k-launch-snapshot/2"
 # Variables that differ between the processes of one launch without changing what is resolved.
 _NOT_INPUTS = ("R9K_STATUS_FILE", "R9K_CACHE_DIR")
 
@@ -63,6 +63,7 @@ class LightVariant:
     category: str
     graph_affecting: bool
     implementation: LightImplementation
+    gate_tests: list[str] = field(default_factory=list)  # read by the availability rule
 
 
 @dataclass
@@ -101,6 +102,7 @@ def dump(active) -> dict:
                       "graph_affecting": bool(v.graph_affecting),
                       "implementation": {"module": impl.module, "op": impl.op, "platforms": list(impl.platforms),
                                          "extension_point": impl.extension_point},
+                      "gate_tests": list(v.gate.tests) if getattr(v, "gate", None) else list(getattr(v, "gate_tests", [])),
                       "value": r.value, "layer": r.layer, "source": r.source,
                       "is_stock": bool(r.is_stock), "active": bool(r.active)}
     return {"schema": SCHEMA, "profile": rs.profile, "hash": rs.hash, "tp": rs.tp, "model": rs.model,
@@ -115,7 +117,8 @@ def load(data: dict) -> tuple[LightSet, str, list[str]]:
                   bool(data.get("strict")), dict(data.get("extra_env", {})))
     for vid, d in data["items"].items():
         impl = LightImplementation(**d["implementation"])
-        v = LightVariant(vid, d["knob"], d["stock"], d["category"], d["graph_affecting"], impl)
+        v = LightVariant(vid, d["knob"], d["stock"], d["category"], d["graph_affecting"], impl,
+                         list(d.get("gate_tests", [])))
         ls.items[vid] = LightResolved(v, d["value"], d["layer"], d["source"], d["is_stock"], d["active"])
     return ls, data.get("origin", "launch snapshot"), list(data.get("warnings", []))
 

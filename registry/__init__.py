@@ -8,10 +8,22 @@ this folder, loaded through the strict schema of :mod:`r9k.registry.schema`.
     from r9k.registry.validate import validate
     report = validate(reg, profile="tp4-default")
 
-This module imports only the loader (pydantic and the standard library), so the vLLM plugin can use it
-on its startup path.
+Importing this package imports nothing else: the names below load on first use (PEP 562), so light
+modules such as :mod:`r9k.registry.availability` (the plugin's startup path in every vLLM process)
+do not pay for the schema (pydantic).
 """
-from .errors import Diagnostic, RegistryError
-from .loader import Registry, load_registry
+from __future__ import annotations
 
 __all__ = ["Diagnostic", "Registry", "RegistryError", "load_registry"]
+
+
+def __getattr__(name: str):
+    if name in ("Diagnostic", "RegistryError"):
+        from . import errors
+
+        return getattr(errors, name)
+    if name in ("Registry", "load_registry"):
+        from . import loader
+
+        return getattr(loader, name)
+    raise AttributeError(f"module 'r9k.registry' has no attribute {name!r}")

@@ -45,7 +45,7 @@ def test_fallback_to_stock_with_one_warning_line(registry):
     p = t.plans["router_gemm"]
     assert p.mode == "fallback" and "no Triton backend" in p.reason
     assert len(t.warnings) == 1 and t.warnings[0].startswith("R9K_ROUTER=r9k: ")
-    assert "using stock (R9K_ROUTER=stock)" in t.warnings[0]
+    assert "using vLLM's own path (R9K_ROUTER=stock)" in t.warnings[0]
     assert t.installs() == []
     assert t.choose("router_gemm") is None
     assert t.in_use()["router_gemm"].startswith("stock (fallback")
