@@ -27,6 +27,29 @@ SCHEMA = "r9k-launch-snapshot/2"
 _NOT_INPUTS = ("R9K_STATUS_FILE", "R9K_CACHE_DIR")
 
 
+def encode_manifest(manifest: dict) -> str:
+    """The manifest as one environment value (compact JSON, zlib, base64: ~4 KB for 147 variants)."""
+    import base64
+    import zlib
+
+    raw = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
+    return base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
+
+
+def decode_manifest(value: str) -> dict:
+    import base64
+    import binascii
+    import zlib
+
+    try:
+        data = json.loads(zlib.decompress(base64.b64decode(value.encode("ascii"), validate=True)))
+    except (binascii.Error, zlib.error, ValueError, UnicodeError) as exc:
+        raise ValueError(str(exc)) from None
+    if not isinstance(data, dict) or "hash" not in data:
+        raise ValueError("no manifest in it")
+    return data
+
+
 def inputs_digest(environ: Mapping[str, str]) -> str:
     from .regcache import _fingerprint, default_dirs
 
