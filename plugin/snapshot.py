@@ -87,6 +87,13 @@ class LightVariant:
     graph_affecting: bool
     implementation: LightImplementation
     gate_tests: list[str] = field(default_factory=list)  # read by the availability rule
+    sets: Optional["LightSets"] = None  # a launcher knob's vLLM flag or variable (plugin.applied)
+
+
+@dataclass
+class LightSets:
+    kind: str
+    name: str
 
 
 @dataclass
@@ -126,6 +133,7 @@ def dump(active) -> dict:
                       "implementation": {"module": impl.module, "op": impl.op, "platforms": list(impl.platforms),
                                          "extension_point": impl.extension_point},
                       "gate_tests": list(v.gate.tests) if getattr(v, "gate", None) else list(getattr(v, "gate_tests", [])),
+                      "sets": {"kind": v.sets.kind, "name": v.sets.name} if getattr(v, "sets", None) else None,
                       "value": r.value, "layer": r.layer, "source": r.source,
                       "is_stock": bool(r.is_stock), "active": bool(r.active)}
     return {"schema": SCHEMA, "profile": rs.profile, "hash": rs.hash, "tp": rs.tp, "model": rs.model,
@@ -140,8 +148,9 @@ def load(data: dict) -> tuple[LightSet, str, list[str]]:
                   bool(data.get("strict")), dict(data.get("extra_env", {})))
     for vid, d in data["items"].items():
         impl = LightImplementation(**d["implementation"])
+        sets = LightSets(**d["sets"]) if d.get("sets") else None
         v = LightVariant(vid, d["knob"], d["stock"], d["category"], d["graph_affecting"], impl,
-                         list(d.get("gate_tests", [])))
+                         list(d.get("gate_tests", [])), sets)
         ls.items[vid] = LightResolved(v, d["value"], d["layer"], d["source"], d["is_stock"], d["active"])
     return ls, data.get("origin", "launch snapshot"), list(data.get("warnings", []))
 
