@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from r9k.registry import envvars
+
 #: The model reference used in profiles; resolved to a local path by :func:`resolve_model_ref`.
 MODEL_REF = "r9k-tiny:qwen2-moe"
 
@@ -76,16 +78,8 @@ def recipe_hash() -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
-def cache_root() -> Path:
-    """``$R9K_CACHE_DIR``, else ``$XDG_CACHE_HOME/r9k``, else ``~/.cache/r9k``."""
-    if os.environ.get("R9K_CACHE_DIR"):
-        return Path(os.environ["R9K_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "r9k"
-
-
 def model_dir() -> Path:
-    return cache_root() / "models" / f"tiny-qwen2-moe-{recipe_hash()}"
+    return envvars.cache_dir() / "models" / f"tiny-qwen2-moe-{recipe_hash()}"
 
 
 def _complete(path: Path) -> bool:

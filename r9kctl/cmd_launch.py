@@ -40,7 +40,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from .common import load_with_sets, report_errors
+    from .common import child_env, load_with_sets, report_errors
     from .launch import exec_plan, plan_launch
     from .output import diagnostics, print_json
 
@@ -57,6 +57,7 @@ def run(args) -> int:
         sys.stderr.write(f"refusing to launch profile '{args.profile}'\n")
         return 2
     diagnostics(plan.report.diagnostics)
+    plan.env.update(child_env(args))  # --registry / --profiles-dir: vLLM's processes load the same ones
     if args.dry_run:
         if args.format == "json":
             print_json({"argv": plan.argv, "env": plan.env, "manifest": plan.manifest})

@@ -98,12 +98,15 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
     root = L.repo_root(reg)
     say = progress or (lambda _msg: None)
     declared = gate_plan.test_ids
-    hashes = {v.id: L.source_hash(reg, v) for v in gate_plan.variants}
+    from r9k.registry.provenance import toolchain
+
+    deps = {v.id: L.file_hashes(reg, v) for v in gate_plan.variants}  # before the run: what it tests
+    tc = toolchain()
     commit = _git(root, "rev-parse", "--short", "HEAD")
     dirty = None
     if commit is not None:
-        dirty = bool(_git(root, "status", "--porcelain", "--", *sorted({p for v in gate_plan.variants
-                                                                       for p in L.hashed_paths(v)})))
+        dirty = bool(_git(root, "status", "--porcelain", "--", *sorted({p for files, _ in deps.values()
+                                                                       for p in files})))
     outcomes: dict[str, str] = {}
     not_found: list[str] = []
     collect_errors: dict[str, str] = {}
@@ -180,11 +183,12 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
                 mine[t] = L.NOT_FOUND
             else:
                 mine[t] = L.NOT_RUN
-        h, nfiles = hashes[v.id]
+        files, missing = deps[v.id]
         records.append(L.GateRecord(
             variant=v.id, tests=L.declared_tests(v), result=L.summarize(mine), outcomes=mine,
-            platform=platform, date=date, source_hash=h, files=nfiles, commit=commit, dirty=dirty,
-            duration_s=round(duration, 2)))  # of the whole pytest run
+            platform=platform, date=date, source_hash=L.hash_of(files, missing), files=len(files),
+            commit=commit, dirty=dirty, duration_s=round(duration, 2),  # of the whole pytest run
+            deps=files, toolchain=tc))
     if record and records:
         L.append_records(ledger or L.ledger_path(reg), records)
     return GateRun(records, platform, exitstatus, log_tail, collect_errors)

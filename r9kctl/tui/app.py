@@ -61,8 +61,11 @@ class R9kApp(App):
 
     def __init__(self, profile: Optional[str] = None, tp: Optional[int] = None,
                  env: Optional[Mapping[str, str]] = None, keymap: Optional[Mapping[str, str]] = None,
-                 theme: Optional[str] = None, sets: Optional[Mapping[str, object]] = None) -> None:
+                 theme: Optional[str] = None, sets: Optional[Mapping[str, object]] = None,
+                 registry_root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> None:
         super().__init__()
+        self.registry_root = registry_root  # None: the loader's default ($R9K_REGISTRY, the packaged tree)
+        self.profile_dirs = profile_dirs
         self.start_profile = profile
         self.start_tp = tp
         self.env = env
@@ -82,7 +85,8 @@ class R9kApp(App):
         from .session import Session
 
         try:
-            self.session = Session.open(self.start_profile, self.start_tp, self.env, self.sets)
+            self.session = Session.open(self.start_profile, self.start_tp, self.env, self.sets,
+                                        root=self.registry_root, profile_dirs=self.profile_dirs)
         except RegistryError as exc:
             self.show_load_error(exc.diagnostics)
             return

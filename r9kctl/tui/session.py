@@ -45,8 +45,9 @@ class Session:
 
     def __init__(self, reg: Registry, profile: Optional[str] = None, tp: Optional[int] = None,
                  env: Optional[Mapping[str, str]] = None, profile_dirs: Optional[list[Path]] = None,
-                 sets: Optional[Mapping[str, object]] = None):
+                 sets: Optional[Mapping[str, object]] = None, root: Optional[Path] = None):
         self.reg = reg
+        self.root = root  # the registry tree (None: the loader's default)
         self.env = dict(os.environ) if env is None else dict(env)
         self._files: dict[str, tuple[Path, bytes, Optional[int]]] = {}
         self.sets = dict(sets or {})  # --set KNOB=VALUE: the override layer, above every edit
@@ -71,9 +72,15 @@ class Session:
 
     @classmethod
     def open(cls, profile: Optional[str] = None, tp: Optional[int] = None,
-             env: Optional[Mapping[str, str]] = None, sets: Optional[Mapping[str, object]] = None) -> "Session":
-        """Load the registry and profiles (raises RegistryError with located diagnostics)."""
-        return cls(load_registry(), profile, tp, env, sets=sets)
+             env: Optional[Mapping[str, str]] = None, sets: Optional[Mapping[str, object]] = None,
+             root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> "Session":
+        """Load the registry and profiles (raises RegistryError with located diagnostics); ``root`` and
+        ``profile_dirs`` as for ``load_registry`` (None: its defaults)."""
+        return cls(load_registry(root, profile_dirs), profile, tp, env, profile_dirs=profile_dirs, sets=sets,
+                   root=root)
+
+    def load_registry(self) -> Registry:
+        return load_registry(self.root, self.profile_dirs)
 
     def default_profile(self) -> str:
         for name in ("tp4-default", "tp2-default"):
@@ -97,7 +104,7 @@ class Session:
 
     def reload(self) -> None:
         """Reload everything from disk, dropping the edits (raises RegistryError)."""
-        reg = load_registry()
+        reg = self.load_registry()
         self.reg = reg
         self.registry_report = Report()
         check_registry(reg, self.registry_report)
@@ -412,7 +419,7 @@ class Session:
         return path
 
     def _reload_keep(self, edits: dict) -> None:
-        reg = load_registry()
+        reg = self.load_registry()
         self.reg = reg
         self.registry_report = Report()
         check_registry(reg, self.registry_report)
