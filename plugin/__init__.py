@@ -266,7 +266,7 @@ def current_status() -> dict:
     from . import dispatch, status
 
     own = status.snapshot(_active, dispatch.get_table(), _proc, _applied) if _active is not None else None
-    return status.merged_status(own, _status_path or os.environ.get("R9K_STATUS_FILE"))
+    return status.merged_status(own, _status_path or envvars.STATUS_FILE.get())
 
 
 def _reset_for_tests() -> None:

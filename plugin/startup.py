@@ -198,7 +198,7 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
     try:
         tp_n = int(tp) if tp else None
     except ValueError:
-        raise StartupError([f"error[bad-value]: R9K_TP={tp!r} is not an integer (environment R9K_TP)"]) from None
+        raise StartupError([f"error[bad-value]: {envvars.TP.name}={tp!r} is not an integer (environment {envvars.TP.name})"]) from None
     profile = envvars.PROFILE.get(environ)
     origin = envvars.PROFILE.name
     if not profile:
@@ -206,9 +206,10 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
         origin = f"shipped default for TP {tp_n or 1}"
         if profile not in reg.profiles:
             shipped = sorted(p for p in reg.profiles if p.endswith("-default"))
-            raise StartupError([f"error[no-profile]: R9K_* variables are set but neither R9K_MANIFEST nor "
-                                f"R9K_PROFILE, and there is no shipped default profile '{profile}' "
-                                f"(shipped: {', '.join(shipped)}); set R9K_PROFILE or R9K_TP"])
+            m, p, t = envvars.MANIFEST.name, envvars.PROFILE.name, envvars.TP.name
+            raise StartupError([f"error[no-profile]: {envvars.PREFIX}* variables are set but neither {m} nor {p}, "
+                                f"and there is no shipped default profile '{profile}' "
+                                f"(shipped: {', '.join(shipped)}); set {p} or {t}"])
     rs = resolve(reg, profile, tp=tp_n, env=environ)
     _raise_on_resolve_errors(rs)
     warnings = _check(reg, rs, rs.strict)

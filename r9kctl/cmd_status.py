@@ -9,10 +9,11 @@ Exit codes: 0 the processes agree, 1 they report different hashes, 2 no status c
 from __future__ import annotations
 
 import json
-import os
 import sys
 import urllib.error
 import urllib.request
+
+from r9k.registry import envvars
 
 ROUTE = "/r9k/status"  # same as r9k.plugin.status.ROUTE (not imported: keep this command light)
 
@@ -22,7 +23,7 @@ def add_parser(sub) -> None:
                        description=__doc__.split("\n\n")[1])
     src = p.add_mutually_exclusive_group()
     src.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000")
-    src.add_argument("--file", help="status file written by the plugin (default: $R9K_STATUS_FILE)")
+    src.add_argument("--file", help=f"status file written by the plugin (default: ${envvars.STATUS_FILE.name})")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the server (default 10)")
     p.set_defaults(func=run)
@@ -57,9 +58,9 @@ def read(args) -> dict:
 
     if args.url:
         return fetch(args.url, args.timeout)
-    path = args.file or os.environ.get("R9K_STATUS_FILE")
+    path = args.file or envvars.STATUS_FILE.get()
     if not path:
-        raise ValueError("give --url or --file (or set R9K_STATUS_FILE)")
+        raise ValueError(f"give --url or --file (or set {envvars.STATUS_FILE.name})")
     data = fileio.read_json(path, "status file", expect=dict)
     problem = _shape_problem(data)
     if problem:

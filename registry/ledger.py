@@ -44,12 +44,11 @@ from __future__ import annotations
 import glob as _glob
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import fileio
+from . import envvars, fileio
 
 LEDGER_RELPATH = Path("gates") / "ledger.jsonl"
 
@@ -74,13 +73,13 @@ def registry_root(reg_or_root: Any) -> Path:
 def repo_root(reg_or_root: Any) -> Path:
     """Source paths and pytest ids are relative to the repository root: the registry folder's parent, or
     ``$R9K_REPO_ROOT`` (for a registry tree kept outside the repository whose code it describes)."""
-    forced = os.environ.get("R9K_REPO_ROOT")
+    forced = envvars.REPO_ROOT.get()
     return Path(forced).resolve() if forced else registry_root(reg_or_root).resolve().parent
 
 
 def ledger_path(reg_or_root: Any) -> Path:
     """The ledger file: ``$R9K_LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl``."""
-    forced = os.environ.get("R9K_LEDGER")
+    forced = envvars.LEDGER.get()
     return Path(forced) if forced else registry_root(reg_or_root) / LEDGER_RELPATH
 
 

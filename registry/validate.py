@@ -123,20 +123,21 @@ def check_registry(reg: Registry, report: Report) -> None:
     latest = reg.latest_release()
     if latest:
         # The registry's defaults are the latest release's: each of its changes must be visible there.
-        from .resolve import _scope_matches
+        from .resolve import primary_model, scope_matches
 
-        for i, ch in enumerate(reg.releases[latest].default_changes):
+        primary = primary_model(reg)
+        for i, ch in enumerate(reg.releases[latest].default_changes if primary else []):
             v = reg.find_variant(ch.knob)
             if v is None:
                 continue
-            for tp in (4, 2):
-                if not _scope_matches(ch.tp, "qwen3.8-flash-next", tp):
+            for tp in primary.tp_sizes:
+                if not scope_matches(reg, ch.tp, primary.name, tp):
                     continue
                 try:
                     to = v.normalize(ch.to)
                 except ValueError:
                     to = ch.to
-                have = v.default_for("qwen3.8-flash-next", tp)
+                have = v.default_for(primary.name, tp)
                 if have != to:
                     f, ln, col = reg.locate("release", latest, ("default_changes", i))
                     report.add(Diagnostic("warning", "release-default-mismatch",

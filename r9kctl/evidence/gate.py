@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from r9k.registry import envvars
 from r9k.registry import ledger as L
 
 from .pytest_plugin import matches
@@ -121,8 +122,8 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
             events = Path(tmp) / "events.jsonl"
             logf = Path(tmp) / "pytest.log"
             env = dict(os.environ)
-            env["R9K_GATE_EVENTS"] = str(events)
-            env["R9K_GATE_SELECT"] = json.dumps(existing)
+            env[envvars.GATE_EVENTS.name] = str(events)
+            env[envvars.GATE_SELECT.name] = json.dumps(existing)
             if not _gpu_device_present():
                 env.setdefault("TRITON_INTERPRET", "1")
             cmd = [sys.executable, "-m", "pytest", "-p", "r9k.r9kctl.evidence.pytest_plugin",

@@ -28,6 +28,8 @@ import os  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 
+from r9k.registry import envvars  # noqa: E402
+
 
 def _stats(xs: list[float]) -> dict:
     xs = sorted(xs)
@@ -182,7 +184,7 @@ def main(argv=None) -> int:
     p.add_argument("--toggles", type=int, default=60)
     p.add_argument("--profile", default="tp2-default")
     p.add_argument("--user-cache", action="store_true",
-                   help="use the user's R9K_CACHE_DIR (default: a fresh one, warmed by an untimed first run, "
+                   help=f"use the user's {envvars.CACHE_DIR.name} (default: a fresh one, warmed by an untimed first run, "
                         "as on a user's machine; a developer's cache also holds every test registry parsed)")
     p.add_argument("--phases", action="store_true", help="CPU time of each start-up phase instead (headless)")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -199,7 +201,7 @@ def main(argv=None) -> int:
         import tempfile
 
         tmp_cache = tempfile.mkdtemp(prefix="r9k-bench-cache-")
-        os.environ["R9K_CACHE_DIR"] = tmp_cache
+        os.environ[envvars.CACHE_DIR.name] = tmp_cache
         run_in_pty((80, 24), a.profile, 2)  # warm-up: fills the parse cache, not timed
     if a.phases:
         import subprocess
