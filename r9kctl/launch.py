@@ -16,7 +16,6 @@ from typing import Mapping, Optional
 
 from r9k.registry import Registry
 from r9k.registry import envvars
-from r9k.registry.errors import Diagnostic
 from r9k.registry.validate import Report, validate
 
 TINY_PREFIX = "r9k-tiny:"
@@ -198,6 +197,3 @@ def exec_plan(plan: LaunchPlan) -> None:
     sys.stderr.flush()
     os.execve(plan.argv[0], plan.argv, env)
 
-
-def refusal(plan: LaunchPlan) -> list[Diagnostic]:
-    return plan.report.errors or plan.report.warnings

@@ -93,6 +93,8 @@ GATE_EVENTS = _v("R9K_GATE_EVENTS", "path", None, "where the gate pytest plugin 
                  ("r9kctl.evidence.pytest_plugin",))
 GATE_SELECT = _v("R9K_GATE_SELECT", "str", None, "the gate tests the pytest plugin lets run",
                  ("r9kctl.evidence.pytest_plugin",))
+MUTATE = _v("R9K_MUTATE", "str", None, "JSON list of kernel mutations the mutation-test pytest plugin applies at "
+            "import (tests/evidence/test_mutation.py)", ("r9kctl.evidence.mutate",))
 TEST_SEED = _v("R9K_TEST_SEED", "int", "a fixed seed per test", "the random seed of the kernel and plugin tests",
                ("kernels.conftest", "tests.plugin.conftest"))
 
