@@ -110,6 +110,29 @@ def run(args) -> int:
             for r in data.get("non_stock", [])]
     table(["KNOB", "VALUE", "FROM", "IMPLEMENTATION IN USE"], rows,
           title=f"not at stock (implementation as reported by {data.get('in_use_from')})")
+    plan = data.get("plan") or {}
+    if plan:
+        print(f"kernels: {plan.get('installed', 0)} installed, {plan.get('fallback', 0)} fall back to vLLM's path, "
+              f"{plan.get('env_only', 0)} env-only (read by code outside this project)")
+        for knob, why in sorted((plan.get("fallbacks") or {}).items()):
+            print(f"  falls back: {knob}: {why}")
+    ops = data.get("ops") or {}
+    op_rows = []
+    for op, o in sorted(ops.items()):
+        kept = "; ".join(f"{n} {r}" for r, n in sorted(o.get("kept", {}).items())) or "-"
+        calls = ", ".join(f"{p}={n}" for p, n in sorted(o.get("calls", {}).items())) or "0"
+        op_rows.append([op, o.get("installed", 0), kept, calls])
+    table(["OP", "LAYERS ON R9K", "KEPT VLLM'S PATH (WHY)", "CALLS SINCE START (ALL PROCESSES)"], op_rows,
+          title="per op: layer instances and calls (counters of the model-building processes)")
+    applied = data.get("applied")
+    if applied:
+        table(["STATE", "KNOB", "REQUESTED", "APPLIED", "WHERE"],
+              [[r["state"], r["knob"], r["requested"], r["applied"], r["where"] + (f": {r['note']}" if r["note"] else "")]
+               for r in applied.get("rows", [])],
+              title=f"what vLLM applied ({len(applied.get('mismatches', []))} mismatch(es))")
+        b = applied.get("backends") or {}
+        if b:
+            print("backends: " + ", ".join(f"{k} {v}" for k, v in b.items()))
     if not agree:
         print("r9kctl status: the server's processes report different hashes", file=sys.stderr)
         return 1

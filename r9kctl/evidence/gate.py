@@ -94,8 +94,9 @@ def _now() -> str:
 
 def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Path | None = None,
         progress: Callable[[str], None] | None = None, timeout_s: float | None = None,
-        pytest_args: Iterable[str] = ()) -> GateRun:
-    """Run the planned gates; append one ledger record per variant unless ``record`` is False."""
+        pytest_args: Iterable[str] = (), env: dict[str, str] | None = None) -> GateRun:
+    """Run the planned gates; append one ledger record per variant unless ``record`` is False.
+    ``env``: extra environment variables of the pytest run (the mutation test's)."""
     root = L.repo_root(reg)
     say = progress or (lambda _msg: None)
     declared = gate_plan.test_ids
@@ -121,7 +122,7 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
         with tempfile.TemporaryDirectory(prefix="r9k-gate-") as tmp:
             events = Path(tmp) / "events.jsonl"
             logf = Path(tmp) / "pytest.log"
-            env = dict(os.environ)
+            env = dict(os.environ, **(env or {}))
             env[envvars.GATE_EVENTS.name] = str(events)
             env[envvars.GATE_SELECT.name] = json.dumps(existing)
             if not _gpu_device_present():

@@ -45,10 +45,8 @@ def read_config(path: Optional[Path]) -> tuple[dict[str, str], Optional[str]]:
     """([keys] binding id -> keys, theme) from the TOML config; missing file: nothing."""
     if path is None or not Path(path).is_file():
         return {}, None
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+    import tomllib
+
     data = tomllib.loads(Path(path).read_text())
     keys = {str(k): str(v) for k, v in (data.get("keys") or {}).items()}
     theme = data.get("theme")

@@ -546,13 +546,6 @@ class Session:
 
     # ------------------------------------------------------------------------------ diff and launch
 
-    def diff_edits(self):
-        """The current edits against the saved profile, as ``r9kctl diff`` computes a diff."""
-        from r9k.registry.diff import diff
-
-        alias = f"{self.profile}*"
-        return diff(self.edited_registry(alias=alias), self.profile, alias, tp=self.tp), alias
-
     def diff_sides(self, a: str, b: str):
         from r9k.registry.diff import diff
 

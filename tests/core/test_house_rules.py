@@ -13,10 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE = ROOT / "registry"
