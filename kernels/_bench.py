@@ -1,6 +1,6 @@
 """CUDA-graph timing harness shared by the kernel benchmarks (part 1 and part 2).
 
-How a number is made (see notes/kernels-part1.md for why):
+How a number is made (see notes/kernels-linear-routing.md for why):
 
 * ``graph_time_us(fn, arg_sets)``: one CUDA graph captures ``len(arg_sets)`` calls of ``fn``, each on
   its own argument set (its own weight copy), so that the weights stream from HBM as in a real

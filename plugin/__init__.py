@@ -24,10 +24,12 @@ import logging
 import os
 from typing import Optional
 
+from r9k.registry import envvars
+
 logger = logging.getLogger("vllm.r9k")
 
 # Variables that only say where things are; alone they do not switch the plugin on.
-_PATH_VARS = ("R9K_CACHE_DIR", "R9K_REGISTRY", "R9K_PROFILES_DIR")
+_PATH_VARS = (envvars.CACHE_DIR.name, envvars.REGISTRY.name, envvars.PROFILES_DIR.name)
 
 _done = False
 _error: Optional[BaseException] = None
@@ -58,7 +60,7 @@ def register() -> None:
 
 def _register() -> None:
     global _active, _proc, _status_path
-    if not any(k.startswith("R9K_") and k not in _PATH_VARS for k in os.environ):
+    if not any(k.startswith(envvars.PREFIX) and k not in _PATH_VARS for k in os.environ):
         return  # plain vLLM use with the package installed: nothing to do, nothing imported
     from . import dispatch, envdecl, install, snapshot, startup
 
@@ -264,7 +266,7 @@ def current_status() -> dict:
     from . import dispatch, status
 
     own = status.snapshot(_active, dispatch.get_table(), _proc, _applied) if _active is not None else None
-    return status.merged_status(own, _status_path or os.environ.get("R9K_STATUS_FILE"))
+    return status.merged_status(own, _status_path or envvars.STATUS_FILE.get())
 
 
 def _reset_for_tests() -> None:

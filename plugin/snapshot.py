@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-SNAPSHOT_VAR = "_R9K_LAUNCH_SNAPSHOT"
-INPUTS_VAR = "_R9K_LAUNCH_INPUTS"
+from r9k.registry import envvars
+
+SNAPSHOT_VAR = envvars.LAUNCH_SNAPSHOT.name
+INPUTS_VAR = envvars.LAUNCH_INPUTS.name
 SCHEMA = "r9k-launch-snapshot/2"
 # Variables that differ between the processes of one launch without changing what is resolved.
-_NOT_INPUTS = ("R9K_STATUS_FILE", "R9K_CACHE_DIR")
+_NOT_INPUTS = (envvars.STATUS_FILE.name, envvars.CACHE_DIR.name)
 
 
 def encode_manifest(manifest: dict) -> str:
@@ -55,10 +57,10 @@ def inputs_digest(environ: Mapping[str, str]) -> str:
 
     h = hashlib.sha256()
     for k in sorted(environ):
-        if k.startswith("R9K_") and k not in _NOT_INPUTS:
+        if k.startswith(envvars.PREFIX) and k not in _NOT_INPUTS:
             h.update(f"{k}={environ[k]}\n".encode())
     h.update(_fingerprint(*default_dirs(environ)).encode())
-    manifest = environ.get("R9K_MANIFEST")
+    manifest = envvars.MANIFEST.get(environ)
     if manifest:
         try:
             h.update(Path(manifest).read_bytes())
@@ -158,10 +160,8 @@ def load(data: dict) -> tuple[LightSet, str, list[str]]:
 def save(active, environ=None) -> Optional[str]:
     """Write the snapshot of the first process and export where it is (None if it cannot be written)."""
     environ = os.environ if environ is None else environ
-    from .tiny_model import cache_root
-
     digest = inputs_digest(environ)
-    path = cache_root() / "run" / f"launch-{active.rs.hash}-{digest}.json"
+    path = envvars.cache_dir(environ) / "run" / f"launch-{active.rs.hash}-{digest}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
@@ -197,7 +197,7 @@ def prepare_launch(rs, warnings: list[str], env: dict) -> dict[str, str]:
     """
     from .startup import LAUNCH_HASH_VAR, LAUNCH_PID_VAR, Active
 
-    active = Active(rs, None, f"manifest {env.get('R9K_MANIFEST')}, validated by r9kctl launch", list(warnings))
+    active = Active(rs, None, f"manifest {envvars.MANIFEST.get(env)}, validated by r9kctl launch", list(warnings))
     scratch = dict(env)
     if save(active, scratch) is None:
         return {}

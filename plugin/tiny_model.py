@@ -33,6 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from r9k.registry import envvars
+
 PREFIX = "r9k-tiny:"
 #: The default model reference (the ``cpu-smoke`` profile's).
 MODEL_REF = "r9k-tiny:qwen2-moe"
@@ -127,16 +129,8 @@ def recipe_hash(name: str = "qwen2-moe") -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
-def cache_root() -> Path:
-    """``$R9K_CACHE_DIR``, else ``$XDG_CACHE_HOME/r9k``, else ``~/.cache/r9k``."""
-    if os.environ.get("R9K_CACHE_DIR"):
-        return Path(os.environ["R9K_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "r9k"
-
-
 def model_dir(name: str = "qwen2-moe") -> Path:
-    return cache_root() / "models" / f"tiny-{name}-{recipe_hash(name)}"
+    return envvars.cache_dir() / "models" / f"tiny-{name}-{recipe_hash(name)}"
 
 
 def _complete(path: Path) -> bool:

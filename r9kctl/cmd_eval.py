@@ -60,12 +60,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def _compare(args) -> int:
     from .evidence import mcnemar, results
 
+    from .common import error_exit
+
+    for opt, val in (("--confidence", args.confidence), ("--alpha", args.alpha)):
+        if not 0 < val < 1:
+            return error_exit(f"{opt} {val:g}: must be between 0 and 1 (exclusive)", "r9kctl eval compare", "usage")
     try:
         a, b = results.load(args.a), results.load(args.b)
         cmp = mcnemar.compare(a, b, confidence=args.confidence)
     except (results.ResultFileError, ValueError) as exc:
-        print(f"r9kctl eval compare: error: {exc}", file=sys.stderr)
-        return 2
+        return error_exit(exc, "r9kctl eval compare", "result-file")
     if args.into:
         from .evidence import quality
 
@@ -79,8 +83,7 @@ def _compare(args) -> int:
         try:
             quality.append_quality_record(args.into, rec)
         except (OSError, ValueError) as exc:
-            print(f"r9kctl eval compare: error: {exc}", file=sys.stderr)
-            return 2
+            return error_exit(exc, "r9kctl eval compare --into", "quality")
     if args.format == "json":
         print(json.dumps(cmp.to_dict(), indent=2))
     else:
@@ -110,8 +113,9 @@ def _record(args) -> int:
                        api_key=os.environ.get("OPENAI_API_KEY"), timeout_s=args.timeout,
                        keep_output=not args.no_output_text, progress=None if args.quiet else sys.stderr)
     except (D.DatasetError, R.ServerError, ResultFileError, OSError) as exc:
-        print(f"r9kctl eval record: error: {exc}", file=sys.stderr)
-        return 2
+        from .common import error_exit
+
+        return error_exit(exc, "r9kctl eval record", "eval")
     from .evidence import results
 
     rf = results.load(out)

@@ -3,13 +3,15 @@ plugin (``R9K_MANIFEST``). ``--dry-run`` prints the exact command and environmen
 shell they start the same server (the manifest they name is written, the model reference is a path)."""
 from __future__ import annotations
 
+from r9k.registry import envvars
+
 from .common import add_set_option
 
-EPILOG = """\
+EPILOG = f"""\
 more than one process, more than one node:
   --tp N starts vLLM with --tensor-parallel-size N. Every vLLM process (API server, engine core, each
   worker) checks the resolved set's hash; the resolved set also travels in the environment
-  (R9K_MANIFEST_DATA), so a worker that cannot read the launcher's files (another node, another
+  ({envvars.MANIFEST_DATA.name}), so a worker that cannot read the launcher's files (another node, another
   directory) resolves the same set from its own installation and refuses on a different hash.
   CPU backend, TP 2 on one machine:
     VLLM_CPU_OMP_THREADS_BIND=nobind r9kctl launch --profile cpu-smoke --tp 2
@@ -40,7 +42,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from .common import load_with_sets, report_errors
+    from .common import child_env, load_with_sets, report_errors
     from .launch import exec_plan, plan_launch
     from .output import diagnostics, print_json
 
@@ -57,6 +59,7 @@ def run(args) -> int:
         sys.stderr.write(f"refusing to launch profile '{args.profile}'\n")
         return 2
     diagnostics(plan.report.diagnostics)
+    plan.env.update(child_env(args))  # --registry / --profiles-dir: vLLM's processes load the same ones
     if args.dry_run:
         if args.format == "json":
             print_json({"argv": plan.argv, "env": plan.env, "manifest": plan.manifest})

@@ -32,7 +32,20 @@ def run(args) -> int:
     if errs:
         report_errors(errs, args.format)
         return 2
-    report = validate(profile=args.profile, all_profiles=args.all, tp=args.tp, sets=sets, strict=args.strict)
+    from r9k.registry import RegistryError, load_registry
+    from r9k.registry.validate import Report
+
+    from .common import registry_location
+
+    try:  # the registry and profiles the global options name (--registry, --profiles-dir)
+        reg = load_registry(*registry_location(args))
+    except RegistryError as exc:  # schema errors: reported like validate's phase 1
+        reg, report = None, Report()
+        for d in exc.diagnostics:
+            report.add(d)
+    if reg is not None:
+        report = validate(reg, profile=args.profile, all_profiles=args.all, tp=args.tp, sets=sets,
+                          strict=args.strict)
     code = report.exit_code(args.strict)
     if args.format == "json":
         d = report.to_dict()

@@ -15,16 +15,10 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from r9k.registry import Registry
-from r9k.registry.errors import Diagnostic
+from r9k.registry import envvars
 from r9k.registry.validate import Report, validate
 
 TINY_PREFIX = "r9k-tiny:"
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("R9K_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "r9k")
-    return Path(base)
 
 
 @dataclass
@@ -92,6 +86,14 @@ def launcher_args(rs) -> tuple[list[str], dict[str, str]]:
             continue  # at stock: vLLM's own default applies
         if s.kind == "vllm-arg":
             args += [s.name, r.value]
+        elif s.kind == "vllm-flag":
+            if r.value == "1":
+                args.append(s.name)
+            elif r.variant.stock == "1":  # vLLM's own default is on
+                args.append("--no-" + s.name.removeprefix("--"))
+        elif s.kind == "speculative-config":
+            spec = {"method": s.name, "num_speculative_tokens": int(r.value)}
+            args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
         elif s.kind == "env":
             env[s.name] = r.value
         elif s.kind == "compilation-config":
@@ -153,12 +155,12 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     penv = dict(rs.env())
     penv.update(lenv)
     penv["VLLM_PLUGINS"] = plugins_allowlist((env if env is not None else os.environ).get("VLLM_PLUGINS"))
-    penv["R9K_PROFILE"] = rs.profile
-    penv["R9K_TP"] = str(rs.tp)
+    penv[envvars.PROFILE.name] = rs.profile
+    penv[envvars.TP.name] = str(rs.tp)
     if rs.strict:
-        penv["R9K_STRICT"] = "1"
+        penv[envvars.STRICT.name] = "1"
     if write_manifest:
-        d = cache_dir() / "manifests"
+        d = envvars.cache_dir() / "manifests"
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
@@ -166,9 +168,9 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
             json.dump(manifest, f, indent=2)
         os.replace(tmp, path)
         plan.manifest_path = path
-        penv["R9K_MANIFEST"] = str(path)
+        penv[envvars.MANIFEST.name] = str(path)
     else:
-        penv["R9K_MANIFEST"] = str(cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json")
+        penv[envvars.MANIFEST.name] = str(envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json")
     from r9k.plugin.snapshot import encode_manifest
     from r9k.plugin.startup import MANIFEST_DATA_VAR
 
@@ -195,6 +197,3 @@ def exec_plan(plan: LaunchPlan) -> None:
     sys.stderr.flush()
     os.execve(plan.argv[0], plan.argv, env)
 
-
-def refusal(plan: LaunchPlan) -> list[Diagnostic]:
-    return plan.report.errors or plan.report.warnings

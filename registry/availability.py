@@ -23,7 +23,6 @@ Imports no torch, vLLM, textual or rich; reads two small files at most once per 
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -72,7 +71,9 @@ def default_repo_root() -> Path:
     """Where gate-test paths (``kernels/router/test_router.py::...``) are relative to: ``$R9K_REPO_ROOT``,
     else the folder holding this code's ``kernels/`` (the repository; ``site-packages/r9k`` when installed).
     Gate tests are code, so a registry tree kept elsewhere (``R9K_REGISTRY``) still finds them."""
-    forced = os.environ.get("R9K_REPO_ROOT")
+    from . import envvars
+
+    forced = envvars.REPO_ROOT.get()
     if forced:
         return Path(forced).resolve()
     return Path(__file__).resolve().parent.parent

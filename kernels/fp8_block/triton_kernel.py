@@ -124,7 +124,7 @@ def fp8_block_gemm_kernel(
 # Tile configs: (BLOCK_N, SPLIT_K, num_warps, num_stages, UNROLL) where UNROLL 1 fully unrolls the
 # group loop of a split. Per (N, K) winners of the H200 sweep live in tuned_h200.json next to this
 # file (written by ``bench_fp8_block --sweep``, gate-tested in the same device run, see
-# notes/kernels-part1.md); every other shape uses default_config's rule.
+# notes/kernels-linear-routing.md); every other shape uses default_config's rule.
 TUNED_FILE = os.path.join(os.path.dirname(__file__), "tuned_h200.json")
 
 

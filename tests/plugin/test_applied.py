@@ -18,16 +18,19 @@ def _cfg(max_num_seqs=16, cudagraph_sizes=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 1
               cache_config=NS(gpu_memory_utilization=util, kv_cache_memory_bytes=None),
               compilation_config=NS(cudagraph_capture_sizes=list(cudagraph_sizes), cudagraph_mode=None, mode=None),
               attention_config=NS(backend=None), kernel_config=NS(moe_backend="auto", linear_backend="auto"),
-              mamba_config=NS(backend="TRITON"), model_config=NS(dtype="bfloat16"), device_config=NS(device_type="cuda"))
+              mamba_config=NS(backend="TRITON"), model_config=NS(dtype="bfloat16"), device_config=NS(device_type="cuda"),
+              speculative_config=NS(method="mtp", num_speculative_tokens=3),
+              offload_config=NS(uva=NS(cpu_offload_gb=0.0)))
 
 
 def test_the_compared_fields_exist_in_vllms_config():
-    from vllm.config import CacheConfig, CompilationConfig, ParallelConfig, SchedulerConfig
+    from vllm.config import CacheConfig, CompilationConfig, ParallelConfig, SchedulerConfig, SpeculativeConfig
 
     for cls, field in ((SchedulerConfig, "max_num_seqs"), (SchedulerConfig, "max_num_batched_tokens"),
                        (CacheConfig, "gpu_memory_utilization"), (CacheConfig, "kv_cache_memory_bytes"),
                        (CompilationConfig, "cudagraph_capture_sizes"), (CompilationConfig, "cudagraph_mode"),
-                       (ParallelConfig, "tensor_parallel_size")):
+                       (ParallelConfig, "tensor_parallel_size"), (SpeculativeConfig, "method"),
+                       (SpeculativeConfig, "num_speculative_tokens")):
         assert field in cls.__dataclass_fields__, (cls, field)
 
 
@@ -55,8 +58,8 @@ def test_requests_are_compared_with_the_final_config(registry):
 def test_strict_mode_stops_on_a_mismatch(plugin_env, monkeypatch):
     monkeypatch.setattr(plugin, "_emit", lambda level, line: None)
     plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
-    plugin_env.setenv("R9K_STRICT", "1")
     plugin.register()
+    plugin.active_set().strict = True  # a strict launch (R9K_STRICT=1 would also make stale gates errors)
     with pytest.raises(StartupError) as ei:
         plugin.check_applied(_cfg(tp=2))  # the launch asked for TP 1
     assert "error[not-applied]" in str(ei.value) and "--tensor-parallel-size 1" in str(ei.value)
