@@ -15,6 +15,7 @@ import logging
 
 logger = logging.getLogger("vllm.r9k")
 
+REGISTRY_MODULE = "vllm.model_executor.models.registry"
 FLASH_NEXT_ARCH = "Qwen4ExpForCausalLM"
 FLASH_NEXT_CLASS = "r9k.plugin.models.flash_next:FlashNextForCausalLM"
 #: the ops the Flash-Next build runs through the dispatch table
@@ -27,8 +28,16 @@ def _on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
+def register_architectures(registry_module) -> None:
+    """Called by ``register()`` in every active plugin process: on the CPU backend, vLLM builds this
+    project's Flash-Next for ``Qwen4ExpForCausalLM`` (elsewhere vLLM's own model is left in place)."""
+    if _on_cpu():
+        _register(registry_module)
+
+
 def install_flash_next(registry_module) -> None:
-    """``model_registry:Qwen4ExpForCausalLM``: on the CPU backend, vLLM builds this project's Flash-Next."""
+    """``model_registry:Qwen4ExpForCausalLM``, the adapter of the hyper-connection variants: on the CPU backend,
+    this project's Flash-Next (whose hc modules ask the dispatch table for their op); elsewhere: said, not done."""
     from .. import counters
 
     if not _on_cpu():
@@ -38,6 +47,10 @@ def install_flash_next(registry_module) -> None:
         logger.warning("r9k: %s is served by vLLM's own Qwen4Exp on this platform; this project's %s kernels "
                        "are not wired into it and keep vLLM's path", FLASH_NEXT_ARCH, ", ".join(FLASH_NEXT_OPS))
         return
+    _register(registry_module)
+
+
+def _register(registry_module) -> None:
     reg = registry_module.ModelRegistry
     current = reg.models.get(FLASH_NEXT_ARCH)
     if current is not None and getattr(current, "module_name", None) == FLASH_NEXT_CLASS.split(":")[0]:

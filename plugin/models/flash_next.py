@@ -121,7 +121,7 @@ class FlashNextHyperConnection(GatedResidual):
 
     def finish_loading(self) -> None:
         if self.path.fused:
-            self._merged = hc.merge_down_inject(self)
+            self._hc_weights = hc.prepare(self, self.path)
 
     def mix(self, hyper_input: torch.Tensor):
         if not self.path.fused:
@@ -268,6 +268,13 @@ class FlashNextForCausalLM(Qwen3NextForCausalLM):
         self.logits_processor = LogitsProcessor(config.vocab_size)
         self.make_empty_intermediate_tensors = lambda *a, **k: IntermediateTensors({})
         self.set_moe_parameters()
+        # the gated attention's q/k norm + rope + gate split: the same adapter as vLLM's Qwen3-Next
+        # (r9k.plugin.layers.qwen3_next.attach: this project's op when chosen and eligible, else vLLM's path)
+        from ..layers import qwen3_next
+
+        for name, mod in self.named_modules():
+            if isinstance(mod, Qwen3NextAttention):
+                qwen3_next.attach(mod, name)
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs):
         return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)

@@ -47,9 +47,10 @@ def _fused(ours, impl):
     from r9k.kernels.router import tl_common
 
     assert tl_common.INTERPRETED or torch.cuda.is_available(), "the Triton kernel would not run here"
-    op = ops.get("hc_mix")
-    fn = op.fused if impl == "fused" else op.stock
-    ours.path = hcmod.HcPath(ours.prefix, True, hcmod._torch_op(fn, ours.config.hc_lowrank, ours.hc_count))
+    name = "hc_mix_fp8" if impl == "fp8" else "hc_mix"
+    fn = ops.get(name).fused
+    ours.path = hcmod.HcPath(ours.prefix, True, hcmod._torch_op(name, fn, ours.config.hc_lowrank, ours.hc_count),
+                             name=name)
     ours.finish_loading()
     return ours
 
@@ -102,3 +103,27 @@ def test_a_wrong_fused_path_fails_this_check():
         o_wrong = _err(wrong, r_out)
     assert o_wrong > 1.5 * o_stock + 1e-3 * r_out.abs().max().item(), (o_wrong, o_stock)
     assert hcmod.FUSED_MAX_M == 16
+
+
+@pytest.mark.parametrize("rows", [1, 8, 20])
+def test_fp8_path_matches_the_dequantized_fp64_reference(rows):
+    """R9K_HC_FP8_DECODE's path (W8A16 on fp8 copies with per-row scales) against transformers' module run in
+    fp64 on the exactly dequantized weights: relative L2 error of the block input < 1e-2 (bf16 roundings only;
+    the original's gate allowed 2e-2)."""
+    ours, ref = _modules(seed=5)
+    x = torch.randn(rows, ours.hc_count * ours.hidden_size).to(torch.bfloat16)
+    with torch.no_grad():
+        _fused(ours, "fp8")
+        f_block, _ = ours.mix(x)
+        dq, ds, uq, us = ours._hc_weights
+        L, hc = ours.config.hc_lowrank, ours.hc_count
+        down = dq.double() * ds.double()[:, None]
+        sd = ref.state_dict()
+        sd["input_mix_weight_down.weight"] = down[:L]
+        sd["block_inject_weight.weight"] = down[L: L + hc]
+        sd["input_mix_weight_up.weight"] = uq.double() * us.double()[:, None]
+        ref.load_state_dict(sd)
+        r_block, _, _ = ref(x.double())
+    rel = ((f_block.double() - r_block).norm() / r_block.norm()).item()
+    assert rel < 1e-2, rel
+    assert dq.dtype == torch.float8_e4m3fn and uq.dtype == torch.float8_e4m3fn
