@@ -38,6 +38,21 @@ def layer(op: str, layer_name: str, installed: bool, reason: str = "") -> None:
         entry["kept"].setdefault(reason or "unspecified", []).append(layer_name)
 
 
+def relabel(op: str, layer_name: str, installed: bool, reason: str = "") -> None:
+    """Move a layer recorded by :func:`layer` (e.g. installed at construction, found ineligible when
+    its weights or output dtype became known)."""
+    entry = _LAYERS.get(op)
+    if entry is not None:
+        if layer_name in entry["installed"]:
+            entry["installed"].remove(layer_name)
+        for r, names in list(entry["kept"].items()):
+            if layer_name in names:
+                names.remove(layer_name)
+                if not names:
+                    del entry["kept"][r]
+    layer(op, layer_name, installed, reason)
+
+
 def hit(op: str, path: str = "fused") -> None:
     """Count one call of ``op``: ``path`` is ``"fused"`` or ``"fallback:<why>"``."""
     key = (op, path)

@@ -128,6 +128,38 @@ def _check(reg, rs, strict: bool) -> list[str]:
     return [d.format() for d in report.warnings]
 
 
+#: The launch manifest itself, compressed (``r9kctl launch`` exports it): a worker that cannot read the
+#: launcher's manifest file (another node, another directory) resolves from this instead.
+MANIFEST_DATA_VAR = envvars.MANIFEST_DATA.name
+
+
+def _read_manifest(path: Optional[str], carried: Optional[str]) -> tuple[dict, str]:
+    """The manifest from its file, else from the environment; both present: they must agree."""
+    from .snapshot import decode_manifest
+
+    from_file = from_env = None
+    file_error = None
+    if path:
+        try:
+            from_file = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            file_error = exc
+    if carried:
+        try:
+            from_env = decode_manifest(carried)
+        except ValueError as exc:
+            raise StartupError([f"error[manifest]: {MANIFEST_DATA_VAR} is not a launch manifest: {exc}"]) from None
+    if from_file is not None and from_env is not None and from_file.get("hash") != from_env.get("hash"):
+        raise StartupError([f"{path}: error[manifest-drift]: the manifest file (hash {from_file.get('hash')}) and "
+                            f"the one carried in {MANIFEST_DATA_VAR} (hash {from_env.get('hash')}) differ"])
+    if from_file is not None:
+        return from_file, path
+    if from_env is not None:
+        return from_env, (f"{MANIFEST_DATA_VAR} (carried in the environment; {path} not readable here)"
+                          if path else MANIFEST_DATA_VAR)
+    raise StartupError([f"{path}: error[manifest]: cannot read the manifest: {file_error}"])
+
+
 def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Active]:
     """Resolve and validate the active set for this process; None when the plugin is inactive."""
     environ = dict(os.environ if environ is None else environ)
@@ -137,11 +169,10 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
 
     reg = _load_registry()
     manifest_path = envvars.MANIFEST.get(environ)
-    if manifest_path:
-        try:
-            data = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise StartupError([f"{manifest_path}: error[manifest]: cannot read the manifest: {exc}"]) from None
+    carried = environ.get(MANIFEST_DATA_VAR)
+    if manifest_path or carried:
+        data, where = _read_manifest(manifest_path, carried)
+        manifest_path = where
         from_launch = ResolvedSet.from_manifest(data, reg)
         if not from_launch.ok:
             raise StartupError([d.format() for d in from_launch.diagnostics if d.level == "error"],
@@ -167,7 +198,7 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
     try:
         tp_n = int(tp) if tp else None
     except ValueError:
-        raise StartupError([f"error[bad-value]: R9K_TP={tp!r} is not an integer (environment R9K_TP)"]) from None
+        raise StartupError([f"error[bad-value]: {envvars.TP.name}={tp!r} is not an integer (environment {envvars.TP.name})"]) from None
     profile = envvars.PROFILE.get(environ)
     origin = envvars.PROFILE.name
     if not profile:
@@ -175,9 +206,10 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
         origin = f"shipped default for TP {tp_n or 1}"
         if profile not in reg.profiles:
             shipped = sorted(p for p in reg.profiles if p.endswith("-default"))
-            raise StartupError([f"error[no-profile]: R9K_* variables are set but neither R9K_MANIFEST nor "
-                                f"R9K_PROFILE, and there is no shipped default profile '{profile}' "
-                                f"(shipped: {', '.join(shipped)}); set R9K_PROFILE or R9K_TP"])
+            m, p, t = envvars.MANIFEST.name, envvars.PROFILE.name, envvars.TP.name
+            raise StartupError([f"error[no-profile]: {envvars.PREFIX}* variables are set but neither {m} nor {p}, "
+                                f"and there is no shipped default profile '{profile}' "
+                                f"(shipped: {', '.join(shipped)}); set {p} or {t}"])
     rs = resolve(reg, profile, tp=tp_n, env=environ)
     _raise_on_resolve_errors(rs)
     warnings = _check(reg, rs, rs.strict)

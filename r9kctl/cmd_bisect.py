@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from r9k.registry import envvars
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("bisect", help="find the knob whose change moved a result between two profiles",
@@ -45,7 +47,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     rn.add_argument("--dir", required=True)
     rn.add_argument("--launch", required=True,
                     help="launch command; placeholders {port} {manifest} {profile} {tp}; the step's knobs and "
-                         "R9K_MANIFEST are in its environment")
+                         f"{envvars.MANIFEST.name} are in its environment")
     rn.add_argument("--url-template", required=True, help="server URL with {port}, e.g. http://127.0.0.1:{port}")
     rn.add_argument("--dataset", help="question set (default: the plan's)")
     rn.add_argument("--port", type=int, default=8000)

@@ -24,15 +24,11 @@ import os
 import re
 import stat
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from .errors import Diagnostic, RegistryError
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 #: Files larger than this are refused (registry files are a few kB; the largest result files a few MB).
 MAX_BYTES = 32 * 1024 * 1024

@@ -283,7 +283,8 @@ class Registry:
         return dict(self._knobs)
 
     def release_order(self) -> list[str]:
-        """Releases from oldest to newest, by their ``previous`` chain (falling back to date, version)."""
+        """Releases from oldest to newest: by date, then by version (``previous`` is checked by validate,
+        not used for the order)."""
         return sorted(self.releases, key=lambda v: (self.releases[v].date, _vkey(v)))
 
     def latest_release(self) -> Optional[str]:

@@ -26,7 +26,7 @@ from typing import Iterable, Mapping, Optional
 from . import envvars
 from .errors import Diagnostic
 from .loader import Registry
-from .schema import Profile, Variant
+from .schema import ModelSpec, Profile, Variant
 
 LAYERS = ("registry", "release", "profile", "environment", "override")
 
@@ -186,19 +186,23 @@ def suggest(name: str, candidates: Iterable[str]) -> Optional[str]:
     return f"did you mean {m[0]}?" if m else None
 
 
-def _scope_matches(scope: str, model: Optional[str], tp: int) -> bool:
+def primary_model(reg: Registry) -> Optional[ModelSpec]:
+    """The model marked ``primary`` in models.toml (None if none is)."""
+    return next((m for m in reg.models.values() if m.primary), None)
+
+
+def scope_matches(reg: Registry, scope: str, model: Optional[str], tp: int) -> bool:
+    """Whether a release change's scope covers ``model`` at ``tp``: ``all``; a model's ``scope`` name from
+    models.toml; ``tpN``: the primary model at TP N. ``model`` None means the primary model."""
     scope = scope.strip().lower()
-    is_fn = model is None or "flash-next" in (model or "")
-    is_27b = "27b" in (model or "")
     if scope == "all":
         return True
-    if scope == "fn":
-        return is_fn
-    if scope == "27b":
-        return is_27b
+    primary = primary_model(reg)
+    name = model or (primary.name if primary else None)
     if scope.startswith("tp"):
-        return is_fn and scope == f"tp{tp}"
-    return False
+        return primary is not None and name == primary.name and scope == f"tp{tp}"
+    spec = reg.models.get(name) if name else None
+    return spec is not None and spec.scope == scope
 
 
 def value_at_release(reg: Registry, v: Variant, release: str, model: Optional[str], tp: int) -> Optional[str]:
@@ -212,7 +216,7 @@ def value_at_release(reg: Registry, v: Variant, release: str, model: Optional[st
     cur = v.default_for(model, tp)
     for later in reversed(order[idx + 1:]):
         for ch in reg.releases[later].default_changes:
-            if ch.knob != v.knob or not _scope_matches(ch.tp, model, tp):
+            if ch.knob != v.knob or not scope_matches(reg, ch.tp, model, tp):
                 continue
             try:
                 to = v.normalize(ch.to)

@@ -140,7 +140,7 @@ class StatusInfo(Strict):
 
 class DefaultChange(Strict):
     release: str
-    tp: str  # tp4, tp2, fn (Flash-Next at every TP), 27b, all
+    tp: str  # "all", a model's scope name (models.toml), or "tpN" (the primary model at TP N)
     from_: str = Field(alias="from")
     to: str
     note: Optional[str] = None
@@ -333,7 +333,7 @@ class BenchRecord(Strict):
     """One measured number of a release. ``value`` or ``low``/``high`` (a range), or ``text`` alone
     where the original states no number that can be compared."""
 
-    config: str  # fn_tp4, fn_tp2, 27b_tp2, or a platform config such as h200_tp4_shard
+    config: str  # <model scope>_tp<N> (models.toml), or a platform config such as h200_tp4_shard
     metric: str
     value: Optional[float] = None
     low: Optional[float] = None
@@ -476,6 +476,8 @@ class ModelSpec(Strict):
     name: str
     description: str
     architecture: Optional[str] = None
+    scope: Optional[str] = None  # the short name release scopes and bench configs (<scope>_tp<N>) use
+    primary: bool = False  # what a release's bare "tpN" scope means, and a profile that names no model serves
     weight_bytes_per_gpu: dict[str, int]
     overhead_bytes_per_gpu: dict[str, int] = Field(default_factory=dict)
     kv_bytes_per_token: dict[str, int]
@@ -495,6 +497,11 @@ class ModelSpec(Strict):
 
     def supports_tp(self, tp: int) -> bool:
         return f"tp{tp}" in self.kv_bytes_per_token and f"tp{tp}" in self.weight_bytes_per_gpu
+
+    @property
+    def tp_sizes(self) -> list[int]:
+        """The TP sizes it is served at (those its memory facts cover), largest first."""
+        return sorted((int(k[2:]) for k in self.weight_bytes_per_gpu if self.supports_tp(int(k[2:]))), reverse=True)
 
 
 # ----------------------------------------------------------------------------------------- profiles

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
+from . import availability
 from .errors import Diagnostic, RegistryError
 from .loader import Registry, load_registry
 from .memory import Budget, budget
 from .resolve import ResolvedSet, resolve, suggest
 
 VERSION_RE = re.compile(r"^v\d+\.\d+\.\d+")
-TRITON_PLATFORMS = ("cuda", "rocm", "cpu")  # where this project's Triton kernels run (cpu: the interpreter)
 
 
 @dataclass
@@ -30,6 +30,7 @@ class Report:
     profiles: dict[str, ResolvedSet] = field(default_factory=dict)
     budgets: dict[str, Optional[Budget]] = field(default_factory=dict)
     registry: Optional[Registry] = None
+    availability: dict[str, dict] = field(default_factory=dict)  # profile -> variant id -> availability.Verdict
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -58,10 +59,19 @@ class Report:
             "warnings": [d.to_dict() for d in self.warnings],
             "profiles": {
                 name: {"hash": rs.hash, "tp": rs.tp, "model": rs.model, "active": len(rs.active()),
-                       "budget": self.budgets[name].to_dict() if self.budgets.get(name) else None}
+                       "budget": self.budgets[name].to_dict() if self.budgets.get(name) else None,
+                       "availability": availability_dict(self.availability.get(name, {}))}
                 for name, rs in self.profiles.items()
             },
         }
+
+
+def availability_dict(verdicts: Mapping) -> dict:
+    """The per-profile availability report: counts, installed knobs, fallbacks with their reason."""
+    c = availability.counts(verdicts)
+    return {"installed": c["installed"], "fallback": c["fallback"], "env_only": c["env"],
+            "installed_variants": [v.knob for v in verdicts.values() if v.state == "installed"],
+            "fallbacks": {v.knob: v.reason for v in verdicts.values() if v.state == "fallback"}}
 
 
 # ----------------------------------------------------------------------------------- registry-wide
@@ -93,6 +103,12 @@ def check_registry(reg: Registry, report: Report) -> None:
             f, ln, col = reg.locate("variant", vid, ("since",))
             report.add(Diagnostic("error", "unknown-release", f"variant '{vid}' since unknown release '{v.since}'",
                                   f, ln, col, [vid, v.since]))
+    adapters = availability.load_adapters()
+    for f, ln, col, msg in adapters.problems:
+        report.add(Diagnostic("error", "adapter", msg, f, ln, col))
+    for vid, fld, msg in availability.declaration_problems(reg.variants, adapters):
+        f, ln, col = reg.locate("variant", vid, ("implementation", fld) if fld != "gate" else ("gate",))
+        report.add(Diagnostic("warning", "undeclared-implementation", f"variant '{vid}': {msg}", f, ln, col, [vid]))
     knobs = reg.knobs()
     for ver, rel in reg.releases.items():
         if rel.previous and rel.previous not in reg.releases:
@@ -107,20 +123,21 @@ def check_registry(reg: Registry, report: Report) -> None:
     latest = reg.latest_release()
     if latest:
         # The registry's defaults are the latest release's: each of its changes must be visible there.
-        from .resolve import _scope_matches
+        from .resolve import primary_model, scope_matches
 
-        for i, ch in enumerate(reg.releases[latest].default_changes):
+        primary = primary_model(reg)
+        for i, ch in enumerate(reg.releases[latest].default_changes if primary else []):
             v = reg.find_variant(ch.knob)
             if v is None:
                 continue
-            for tp in (4, 2):
-                if not _scope_matches(ch.tp, "qwen3.8-flash-next", tp):
+            for tp in primary.tp_sizes:
+                if not scope_matches(reg, ch.tp, primary.name, tp):
                     continue
                 try:
                     to = v.normalize(ch.to)
                 except ValueError:
                     to = ch.to
-                have = v.default_for("qwen3.8-flash-next", tp)
+                have = v.default_for(primary.name, tp)
                 if have != to:
                     f, ln, col = reg.locate("release", latest, ("default_changes", i))
                     report.add(Diagnostic("warning", "release-default-mismatch",
@@ -131,17 +148,6 @@ def check_registry(reg: Registry, report: Report) -> None:
 # ----------------------------------------------------------------------------------- per profile
 
 
-def _runs_on(v, platform: Optional[str]) -> bool:
-    if platform is None:
-        return True
-    impl, orig = v.implementation, v.original
-    if impl.module and platform.split("-")[0] in TRITON_PLATFORMS:
-        return True
-    if orig and any(platform == p or platform.startswith(p) or p.startswith(platform) for p in orig.platforms):
-        return True
-    return False
-
-
 def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Budget]:
     for d in rs.diagnostics:
         report.add(d)
@@ -150,6 +156,8 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
     name = rs.profile
     items = rs.items
     strict = rs.strict
+    verdicts = availability.plan(rs, adapters=availability.load_adapters())
+    report.availability[name] = verdicts
 
     if rs.model and rs.model in reg.models and not reg.models[rs.model].supports_tp(rs.tp):
         m = reg.models[rs.model]
@@ -170,11 +178,11 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
         if r.active and rs.model and ((v.models and rs.model not in v.models) or rs.model in v.excluded_models):
             report.add(Diagnostic("error", "unsupported-model", f"{v.knob}={r.value}: variant '{vid}' does not apply "
                                   f"to model {rs.model} (applies to: {', '.join(v.models) or 'all but ' + ', '.join(v.excluded_models)})", *where, [vid, name]))
-        if r.active and v.stock is not None and not _runs_on(v, rs.platform):
+        av = verdicts[vid]
+        if av.state == "fallback":
             report.add(Diagnostic("error" if strict else "warning", "no-implementation",
-                                  f"{v.knob}={r.value}: variant '{vid}' has no implementation on platform "
-                                  f"'{rs.platform}'; the plugin falls back to stock ({v.knob}={v.stock})",
-                                  *where, [vid, name]))
+                                  f"{v.knob}={r.value}: variant '{vid}' cannot run here: {av.reason}; the plugin "
+                                  f"keeps vLLM's own path ({v.knob}={v.stock})", *where, [vid, name]))
         if r.value is not None and r.active:
             for req in v.requires:
                 other = items.get(req)

@@ -41,6 +41,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from r9k.registry import envvars
+
 from . import mcnemar, results
 
 CRITERIA = ("mcnemar", "accuracy", "outputs")
@@ -368,7 +370,7 @@ def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template
                 env.pop(item["knob"], None)
             else:
                 env[item["knob"]] = item["value"]
-        env.update({"R9K_MANIFEST": str(manifest), "R9K_PROFILE": plan.good, "R9K_TP": str(plan.tp)})
+        env.update({envvars.MANIFEST.name: str(manifest), envvars.PROFILE.name: plan.good, envvars.TP.name: str(plan.tp)})
         cmd = launch.format(manifest=shlex.quote(str(manifest)), port=port, profile=plan.good, tp=plan.tp)
         say(f"[{step}] launch: {cmd}")
         log = (d / "results" / f"{step}.launch.log").open("w")
@@ -398,7 +400,7 @@ def describe_step(plan: Plan, step: str, directory: str | Path, url: str = "URL"
         lines.append(f"    {g.label()}")
     sets = " ".join(f"--set {k}={v}" for g in switched for k, v in g.bad.items() if v is not None)
     unset = [k for g in switched for k, v in g.bad.items() if v is None]
-    lines.append(f"  launch: R9K_MANIFEST={d / 'manifests' / (step + '.json')} vllm serve ...   "
+    lines.append(f"  launch: {envvars.MANIFEST.name}={d / 'manifests' / (step + '.json')} vllm serve ...   "
                  f"(or: r9kctl launch --profile {plan.good} --tp {plan.tp} {sets}"
                  + (f"; and unset {' '.join(unset)}" if unset else "") + ")")
     lines.append(f"  record: r9kctl eval record --url {url} --dataset {plan.dataset or 'FILE'} "

@@ -12,11 +12,12 @@ It does three things, all driven by environment variables the gate runner sets, 
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-_events_path = os.environ.get("R9K_GATE_EVENTS")
-_select = json.loads(os.environ["R9K_GATE_SELECT"]) if os.environ.get("R9K_GATE_SELECT") else None
+from r9k.registry import envvars
+
+_events_path = envvars.GATE_EVENTS.get()
+_select = json.loads(envvars.GATE_SELECT.get()) if envvars.GATE_SELECT.get() else None
 _outcomes: dict[str, str] = {}
 _gpu: bool | None = None
 
