@@ -256,11 +256,8 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
 
 
 def _where(reg: Registry, r) -> tuple:
-    src = r.source
-    m = re.search(r"([^\s(]+\.toml):(\d+)\)?$", src)
-    if m:
-        return m.group(1), int(m.group(2)), None
-    return None, None, None
+    """File, line, column of the place that set a resolved value (none for the environment or --set)."""
+    return r.origin.file, r.origin.line, None
 
 
 # ----------------------------------------------------------------------------------- entry points
