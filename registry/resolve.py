@@ -263,6 +263,9 @@ def profile_chain(reg: Registry, name: str) -> tuple[list[Profile], Optional[str
                                     file, line, col, seen + [cur]))
             break
         prof = reg.profiles.get(cur)
+        if prof is None and cur in getattr(reg, "profile_problems", {}):
+            diags.extend(reg.profile_problems[cur])  # its file does not load: its own located errors
+            break
         if prof is None:
             if not seen:
                 diags.append(Diagnostic("error", "unknown-profile", f"no profile named '{cur}'", items=[cur],

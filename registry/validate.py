@@ -289,6 +289,10 @@ def validate(
     from .consistency import check_consistency, group_cascades
 
     check_consistency(reg, report)
+    if all_profiles or not profile:  # profiles whose files do not load (a profile's own are in its resolve)
+        for problems in reg.profile_problems.values():
+            for d in problems:
+                report.add(d)
     names = sorted(reg.profiles) if all_profiles else ([profile] if profile else [])
     for name in names:
         rs = resolve(reg, name, tp=tp, env=env, sets=sets,

@@ -117,11 +117,12 @@ class Session:
              root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> "Session":
         """Load the registry and profiles (raises RegistryError with located diagnostics); ``root`` and
         ``profile_dirs`` as for ``load_registry`` (None: its defaults)."""
-        return cls(load_registry(root, profile_dirs), profile, tp, env, profile_dirs=profile_dirs, sets=sets,
-                   root=root)
+        # the panel lists and edits every profile: a broken one is an error screen, not a missing entry
+        return cls(load_registry(root, profile_dirs, broken_profiles="raise"), profile, tp, env,
+                   profile_dirs=profile_dirs, sets=sets, root=root)
 
     def load_registry(self) -> Registry:
-        return load_registry(self.root, self.profile_dirs)
+        return load_registry(self.root, self.profile_dirs, broken_profiles="raise")
 
     def default_profile(self) -> str:
         for name in ("tp4-default", "tp2-default"):
