@@ -256,7 +256,7 @@ class Registry:
     # profiles whose file does not load: name -> its located diagnostics (see load_registry)
     profile_problems: dict[str, list[Diagnostic]] = field(default_factory=dict)
     _knobs: dict[str, str] = field(default_factory=dict)
-    _memo: dict = field(default_factory=dict)  # derived data cached for this registry object (see validate)
+    _memo: dict = field(default_factory=dict)  # derived data cached for this registry object: see cached()
 
     def __post_init__(self) -> None:
         for v in self.variants.values():
@@ -278,6 +278,16 @@ class Registry:
             return self.variant(key)
         except KeyError:
             return None
+
+    def cached(self, key: tuple | str, compute):
+        """``compute()``, once per registry object and ``key`` (derived data: gate states, missing gate
+        tests, located keys). :meth:`forget` drops it all, e.g. after kernel sources were edited."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def forget(self) -> None:
+        self._memo.clear()
 
     def knobs(self) -> dict[str, str]:
         return dict(self._knobs)
