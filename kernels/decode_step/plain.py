@@ -1,14 +1,11 @@
 """The parts of the decode step this project does not fuse, one plain implementation shared by every
 profile (so two profiles differ only in what the registry switches):
 
-* hyper-connection combine + grouped Gemma norm (kernel-semantics 3.2; stock Triton at decode widths in the
-  original, here plain PyTorch with the same rounding points);
 * GDN ``in_proj_ba`` (bf16 GEMM) and the causal conv update with accepted-token roll-back (3.10 step 1);
 * attention: KV write into a paged cache, the QSA indexer's scoring and top-group selection (3.8a), the
   attention itself over the selected tokens of the paged cache (3.9), ``sigmoid(gate) * out``;
 * routed experts: a W8A16 Triton GEMM over (token, expert) pairs (fp8 e4m3 weights, one fp32 scale per
-  output row), SiLU-and-mul, the router-weight fold and the top-k sum with the shared expert;
-* the shared expert, only while the project has no ``shared_expert`` op (plain bf16 composition).
+  output row), SiLU-and-mul, the router-weight fold and the top-k sum with the shared expert.
 
 Everything here is capturable in a CUDA graph (no host synchronisation, static shapes).
 """
@@ -19,27 +16,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from r9k.kernels.router.tl_common import INTERPRETED, to_bf16
-from r9k.kernels.router.triton_kernel import use_triton
-
-# ------------------------------------------------------------------------------ hyper-connections
-
-
-def hc_combine(res: torch.Tensor, blk: torch.Tensor, inj: torch.Tensor, hc: int) -> torch.Tensor:
-    """``bf16(res + blk * 2*sigmoid(inj/hc))`` per stream: res [M, hc*HD], blk [M, HD], inj [M, hc]."""
-    M, hd = blk.shape
-    g = 2.0 * torch.sigmoid(inj.float() / hc)  # [M, hc]
-    out = res.float().view(M, hc, hd) + blk.float()[:, None, :] * g[:, :, None]
-    return out.to(torch.bfloat16).view(M, hc * hd)
-
-
-def hc_group_norm(res: torch.Tensor, weight: torch.Tensor, hc: int, eps: float) -> torch.Tensor:
-    """Grouped Gemma RMSNorm over each stream of ``res`` [M, hc*HD]: ``bf16(x * rsqrt(mean x^2 + eps) * (1 + w))``."""
-    M = res.shape[0]
-    x = res.float().view(M, hc, -1)
-    r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return (x * r).view(M, -1).mul(1.0 + weight.float()).to(torch.bfloat16)
-
+from r9k.kernels._triton.common import INTERPRETED, to_bf16, use_triton
 
 # ------------------------------------------------------------------------------------------ GDN
 
@@ -194,13 +171,3 @@ def moe_sum(routed: torch.Tensor, shared: torch.Tensor, top_k: int) -> torch.Ten
     """``bf16(sum_j routed[m, j] + shared[m])`` in fp32."""
     M = shared.shape[0]
     return (routed.float().view(M, top_k, -1).sum(1) + shared.float()).to(torch.bfloat16)
-
-
-def shared_expert_plain(x, w_gu, w_down, w_gate) -> torch.Tensor:
-    """``sigmoid(x . wg) * W2(silu(x W1g^T) * (x W1u^T))``, bf16 GEMMs (used only while no op exists)."""
-    gu = F.linear(x, w_gu)
-    inter = gu.shape[1] // 2
-    act = (F.silu(gu[:, :inter].float()) * gu[:, inter:].float()).to(torch.bfloat16)
-    dn = F.linear(act, w_down)
-    g = torch.sigmoid(F.linear(x, w_gate).float())
-    return (dn.float() * g).to(torch.bfloat16)

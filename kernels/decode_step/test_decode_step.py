@@ -18,7 +18,7 @@ from r9k.kernels.decode_step import plain
 from r9k.kernels.decode_step.bench import IMPL_TOL, run_plan, stock_impl_chooser
 from r9k.kernels.decode_step.config import TINY
 from r9k.kernels.decode_step.counter import count_launches
-from r9k.kernels.decode_step.dispatch import STEP_OPS, plugin_chooser, values_chooser
+from r9k.kernels.decode_step.dispatch import STEP_OPS, VLLM_STOCK, plugin_chooser, stock_fn, values_chooser
 from r9k.kernels.decode_step.model import DecodeStepModel, StepInputs, Weights
 from r9k.kernels.decode_step.report import release_records, render
 
@@ -222,8 +222,10 @@ def test_tiny_builds_under_every_profile(reg, profile, tiny_weights):
     for op, p in m.picks.items():
         kop = ops.get(op)
         assert p.variant == kop.variant
-        assert p.fn is (kop.fused if p.fused else kop.stock)
+        assert p.fn is (kop.fused if p.fused else stock_fn(op, kop)[1])
         assert p.fused == (vals.get(kop.variant) in kop.fused_values)
+        if not p.fused:  # stock is what stock vLLM runs: its own kernels for the ops it has them for
+            assert p.impl == ("stock:vllm" if op in VLLM_STOCK else "stock")
     # the plugin's dispatch table picks the same implementation wherever it plans the op itself
     pc = plugin_chooser(rs)
     for op in STEP_OPS:
