@@ -110,6 +110,29 @@ def gdn_core(mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens,
     return out.copy_(y) if out is not None else y
 
 
+def gdn_split(mixed_qkv, z, b, a, num_k_heads, num_v_heads, head_k_dim=128, head_v_dim=128):
+    """The contiguous q, k, v [1, T, H, D], a, b [T, Hv] and z [T*Hv, Dv] that vLLM's layer hands its two GDN
+    kernels (its wrapper's ``.contiguous()`` copies, made once): for timing the two launches alone."""
+    T = mixed_qkv.shape[0]
+    Hk, Hv, Dk, Dv = num_k_heads, num_v_heads, head_k_dim, head_v_dim
+    q = mixed_qkv[:, : Hk * Dk].reshape(1, T, Hk, Dk).contiguous()
+    k = mixed_qkv[:, Hk * Dk: 2 * Hk * Dk].reshape(1, T, Hk, Dk).contiguous()
+    v = mixed_qkv[:, 2 * Hk * Dk: 2 * Hk * Dk + Hv * Dv].reshape(1, T, Hv, Dv).contiguous()
+    return q, k, v, a.contiguous(), b.contiguous(), z.reshape(-1, Dv).contiguous()
+
+
+def gdn_two_launches(q, k, v, a, b, z2, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted,
+                     state_indices, eps=1e-6, gate="sigmoid"):
+    """vLLM's recurrent kernel + gated norm on inputs already contiguous (:func:`gdn_split`): exactly two launches."""
+    fla, norm = load("fla_gating"), load("fla_norm")
+    o, _ = fla.fused_sigmoid_gating_delta_rule_update(
+        A_log=A_log, a=a, b=b, dt_bias=dt_bias, q=q, k=k, v=v, initial_state=state, inplace_final_state=True,
+        cu_seqlens=cu_seqlens, ssm_state_indices=state_indices, num_accepted_tokens=num_accepted,
+        use_qk_l2norm_in_kernel=True)
+    return norm.rmsnorm_fn(o.reshape(-1, v.shape[-1]), norm_weight, None, z=z2, eps=eps, group_size=None,
+                           norm_before_gate=True, activation=gate)
+
+
 def hc_combine_norm(res, blk, inj, weight, eps, hc):
     """vLLM's Qwen4Exp combine + grouped Gemma norm: ``(new residual, normed)``; ``blk is None``: the grouped
     norm alone (``res`` returned as the residual)."""

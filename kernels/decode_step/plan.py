@@ -27,18 +27,26 @@ def profile_entry(reg, rs) -> dict:
     }
 
 
-def baseline(label: str) -> tuple[str, str]:
-    """``(profile, stock kind)`` of a baseline label: ``P`` or ``P@vllm`` (stock paths run vLLM's own kernels),
-    ``P@plain`` (the op table's plain compositions); ``vllm`` alone is ``stock@vllm``."""
+def baseline(label: str) -> tuple[str, str, dict]:
+    """``(profile, stock kind, knob overrides)`` of a baseline label: ``P`` or ``P@vllm`` (stock paths run vLLM's
+    own kernels), ``P@plain`` (the op table's plain compositions); ``vllm`` alone is ``stock@vllm``;
+    ``P+KNOB=VALUE`` (repeatable) the profile with knobs overridden (e.g. ``tp4-default+R9K_PDL=1``)."""
     from .dispatch import STOCK_KINDS
 
     if label == "vllm":
-        return "stock", "vllm"
+        return "stock", "vllm", {}
+    label, *overrides = label.split("+")
+    sets = {}
+    for o in overrides:
+        knob, eq, value = o.partition("=")
+        if not eq or not knob:
+            raise ValueError(f"baseline override {o!r}: expected KNOB=VALUE")
+        sets[knob] = value
     name, _, kind = label.partition("@")
     kind = kind or "vllm"
     if kind not in STOCK_KINDS:
         raise ValueError(f"baseline {label!r}: the stock kind after '@' must be one of {', '.join(STOCK_KINDS)}")
-    return name, kind
+    return name, kind, sets
 
 
 def build_plan(reg, profile: str, against, requests: list[int], context: int, ablate: bool,
@@ -53,8 +61,8 @@ def build_plan(reg, profile: str, against, requests: list[int], context: int, ab
     against = list(against or [])
     profs, diags = {}, []
     for label in [profile] + against:
-        name, kind = baseline(label) if label != profile else (profile, "vllm")
-        rs = resolve(reg, name, sets=sets or {})
+        name, kind, extra = baseline(label) if label != profile else (profile, "vllm", {})
+        rs = resolve(reg, name, sets={**(sets or {}), **extra})
         if not rs.ok:
             diags += rs.diagnostics
             continue

@@ -47,7 +47,6 @@ def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, s
     rows = tl.arange(0, S_MAX)
     if PDL:
         gdc_wait()  # the conv update's output (and the state pool) are the predecessor's
-        gdc_launch_dependents()  # the out projection may be scheduled; it waits for this grid's completion
     if n == N:
         # graph padding past the last sequence: zero rows cu[N] .. T-1 (this program's columns)
         tail = tl.load(cu_ptr + N)
@@ -110,6 +109,10 @@ def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, s
             else:
                 hs = H
             tl.store(state_ptr + tl.maximum(slot, 0).to(tl.int64) * s_slot + hoff, hs, mask=(zero_hv + slot) > 0)
+        if PDL:
+            # the successor may be scheduled now (it waits for this grid's completion before reading); released
+            # at the start, its waiting programs took the SM slots this grid's larger batches need (measured)
+            gdc_launch_dependents()
         Ob = rne_bf16(O)  # o rounded to bf16 before the norm (stock's rounding point)
         w_ptrs = out_ptr + r[:, None] * s_out + hv * DV
         if NB == 1:

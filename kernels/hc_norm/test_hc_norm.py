@@ -4,8 +4,9 @@ Independent reference: the math in float64 (``reference.hc_combine_norm_fp64``),
 semantics fix (``out`` to bf16 before the norm). Bounds, from the rounding the op does:
 
 * ``out``: the bf16 of an fp32 mul-then-add (or fma) of values whose exact result the fp64 reference rounds
-  once: equal bits except where the fp32 rounding lands on the other side of a bf16 tie, at most 1e-3 of the
-  elements, each one bf16 ulp;
+  once: equal bits except where the fp32 rounding lands on the other side of a bf16 rounding boundary, at most
+  1e-3 of the elements, each within half a bf16 ulp of the exact value plus the fp32 rounding of its terms
+  (one flip under cancellation can be several ulps of the small result: seen on the H200 at 64 rows);
 * ``y``: one bf16 rounding of an fp32 value: relative L2 against fp64 at most 2.5e-3 (the rms of a bf16
   rounding is 2^-9 / sqrt(3) = 1.1e-3 of the value), and no worse than 1.5x the plain composition's error;
 * every output element written (poisoned first); the grouped norm alone (``blk`` None) returns ``res`` itself.
@@ -58,9 +59,17 @@ def _check(M, HD, gen, device, poison, shared=True, strided=False, combine=True)
         assert_written(out, "out")
         diff = out.view(torch.int16) != o64.view(torch.int16)
         assert int(diff.sum()) <= max(1, FLIP_FRAC * out.numel()), f"{int(diff.sum())} out flips"
-        if diff.any():  # each flip one ulp: the bf16 neighbours differ by one in their bit pattern
-            steps = (out.view(torch.int16).int() - o64.view(torch.int16).int()).abs()[diff]
-            assert int(steps.max()) == 1
+        if diff.any():
+            # a flip is the fp32 rounding of the product (or its absence under fma) landing across a bf16
+            # rounding boundary: within half a bf16 ulp of the exact value plus that fp32 rounding, which is
+            # relative to the terms, not to the (possibly cancelled) sum
+            M_, hd = blk.shape
+            g = 2.0 * torch.sigmoid(inj.double() / 4)
+            prod = (blk.double()[:, None, :] * g[:, :, None]).reshape(M_, 4 * hd)
+            exact = res.double() + prod
+            err = (out.double() - exact).abs()[diff]
+            bound = (exact.abs() * 2.0 ** -8 + (res.double().abs() + prod.abs()) * 2.0 ** -22)[diff]
+            assert (err <= bound).all(), float((err / bound).max())
     else:
         assert o is res
     e_fused = rel_l2(yy, y64)
