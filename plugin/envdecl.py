@@ -24,11 +24,10 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from .snapshot import INPUTS_VAR, SNAPSHOT_VAR
-from .startup import LAUNCH_HASH_VAR, LAUNCH_PID_VAR
+from r9k.registry import envvars
 
-CONTROL_VARS = ("R9K_MANIFEST", "R9K_PROFILE", "R9K_TP", "R9K_STRICT", "R9K_STATUS_FILE", "R9K_CACHE_DIR",
-                "R9K_REGISTRY", "R9K_PROFILES_DIR", LAUNCH_HASH_VAR, LAUNCH_PID_VAR, SNAPSHOT_VAR, INPUTS_VAR)
+#: The control variables declared to vLLM (those marked ``vllm`` in :mod:`r9k.registry.envvars`).
+CONTROL_VARS = envvars.declared_to_vllm()
 
 # Marks getters installed by this module, so a second declaration replaces only its own entries.
 _MARK = "_r9k_declared"

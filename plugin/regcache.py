@@ -19,6 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from r9k.registry import envvars
+
 
 def package_dir(name: str) -> Path:
     """Folder of a subpackage of r9k, found without importing it (importing r9k.registry costs
@@ -32,12 +34,9 @@ def package_dir(name: str) -> Path:
 def default_dirs(environ=None) -> tuple[Path, list[Path]]:
     """The registry root and the profile folders, as ``r9k.registry.loader`` chooses them."""
     environ = os.environ if environ is None else environ
-    root = Path(environ["R9K_REGISTRY"]).expanduser() if environ.get("R9K_REGISTRY") else package_dir("r9k.registry")
-    dirs = [package_dir("r9k.profiles")]
-    extra = environ.get("R9K_PROFILES_DIR")
-    if extra:
-        dirs += [Path(p).expanduser() for p in extra.split(os.pathsep) if p]
-    return root, dirs
+    own = envvars.REGISTRY.get(environ)
+    root = Path(own).expanduser() if own else package_dir("r9k.registry")
+    return root, [package_dir("r9k.profiles")] + envvars.PROFILES_DIR.paths(environ)
 
 
 def _fingerprint(root: Path, profile_dirs: list[Path]) -> str:
@@ -60,9 +59,7 @@ def _fingerprint(root: Path, profile_dirs: list[Path]) -> str:
 
 
 def cache_dir() -> Path:
-    from .tiny_model import cache_root
-
-    return cache_root() / "registry-snapshots"
+    return envvars.cache_dir() / "registry-snapshots"
 
 
 def load_registry_cached(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None):
@@ -74,7 +71,7 @@ def load_registry_cached(root: Optional[Path] = None, profile_dirs: Optional[lis
 
     root = Path(root).expanduser() if root else default_registry_root()
     dirs = list(profile_dirs) if profile_dirs is not None else default_profile_dirs()
-    if os.environ.get("R9K_NO_REGISTRY_CACHE") == "1":
+    if envvars.NO_REGISTRY_CACHE.on():
         return load_registry(root, dirs)
     path = cache_dir() / f"{_fingerprint(root, dirs)}.pickle"
     try:

@@ -20,11 +20,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-SNAPSHOT_VAR = "_R9K_LAUNCH_SNAPSHOT"
-INPUTS_VAR = "_R9K_LAUNCH_INPUTS"
-SCHEMA = "r9k-launch-snapshot/1"
+from r9k.registry import envvars
+
+SNAPSHOT_VAR = envvars.LAUNCH_SNAPSHOT.name
+INPUTS_VAR = envvars.LAUNCH_INPUTS.name
+SCHEMA = "r9k-launch-snapshot/2"
 # Variables that differ between the processes of one launch without changing what is resolved.
-_NOT_INPUTS = ("R9K_STATUS_FILE", "R9K_CACHE_DIR")
+_NOT_INPUTS = (envvars.STATUS_FILE.name, envvars.CACHE_DIR.name)
+
+
+def encode_manifest(manifest: dict) -> str:
+    """The manifest as one environment value (compact JSON, zlib, base64: ~4 KB for 147 variants)."""
+    import base64
+    import zlib
+
+    raw = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
+    return base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
+
+
+def decode_manifest(value: str) -> dict:
+    import base64
+    import binascii
+    import zlib
+
+    try:
+        data = json.loads(zlib.decompress(base64.b64decode(value.encode("ascii"), validate=True)))
+    except (binascii.Error, zlib.error, ValueError, UnicodeError) as exc:
+        raise ValueError(str(exc)) from None
+    if not isinstance(data, dict) or "hash" not in data:
+        raise ValueError("no manifest in it")
+    return data
 
 
 def inputs_digest(environ: Mapping[str, str]) -> str:
@@ -32,10 +57,10 @@ def inputs_digest(environ: Mapping[str, str]) -> str:
 
     h = hashlib.sha256()
     for k in sorted(environ):
-        if k.startswith("R9K_") and k not in _NOT_INPUTS:
+        if k.startswith(envvars.PREFIX) and k not in _NOT_INPUTS:
             h.update(f"{k}={environ[k]}\n".encode())
     h.update(_fingerprint(*default_dirs(environ)).encode())
-    manifest = environ.get("R9K_MANIFEST")
+    manifest = envvars.MANIFEST.get(environ)
     if manifest:
         try:
             h.update(Path(manifest).read_bytes())
@@ -63,6 +88,14 @@ class LightVariant:
     category: str
     graph_affecting: bool
     implementation: LightImplementation
+    gate_tests: list[str] = field(default_factory=list)  # read by the availability rule
+    sets: Optional["LightSets"] = None  # a launcher knob's vLLM flag or variable (plugin.applied)
+
+
+@dataclass
+class LightSets:
+    kind: str
+    name: str
 
 
 @dataclass
@@ -101,6 +134,8 @@ def dump(active) -> dict:
                       "graph_affecting": bool(v.graph_affecting),
                       "implementation": {"module": impl.module, "op": impl.op, "platforms": list(impl.platforms),
                                          "extension_point": impl.extension_point},
+                      "gate_tests": list(v.gate.tests) if getattr(v, "gate", None) else list(getattr(v, "gate_tests", [])),
+                      "sets": {"kind": v.sets.kind, "name": v.sets.name} if getattr(v, "sets", None) else None,
                       "value": r.value, "layer": r.layer, "source": r.source,
                       "is_stock": bool(r.is_stock), "active": bool(r.active)}
     return {"schema": SCHEMA, "profile": rs.profile, "hash": rs.hash, "tp": rs.tp, "model": rs.model,
@@ -115,7 +150,9 @@ def load(data: dict) -> tuple[LightSet, str, list[str]]:
                   bool(data.get("strict")), dict(data.get("extra_env", {})))
     for vid, d in data["items"].items():
         impl = LightImplementation(**d["implementation"])
-        v = LightVariant(vid, d["knob"], d["stock"], d["category"], d["graph_affecting"], impl)
+        sets = LightSets(**d["sets"]) if d.get("sets") else None
+        v = LightVariant(vid, d["knob"], d["stock"], d["category"], d["graph_affecting"], impl,
+                         list(d.get("gate_tests", [])), sets)
         ls.items[vid] = LightResolved(v, d["value"], d["layer"], d["source"], d["is_stock"], d["active"])
     return ls, data.get("origin", "launch snapshot"), list(data.get("warnings", []))
 
@@ -123,10 +160,8 @@ def load(data: dict) -> tuple[LightSet, str, list[str]]:
 def save(active, environ=None) -> Optional[str]:
     """Write the snapshot of the first process and export where it is (None if it cannot be written)."""
     environ = os.environ if environ is None else environ
-    from .tiny_model import cache_root
-
     digest = inputs_digest(environ)
-    path = cache_root() / "run" / f"launch-{active.rs.hash}-{digest}.json"
+    path = envvars.cache_dir(environ) / "run" / f"launch-{active.rs.hash}-{digest}.json"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
@@ -162,7 +197,7 @@ def prepare_launch(rs, warnings: list[str], env: dict) -> dict[str, str]:
     """
     from .startup import LAUNCH_HASH_VAR, LAUNCH_PID_VAR, Active
 
-    active = Active(rs, None, f"manifest {env.get('R9K_MANIFEST')}, validated by r9kctl launch", list(warnings))
+    active = Active(rs, None, f"manifest {envvars.MANIFEST.get(env)}, validated by r9kctl launch", list(warnings))
     scratch = dict(env)
     if save(active, scratch) is None:
         return {}

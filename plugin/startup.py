@@ -30,12 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
+from r9k.registry import envvars
+
 #: Exported by the first plugin process of a launch; compared by every later one.
-LAUNCH_HASH_VAR = "_R9K_LAUNCH_HASH"
+LAUNCH_HASH_VAR = envvars.LAUNCH_HASH.name
 #: The pid of the process that exported it (``r9kctl launch`` exec's into the API server: same pid).
-LAUNCH_PID_VAR = "_R9K_LAUNCH_PID"
+LAUNCH_PID_VAR = envvars.LAUNCH_PID.name
 #: Where the status file goes when R9K_STATUS_FILE is not set (exported for the child processes).
-STATUS_FILE_VAR = "R9K_STATUS_FILE"
+STATUS_FILE_VAR = envvars.STATUS_FILE.name
 
 
 class StartupError(RuntimeError):
@@ -94,11 +96,11 @@ class Active:
 
 def wants_activation(environ: Mapping[str, str]) -> bool:
     """Whether anything in the environment asks for this project's stack."""
-    if any(environ.get(k) for k in ("R9K_MANIFEST", "R9K_PROFILE", "R9K_TP")):
+    if any(v.get(environ) for v in (envvars.MANIFEST, envvars.PROFILE, envvars.TP)):
         return True
     from . import _PATH_VARS
 
-    return any(k.startswith("R9K_") for k in environ if k not in _PATH_VARS)
+    return any(k.startswith(envvars.PREFIX) for k in environ if k not in _PATH_VARS)
 
 
 def _load_registry():
@@ -126,6 +128,38 @@ def _check(reg, rs, strict: bool) -> list[str]:
     return [d.format() for d in report.warnings]
 
 
+#: The launch manifest itself, compressed (``r9kctl launch`` exports it): a worker that cannot read the
+#: launcher's manifest file (another node, another directory) resolves from this instead.
+MANIFEST_DATA_VAR = envvars.MANIFEST_DATA.name
+
+
+def _read_manifest(path: Optional[str], carried: Optional[str]) -> tuple[dict, str]:
+    """The manifest from its file, else from the environment; both present: they must agree."""
+    from .snapshot import decode_manifest
+
+    from_file = from_env = None
+    file_error = None
+    if path:
+        try:
+            from_file = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            file_error = exc
+    if carried:
+        try:
+            from_env = decode_manifest(carried)
+        except ValueError as exc:
+            raise StartupError([f"error[manifest]: {MANIFEST_DATA_VAR} is not a launch manifest: {exc}"]) from None
+    if from_file is not None and from_env is not None and from_file.get("hash") != from_env.get("hash"):
+        raise StartupError([f"{path}: error[manifest-drift]: the manifest file (hash {from_file.get('hash')}) and "
+                            f"the one carried in {MANIFEST_DATA_VAR} (hash {from_env.get('hash')}) differ"])
+    if from_file is not None:
+        return from_file, path
+    if from_env is not None:
+        return from_env, (f"{MANIFEST_DATA_VAR} (carried in the environment; {path} not readable here)"
+                          if path else MANIFEST_DATA_VAR)
+    raise StartupError([f"{path}: error[manifest]: cannot read the manifest: {file_error}"])
+
+
 def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Active]:
     """Resolve and validate the active set for this process; None when the plugin is inactive."""
     environ = dict(os.environ if environ is None else environ)
@@ -134,12 +168,11 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
     from r9k.registry.resolve import ResolvedSet, resolve
 
     reg = _load_registry()
-    manifest_path = environ.get("R9K_MANIFEST")
-    if manifest_path:
-        try:
-            data = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise StartupError([f"{manifest_path}: error[manifest]: cannot read the manifest: {exc}"]) from None
+    manifest_path = envvars.MANIFEST.get(environ)
+    carried = environ.get(MANIFEST_DATA_VAR)
+    if manifest_path or carried:
+        data, where = _read_manifest(manifest_path, carried)
+        manifest_path = where
         from_launch = ResolvedSet.from_manifest(data, reg)
         if not from_launch.ok:
             raise StartupError([d.format() for d in from_launch.diagnostics if d.level == "error"],
@@ -161,21 +194,22 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
         # Keep the manifest's provenance (it knows which values came from --set on the command line).
         return Active(from_launch, reg, f"manifest {manifest_path}", warnings)
 
-    tp = environ.get("R9K_TP")
+    tp = envvars.TP.get(environ)
     try:
         tp_n = int(tp) if tp else None
     except ValueError:
-        raise StartupError([f"error[bad-value]: R9K_TP={tp!r} is not an integer (environment R9K_TP)"]) from None
-    profile = environ.get("R9K_PROFILE")
-    origin = "R9K_PROFILE"
+        raise StartupError([f"error[bad-value]: {envvars.TP.name}={tp!r} is not an integer (environment {envvars.TP.name})"]) from None
+    profile = envvars.PROFILE.get(environ)
+    origin = envvars.PROFILE.name
     if not profile:
         profile = f"tp{tp_n or 1}-default"
         origin = f"shipped default for TP {tp_n or 1}"
         if profile not in reg.profiles:
             shipped = sorted(p for p in reg.profiles if p.endswith("-default"))
-            raise StartupError([f"error[no-profile]: R9K_* variables are set but neither R9K_MANIFEST nor "
-                                f"R9K_PROFILE, and there is no shipped default profile '{profile}' "
-                                f"(shipped: {', '.join(shipped)}); set R9K_PROFILE or R9K_TP"])
+            m, p, t = envvars.MANIFEST.name, envvars.PROFILE.name, envvars.TP.name
+            raise StartupError([f"error[no-profile]: {envvars.PREFIX}* variables are set but neither {m} nor {p}, "
+                                f"and there is no shipped default profile '{profile}' "
+                                f"(shipped: {', '.join(shipped)}); set {p} or {t}"])
     rs = resolve(reg, profile, tp=tp_n, env=environ)
     _raise_on_resolve_errors(rs)
     warnings = _check(reg, rs, rs.strict)
@@ -230,12 +264,10 @@ def default_status_file(environ=None) -> str:
     environ = os.environ if environ is None else environ
     path = environ.get(STATUS_FILE_VAR)
     if not path:
-        manifest = environ.get("R9K_MANIFEST")
+        manifest = envvars.MANIFEST.get(environ)
         if manifest:
             path = str(Path(manifest).with_suffix("")) + ".status.json"
         else:
-            from .tiny_model import cache_root
-
-            path = str(cache_root() / "run" / f"status-{os.getpid()}.json")
+            path = str(envvars.cache_dir(environ) / "run" / f"status-{os.getpid()}.json")
         environ[STATUS_FILE_VAR] = path
     return path

@@ -2,7 +2,11 @@
 
 Each subcommand lives in its own module ``r9k.r9kctl.cmd_<name>`` with ``add_parser(subparsers)``
 (cheap: no heavy imports) and a ``run(args) -> int`` set as the parser's ``func``. Exit codes: 0 fine,
-1 warnings under ``--strict`` (or a comparison that failed its test), 2 errors.
+1 warnings under ``--strict`` (or a comparison that failed its test), 2 errors, 3 a bug (see :func:`main`).
+
+The global options (``--registry``, ``--profiles-dir``, ``--plain``) are accepted before or after the
+subcommand. They reach the commands as arguments (``args.registry_root``, ``args.profile_dirs``; see
+:func:`r9k.r9kctl.common.registry_location`), never through this process's environment.
 """
 from __future__ import annotations
 
@@ -11,10 +15,66 @@ import importlib
 import os
 import sys
 
+from r9k.registry import envvars
+from r9k.registry.errors import RegistryError
+
+from .help_text import EXAMPLES
+
 # Subcommand modules, in the order ``--help`` lists them.
 COMMANDS = [
-    "list", "show", "resolve", "validate", "diff", "launch", "tui", "status", "gate", "eval", "bisect", "bench",
+    "list", "show", "resolve", "validate", "diff", "profiles", "releases", "launch", "tui", "status", "gate",
+    "eval", "bisect", "bench", "schema", "completion",
 ]
+
+GLOBAL_OPTIONS = (  # (flags, dest, argparse keywords)
+    (("--registry",), "registry", dict(metavar="DIR", help="registry tree to use instead of the packaged one "
+                                                              f"(also ${envvars.REGISTRY.name})")),
+    (("--profiles-dir",), "profiles_dir", dict(metavar="DIR", action="append",
+                                               help="extra folder of profiles (repeatable; later folders win; "
+                                                    f"also ${envvars.PROFILES_DIR.name})")),
+    (("--plain",), "plain", dict(action="store_true", help="plain text even on a terminal")),
+)
+AFTER = "after_"  # dest prefix of a global option given after the subcommand
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError, version as dist_version
+
+    try:
+        return dist_version("r9k-stack")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _add_globals(p: argparse.ArgumentParser, after: bool) -> None:
+    group = p.add_argument_group("global options (before or after the command)") if after else p
+    for flags, dest, kw in GLOBAL_OPTIONS:
+        kw = dict(kw)
+        if after:
+            kw["default"] = argparse.SUPPRESS
+        group.add_argument(*flags, dest=(AFTER + dest) if after else dest, **kw)
+
+
+def _subparsers(p: argparse.ArgumentParser):
+    for action in p._actions:  # argparse keeps no public list of a parser's subcommands
+        if isinstance(action, argparse._SubParsersAction):
+            yield action
+
+
+def _finish(name: str, p: argparse.ArgumentParser, help_: str | None) -> None:
+    """Every subcommand (and its own subcommands): a description, the examples, the global options."""
+    if not p.description and help_:
+        p.description = help_[0].upper() + help_[1:] + "."
+    ex = EXAMPLES.get(name)
+    if ex and not p.epilog:
+        p.epilog = "examples:\n" + "\n".join(f"  {line}" for line in ex.strip("\n").splitlines())
+    if p.formatter_class is argparse.HelpFormatter:
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
+    _add_globals(p, after=True)
+    for action in _subparsers(p):
+        helps = {a.dest: a.help for a in action._choices_actions}
+        for sub_name, sub_p in action.choices.items():
+            _finish(f"{name} {sub_name}", sub_p, helps.get(sub_name))
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -22,12 +82,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="r9kctl",
         description="Declarative, checked kernel variants and serving profiles for vLLM.",
-        epilog="Every command takes --registry DIR (or $R9K_REGISTRY) and --profiles-dir DIR (or $R9K_PROFILES_DIR).",
+        epilog="The global options work before or after the command (r9kctl list --registry DIR).\n"
+               "'r9kctl COMMAND --help' has each command's options and examples; 'r9kctl completion bash'\n"
+               "prints a completion script (bash, zsh, fish).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--registry", metavar="DIR", help="registry tree to use instead of the packaged one")
-    p.add_argument("--profiles-dir", metavar="DIR", action="append",
-                   help="extra folder of profiles (repeatable; later folders win)")
-    p.add_argument("--plain", action="store_true", help="plain text even on a terminal")
+    p.add_argument("--version", action="version", version=f"r9kctl {version()}")
+    _add_globals(p, after=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name in ([only] if only else COMMANDS):
         try:
@@ -37,32 +98,90 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                 continue  # a command not shipped in this build
             raise
         mod.add_parser(sub)
+    helps = {a.dest: a.help for a in sub._choices_actions}
+    for name, sp in sub.choices.items():
+        _finish(name, sp, helps.get(name))
     return p
 
 
+def merge_globals(args: argparse.Namespace) -> argparse.Namespace:
+    """One value per global option (given after the command wins; profile folders add up), then the
+    registry location the commands load from."""
+    from .common import registry_location
+
+    for _flags, dest, _kw in GLOBAL_OPTIONS:
+        after = getattr(args, AFTER + dest, None)
+        if hasattr(args, AFTER + dest):
+            delattr(args, AFTER + dest)
+        if after is None:
+            continue
+        if dest == "profiles_dir":
+            args.profiles_dir = (args.profiles_dir or []) + after
+        elif dest == "plain":
+            args.plain = args.plain or after
+        else:
+            setattr(args, dest, after)
+    args.registry_root, args.profile_dirs = registry_location(args)
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    words = sys.argv[1:] if argv is None else argv
-    # the first word naming a command; an option's value never names one here (they are paths and names)
-    chosen = next((w for w in words if w in COMMANDS), None)
-    parser = build_parser(chosen)
-    args = parser.parse_args(argv)
-    if args.registry:
-        os.environ["R9K_REGISTRY"] = os.path.abspath(os.path.expanduser(args.registry))
-    if args.profiles_dir:
-        dirs = [os.path.abspath(os.path.expanduser(d)) for d in args.profiles_dir]
-        prev = os.environ.get("R9K_PROFILES_DIR")
-        os.environ["R9K_PROFILES_DIR"] = os.pathsep.join(([prev] if prev else []) + dirs)
-    if args.plain:
-        os.environ["R9K_PLAIN"] = "1"
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    """Run one command. Exit codes: 0 fine, 1 warnings under --strict or a failed comparison, 2 bad input
+    (one located line per fault), 3 an unexpected exception: one line saying it is a bug, and how to get the
+    traceback (``R9K_DEBUG=1``). A traceback is never printed otherwise."""
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words[:1] == ["__complete"]:  # the shell completion scripts ask here (r9kctl completion SHELL)
+        from .completion import complete
+
+        return complete(words[1:])
     try:
-        return int(args.func(args) or 0)
+        return _main(words)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
         return 0
+    except RegistryError as exc:  # a file that cannot be read, raised from anywhere: its located lines
+        for d in exc.diagnostics:
+            sys.stderr.write(d.format() + "\n")
+        return 2
+    except Exception as exc:  # noqa: BLE001 - the catch-all: one line, never a bare traceback
+        if envvars.DEBUG.on():
+            raise
+        return internal_error(exc, words)
+
+
+def internal_error(exc: BaseException, words: list[str]) -> int:
+    """Report an unexpected exception in one line; exit 3."""
+    text = " ".join(str(exc).split())
+    if len(text) > 300:
+        text = text[:300] + "..."
+    where = ""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None:
+        where = f" at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno}"
+    cmd = " ".join(["r9kctl", *words])
+    sys.stderr.write(f"r9kctl: error[internal]: {type(exc).__name__}{': ' + text if text else ''}{where}; this is a "
+                     f"bug in r9kctl, please report it (the traceback: {envvars.DEBUG.name}=1 {cmd})\n")
+    return 3
+
+
+def _main(words: list[str]) -> int:
+    # the first word naming a command; an option's value never names one here (they are paths and names)
+    chosen = next((w for w in words if w in COMMANDS), None)
+    parser = build_parser(chosen)
+    try:
+        args = merge_globals(parser.parse_args(words))
+    except SystemExit as exc:  # argparse: usage errors exit 2, --help and --version exit 0
+        return int(exc.code) if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    from . import output
+
+    output.set_plain(bool(args.plain))
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,39 @@
-"""``r9kctl diff A B``: two releases or profiles, field by field, with their numbers side by side."""
+"""``r9kctl diff A B``: two releases or profiles, field by field, with their numbers side by side, laid out as
+the release notes lay them out (per configuration, each figure with how it was measured, ranges kept as
+ranges, the reference stack's column with the ratio, the quality gate with all its counts)."""
 from __future__ import annotations
 
 LABELS = {
     "decode_step_ms": "decode step",
     "single_stream_tok_s": "single-stream decode",
-    "betterbench_decode_tok_s": "BetterBench decode",
-    "betterbench_step_p50_ms": "BetterBench step p50",
+    "betterbench_decode_tok_s": "decode (BetterBench combined)",
+    "betterbench_step_p50_ms": "decode step p50",
     "ttft_p50_ms": "time to first token p50",
+    "ttft_ms": "time to first token",
     "kv_cache_tokens": "KV cache",
     "update_p99_ms": "update p99",
+    "graph_nodes_per_step": "HIP-graph nodes a decode step",
+    "graph_node_dispatch_us": "dispatch a graph node",
+    "gdn_core_graph_nodes_per_layer": "GDN spec-decode core, graph nodes a layer",
+    "shared_expert_launches": "shared expert, launches",
+    "launches_per_step": "launches a step",
+    "vs_reference_pct": "against the reference stack",
+    "mtp_acceptance": "MTP acceptance",
 }
+METHODS = {
+    "probe": "probe",
+    "betterbench": "BetterBench",
+    "release-table": "release table",
+    "step-script": "512-token essay (~/tp4tune.sh)",
+    "startup": "vLLM startup",
+    "client": "client",
+    "launcher-header": "launcher header",
+    "r9kctl-bench": "r9kctl bench",
+    "notes": "notes",
+    "kernel": "kernel",
+}
+CONFIGS = {"fn_tp4": "Flash-Next TP4", "fn_tp2": "Flash-Next TP2 (experts in host RAM)", "27b_tp2": "27B TP2"}
+NO_VALUE = "-"
 
 
 def label(metric: str) -> str:
@@ -27,43 +51,156 @@ def label(metric: str) -> str:
     return f"{text} {sub}".strip()
 
 
+def family_label(base: str, subs: list[str]) -> str:
+    """'prefill 2k / 8k / 16k / 32k', 'concurrency 1 / 2 / 4 / 8 / 16' (the notes' row names)."""
+    if base == "concurrency_tok_s":
+        return "concurrency " + " / ".join(s.lstrip("c") for s in subs)
+    if base == "prefill_tok_s":
+        return "prefill " + " / ".join(subs)
+    return f"{label(base)} " + " / ".join(subs)
+
+
+def method_label(m) -> str:
+    return METHODS.get(m, m or "")
+
+
+def config_label(cfg: str, setting=None) -> str:
+    text = CONFIGS.get(cfg, cfg)
+    return f"{text}, {setting}" if setting else text
+
+
 def fmt_rec(r) -> str:
-    if r is None:
-        return "-"
-    if r.low is not None and r.high is not None and r.value is None:
-        s = f"{r.low:g}-{r.high:g}"
-    elif r.value is not None:
-        s = f"{r.value:,.2f}".rstrip("0").rstrip(".") if abs(r.value) < 1000 else f"{r.value:,.0f}"
-        if r.low is not None:
-            s += f" ({r.low:g}-{r.high:g})"
-    else:
-        s = r.text or "-"
-    return ("~" if r.approx else "") + s
+    from r9k.registry.diff import figure_text
+
+    return figure_text(r)
+
+
+def cell(shown, alts) -> str:
+    """A figure, with the other source's differing figure of the same row beside it."""
+    from r9k.registry.diff import figure_text
+
+    s = figure_text(shown)
+    if shown is not None and alts:
+        other = "reference" if shown.origin == "seed" else "seed"
+        s += " [" + other + ": " + ", ".join(figure_text(r) for r in alts) + "]"
+    return s
+
+
+def row_label(r) -> str:
+    text = label(r.metric) + (f" ({r.unit})" if r.unit and r.unit not in ("%",) else "")
+    if r.launch:
+        text += f", {r.launch} launch"
+    return text
 
 
 def fmt_delta(row) -> str:
+    if row.note:
+        return row.note
+    if row.only:
+        return f"{row.only} only"
     if row.delta is None:
-        return "-"
+        return NO_VALUE
     pct = f" ({row.pct:+.1f}%)" if row.pct is not None else ""
     return f"{row.delta:+,.2f}".rstrip("0").rstrip(".") + pct
 
 
+def pct_change(row) -> str:
+    if row.note:
+        return row.note
+    if row.only:
+        return f"{row.only} only"
+    return f"{row.pct:+.1f}%" if row.pct is not None else NO_VALUE
+
+
+def ratio_text(pcts: list[float], ratios: list[float], lower_is_better: bool) -> str:
+    """'+19%', '+18-29%', '-18% (1.2x faster)' like the notes' third column."""
+    if not pcts:
+        return NO_VALUE
+    lo, hi = round(min(pcts)), round(max(pcts))
+    s = f"{lo:+d}%" if lo == hi else (f"{lo:+d}-{hi}%" if lo >= 0 else f"{lo:+d} to {hi:+d}%")
+    if lower_is_better and ratios and all(r < 1 for r in ratios):
+        speed = [1 / r for r in ratios]
+        a, b = min(speed), max(speed)
+        s += f" ({a:.1f}x faster)" if round(a, 1) == round(b, 1) else f" ({a:.1f}-{b:.1f}x faster)"
+    return s
+
+
+def vs_reference_rows(items) -> list[list[str]]:
+    """The reference-stack comparison of one release, a row a metric (a family of depths or concurrencies in one
+    row, as the notes write it): [metric, source, ours, reference, ours vs reference]."""
+    from r9k.registry.diff import figure_text
+
+    rows, fam = [], {}
+    for v in items:
+        base, _, sub = v.metric.partition("@")
+        fam.setdefault((v.config, base, v.method), []).append((sub, v))
+    for (cfg, base, method), group in fam.items():
+        vs = [v for _, v in group]
+        pcts = [v.pct for v in vs if v.pct is not None]
+        ratios = [v.ratio for v in vs if v.ratio is not None]
+        name = family_label(base, [s for s, _ in group]) if group[0][0] else label(base)
+        unit = vs[0].unit
+        rows.append([f"{name} ({unit})" if unit and unit != "%" else name, method_label(method),
+                     " / ".join(figure_text(v.ours) for v in vs), " / ".join(figure_text(v.reference) for v in vs),
+                     ratio_text(pcts, ratios, vs[0].lower_is_better)])
+    return rows
+
+
 def quality_text(q) -> str:
-    r = q.record
+    r = q.record or q.a_record
     bits = []
     if r is not None and r.mcnemar is not None:
-        bits.append(f"{r.mcnemar.b} / {r.mcnemar.c} discordant, McNemar p = {r.mcnemar.p:.2f}")
+        vs = f" (vs {r.mcnemar.vs})" if r.mcnemar.vs else ""
+        bits.append(f"{r.mcnemar.b} vs {r.mcnemar.c} discordant, McNemar p = {r.mcnemar.p:.2f}{vs}")
     if r is not None and r.identical_outputs_pct is not None:
-        bits.append(f"identical outputs {r.identical_outputs_pct:g}%")
-    if r is not None and r.humaneval_passed is not None:
-        bits.append(f"HumanEval {r.humaneval_passed} / {r.humaneval_total}")
-    return "; ".join(bits) or "-"
+        bits.append(f"outputs identical on {r.identical_outputs_pct:g}% of questions")
+    if r is not None and r.other_range_pct:
+        lo, hi = r.other_range_pct
+        bits.append(f"{r.other_label or 'another run'}: {lo:.1f}-{hi:.1f}%")
+    return "; ".join(bits) or NO_VALUE
 
 
 def pct_text(p, n) -> str:
     if p is None:
-        return "-"
+        return NO_VALUE
     return f"{p:.2f}%" + (f" ({n:,})" if n is not None else "")
+
+
+def eval_label(q) -> str:
+    name = {"gsm8k": "GSM8K", "gsm8k-cot-800": "GSM8K chain-of-thought"}.get(q.eval, q.eval)
+    return f"{name} ({q.total:,} questions)" if q.total else name
+
+
+def quality_rows(q) -> list[list[str]]:
+    """[which, GSM8K, HumanEval, sanity] for the A and B rows of one quality comparison."""
+    def he(n):
+        return f"{n} / {q.humaneval_total}" if n is not None and q.humaneval_total else NO_VALUE
+
+    rows = []
+    if q.only != (q.b_label and q.b_label.split()[0]) or q.a_pct is not None:
+        if q.a_label or q.a_pct is not None:
+            rows.append([q.a_label or "baseline", pct_text(q.a_pct, q.a_correct), he(q.a_humaneval),
+                         q.a_sanity or NO_VALUE])
+    if q.b_label:
+        rows.append([q.b_label, pct_text(q.b_pct, q.b_correct), he(q.b_humaneval), q.b_sanity or NO_VALUE])
+    if not rows and q.a_record is not None:
+        rows.append([q.a_label or "", pct_text(q.a_pct, q.a_correct), he(q.a_humaneval), q.a_sanity or NO_VALUE])
+    for r, rec in ((rows[:1], q.a_record), (rows[-1:], q.record)):
+        if r and r[0][1] == NO_VALUE and rec is not None and rec.text:
+            r[0][1] = rec.text  # the notes' words where they give no single figure ('gsm8k 94.4-95.5%; ...')
+    return rows
+
+
+def side_names(d, A: str, B: str) -> tuple[str, str]:
+    """Column names for release numbers: the releases (a profile's numbers are its base release's)."""
+    return d.rel_a or A, d.rel_b or B
+
+
+def value_text(v) -> str:
+    """A knob's value: '-' where it has none (the knob did not exist), '(empty)' where it is set empty."""
+    if v is None:
+        return NO_VALUE
+    return "(empty)" if v == "" else str(v)
 
 
 def add_parser(sub):
@@ -72,7 +209,8 @@ def add_parser(sub):
     p.add_argument("b")
     p.add_argument("--tp", type=int, help="only this TP size")
     p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
-    p.add_argument("--all-numbers", action="store_true", help="every bench number, not just the changed configs")
+    p.add_argument("--all-numbers", action="store_true",
+                   help="also the figures no notes of A or B state (launcher headers, PROGRESS.md, later notes)")
     p.set_defaults(func=run)
     return p
 
@@ -84,7 +222,7 @@ def run(args) -> int:
     from .common import fail, load
     from .output import heading, print_json, table
 
-    reg = load(args.format)
+    reg = load(args.format, args)
     if reg is None:
         return 2
     for spec in (args.a, args.b):
@@ -94,7 +232,7 @@ def run(args) -> int:
             hint = suggest(spec, list(reg.releases) + list(reg.profiles))
             return fail(f"'{spec}' is neither a release nor a profile" + (f" ({hint})" if hint else ""),
                         "unknown-side")
-    d = diff(reg, args.a, args.b, tp=args.tp)
+    d = diff(reg, args.a, args.b, tp=args.tp, all_numbers=args.all_numbers)
     if args.format == "json":
         print_json(d.to_dict())
         return 0
@@ -102,31 +240,42 @@ def run(args) -> int:
     if args.format == "markdown":
         print(render_markdown(reg, d, A, B))
         return 0
-    if d.added or d.removed:
+    if d.added or d.removed or d.left_off:
         table(["change", "variant", "knob"], [["added", v, reg.variants[v].knob] for v in d.added] +
-              [["removed", v, reg.variants[v].knob] for v in d.removed], title="Variants")
+              [["removed", v, reg.variants[v].knob] for v in d.removed] +
+              [["measured, left off", v, reg.variants[v].knob] for v in d.left_off], title="Variants")
     if d.fields:
         table(["field", A, B], [[f, a, b] for f, a, b in d.fields], title="Profile fields")
     if d.changed:
         show_src = d.a.kind == "profile" or d.b.kind == "profile"
         cols = ["variant", "knob", "tp", A, B] + (["source in " + B] if show_src else [])
-        table(cols, [[c.variant, c.knob, c.tp, c.a, c.b] + ([c.b_source] if show_src else []) for c in d.changed],
-              title="Changed values")
+        table(cols, [[c.variant, c.knob, c.tp, value_text(c.a), value_text(c.b)] + ([c.b_source] if show_src else [])
+                     for c in d.changed], title="Changed values")
     else:
         heading("No value differs.")
     for key in sorted(set(d.a.kv_tokens) | set(d.b.kv_tokens)):
         ka, kb = d.a.kv_tokens.get(key), d.b.kv_tokens.get(key)
         if ka is not None and kb is not None:
             heading(f"KV cache at {key}: {ka:,} -> {kb:,} tokens ({kb - ka:+,})")
-    rows = [r for r in d.bench if r.stack == "ours" and (args.all_numbers or r.delta != 0)]
+    RA, RB = side_names(d, A, B)
+    rows = [r for r in d.bench if r.stack == "ours" and (args.all_numbers or r.delta != 0 or r.note)]
     if rows:
-        table(["config", "metric", "unit", A, B, "change"],
-              [[r.config, label(r.metric), r.unit, fmt_rec(r.a), fmt_rec(r.b), fmt_delta(r)] for r in rows],
-              title="Numbers")
-    if d.quality:
-        table(["config", "eval", A, B, "paired"],
-              [[q.config, q.eval, pct_text(q.a_pct, q.a_correct), pct_text(q.b_pct, q.b_correct), quality_text(q)]
-               for q in d.quality], title="Quality")
+        table(["config", "metric", "source", RA, RB, "change"],
+              [[r.config + (f" {r.setting}" if r.setting else ""), row_label(r), method_label(r.method), cell(r.a, r.a_alt),
+                cell(r.b, r.b_alt), fmt_delta(r)] for r in rows], title="Numbers")
+    for rel in (RA, RB):
+        items = [v for v in d.vs_reference if v.release == rel]
+        if items:
+            table(["config", "metric", "source", rel, "reference", "ours vs reference"],
+                  [[cfg] + r for cfg in dict.fromkeys(v.config for v in items)
+                   for r in vs_reference_rows([v for v in items if v.config == cfg])],
+                  title=f"{rel} vs the reference stack")
+    for cfg, text in [(c, t) for _, c, t in d.texts]:
+        heading(f"{config_label(cfg)}: {text}")
+    for q in d.quality:
+        table(["", eval_label(q), "HumanEval", "strict sanity"], quality_rows(q),
+              title=f"Quality gate ({config_label(q.config)})")
+        heading(f"Paired: {quality_text(q)}")
     return 0
 
 
@@ -137,27 +286,43 @@ def render_markdown(reg, d, A: str, B: str) -> str:
     if d.changed:
         out += ["**What changed for someone running it**", "", f"| knob | TP | {A} | {B} |", "|---|---|---|---|"]
         for c in d.changed:
-            out.append(f"| `{c.knob}` | {c.tp} | {c.a if c.a is not None else '(unset)'} | "
-                       f"{c.b if c.b is not None else '(unset)'} |")
+            out.append(f"| `{c.knob}` | {c.tp} | {value_text(c.a)} | {value_text(c.b)} |")
         out.append("")
     if d.added:
         out += ["New knobs: " + ", ".join(f"`{reg.variants[v].knob}`" for v in d.added), ""]
-    by_cfg: dict = {}
+    if d.left_off:
+        out += ["Measured and left off (rejected, not a default): " + "; ".join(
+            f"`{reg.variants[v].knob}` ({reg.variants[v].summary.rstrip('.')})" for v in d.left_off), ""]
+    RA, RB = side_names(d, A, B)
+    groups: dict = {}
     for r in d.bench:
-        if r.stack == "ours" and r.a is not None and r.b is not None:
-            by_cfg.setdefault(r.config, []).append(r)
-    for cfg, rows in by_cfg.items():
-        out += [f"**Numbers ({cfg})**", "", f"| | {A} | {B} | change |", "|---|---|---|---|"]
+        if r.stack == "ours":
+            groups.setdefault((r.config, r.setting), []).append(r)
+    for (cfg, setting), rows in groups.items():
+        out += [f"**Numbers: {config_label(cfg, setting)}**", "",
+                f"| | source | {RA} | {RB} | change |", "|---|---|---|---|---|"]
         for r in rows:
-            unit = f" ({r.unit})" if r.unit else ""
-            pct = f"{r.pct:+.1f}%" if r.pct is not None else "-"
-            out.append(f"| {label(r.metric)}{unit} | {fmt_rec(r.a)} | {fmt_rec(r.b)} | {pct} |")
+            out.append(f"| {row_label(r)} | {method_label(r.method)} | {cell(r.a, r.a_alt)} | {cell(r.b, r.b_alt)} | "
+                       f"{pct_change(r)} |")
         out.append("")
-    if d.quality:
-        out += ["**Quality gate**", "", f"| | {A} | {B} | paired |", "|---|---|---|---|"]
-        for q in d.quality:
-            total = f", {q.total:,} questions" if q.total else ""
-            out.append(f"| {q.eval.upper()} ({q.config}{total}) | {pct_text(q.a_pct, q.a_correct)} | "
-                       f"{pct_text(q.b_pct, q.b_correct)} | {quality_text(q)} |")
-        out.append("")
+    for rel in (RA, RB):
+        items = [v for v in d.vs_reference if v.release == rel]
+        by_cfg: dict = {}
+        for v in items:
+            by_cfg.setdefault(v.config, []).append(v)
+        for cfg, vs in by_cfg.items():
+            out += [f"**{rel} vs the reference stack: {config_label(cfg)}** (the fastest known alternative stack, "
+                    "same box, checkpoint and cap)", "",
+                    f"| | source | {rel} | reference | ours vs reference |", "|---|---|---|---|---|"]
+            out += ["| " + " | ".join(r) + " |" for r in vs_reference_rows(vs)]
+            out.append("")
+    for rel, cfg, text in d.texts:
+        out += [f"{config_label(cfg)} ({rel}): {text}", ""]
+    for q in d.quality:
+        out += [f"**Quality gate: {config_label(q.config)}**", "",
+                f"| | {eval_label(q)} | HumanEval | strict sanity |", "|---|---|---|---|"]
+        out += ["| " + " | ".join(r) + " |" for r in quality_rows(q)]
+        out += ["", f"Paired per question: {quality_text(q)}.", ""]
+    if d.b.kind == "release" and B in reg.releases and reg.releases[B].notes:
+        out += [f"Notes ({B}): {reg.releases[B].notes}", ""]
     return "\n".join(out).rstrip() + "\n"

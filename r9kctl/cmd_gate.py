@@ -4,6 +4,9 @@
     r9kctl gate router_gemm R9K_HC_MIX     the named variants (ids or knobs)
     r9kctl gate --all                      every variant that declares gate tests
     r9kctl gate --status [...]             only show the gate states (fresh / stale / missing / failed)
+    r9kctl gate --pairs --profile P        pairwise composition: the CPU decode-step model with every pair of
+                                           P's non-stock variants against stock; flags a pair whose difference
+                                           from stock exceeds the sum of the two alone (exit status 1)
 
 Tests run through ``python -m pytest`` in the repository root (Triton's CPU interpreter where there is no
 GPU); tests marked ``gpu`` are skipped without one and reported as needing a GPU. One record per variant
@@ -31,8 +34,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.add_argument("--import-junit", metavar="FILE",
                    help="record results of a pytest run elsewhere (a GPU machine without this project's tools): "
-                        "a JUnit XML file written with -o junit_family=xunit1")
-    p.add_argument("--platform", help="with --import-junit: where it ran, e.g. cuda-h200")
+                        "a JUnit XML file written with -o junit_family=xunit1, with its provenance file; "
+                        "refused unless the provenance's file hashes match this tree")
+    p.add_argument("--provenance", metavar="FILE",
+                   help="with --import-junit: the run's provenance (default: provenance.json beside the XML; "
+                        "written there by python3 registry/provenance.py --out FILE)")
+    p.add_argument("--platform", help="with --import-junit: where it ran, checked against the provenance")
+    p.add_argument("--pairs", action="store_true",
+                   help="with --profile: the pairwise composition gate on the CPU decode-step model")
+    p.add_argument("--config", default="tiny", help="with --pairs: the decode-step model's dimensions "
+                   "(tiny, tiny-deep; default tiny)")
+    p.add_argument("--seed", type=int, default=0, help="with --pairs: seed of the shared weights and inputs")
     p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for pytest (repeatable), e.g. --pytest-arg=-x")
     p.set_defaults(func=run)
@@ -44,6 +56,28 @@ def _err(msg: str) -> int:
     return 2
 
 
+def _pairs(reg, args) -> int:
+    if not args.profile:
+        return _err("--pairs needs --profile P")
+    if args.profile not in reg.profiles:
+        return _err(f"unknown profile {args.profile!r} (known: {', '.join(sorted(reg.profiles))})")
+    from r9k.kernels.decode_step.config import CONFIGS
+
+    if args.config not in CONFIGS or args.config.startswith("flash"):
+        return _err(f"--config must be one of {', '.join(c for c in CONFIGS if not c.startswith('flash'))} "
+                    "(the CPU model's sizes)")
+    from .evidence import pairs as PR
+
+    out = sys.stderr if args.format == "json" else sys.stdout
+    rep = PR.run_pairs(reg, args.profile, tp=args.tp, config=args.config, seed=args.seed,
+                       progress=lambda m: print(m, file=out, flush=True))
+    if args.format == "json":
+        print(json.dumps(rep.to_dict(), indent=2))
+    else:
+        print(PR.render(rep))
+    return 1 if rep.flagged else 0
+
+
 def _state_rows(states) -> list[str]:
     width = max((len(v) for v in states), default=10)
     return [f"  {vid:<{width}}  {st.state:<8} {st.detail}" for vid, st in states.items()]
@@ -51,32 +85,36 @@ def _state_rows(states) -> list[str]:
 
 def run(args) -> int:
     from r9k.registry import RegistryError, load_registry
+    from .common import registry_location
     from r9k.registry import ledger as L
 
     from .evidence import gate as G
 
     try:
-        reg = load_registry()
+        reg = load_registry(*registry_location(args))  # --registry / --profiles-dir
     except RegistryError as exc:
-        return _err(f"cannot load the registry:\n{exc}")
+        for d in exc.diagnostics:
+            print(d.format(), file=sys.stderr)
+        return 2
     if args.import_junit:
         from .evidence import junit as J
 
-        if not args.platform:
-            return _err("--import-junit needs --platform (where the tests ran, e.g. cuda-h200)")
         try:
-            outcomes = J.read_junit(args.import_junit)
-        except (OSError, ValueError) as exc:  # ET.ParseError is a ValueError
-            return _err(f"cannot read {args.import_junit}: {exc}")
-        recs = J.records_from_junit(reg, outcomes, args.platform)
+            recs = J.import_junit(reg, args.import_junit, provenance=args.provenance, platform=args.platform)
+        except J.ImportRefused as exc:
+            print(f"{exc} (nothing recorded)", file=sys.stderr)
+            return 2
         L.append_records(L.ledger_path(reg), recs)
         records, _ = L.read_ledger(L.ledger_path(reg))
+        tcs = L.Toolchains(records)
         for r in recs:
-            st = L.state_of(reg, reg.variants[r.variant], records)
-            print(f"  {r.variant:<28} {r.result:<8} {len(r.outcomes):>4} item(s) on {args.platform}; gate now: "
+            st = L.state_of(reg, reg.variants[r.variant], records, tcs)
+            print(f"  {r.variant:<28} {r.result:<8} {len(r.outcomes):>4} item(s) on {r.platform}; gate now: "
                   f"{st.state} ({st.detail})")
-        print(f"imported {len(recs)} gate record(s) from {len(outcomes)} test case(s) into {L.ledger_path(reg)}")
+        print(f"imported {len(recs)} gate record(s) from {args.import_junit} into {L.ledger_path(reg)}")
         return 1 if any(r.result == "fail" for r in recs) else 0
+    if args.pairs:
+        return _pairs(reg, args)
     if not (args.profile or args.variants or args.all or args.status):
         return _err("name variants, or use --profile P, --all or --status")
     if args.profile and args.profile not in reg.profiles:
@@ -116,6 +154,11 @@ def run(args) -> int:
               + (f" ({len(plan.no_tests)} selected: {', '.join(v.id for v in plan.no_tests)})" if plan.no_tests else ""),
               file=out)
         return 0
+    import importlib.util
+
+    if importlib.util.find_spec("pytest") is None:
+        return _err("pytest is not installed here, and gate tests run under it (pip install pytest); or run them "
+                    "on another machine and record them with --import-junit")
     result = G.run(reg, plan, record=not args.no_record, progress=lambda m: print(m, file=out, flush=True),
                    timeout_s=args.timeout, pytest_args=args.pytest_arg)
     records, _ = L.read_ledger(L.ledger_path(reg))

@@ -19,7 +19,7 @@ def run(args) -> int:
     from .common import load
     from .output import print_json, table
 
-    reg = load(args.format)
+    reg = load(args.format, args)
     if reg is None:
         return 2
     rows = []

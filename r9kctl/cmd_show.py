@@ -99,7 +99,7 @@ def run(args) -> int:
     from .common import fail, load
     from .output import print_json, table
 
-    reg = load(args.format)
+    reg = load(args.format, args)
     if reg is None:
         return 2
     v = reg.find_variant(args.variant)

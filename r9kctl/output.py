@@ -10,11 +10,20 @@ import os
 import sys
 from typing import Iterable, Optional, Sequence
 
+from r9k.registry import envvars
 from r9k.registry.errors import Diagnostic
 
 
+_PLAIN = False  # set by ``r9kctl --plain``
+
+
+def set_plain(plain: bool) -> None:
+    global _PLAIN
+    _PLAIN = plain
+
+
 def is_tty() -> bool:
-    if os.environ.get("R9K_PLAIN") == "1" or os.environ.get("NO_COLOR"):
+    if _PLAIN or envvars.PLAIN.on() or os.environ.get("NO_COLOR"):
         return False
     return sys.stdout.isatty()
 
@@ -27,19 +36,67 @@ def _cell(v) -> str:
     return str(v)
 
 
-def table(columns: Sequence[str], rows: Iterable[Sequence], title: Optional[str] = None, stream=None) -> None:
+KEY_COLUMNS = {"id", "knob", "variant", "name", "profile", "release", "field", "config"}  # never hidden
+FREE_TEXT = {"summary", "description", "source", "note", "reason", "headline", "value", "detail", "message",
+             "implementation in use", "what"}  # the only columns that fold
+HIDE_FIRST = ("stock", "layer", "from", "area", "category", "status", "unit", "role", "rank", "pid",
+              "previous", "changes", "extends", "model")  # hidden before the other columns (right to left)
+
+
+def fit_columns(columns: Sequence[str], rows: list[list[str]], width: int,
+                fold: Optional[Sequence[str]] = None) -> tuple[list[int], list[int]]:
+    """(shown column indexes, folding column indexes) of a table drawn ``width`` cells wide with rich's
+    default box: a key column (the first, or one named in KEY_COLUMNS) is never cut or hidden, a free-text
+    column folds, any other column keeps its longest cell whole and is hidden, rightmost first, when the
+    table would not fit otherwise."""
+    n = len(columns)
+    folding = {i for i, c in enumerate(columns) if c.lower() in (set(fold) if fold else FREE_TEXT)}
+    if not folding:
+        folding = {n - 1}
+    keys = {0} | {i for i, c in enumerate(columns) if c.lower() in KEY_COLUMNS} - folding
+    natural = [max([len(columns[i])] + [max((len(x) for x in r[i].split("\n")), default=0) for r in rows])
+               for i in range(n)]
+    shown = list(range(n))
+
+    def need() -> int:
+        return 1 + sum(3 + (max(len(columns[i]), min(natural[i], 20)) if i in folding else natural[i])
+                       for i in shown)
+
+    first = [i for i in reversed(range(n)) if columns[i].lower() in HIDE_FIRST]
+    for i in first + [i for i in reversed(range(n)) if i not in first]:
+        if need() <= width:
+            break
+        if i not in keys and i not in folding:
+            shown.remove(i)
+    return shown, sorted(folding & set(shown))
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence], title: Optional[str] = None, stream=None,
+          fold: Optional[Sequence[str]] = None) -> None:
+    """A table: on a terminal rich's, where names are never broken (see :func:`fit_columns`; hidden
+    columns are named under it), else plain aligned text. ``fold``: the free-text columns (default: the
+    ones named in FREE_TEXT, else the last)."""
     rows = [[_cell(c) for c in r] for r in rows]
     stream = stream or sys.stdout
     if is_tty() and stream is sys.stdout:
         from rich.console import Console
         from rich.table import Table
 
+        console = Console()
+        shown, folding = fit_columns(columns, rows, console.width, fold)
         t = Table(title=title, title_justify="left", header_style="bold")
-        for c in columns:
-            t.add_column(c, overflow="fold")
+        for i in shown:
+            if i in folding:
+                t.add_column(columns[i], overflow="fold")
+            else:
+                t.add_column(columns[i], no_wrap=True, overflow="ellipsis")
         for r in rows:
-            t.add_row(*r)
-        Console().print(t)
+            t.add_row(*(r[i] for i in shown))
+        console.print(t)
+        hidden = [c for i, c in enumerate(columns) if i not in shown]
+        if hidden:
+            console.print(f"[dim]not shown at this width: {', '.join(hidden)} (a wider terminal, or "
+                          f"--plain / --format json where the command has it)[/dim]")
         return
     if title:
         stream.write(f"{title}\n")

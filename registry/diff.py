@@ -1,8 +1,8 @@
 """Field-level diffs between two releases or profiles (OpenFeature ``compare`` style).
 
 A *side* is a release (``v0.3.1`` or ``release:v0.3.1``) or a profile name. For each side we compute
-the value of every variant (per TP size for a release: the Flash-Next defaults at TP4 and TP2 unless a
-TP is given; at the profile's TP for a profile), then report:
+the value of every variant (per TP size for a release: the primary model's defaults (models.toml) at each
+TP size it is served at unless a TP is given; at the profile's TP for a profile), then report:
 
 * variants added or removed between the sides (a release's ``since``; a variant at a removed status);
 * changed values, per TP key, with provenance for profiles;
@@ -14,16 +14,14 @@ markdown, and the control panel shows the same object.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
 from .loader import Registry
 from .memory import budget
-from .resolve import resolve, value_at_release
+from .resolve import primary_model, resolve, value_at_release
 from .schema import BenchRecord, QualityRecord
-
-FN = "qwen3.8-flash-next"
-
 
 @dataclass
 class ValueChange:
@@ -36,19 +34,63 @@ class ValueChange:
     b_source: Optional[str] = None
 
 
+def _fmt_num(x: float) -> str:
+    if abs(x) >= 1000 and float(x).is_integer():
+        return f"{x:,.0f}"
+    if float(x).is_integer():
+        return f"{x:.0f}"
+    return f"{x:,.2f}".rstrip("0").rstrip(".") if abs(x) >= 1000 else f"{x:g}"
+
+
+def figure_text(r: Optional[BenchRecord]) -> str:
+    """A figure as the notes write it: a value, a range kept a range, 'unchanged', a before -> after."""
+    if r is None:
+        return "-"
+    if r.unchanged and r.point() is None:
+        return "unchanged"
+    if r.low is not None and r.value is None:
+        s = r.text if r.text and re.search(r"\d", r.text) and len(r.text) <= 24 else \
+            f"{_fmt_num(r.low)}-{_fmt_num(r.high)}"
+    elif r.value is not None:
+        s = ("~" if r.approx else "") + _fmt_num(r.value)
+        if r.low is not None:
+            s += f" ({_fmt_num(r.low)}-{_fmt_num(r.high)})"
+    else:
+        return r.text or "-"
+    if r.unit == "%" and not s.endswith("%"):
+        s += "%"
+    if r.before is not None:
+        s = f"{_fmt_num(r.before)} -> {s}"
+    return s
+
+
 @dataclass
 class BenchRow:
+    """One figure of the two releases: a configuration (and setting), a metric, a stack and how it was measured.
+    ``a``/``b`` are the figures shown (the seed's where the seed and the reference both give one); ``a_alt`` /
+    ``b_alt`` the other source's differing figures of the same row."""
+
     config: str
     metric: str
     unit: Optional[str]
     stack: str
     a: Optional[BenchRecord]
     b: Optional[BenchRecord]
+    method: Optional[str] = None
+    setting: Optional[str] = None
+    launch: Optional[str] = None
+    platform: str = "r9700"
+    a_alt: list[BenchRecord] = field(default_factory=list)
+    b_alt: list[BenchRecord] = field(default_factory=list)
+    only: Optional[str] = None  # the one release that gives this figure
+    note: Optional[str] = None  # 'unchanged (notes)'
 
     @property
     def delta(self) -> Optional[float]:
         if self.a is None or self.b is None or self.a.point() is None or self.b.point() is None:
             return None
+        if self.a.before is not None or self.b.before is not None:
+            return None  # a before -> after within a release: not a release-to-release change
         return self.b.point() - self.a.point()
 
     @property
@@ -57,6 +99,49 @@ class BenchRow:
         if d is None or not self.a.point():
             return None
         return 100.0 * d / self.a.point()
+
+    def to_dict(self) -> dict:
+        def rec(r):
+            return None if r is None else r.model_dump(exclude_none=True)
+
+        return {"config": self.config, "setting": self.setting, "metric": self.metric, "unit": self.unit,
+                "stack": self.stack, "method": self.method, "launch": self.launch, "platform": self.platform,
+                "a": rec(self.a), "b": rec(self.b), "a_text": figure_text(self.a), "b_text": figure_text(self.b),
+                "a_alt": [rec(r) for r in self.a_alt], "b_alt": [rec(r) for r in self.b_alt],
+                "only": self.only, "note": self.note, "delta": self.delta, "pct": self.pct}
+
+
+@dataclass
+class VsReference:
+    """A release's figure against the reference stack's of the same row (ours / reference)."""
+
+    release: str
+    config: str
+    metric: str
+    unit: Optional[str]
+    method: Optional[str]
+    ours: BenchRecord
+    reference: BenchRecord
+
+    @property
+    def lower_is_better(self) -> bool:
+        return self.unit in ("ms", "s", "us", "nodes", "launches")
+
+    @property
+    def ratio(self) -> Optional[float]:
+        o, r = self.ours.point(), self.reference.point()
+        if not o or not r:
+            return None
+        return o / r
+
+    @property
+    def pct(self) -> Optional[float]:
+        return None if self.ratio is None else 100.0 * (self.ratio - 1.0)
+
+    def to_dict(self) -> dict:
+        return {"release": self.release, "config": self.config, "metric": self.metric, "unit": self.unit,
+                "method": self.method, "ours": figure_text(self.ours), "reference": figure_text(self.reference),
+                "ratio": self.ratio, "pct": self.pct}
 
 
 @dataclass
@@ -71,6 +156,28 @@ class QualityRow:
     paired: bool
     record: Optional[QualityRecord]
     a_record: Optional[QualityRecord] = None
+    a_label: Optional[str] = None  # what the A row is: 'v0.3.0 defaults (same tree)', a baseline's label
+    b_label: Optional[str] = None
+    a_humaneval: Optional[int] = None
+    b_humaneval: Optional[int] = None
+    humaneval_total: Optional[int] = None
+    a_sanity: Optional[str] = None
+    b_sanity: Optional[str] = None
+    only: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        r = self.record or self.a_record
+        mc = r.mcnemar if r is not None else None
+        return {"config": self.config, "eval": self.eval, "a_label": self.a_label, "b_label": self.b_label,
+                "a_pct": self.a_pct, "a_correct": self.a_correct, "b_pct": self.b_pct, "b_correct": self.b_correct,
+                "total": self.total, "paired": self.paired, "a_humaneval": self.a_humaneval,
+                "b_humaneval": self.b_humaneval, "humaneval_total": self.humaneval_total,
+                "a_sanity": self.a_sanity, "b_sanity": self.b_sanity, "only": self.only,
+                "mcnemar": None if mc is None else {"b": mc.b, "c": mc.c, "p": mc.p, "vs": mc.vs},
+                "identical_outputs_pct": r.identical_outputs_pct if r is not None else None,
+                "other_range_pct": r.other_range_pct if r is not None else None,
+                "other_label": r.other_label if r is not None else None,
+                "record": None if self.record is None else self.record.model_dump(exclude_none=True)}
 
 
 @dataclass
@@ -89,10 +196,15 @@ class Diff:
     b: Side
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    left_off: list[str] = field(default_factory=list)  # rejected variants that came in between: measured, left off
     changed: list[ValueChange] = field(default_factory=list)
     release_changes: list[dict] = field(default_factory=list)  # B's declared default changes (releases)
+    rel_a: Optional[str] = None  # the releases whose numbers are compared (a profile's base release)
+    rel_b: Optional[str] = None
     bench: list[BenchRow] = field(default_factory=list)
+    vs_reference: list[VsReference] = field(default_factory=list)
     quality: list[QualityRow] = field(default_factory=list)
+    texts: list[tuple[str, str, str]] = field(default_factory=list)  # (release, config, the notes' words)
     fields: list[tuple[str, object, object]] = field(default_factory=list)  # profile-level fields that differ
 
     def to_dict(self) -> dict:
@@ -100,18 +212,18 @@ class Diff:
             return None if r is None else r.model_dump(exclude_none=True)
 
         return {
-            "a": {"spec": self.a.spec, "kind": self.a.kind, "kv_tokens": self.a.kv_tokens},
-            "b": {"spec": self.b.spec, "kind": self.b.kind, "kv_tokens": self.b.kv_tokens},
+            "a": {"spec": self.a.spec, "kind": self.a.kind, "release": self.rel_a, "kv_tokens": self.a.kv_tokens},
+            "b": {"spec": self.b.spec, "kind": self.b.kind, "release": self.rel_b, "kv_tokens": self.b.kv_tokens},
             "added": self.added,
             "removed": self.removed,
+            "left_off": self.left_off,
             "changed": [c.__dict__ for c in self.changed],
             "release_changes": self.release_changes,
             "fields": [{"field": f, "a": a, "b": b} for f, a, b in self.fields],
-            "bench": [{"config": r.config, "metric": r.metric, "unit": r.unit, "stack": r.stack,
-                       "a": rec(r.a), "b": rec(r.b), "delta": r.delta, "pct": r.pct} for r in self.bench],
-            "quality": [{"config": q.config, "eval": q.eval, "a_pct": q.a_pct, "a_correct": q.a_correct,
-                         "b_pct": q.b_pct, "b_correct": q.b_correct, "total": q.total, "paired": q.paired,
-                         "record": rec(q.record)} for q in self.quality],
+            "bench": [r.to_dict() for r in self.bench],
+            "vs_reference": [v.to_dict() for v in self.vs_reference],
+            "quality": [q.to_dict() for q in self.quality],
+            "texts": [{"release": r, "config": c, "text": t} for r, c, t in self.texts],
         }
 
 
@@ -130,10 +242,12 @@ def _side(reg: Registry, spec: str, tp: Optional[int]) -> Side:
     values: dict = {}
     kv: dict = {}
     if kind == "release":
-        tps = [tp] if tp else [4, 2]
+        primary = primary_model(reg)
+        tps = [tp] if tp else (primary.tp_sizes if primary else [1])
         for t in tps:
             for vid, v in reg.variants.items():
-                values[(vid, f"tp{t}")] = (value_at_release(reg, v, name, FN, t), f"release {name}")
+                values[(vid, f"tp{t}")] = (value_at_release(reg, v, name, primary and primary.name, t),
+                                           f"release {name}")
         return Side(spec, kind, name, [f"tp{t}" for t in tps], values, kv)
     rs = resolve(reg, name, tp=tp, env={})
     key = f"tp{rs.tp}"
@@ -154,28 +268,32 @@ def _release_of(reg: Registry, side: Side) -> Optional[str]:
     return base if base in reg.releases else None
 
 
-def diff(reg: Registry, a: str, b: str, tp: Optional[int] = None) -> Diff:
+def diff(reg: Registry, a: str, b: str, tp: Optional[int] = None, all_numbers: bool = False) -> Diff:
+    """The diff of side A against side B. ``all_numbers`` adds the figures no release notes of A or B state
+    (a launcher header, PROGRESS.md, the notes of a later release)."""
     sa, sb = _side(reg, a, tp), _side(reg, b, tp)
     d = Diff(sa, sb)
     order = reg.release_order()
 
-    # added / removed variants (by the releases' 'since', for release sides)
+    # added / removed variants (by the releases' 'since', for release sides); a rejected one is 'left off'
     if sa.kind == "release" and sb.kind == "release":
         ia, ib = order.index(sa.name), order.index(sb.name)
         for vid, v in sorted(reg.variants.items()):
             if v.since in order:
                 s = order.index(v.since)
                 if ia < s <= ib:
-                    d.added.append(vid)
+                    (d.left_off if v.status.state == "rejected" else d.added).append(vid)
                 elif ib < s <= ia:
                     d.removed.append(vid)
         d.release_changes = [c.model_dump(by_alias=True, exclude_none=True)
                              for r in order[min(ia, ib) + 1: max(ia, ib) + 1] for c in reg.releases[r].default_changes]
 
     keys = sorted(set(sa.tp_keys) | set(sb.tp_keys))
-    common = [k for k in keys if k in sa.tp_keys and k in sb.tp_keys] or keys
+    common = [k for k in keys if k in sa.tp_keys and k in sb.tp_keys] or keys[:1]  # no TP in common: one pair
     for vid in sorted(reg.variants):
         v = reg.variants[vid]
+        if vid in d.left_off:
+            continue  # measured and left off: its value is the no-op, not a change
         for k in common:
             ka = k if k in sa.tp_keys else sa.tp_keys[0]
             kb = k if k in sb.tp_keys else sb.tp_keys[0]
@@ -195,63 +313,163 @@ def diff(reg: Registry, a: str, b: str, tp: Optional[int] = None) -> Diff:
                 d.fields.append((fname, x, y))
 
     rel_a, rel_b = _release_of(reg, sa), _release_of(reg, sb)
+    d.rel_a, d.rel_b = rel_a, rel_b
     if rel_a and rel_b and rel_a != rel_b:
-        d.bench = _bench(reg, rel_a, rel_b)
+        d.bench, d.texts = _bench(reg, rel_a, rel_b, all_numbers)
+        d.vs_reference = [x for r in (rel_a, rel_b) for x in _vs_reference(reg, r, {rel_a, rel_b}, all_numbers)]
         d.quality = _quality(reg, rel_a, rel_b)
     return d
 
 
-def _bench(reg: Registry, a: str, b: str) -> list[BenchRow]:
-    ra, rb = reg.releases[a], reg.releases[b]
+def _shown(r: BenchRecord, sides: set, all_numbers: bool) -> bool:
+    """A figure the notes of one of the two releases give (or any, with all_numbers)."""
+    return all_numbers or r.stated_in is None or r.stated_in in sides
 
-    def index(recs):
-        out: dict = {}
-        for r in recs:
-            if r.value is None and r.low is None:
-                continue
-            out.setdefault((r.config, r.metric, r.stack, r.platform), r)
-        return out
 
-    ia, ib = index(ra.bench), index(rb.bench)
-    rows = []
-    for key in sorted(set(ia) & set(ib), key=_bench_order):  # numbers both releases report
-        cfg, metric, stack, _plat = key
-        unit = (ib.get(key) or ia.get(key)).unit
-        rows.append(BenchRow(cfg, metric, unit, stack, ia.get(key), ib.get(key)))
-    for key in sorted(set(ib) - set(ia), key=_bench_order):  # B's numbers on another platform (e.g. this project's H200 runs)
-        cfg, metric, stack, plat = key
-        if plat == "r9700":
+def _row_key(r: BenchRecord) -> tuple:
+    return (r.config, r.setting or "", r.metric, r.stack, r.platform, r.method or "", r.launch or "")
+
+
+def _same_figure(x: BenchRecord, y: BenchRecord) -> bool:
+    return (x.value, x.low, x.high, x.before, x.unchanged) == (y.value, y.low, y.high, y.before, y.unchanged)
+
+
+def _pick(recs: list[BenchRecord]) -> tuple[Optional[BenchRecord], list[BenchRecord]]:
+    """The figure to show (the seed's first) and the other source's differing figures of the same row."""
+    if not recs:
+        return None, []
+    ordered = sorted(recs, key=lambda r: r.origin != "seed")
+    shown = ordered[0]
+    return shown, [r for r in ordered[1:] if not _same_figure(r, shown)]
+
+
+def _index(recs, sides, all_numbers) -> dict:
+    out: dict = {}
+    for r in recs:
+        if r.metric in ("validation_notes", "summary") or (r.point() is None and not r.unchanged):
             continue
-        rows.append(BenchRow(cfg, metric, ib[key].unit, stack, None, ib[key]))
-    return rows
+        if _shown(r, sides, all_numbers):
+            out.setdefault(_row_key(r), []).append(r)
+    return out
 
 
-CONFIG_ORDER = ["fn_tp4", "fn_tp2", "27b_tp2"]
+def _bench(reg: Registry, a: str, b: str, all_numbers: bool = False) -> tuple[list[BenchRow], list]:
+    ra, rb = reg.releases[a], reg.releases[b]
+    sides = {a, b}
+    ia, ib = _index(ra.bench, sides, all_numbers), _index(rb.bench, sides, all_numbers)
+    # configurations a release's notes call unchanged as a whole (a summary record marked unchanged)
+    unchanged_b = {r.config for r in rb.bench if r.metric == "summary" and r.unchanged}
+    configs = config_order(reg)
+    rows = []
+    for key in sorted(set(ia) | set(ib), key=lambda k: bench_order(k, configs)):
+        cfg, setting, metric, stack, plat, method, launch = key
+        if stack != "ours" and not (key in ia and key in ib):
+            continue  # a reference-stack figure of one release: in the 'vs reference stack' section
+        if plat != "r9700" and key not in ib:
+            continue
+        ra_, a_alt = _pick(ia.get(key, []))
+        rb_, b_alt = _pick(ib.get(key, []))
+        unit = (rb_ or ra_).unit
+        row = BenchRow(cfg, metric, unit, stack, ra_, rb_, method or None, setting or None, launch or None, plat,
+                       a_alt, b_alt)
+        if rb_ is not None and rb_.unchanged:
+            row.note = "unchanged (notes)"
+        elif ra_ is None:
+            row.only = b
+        elif rb_ is None:
+            row.only = a
+            if cfg in unchanged_b:
+                row.note = f"unchanged in {b} (notes)"
+        rows.append(row)
+    texts = [(rel.version, r.config, r.text) for rel in (ra, rb) for r in rel.bench
+             if r.metric == "summary" and r.text and _shown(r, sides, all_numbers)]
+    return rows, texts
+
+
+def _vs_reference(reg: Registry, release: str, sides: set, all_numbers: bool) -> list[VsReference]:
+    """A release's figures against the reference stack's of the same row."""
+    idx = _index(reg.releases[release].bench, sides, all_numbers)
+    out = []
+    configs = config_order(reg)
+    for key in sorted(idx, key=lambda k: bench_order(k, configs)):
+        cfg, setting, metric, stack, plat, method, launch = key
+        if stack != "reference":
+            continue
+        ours = idx.get((cfg, setting, metric, "ours", plat, method, launch))
+        if not ours:
+            continue
+        o, _ = _pick(ours)
+        r, _ = _pick(idx[key])
+        out.append(VsReference(release, cfg, metric, o.unit, method or None, o, r))
+    return out
+
+
+def config_order(reg: Registry) -> list[str]:
+    """Bench configs, headline first: the primary model's, then the others' (models.toml order), each at
+    its TP sizes, largest first: ``<scope>_tp<N>``."""
+    models = sorted(reg.models.values(), key=lambda m: not m.primary)
+    return [f"{m.scope}_tp{t}" for m in models if m.scope for t in m.tp_sizes]
+
+
 METRIC_ORDER = ["decode_step_ms", "single_stream_tok_s", "betterbench_decode_tok_s", "betterbench_step_p50_ms",
-                "concurrency_tok_s", "prefill_tok_s", "ttft_p50_ms", "kv_cache_tokens"]
+                "concurrency_tok_s", "prefill_tok_s", "ttft_p50_ms", "ttft_ms", "kv_cache_tokens",
+                "graph_nodes_per_step", "graph_node_dispatch_us", "gdn_core_graph_nodes_per_layer",
+                "shared_expert_launches", "launches_per_step", "vs_reference_pct"]
+METHOD_ORDER = ["step-script", "probe", "betterbench", "release-table", "startup", "client", "notes", "kernel"]
 
 
-def _bench_order(key: tuple) -> tuple:
-    """Headline first: Flash-Next TP4, then TP2, then the 27B; decode step and single stream first."""
-    cfg, metric, stack, plat = key
+def bench_order(key: tuple, configs: list[str]) -> tuple:
+    """Headline first: configs in ``configs`` order (config_order: the primary model at its largest TP size
+    first); the defaults before other settings; decode step and single stream first; per source (probe
+    before BetterBench)."""
+    cfg, setting, metric, stack, plat, method, launch = key
     base, _, sub = metric.partition("@")
-    ci = CONFIG_ORDER.index(cfg) if cfg in CONFIG_ORDER else len(CONFIG_ORDER)
+    ci = configs.index(cfg) if cfg in configs else len(configs)
     mi = METRIC_ORDER.index(base) if base in METRIC_ORDER else len(METRIC_ORDER)
+    si = METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER)
     num = int("".join(ch for ch in sub if ch.isdigit()) or 0)
-    return (plat != "r9700", ci, cfg, mi, base, num, sub, stack)
+    return (plat != "r9700", ci, cfg, setting, mi, base, si, num, sub, launch, stack)
 
 
 def _quality(reg: Registry, a: str, b: str) -> list[QualityRow]:
     ra, rb = reg.releases[a], reg.releases[b]
     rows = []
+    used_a = set()
     for q in rb.quality:
         if q.accuracy_pct is None and q.mcnemar is None:
             continue
         if q.baseline_release == a and q.baseline_accuracy_pct is not None:
             rows.append(QualityRow(q.config, q.eval, q.baseline_accuracy_pct, q.baseline_correct, q.accuracy_pct,
-                                   q.correct, q.total, True, q))
+                                   q.correct, q.total, True, q, a_label=f"{a} defaults",
+                                   b_label=f"{b} defaults", a_humaneval=q.baseline_humaneval_passed,
+                                   b_humaneval=q.humaneval_passed, humaneval_total=q.humaneval_total,
+                                   a_sanity=_sanity(q, baseline=True), b_sanity=_sanity(q)))
             continue
         prev = next((x for x in ra.quality if x.config == q.config and x.eval == q.eval and x.accuracy_pct), None)
+        if prev is not None:
+            used_a.add(id(prev))
         rows.append(QualityRow(q.config, q.eval, prev.accuracy_pct if prev else None, prev.correct if prev else None,
-                               q.accuracy_pct, q.correct, q.total, False, q, prev))
+                               q.accuracy_pct, q.correct, q.total, False, q, prev,
+                               a_label=a if prev else None, b_label=b,
+                               a_humaneval=prev.humaneval_passed if prev else None, b_humaneval=q.humaneval_passed,
+                               humaneval_total=q.humaneval_total or (prev.humaneval_total if prev else None),
+                               a_sanity=_sanity(prev) if prev else None, b_sanity=_sanity(q),
+                               only=None if prev else b))
+    for p in ra.quality:
+        if id(p) in used_a or (p.accuracy_pct is None and p.text is None):
+            continue
+        if any(r.config == p.config and r.eval == p.eval for r in rows):
+            continue
+        rows.append(QualityRow(p.config, p.eval, p.accuracy_pct, p.correct, None, None, p.total, False, None, p,
+                               a_label=a, a_humaneval=p.humaneval_passed, humaneval_total=p.humaneval_total,
+                               a_sanity=_sanity(p), only=a))
     return rows
+
+
+def _sanity(q: QualityRecord, baseline: bool = False) -> Optional[str]:
+    bad, total = (q.baseline_sanity_bad, q.baseline_sanity_total) if baseline else (q.sanity_bad, q.sanity_total)
+    if bad is not None and total is not None:
+        return f"{bad} bad of {total:,}"
+    if baseline:
+        return None
+    return q.sanity

@@ -1,7 +1,7 @@
 """The gate ledger: which declared gate tests passed, on what, and for which version of the sources.
 
-File: ``registry/gates/ledger.jsonl`` (``<registry root>/gates/ledger.jsonl``, or ``$R9K_LEDGER``),
-append-only JSON Lines, one line per gate run of one variant, written by ``r9kctl gate``::
+File: ``registry/gates/ledger.jsonl`` (``<registry root>/gates/ledger.jsonl``, or ``$R9K_LEDGER``; an installed
+copy writes to the user's state directory instead, see :func:`ledger_path`), append-only JSON Lines, one line per gate run of one variant, written by ``r9kctl gate``::
 
     {"variant": "router_gemm", "tests": ["kernels/router/test_router.py"], "result": "pass",
      "outcomes": {"kernels/router/test_router.py::test_exact[4]": "passed", ...},
@@ -10,21 +10,30 @@ append-only JSON Lines, one line per gate run of one variant, written by ``r9kct
 
 ``outcomes`` holds one entry per pytest item that ran (``passed``, ``failed``, ``error``, ``skipped``,
 ``needs-gpu``: skipped because it is marked ``gpu`` and no GPU was there), plus the declared id itself when it
-produced no item (``not-found``, or ``not-run`` when pytest died before reaching it).
+produced no item (``not-found``, or ``not-run`` when pytest died before reaching it). ``deps`` maps every
+file the gate depends on to its sha256; ``toolchain`` is :func:`r9k.registry.provenance.toolchain` of the
+run (torch, Triton, vLLM, Python versions and the device).
 
-The **source hash** covers the variant's ``implementation.sources`` (files, directories taken recursively,
-or glob patterns, relative to the repository root, which is the registry folder's parent) and the files of
-its declared gate tests: a gate is evidence about a particular version of the code *and* of the test, so
-editing either makes the recorded result stale. Each file contributes its path and the sha256 of its bytes;
-a declared path that does not exist contributes a marker, so creating it changes the hash too.
+**What a gate depends on** (:func:`dependencies`): the declared ``implementation.sources`` (files,
+directories taken recursively, or glob patterns, relative to the repository root, which is the registry
+folder's parent) and gate test files, plus, computed by :mod:`r9k.registry.gatedeps`, the import closure
+within the repository of the tests, of the conftest.py files pytest loads for them, of the implementation
+module and of the modules under the sources (so a shared ``kernels/router/tl_common.py`` or
+``kernels/_testing.py`` is a dependency of every gate that imports it, and of no other). The **source
+hash** is the sha256 over (path, file sha256) of all of them; a declared path that does not exist
+contributes a marker, so creating it changes the hash too.
 
-**Gate state** of a variant with declared gate tests (:func:`gate_states`), from the records whose source
-hash equals the current one; per declared test and platform the latest conclusive outcome counts (passed /
-failed / error / not-found; a skip proves nothing):
+**A record counts** when its source hash equals the current one and its toolchain equals the current
+toolchain of its platform (:class:`Toolchains`: this machine's own for this machine's platforms; for
+another platform, e.g. ``cuda-h200`` seen from a CPU machine, the toolchain of the newest record made
+there). **Gate state** of a variant with declared gate tests (:func:`gate_states`): per declared test and
+platform the latest conclusive outcome among the counting records decides; a test passed in a record only
+when every one of its items (each parametrization) passed; a skipped item proves nothing:
 
-* ``failed``  some test's latest conclusive outcome on some platform at the current sources is a failure;
-* ``fresh``   every declared test passed at the current sources (on at least one platform) and none failed;
-* ``stale``   not fresh, nothing failed, and some test passed only at an older hash (sources changed since);
+* ``failed``  some test's latest conclusive outcome on some platform is a failure;
+* ``fresh``   every declared test passed (on at least one platform) and none failed;
+* ``stale``   not fresh, nothing failed, and some test passed only in records that no longer count; the
+  state's ``changes`` say why (``kernels/router/tl_common.py changed``, ``triton 3.6.0 -> 3.9.0 on cpu``);
 * ``missing`` no usable record (never run, or only skipped, e.g. ``needs-gpu`` on a CPU-only machine).
 
 Variants that declare no gate tests have no runnable gate and are absent from :func:`gate_states`.
@@ -35,10 +44,11 @@ from __future__ import annotations
 import glob as _glob
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from . import envvars, fileio
 
 LEDGER_RELPATH = Path("gates") / "ledger.jsonl"
 
@@ -57,25 +67,68 @@ _IGNORED_SUFFIXES = {".pyc", ".pyo"}
 # --------------------------------------------------------------------------------------------- paths
 
 def registry_root(reg_or_root: Any) -> Path:
-    return Path(reg_or_root.root if hasattr(reg_or_root, "root") else reg_or_root)
+    if isinstance(reg_or_root, (str, Path)):  # a Path has a .root too: "/"
+        return Path(reg_or_root)
+    return Path(reg_or_root.root)
 
 
 def repo_root(reg_or_root: Any) -> Path:
     """Source paths and pytest ids are relative to the repository root: the registry folder's parent, or
     ``$R9K_REPO_ROOT`` (for a registry tree kept outside the repository whose code it describes)."""
-    forced = os.environ.get("R9K_REPO_ROOT")
+    forced = envvars.REPO_ROOT.get()
     return Path(forced).resolve() if forced else registry_root(reg_or_root).resolve().parent
 
 
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def installed_copy(root: Path) -> bool:
+    """Whether ``root`` is this package's own registry tree outside a repository (a wheel's copy in
+    site-packages), where nothing is to be written."""
+    return Path(root).resolve() == _PACKAGE_DIR and not (_PACKAGE_DIR.parent / ".git").exists()
+
+
 def ledger_path(reg_or_root: Any) -> Path:
-    """The ledger file: ``$R9K_LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl``."""
-    forced = os.environ.get("R9K_LEDGER")
-    return Path(forced) if forced else registry_root(reg_or_root) / LEDGER_RELPATH
+    """The ledger file: ``$R9K_LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl`` (a checkout's
+    ledger is the repository's). An installed copy uses ``<state dir>/gates/ledger-<version>.jsonl``
+    (:func:`r9k.registry.envvars.state_dir`), started from the packaged ledger on first use, so records
+    are never written into the installed package."""
+    forced = envvars.LEDGER.get()
+    if forced:
+        return Path(forced)
+    root = registry_root(reg_or_root)
+    own = root / LEDGER_RELPATH
+    if not installed_copy(root):
+        return own
+    import importlib.metadata
+    import shutil
+
+    try:
+        version = importlib.metadata.version("r9k-stack")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    state = envvars.state_dir() / "gates" / f"ledger-{version}.jsonl"
+    if not state.exists():
+        try:
+            state.parent.mkdir(parents=True, exist_ok=True)
+            if own.is_file():
+                shutil.copyfile(own, state)
+            else:
+                state.touch()
+        except OSError:
+            return own
+    return state
 
 
 def test_file(node_id: str) -> str:
     """The file part of a pytest node id (``kernels/router/test_x.py::test_y[4]`` -> ``kernels/router/test_x.py``)."""
     return node_id.split("::", 1)[0]
+
+
+def item_of(nodeid: str, declared: str) -> bool:
+    """Whether a pytest item belongs to a declared id: the id itself, a parametrization of it
+    (``id[...]``), or an item under a file / class id (``id::...``); ``test_add`` is not ``test_add_gpu``."""
+    return nodeid == declared or nodeid.startswith(declared + "::") or nodeid.startswith(declared + "[")
 
 
 def declared_tests(variant: Any) -> list[str]:
@@ -111,22 +164,63 @@ def expand_sources(root: Path, patterns: Iterable[str]) -> tuple[list[str], list
 
 
 def hashed_paths(variant: Any) -> list[str]:
-    """What a variant's source hash covers: implementation sources plus gate test files, as declared."""
+    """The declared part of what a variant's hash covers: implementation sources plus gate test files."""
     impl = getattr(variant, "implementation", None)
     sources = list(getattr(impl, "sources", None) or [])
     return sources + [t for t in dict.fromkeys(test_file(t) for t in declared_tests(variant)) if t not in sources]
 
 
-def source_hash(reg_or_root: Any, variant: Any) -> tuple[str, int]:
-    """(sha256 hex over the variant's hashed paths, number of files hashed)."""
+def dependencies(reg_or_root: Any, variant: Any) -> tuple[list[str], list[str]]:
+    """(files a variant's gate depends on, declared paths that match nothing), repo-relative and sorted.
+
+    The declared paths (:func:`hashed_paths`) plus, computed (:mod:`r9k.registry.gatedeps`), the import
+    closure within the repository of the gate's test files, the conftest.py files pytest loads for them,
+    the implementation module and the Python files under the declared sources."""
+    from . import gatedeps
+
     root = repo_root(reg_or_root)
-    files, missing = expand_sources(root, hashed_paths(variant))
+    declared, missing = expand_sources(root, hashed_paths(variant))
+    roots = [f for f in declared if f.endswith(".py") and not gatedeps.is_script(root, f)]
+    for t in dict.fromkeys(test_file(t) for t in declared_tests(variant)):
+        roots += gatedeps.conftests(root, t)
+    mod = gatedeps.module_path(root, getattr(getattr(variant, "implementation", None), "module", None))
+    if mod:
+        roots.append(mod)
+    files = gatedeps.closure(root, roots)
+    return sorted(set(files) | set(declared)), missing
+
+
+def file_hashes(reg_or_root: Any, variant: Any) -> tuple[dict[str, str], list[str]]:
+    """(repo-relative path -> sha256 of every file the gate depends on, declared paths that are missing)."""
+    root = repo_root(reg_or_root)
+    files, missing = dependencies(reg_or_root, variant)
+    return {rel: hashlib.sha256((root / rel).read_bytes()).hexdigest() for rel in files}, missing
+
+
+def hash_of(files: Mapping[str, str], missing: Iterable[str] = ()) -> str:
+    """The source hash: sha256 over (path, file sha256) of every dependency, plus a marker per missing path."""
     h = hashlib.sha256()
-    for rel in files:
-        h.update(rel.encode() + b"\0" + hashlib.sha256((root / rel).read_bytes()).digest() + b"\n")
-    for rel in missing:
+    for rel in sorted(files):
+        h.update(rel.encode() + b"\0" + bytes.fromhex(files[rel]) + b"\n")
+    for rel in sorted(set(missing)):
         h.update(rel.encode() + b"\0<missing>\n")
-    return h.hexdigest(), len(files)
+    return h.hexdigest()
+
+
+def source_hash(reg_or_root: Any, variant: Any) -> tuple[str, int]:
+    """(sha256 hex over everything the variant's gate depends on, number of files hashed)."""
+    files, missing = file_hashes(reg_or_root, variant)
+    return hash_of(files, missing), len(files)
+
+
+def file_changes(old: Mapping[str, str] | None, new: Mapping[str, str], limit: int = 3) -> list[str]:
+    """What differs between two dependency maps, e.g. ``["kernels/router/tl_common.py changed"]``."""
+    if old is None:
+        return ["recorded without per-file hashes (before dependency tracking)"]
+    out = [f"{f} changed" for f in sorted(new) if f in old and old[f] != new[f]]
+    out += [f"{f} added" for f in sorted(set(new) - set(old))]
+    out += [f"{f} removed" for f in sorted(set(old) - set(new))]
+    return out[:limit] + ([f"{len(out) - limit} more file(s)"] if len(out) > limit else [])
 
 
 # --------------------------------------------------------------------------------------------- records
@@ -145,6 +239,8 @@ class GateRecord:
     dirty: bool | None = None
     duration_s: float | None = None
     note: str | None = None
+    deps: dict[str, str] | None = None  # repo-relative path -> sha256 of every file the gate depends on
+    toolchain: dict[str, str | None] | None = None  # r9k.registry.provenance.toolchain() of the run
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -161,8 +257,7 @@ class GateRecord:
         """Outcomes of the items a declared id covers (the id itself, or items under a file / class id)."""
         if test_id in self.outcomes:
             return [self.outcomes[test_id]]
-        prefix = test_id if "::" in test_id else test_id + "::"
-        return [o for item, o in self.outcomes.items() if item.startswith(prefix) or item.startswith(test_id + "[")]
+        return [o for item, o in self.outcomes.items() if item_of(item, test_id)]
 
 
 def summarize(outcomes: Mapping[str, str]) -> str:
@@ -181,13 +276,13 @@ def read_ledger(path: str | Path) -> tuple[list[GateRecord], list[str]]:
         return [], []
     records: list[GateRecord] = []
     problems: list[str] = []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    bad: list = []
+    for lineno, obj in fileio.read_jsonl(p, "gate ledger", problems=bad):
         try:
-            records.append(GateRecord.from_json(json.loads(line)))
-        except (ValueError, TypeError) as exc:
-            problems.append(f"{p}:{lineno}: unreadable ledger line ({exc})")
+            records.append(GateRecord.from_json(obj))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            problems.append(f"{fileio.display_path(p)}:{lineno}: unreadable ledger line ({exc})")
+    problems += [d.format() for d in bad]
     return records, problems
 
 
@@ -195,8 +290,7 @@ def append_records(path: str | Path, records: Iterable[GateRecord]) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records)
-    with p.open("a", encoding="utf-8") as fh:  # one write per batch: appends do not interleave mid-line
-        fh.write(text)
+    fileio.atomic_append(p, text, "gate ledger")  # all or nothing: a failed write leaves the ledger as it was
 
 
 # --------------------------------------------------------------------------------------------- state
@@ -212,6 +306,8 @@ class GateState:
     last_run: str | None = None
     platforms: list[str] = field(default_factory=list)  # where the current-hash passes ran
     needs_gpu: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)  # what changed since the newest record that no longer counts
+    toolchains: dict[str, dict] = field(default_factory=dict)  # platform -> toolchain of the passes counted
 
     @property
     def ok(self) -> bool:
@@ -221,48 +317,98 @@ class GateState:
         return asdict(self)
 
 
-def _test_status(test_id: str, records: list[GateRecord], current: str) -> tuple[str, set[str]]:
-    latest: dict[str, str] = {}  # platform -> latest conclusive outcome at the current hash
+def _record_outcome(rec: GateRecord, test_id: str) -> str | None:
+    """A declared test's outcome in one record: failed if any of its items failed, passed only when every
+    item (every parametrization) ran and passed, else None (skipped, needs a GPU, not run: proves nothing)."""
+    outs = rec.outcomes_for(test_id)
+    if any(o in FAILING for o in outs):
+        return FAILED
+    if outs and all(o == PASSED for o in outs):
+        return PASSED
+    return None
+
+
+def local_platforms(tc: Mapping[str, Any]) -> set[str]:
+    dev = tc.get("device") or "cpu"
+    return {"cpu", "cpu-triton-interpret"} if dev == "cpu" else {f"cuda-{dev}", f"rocm-{dev}"}
+
+
+class Toolchains:
+    """The current toolchain of each platform: this machine's own for its platforms; for another machine's
+    platform, the toolchain of the newest record made there (a newer run with another Triton makes every
+    older record of that platform stale)."""
+
+    def __init__(self, records: Iterable[GateRecord], local: Mapping[str, Any] | None = None):
+        from .provenance import toolchain
+
+        self.local = dict(local) if local is not None else toolchain()
+        self._mine = local_platforms(self.local)
+        self._latest: dict[str, dict] = {}
+        for r in records:
+            if r.toolchain is not None:
+                self._latest[r.platform] = r.toolchain
+
+    def current(self, platform: str) -> Mapping[str, Any] | None:
+        return self.local if platform in self._mine else self._latest.get(platform)
+
+    def ok(self, rec: GateRecord) -> bool:
+        cur = self.current(rec.platform)
+        return rec.toolchain is not None and cur is not None and dict(rec.toolchain) == dict(cur)
+
+
+def _test_status(test_id: str, records: list[GateRecord], current: str, tcs: Toolchains) -> tuple[str, set[str]]:
+    latest: dict[str, str] = {}  # platform -> latest conclusive outcome of a valid record
     passed_before = False
     needs_gpu = False
     for rec in records:  # file order = time order
-        outs = rec.outcomes_for(test_id)
-        if not outs:
+        outcome = _record_outcome(rec, test_id)
+        if rec.source_hash != current or not tcs.ok(rec):
+            passed_before |= outcome == PASSED
             continue
-        conclusive = [o for o in outs if o in CONCLUSIVE]
-        if rec.source_hash != current:
-            passed_before |= bool(conclusive) and all(o == PASSED for o in conclusive)
-            continue
-        if conclusive:
-            latest[rec.platform] = FAILED if any(o in FAILING for o in conclusive) else PASSED
-        if NEEDS_GPU in outs:
+        if outcome is not None:
+            latest[rec.platform] = outcome
+        elif NEEDS_GPU in rec.outcomes_for(test_id):
             needs_gpu = True
     if any(v == FAILED for v in latest.values()):
         return "failed", set()
     passed_on = {p for p, v in latest.items() if v == PASSED}
-    if passed_on and not needs_gpu:
+    if passed_on:
         return "passed", passed_on
-    if passed_on:  # some items ran and passed here, others need a GPU that was never there
-        gpu_pass = {p for p in passed_on if not p.startswith("cpu")}
-        return ("passed", passed_on) if gpu_pass else ("needs-gpu", passed_on)
     if passed_before:
         return "stale", set()
     return ("needs-gpu" if needs_gpu else "missing"), set()
 
 
-def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord]) -> GateState:
-    current, _ = source_hash(reg_or_root, variant)
+def _changes(rec: GateRecord, current: str, files: Mapping[str, str], tcs: Toolchains) -> list[str]:
+    """Why a record no longer counts: the files that changed and the toolchain entries that differ."""
+    out: list[str] = []
+    if rec.source_hash != current:
+        out += file_changes(rec.deps, files) or ["declared sources changed"]
+    cur = tcs.current(rec.platform)
+    if cur is not None and (rec.toolchain is None or dict(rec.toolchain) != dict(cur)):
+        from .provenance import toolchain_changes
+
+        out += [f"{c} on {rec.platform}" for c in toolchain_changes(rec.toolchain, cur)]
+    return out
+
+
+def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord], tcs: Toolchains | None = None) -> GateState:
+    files, missing = file_hashes(reg_or_root, variant)
+    current = hash_of(files, missing)
+    tcs = tcs or Toolchains(records)
     mine = [r for r in records if r.variant == variant.id]
     tests = declared_tests(variant)
     statuses: dict[str, str] = {}
     platforms: set[str] = set()
     for t in tests:
-        st, on = _test_status(t, mine, current)
+        st, on = _test_status(t, mine, current, tcs)
         statuses[t] = st
         platforms |= on
     counts = {s: sum(1 for v in statuses.values() if v == s) for s in set(statuses.values())}
     n = len(tests)
     needs_gpu = [t for t, s in statuses.items() if s == "needs-gpu"]
+    changes: list[str] = []
+    invalid = [r for r in mine if r.source_hash != current or not tcs.ok(r)]
     if counts.get("failed"):
         state = "failed"
         detail = f"{counts['failed']}/{n} test(s) failing at the current sources"
@@ -271,17 +417,70 @@ def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord]) -> GateS
         detail = f"{n}/{n} passed at the current sources ({', '.join(sorted(platforms))})"
     elif counts.get("stale"):
         state = "stale"
-        detail = f"sources changed since {counts['stale']}/{n} test(s) last passed; run r9kctl gate {variant.id}"
+        changes = _changes(invalid[-1], current, files, tcs) if invalid else []
+        detail = f"{counts['stale']}/{n} test(s) passed only before: {'; '.join(changes)}"
     else:
         state = "missing"
         detail = "never run" if not mine else f"{counts.get('passed', 0)}/{n} passed at the current sources"
     if needs_gpu and state != "failed":
         detail += f"; {len(needs_gpu)} need a GPU (only skipped so far)"
     return GateState(variant.id, state, detail, statuses, current, mine[-1].source_hash if mine else None,
-                     mine[-1].date if mine else None, sorted(platforms), needs_gpu)
+                     mine[-1].date if mine else None, sorted(platforms), needs_gpu, changes,
+                     {p: dict(tcs.current(p) or {}) for p in sorted(platforms)})
+
+
+def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One message per declared known-bad range (``gate.known_bad``) that a toolchain falls in;
+    ``toolchains``: where -> toolchain, e.g. {"installed here": ..., "gate passed on cuda-h200": ...}."""
+    from .provenance import in_range
+
+    out = []
+    for kb in getattr(getattr(variant, "gate", None), "known_bad", None) or []:
+        for where, tc in toolchains.items():
+            v = tc.get(kb.package)
+            if in_range(v, kb.versions):
+                out.append(f"{kb.package} {v} ({where}) is in the known-bad range {kb.versions}: {kb.reason}")
+    return out
 
 
 def gate_states(reg: Any, ledger: str | Path | None = None) -> dict[str, GateState]:
     """Gate state of every variant that declares gate tests, by variant id (see the module doc)."""
     records, _problems = read_ledger(ledger or ledger_path(reg))
-    return {vid: state_of(reg, v, records) for vid, v in reg.variants.items() if declared_tests(v)}
+    tcs = Toolchains(records)
+    return {vid: state_of(reg, v, records, tcs) for vid, v in reg.variants.items() if declared_tests(v)}
+
+
+def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
+                  local_toolchain: Mapping[str, Any] | None = None) -> list[tuple[str, Any, tuple, str]]:
+    """The gate rule for a launch, over the variants it switches on: (code, variant, TOML key, message) for
+
+    * ``gate``: every default-on variant with this project's code (``implementation.module``) or declared
+      gate tests whose gate is not fresh: no gate tests, never run, stale (with what changed), failed;
+    * ``known-bad``: every variant whose ``gate.known_bad`` range holds the toolchain installed here or one
+      its counted gate passes ran on.
+
+    ``r9kctl validate`` / ``launch`` report them as warnings; ``launch --strict`` and the plugin's strict
+    mode refuse on warnings."""
+    from .provenance import toolchain
+
+    here = dict(local_toolchain) if local_toolchain is not None else toolchain()
+    out: list[tuple[str, Any, tuple, str]] = []
+    for v in variants:
+        st = states.get(v.id)
+        if getattr(getattr(v, "gate", None), "known_bad", None):
+            tcs = {"installed here": here, **{f"gate passed on {p}": tc for p, tc in (st.toolchains if st else {}).items()}}
+            out += [("known-bad", v, ("gate", "known_bad"), f"variant '{v.id}' ({v.knob}): {m}") for m in known_bad(v, tcs)]
+        if getattr(getattr(v, "status", None), "state", None) != "default-on":
+            continue
+        has_code = bool(getattr(getattr(v, "implementation", None), "module", None))
+        if not declared_tests(v):
+            if has_code:
+                out.append(("gate", v, ("implementation",), f"default-on variant '{v.id}' ({v.knob}): no gate: it "
+                            "runs this project's code but declares no gate tests ([variant.gate] tests)"))
+            continue
+        if st is None or st.state != "fresh":
+            state = st.state if st else "missing"
+            detail = st.detail if st else "no recorded result"
+            out.append(("gate", v, ("gate",), f"default-on variant '{v.id}' ({v.knob}): gate {state} ({detail}); "
+                        f"run `r9kctl gate {v.id}`"))
+    return out

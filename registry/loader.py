@@ -21,40 +21,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
 from pydantic import ValidationError
 
+from . import envvars, fileio
 from .errors import Diagnostic, RegistryError
+from .fileio import display_path  # noqa: F401 - re-exported (r9kctl, the plugin and the TUI use it)
 from .schema import ModelSpec, Profile, Release, Variant
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def default_registry_root() -> Path:
-    env = os.environ.get("R9K_REGISTRY")
-    return Path(env).expanduser() if env else PACKAGE_DIR
+    own = envvars.REGISTRY.get()
+    return Path(own).expanduser() if own else PACKAGE_DIR
 
 
 def default_profile_dirs() -> list[Path]:
     from r9k import profiles as _profiles_pkg
 
-    dirs = [Path(_profiles_pkg.__file__).resolve().parent]
-    extra = os.environ.get("R9K_PROFILES_DIR")
-    if extra:
-        dirs += [Path(p).expanduser() for p in extra.split(os.pathsep) if p]
-    return dirs
-
-
-def display_path(p: Path) -> str:
-    """A path as a person reads it: relative to the working directory when below it."""
-    try:
-        return str(p.resolve().relative_to(Path.cwd().resolve()))
-    except ValueError:
-        return str(p)
+    return [Path(_profiles_pkg.__file__).resolve().parent] + envvars.PROFILES_DIR.paths()
 
 
 # --------------------------------------------------------------------------------- locating keys
@@ -148,24 +133,19 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
     return best
 
 
-def _syntax_diag(path: Path, exc: Exception) -> Diagnostic:
-    msg = str(exc)
-    line = col = None
-    m = re.search(r"\(at line (\d+), column (\d+)\)", msg)
-    if m:
-        line, col = int(m.group(1)), int(m.group(2))
-        msg = msg[: m.start()].strip()
-    elif "(at end of document)" in msg:
-        line = len(path.read_text(errors="replace").splitlines()) or 1
-        msg = msg.replace("(at end of document)", "").strip()
-    return Diagnostic("error", "toml-syntax", f"TOML syntax error: {msg}", display_path(path), line, col)
+def _source_text(path: Path) -> str:
+    """The text of a file read before (served from the parse cache), to locate an error in it."""
+    try:
+        return fileio.read_text(path)
+    except fileio.FileError:
+        return ""
 
 
 def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_loc: tuple = (),
                   items=()) -> list[Diagnostic]:
     out = []
     if text is None:  # parsed data came from the cache: read the text only now, to locate the error
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = _source_text(path)
     for err in exc.errors():
         loc = base_loc + tuple(err["loc"])
         line, col = locate(text, loc)
@@ -188,10 +168,8 @@ class _ParseCache:
     """
 
     def __init__(self) -> None:
-        self.enabled = os.environ.get("R9K_NO_CACHE") != "1"
-        base = os.environ.get("R9K_CACHE_DIR") or os.path.join(
-            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "r9k")
-        self.path = Path(base) / "toml-cache.pickle"
+        self.enabled = not envvars.NO_CACHE.on()
+        self.path = envvars.cache_dir() / "toml-cache.pickle"
         self.data: dict = {}
         self.dirty = False
         if self.enabled:
@@ -245,20 +223,19 @@ def _read(path: Path, diags: list[Diagnostic], cache: Optional[_ParseCache] = No
     """Parsed data, the text (None when served from the cache) and the lines of ``header`` tables."""
     try:
         st = path.stat()
-        hit = cache.get(path, st) if cache else None
-        if hit is not None:
-            return hit[0], None, hit[1]
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        diags.append(Diagnostic("error", "io", f"cannot read: {exc.strerror}", display_path(path)))
-        return None, "", []
+    except OSError:
+        st = None
+    hit = cache.get(path, st) if cache and st else None
+    if hit is not None:
+        return hit[0], None, hit[1]
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        diags.append(_syntax_diag(path, exc))
-        return None, text, []
+        text = fileio.read_text(path, "TOML file")
+        data = fileio.parse_toml(text, path)
+    except fileio.FileError as exc:
+        diags.append(exc.diagnostic)
+        return None, "", []
     heads = _heads(text, header)
-    if cache:
+    if cache and st:
         cache.put(path, st, data, heads)
     return data, text, heads
 
@@ -304,7 +281,8 @@ class Registry:
         return dict(self._knobs)
 
     def release_order(self) -> list[str]:
-        """Releases from oldest to newest, by their ``previous`` chain (falling back to date, version)."""
+        """Releases from oldest to newest: by date, then by version (``previous`` is checked by validate,
+        not used for the order)."""
         return sorted(self.releases, key=lambda v: (self.releases[v].date, _vkey(v)))
 
     def latest_release(self) -> Optional[str]:
@@ -327,15 +305,16 @@ class Registry:
         loc = tuple(loc)
         if loc and file in self.texts and self.texts[file] is None:
             try:
-                self.texts[file] = Path(file).read_text(encoding="utf-8", errors="replace")
-            except OSError:
+                self.texts[file] = fileio.read_text(file)
+            except fileio.FileError:
                 self.texts.pop(file)
         if loc and file in self.texts:
             lines = self.texts[file].splitlines()
-            if kind == "variant":
-                # search within this variant's block
+            if kind in ("variant", "model"):
+                # search within this item's block
+                head = f"[[{kind}]]"
                 start = line - 1
-                end = next((n for n in range(start + 1, len(lines)) if lines[n].strip() == "[[variant]]"), len(lines))
+                end = next((n for n in range(start + 1, len(lines)) if lines[n].strip() == head), len(lines))
                 sub = "\n".join(lines[start:end])
                 ln, col = locate(sub, loc)
                 if ln:
@@ -372,7 +351,7 @@ def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origin
                 diags += _schema_diags(path, text, exc, items=[path.stem])
                 continue
             if prof.name != path.stem:
-                line, col = locate(text or path.read_text(encoding="utf-8", errors="replace"), ("name",))
+                line, col = locate(text or _source_text(path), ("name",))
                 diags.append(Diagnostic("error", "schema", f"profile name {prof.name!r} differs from its file name "
                                         f"{path.stem!r}", shown, line, col, [prof.name]))
                 continue
@@ -405,10 +384,16 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
         extra = set(data) - {"variant"}
         if extra:
             for k in sorted(extra):
-                line, col = locate(text or path.read_text(encoding="utf-8", errors="replace"), (k,))
+                line, col = locate(text or _source_text(path), (k,))
                 diags.append(Diagnostic("error", "schema", f"unknown top-level key '{k}' (a variants file holds "
                                         "[[variant]] tables)", shown, line, col))
-        for i, raw in enumerate(data.get("variant", [])):
+        tables = data.get("variant", [])
+        if not isinstance(tables, list):
+            line, col = locate(text or _source_text(path), ("variant",))
+            diags.append(Diagnostic("error", "schema", "'variant' must be an array of tables ([[variant]]), not "
+                                    f"{type(tables).__name__}", shown, line, col))
+            tables = []
+        for i, raw in enumerate(tables):
             line = heads[i] if i < len(heads) else None
             vid = raw.get("id", f"#{i}") if isinstance(raw, dict) else f"#{i}"
             try:
@@ -437,7 +422,7 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
             diags += _schema_diags(path, text, exc, items=[path.stem])
             continue
         if rel.version != path.stem:
-            line, col = locate(text or path.read_text(encoding="utf-8", errors="replace"), ("version",))
+            line, col = locate(text or _source_text(path), ("version",))
             diags.append(Diagnostic("error", "schema", f"release version {rel.version!r} differs from its file "
                                     f"name {path.stem!r}", shown, line, col, [rel.version]))
             continue
@@ -446,17 +431,29 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
 
     mpath = root / "models.toml"
     if mpath.exists():
-        data, text, _ = _read(mpath, diags, cache)
+        data, text, mheads = _read(mpath, diags, cache, header="[[model]]")
         shown = display_path(mpath)
         texts[shown] = text
-        for i, raw in enumerate((data or {}).get("model", [])):
+        tables = (data or {}).get("model", [])
+        if not isinstance(tables, list):
+            line, col = locate(text or _source_text(mpath), ("model",))
+            diags.append(Diagnostic("error", "schema", "'model' must be an array of tables ([[model]]), not "
+                                    f"{type(tables).__name__}", shown, line, col))
+            tables = []
+        for i, raw in enumerate(tables):
             try:
                 m = ModelSpec.model_validate(raw)
             except ValidationError as exc:
                 diags += _schema_diags(mpath, text, exc, base_loc=("model", i))
                 continue
+            line = mheads[i] if i < len(mheads) else 1
+            if m.name in models:
+                f0, l0 = origins[("model", m.name)]
+                diags.append(Diagnostic("error", "duplicate", f"model '{m.name}' is declared twice (first at "
+                                        f"{f0}:{l0})", shown, line, 1, [m.name]))
+                continue
             models[m.name] = m
-            origins[("model", m.name)] = (shown, 1)
+            origins[("model", m.name)] = (shown, line)
 
     profiles = load_profiles(profile_dirs if profile_dirs is not None else default_profile_dirs(), diags, texts, origins,
                              cache)

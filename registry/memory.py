@@ -9,6 +9,7 @@ costs then eat the headroom instead, and a budget that does not fit is an error.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -19,6 +20,27 @@ GIB = 1 << 30
 UTIL_KNOB = "UTIL"
 KVMEM_KNOB = "KVMEM"
 DEFAULT_UTIL = 0.9  # vLLM's default --gpu-memory-utilization
+
+
+class BudgetError(ValueError):
+    """A value the budget cannot be computed with (not finite, or absurdly large); names the knob."""
+
+    def __init__(self, knob: str, value: object, reason: str):
+        self.knob, self.value = knob, value
+        super().__init__(f"{knob}={value}: {reason}")
+
+
+MAX_GIB = 1 << 20  # a GPU with more than a PiB of memory is a typo
+
+
+def _gib(knob: str, raw: object) -> float:
+    try:
+        x = float(raw)
+    except (TypeError, ValueError):
+        raise BudgetError(knob, raw, "not a number") from None
+    if not math.isfinite(x) or abs(x) > MAX_GIB:
+        raise BudgetError(knob, raw, f"not a usable size in GiB (must be finite and at most {MAX_GIB})")
+    return x
 
 
 @dataclass
@@ -71,9 +93,19 @@ class Budget:
         }
 
 
-def budget(reg: Registry, rs: ResolvedSet) -> Optional[Budget]:
+def budget(reg: Registry, rs: ResolvedSet, errors: Optional[list] = None) -> Optional[Budget]:
     """The budget of a resolved set, or None when the profile names no model/hardware or the model has
-    no numbers at this TP size (validation reports those separately)."""
+    no numbers at this TP size (validation reports those separately), or when a value makes it
+    uncomputable (a :class:`BudgetError`, appended to ``errors`` when given: validation reports it)."""
+    try:
+        return _budget(reg, rs)
+    except BudgetError as exc:
+        if errors is not None:
+            errors.append(exc)
+        return None
+
+
+def _budget(reg: Registry, rs: ResolvedSet) -> Optional[Budget]:
     if not rs.model or rs.model not in reg.models or not rs.hardware:
         return None
     m = reg.models[rs.model]
@@ -85,13 +117,16 @@ def budget(reg: Registry, rs: ResolvedSet) -> Optional[Budget]:
         util = rs.gpu_memory_utilization
     uv = _value(rs, UTIL_KNOB)
     if uv:
-        util = float(uv)
+        util = _gib(UTIL_KNOB, uv)
     fixed = None
     kv = _value(rs, KVMEM_KNOB)
     if kv:
-        fixed = int(float(kv) * GIB)
+        fixed = int(_gib(KVMEM_KNOB, kv) * GIB)
     bpt = m.kv_bytes_per_token[key]
-    b = Budget(model=m.name, tp=rs.tp, memory_bytes=int(rs.hardware["memory_gib_per_gpu"] * GIB), utilization=util,
+    if bpt <= 0:
+        raise BudgetError(f"kv_bytes_per_token.{key}", bpt, f"model {m.name}: must be a positive number of bytes")
+    mem = _gib("hardware.memory_gib_per_gpu", rs.hardware["memory_gib_per_gpu"])
+    b = Budget(model=m.name, tp=rs.tp, memory_bytes=int(mem * GIB), utilization=util,
                weights=m.weight_bytes_per_gpu[key], overhead=m.overhead_bytes_per_gpu.get(key, 0),
                kv_bytes_per_token=bpt, fixed_kv_bytes=fixed)
     for r in rs.active():
@@ -117,7 +152,7 @@ def cost_if_toggled(reg: Registry, rs: ResolvedSet, variant_id: str) -> Optional
 
 
 def _tokens(nbytes: int, bpt: int) -> int:
-    return int(round(nbytes / bpt))
+    return int(round(nbytes / bpt)) if bpt > 0 else 0
 
 
 def _value(rs: ResolvedSet, knob: str) -> Optional[str]:

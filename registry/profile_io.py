@@ -92,7 +92,10 @@ class ProfileDocument:
     @classmethod
     def load(cls, path: Path) -> "ProfileDocument":
         path = Path(path)
-        data = path.read_bytes()
+        from .fileio import decode, read_bytes
+
+        data = read_bytes(path, "profile")
+        decode(data, path, "profile")  # a located error for a file that is not UTF-8
         st = path.stat()
         return cls.from_bytes(path, data, st.st_mtime_ns)
 
@@ -196,29 +199,12 @@ def _typed_like(old: object, value: str) -> object:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename, so a reader
-    sees either the old or the new file, never half of one. Keeps the file's permission bits."""
-    path = Path(path)
-    mode = None
-    try:
-        mode = path.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        pass
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    """Write ``text`` to ``path`` atomically (:func:`r9k.registry.fileio.atomic_write`: temporary file in the
+    same folder, fsync, rename; a symlink's target is updated; the permission bits are kept). Raises
+    :class:`~r9k.registry.fileio.WriteError` (an OSError) with the old file intact."""
+    from .fileio import atomic_write as _atomic_write
+
+    _atomic_write(path, text, "profile")
 
 
 def new_profile_text(name: str, extends: str, knobs: dict[str, str], description: str = "") -> str:

@@ -23,20 +23,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
 
+from . import envvars
 from .errors import Diagnostic
 from .loader import Registry
-from .schema import Profile, Variant
+from .schema import ModelSpec, Profile, Variant
 
 LAYERS = ("registry", "release", "profile", "environment", "override")
-
-# Variables of this project's own that are not knobs (never warned about as misspelt knobs).
-CONTROL_VARS = {
-    "R9K_MANIFEST", "R9K_PROFILE", "R9K_TP", "R9K_REGISTRY", "R9K_PROFILES_DIR", "R9K_STRICT",
-    "R9K_STATUS_FILE", "R9K_CACHE_DIR", "R9K_LOG_LEVEL", "R9K_PLATFORM_OVERRIDE", "R9K_LEDGER",
-    "R9K_REPO_ROOT", "R9K_NO_CACHE", "R9K_NO_REGISTRY_CACHE", "R9K_PLAIN", "R9K_LAUNCH_HASH",
-    "R9K_GATE_EVENTS", "R9K_GATE_SELECT", "R9K_TEST_SEED",
-}
-KNOB_PREFIX = "R9K_"
 
 
 @dataclass
@@ -114,10 +106,11 @@ class ResolvedSet:
         return hashlib.sha256(blob).hexdigest()[:12]
 
     def env(self) -> dict[str, str]:
-        """Environment variables to export: every knob with a value ('' = unset is not exported), then
-        the profile's extra env."""
+        """Environment variables to export: every knob with a value ('' = unset is not exported) that the
+        plugin or vLLM reads, then the profile's extra env. Launcher knobs (category ``launcher``: ``UTIL``,
+        ``EAGER``, ...) are not among them: the launcher turns them into vLLM's own flags and variables."""
         out = {r.variant.knob: r.value for r in sorted(self.items.values(), key=lambda r: r.variant.knob)
-               if r.value not in (None, "")}
+               if r.value not in (None, "") and r.variant.category != "launcher"}
         out.update(self.extra_env)
         return out
 
@@ -193,19 +186,23 @@ def suggest(name: str, candidates: Iterable[str]) -> Optional[str]:
     return f"did you mean {m[0]}?" if m else None
 
 
-def _scope_matches(scope: str, model: Optional[str], tp: int) -> bool:
+def primary_model(reg: Registry) -> Optional[ModelSpec]:
+    """The model marked ``primary`` in models.toml (None if none is)."""
+    return next((m for m in reg.models.values() if m.primary), None)
+
+
+def scope_matches(reg: Registry, scope: str, model: Optional[str], tp: int) -> bool:
+    """Whether a release change's scope covers ``model`` at ``tp``: ``all``; a model's ``scope`` name from
+    models.toml; ``tpN``: the primary model at TP N. ``model`` None means the primary model."""
     scope = scope.strip().lower()
-    is_fn = model is None or "flash-next" in (model or "")
-    is_27b = "27b" in (model or "")
     if scope == "all":
         return True
-    if scope == "fn":
-        return is_fn
-    if scope == "27b":
-        return is_27b
+    primary = primary_model(reg)
+    name = model or (primary.name if primary else None)
     if scope.startswith("tp"):
-        return is_fn and scope == f"tp{tp}"
-    return False
+        return primary is not None and name == primary.name and scope == f"tp{tp}"
+    spec = reg.models.get(name) if name else None
+    return spec is not None and spec.scope == scope
 
 
 def value_at_release(reg: Registry, v: Variant, release: str, model: Optional[str], tp: int) -> Optional[str]:
@@ -219,7 +216,7 @@ def value_at_release(reg: Registry, v: Variant, release: str, model: Optional[st
     cur = v.default_for(model, tp)
     for later in reversed(order[idx + 1:]):
         for ch in reg.releases[later].default_changes:
-            if ch.knob != v.knob or not _scope_matches(ch.tp, model, tp):
+            if ch.knob != v.knob or not scope_matches(reg, ch.tp, model, tp):
                 continue
             try:
                 to = v.normalize(ch.to)
@@ -284,14 +281,6 @@ def profile_chain(reg: Registry, name: str) -> tuple[list[Profile], Optional[str
     return chain, base, diags
 
 
-def detect_platform() -> str:
-    """Where this process would serve: rocm, cuda or cpu (overridable with R9K_PLATFORM_OVERRIDE)."""
-    forced = os.environ.get("R9K_PLATFORM_OVERRIDE")
-    if forced:
-        return forced
-    return "cpu"
-
-
 # ------------------------------------------------------------------------------------------ resolve
 
 
@@ -316,7 +305,7 @@ def resolve(
     hardware = next((p.hardware for p in reversed(chain) if p.hardware), None)
     util = next((p.gpu_memory_utilization for p in reversed(chain) if p.gpu_memory_utilization), None)
     model_path = next((p.model_path for p in reversed(chain) if p.model_path), None)
-    strict_flag = bool(strict) if strict is not None else any(p.strict for p in chain) or env.get("R9K_STRICT") == "1"
+    strict_flag = bool(strict) if strict is not None else any(p.strict for p in chain) or envvars.STRICT.on(env)
     serve_args: list[str] = []
     extra_env: dict[str, str] = {}
     for p in chain:
@@ -372,7 +361,7 @@ def resolve(
     for name in sorted(env):
         if name in declared:
             apply(name, env[name], "environment", f"environment {name}")
-        elif name.startswith(KNOB_PREFIX) and name not in CONTROL_VARS:
+        elif name.startswith(envvars.PREFIX) and not envvars.is_control(name):
             diags.append(Diagnostic("error" if strict_flag else "warning", "unknown-env",
                                     f"environment variable {name} looks like a knob but is not declared in the "
                                     "registry; it is ignored", items=[name],

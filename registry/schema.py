@@ -98,6 +98,29 @@ class MemoryCost(Strict):
         return self.bytes_per_gpu.get(f"tp{tp}", self.bytes_per_gpu.get("all", 0))
 
 
+class KnownBad(Strict):
+    """A toolchain range this variant is known to be wrong on (``validate`` warns when the installed
+    toolchain, or one its gate passed on, falls in it)::
+
+        [[variant.gate.known_bad]]
+        package = "triton"
+        versions = ">=3.4,<3.7.1"
+        reason = "flash-linear-attention Hopper precision bug"
+    """
+
+    package: Literal["torch", "triton", "vllm", "python", "device"]
+    versions: str = Field(min_length=1)  # comma-separated clauses: >=, >, <=, <, ==, != (device: == / !=)
+    reason: str = Field(min_length=1)
+
+    @field_validator("versions")
+    @classmethod
+    def _spec(cls, v: str) -> str:
+        from .provenance import parse_spec
+
+        parse_spec(v)  # raises ValueError with the bad clause
+        return v
+
+
 class Gate(Strict):
     """How a variant is gated. ``tests`` are pytest node ids in this repository (runnable by
     ``r9kctl gate``); ``original_tests`` name the original stack's tests, for the record."""
@@ -107,6 +130,7 @@ class Gate(Strict):
     original_tests: list[str] = Field(default_factory=list)
     thresholds: dict[str, Union[float, str]] = Field(default_factory=dict)
     eval: Optional[str] = None
+    known_bad: list[KnownBad] = Field(default_factory=list)
 
 
 class StatusInfo(Strict):
@@ -116,7 +140,7 @@ class StatusInfo(Strict):
 
 class DefaultChange(Strict):
     release: str
-    tp: str  # tp4, tp2, fn (Flash-Next at every TP), 27b, all
+    tp: str  # "all", a model's scope name (models.toml), or "tpN" (the primary model at TP N)
     from_: str = Field(alias="from")
     to: str
     note: Optional[str] = None
@@ -134,9 +158,15 @@ class Measurement(Strict):
 
 
 class Sets(Strict):
-    """A launcher knob sets something of vLLM's rather than an R9K_ variable of the plugin."""
+    """A launcher knob sets something of vLLM's rather than an R9K_ variable of the plugin.
 
-    kind: Literal["vllm-arg", "env", "compilation-config", "attention-backend", "other"]
+    ``vllm-arg``: ``NAME VALUE``; ``vllm-flag`` (a bool knob): ``NAME`` at 1, ``--no-NAME`` at 0;
+    ``speculative-config``: ``--speculative-config`` with method NAME and VALUE speculative tokens;
+    ``env``: the variable NAME; ``compilation-config``: the key NAME of ``--compilation-config``;
+    ``attention-backend``: ``VLLM_ATTENTION_BACKEND``."""
+
+    kind: Literal["vllm-arg", "vllm-flag", "speculative-config", "env", "compilation-config", "attention-backend",
+                  "other"]
     name: str
     text: Optional[str] = None
 
@@ -303,7 +333,7 @@ class BenchRecord(Strict):
     """One measured number of a release. ``value`` or ``low``/``high`` (a range), or ``text`` alone
     where the original states no number that can be compared."""
 
-    config: str  # fn_tp4, fn_tp2, 27b_tp2, or a platform config such as h200_tp4_shard
+    config: str  # <model scope>_tp<N> (models.toml), or a platform config such as h200_tp4_shard
     metric: str
     value: Optional[float] = None
     low: Optional[float] = None
@@ -312,16 +342,43 @@ class BenchRecord(Strict):
     unit: Optional[str] = None
     stack: Literal["ours", "reference"] = "ours"
     platform: str = "r9700"
+    # how it was measured: probe (probe.py, 1 minute), betterbench (full BetterBench), release-table (a release
+    # notes' own table), step-script (~/tp4tune.sh), startup (vLLM's startup log), client, launcher-header,
+    # r9kctl-bench, notes (a figure of the notes' prose, no benchmark named), kernel (a kernel measurement)
+    method: Optional[Literal["probe", "betterbench", "release-table", "step-script", "startup", "client",
+                             "launcher-header", "r9kctl-bench", "notes", "kernel"]] = None
+    # where the figure comes from: the seed documents (the release notes, ../shared/seeds: the record) or the
+    # public repository's facts (../shared/reference); where both give one figure, the seed's is shown
+    origin: Literal["seed", "reference"] = "reference"
+    stated_in: Optional[str] = None  # the release whose notes state it, where not this one's ('v0.2.1'), or
+    # 'launcher' / 'progress' (stated outside any release notes: shown with --all-numbers only)
+    setting: Optional[str] = None  # a configuration other than the release's defaults ('R9K_HC_FP8_DECODE=1')
+    launch: Optional[Literal["warm", "cold", "restarted", "first"]] = None  # KV figures differ by launch
+    unchanged: bool = False  # the notes say this figure did not change from the release before
+    before: Optional[float] = None  # a before -> after the notes give within this release ('137 -> 88 ms')
     source: Optional[str] = None
     command: Optional[str] = None
     text: Optional[str] = None  # the original wording where it carries more than the number
 
     @model_validator(mode="after")
     def _some_value(self) -> "BenchRecord":
-        if self.value is None and self.low is None and self.text is None:
-            raise ValueError("a bench record needs a value, a range (low/high) or a text")
+        if self.value is None and self.low is None and self.text is None and not self.unchanged:
+            raise ValueError("a bench record needs a value, a range (low/high), a text or unchanged = true")
         if (self.low is None) != (self.high is None):
             raise ValueError("a range needs both low and high")
+        if self.low is not None and self.low > self.high:
+            raise ValueError(f"range reversed: low {self.low:g} > high {self.high:g}")
+        if (self.value is not None or self.low is not None) and not self.unit and self.metric != "validation_notes":
+            raise ValueError(f"{self.metric} = {self.point():g} has no unit")
+        if self.text and self.point() is not None:
+            # a figure written '121k' must not be held as 121
+            for m in re.finditer(r"(?<![\w.])(\d+(?:\.\d+)?)\s*([kM])(?![\w])", self.text.replace(",", "")):
+                bare = float(m.group(1))
+                if bare in (self.value, self.low, self.high):
+                    raise ValueError(f"'{m.group(0)}' in the text is held as {bare:g}; write "
+                                     f"{bare * (1000 if m.group(2) == 'k' else 1e6):g}")
+        if self.unit == "tokens" and self.metric.startswith("kv_cache") and (self.point() or 1000) < 1000:
+            raise ValueError(f"a KV cache of {self.point():g} tokens is implausible (a figure in thousands?)")
         return self
 
     def point(self) -> Optional[float]:
@@ -350,6 +407,15 @@ class QualityRecord(Strict):
     identical_outputs_pct: Optional[float] = None
     humaneval_passed: Optional[int] = None
     humaneval_total: Optional[int] = None
+    baseline_humaneval_passed: Optional[int] = None
+    sanity_bad: Optional[int] = None  # strict sanity: bad answers of sanity_total
+    sanity_total: Optional[int] = None
+    baseline_sanity_bad: Optional[int] = None
+    baseline_sanity_total: Optional[int] = None
+    # another comparison the notes give, as a range of accuracies ('the round-2 build: 97.9-98.0%')
+    other_range_pct: Optional[list[float]] = None
+    other_label: Optional[str] = None
+    origin: Literal["seed", "reference"] = "reference"
     ci95_pct: Optional[list[float]] = None  # 95% interval of the accuracy difference (this - baseline), in points
     sanity: Optional[str] = None
     text: Optional[str] = None  # original wording
@@ -385,6 +451,19 @@ class Release(Strict):
             raise ValueError(f"version {v!r} must look like v1.2.3")
         return v
 
+    @field_validator("date")
+    @classmethod
+    def _date(cls, v: str) -> str:  # the release order depends on it
+        import datetime
+
+        try:
+            if not re.match(r"^\d{4}-\d{2}-\d{2}$", v):
+                raise ValueError
+            datetime.date.fromisoformat(v)
+        except ValueError:
+            raise ValueError(f"date {v!r} is not a date (YYYY-MM-DD); the release order depends on it") from None
+        return v
+
 
 # ----------------------------------------------------------------------------------------- models
 
@@ -397,6 +476,8 @@ class ModelSpec(Strict):
     name: str
     description: str
     architecture: Optional[str] = None
+    scope: Optional[str] = None  # the short name release scopes and bench configs (<scope>_tp<N>) use
+    primary: bool = False  # what a release's bare "tpN" scope means, and a profile that names no model serves
     weight_bytes_per_gpu: dict[str, int]
     overhead_bytes_per_gpu: dict[str, int] = Field(default_factory=dict)
     kv_bytes_per_token: dict[str, int]
@@ -405,14 +486,22 @@ class ModelSpec(Strict):
 
     @field_validator("weight_bytes_per_gpu", "overhead_bytes_per_gpu", "kv_bytes_per_token")
     @classmethod
-    def _keys(cls, v: dict[str, int]) -> dict[str, int]:
-        for k in v:
+    def _keys(cls, v: dict[str, int], info) -> dict[str, int]:
+        for k, n in v.items():
             if not TP_KEY.match(k):
                 raise ValueError(f"key {k!r} must be a TP key like 'tp4'")
+            if n < 0 or (n == 0 and info.field_name == "kv_bytes_per_token") or n > 1 << 50:
+                raise ValueError(f"{k} = {n}: must be a {'positive' if info.field_name == 'kv_bytes_per_token' else 'non-negative'} "
+                                 "number of bytes (at most 2**50)")
         return v
 
     def supports_tp(self, tp: int) -> bool:
         return f"tp{tp}" in self.kv_bytes_per_token and f"tp{tp}" in self.weight_bytes_per_gpu
+
+    @property
+    def tp_sizes(self) -> list[int]:
+        """The TP sizes it is served at (those its memory facts cover), largest first."""
+        return sorted((int(k[2:]) for k in self.weight_bytes_per_gpu if self.supports_tp(int(k[2:]))), reverse=True)
 
 
 # ----------------------------------------------------------------------------------------- profiles
@@ -420,7 +509,7 @@ class ModelSpec(Strict):
 
 class Hardware(Strict):
     gpus: int = Field(ge=1)
-    memory_gib_per_gpu: float = Field(gt=0)
+    memory_gib_per_gpu: float = Field(gt=0, le=1 << 20, allow_inf_nan=False)
     name: Optional[str] = None
 
 

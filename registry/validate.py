@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
+from . import availability
 from .errors import Diagnostic, RegistryError
 from .loader import Registry, load_registry
-from .memory import Budget, budget, fmt_bytes
+from .memory import Budget, budget
 from .resolve import ResolvedSet, resolve, suggest
 
 VERSION_RE = re.compile(r"^v\d+\.\d+\.\d+")
-TRITON_PLATFORMS = ("cuda", "rocm", "cpu")  # where this project's Triton kernels run (cpu: the interpreter)
 
 
 @dataclass
@@ -30,6 +30,7 @@ class Report:
     profiles: dict[str, ResolvedSet] = field(default_factory=dict)
     budgets: dict[str, Optional[Budget]] = field(default_factory=dict)
     registry: Optional[Registry] = None
+    availability: dict[str, dict] = field(default_factory=dict)  # profile -> variant id -> availability.Verdict
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -58,10 +59,19 @@ class Report:
             "warnings": [d.to_dict() for d in self.warnings],
             "profiles": {
                 name: {"hash": rs.hash, "tp": rs.tp, "model": rs.model, "active": len(rs.active()),
-                       "budget": self.budgets[name].to_dict() if self.budgets.get(name) else None}
+                       "budget": self.budgets[name].to_dict() if self.budgets.get(name) else None,
+                       "availability": availability_dict(self.availability.get(name, {}))}
                 for name, rs in self.profiles.items()
             },
         }
+
+
+def availability_dict(verdicts: Mapping) -> dict:
+    """The per-profile availability report: counts, installed knobs, fallbacks with their reason."""
+    c = availability.counts(verdicts)
+    return {"installed": c["installed"], "fallback": c["fallback"], "env_only": c["env"],
+            "installed_variants": [v.knob for v in verdicts.values() if v.state == "installed"],
+            "fallbacks": {v.knob: v.reason for v in verdicts.values() if v.state == "fallback"}}
 
 
 # ----------------------------------------------------------------------------------- registry-wide
@@ -93,6 +103,12 @@ def check_registry(reg: Registry, report: Report) -> None:
             f, ln, col = reg.locate("variant", vid, ("since",))
             report.add(Diagnostic("error", "unknown-release", f"variant '{vid}' since unknown release '{v.since}'",
                                   f, ln, col, [vid, v.since]))
+    adapters = availability.load_adapters()
+    for f, ln, col, msg in adapters.problems:
+        report.add(Diagnostic("error", "adapter", msg, f, ln, col))
+    for vid, fld, msg in availability.declaration_problems(reg.variants, adapters):
+        f, ln, col = reg.locate("variant", vid, ("implementation", fld) if fld != "gate" else ("gate",))
+        report.add(Diagnostic("warning", "undeclared-implementation", f"variant '{vid}': {msg}", f, ln, col, [vid]))
     knobs = reg.knobs()
     for ver, rel in reg.releases.items():
         if rel.previous and rel.previous not in reg.releases:
@@ -107,20 +123,21 @@ def check_registry(reg: Registry, report: Report) -> None:
     latest = reg.latest_release()
     if latest:
         # The registry's defaults are the latest release's: each of its changes must be visible there.
-        from .resolve import _scope_matches
+        from .resolve import primary_model, scope_matches
 
-        for i, ch in enumerate(reg.releases[latest].default_changes):
+        primary = primary_model(reg)
+        for i, ch in enumerate(reg.releases[latest].default_changes if primary else []):
             v = reg.find_variant(ch.knob)
             if v is None:
                 continue
-            for tp in (4, 2):
-                if not _scope_matches(ch.tp, "qwen3.8-flash-next", tp):
+            for tp in primary.tp_sizes:
+                if not scope_matches(reg, ch.tp, primary.name, tp):
                     continue
                 try:
                     to = v.normalize(ch.to)
                 except ValueError:
                     to = ch.to
-                have = v.default_for("qwen3.8-flash-next", tp)
+                have = v.default_for(primary.name, tp)
                 if have != to:
                     f, ln, col = reg.locate("release", latest, ("default_changes", i))
                     report.add(Diagnostic("warning", "release-default-mismatch",
@@ -131,17 +148,6 @@ def check_registry(reg: Registry, report: Report) -> None:
 # ----------------------------------------------------------------------------------- per profile
 
 
-def _runs_on(v, platform: Optional[str]) -> bool:
-    if platform is None:
-        return True
-    impl, orig = v.implementation, v.original
-    if impl.module and platform.split("-")[0] in TRITON_PLATFORMS:
-        return True
-    if orig and any(platform == p or platform.startswith(p) or p.startswith(platform) for p in orig.platforms):
-        return True
-    return False
-
-
 def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Budget]:
     for d in rs.diagnostics:
         report.add(d)
@@ -150,7 +156,8 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
     name = rs.profile
     items = rs.items
     strict = rs.strict
-    prof_file = reg.origins.get(("profile", name), (None, None))[0]
+    verdicts = availability.plan(rs, adapters=availability.load_adapters())
+    report.availability[name] = verdicts
 
     if rs.model and rs.model in reg.models and not reg.models[rs.model].supports_tp(rs.tp):
         m = reg.models[rs.model]
@@ -171,11 +178,11 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
         if r.active and rs.model and ((v.models and rs.model not in v.models) or rs.model in v.excluded_models):
             report.add(Diagnostic("error", "unsupported-model", f"{v.knob}={r.value}: variant '{vid}' does not apply "
                                   f"to model {rs.model} (applies to: {', '.join(v.models) or 'all but ' + ', '.join(v.excluded_models)})", *where, [vid, name]))
-        if r.active and v.stock is not None and not _runs_on(v, rs.platform):
+        av = verdicts[vid]
+        if av.state == "fallback":
             report.add(Diagnostic("error" if strict else "warning", "no-implementation",
-                                  f"{v.knob}={r.value}: variant '{vid}' has no implementation on platform "
-                                  f"'{rs.platform}'; the plugin falls back to stock ({v.knob}={v.stock})",
-                                  *where, [vid, name]))
+                                  f"{v.knob}={r.value}: variant '{vid}' cannot run here: {av.reason}; the plugin "
+                                  f"keeps vLLM's own path ({v.knob}={v.stock})", *where, [vid, name]))
         if r.value is not None and r.active:
             for req in v.requires:
                 other = items.get(req)
@@ -204,17 +211,13 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
                 report.add(Diagnostic("warning", "knob-in-env", f"{key} is a declared knob; set it under [knobs] so it "
                                       "is validated and shows its provenance", f, ln, col, [key, name]))
 
-    b = budget(reg, rs)
-    if b is not None:
-        if b.fixed_kv_bytes is None and b.kv_tokens <= 0:
-            report.add(Diagnostic("error", "memory", f"profile '{name}' does not fit: weights {fmt_bytes(b.weights)}, "
-                                  f"overhead {fmt_bytes(b.overhead)} and variants {fmt_bytes(b.variant_bytes)} leave "
-                                  "no room for the KV cache", prof_file, None, None, [name] + [c.variant for c in b.costs]))
-        elif b.fixed_kv_bytes is not None and b.headroom < 0:
-            report.add(Diagnostic("error", "memory", f"profile '{name}' does not fit: the fixed KV budget "
-                                  f"{fmt_bytes(b.fixed_kv_bytes)} exceeds what is left by "
-                                  f"{fmt_bytes(-b.headroom)}", prof_file, None, None,
-                                  [name] + [c.variant for c in b.costs]))
+    from .consistency import budget_diagnostics, check_resolved
+
+    budget_errors: list = []
+    b = budget(reg, rs, budget_errors)
+    for d in budget_diagnostics(reg, rs, b, budget_errors):  # each names the knob, its value and its line
+        report.add(d)
+    check_resolved(reg, rs, report)
     _check_gates(reg, rs, report)
     return b
 
@@ -238,23 +241,18 @@ def gate_states(reg: Registry):
 
 
 def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
-    """Warn on an active default-on variant whose gate tests have no fresh passing record in the ledger."""
+    """The gate rule (registry/ledger.py gate_findings): a default-on variant without a fresh gate, or a
+    toolchain in a variant's known-bad range, is a warning (so --strict and the plugin's strict mode refuse)."""
     try:
         states = gate_states(reg)
     except Exception as exc:  # a broken ledger must not hide the rest of the report
         report.add(Diagnostic("warning", "gate-ledger", f"cannot read the gate ledger: {exc}"))
         return
-    for r in rs.active():
-        v = r.variant
-        if v.status.state != "default-on" or not v.gate or not v.gate.tests:
-            continue
-        st = states.get(v.id)
-        state = getattr(st, "state", st)
-        if state in (None, "missing", "stale", "failed"):
-            f, ln, col = reg.locate("variant", v.id, ("gate",))
-            detail = getattr(st, "detail", None) or "no recorded result"
-            report.add(Diagnostic("warning", "gate", f"default-on variant '{v.id}' ({v.knob}): gate {state or 'missing'} "
-                                  f"({detail}); run `r9kctl gate {v.id}`", f, ln, col, [v.id, rs.profile]))
+    from . import ledger
+
+    for code, v, key, msg in ledger.gate_findings([r.variant for r in rs.active()], states):
+        f, ln, col = reg.locate("variant", v.id, key)
+        report.add(Diagnostic("warning", code, msg, f, ln, col, [v.id, rs.profile]))
 
 
 def _where(reg: Registry, r) -> tuple:
@@ -291,10 +289,14 @@ def validate(
             return report
     report.registry = reg
     check_registry(reg, report)
+    from .consistency import check_consistency, group_cascades
+
+    check_consistency(reg, report)
     names = sorted(reg.profiles) if all_profiles else ([profile] if profile else [])
     for name in names:
         rs = resolve(reg, name, tp=tp, env=env, sets=sets,
                      platform=platform, strict=strict or None)
         report.profiles[name] = rs
         report.budgets[name] = check_profile(reg, rs, report)
+    group_cascades(report, reg)
     return report

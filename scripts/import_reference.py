@@ -251,7 +251,8 @@ def convert_variant(v: dict) -> dict:
 
 # ------------------------------------------------------------------------------------------ releases
 
-UNITS = {"_tok_s": "tok/s", "_ms": "ms", "_s": "s", "kv_cache_tokens": "tokens"}
+UNITS = {"_tok_s": "tok/s", "_ms": "ms", "_s": "s", "kv_cache_tokens": "tokens", "ttft_ms_by_prompt_tokens": "ms",
+         "mtp_acceptance": "tokens a step", "eight_copies": "tok/s"}
 # How a source key of releases.toml is named in the registry (see notes/registry-import.md).
 METRIC_NAMES = {
     "decode_tok_s": "betterbench_decode_tok_s",
@@ -291,9 +292,10 @@ def parse_number(raw) -> dict:
         if approx:
             d["approx"] = True
         return d
-    m = re.match(r"~?\s*(-?\d+(?:\.\d+)?)", core)
-    if m:  # a number followed by words: keep the number and the words
-        return {"value": float(m.group(1)), "approx": approx, "text": s}
+    m = re.match(r"~?\s*(-?\d+(?:\.\d+)?)([kKM]?)(?![\w.])", core)
+    if m:  # a number followed by words: keep the number (scaled by its k / M suffix) and the words
+        scale = {"": 1, "k": 1_000, "K": 1_000, "M": 1_000_000}[m.group(2)]
+        return {"value": float(m.group(1)) * scale, "approx": approx or scale != 1, "text": s}
     return {"text": s}
 
 

@@ -1,6 +1,6 @@
 """The CUDA-graph timing harness of every kernel benchmark and of the decode step.
 
-How a number is made (see notes/kernels-gemm.md for why):
+How a number is made (see notes/kernels-linear-routing.md for why):
 
 * ``graph_time_us(fn, arg_sets)``: one CUDA graph captures ``len(arg_sets)`` calls of ``fn``, each on
   its own argument set (its own weight copy), so that the weights stream from HBM as in a real

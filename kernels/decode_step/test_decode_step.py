@@ -361,8 +361,8 @@ def test_cli_without_gpu_says_so(capsys, tmp_path, reg):
         pytest.skip("a GPU is visible")
     from r9k.r9kctl.cli import main
 
-    assert main(["bench", "decode-step", "--profile", "tp4-default"]) == 0
-    assert "no CUDA GPU" in capsys.readouterr().out
+    assert main(["bench", "decode-step", "--profile", "tp4-default"]) == 2  # it cannot do its job here
+    assert "error[no-gpu]: no CUDA GPU" in capsys.readouterr().err
     plan_file = tmp_path / "plan.json"
     assert main(["bench", "decode-step", "--profile", "tp4-default", "--ablate", "--export-plan", str(plan_file)]) == 0
     plan = json.loads(plan_file.read_text())

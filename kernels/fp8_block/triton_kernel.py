@@ -134,7 +134,7 @@ def fp8_block_gemm_kernel(
 # Tile configs: (BLOCK_N, SPLIT_K, num_warps, num_stages, UNROLL) where UNROLL 1 fully unrolls the
 # group loop of a split. Per (N, K) winners of a device's sweep live in tuned_<device>.json next to this
 # file (written by ``bench_fp8_block --sweep``, gate-tested in the same device run, see
-# notes/kernels-part1.md); every other shape uses default_config's rule.
+# notes/kernels-linear-routing.md); every other shape uses default_config's rule.
 TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (absent: default configs)
 
 

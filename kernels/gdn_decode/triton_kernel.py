@@ -177,7 +177,7 @@ def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tens
     if scale is None:
         scale = Dk ** -0.5
     if block_v is None:
-        # measured on the H200 (notes/kernels-part2.md, value-block sweep): 32 rows a program for one request
+        # measured on the H200 (notes/kernels-attention-gdn.md, value-block sweep): 32 rows a program for one request
         # (9.4 us at 4 tokens), 64 from two requests on (11.8 us at 8 tokens, 12.7 at 16)
         block_v = 32 if N <= 1 else 64
     block_v = min(block_v, Dv)

@@ -2,7 +2,7 @@
 
 Grid ``(M * hc,)``: one program per (row, stream), the stream's HD values in one register tile (a first version
 walked HD in 5 tiles of 512 twice, recomputing the combine in the second pass: 3.4-4.2 us against vLLM's 2.0-2.6
-on the H200, notes/kernels-decode.md). The norm weight is loaded first (no predecessor writes it), then, after the
+on the H200, notes/kernels-decode-width.md). The norm weight is loaded first (no predecessor writes it), then, after the
 programmatic-dependent-launch wait (``R9K_PDL``, SM90), the residual, the block row and the injection logit;
 ``out = bf16(res + blk * g)`` (fp32, as the unfused combine) is stored, the successor is released, and
 ``y = bf16(out * rsqrt(mean(out^2) + eps) * (1 + w))`` is written. The grouped norm alone (``blk`` None) is the
@@ -51,7 +51,7 @@ def _hc_combine_norm_kernel(res_ptr, blk_ptr, inj_ptr, w_ptr, out_ptr, y_ptr, s_
 
 
 def _warps(m: int) -> int:
-    """H200 sweep (notes/kernels-decode.md): 8 warps at one row (1.56 us against 1.82 with 4), 4 from 4 rows on
+    """H200 sweep (notes/kernels-decode-width.md): 8 warps at one row (1.56 us against 1.82 with 4), 4 from 4 rows on
     (1.89 against 1.94 at 4 rows, 2.65 against 2.82 at 64)."""
     return 8 if m == 1 else 4
 

@@ -4,7 +4,7 @@ Stock router GEMM: ``F.linear(x, W)`` -- one bf16 GEMM launch (cuBLAS on an NVID
 accumulation, one rounding to bf16.
 Stock routing: fp32 softmax of the logits, top-k, optional renormalisation, in plain PyTorch (the
 semantics of vLLM's ``fused_topk``; PyTorch runs it as a few launches where vLLM runs one
-``topk_softmax`` CUDA kernel, see notes/kernels-part1.md).
+``topk_softmax`` CUDA kernel, see notes/kernels-linear-routing.md).
 """
 from __future__ import annotations
 

@@ -125,7 +125,7 @@ TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (
 
 def load_tuned(path: str = TUNED_FILE) -> dict:
     """The H200 sweep's winners (written by the benchmarks with ``--sweep``, gate-tested in the same
-    device run; see notes/kernels-part1.md): {"skinny": {"NxK": [cfg]}, "moe_route_warps": int}."""
+    device run; see notes/kernels-linear-routing.md): {"skinny": {"NxK": [cfg]}, "moe_route_warps": int}."""
     try:
         with open(path) as f:
             return json.load(f)

@@ -131,6 +131,7 @@ def test_building_blocks_interpreter(seed, device, poison):
 
 
 def test_mxfp4_roundtrip(seed):
+    """The test's own weight quantizer (reference only: not part of the gate, see registry/variants/decode.toml)."""
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(8, 128, generator=g)
     p, s = reference.quantize_mxfp4(w)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from r9k.registry import envvars
 from r9k.registry import ledger as L
 
 from .pytest_plugin import matches
@@ -93,17 +94,21 @@ def _now() -> str:
 
 def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Path | None = None,
         progress: Callable[[str], None] | None = None, timeout_s: float | None = None,
-        pytest_args: Iterable[str] = ()) -> GateRun:
-    """Run the planned gates; append one ledger record per variant unless ``record`` is False."""
+        pytest_args: Iterable[str] = (), env: dict[str, str] | None = None) -> GateRun:
+    """Run the planned gates; append one ledger record per variant unless ``record`` is False.
+    ``env``: extra environment variables of the pytest run (the mutation test's)."""
     root = L.repo_root(reg)
     say = progress or (lambda _msg: None)
     declared = gate_plan.test_ids
-    hashes = {v.id: L.source_hash(reg, v) for v in gate_plan.variants}
+    from r9k.registry.provenance import toolchain
+
+    deps = {v.id: L.file_hashes(reg, v) for v in gate_plan.variants}  # before the run: what it tests
+    tc = toolchain()
     commit = _git(root, "rev-parse", "--short", "HEAD")
     dirty = None
     if commit is not None:
-        dirty = bool(_git(root, "status", "--porcelain", "--", *sorted({p for v in gate_plan.variants
-                                                                       for p in L.hashed_paths(v)})))
+        dirty = bool(_git(root, "status", "--porcelain", "--", *sorted({p for files, _ in deps.values()
+                                                                       for p in files})))
     outcomes: dict[str, str] = {}
     not_found: list[str] = []
     collect_errors: dict[str, str] = {}
@@ -117,9 +122,9 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
         with tempfile.TemporaryDirectory(prefix="r9k-gate-") as tmp:
             events = Path(tmp) / "events.jsonl"
             logf = Path(tmp) / "pytest.log"
-            env = dict(os.environ)
-            env["R9K_GATE_EVENTS"] = str(events)
-            env["R9K_GATE_SELECT"] = json.dumps(existing)
+            env = dict(os.environ, **(env or {}))
+            env[envvars.GATE_EVENTS.name] = str(events)
+            env[envvars.GATE_SELECT.name] = json.dumps(existing)
             if not _gpu_device_present():
                 env.setdefault("TRITON_INTERPRET", "1")
             cmd = [sys.executable, "-m", "pytest", "-p", "r9k.r9kctl.evidence.pytest_plugin",
@@ -180,11 +185,12 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
                 mine[t] = L.NOT_FOUND
             else:
                 mine[t] = L.NOT_RUN
-        h, nfiles = hashes[v.id]
+        files, missing = deps[v.id]
         records.append(L.GateRecord(
             variant=v.id, tests=L.declared_tests(v), result=L.summarize(mine), outcomes=mine,
-            platform=platform, date=date, source_hash=h, files=nfiles, commit=commit, dirty=dirty,
-            duration_s=round(duration, 2)))  # of the whole pytest run
+            platform=platform, date=date, source_hash=L.hash_of(files, missing), files=len(files),
+            commit=commit, dirty=dirty, duration_s=round(duration, 2),  # of the whole pytest run
+            deps=files, toolchain=tc))
     if record and records:
         L.append_records(ledger or L.ledger_path(reg), records)
     return GateRun(records, platform, exitstatus, log_tail, collect_errors)

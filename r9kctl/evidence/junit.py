@@ -2,27 +2,65 @@
 
 The lent GPU machine has pytest but not this project's dependencies (pydantic...), so ``r9kctl gate``
 cannot run there. Instead the gate tests run there under plain pytest with
-``--junitxml=FILE -o junit_family=xunit1`` (xunit1 keeps each test's file), and
-``r9kctl gate --import-junit FILE --platform cuda-h200`` turns the file into ledger records here, one per
-variant whose declared gate tests it covers, at the variant's *current* source hash: import right after
-the run, from the same tree that was sent to the machine.
+``--junitxml=FILE -o junit_family=xunit1`` (xunit1 keeps each test's file), and beside the XML the run writes
+its provenance (``python3 registry/provenance.py --out provenance.json``: the sha256 of every file of the
+tree it tested and its toolchain). ``r9kctl gate --import-junit FILE`` then turns the XML into ledger
+records here, one per variant whose declared gate tests it covers, only after checking:
+
+* a provenance file is there and readable (default: ``provenance.json`` beside the XML);
+* every test case names a test file of this tree whose hash equals the provenance's, and a test function
+  defined in it; every file each covered gate depends on (:func:`r9k.registry.ledger.dependencies`) has the
+  provenance's hash here too (else the results are of another tree);
+* every test case is an item that pytest collects here (a made-up parametrization is refused).
+
+Any failed check refuses the whole file with one line naming the file and the first mismatch; the ledger
+is not touched. A declared test counts as passed in the record only when every one of its parametrizations
+(as collected here) passed there; a skipped or absent one is "not run". The record carries the hash computed
+from the provenance's file hashes (equal to the local one, since they were checked), the provenance's
+toolchain, platform and commit: never a hash of what was not tested.
 """
 from __future__ import annotations
 
+import ast
 import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from r9k.registry import ledger as L
+from r9k.registry import provenance as P
 
 from .pytest_plugin import matches
 
 
+class ImportRefused(ValueError):
+    """One located line: ``FILE[:LINE]: error[KIND]: message``."""
+
+
+def _refuse(file: str | Path, kind: str, msg: str, line: int | None = None) -> ImportRefused:
+    return ImportRefused(f"{file}{f':{line}' if line else ''}: error[{kind}]: {msg}")
+
+
 def read_junit(path: str | Path) -> dict[str, str]:
     """pytest node id -> outcome (passed, failed, error, skipped, needs-gpu) for every test case."""
-    root = ET.parse(path).getroot()
-    out: dict[str, str] = {}
+    return {nid: o for nid, (o, _line) in _read_cases(path).items()}
+
+
+def _read_cases(path: str | Path) -> dict[str, tuple[str, int | None]]:
+    from r9k.registry import fileio
+
+    text = fileio.read_text(path, "JUnit XML file")  # located errors: missing, binary, not UTF-8, ...
+    root = fileio.parse_xml(text, path, "JUnit XML file")
+    if root.tag not in ("testsuites", "testsuite"):
+        raise fileio.error(path, "junit", f"not a JUnit XML file: the root element is <{root.tag}>, not "
+                           "<testsuites> or <testsuite>", 1, 1)
+    lines = text.splitlines()
+    out: dict[str, tuple[str, int | None]] = {}
     for case in root.iter("testcase"):
         name = case.get("name", "")
         file = case.get("file")
@@ -43,23 +81,148 @@ def read_junit(path: str | Path) -> dict[str, str]:
             outcome = L.NEEDS_GPU if "gpu" in msg else L.SKIPPED
         else:
             outcome = L.PASSED
-        out[nodeid] = outcome
+        needle = f'name="{name}"'
+        line = next((i for i, ln in enumerate(lines, 1) if needle in ln), None)
+        out[nodeid] = (outcome, line)
     return out
 
 
-def records_from_junit(reg: Any, outcomes: dict[str, str], platform: str, note: str | None = None) -> list:
-    """One GateRecord per variant with declared tests that the outcomes cover."""
-    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    records = []
+def _functions(path: Path) -> set[str]:
+    """Test function names a file defines (module level and in classes, as ``Class::name``)."""
+    tree = ast.parse(path.read_bytes(), filename=str(path))
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.ClassDef):
+            names |= {f"{node.name}::{f.name}" for f in node.body
+                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return names
+
+
+def collect(root: Path, test_ids: Iterable[str], timeout_s: float = 300) -> dict[str, list[str]]:
+    """Declared id -> the pytest items it selects here (``pytest --collect-only`` with the gate plugin)."""
+    ids = list(dict.fromkeys(test_ids))
+    files = list(dict.fromkeys(L.test_file(t) for t in ids))
+    with tempfile.TemporaryDirectory(prefix="r9k-collect-") as tmp:
+        events = Path(tmp) / "events.jsonl"
+        env = dict(os.environ, R9K_GATE_EVENTS=str(events), R9K_GATE_SELECT=json.dumps(ids))
+        env.setdefault("TRITON_INTERPRET", "1")
+        cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "r9k.r9kctl.evidence.pytest_plugin",
+               "-p", "no:cacheprovider", "--rootdir", str(root), *files]
+        r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s)
+        evs = [json.loads(x) for x in events.read_text().splitlines()] if events.exists() else []
+    sel = next((e for e in evs if e["event"] == "selected"), None)
+    errs = [e for e in evs if e["event"] == "collect-error"]
+    if sel is None or errs:
+        why = errs[0]["message"] if errs else (r.stdout + r.stderr).strip().splitlines()[-1:] or ["no output"]
+        raise RuntimeError(f"pytest could not collect the gate tests here ({why if isinstance(why, str) else why[0]})")
+    return {t: [i for i in sel["items"] if matches(i, t)] for t in ids}
+
+
+def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None, platform: str | None = None,
+                 collected: dict[str, list[str]] | None = None) -> list[L.GateRecord]:
+    """Check a JUnit XML file and its provenance against this tree; the records to append (see the module
+    doc). Raises ImportRefused with one located line. ``collected`` (tests) replaces the local collection."""
+    xml = Path(xml)
+    root = L.repo_root(reg)
+    from r9k.registry import fileio
+
+    try:
+        cases = _read_cases(xml)
+    except fileio.FileError as exc:  # already one located line
+        raise ImportRefused(exc.diagnostic.format()) from None
+    except OSError as exc:
+        raise _refuse(xml, "junit", f"cannot read: {exc.strerror or exc}") from None
+    except ET.ParseError as exc:
+        raise _refuse(xml, "junit", f"not XML ({exc})", exc.position[0] if exc.position else None) from None
+    if not cases:
+        raise _refuse(xml, "junit", "no test cases")
+    prov_path = Path(provenance) if provenance else xml.with_name("provenance.json")
+    if not prov_path.is_file():
+        raise _refuse(xml, "provenance", f"no provenance file ({prov_path} does not exist): the GPU run writes "
+                      "it beside the XML with `python3 registry/provenance.py --out provenance.json`")
+    try:
+        prov = P.read(prov_path)
+    except OSError as exc:
+        raise _refuse(prov_path, "provenance", f"cannot read: {exc.strerror or exc}") from None
+    except P.ProvenanceError as exc:
+        raise _refuse(prov_path, "provenance", str(exc)) from None
+    there: dict[str, str] = prov["files"]
+    if platform and platform != prov["platform"]:
+        raise _refuse(prov_path, "platform", f"the run was on {prov['platform']}, not {platform}")
+
+    # Every test case: a test file of this tree, unchanged, and a function it defines.
+    local_hash: dict[str, str | None] = {}
+    funcs: dict[str, set[str]] = {}
+    for nid, (_o, line) in cases.items():
+        f = L.test_file(nid)
+        if f not in local_hash:
+            p = root / f
+            local_hash[f] = P.file_sha256(p) if p.is_file() else None
+            funcs[f] = _functions(p) if p.is_file() else set()
+        if local_hash[f] is None:
+            raise _refuse(xml, "unknown-test", f"{nid}: no test file {f} in this tree", line)
+        if there.get(f) != local_hash[f]:
+            raise _refuse(xml, "foreign-tree", f"{nid}: {f} " + (
+                "is not in the provenance" if f not in there else
+                f"differs from this tree (sha256 {there[f][:12]} there, {local_hash[f][:12]} here)"), line)
+        func = nid.split("::", 1)[1].split("[", 1)[0]
+        if func not in funcs[f]:
+            raise _refuse(xml, "unknown-test", f"{nid}: {f} defines no test {func}", line)
+
+    covered = []
     for vid, v in sorted(reg.variants.items()):
         tests = L.declared_tests(v)
-        if not tests:
-            continue
-        mine = {n: o for n, o in outcomes.items() if any(matches(n, t) for t in tests)}
-        if not mine:
-            continue
-        h, nfiles = L.source_hash(reg, v)
-        records.append(L.GateRecord(variant=vid, tests=tests, result=L.summarize(mine), outcomes=mine,
-                                    platform=platform, date=date, source_hash=h, files=nfiles,
-                                    note=note or "imported from JUnit XML"))
+        if tests and any(matches(n, t) for n in cases for t in tests):
+            covered.append(v)
+    if not covered:
+        raise _refuse(xml, "unknown-test", "covers no declared gate test of the registry")
+
+    # Every file the covered gates depend on: as tested.
+    deps: dict[str, tuple[dict[str, str], list[str]]] = {}
+    for v in covered:
+        files, missing = L.file_hashes(reg, v)
+        for rel, h in files.items():
+            if there.get(rel) != h:
+                raise _refuse(xml, "foreign-tree", f"gate {v.id}: {rel} " + (
+                    "is not in the provenance" if rel not in there else
+                    f"differs from this tree (sha256 {there[rel][:12]} there, {h[:12]} here)"))
+        deps[v.id] = ({rel: there[rel] for rel in files}, missing)
+
+    # Every test case is an item collected here; every collected item of a covered test is accounted for.
+    wanted = list(dict.fromkeys(t for v in covered for t in L.declared_tests(v)
+                                if any(matches(n, t) for n in cases)))
+    if collected is None:
+        try:
+            collected = collect(root, wanted)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+            raise _refuse(xml, "unverified", f"cannot check the test ids: {exc}") from None
+    known = {i for t in wanted for i in collected.get(t, [])}
+    for nid, (_o, line) in cases.items():
+        if any(matches(nid, t) for t in wanted) and nid not in known:
+            raise _refuse(xml, "unknown-test", f"{nid}: pytest collects no such item here", line)
+
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    records = []
+    for v in covered:
+        mine: dict[str, str] = {}
+        all_passed = True
+        for t in L.declared_tests(v):
+            items = collected.get(t, []) if t in wanted else []
+            if not items:
+                all_passed = False
+                continue
+            for i in items:
+                mine[i] = cases[i][0] if i in cases else L.NOT_RUN
+            all_passed &= all(mine[i] == L.PASSED for i in items)
+        vals = set(mine.values())
+        result = ("fail" if vals & L.FAILING else "pass" if all_passed else
+                  "partial" if L.PASSED in vals else "skipped")
+        files, missing = deps[v.id]
+        records.append(L.GateRecord(
+            variant=v.id, tests=L.declared_tests(v), result=result, outcomes=mine, platform=prov["platform"],
+            date=date, source_hash=L.hash_of(files, missing), files=len(files), commit=prov.get("commit"),
+            note=f"imported from {xml.name} (provenance of {prov.get('created')})", deps=files,
+            toolchain={k: prov["toolchain"].get(k) for k in P.TOOLCHAIN_KEYS}))
     return records

@@ -103,7 +103,9 @@ def server_status(base: str, timeout_s: float = 5.0) -> dict | None:
 def _resume_state(out: Path, ds_hash: str) -> set[str]:
     if not out.exists() or out.stat().st_size == 0:
         return set()
-    lines = out.read_text(encoding="utf-8").splitlines()
+    from r9k.registry import fileio
+
+    lines = fileio.read_text(out, "result file").splitlines()
     # A run killed mid-write can leave a torn last line; drop it (the question is asked again).
     if lines and not lines[-1].rstrip().endswith("}"):
         lines = lines[:-1]
@@ -112,7 +114,7 @@ def _resume_state(out: Path, ds_hash: str) -> set[str]:
     if have != ds_hash:
         raise ResultFileError(f"{out}: cannot resume, it was recorded from another question set "
                               f"(dataset_sha256 {str(have)[:12]} vs {ds_hash[:12]})")
-    out.write_text("".join(l + "\n" for l in lines), encoding="utf-8")
+    fileio.atomic_write(out, "".join(l + "\n" for l in lines), "result file")
     return set(rf.results)
 
 

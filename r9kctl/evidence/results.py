@@ -139,10 +139,9 @@ def parse_lines(lines: Iterable[str], source: str = "<input>", path: Path | None
 
 def load(path: str | Path) -> ResultFile:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ResultFileError(f"{p}: cannot read ({exc.strerror})") from None
+    from r9k.registry import fileio
+
+    text = fileio.read_text(p, "result file")  # a located FileError for a missing, binary or non-UTF-8 file
     rf = parse_lines(text.splitlines(), str(p), p)
     if not rf.results:
         raise ResultFileError(f"{p}: no per-question records")

@@ -15,10 +15,13 @@ from .session import Session
 
 
 def diff_renderable(reg, d, A: str, B: str):
-    from r9k.r9kctl.cmd_diff import fmt_delta, fmt_rec, label, pct_text, quality_text
+    """The diff as rich renderables. No value is '-' (never Python's None); the numbers are the releases'
+    (a profile's are its base release's), so their columns are named by release."""
+    from r9k.r9kctl.cmd_diff import (cell, eval_label, fmt_delta, method_label, quality_rows, quality_text, row_label,
+                                     side_names, value_text, vs_reference_rows)
 
     parts = []
-    if d.added or d.removed:
+    if d.added or d.removed or d.left_off:
         t = Table(title="Variants", title_justify="left", header_style="bold", expand=True)
         for c in ("change", "variant", "knob"):
             t.add_column(c)
@@ -26,13 +29,15 @@ def diff_renderable(reg, d, A: str, B: str):
             t.add_row("added", v, reg.variants[v].knob)
         for v in d.removed:
             t.add_row("removed", v, reg.variants[v].knob)
+        for v in d.left_off:
+            t.add_row("measured, left off", v, reg.variants[v].knob)
         parts.append(t)
     if d.fields:
         t = Table(title="Profile fields", title_justify="left", header_style="bold", expand=True)
         for c in ("field", A, B):
             t.add_column(c, overflow="fold")
         for f, a, b in d.fields:
-            t.add_row(f, str(a), str(b))
+            t.add_row(Text(f), Text(value_text(a)), Text(value_text(b)))
         parts.append(t)
     if d.changed:
         show_src = d.a.kind == "profile" or d.b.kind == "profile"
@@ -40,9 +45,9 @@ def diff_renderable(reg, d, A: str, B: str):
         for c in ["knob", "tp", A, B] + (["source in " + B] if show_src else []):
             t.add_column(c, overflow="fold")
         for c in d.changed:
-            row = [c.knob, c.tp, Text(str(c.a), "red"), Text(str(c.b), "green")]
+            row = [Text(c.knob), Text(c.tp), Text(value_text(c.a), "red"), Text(value_text(c.b), "green")]
             if show_src:
-                row.append(Text(str(c.b_source), "dim"))
+                row.append(Text(value_text(c.b_source), "dim"))
             t.add_row(*row)
         parts.append(t)
     else:
@@ -52,22 +57,38 @@ def diff_renderable(reg, d, A: str, B: str):
         if ka is not None and kb is not None:
             parts.append(Text.assemble(("KV cache at ", "bold"), (key, "bold"), f": {ka:,} -> {kb:,} tokens ",
                                        (f"({kb - ka:+,})", "bold green" if kb > ka else "bold red" if kb < ka else "")))
-    rows = [r for r in d.bench if r.stack == "ours" and r.delta != 0]
+    RA, RB = side_names(d, A, B)
+    rows = [r for r in d.bench if r.stack == "ours" and (r.delta != 0 or r.note)]
     if rows:
-        t = Table(title="Numbers", title_justify="left", header_style="bold", expand=True)
-        for c in ("config", "metric", "unit", A, B, "change"):
-            t.add_column(c)
-        for r in rows:
-            t.add_row(r.config, label(r.metric), r.unit or "", fmt_rec(r.a), fmt_rec(r.b), fmt_delta(r))
-        parts.append(t)
-    if d.quality:
-        t = Table(title="Quality", title_justify="left", header_style="bold", expand=True)
-        for c in ("config", "eval", A, B, "paired"):
+        t = Table(title=f"Numbers of release {RA} and release {RB}", title_justify="left", header_style="bold",
+                  expand=True)
+        for c in ("config", "metric", "source", f"release {RA}", f"release {RB}", "change"):
             t.add_column(c, overflow="fold")
-        for q in d.quality:
-            t.add_row(q.config, q.eval, pct_text(q.a_pct, q.a_correct), pct_text(q.b_pct, q.b_correct),
-                      quality_text(q))
+        for r in rows:
+            t.add_row(*map(Text, (r.config + (f" {r.setting}" if r.setting else ""), row_label(r),
+                                  method_label(r.method), cell(r.a, r.a_alt), cell(r.b, r.b_alt), fmt_delta(r))))
         parts.append(t)
+    for rel in dict.fromkeys((RA, RB)):
+        items = [v for v in d.vs_reference if v.release == rel]
+        if items:
+            t = Table(title=f"Release {rel} vs the reference stack", title_justify="left", header_style="bold",
+                      expand=True)
+            for c in ("config", "metric", "source", f"release {rel}", "reference", "ours vs reference"):
+                t.add_column(c, overflow="fold")
+            for cfg in dict.fromkeys(v.config for v in items):
+                for r in vs_reference_rows([v for v in items if v.config == cfg]):
+                    t.add_row(*map(Text, [cfg, *r]))
+            parts.append(t)
+    for rel, cfg, text in d.texts:
+        parts.append(Text(f"{cfg} ({rel}): {text}", "dim"))
+    for q in d.quality:
+        t = Table(title=f"Quality gate ({q.config})", title_justify="left", header_style="bold", expand=True)
+        for c in ("", eval_label(q), "HumanEval", "strict sanity"):
+            t.add_column(c, overflow="fold")
+        for r in quality_rows(q):
+            t.add_row(*map(Text, r))
+        parts.append(t)
+        parts.append(Text(f"Paired: {quality_text(q)}", "dim"))
     return Group(*parts)
 
 

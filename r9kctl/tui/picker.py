@@ -6,6 +6,7 @@ main screen has five pickers, and fewer widgets is a faster first frame.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Optional, Sequence
 
 from rich.text import Text
@@ -19,6 +20,23 @@ from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 Options = Sequence[tuple[str, Any]]  # (label, value)
+
+
+def match_rank(label: str, words: list[str]) -> int:
+    """0 exact, 1 the label starts with the query, 2 one of its words does (``-``, ``_``, ``.``, space
+    separate words), 3 it contains it; no words: 0 (the given order)."""
+    if not words:
+        return 0
+    q = " ".join(words)
+    low = label.lower()
+    if low == q:
+        return 0
+    if low.startswith(words[0]):
+        return 1
+    parts = re.split(r"[-_. ]+", low)
+    if any(p.startswith(words[0]) for p in parts):
+        return 2
+    return 3
 
 
 class PickerScreen(ModalScreen[Optional[int]]):
@@ -47,8 +65,10 @@ class PickerScreen(ModalScreen[Optional[int]]):
         words = query.lower().split()
         lst = self.query_one(OptionList)
         lst.clear_options()
-        shown = [Option(label, id=str(i)) for i, (label, _v) in enumerate(self.options)
-                 if all(w in label.lower() for w in words)]
+        matches = [(match_rank(label, words), i, label) for i, (label, _v) in enumerate(self.options)
+                   if all(w in label.lower() for w in words)]
+        # the best match first (what enter takes): exact, then prefix, then a word's prefix, then anywhere
+        shown = [Option(label, id=str(i)) for _r, i, label in sorted(matches)]
         lst.add_options(shown)
         if shown:
             ids = [o.id for o in shown]

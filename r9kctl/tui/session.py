@@ -23,8 +23,44 @@ REMOVED = object()  # an edit that deletes the profile's own key (the inherited 
 UNSAVED = "unsaved edit"
 
 
+UNDO_DEPTH = 200
+
+
 class EditError(ValueError):
     """A value the variant does not accept; the message says why and what is allowed."""
+
+
+@dataclasses.dataclass
+class Snapshot:
+    """The unsaved edits of every profile before a change, and the profile it was made in."""
+
+    label: str
+    profile: str
+    edits: dict[str, dict[str, object]]
+
+
+def toml_value(v, value: str) -> object:
+    """A canonical value as the TOML value it is declared as: a bool knob as 0/1 (as the README writes
+    it), an int as an integer, a float as a float; enums, strings, paths, special words ("auto") and ''
+    as strings."""
+    if value == "" or value in v.special:
+        return value
+    try:
+        if v.type in ("bool", "int"):
+            return int(value)
+        if v.type == "float":
+            return float(value)
+    except ValueError:
+        pass
+    return value
+
+
+def save_as_description(base: str, knobs: dict) -> str:
+    """What a new profile made by save-as is: its base and the knobs it sets, as written."""
+    if not knobs:
+        return f"{base}, unchanged"
+    sets = ", ".join(f"{k} = {val!r}" if isinstance(val, str) else f"{k} = {val}" for k, val in sorted(knobs.items()))
+    return f"{base} with {sets}"
 
 
 def load_gate_states(reg: Registry) -> Optional[dict]:
@@ -45,8 +81,9 @@ class Session:
 
     def __init__(self, reg: Registry, profile: Optional[str] = None, tp: Optional[int] = None,
                  env: Optional[Mapping[str, str]] = None, profile_dirs: Optional[list[Path]] = None,
-                 sets: Optional[Mapping[str, object]] = None):
+                 sets: Optional[Mapping[str, object]] = None, root: Optional[Path] = None):
         self.reg = reg
+        self.root = root  # the registry tree (None: the loader's default)
         self.env = dict(os.environ) if env is None else dict(env)
         self._files: dict[str, tuple[Path, bytes, Optional[int]]] = {}
         self.sets = dict(sets or {})  # --set KNOB=VALUE: the override layer, above every edit
@@ -56,6 +93,10 @@ class Session:
         self.gates = load_gate_states(reg)
         self.edits: dict[str, dict[str, object]] = {}  # profile -> variant id -> value | REMOVED
         self.docs: dict[str, object] = {}  # profile -> ProfileDocument (made when first saved)
+        # undo / redo: what the edits were before each change (see :meth:`undo`); a save starts afresh
+        self.undo_stack: list[Snapshot] = []
+        self.redo_stack: list[Snapshot] = []
+        self.extra_args: list[str] = []  # extra vllm serve arguments for a launch (the launch screen's field)
         self._capture_files()
         self.profile = profile if profile in reg.profiles else self.default_profile()
         self.tp_choice = tp  # None: the profile's own TP size
@@ -71,9 +112,15 @@ class Session:
 
     @classmethod
     def open(cls, profile: Optional[str] = None, tp: Optional[int] = None,
-             env: Optional[Mapping[str, str]] = None, sets: Optional[Mapping[str, object]] = None) -> "Session":
-        """Load the registry and profiles (raises RegistryError with located diagnostics)."""
-        return cls(load_registry(), profile, tp, env, sets=sets)
+             env: Optional[Mapping[str, str]] = None, sets: Optional[Mapping[str, object]] = None,
+             root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> "Session":
+        """Load the registry and profiles (raises RegistryError with located diagnostics); ``root`` and
+        ``profile_dirs`` as for ``load_registry`` (None: its defaults)."""
+        return cls(load_registry(root, profile_dirs), profile, tp, env, profile_dirs=profile_dirs, sets=sets,
+                   root=root)
+
+    def load_registry(self) -> Registry:
+        return load_registry(self.root, self.profile_dirs)
 
     def default_profile(self) -> str:
         for name in ("tp4-default", "tp2-default"):
@@ -96,8 +143,10 @@ class Session:
                 continue
 
     def reload(self) -> None:
-        """Reload everything from disk, dropping the edits (raises RegistryError)."""
-        reg = load_registry()
+        """Reload everything from disk, dropping the edits (raises RegistryError); undo brings the
+        edits back onto what was read."""
+        before = self.snapshot("reload")
+        reg = self.load_registry()
         self.reg = reg
         self.registry_report = Report()
         check_registry(reg, self.registry_report)
@@ -108,6 +157,50 @@ class Session:
         if self.profile not in reg.profiles:
             self.profile = self.default_profile()
         self._switched()
+        if any(before.edits.values()):
+            self._push_undo(before)
+
+    # ------------------------------------------------------------------------------ undo / redo
+
+    def snapshot(self, label: str) -> "Snapshot":
+        return Snapshot(label, self.profile, {p: dict(e) for p, e in self.edits.items() if e})
+
+    def _push_undo(self, snap: "Snapshot") -> None:
+        self.undo_stack.append(snap)
+        del self.undo_stack[:-UNDO_DEPTH]
+        self.redo_stack.clear()
+
+    def _edit(self, label: str, fn):
+        """Run an edit; remember the state before it for undo when it changed anything."""
+        before = self.snapshot(label)
+        out = fn()
+        if self.snapshot(label).edits != before.edits:
+            self._push_undo(before)
+        return out
+
+    def _restore(self, snap: "Snapshot") -> None:
+        self.edits = {p: {vid: v for vid, v in e.items() if vid in self.reg.variants}
+                      for p, e in snap.edits.items() if p in self.reg.profiles}
+        if snap.profile in self.reg.profiles and snap.profile != self.profile:
+            self.profile = snap.profile
+        self._switched()
+
+    def undo(self) -> Optional[str]:
+        """Go back one change (an edit, a reset, a reload); returns what was undone, None if nothing."""
+        if not self.undo_stack:
+            return None
+        snap = self.undo_stack.pop()
+        self.redo_stack.append(self.snapshot(snap.label))
+        self._restore(snap)
+        return snap.label
+
+    def redo(self) -> Optional[str]:
+        if not self.redo_stack:
+            return None
+        snap = self.redo_stack.pop()
+        self.undo_stack.append(self.snapshot(snap.label))
+        self._restore(snap)
+        return snap.label
 
     # ------------------------------------------------------------------------------ switching
 
@@ -217,6 +310,9 @@ class Session:
         """Set a variant to ``raw`` in the current profile (unsaved). Returns the canonical value;
         raises :class:`EditError` with the reason for an illegal one. Setting a knob back to its saved
         value, or to the inherited value when the file has no key for it, drops the edit."""
+        return self._edit(f"{self.reg.variants[vid].knob} = {raw}", lambda: self._set_value(vid, raw))
+
+    def _set_value(self, vid: str, raw: object) -> str:
         v = self.reg.variants[vid]
         try:
             value = v.normalize(raw)
@@ -243,6 +339,9 @@ class Session:
 
     def reset(self, vid: str) -> None:
         """Remove the profile's own key for a variant (the inherited value applies)."""
+        self._edit(f"reset {self.reg.variants[vid].knob}", lambda: self._reset(vid))
+
+    def _reset(self, vid: str) -> None:
         key = self.key_for(vid)
         edits = self.current_edits
         if key in self.saved_knobs():
@@ -366,12 +465,17 @@ class Session:
         Raises ProfileConflict when the file changed on disk since it was loaded. Reloads the registry
         afterwards so provenance points at the new lines."""
         doc = self.document()
+        in_file = doc.knobs()
         for vid, val in self.current_edits.items():
             key = self.key_for(vid)
             if val is REMOVED:
                 doc.remove_knob(key)
             else:
-                doc.set_knob(key, val)
+                v = self.reg.variants[vid]
+                typed = toml_value(v, str(val))
+                if v.type == "bool" and isinstance(in_file.get(key), bool) and isinstance(typed, int):
+                    typed = bool(typed)  # the file spells this one true/false: keep its spelling
+                doc.set_knob(key, typed)
         try:
             doc.save()
         except BaseException:
@@ -381,6 +485,8 @@ class Session:
         path = doc.path
         edits_kept = {p: e for p, e in self.edits.items() if p != self.profile and e}
         self._reload_keep(edits_kept)
+        self.undo_stack.clear()  # undo goes back to the last save, not past it
+        self.redo_stack.clear()
         return path
 
     def save_as_target(self) -> Path:
@@ -399,20 +505,34 @@ class Session:
         if name in self.reg.profiles:
             raise FileExistsError(f"a profile named '{name}' exists")
         noenv = resolve(self.edited_registry(), self.profile, tp=self.tp_choice, env={})
-        knobs: dict[str, str] = {}
+        knobs: dict[str, object] = {}
         for vid in self.current_edits:
+            # a reset (REMOVED) too: the new profile extends the saved one, which still has the key, so
+            # it writes the inherited value the panel showed
+            v = self.reg.variants[vid]
             val = noenv.items[vid].value
             if val is not None:
-                knobs[self.reg.variants[vid].knob] = val
+                knobs[v.knob] = toml_value(v, val)
         path = save_as(self.save_as_target(), name, self.profile, knobs,
-                       f"{self.profile} with {', '.join(sorted(knobs)) or 'no changes'}")
+                       save_as_description(self.profile, knobs))
         edits_kept = {p: e for p, e in self.edits.items() if p != self.profile and e}
         self.profile = name
         self._reload_keep(edits_kept)
+        self.undo_stack.clear()
+        self.redo_stack.clear()
         return path
 
+    def reload_keeping_other_edits(self) -> None:
+        """Reload from disk after the current profile's file was edited elsewhere ($EDITOR); the other
+        profiles' unsaved edits stay (their files are re-read too: a save of theirs still detects a
+        change made meanwhile)."""
+        before = self.snapshot("edit in $EDITOR")
+        self._reload_keep({p: e for p, e in self.edits.items() if p != self.profile and e})
+        if before.edits.get(before.profile):
+            self._push_undo(before)
+
     def _reload_keep(self, edits: dict) -> None:
-        reg = load_registry()
+        reg = self.load_registry()
         self.reg = reg
         self.registry_report = Report()
         check_registry(reg, self.registry_report)
@@ -426,13 +546,6 @@ class Session:
 
     # ------------------------------------------------------------------------------ diff and launch
 
-    def diff_edits(self):
-        """The current edits against the saved profile, as ``r9kctl diff`` computes a diff."""
-        from r9k.registry.diff import diff
-
-        alias = f"{self.profile}*"
-        return diff(self.edited_registry(alias=alias), self.profile, alias, tp=self.tp), alias
-
     def diff_sides(self, a: str, b: str):
         from r9k.registry.diff import diff
 
@@ -444,4 +557,4 @@ class Session:
         from r9k.r9kctl.launch import plan_launch
 
         return plan_launch(self.edited_registry(), self.profile, tp=self.tp_choice, env=self.env, sets=self.sets,
-                           write_manifest=final, build_model=final)
+                           extra_args=list(self.extra_args), write_manifest=final, build_model=final)

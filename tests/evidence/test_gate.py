@@ -150,7 +150,7 @@ def test_gate_records_then_goes_stale_on_source_edit(repo, capsys):
     impl.write_text(IMPL.replace("return", f"# edited {random.random()}\n    return"))
     st = L.gate_states(reg)["evfake_add"]
     assert st.state == "stale" and st.recorded_hash == rec["source_hash"] != st.source_hash
-    assert "sources changed" in st.detail
+    assert "kernels/evfake/impl.py changed" in st.detail and st.changes == ["kernels/evfake/impl.py changed"]
     # Editing the gate test counts as well (the hash covers the test file).
     assert cli.main(["gate", "R9K_EVFAKE_ADD"]) == 0
     assert L.gate_states(reg)["evfake_add"].state == "fresh"
@@ -186,10 +186,12 @@ def test_gpu_tests_reported_and_missing_ids_fail(repo, capsys):
     assert states["evfake_gpu"].tests["kernels/evfake/test_evfake.py::test_exact"] == "passed"
     assert states["evfake_lost"].state == "failed"
     # A record from a GPU platform at the same source hash completes the gate.
-    h, n = L.source_hash(reg, reg.variants["evfake_gpu"])
+    files, missing = L.file_hashes(reg, reg.variants["evfake_gpu"])
     L.append_records(L.ledger_path(reg), [L.GateRecord(
         "evfake_gpu", reg.variants["evfake_gpu"].gate.tests, "pass",
-        {"kernels/evfake/test_evfake.py::test_on_gpu": "passed"}, "cuda-h200", "2026-11-30T16:00:00Z", h, n)])
+        {"kernels/evfake/test_evfake.py::test_on_gpu": "passed"}, "cuda-h200", "2026-11-30T16:00:00Z",
+        L.hash_of(files, missing), len(files), deps=files,
+        toolchain={"torch": "2.9.0", "triton": "3.6.0", "vllm": None, "python": "3.12.3", "device": "h200"})])
     assert L.gate_states(reg)["evfake_gpu"].state == "fresh"
     assert L.gate_states(reg)["evfake_gpu"].platforms == ["cpu-triton-interpret", "cuda-h200"]
 
@@ -203,6 +205,11 @@ def test_gate_profile_and_validate_warning(repo, capsys):
         return [d for d in validate(reg, profile="evfake").warnings if d.code == "gate"]
 
     assert [d.items[0] for d in gate_warnings()] == ["evfake_add"]  # default-on and active, never gated
+    # Consequences: launch warns, launch --strict refuses (before starting anything).
+    assert cli.main(["launch", "--profile", "evfake", "--dry-run"]) == 0
+    assert "warning[gate]: default-on variant 'evfake_add'" in capsys.readouterr().err
+    assert cli.main(["launch", "--profile", "evfake", "--dry-run", "--strict"]) == 2
+    assert "warning[gate]: default-on variant 'evfake_add'" in capsys.readouterr().err
     assert cli.main(["gate", "--profile", "evfake", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "kernels/evfake/test_evfake.py::test_on_gpu" in out and "evfake_lost" not in out
@@ -211,6 +218,8 @@ def test_gate_profile_and_validate_warning(repo, capsys):
     assert "1 test item(s) need a GPU" in out and "evfake_gpu: kernels/evfake/test_evfake.py::test_on_gpu" in out
     assert {r["variant"] for r in _ledger(repo)} == {"evfake_add", "evfake_gpu"}
     assert gate_warnings() == []
+    capsys.readouterr()
+    assert cli.main(["launch", "--profile", "evfake", "--dry-run", "--strict"]) == 0, capsys.readouterr().err
     assert cli.main(["gate", "--status"]) == 0
     out = capsys.readouterr().out
     assert "evfake_add" in out and "fresh" in out and "evfake_lost" in out and "never run" in out
@@ -223,3 +232,28 @@ def test_unreadable_ledger_lines_are_reported(repo):
     p.write_text('{"variant": "evfake_add"}\nnot json\n')
     records, problems = L.read_ledger(p)
     assert records == [] and len(problems) == 2 and problems[0].startswith(f"{p}:1:")
+
+
+def test_pairs_gate_on_the_cpu_decode_step(tmp_path, monkeypatch, capsys):
+    """Two real variants of the tiny decode-step model, alone and together, against stock."""
+    pytest.importorskip("torch")
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    (prof / "pairdemo.toml").write_text('description = "two variants"\nextends = "stock"\ntp = 4\n[knobs]\n'
+                                        'R9K_HC_FP8_DECODE = "1"\nR9K_SHARED_EXPERT = "r9k"\n')
+    monkeypatch.setenv("R9K_PROFILES_DIR", str(prof))
+    assert cli.main(["gate", "--pairs", "--profile", "pairdemo", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert set(d["alone"]) == {"hc_fp8_decode", "shared_expert_fused"} and d["alone"]["hc_fp8_decode"] > 0
+    (pair,) = d["pairs"]
+    assert pair["flagged"] is False and pair["d_pair"] <= pair["d_a"] + pair["d_b"]
+    assert "router_gemm" not in d["alone"]  # at stock in this profile
+    assert cli.main(["gate", "--pairs"]) == 2
+
+
+def test_pair_flagging_rule():
+    from r9k.r9kctl.evidence.pairs import PairResult
+
+    assert PairResult("a", "b", 3e-3, 1e-3, 1e-3).flagged
+    assert not PairResult("a", "b", 2e-3, 1e-3, 1e-3).flagged
+    assert PairResult("a", "b", 1e-9, 0.0, 0.0).excess == float("inf")

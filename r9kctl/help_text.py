@@ -1,0 +1,84 @@
+"""The examples each subcommand's ``--help`` ends with (by command path, ``"eval record"`` for a nested
+one). A command whose module already has an epilog keeps it. Every example here runs as printed on a
+fresh clone (tests/core/test_cli_conventions.py runs the ones marked safe)."""
+from __future__ import annotations
+
+from r9k.registry import envvars
+
+EXAMPLES: dict[str, str] = {
+    "list": """
+r9kctl list                                     every variant
+r9kctl list --category fusion --status default-on
+r9kctl list --tp 2 --search hc                  with the TP2 default, id/knob/summary containing 'hc'
+r9kctl list --format ids                        one id a line (scripts)
+""",
+    "show": """
+r9kctl show R9K_HC_FP8_DECODE                   by knob
+r9kctl show router_gemm                         by variant id
+r9kctl show R9K_ROUTER --format json
+""",
+    "resolve": """
+r9kctl resolve --profile tp2-default --non-stock
+r9kctl resolve --profile tp4-default --format env > r9k.env     lines a shell can source
+r9kctl resolve --profile tp4-default --tp 2 --set R9K_ROUTER=stock
+""",
+    "validate": """
+r9kctl validate --all                           the registry and every profile
+r9kctl validate --profile tp2-default --strict  warnings fail too (exit 1)
+r9kctl validate --profile tp4-default --format json
+""",
+    "diff": """
+r9kctl diff v0.3.0 v0.3.1                       what a release changed
+r9kctl diff v0.3.1 v0.3.2 --format markdown     a release-notes table
+r9kctl diff stock tp4-default --tp 4            profiles too
+""",
+    "profiles": """
+r9kctl profiles                                 name, what it extends, model, TP, description
+r9kctl profiles --format names                  one name a line (scripts, completion)
+""",
+    "releases": """
+r9kctl releases                                 version, date, the release before it, headline
+r9kctl releases --format json
+""",
+    "launch": """
+r9kctl launch --profile tp4-default --dry-run   the exact vllm serve command and environment
+r9kctl launch --profile cpu-smoke               no GPU, no download: a tiny model on vLLM's CPU backend
+r9kctl launch --profile tp2-default -- --port 8001 --max-num-seqs 4    extra vllm serve arguments after --
+""",
+    "tui": """
+r9kctl tui                                      the control panel on tp4-default
+r9kctl tui --profile tp2-default --tp 4
+r9kctl tui --keymap keys.toml                   keys remapped by binding id ('?' in the panel lists them)
+""",
+    "status": f"""
+r9kctl status --url http://127.0.0.1:8000       the set a running server uses
+r9kctl status --file "${envvars.STATUS_FILE.name}" --format json
+""",
+    "schema": """
+r9kctl schema profile > profile.schema.json     JSON Schema of profile files (Taplo, VS Code)
+r9kctl schema profile --check profiles/profile.schema.json    exit 1 when the shipped copy is stale
+""",
+    "completion": """
+source <(r9kctl completion bash)                bash, this shell (add it to ~/.bashrc to keep it)
+r9kctl completion zsh > ~/.zfunc/_r9kctl        zsh (with fpath+=~/.zfunc before compinit)
+r9kctl completion fish > ~/.config/fish/completions/r9kctl.fish
+""",
+    "bench": """
+r9kctl bench decode-step --profile tp4-default --against stock
+""",
+    "bench decode-step": """
+r9kctl bench decode-step --profile tp4-default --against stock --ablate
+""",
+    "eval compare": """
+r9kctl eval compare a.jsonl b.jsonl
+""",
+    "eval record": """
+r9kctl eval record --url http://127.0.0.1:8000 --dataset arith-smoke --out a.jsonl --api completions
+""",
+    "bisect plan": """
+r9kctl bisect plan --good round2-numerics --bad tp4-default --dir bisect/ --dataset arith-smoke
+""",
+    "bisect status": """
+r9kctl bisect status --dir bisect/
+""",
+}

@@ -1,0 +1,142 @@
+"""This project's own environment variables: every one of them, declared once.
+
+A *knob* (``R9K_ROUTER``, ``UTIL``, ...) is registry data: declared in ``registry/variants/*.toml``, it
+selects a kernel variant or a launcher setting. A *control variable*, declared here, says where things
+are or how the tools behave (which manifest the plugin serves, where the cache lives, ...). The resolver
+never mistakes one for a misspelt knob; the plugin declares to vLLM those marked ``vllm``; everything
+else reads its value through :meth:`EnvVar.get` (or :func:`cache_dir`), never by spelling the name.
+
+Standard library only: the engine, the plugin and the command line all import this module.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Optional
+
+#: Every knob and control variable of this project starts so; an unknown name with it is a likely typo.
+PREFIX = "R9K_"
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    type: str  # "path", "paths" (os.pathsep-separated), "bool" ("1" = on), "int" or "str"
+    default: Optional[str]  # what unset means, in words where it is computed (None: not given)
+    meaning: str
+    readers: tuple[str, ...]  # the modules that read it
+    vllm: bool = False  # declared to vLLM's variable registry: known there and copied to Ray workers
+
+    def get(self, environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+        """The value in ``environ`` (default ``os.environ``); None when unset or empty."""
+        value = (os.environ if environ is None else environ).get(self.name)
+        return value or None
+
+    def on(self, environ: Optional[Mapping[str, str]] = None) -> bool:
+        """For a bool: set to ``1``."""
+        return self.get(environ) == "1"
+
+    def paths(self, environ: Optional[Mapping[str, str]] = None) -> list[Path]:
+        """For a path list: its entries, ``~`` expanded, empty entries dropped."""
+        value = self.get(environ) or ""
+        return [Path(p).expanduser() for p in value.split(os.pathsep) if p]
+
+
+def _v(name: str, type: str, default: Optional[str], meaning: str, readers: tuple[str, ...],
+       vllm: bool = False) -> EnvVar:
+    return EnvVar(name, type, default, meaning, readers, vllm)
+
+
+# ------------------------------------------------------------------ what a user or the launcher sets
+
+MANIFEST = _v("R9K_MANIFEST", "path", None,
+              "the resolved manifest (JSON) the plugin serves; written and exported by r9kctl launch",
+              ("plugin.startup", "plugin.snapshot", "r9kctl.launch", "r9kctl.evidence.bisect"), vllm=True)
+MANIFEST_DATA = _v("R9K_MANIFEST_DATA", "str", None,
+                   "the launch manifest itself (compressed JSON, base64), exported by r9kctl launch: a worker "
+                   "that cannot read the R9K_MANIFEST file (another node or directory) resolves from it",
+                   ("plugin.startup", "plugin.snapshot", "r9kctl.launch"), vllm=True)
+PROFILE = _v("R9K_PROFILE", "str", None,
+             "the profile the plugin resolves in each process when no manifest is named",
+             ("plugin", "plugin.startup"), vllm=True)
+TP = _v("R9K_TP", "int", "the profile's TP size", "the TP size to resolve R9K_PROFILE at",
+        ("plugin.startup",), vllm=True)
+STRICT = _v("R9K_STRICT", "bool", "0", "warnings count as errors (resolver, plugin start-up)",
+            ("registry.resolve", "plugin.startup"), vllm=True)
+STATUS_FILE = _v("R9K_STATUS_FILE", "path", "a file under the cache directory, chosen by the plugin",
+                 "where the plugin writes what it installed and counted; r9kctl status reads it",
+                 ("plugin.startup", "plugin.status", "r9kctl.cmd_status"), vllm=True)
+CACHE_DIR = _v("R9K_CACHE_DIR", "path", "$XDG_CACHE_HOME/r9k, else ~/.cache/r9k",
+               "parse cache, manifests, launch snapshots, tiny models (see cache_dir())",
+               ("registry.loader", "r9kctl.launch", "plugin.tiny_model", "plugin.snapshot"), vllm=True)
+REGISTRY = _v("R9K_REGISTRY", "path", "the packaged registry", "the registry tree to load instead",
+              ("registry.loader", "plugin.regcache"), vllm=True)
+PROFILES_DIR = _v("R9K_PROFILES_DIR", "paths", "only the packaged profiles",
+                  "extra profile folders, later ones win over earlier ones and the packaged ones",
+                  ("registry.loader", "plugin.regcache"), vllm=True)
+LEDGER = _v("R9K_LEDGER", "path", "registry/gates/ledger.jsonl of the tree in use",
+            "the gate ledger to read and append to", ("registry.ledger",))
+REPO_ROOT = _v("R9K_REPO_ROOT", "path", "the package's parent folder",
+               "the root that a variant's implementation sources are relative to", ("registry.ledger",))
+NO_CACHE = _v("R9K_NO_CACHE", "bool", "0", "1: parse every TOML file again (no parse cache)", ("registry.loader",))
+NO_REGISTRY_CACHE = _v("R9K_NO_REGISTRY_CACHE", "bool", "0",
+                       "1: the plugin loads the registry instead of its pickled snapshot", ("plugin.regcache",))
+DEBUG = _v("R9K_DEBUG", "bool", "0", "1: r9kctl shows the traceback of an unexpected error instead of one line",
+           ("r9kctl.cli",))
+PLAIN = _v("R9K_PLAIN", "bool", "0", "1: plain text output even on a terminal (like r9kctl --plain)",
+           ("r9kctl.output",))
+
+# ------------------------------------------------------------------ what the tests and gate runner set
+
+GATE_EVENTS = _v("R9K_GATE_EVENTS", "path", None, "where the gate pytest plugin writes its events (JSON lines)",
+                 ("r9kctl.evidence.pytest_plugin",))
+GATE_SELECT = _v("R9K_GATE_SELECT", "str", None, "the gate tests the pytest plugin lets run",
+                 ("r9kctl.evidence.pytest_plugin",))
+MUTATE = _v("R9K_MUTATE", "str", None, "JSON list of kernel mutations the mutation-test pytest plugin applies at "
+            "import (tests/evidence/test_mutation.py)", ("r9kctl.evidence.mutate",))
+TEST_SEED = _v("R9K_TEST_SEED", "int", "a fixed seed per test", "the random seed of the kernel and plugin tests",
+               ("kernels.conftest", "tests.plugin.conftest"))
+
+# ------------------------------------------------------------------ set by the plugin for its own processes
+
+LAUNCH_HASH = _v("_R9K_LAUNCH_HASH", "str", None,
+                 "the hash of the set the first process resolved; every later process must match it",
+                 ("plugin.startup", "plugin"), vllm=True)
+LAUNCH_PID = _v("_R9K_LAUNCH_PID", "int", None, "the process that set _R9K_LAUNCH_HASH", ("plugin.startup",),
+                vllm=True)
+LAUNCH_SNAPSHOT = _v("_R9K_LAUNCH_SNAPSHOT", "path", None,
+                     "the resolved set pickled by the first process, for the later ones", ("plugin.snapshot",),
+                     vllm=True)
+LAUNCH_INPUTS = _v("_R9K_LAUNCH_INPUTS", "str", None,
+                   "digest of the inputs the snapshot was resolved from", ("plugin.snapshot",), vllm=True)
+
+ALL: dict[str, EnvVar] = {v.name: v for v in globals().values() if isinstance(v, EnvVar)}
+
+
+def is_control(name: str) -> bool:
+    """A control variable of this project (never a knob, never warned about as a misspelt one)."""
+    return name in ALL
+
+
+def declared_to_vllm() -> tuple[str, ...]:
+    """The control variables the plugin declares in vLLM's variable registry."""
+    return tuple(n for n, v in ALL.items() if v.vllm)
+
+
+def state_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
+    """Where an installed copy keeps what it writes (the gate ledger): ``$XDG_STATE_HOME/r9k``, else
+    ``~/.local/state/r9k``."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "r9k"
+
+
+def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
+    """The cache directory: ``R9K_CACHE_DIR``, else ``$XDG_CACHE_HOME/r9k``, else ``~/.cache/r9k``."""
+    env = os.environ if environ is None else environ
+    own = CACHE_DIR.get(env)
+    if own:
+        return Path(own).expanduser()
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "r9k"

