@@ -55,8 +55,8 @@ BENCHES = {
     "fp8_block": _fp8,
     "hc_mix": _hc_mix,
     "router": _router,
-    "hc_norm": _part("hc_norm", ("vllm us", "vs vllm", "fused no-pdl us", "fused w4 us", "fused w16 us")),
-    "gdn_decode": _part("gdn_decode", ("vllm us", "vllm layer us", "vs vllm", "fused no-pdl us",
+    "hc_norm": _part("hc_norm", ("vllm us", "vs vllm", "fused pdl us", "fused w4 us", "fused w16 us")),
+    "gdn_decode": _part("gdn_decode", ("vllm us", "vllm layer us", "vs vllm", "fused pdl us",
                                        "fused bf16-state us")),
     "qsa_glue": _part("qsa_glue"),
     "qk_rope": _part("qk_rope"),
@@ -64,7 +64,7 @@ BENCHES = {
 }
 
 #: The summary printed last: (op prefix, columns).
-SUMMARY = ["op", "M", "stock us", "fused us", "fused no-pdl us", "vllm us", "cuBLAS bf16 us", "floor us"]
+SUMMARY = ["op", "M", "stock us", "fused us", "fused pdl us", "vllm us", "cuBLAS bf16 us", "floor us"]
 
 
 def main(argv=None) -> int:

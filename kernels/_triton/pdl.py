@@ -2,8 +2,9 @@
 predecessor on the stream is still running; it calls :func:`gdc_wait` before touching anything the predecessor
 writes, and the predecessor calls :func:`gdc_launch_dependents` once its successor may begin its prologue.
 
-Switched by ``R9K_PDL`` (variant ``programmatic_dependent_launch``; ``0`` turns it off everywhere). It is
-only used on CUDA devices of compute capability 9 or newer, never under the Triton interpreter.
+Switched by ``R9K_PDL`` (variant ``programmatic_dependent_launch``, opt-in: ``1`` turns it on; unset or ``0``
+every kernel launches without the attribute and its wait is not compiled in). It is only used on CUDA devices of
+compute capability 9 or newer, never under the Triton interpreter.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def _device_ok(index: int) -> bool:
 
 def pdl_enabled(t) -> bool:
     """Whether kernels on tensor ``t``'s device launch with programmatic dependent launch."""
-    if INTERPRETED or not getattr(t, "is_cuda", False) or os.environ.get("R9K_PDL", "1") == "0":
+    if INTERPRETED or not getattr(t, "is_cuda", False) or os.environ.get("R9K_PDL", "0") != "1":
         return False
     return _device_ok(t.device.index if t.device.index is not None else 0)
 

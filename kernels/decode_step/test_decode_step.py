@@ -2,7 +2,7 @@
 profile, the profile's fused ops agree with their stock implementations over a whole step, the plain parts
 compute what they claim, the launch counter counts what it claims, the memory accounting matches the
 registry per HC module, and the CLI behaves without a GPU. The H200 figures come from
-``scripts/h200_decode_step.sh`` (see notes/decode-step.md)."""
+``scripts/gpu.sh decode-step`` (see notes/decode-step.md)."""
 from __future__ import annotations
 
 import json
@@ -331,7 +331,7 @@ def test_release_records_show_in_r9kctl_diff(tmp_path, capsys, reg):
     shutil.copytree(REPO / "registry", root)
     latest = sorted((root / "releases").glob("v*.toml"), key=lambda p: [int(x) for x in p.stem[1:].split(".")])[-1]
     prev = sorted((root / "releases").glob("v*.toml"), key=lambda p: [int(x) for x in p.stem[1:].split(".")])[-2]
-    latest.write_text(latest.read_text() + "\n" + records_toml(release_records(res, "bash scripts/h200_decode_step.sh")))
+    latest.write_text(latest.read_text() + "\n" + records_toml(release_records(res, "bash scripts/gpu.sh decode-step")))
     capsys.readouterr()
     assert main(["--registry", str(root), "diff", prev.stem, latest.stem]) == 0
     out = capsys.readouterr().out

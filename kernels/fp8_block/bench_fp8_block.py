@@ -95,8 +95,8 @@ def run(sweep: bool = False):
                 lambda x, a, b: tk.fp8_block_linear(x, a, b, config=cfg), [args[0]] * len(args))["us"]
             row["cuBLAS bf16 us"] = _bench.graph_time_us(lambda x, w: F.linear(x, w), [(x, w) for w in bf])["us"]
             row["vs cuBLAS"] = row["cuBLAS bf16 us"] / row["fused us"]
-            with _bench.env(R9K_PDL="0"):
-                row["fused no-pdl us"] = _bench.graph_time_us(
+            with _bench.env(R9K_PDL="1"):
+                row["fused pdl us"] = _bench.graph_time_us(
                     lambda x, a, b: tk.fp8_block_linear(x, a, b, config=cfg), args)["us"]
             if M % 16 == 0:
                 try:
@@ -116,5 +116,5 @@ def run(sweep: bool = False):
     return rows, sweep_rows
 
 
-COLS = ["op", "M", "stock us", "fused us", "fused no-pdl us", "speedup", "launches s/f", "floor us", "bw frac",
+COLS = ["op", "M", "stock us", "fused us", "fused pdl us", "speedup", "launches s/f", "floor us", "bw frac",
         "L2-hot fused us", "cuBLAS bf16 us", "vs cuBLAS", "cuBLASLt fp8 us", "cfg"]

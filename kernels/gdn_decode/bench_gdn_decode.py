@@ -64,8 +64,8 @@ def run(bw, sweep_cfgs=((128, 8), (128, 16), (64, 4), (64, 8), (32, 2), (32, 4),
             r["vllm us"] = graph_time_us(vllm_peer.gdn_two_launches, two)["us"]
             r["vs vllm"] = r["vllm us"] / r["fused us"]
             del two
-        with env(R9K_PDL="0"):
-            r["fused no-pdl us"] = graph_time_us(triton_kernel.gdn_spec_decode_core, sets)["us"]
+        with env(R9K_PDL="1"):
+            r["fused pdl us"] = graph_time_us(triton_kernel.gdn_spec_decode_core, sets)["us"]
         i_state = ARGS.index("state")
         bf = [s[:i_state] + (s[i_state].to(torch.bfloat16),) + s[i_state + 1:] for s in sets]
         r["fused bf16-state us"] = graph_time_us(triton_kernel.gdn_spec_decode_core, bf)["us"]

@@ -183,7 +183,8 @@ def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tens
     block_v = min(block_v, Dv)
     if Dv % block_v:
         raise ValueError("block_v must divide the value head dim")
-    pdl = pdl_enabled(mixed_qkv)
+    # PDL measured faster up to two requests (8 tokens) and slower from four (notes/kernels-decode-width.md)
+    pdl = pdl_enabled(mixed_qkv) and N <= 2
     cnt = arrival_counters(mixed_qkv.device, N * Hv, user="gdn_decode")
     _gdn_decode_kernel[(N + 1, Hv, Dv // block_v)](
         mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted, state_indices, out, cnt,

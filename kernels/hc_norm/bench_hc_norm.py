@@ -37,8 +37,8 @@ def run(bw):
         if ok:
             r["vllm us"] = graph_time_us(vllm_peer.hc_combine_norm, sets)["us"]
             r["vs vllm"] = r["vllm us"] / r["fused us"]
-        with env(R9K_PDL="0"):
-            r["fused no-pdl us"] = graph_time_us(triton_kernel.hc_combine_norm, sets)["us"]
+        with env(R9K_PDL="1"):
+            r["fused pdl us"] = graph_time_us(triton_kernel.hc_combine_norm, sets)["us"]
         for w in (4, 16):
             r[f"fused w{w} us"] = graph_time_us(
                 lambda *a, w=w: triton_kernel.hc_combine_norm(*a, num_warps=w), sets)["us"]

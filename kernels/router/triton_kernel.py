@@ -153,6 +153,9 @@ def default_skinny_config(n: int, k: int) -> tuple[int, int, int, int, int]:
     return block_n, block_k, split, 4, 3
 
 
+SKINNY_PDL = False
+
+
 def skinny_gemm(x, w, *, scale=None, out=None, epi_cols: int = 0, hc_count: int = 4, config=None):
     """``out[m, n] = epi(bf16(scale[n] * sum_k x[m,k] * w[n,k]))`` for M <= 16 in one launch.
 
@@ -172,7 +175,9 @@ def skinny_gemm(x, w, *, scale=None, out=None, epi_cols: int = 0, hc_count: int 
     split = triton.cdiv(K, k_per_split)  # no empty splits
     unroll = k_per_split // block_k if (rest and rest[0]) else 0
     tiles = triton.cdiv(N, block_n)
-    pdl = pdl_enabled(x)
+    # PDL is not used here: over a decode step it measured slower with the skinny GEMMs (router, hc down) taking
+    # part (notes/kernels-decode-width.md); the kernel keeps the path for the benchmark's comparison
+    pdl = SKINNY_PDL and pdl_enabled(x)
     if split > 1:
         ws = torch.empty((split, BLOCK_M, N), dtype=torch.float32, device=x.device)
         cnt = arrival_counters(x.device, tiles)
