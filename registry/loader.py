@@ -371,24 +371,34 @@ def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origin
 
 
 def _load_profile(path: Path, diags: list[Diagnostic], texts: dict, cache) -> Optional[Profile]:
+    return _load_named(path, Profile, "name", "profile", diags, texts, cache, name_from_file=True)
+
+
+def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic], texts: dict, cache,
+                name_from_file: bool = False):
+    """One file holding one item named like the file (a profile, a release): read it, check it against
+    ``schema``, and check that its ``key`` field (which the file name supplies when ``name_from_file``
+    and it is absent) is the file's name. None after adding the located errors to ``diags``."""
     data, text, _ = _read(path, diags, cache)
     shown = display_path(path)
     texts[shown] = text
     if data is None:
         return None
-    data = dict(data)
-    data.setdefault("name", path.stem)
+    if name_from_file:
+        data = dict(data)
+        data.setdefault(key, path.stem)
     try:
-        prof = Profile.model_validate(data)
+        item = schema.model_validate(data)
     except ValidationError as exc:
         diags += _schema_diags(path, text, exc, items=[path.stem])
         return None
-    if prof.name != path.stem:
-        line, col = locate(text or _source_text(path), ("name",))
-        diags.append(Diagnostic("error", "schema", f"profile name {prof.name!r} differs from its file name "
-                                f"{path.stem!r}", shown, line, col, [prof.name]))
+    name = getattr(item, key)
+    if name != path.stem:
+        line, col = locate(text or _source_text(path), (key,))
+        diags.append(Diagnostic("error", "schema", f"{what} {key} {name!r} differs from its file name "
+                                f"{path.stem!r}", shown, line, col, [name]))
         return None
-    return prof
+    return item
 
 
 def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None,
@@ -448,23 +458,10 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
 
     rdir = root / "releases"
     for path in sorted(rdir.glob("*.toml")) if rdir.is_dir() else []:
-        data, text, _ = _read(path, diags, cache)
-        shown = display_path(path)
-        texts[shown] = text
-        if data is None:
-            continue
-        try:
-            rel = Release.model_validate(data)
-        except ValidationError as exc:
-            diags += _schema_diags(path, text, exc, items=[path.stem])
-            continue
-        if rel.version != path.stem:
-            line, col = locate(text or _source_text(path), ("version",))
-            diags.append(Diagnostic("error", "schema", f"release version {rel.version!r} differs from its file "
-                                    f"name {path.stem!r}", shown, line, col, [rel.version]))
-            continue
-        releases[rel.version] = rel
-        origins[("release", rel.version)] = (shown, 1)
+        rel = _load_named(path, Release, "version", "release", diags, texts, cache)
+        if rel is not None:
+            releases[rel.version] = rel
+            origins[("release", rel.version)] = (display_path(path), 1)
 
     mpath = root / "models.toml"
     if mpath.exists():

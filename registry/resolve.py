@@ -26,27 +26,18 @@ from typing import Iterable, Mapping, Optional
 from . import envvars
 from .errors import Diagnostic
 from .loader import Registry
-from .origin import Origin
+from .origin import Origin, WithOrigin
 from .schema import ModelSpec, Profile, Variant
 
 LAYERS = ("registry", "release", "profile", "environment", "override")
 
 
 @dataclass
-class Resolved:
+class Resolved(WithOrigin):
     variant: Variant
     value: Optional[str]  # canonical string; None = not set (the implementation's own default)
     origin: Origin  # where the value came from (rendered by str(origin): see registry/origin.py)
     history: list[tuple[Origin, Optional[str]]] = field(default_factory=list)  # (origin, value) overridden, oldest first
-
-    @property
-    def layer(self) -> str:
-        return self.origin.layer
-
-    @property
-    def source(self) -> str:
-        """The origin as a person reads it: ``registry/variants/decode.toml:40``, ``environment R9K_X``, ..."""
-        return str(self.origin)
 
     def override(self, value: Optional[str], origin: Origin) -> None:
         """A higher layer sets the value: the current one goes to the history."""
