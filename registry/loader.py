@@ -464,7 +464,7 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
             origins[("release", rel.version)] = (display_path(path), 1)
 
     mpath = root / "models.toml"
-    if mpath.exists():
+    if os.path.lexists(mpath):  # a broken link or a loop is an error of its own, not a missing file
         data, text, mheads = _read(mpath, diags, cache, header="[[model]]")
         shown = display_path(mpath)
         texts[shown] = text
