@@ -95,7 +95,8 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
             start = tabs[0]
             end = hi
             for n in range(start + 1, hi):
-                if _HEADER.match(lines[n]):
+                m = _HEADER.match(lines[n])
+                if m and not m.group(1).startswith(name + "."):  # its own sub-tables stay in range
                     end = n
                     break
             lo, hi = start, end
@@ -106,6 +107,8 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
         kr = _key_re(str(part))
         found = None
         for n in range(lo, hi):
+            if n > lo and _HEADER.match(lines[n]):
+                break  # the next table: the key is not in this one
             if kr.match(lines[n]):
                 found = n
                 break
@@ -260,7 +263,7 @@ class Registry:
 
     def __post_init__(self) -> None:
         for v in self.variants.values():
-            self._knobs[v.knob] = v.id
+            self._knobs.setdefault(v.knob, v.id)  # a second declaration never takes a knob over (consistency)
             for k in v.also_knobs:
                 self._knobs.setdefault(k, v.id)
 
@@ -323,12 +326,12 @@ class Registry:
         if loc and file in self.texts:
             lines = self.texts[file].splitlines()
             if kind in ("variant", "model"):
-                # search within this item's block
+                # search within this item's block, as the first of its array of tables
                 head = f"[[{kind}]]"
                 start = line - 1
                 end = next((n for n in range(start + 1, len(lines)) if lines[n].strip() == head), len(lines))
                 sub = "\n".join(lines[start:end])
-                ln, col = locate(sub, loc)
+                ln, col = locate(sub, (kind, 0) + tuple(loc))
                 if ln:
                     return file, start + ln, col
             else:
