@@ -28,9 +28,12 @@ import multiprocessing
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 from r9k.registry import envvars
+
+if TYPE_CHECKING:
+    from .view import ResolvedView
 
 #: Exported by the first plugin process of a launch; compared by every later one.
 LAUNCH_HASH_VAR = envvars.LAUNCH_HASH.name
@@ -84,7 +87,7 @@ def process_info() -> ProcessInfo:
 class Active:
     """The outcome of startup resolution in one process."""
 
-    rs: object  # r9k.registry.resolve.ResolvedSet
+    rs: "ResolvedView"  # r9k.registry.resolve.ResolvedSet, or the launch snapshot's LightSet
     reg: object  # r9k.registry.loader.Registry
     origin: str  # "manifest <path>", "R9K_PROFILE", "default for TP n"
     warnings: list[str] = field(default_factory=list)

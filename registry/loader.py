@@ -253,6 +253,8 @@ class Registry:
     # where each item was declared: ("variant", id) -> (file, line); ("profile", name) -> ...
     origins: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     texts: dict[str, Optional[str]] = field(default_factory=dict)  # file -> text (None: read when needed)
+    # profiles whose file does not load: name -> its located diagnostics (see load_registry)
+    profile_problems: dict[str, list[Diagnostic]] = field(default_factory=dict)
     _knobs: dict[str, str] = field(default_factory=dict)
     _memo: dict = field(default_factory=dict)  # derived data cached for this registry object (see validate)
 
@@ -331,38 +333,63 @@ def _vkey(v: str) -> tuple:
 
 
 def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origins: dict,
-                  cache: Optional[_ParseCache] = None) -> dict[str, Profile]:
+                  cache: Optional[_ParseCache] = None,
+                  problems: Optional[dict[str, list[Diagnostic]]] = None) -> dict[str, Profile]:
+    """The profiles of ``dirs`` (a later folder's file replaces an earlier one of the same name). A file
+    that does not load goes to ``problems`` (name -> its diagnostics) when that is given, else to ``diags``;
+    either way it hides a profile of the same name in an earlier folder."""
     profiles: dict[str, Profile] = {}
     for d in dirs:
         if not d.is_dir():
             diags.append(Diagnostic("error", "io", "profile folder does not exist", display_path(d)))
             continue
         for path in sorted(d.glob("*.toml")):
-            data, text, _ = _read(path, diags, cache)
-            shown = display_path(path)
-            texts[shown] = text
-            if data is None:
+            local: list[Diagnostic] = []
+            prof = _load_profile(path, local, texts, cache)
+            if local or prof is None:
+                profiles.pop(path.stem, None)
+                if problems is None:
+                    diags += local
+                else:
+                    problems[path.stem] = local
                 continue
-            data = dict(data)
-            data.setdefault("name", path.stem)
-            try:
-                prof = Profile.model_validate(data)
-            except ValidationError as exc:
-                diags += _schema_diags(path, text, exc, items=[path.stem])
-                continue
-            if prof.name != path.stem:
-                line, col = locate(text or _source_text(path), ("name",))
-                diags.append(Diagnostic("error", "schema", f"profile name {prof.name!r} differs from its file name "
-                                        f"{path.stem!r}", shown, line, col, [prof.name]))
-                continue
+            if problems is not None:
+                problems.pop(prof.name, None)
             profiles[prof.name] = prof
-            origins[("profile", prof.name)] = (shown, 1)
+            origins[("profile", prof.name)] = (display_path(path), 1)
     return profiles
 
 
-def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> Registry:
+def _load_profile(path: Path, diags: list[Diagnostic], texts: dict, cache) -> Optional[Profile]:
+    data, text, _ = _read(path, diags, cache)
+    shown = display_path(path)
+    texts[shown] = text
+    if data is None:
+        return None
+    data = dict(data)
+    data.setdefault("name", path.stem)
+    try:
+        prof = Profile.model_validate(data)
+    except ValidationError as exc:
+        diags += _schema_diags(path, text, exc, items=[path.stem])
+        return None
+    if prof.name != path.stem:
+        line, col = locate(text or _source_text(path), ("name",))
+        diags.append(Diagnostic("error", "schema", f"profile name {prof.name!r} differs from its file name "
+                                f"{path.stem!r}", shown, line, col, [prof.name]))
+        return None
+    return prof
+
+
+def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None,
+                  broken_profiles: str = "keep") -> Registry:
     """Load and schema-check the registry tree and the profiles; raise RegistryError with every
-    located schema error found (not just the first)."""
+    located schema error found (not just the first).
+
+    A profile file that does not load does not stop the rest: with ``broken_profiles="keep"`` (the
+    default) it is left out of ``profiles`` and its diagnostics are kept in ``profile_problems``, reported
+    by whatever reads that profile (resolve, validate) and by ``validate --all``; ``"raise"`` makes it an
+    error of the load."""
     root = Path(root).expanduser() if root else default_registry_root()
     diags: list[Diagnostic] = []
     texts: dict[str, str] = {}
@@ -455,10 +482,11 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
             models[m.name] = m
             origins[("model", m.name)] = (shown, line)
 
+    problems: Optional[dict[str, list[Diagnostic]]] = {} if broken_profiles == "keep" else None
     profiles = load_profiles(profile_dirs if profile_dirs is not None else default_profile_dirs(), diags, texts, origins,
-                             cache)
+                             cache, problems)
     cache.save()
     if diags:
         raise RegistryError(diags)
     return Registry(root=root, variants=variants, releases=releases, models=models, profiles=profiles,
-                    origins=origins, texts=texts)
+                    origins=origins, texts=texts, profile_problems=problems or {})

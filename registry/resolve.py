@@ -26,6 +26,7 @@ from typing import Iterable, Mapping, Optional
 from . import envvars
 from .errors import Diagnostic
 from .loader import Registry
+from .origin import Origin
 from .schema import ModelSpec, Profile, Variant
 
 LAYERS = ("registry", "release", "profile", "environment", "override")
@@ -35,9 +36,22 @@ LAYERS = ("registry", "release", "profile", "environment", "override")
 class Resolved:
     variant: Variant
     value: Optional[str]  # canonical string; None = not set (the implementation's own default)
-    layer: str
-    source: str  # "registry/variants/decode.toml:40", "profiles/tp4-default.toml:12", "environment", "--set"
-    history: list[tuple[str, str, Optional[str]]] = field(default_factory=list)  # (layer, source, value) overridden
+    origin: Origin  # where the value came from (rendered by str(origin): see registry/origin.py)
+    history: list[tuple[Origin, Optional[str]]] = field(default_factory=list)  # (origin, value) overridden, oldest first
+
+    @property
+    def layer(self) -> str:
+        return self.origin.layer
+
+    @property
+    def source(self) -> str:
+        """The origin as a person reads it: ``registry/variants/decode.toml:40``, ``environment R9K_X``, ..."""
+        return str(self.origin)
+
+    def override(self, value: Optional[str], origin: Origin) -> None:
+        """A higher layer sets the value: the current one goes to the history."""
+        self.history.append((self.origin, self.value))
+        self.value, self.origin = value, origin
 
     @property
     def is_stock(self) -> bool:
@@ -126,7 +140,8 @@ class ResolvedSet:
             "hash": self.hash,
             "strict": self.strict,
             "values": {
-                vid: {"knob": r.variant.knob, "value": r.value, "layer": r.layer, "source": r.source}
+                vid: {"knob": r.variant.knob, "value": r.value, "layer": r.layer, "source": r.source,
+                      "origin": r.origin.to_dict()}
                 for vid, r in sorted(self.items.items())
             },
             "extra_env": self.extra_env,
@@ -156,7 +171,9 @@ class ResolvedSet:
                 except ValueError as exc:
                     diags.append(Diagnostic("error", "bad-value", f"{v.knob}={value!r} in the manifest: {exc}",
                                             items=[vid]))
-            items[vid] = Resolved(v, value, entry.get("layer", "override"), entry.get("source", "manifest"))
+            origin = (Origin.from_dict(entry["origin"]) if isinstance(entry.get("origin"), dict)
+                      else Origin(entry.get("layer", "override"), detail=entry.get("source", "manifest")))
+            items[vid] = Resolved(v, value, origin)
         for vid in vals:
             if vid not in reg.variants:
                 diags.append(Diagnostic("error", "manifest", f"manifest names unknown variant '{vid}'", items=[vid]))
@@ -246,6 +263,9 @@ def profile_chain(reg: Registry, name: str) -> tuple[list[Profile], Optional[str
                                     file, line, col, seen + [cur]))
             break
         prof = reg.profiles.get(cur)
+        if prof is None and cur in getattr(reg, "profile_problems", {}):
+            diags.extend(reg.profile_problems[cur])  # its file does not load: its own located errors
+            break
         if prof is None:
             if not seen:
                 diags.append(Diagnostic("error", "unknown-profile", f"no profile named '{cur}'", items=[cur],
@@ -320,22 +340,20 @@ def resolve(
     release_order = reg.release_order()
     for vid, v in reg.variants.items():
         file, line = reg.origins.get(("variant", vid), ("registry", 0))
-        r = Resolved(v, v.default_for(model, tp), "registry", f"{file}:{line}")
+        r = Resolved(v, v.default_for(model, tp), Origin("registry", file, line or None))
         if base == "stock":
-            r.history.append((r.layer, r.source, r.value))
-            r.value, r.layer, r.source = v.stock, "release", "stock values (extends = \"stock\")"
+            r.override(v.stock, Origin("release", detail="stock values (extends = \"stock\")"))
         elif base in reg.releases and base != (release_order[-1] if release_order else None):
             val = value_at_release(reg, v, base, model, tp)
             if val != r.value:
-                r.history.append((r.layer, r.source, r.value))
-                rfile = reg.origins.get(("release", base), (f"release {base}", 0))[0]
-                r.value, r.layer, r.source = val, "release", f"release {base} ({rfile})"
-        elif base is not None:
-            r.layer = "release"
-            r.source = f"release {base} ({file}:{line})"
+                rfile = reg.origins.get(("release", base), (None, 0))[0]
+                r.override(val, Origin("release", rfile, detail=f"release {base}"))
+        elif base is not None:  # the latest release: its defaults are the registry's
+            r.origin = Origin("release", file, line or None, f"release {base}")
         items[vid] = r
 
-    def apply(key: str, raw: object, layer: str, source: str, where=(None, None, None)) -> None:
+    def apply(key: str, raw: object, origin: Origin, where=(None, None, None)) -> None:
+        source = str(origin)
         v = reg.find_variant(key)
         if v is None:
             diags.append(Diagnostic("error", "unknown-variant", f"unknown knob or variant '{key}' ({source})",
@@ -348,26 +366,25 @@ def resolve(
             diags.append(Diagnostic("error", "bad-value", f"{v.knob}={raw!r} ({source}): {exc}", where[0], where[1],
                                     where[2], [v.id, v.knob], hint=f"allowed: {v.allowed_text()}"))
             return
-        r = items[v.id]
-        r.history.append((r.layer, r.source, r.value))
-        r.value, r.layer, r.source = val, layer, source
+        items[v.id].override(val, origin)
 
     for p in chain:
         for key, raw in p.knobs.items():
             file, line, col = reg.locate("profile", p.name, ("knobs", key))
-            apply(key, raw, "profile", f"{file}:{line}" if line else (file or p.name), (file, line, col))
+            origin = Origin("profile", file, line) if file else Origin("profile", detail=p.name)
+            apply(key, raw, origin, (file, line, col))
 
     declared = reg.knobs()
     for name in sorted(env):
         if name in declared:
-            apply(name, env[name], "environment", f"environment {name}")
+            apply(name, env[name], Origin("environment", detail=f"environment {name}", key=name))
         elif name.startswith(envvars.PREFIX) and not envvars.is_control(name):
             diags.append(Diagnostic("error" if strict_flag else "warning", "unknown-env",
                                     f"environment variable {name} looks like a knob but is not declared in the "
                                     "registry; it is ignored", items=[name],
                                     hint=suggest(name, declared)))
     for key, raw in sets.items():
-        apply(key, raw, "override", f"--set {key}")
+        apply(key, raw, Origin("override", detail=f"--set {key}", key=key))
 
     rs = ResolvedSet(profile=profile, model=model, tp=tp, platform=plat,
                      release=base, chain=[p.name for p in chain], items=items, extra_env=extra_env,

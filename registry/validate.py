@@ -256,11 +256,8 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
 
 
 def _where(reg: Registry, r) -> tuple:
-    src = r.source
-    m = re.search(r"([^\s(]+\.toml):(\d+)\)?$", src)
-    if m:
-        return m.group(1), int(m.group(2)), None
-    return None, None, None
+    """File, line, column of the place that set a resolved value (none for the environment or --set)."""
+    return r.origin.file, r.origin.line, None
 
 
 # ----------------------------------------------------------------------------------- entry points
@@ -292,6 +289,10 @@ def validate(
     from .consistency import check_consistency, group_cascades
 
     check_consistency(reg, report)
+    if all_profiles or not profile:  # profiles whose files do not load (a profile's own are in its resolve)
+        for problems in reg.profile_problems.values():
+            for d in problems:
+                report.add(d)
     names = sorted(reg.profiles) if all_profiles else ([profile] if profile else [])
     for name in names:
         rs = resolve(reg, name, tp=tp, env=env, sets=sets,

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from r9k.registry import envvars
+from r9k.registry.origin import Origin
 
 from . import mcnemar, results
 
@@ -133,8 +134,7 @@ def step_set(reg: Any, plan: Plan, step: str):
     rs = resolve(reg, plan.good, tp=plan.tp, env={}, sets=sets)
     for knob in unset:  # `--set` cannot express "not set"; the resolved item is patched instead
         r = rs.items[reg.variant(knob).id]
-        r.history.append((r.layer, r.source, r.value))
-        r.value, r.layer, r.source = None, "override", "bisect (unset, as in the bad profile)"
+        r.override(None, Origin("override", detail="bisect (unset, as in the bad profile)"))
     return rs
 
 
