@@ -31,6 +31,8 @@ def read_keymap(path, explicit: bool) -> tuple[dict[str, str], str | None]:
 
     if not explicit and not os.path.lexists(path):
         return {}, None
+    if not os.path.lexists(path):
+        raise fileio.error(path, "keymap", "no such keymap file")
     text = fileio.read_text(path, "keymap")
     data = fileio.parse_toml(text, path, "keymap")
 

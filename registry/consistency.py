@@ -113,9 +113,10 @@ def _test_functions(path: Path, cache: dict) -> Optional[set]:
 def missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
     """Variant id -> an error per declared gate test that does not exist (its file, or the test in it).
     Computed once per registry object."""
-    memo = reg._memo.get("missing_gate_tests")
-    if memo is not None:
-        return memo
+    return reg.cached("missing_gate_tests", lambda: _missing_gate_tests(reg))
+
+
+def _missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
     from .ledger import repo_root, test_file
 
     root = repo_root(reg)
@@ -142,7 +143,6 @@ def missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
                         "error", "unknown-test", f"variant '{vid}' gate test '{tid}': {rel} has no test '{name}'",
                         *where, [vid], hint=suggest(name, names)))
                     break
-    reg._memo["missing_gate_tests"] = out
     return out
 
 

@@ -256,7 +256,7 @@ class Registry:
     # profiles whose file does not load: name -> its located diagnostics (see load_registry)
     profile_problems: dict[str, list[Diagnostic]] = field(default_factory=dict)
     _knobs: dict[str, str] = field(default_factory=dict)
-    _memo: dict = field(default_factory=dict)  # derived data cached for this registry object (see validate)
+    _memo: dict = field(default_factory=dict)  # derived data cached for this registry object: see cached()
 
     def __post_init__(self) -> None:
         for v in self.variants.values():
@@ -278,6 +278,16 @@ class Registry:
             return self.variant(key)
         except KeyError:
             return None
+
+    def cached(self, key: tuple | str, compute):
+        """``compute()``, once per registry object and ``key`` (derived data: gate states, missing gate
+        tests, located keys). :meth:`forget` drops it all, e.g. after kernel sources were edited."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def forget(self) -> None:
+        self._memo.clear()
 
     def knobs(self) -> dict[str, str]:
         return dict(self._knobs)
@@ -361,24 +371,34 @@ def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origin
 
 
 def _load_profile(path: Path, diags: list[Diagnostic], texts: dict, cache) -> Optional[Profile]:
+    return _load_named(path, Profile, "name", "profile", diags, texts, cache, name_from_file=True)
+
+
+def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic], texts: dict, cache,
+                name_from_file: bool = False):
+    """One file holding one item named like the file (a profile, a release): read it, check it against
+    ``schema``, and check that its ``key`` field (which the file name supplies when ``name_from_file``
+    and it is absent) is the file's name. None after adding the located errors to ``diags``."""
     data, text, _ = _read(path, diags, cache)
     shown = display_path(path)
     texts[shown] = text
     if data is None:
         return None
-    data = dict(data)
-    data.setdefault("name", path.stem)
+    if name_from_file:
+        data = dict(data)
+        data.setdefault(key, path.stem)
     try:
-        prof = Profile.model_validate(data)
+        item = schema.model_validate(data)
     except ValidationError as exc:
         diags += _schema_diags(path, text, exc, items=[path.stem])
         return None
-    if prof.name != path.stem:
-        line, col = locate(text or _source_text(path), ("name",))
-        diags.append(Diagnostic("error", "schema", f"profile name {prof.name!r} differs from its file name "
-                                f"{path.stem!r}", shown, line, col, [prof.name]))
+    name = getattr(item, key)
+    if name != path.stem:
+        line, col = locate(text or _source_text(path), (key,))
+        diags.append(Diagnostic("error", "schema", f"{what} {key} {name!r} differs from its file name "
+                                f"{path.stem!r}", shown, line, col, [name]))
         return None
-    return prof
+    return item
 
 
 def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None,
@@ -438,26 +458,13 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
 
     rdir = root / "releases"
     for path in sorted(rdir.glob("*.toml")) if rdir.is_dir() else []:
-        data, text, _ = _read(path, diags, cache)
-        shown = display_path(path)
-        texts[shown] = text
-        if data is None:
-            continue
-        try:
-            rel = Release.model_validate(data)
-        except ValidationError as exc:
-            diags += _schema_diags(path, text, exc, items=[path.stem])
-            continue
-        if rel.version != path.stem:
-            line, col = locate(text or _source_text(path), ("version",))
-            diags.append(Diagnostic("error", "schema", f"release version {rel.version!r} differs from its file "
-                                    f"name {path.stem!r}", shown, line, col, [rel.version]))
-            continue
-        releases[rel.version] = rel
-        origins[("release", rel.version)] = (shown, 1)
+        rel = _load_named(path, Release, "version", "release", diags, texts, cache)
+        if rel is not None:
+            releases[rel.version] = rel
+            origins[("release", rel.version)] = (display_path(path), 1)
 
     mpath = root / "models.toml"
-    if mpath.exists():
+    if os.path.lexists(mpath):  # a broken link or a loop is an error of its own, not a missing file
         data, text, mheads = _read(mpath, diags, cache, header="[[model]]")
         shown = display_path(mpath)
         texts[shown] = text

@@ -23,33 +23,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .tl_common import INTERPRETED, dot_bf16, to_bf16
+from r9k.kernels._triton import tuned
+from r9k.kernels._triton.common import INTERPRETED, dot_bf16, to_bf16, use_triton
+from r9k.kernels._triton.counters import arrival_counters
+from r9k.kernels._triton.pdl import gdc_launch_dependents, gdc_wait, pdl_enabled, prefetch_l2
 
 
 BLOCK_M = 16  # one tile of decode rows (MTP-3: 4 rows a request, so up to 4 requests)
 MAX_M = 16  # above this the wrappers use the stock GEMM (fp32-out mm, one rounding)
-
-
-def use_triton(t: torch.Tensor) -> bool:
-    """Whether a Triton kernel can run on ``t``: a GPU tensor, or any tensor under the interpreter."""
-    return t.is_cuda or INTERPRETED
-
-
-_COUNTERS: dict = {}
-
-
-def splitk_counters(device: torch.device, n: int) -> torch.Tensor:
-    """Zeroed int32 arrival counters for the split-K reduction (kernels reset them after use).
-
-    Allocated once per device and kept; the first call must happen outside CUDA-graph capture
-    (every caller warms up first). Kernels on one stream use them one after another.
-    """
-    key = (device.type, device.index)
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-        _COUNTERS[key] = buf
-    return buf
 
 
 @triton.jit
@@ -79,6 +60,7 @@ def skinny_gemm_kernel(
     EPI_COLS, inv_hc,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
     HAS_SCALE: tl.constexpr, EPI_SILU: tl.constexpr, INTERPRET: tl.constexpr, UNROLL: tl.constexpr = 0,
+    PDL: tl.constexpr = False, W_BYTES: tl.constexpr = 2,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -89,6 +71,18 @@ def skinny_gemm_kernel(
     n_mask = offs_n < N
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    if PDL:
+        # weights are no predecessor's output: stream this split's rows into the L2 (one prefetch per 128 bytes)
+        # before waiting for the activations
+        LINE: tl.constexpr = 128 // W_BYTES
+        NL: tl.constexpr = (BLOCK_K + LINE - 1) // LINE
+        lines = tl.arange(0, NL) * LINE
+        wrow = w_ptr + offs_n.to(tl.int64)[:, None] * K
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            kk = k0 + lines[None, :]
+            prefetch_l2(tl.where(n_mask[:, None] & (kk < k_hi), wrow + kk, w_ptr))
+        gdc_wait()
+        gdc_launch_dependents()
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if UNROLL > 0:
@@ -126,7 +120,7 @@ def skinny_gemm_kernel(
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], y, mask=out_mask)
 
 
-TUNED_FILE = os.path.join(os.path.dirname(__file__), "tuned_h200.json")
+TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (absent: default configs)
 
 
 def load_tuned(path: str = TUNED_FILE) -> dict:
@@ -159,6 +153,9 @@ def default_skinny_config(n: int, k: int) -> tuple[int, int, int, int, int]:
     return block_n, block_k, split, 4, 3
 
 
+SKINNY_PDL = False
+
+
 def skinny_gemm(x, w, *, scale=None, out=None, epi_cols: int = 0, hc_count: int = 4, config=None):
     """``out[m, n] = epi(bf16(scale[n] * sum_k x[m,k] * w[n,k]))`` for M <= 16 in one launch.
 
@@ -178,9 +175,12 @@ def skinny_gemm(x, w, *, scale=None, out=None, epi_cols: int = 0, hc_count: int 
     split = triton.cdiv(K, k_per_split)  # no empty splits
     unroll = k_per_split // block_k if (rest and rest[0]) else 0
     tiles = triton.cdiv(N, block_n)
+    # PDL is not used here: over a decode step it measured slower with the skinny GEMMs (router, hc down) taking
+    # part (notes/kernels-decode-width.md); the kernel keeps the path for the benchmark's comparison
+    pdl = SKINNY_PDL and pdl_enabled(x)
     if split > 1:
         ws = torch.empty((split, BLOCK_M, N), dtype=torch.float32, device=x.device)
-        cnt = splitk_counters(x.device, tiles)
+        cnt = arrival_counters(x.device, tiles)
     else:
         ws = cnt = out  # unused
     skinny_gemm_kernel[(tiles, split)](
@@ -189,7 +189,8 @@ def skinny_gemm(x, w, *, scale=None, out=None, epi_cols: int = 0, hc_count: int 
         epi_cols, 1.0 / hc_count,
         BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split,
         HAS_SCALE=scale is not None, EPI_SILU=epi_cols > 0, INTERPRET=INTERPRETED, UNROLL=unroll,
-        num_warps=warps, num_stages=stages,
+        PDL=pdl, W_BYTES=w.element_size(), num_warps=warps, num_stages=stages,
+        **({"launch_pdl": True} if pdl else {}),
     )
     return out
 
