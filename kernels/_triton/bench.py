@@ -57,7 +57,7 @@ BENCHES = {
     "router": _router,
     "hc_norm": _part("hc_norm", ("vllm us", "vs vllm", "fused pdl us", "fused w4 us", "fused w16 us")),
     "gdn_decode": _part("gdn_decode", ("vllm us", "vllm layer us", "vs vllm", "fused pdl us",
-                                       "fused token-loop us", "fused bf16-state us")),
+                                       "fused bf16-state us")),
     "qsa_glue": _part("qsa_glue"),
     "qk_rope": _part("qk_rope"),
     "shared_expert": _part("shared_expert"),

@@ -66,8 +66,6 @@ def run(bw, sweep_cfgs=((128, 8), (128, 16), (64, 4), (64, 8), (32, 2), (32, 4),
             del two
         with env(R9K_PDL="1"):
             r["fused pdl us"] = graph_time_us(triton_kernel.gdn_spec_decode_core, sets)["us"]
-        r["fused token-loop us"] = graph_time_us(
-            functools.partial(triton_kernel.gdn_spec_decode_core, chunked=False), sets)["us"]
         i_state = ARGS.index("state")
         bf = [s[:i_state] + (s[i_state].to(torch.bfloat16),) + s[i_state + 1:] for s in sets]
         r["fused bf16-state us"] = graph_time_us(triton_kernel.gdn_spec_decode_core, bf)["us"]

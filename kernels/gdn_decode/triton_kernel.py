@@ -36,8 +36,7 @@ def _pick(tile, rows, i):
 def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, state_ptr, cu_ptr, acc_ptr, idx_ptr,
                        out_ptr, cnt_ptr, N, T, S, s_qkv, s_z, s_b, s_a, s_out, s_slot, s_idx, scale, eps,
                        HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
-                       S_MAX: tl.constexpr, GATE_SILU: tl.constexpr, STATE_BF16: tl.constexpr, PDL: tl.constexpr,
-                       CHUNKED: tl.constexpr):
+                       S_MAX: tl.constexpr, GATE_SILU: tl.constexpr, STATE_BF16: tl.constexpr, PDL: tl.constexpr):
     NB: tl.constexpr = DV // BV  # value-row blocks per head (programs per (sequence, head))
     n = tl.program_id(0)
     hv = tl.program_id(1)
@@ -88,68 +87,28 @@ def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, s
         decay = tl.exp(-tl.exp(tl.load(alog_ptr + hv).to(tl.float32)) * sp)
         beta = 1.0 / (1.0 + tl.exp(-bb))
         O = tl.zeros((S_MAX, BV), tl.float32)
-        if CHUNKED:
-            # The recurrence's only reductions are over the OLD state: H_{t-1} k_t and H_{t-1} q_t. With
-            # H_t = d_t H_{t-1} + u_t k_t^T, for any x: H_t x = d_t (H_{t-1} x) + u_t (k_t . x). So the products of
-            # the initial state with every candidate's k and q (2 * S_MAX independent reductions, issued
-            # together) and the small k.k / q.k tables carry the whole chain: per token only [S_MAX, BV] updates,
-            # no 128-wide reduction. H itself is still formed token by token for the state stores (elementwise).
-            PK = tl.zeros((S_MAX, BV), tl.float32)  # row j: H k_j
-            PQ = tl.zeros((S_MAX, BV), tl.float32)  # row j: H q_j
-            for j in tl.static_range(S_MAX):
-                kj = _pick(Kn, rows, j)
-                qj = _pick(Qn, rows, j)
-                PK = tl.where((rows == j)[:, None], tl.sum(H * kj[None, :], axis=1)[None, :], PK)
-                PQ = tl.where((rows == j)[:, None], tl.sum(H * qj[None, :], axis=1)[None, :], PQ)
-            KK = tl.sum(Kn[:, None, :] * Kn[None, :, :], axis=2)  # [i, j] = k_i . k_j
-            QK = tl.sum(Qn[:, None, :] * Kn[None, :, :], axis=2)  # [j, i] = q_j . k_i
-            for i in range(0, n_iter):
-                sel = rows == i
-                k = _pick(Kn, rows, i)
-                v = _pick(V, rows, i)
-                d_i = tl.sum(tl.where(sel, decay, 0.0), axis=0)
-                b_i = tl.sum(tl.where(sel, beta, 0.0), axis=0)
-                kq = tl.sum(tl.where(sel, KQ, 0.0), axis=0)
-                slot = tl.sum(tl.where(sel, slots, 0), axis=0)
-                hk_old = _pick(PK, rows, i)
-                hq_old = _pick(PQ, rows, i)
-                u = b_i * (v - d_i * hk_old)
-                o = d_i * hq_old + u * kq
-                kk_i = tl.sum(tl.where(sel[None, :], KK, 0.0), axis=1)  # [j] = k_j . k_i
-                qk_i = tl.sum(tl.where(sel[None, :], QK, 0.0), axis=1)  # [j] = q_j . k_i
-                PK = PK * d_i + kk_i[:, None] * u[None, :]
-                PQ = PQ * d_i + qk_i[:, None] * u[None, :]
-                H = H * d_i + u[:, None] * k[None, :]
-                O = tl.where(sel[:, None], o[None, :], O)
-                if STATE_BF16:
-                    hs = rne_bf16(H).to(tl.bfloat16)
-                else:
-                    hs = H
-                tl.store(state_ptr + tl.maximum(slot, 0).to(tl.int64) * s_slot + hoff, hs,
-                         mask=(zero_hv + slot) > 0)
-        else:
-            for i in range(0, n_iter):
-                sel = rows == i
-                k = _pick(Kn, rows, i)
-                q = _pick(Qn, rows, i)
-                v = _pick(V, rows, i)
-                d_i = tl.sum(tl.where(sel, decay, 0.0), axis=0)
-                b_i = tl.sum(tl.where(sel, beta, 0.0), axis=0)
-                kq = tl.sum(tl.where(sel, KQ, 0.0), axis=0)
-                slot = tl.sum(tl.where(sel, slots, 0), axis=0)
-                # H_new = d H + u k^T with u = b (v - d H k): both products of the OLD H are independent, so
-                # o = H_new q = d (H q) + u (k . q) needs no reduction over the updated state.
-                hk_old = tl.sum(H * k[None, :], axis=1)
-                hq_old = tl.sum(H * q[None, :], axis=1)
-                u = b_i * (v - d_i * hk_old)
-                o = d_i * hq_old + u * kq
-                H = H * d_i + u[:, None] * k[None, :]
-                O = tl.where(sel[:, None], o[None, :], O)
-                if STATE_BF16:
-                    hs = rne_bf16(H).to(tl.bfloat16)
-                else:
-                    hs = H
-                tl.store(state_ptr + tl.maximum(slot, 0).to(tl.int64) * s_slot + hoff, hs, mask=(zero_hv + slot) > 0)
+        for i in range(0, n_iter):
+            sel = rows == i
+            k = _pick(Kn, rows, i)
+            q = _pick(Qn, rows, i)
+            v = _pick(V, rows, i)
+            d_i = tl.sum(tl.where(sel, decay, 0.0), axis=0)
+            b_i = tl.sum(tl.where(sel, beta, 0.0), axis=0)
+            kq = tl.sum(tl.where(sel, KQ, 0.0), axis=0)
+            slot = tl.sum(tl.where(sel, slots, 0), axis=0)
+            # H_new = d H + u k^T with u = b (v - d H k): both products of the OLD H are independent, so
+            # o = H_new q = d (H q) + u (k . q) needs no reduction over the updated state.
+            hk_old = tl.sum(H * k[None, :], axis=1)
+            hq_old = tl.sum(H * q[None, :], axis=1)
+            u = b_i * (v - d_i * hk_old)
+            o = d_i * hq_old + u * kq
+            H = H * d_i + u[:, None] * k[None, :]
+            O = tl.where(sel[:, None], o[None, :], O)
+            if STATE_BF16:
+                hs = rne_bf16(H).to(tl.bfloat16)
+            else:
+                hs = H
+            tl.store(state_ptr + tl.maximum(slot, 0).to(tl.int64) * s_slot + hoff, hs, mask=(zero_hv + slot) > 0)
         if PDL:
             # the successor may be scheduled now (it waits for this grid's completion before reading); released
             # at the start, its waiting programs took the SM slots this grid's larger batches need (measured)
@@ -189,18 +148,13 @@ def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, s
                 tl.store(cnt_ptr + n * HV + hv, 0)
 
 
-#: The recurrence through the initial state's products with every candidate (see the kernel); False: the
-#: token-by-token reductions over the state of the version measured before (notes/kernels-attention-gdn.md).
-CHUNKED = True
-
-
 def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
                          A_log: torch.Tensor, dt_bias: torch.Tensor, norm_weight: torch.Tensor, state: torch.Tensor,
                          cu_seqlens: torch.Tensor, num_accepted: torch.Tensor, state_indices: torch.Tensor,
                          num_k_heads: int, num_v_heads: int, head_k_dim: int = 128, head_v_dim: int = 128,
                          eps: float = 1e-6, gate: str = "sigmoid", scale: float | None = None,
                          out: torch.Tensor | None = None, num_warps: int = 4,
-                         block_v: int | None = None, chunked: bool | None = None) -> torch.Tensor:
+                         block_v: int | None = None) -> torch.Tensor:
     """Fused form of :func:`r9k.kernels.gdn_decode.reference.gdn_spec_decode_core` (same arguments, one launch).
 
     Extra requirements: head dims powers of two, Hv % Hk == 0, state [slots, Hv, Dv, Dk] contiguous per slot
@@ -231,15 +185,13 @@ def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tens
         raise ValueError("block_v must divide the value head dim")
     # PDL measured faster up to two requests (8 tokens) and slower from four (notes/kernels-decode-width.md)
     pdl = pdl_enabled(mixed_qkv) and N <= 2
-    if chunked is None:
-        chunked = CHUNKED
     cnt = arrival_counters(mixed_qkv.device, N * Hv, user="gdn_decode")
     _gdn_decode_kernel[(N + 1, Hv, Dv // block_v)](
         mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted, state_indices, out, cnt,
         N, T, S, mixed_qkv.stride(0), z.stride(0), b.stride(0), a.stride(0), out.stride(0), state.stride(0),
         state_indices.stride(0), float(scale), float(eps),
         HK=Hk, HV=Hv, DK=Dk, DV=Dv, BV=block_v, S_MAX=max(triton.next_power_of_2(S), 2),
-        GATE_SILU=(gate == "silu"), STATE_BF16=(state.dtype == torch.bfloat16), PDL=pdl, CHUNKED=chunked, num_warps=num_warps,
+        GATE_SILU=(gate == "silu"), STATE_BF16=(state.dtype == torch.bfloat16), PDL=pdl, num_warps=num_warps,
         **({"launch_pdl": True} if pdl else {}),
     )
     return out
