@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from r9k.registry import envvars
-from r9k.registry.origin import Origin
+from r9k.registry.origin import Origin, WithOrigin
 
 SNAPSHOT_VAR = envvars.LAUNCH_SNAPSHOT.name
 INPUTS_VAR = envvars.LAUNCH_INPUTS.name
@@ -100,20 +100,12 @@ class LightSets:
 
 
 @dataclass
-class LightResolved:
+class LightResolved(WithOrigin):
     variant: LightVariant
     value: Optional[str]
     origin: Origin
     is_stock: bool
     active: bool
-
-    @property
-    def layer(self) -> str:
-        return self.origin.layer
-
-    @property
-    def source(self) -> str:
-        return str(self.origin)
 
 
 @dataclass

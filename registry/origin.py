@@ -43,3 +43,18 @@ class Origin:
         line = d.get("line")
         return cls(str(d.get("layer", "override")), d.get("file"), int(line) if line else None,
                    str(d.get("detail", "")), d.get("key"))
+
+
+class WithOrigin:
+    """``layer`` and ``source`` of anything with an ``origin`` (the engine's Resolved, the snapshot's item)."""
+
+    origin: Origin
+
+    @property
+    def layer(self) -> str:
+        return self.origin.layer
+
+    @property
+    def source(self) -> str:
+        """The origin as a person reads it: ``registry/variants/decode.toml:40``, ``environment R9K_X``, ..."""
+        return str(self.origin)

@@ -26,27 +26,18 @@ from typing import Iterable, Mapping, Optional
 from . import envvars
 from .errors import Diagnostic
 from .loader import Registry
-from .origin import Origin
+from .origin import Origin, WithOrigin
 from .schema import ModelSpec, Profile, Variant
 
 LAYERS = ("registry", "release", "profile", "environment", "override")
 
 
 @dataclass
-class Resolved:
+class Resolved(WithOrigin):
     variant: Variant
     value: Optional[str]  # canonical string; None = not set (the implementation's own default)
     origin: Origin  # where the value came from (rendered by str(origin): see registry/origin.py)
     history: list[tuple[Origin, Optional[str]]] = field(default_factory=list)  # (origin, value) overridden, oldest first
-
-    @property
-    def layer(self) -> str:
-        return self.origin.layer
-
-    @property
-    def source(self) -> str:
-        """The origin as a person reads it: ``registry/variants/decode.toml:40``, ``environment R9K_X``, ..."""
-        return str(self.origin)
 
     def override(self, value: Optional[str], origin: Origin) -> None:
         """A higher layer sets the value: the current one goes to the history."""
@@ -154,7 +145,11 @@ class ResolvedSet:
     @classmethod
     def from_manifest(cls, data: Mapping, reg: Registry) -> "ResolvedSet":
         """Rebuild a resolved set from a manifest; values are re-checked against this registry, and the
-        hash must match (a manifest from another registry or an edited one is refused)."""
+        hash must match (a manifest from another registry or an edited one is refused). ValueError when
+        ``data`` does not have the shape of a manifest (:func:`manifest_problem`)."""
+        problem = manifest_problem(data)
+        if problem:
+            raise ValueError(problem)
         diags: list[Diagnostic] = []
         items: dict[str, Resolved] = {}
         vals = data.get("values", {})
@@ -192,9 +187,50 @@ class ResolvedSet:
 # ------------------------------------------------------------------------------------------ helpers
 
 
+def manifest_problem(data: object) -> Optional[str]:
+    """What makes ``data`` not a manifest as ``ResolvedSet.to_manifest`` writes it (None when its shape is
+    right; the values are checked against the registry by ``from_manifest``)."""
+    def kind(o) -> str:
+        return {dict: "an object", list: "an array", str: "a string", bool: "true/false", int: "a number",
+                float: "a number", type(None): "null"}.get(type(o), type(o).__name__)
+
+    if not isinstance(data, dict):
+        return f"a manifest is a JSON object, not {kind(data)}"
+    if not isinstance(data.get("profile"), str):
+        return f"'profile' must be a string, not {kind(data.get('profile'))}"
+    tp = data.get("tp", 1)
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        return f"'tp' must be a positive integer, not {tp!r}"
+    vals = data.get("values", {})
+    if not isinstance(vals, dict):
+        return f"'values' must be an object (variant id -> {{value, layer, source}}), not {kind(vals)}"
+    for vid, entry in vals.items():
+        if not isinstance(entry, dict):
+            return f"'values.{vid}' must be an object with a 'value', not {kind(entry)}"
+        v = entry.get("value")
+        if v is not None and not isinstance(v, (str, int, float, bool)):
+            return f"'values.{vid}.value' must be a string or null, not {kind(v)}"
+    for key, want in (("extra_env", dict), ("serve_args", list), ("chain", list)):
+        if key in data and not isinstance(data[key], want):
+            return f"'{key}' must be {kind(want())}, not {kind(data[key])}"
+    if isinstance(data.get("extra_env"), dict) and not all(isinstance(x, str) for x in data["extra_env"].values()):
+        return "'extra_env' values must be strings"
+    for key in ("serve_args", "chain"):
+        if isinstance(data.get(key), list) and not all(isinstance(x, str) for x in data[key]):
+            return f"'{key}' must hold strings"
+    if data.get("hardware") is not None and not isinstance(data["hardware"], dict):
+        return f"'hardware' must be an object or null, not {kind(data['hardware'])}"
+    return None
+
+
 def suggest(name: str, candidates: Iterable[str]) -> Optional[str]:
-    """A did-you-mean hint, or None."""
+    """A did-you-mean hint, or None. Names that start with what was typed come first (a profile's short
+    prefix means that profile, not one that merely contains it, which difflib may rate closer)."""
     cands = list(candidates)
+    prefixed = [c for c in cands if name and c.lower().startswith(name.lower())]
+    if prefixed:
+        best = difflib.get_close_matches(name.lower(), [c.lower() for c in prefixed], n=1, cutoff=0.0)
+        return f"did you mean {next(c for c in prefixed if c.lower() == best[0]) if best else prefixed[0]}?"
     m = difflib.get_close_matches(name, cands, n=1, cutoff=0.6)
     if not m:
         m = difflib.get_close_matches(name.upper(), [c.upper() for c in cands], n=1, cutoff=0.6)

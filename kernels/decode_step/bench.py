@@ -48,7 +48,7 @@ from .model import DecodeStepModel, StepInputs, Weights
 IMPL_TOL = 3e-2
 
 #: In-situ agreement of each fused op with its stock implementation on the same inputs (the model's own
-#: activations at every call), relative L2 of each output, from the op's gate (kernel-semantics.md):
+#: activations at every call), relative L2 of each output, from the op's gate (docs/semantics.md):
 OP_TOL = {
     "fp8_block_linear": 1e-5,  # 3.11: fused-quant vs two-launch rel L2 < 1e-5
     "hc_mix": 1e-2,  # 3.1: bf16 flips from summation order only (rare, 1 ulp)

@@ -1,4 +1,4 @@
-"""One TP4 rank of Qwen3.8-Flash-Next at decode, built from the project's ops (kernel-semantics.md 1.1, 2).
+"""One TP4 rank of Qwen3.8-Flash-Next at decode, built from the project's ops (docs/semantics.md 1.1, 2).
 
 :class:`Weights` holds synthetic weights in the checkpoint's formats where the project has a kernel for
 them (block-fp8 e4m3 + 128x128 fp32 scales for the GDN in/out and attention qkv/o projections; bf16 for

@@ -1,4 +1,4 @@
-"""Shared expert in 4 launches (kernel-semantics.md 3.6), and the plugin kernels its stock path uses on a GPU.
+"""Shared expert in 4 launches (docs/semantics.md 3.6), and the plugin kernels its stock path uses on a GPU.
 
 Fused form:
 1. :func:`row_quant_gate`: per-row fp8 quant of x (appendix B) and, in the same pass over the row, the expert
