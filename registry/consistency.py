@@ -136,8 +136,8 @@ def _missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
                                                           f"'{tid}': no file {rel}", *where, [vid]))
                 continue
             names = _test_functions(path, cache)
-            for part in tid.split("::")[1:]:
-                name = part.split("[", 1)[0]
+            for part in tid.split("[", 1)[0].split("::")[1:]:  # parameters may hold "::" themselves
+                name = part
                 if names is not None and name not in names:
                     out.setdefault(vid, []).append(Diagnostic(
                         "error", "unknown-test", f"variant '{vid}' gate test '{tid}': {rel} has no test '{name}'",
