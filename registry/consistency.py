@@ -135,16 +135,17 @@ def _missing_gate_tests(reg: Registry, vid: str) -> list[Diagnostic]:
         path = root / rel
         if not path.parent.is_dir():
             continue  # a registry tree kept apart from the code it describes: nothing to check against
-        where = reg.locate("variant", vid, ("gate", "tests"))
+        def where():
+            return reg.locate("variant", vid, ("gate", "tests"))
         if not path.is_file():
             out.append(Diagnostic("error", "unknown-test", f"variant '{vid}' gate test '{tid}': no file {rel}",
-                                  *where, [vid]))
+                                  *where(), [vid]))
             continue
         names = _test_functions(path, cache)
         for name in tid.split("[", 1)[0].split("::")[1:]:  # parameters may hold "::" themselves
             if names is not None and name not in names:
                 out.append(Diagnostic("error", "unknown-test", f"variant '{vid}' gate test '{tid}': {rel} has no "
-                                      f"test '{name}'", *where, [vid], hint=suggest(name, names)))
+                                      f"test '{name}'", *where(), [vid], hint=suggest(name, names)))
                 break
     return out
 
