@@ -46,7 +46,8 @@ def add_parser(sub):
 
 def run(args) -> int:
     if getattr(args, "bench_what", None) != "decode-step":
-        print("usage: r9kctl bench decode-step --profile P [--against Q] ...", file=sys.stderr)
+        print("r9kctl bench: error[usage]: name what to benchmark: r9kctl bench decode-step --profile P "
+              "[--against Q] ...", file=sys.stderr)
         return 2
     from r9k.kernels.decode_step.report import records_toml, release_records, render
 

@@ -224,8 +224,13 @@ def manifest_problem(data: object) -> Optional[str]:
 
 
 def suggest(name: str, candidates: Iterable[str]) -> Optional[str]:
-    """A did-you-mean hint, or None."""
+    """A did-you-mean hint, or None. Names that start with what was typed come first (a profile's short
+    prefix means that profile, not one that merely contains it, which difflib may rate closer)."""
     cands = list(candidates)
+    prefixed = [c for c in cands if name and c.lower().startswith(name.lower())]
+    if prefixed:
+        best = difflib.get_close_matches(name.lower(), [c.lower() for c in prefixed], n=1, cutoff=0.0)
+        return f"did you mean {next(c for c in prefixed if c.lower() == best[0]) if best else prefixed[0]}?"
     m = difflib.get_close_matches(name, cands, n=1, cutoff=0.6)
     if not m:
         m = difflib.get_close_matches(name.upper(), [c.upper() for c in cands], n=1, cutoff=0.6)

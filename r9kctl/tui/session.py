@@ -99,7 +99,7 @@ class Session:
         self.redo_stack: list[Snapshot] = []
         self.extra_args: list[str] = []  # extra vllm serve arguments for a launch (the launch screen's field)
         self._capture_files()
-        self.profile = profile if profile in reg.profiles else self.default_profile()
+        self.profile = profile if profile in reg.profiles else (self.closest_profile(profile) or self.default_profile())
         self.tp_choice = tp  # None: the profile's own TP size
         self.kv_history: list[int] = []
         self.rs: ResolvedSet
@@ -123,6 +123,17 @@ class Session:
 
     def load_registry(self) -> Registry:
         return load_registry(self.root, self.profile_dirs, broken_profiles="raise")
+
+    def closest_profile(self, query: Optional[str]) -> Optional[str]:
+        """The profile a mistyped or shortened name most likely means (``tp2`` -> tp2-default): the best
+        prefix or word-prefix match, as the picker orders them; None if nothing starts so."""
+        from .matching import match_rank
+
+        if not query:
+            return None
+        words = query.lower().split()
+        ranked = sorted((match_rank(n, words), n) for n in self.reg.profiles if query.lower() in n.lower())
+        return ranked[0][1] if ranked and ranked[0][0] <= 2 else None
 
     def default_profile(self) -> str:
         for name in ("tp4-default", "tp2-default"):
