@@ -110,39 +110,43 @@ def _test_functions(path: Path, cache: dict) -> Optional[set]:
     return cache[path]
 
 
-def missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
-    """Variant id -> an error per declared gate test that does not exist (its file, or the test in it).
-    Computed once per registry object."""
-    return reg.cached("missing_gate_tests", lambda: _missing_gate_tests(reg))
+def missing_gate_tests(reg: Registry, variants=None) -> dict[str, list[Diagnostic]]:
+    """Variant id -> an error per declared gate test that does not exist (its file, or the test in it), for
+    ``variants`` (ids; default: all). Each variant is looked at once per registry object."""
+    out: dict[str, list[Diagnostic]] = {}
+    for vid in (reg.variants if variants is None else variants):
+        found = reg.cached(("missing_gate_tests", vid), lambda vid=vid: _missing_gate_tests(reg, vid))
+        if found:
+            out[vid] = found
+    return out
 
 
-def _missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
+def _missing_gate_tests(reg: Registry, vid: str) -> list[Diagnostic]:
     from .ledger import repo_root, test_file
 
+    v = reg.variants[vid]
+    if not v.gate:
+        return []
     root = repo_root(reg)
-    cache: dict = {}
-    out: dict[str, list[Diagnostic]] = {}
-    for vid, v in reg.variants.items():
-        if not v.gate:
+    cache = reg.cached("test_functions", dict)  # test file -> the names it defines
+    out: list[Diagnostic] = []
+    for tid in v.gate.tests:
+        rel = test_file(tid)
+        path = root / rel
+        if not path.parent.is_dir():
+            continue  # a registry tree kept apart from the code it describes: nothing to check against
+        def where():
+            return reg.locate("variant", vid, ("gate", "tests"))
+        if not path.is_file():
+            out.append(Diagnostic("error", "unknown-test", f"variant '{vid}' gate test '{tid}': no file {rel}",
+                                  *where(), [vid]))
             continue
-        for tid in v.gate.tests:
-            rel = test_file(tid)
-            path = root / rel
-            if not path.parent.is_dir():
-                continue  # a registry tree kept apart from the code it describes: nothing to check against
-            where = reg.locate("variant", vid, ("gate", "tests"))
-            if not path.is_file():
-                out.setdefault(vid, []).append(Diagnostic("error", "unknown-test", f"variant '{vid}' gate test "
-                                                          f"'{tid}': no file {rel}", *where, [vid]))
-                continue
-            names = _test_functions(path, cache)
-            for part in tid.split("::")[1:]:
-                name = part.split("[", 1)[0]
-                if names is not None and name not in names:
-                    out.setdefault(vid, []).append(Diagnostic(
-                        "error", "unknown-test", f"variant '{vid}' gate test '{tid}': {rel} has no test '{name}'",
-                        *where, [vid], hint=suggest(name, names)))
-                    break
+        names = _test_functions(path, cache)
+        for name in tid.split("[", 1)[0].split("::")[1:]:  # parameters may hold "::" themselves
+            if names is not None and name not in names:
+                out.append(Diagnostic("error", "unknown-test", f"variant '{vid}' gate test '{tid}': {rel} has no "
+                                      f"test '{name}'", *where(), [vid], hint=suggest(name, names)))
+                break
     return out
 
 
@@ -284,9 +288,10 @@ def check_resolved(reg: Registry, rs, report) -> None:
     set a vLLM argument a knob of the set also sets."""
     if not rs.chain:
         return
-    missing = missing_gate_tests(reg)
-    for r in rs.active():
-        if r.variant.id in missing and r.variant.status.state != "default-on":
+    switched = [r for r in rs.active() if r.variant.status.state != "default-on"]
+    missing = missing_gate_tests(reg, [r.variant.id for r in switched])
+    for r in switched:
+        if r.variant.id in missing:
             for d in missing[r.variant.id]:
                 report.add(Diagnostic(d.level, d.code, d.message + f" (profile '{rs.profile}' switches it on)",
                                       d.file, d.line, d.col, d.items + [rs.profile]))
