@@ -29,7 +29,7 @@ Not here (stated, not faked): the MTP block (vLLM's CPU backend runs no speculat
 n-gram embedding ("PLE": a checkpoint with ``ple_layer_ids`` is refused), the vision tower, fp8/MXFP4 weight
 formats (the CPU backend has no kernels for them; the tiny checkpoint is bf16).
 
-The hyper-connection math (kernel-semantics, docs/semantics.md): ``hc_count`` streams of ``hidden_size``;
+The hyper-connection math (docs/semantics.md 3.1-3.3): ``hc_count`` streams of ``hidden_size``;
 a module's ``mix`` norms each stream (grouped Gemma RMSNorm), computes ``lora = silu(down(xn) / hc)``,
 ``gate = sigmoid(up(lora))`` and the block input ``mean_s(gate_s * xn_s)``, plus injection logits
 ``inject(xn)``; its ``combine`` folds the block output back: ``res_s + block * 2*sigmoid(inj_s / hc)``.
@@ -106,38 +106,43 @@ def check_config(config, max_model_len: Optional[int] = None) -> None:
 
 
 class FlashNextHyperConnection(GatedResidual):
-    """vLLM's ``GatedResidual`` (the stock path, pure PyTorch) with this project's ``hc_mix`` op when chosen.
+    """vLLM's ``GatedResidual`` (the stock path, pure PyTorch), with this project's ops where chosen
+    (:mod:`r9k.plugin.models.hc`).
 
     Weight names are the checkpoint's (``hc_norm``, ``input_mix_weight_down``, ``input_mix_weight_up``,
-    ``block_inject_weight``). With the fused op, :meth:`finish_loading` lays the down and inject weights out as
-    one [lora + hc + pad, hc*hidden] matrix (the original stack's merged "down + inject" GEMM) and re-points
-    both parameters at views of it, so no byte is added.
+    ``block_inject_weight``). :meth:`enter` folds the previous module's pending block output in, norms, and
+    mixes: ``(block input, state)``; the state goes with the block's output to the next module.
     """
 
     def __init__(self, config: HyperConnectionConfig, prefix: str, use_combine: bool = True):
         super().__init__(config, role=prefix.rsplit(".", 1)[-1], use_combine=use_combine)
         self.prefix = prefix
-        self.path = hc.HcPath.choose(prefix, config.hc_count, config.hc_lowrank, use_combine)
+        self.ops = hc.HcOps.choose(prefix, config.hc_count, config.hc_lowrank, config.rms_norm_eps)
 
     def finish_loading(self) -> None:
-        if self.path.fused:
-            self._hc_weights = hc.prepare(self, self.path)
+        if self.ops.fused:
+            self._hc_weights = hc.prepare(self, self.ops)
 
-    def mix(self, hyper_input: torch.Tensor):
-        if not self.path.fused:
-            block, state = super().mix(hyper_input)
-            self.path.count_stock()
-            return block, state
-        return self.path.mix(self, hyper_input)
-
-    def combine(self, block_output: torch.Tensor, state) -> torch.Tensor:
-        if not self.path.fused:
-            return super().combine(block_output, state)
-        return hc.combine(block_output, state, self.hc_count)
-
-    def mix_only(self, hyper_input: torch.Tensor) -> torch.Tensor:
-        """The final mixer (no combine): the block input alone."""
-        return self.mix(hyper_input)[0]
+    def enter(self, res: Optional[torch.Tensor], pending: Optional[tuple]) -> tuple[torch.Tensor, "hc.Folded"]:
+        """``pending``: None (``res`` are the streams) or ``(previous module, its block's output, its state)``."""
+        ops, xn = self.ops, None
+        if ops.combine_norm is not None:
+            if pending is None:
+                res, xn = ops.combine_norm(res, None, None, self.hc_norm.weight)
+            else:
+                prev, blk, st = pending
+                res, xn = ops.combine_norm(st.res, blk, hc.injection_logits(prev, st), self.hc_norm.weight)
+        elif pending is not None:
+            prev, blk, st = pending
+            res = hc.fold(prev, blk, st)
+        if ops.mix is None:
+            block, vllm_state = GatedResidual.mix(self, res)
+            return block, hc.Folded(res, vllm_state=vllm_state)
+        if xn is None:
+            xn = self._normalize(res)  # vLLM's grouped Gemma norm
+        buf, block = ops.mix(xn, self._hc_weights)
+        L = self.config.hc_lowrank
+        return block, hc.Folded(res, inj=buf[:, L: L + self.hc_count])
 
 
 def _hc_config(config, params_dtype: torch.dtype) -> HyperConnectionConfig:
@@ -187,16 +192,16 @@ class FlashNextDecoderLayer(Qwen3NextDecoderLayer):
         self.attn_hyper_connection = FlashNextHyperConnection(hcc, f"{prefix}.attn_hyper_connection")
         self.mlp_hyper_connection = FlashNextHyperConnection(hcc, f"{prefix}.mlp_hyper_connection")
 
-    def forward(self, hidden_states: torch.Tensor, positions: torch.Tensor, **kwargs) -> torch.Tensor:
-        x, state = self.attn_hyper_connection.mix(hidden_states)
+    def forward(self, streams: Optional[torch.Tensor], positions: torch.Tensor, pending: Optional[tuple] = None):
+        """``streams`` (the first layer) or the previous layer's ``pending`` block output; returns this
+        layer's pending MoE output ``(module, output, state)``, folded in by the next module."""
+        x, state = self.attn_hyper_connection.enter(streams, pending)
         if self.layer_type == GDN:
             x = self.linear_attn(hidden_states=x)
         else:
             x = self.self_attn(positions=positions, hidden_states=x)
-        hidden_states = self.attn_hyper_connection.combine(x, state)
-        x, state = self.mlp_hyper_connection.mix(hidden_states)
-        x = self.mlp(x)
-        return self.mlp_hyper_connection.combine(x, state)
+        x, state = self.mlp_hyper_connection.enter(None, (self.attn_hyper_connection, x, state))
+        return self.mlp_hyper_connection, self.mlp(x), state
 
 
 class FlashNextModel(nn.Module):
@@ -236,10 +241,10 @@ class FlashNextModel(nn.Module):
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
         x = inputs_embeds if inputs_embeds is not None else self.embed_input_ids(input_ids)
-        h = x.repeat(1, self.hc_count)  # the embedding broadcast into every stream
+        streams, pending = x.repeat(1, self.hc_count), None  # the embedding broadcast into every stream
         for layer in islice(self.layers, self.start_layer, self.end_layer):
-            h = layer(hidden_states=h, positions=positions)
-        return self.hyper_connection_mixer.mix_only(h)
+            pending = layer(streams if pending is None else None, positions, pending)
+        return self.hyper_connection_mixer.enter(None, pending)[0]
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         loaded = AutoWeightsLoader(self).load_weights(weights, mapper=self.hf_to_vllm_mapper)

@@ -1,8 +1,10 @@
-"""The Flash-Next hyper-connection module: this project's fused path and vLLM's stock path against an
-independent fp64 reference (transformers' own ``Qwen4ExpTextGatedResidual``, run in float64).
+"""The Flash-Next hyper-connection modules: every combination of this project's fused halves and vLLM's stock
+path against an independent fp64 reference (transformers' own ``Qwen4ExpTextGatedResidual`` run in float64).
 
-Both paths must agree with the reference within the rounding they do (bf16 GEMM outputs and one bf16 rounding
-of each result); the fused path may not be worse than 1.5x the stock path's own error.
+Two modules in a row, A then B (B folds A's block output in, as every module after the first does). Each
+path's error against the reference must be within the rounding it does (bf16 GEMM outputs, a bf16 rounding of
+each result): the fused paths may not be worse than 1.5x vLLM's own path's error (+ a small floor). A path
+with a deliberate 1% error in the injected term fails the same check.
 """
 from __future__ import annotations
 
@@ -14,10 +16,13 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is im
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm")
-transformers = pytest.importorskip("transformers")
+pytest.importorskip("transformers")
+
+HIDDEN, HC, LORA = 256, 4, 32
 
 
-def _modules(hidden=256, hc=4, lora=32, seed=0):
+def _pair(seed=0):
+    """Modules A, B (ours, no dispatch table: vLLM's path) and their fp64 transformers twins."""
     from transformers import Qwen4ExpTextConfig
     from transformers.models.qwen4_exp.modeling_qwen4_exp import Qwen4ExpTextGatedResidual
     from vllm.models.qwen4_exp.common.hyperconnection import HyperConnectionConfig
@@ -25,105 +30,131 @@ def _modules(hidden=256, hc=4, lora=32, seed=0):
     from r9k.plugin.models.flash_next import FlashNextHyperConnection
 
     torch.manual_seed(seed)
-    hcc = HyperConnectionConfig(hc_count=hc, hidden_size=hidden, params_dtype=torch.bfloat16, hc_lowrank=lora,
+    hcc = HyperConnectionConfig(hc_count=HC, hidden_size=HIDDEN, params_dtype=torch.bfloat16, hc_lowrank=LORA,
                                 rms_norm_eps=1e-6, hc_per_branch_norm=True)
-    ours = FlashNextHyperConnection(hcc, "model.layers.0.attn_hyper_connection")  # no dispatch table: stock
-    dim = hc * hidden
-    with torch.no_grad():
-        ours.hc_norm.weight.copy_(torch.randn(dim) * 0.1)
-        ours.input_mix_weight_down.weight.copy_(torch.randn(lora, dim) / dim ** 0.5)
-        ours.input_mix_weight_up.weight.copy_(torch.randn(dim, lora) / lora ** 0.5)
-        ours.block_inject_weight.weight.copy_(torch.randn(hc, dim) / dim ** 0.5)
-    cfg = Qwen4ExpTextConfig(hidden_size=hidden, hc_count=hc, hc_lowrank=lora, rms_norm_eps=1e-6)
-    ref = Qwen4ExpTextGatedResidual(cfg).double()
-    ref.load_state_dict({k: v.double() for k, v in ours.state_dict().items()})
-    return ours, ref
+    cfg = Qwen4ExpTextConfig(hidden_size=HIDDEN, hc_count=HC, hc_lowrank=LORA, rms_norm_eps=1e-6)
+    out = []
+    for name in ("A", "B"):
+        ours = FlashNextHyperConnection(hcc, f"model.layers.0.{name}")
+        dim = HC * HIDDEN
+        with torch.no_grad():
+            ours.hc_norm.weight.copy_(torch.randn(dim) * 0.1)
+            ours.input_mix_weight_down.weight.copy_(torch.randn(LORA, dim) / dim ** 0.5)
+            ours.input_mix_weight_up.weight.copy_(torch.randn(dim, LORA) / LORA ** 0.5)
+            ours.block_inject_weight.weight.copy_(torch.randn(HC, dim) / dim ** 0.5)
+        ref = Qwen4ExpTextGatedResidual(cfg).double()
+        ref.load_state_dict({k: v.double() for k, v in ours.state_dict().items()})
+        out.append((ours, ref))
+    return out
 
 
-def _fused(ours, impl):
+def _set_ops(m, mix: str | None, combine_norm: bool):
+    """Give module ``m`` the fused halves named (as the dispatch table would)."""
     from r9k.kernels import ops
-    from r9k.plugin.models import hc as hcmod
+    from r9k.kernels._triton import common
 
-    from r9k.kernels.router import tl_common
+    from r9k.plugin.models import hc
 
-    assert tl_common.INTERPRETED or torch.cuda.is_available(), "the Triton kernel would not run here"
-    name = "hc_mix_fp8" if impl == "fp8" else "hc_mix"
-    fn = ops.get(name).fused
-    ours.path = hcmod.HcPath(ours.prefix, True, hcmod._torch_op(name, fn, ours.config.hc_lowrank, ours.hc_count),
-                             name=name)
-    ours.finish_loading()
-    return ours
+    assert common.INTERPRETED or torch.cuda.is_available(), "the Triton kernels would not run here"
+    o = hc.HcOps(m.prefix)
+    if mix:
+        o.mix_name, o.mix = mix, hc.mix_op(mix, ops.get(mix).fused, LORA, HC)
+    if combine_norm:
+        o.combine_norm = hc.combine_norm_op(ops.get(hc.COMBINE_NORM).fused, HC, 1e-6)
+        if o.mix is None:
+            o.mix_name, o.mix = "stock", hc.mix_op(hc.MIX, ops.get(hc.MIX).stock, LORA, HC, count=False)
+    m.ops = o
+    m.finish_loading()
+
+
+def _run(pair, x, blk):
+    (a, _), (b, _) = pair
+    with torch.no_grad():
+        block_a, st = a.enter(x, None)
+        block_b, _ = b.enter(None, (a, blk, st))
+    return block_a, block_b
+
+
+def _reference(pair, x, blk):
+    (_, ra), (_, rb) = pair
+    with torch.no_grad():
+        block_a, res, inj = ra(x.double())
+        folded = res + (blk.double().unsqueeze(-2) * inj.unsqueeze(-1)).flatten(-2)
+        block_b, _, _ = rb(folded)
+    return block_a, block_b
 
 
 def _err(a, b):
-    return (a.double() - b).abs().max().item()
+    """Relative L2 error of ``a`` against the fp64 reference ``b``."""
+    return ((a.double() - b).norm() / b.norm()).item()
 
 
-@pytest.mark.parametrize("rows", [1, 4, 16, 24])
-def test_fused_mix_and_combine_match_an_fp64_reference(rows):
-    ours, ref = _modules()
-    x = (torch.randn(rows, ours.hc_count * ours.hidden_size)).to(torch.bfloat16)
-    blk = torch.randn(rows, ours.hidden_size).to(torch.bfloat16)
-    with torch.no_grad():
-        r_block, r_res, r_inj = ref(x.double())
-        r_out = r_res + (blk.double().unsqueeze(-2) * r_inj.unsqueeze(-1)).flatten(-2)
-        s_block, s_state = ours.mix(x)  # vLLM's GatedResidual
-        s_out = ours.combine(blk, s_state)
-        _fused(ours, "fused")
-        f_block, f_state = ours.mix(x)
-        f_out = ours.combine(blk, f_state)
+PATHS = [("hc_mix", False), ("hc_mix", True), (None, True)]
+
+
+@pytest.mark.parametrize("rows", [1, 4, 24])
+@pytest.mark.parametrize("mix,combine_norm", PATHS)
+def test_fused_halves_match_an_fp64_reference(rows, mix, combine_norm):
     from r9k.plugin import counters
-    assert counters.calls("hc_mix", "fused" if rows <= 16 else "fallback:rows>16") > 0
-    e_stock, e_fused = _err(s_block, r_block), _err(f_block, r_block)
-    scale = r_block.abs().max().item()
-    assert e_stock < 2e-2 * scale, (e_stock, scale)  # bf16 GEMM outputs, a few roundings
-    assert e_fused <= 1.5 * e_stock + 1e-6 * scale, (e_fused, e_stock)
-    o_stock, o_fused = _err(s_out, r_out), _err(f_out, r_out)
-    assert o_fused <= 1.5 * o_stock + 1e-3 * r_out.abs().max().item(), (o_fused, o_stock)
+
+    pair = _pair()
+    x = torch.randn(rows, HC * HIDDEN).to(torch.bfloat16)
+    blk = torch.randn(rows, HIDDEN).to(torch.bfloat16)
+    ref_a, ref_b = _reference(pair, x, blk)
+    stock_a, stock_b = _run(pair, x, blk)  # vLLM's GatedResidual
+    before = counters.calls("hc_combine_norm")
+    for m, _ in pair:
+        _set_ops(m, mix, combine_norm)
+    ours_a, ours_b = _run(pair, x, blk)
+    for ours, stock, ref in ((ours_a, stock_a, ref_a), (ours_b, stock_b, ref_b)):
+        e_stock, e_ours = _err(stock, ref), _err(ours, ref)
+        assert e_stock < 1e-2, e_stock  # a few bf16 roundings (2**-9 each)
+        assert e_ours <= 1.5 * e_stock + 5e-4, (e_ours, e_stock)
+    if combine_norm:
+        assert counters.calls("hc_combine_norm") >= before + 2
+    if mix:
+        assert counters.calls(mix, "fused" if rows <= 16 else "fallback:rows>16") > 0
 
 
-def test_a_wrong_fused_path_fails_this_check():
-    """The check above can fail: a 1% error in the injected term is caught."""
-    from r9k.kernels.decode_step import plain
-    from r9k.plugin.models import hc as hcmod
+def test_a_wrong_fold_fails_this_check():
+    """The check can fail: module B folding A's output with a 1% error in the injected term is caught."""
+    from r9k.plugin.models import hc
 
-    ours, ref = _modules(seed=3)
-    x = torch.randn(4, ours.hc_count * ours.hidden_size).to(torch.bfloat16)
-    blk = torch.randn(4, ours.hidden_size).to(torch.bfloat16)
+    pair = _pair(seed=3)
+    x = torch.randn(4, HC * HIDDEN).to(torch.bfloat16)
+    blk = torch.randn(4, HIDDEN).to(torch.bfloat16)
+    ref_a, ref_b = _reference(pair, x, blk)
+    _, stock_b = _run(pair, x, blk)
+    (a, _), (b, _) = pair
+    for m, _ in pair:
+        _set_ops(m, "hc_mix", False)
     with torch.no_grad():
-        r_block, r_res, r_inj = ref(x.double())
-        r_out = r_res + (blk.double().unsqueeze(-2) * r_inj.unsqueeze(-1)).flatten(-2)
-        _, s_state = ours.mix(x)
-        o_stock = _err(ours.combine(blk, s_state), r_out)
-        _fused(ours, "fused")
-        _, f_state = ours.mix(x)
-        res, inj = f_state
-        good = plain.hc_combine(res, blk, inj, ours.hc_count)
-        wrong = (res.double() + (good.double() - res.double()) * 1.01).to(torch.bfloat16)  # injection 1% off
-        o_wrong = _err(wrong, r_out)
-    assert o_wrong > 1.5 * o_stock + 1e-3 * r_out.abs().max().item(), (o_wrong, o_stock)
-    assert hcmod.FUSED_MAX_M == 16
+        _, st = a.enter(x, None)
+        good = hc.fold(a, blk, st)
+        wrong = (st.res.double() + (good.double() - st.res.double()) * 1.01).to(torch.bfloat16)
+        block_b, _ = b.enter(wrong, None)
+    assert _err(block_b, ref_b) > 1.5 * _err(stock_b, ref_b) + 5e-4, (_err(block_b, ref_b), _err(stock_b, ref_b))
 
 
 @pytest.mark.parametrize("rows", [1, 8, 20])
-def test_fp8_path_matches_the_dequantized_fp64_reference(rows):
-    """R9K_HC_FP8_DECODE's path (W8A16 on fp8 copies with per-row scales) against transformers' module run in
-    fp64 on the exactly dequantized weights: relative L2 error of the block input < 1e-2 (bf16 roundings only;
-    the original's gate allowed 2e-2)."""
-    ours, ref = _modules(seed=5)
-    x = torch.randn(rows, ours.hc_count * ours.hidden_size).to(torch.bfloat16)
+def test_fp8_mix_matches_the_dequantized_fp64_reference(rows):
+    """R9K_HC_FP8_DECODE's mix (W8A16 on fp8 copies with per-row scales, after the fused combine + norm)
+    against transformers' module in fp64 on the exactly dequantized weights: relative L2 error of the block
+    input < 1e-2 (bf16 roundings only; the original's gate allowed 2e-2)."""
+    pair = _pair(seed=5)
+    (a, ra), _ = pair
+    x = torch.randn(rows, HC * HIDDEN).to(torch.bfloat16)
+    _set_ops(a, "hc_mix_fp8", True)
     with torch.no_grad():
-        _fused(ours, "fp8")
-        f_block, _ = ours.mix(x)
-        dq, ds, uq, us = ours._hc_weights
-        L, hc = ours.config.hc_lowrank, ours.hc_count
+        block, _ = a.enter(x, None)
+        dq, ds, uq, us = a._hc_weights
         down = dq.double() * ds.double()[:, None]
-        sd = ref.state_dict()
-        sd["input_mix_weight_down.weight"] = down[:L]
-        sd["block_inject_weight.weight"] = down[L: L + hc]
+        sd = ra.state_dict()
+        sd["input_mix_weight_down.weight"] = down[:LORA]
+        sd["block_inject_weight.weight"] = down[LORA: LORA + HC]
         sd["input_mix_weight_up.weight"] = uq.double() * us.double()[:, None]
-        ref.load_state_dict(sd)
-        r_block, _, _ = ref(x.double())
-    rel = ((f_block.double() - r_block).norm() / r_block.norm()).item()
+        ra.load_state_dict(sd)
+        ref, _, _ = ra(x.double())
+    rel = ((block.double() - ref).norm() / ref.norm()).item()
     assert rel < 1e-2, rel
     assert dq.dtype == torch.float8_e4m3fn and uq.dtype == torch.float8_e4m3fn
