@@ -158,3 +158,30 @@ def test_fp8_mix_matches_the_dequantized_fp64_reference(rows):
     rel = ((block.double() - ref).norm() / ref.norm()).item()
     assert rel < 1e-2, rel
     assert dq.dtype == torch.float8_e4m3fn and uq.dtype == torch.float8_e4m3fn
+
+
+def test_the_fp8_copies_a_module_allocates_are_what_the_registry_charges():
+    """At the real model's dims (4 streams of 2560, low rank 320), one module's fp8 copies are e4m3 down+inject
+    [336 = 320 + 4 + 12 padding rows, 10240], e4m3 up [10240, 320] and fp32 per-row scales: 6,759,744 bytes, the
+    figure the registry's R9K_HC_FP8_DECODE entry is built from (its basis: 6,759,744 bytes a module); the
+    bf16 weights gain no byte (the merged down+inject matrix is the loaded weights' storage)."""
+    from vllm.models.qwen4_exp.common.hyperconnection import HyperConnectionConfig
+
+    from r9k.plugin.models.flash_next import FlashNextHyperConnection
+    from r9k.registry import load_registry
+
+    hcc = HyperConnectionConfig(hc_count=4, hidden_size=2560, params_dtype=torch.bfloat16, hc_lowrank=320,
+                                rms_norm_eps=1e-6, hc_per_branch_norm=True)
+    m = FlashNextHyperConnection(hcc, "model.layers.0.attn_hyper_connection")
+    bf16_before = sum(p.numel() * p.element_size() for p in m.parameters())
+    from r9k.kernels import ops
+    from r9k.plugin.models import hc
+
+    o = hc.HcOps(m.prefix, mix_name="hc_mix_fp8", mix=hc.mix_op("hc_mix_fp8", ops.get("hc_mix_fp8").fused, 320, 4))
+    m.ops = o
+    m.finish_loading()
+    fp8 = sum(t.numel() * t.element_size() for t in m._hc_weights)
+    assert fp8 == 336 * 10240 + 10240 * 320 + (336 + 10240) * 4 == 6_759_744, fp8
+    assert "6,759,744 bytes a module" in load_registry().variant("R9K_HC_FP8_DECODE").memory.basis
+    assert m._hc_weights[0].shape == (336, 10240)
+    assert sum(p.numel() * p.element_size() for p in m.parameters()) == bf16_before

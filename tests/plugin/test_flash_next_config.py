@@ -1,0 +1,44 @@
+"""A checkpoint config the Flash-Next build cannot serve is refused before any weight is read, with one line
+naming the file and the field (r9k.plugin.models.flash_next.check_config, called when the model is built)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("vllm")
+
+
+def _config(**over):
+    from r9k.plugin.models import tiny_flash_next
+
+    c = dict(tiny_flash_next.CONFIG, _name_or_path="/models/fn")
+    c.update(over)
+    return SimpleNamespace(**{k: v for k, v in c.items() if v is not None})
+
+
+@pytest.mark.parametrize("over,field,words", [
+    ({"hc_count": None}, "hc_count", "missing"),
+    ({"hc_lowrank": None}, "hc_lowrank", "missing"),
+    ({"hc_count": 1}, "hc_count", "at least 2 streams"),
+    ({"layer_types": ["linear_attention"] * 3}, "layer_types", "3 entries for num_hidden_layers = 4"),
+    ({"layer_types": ["linear_attention"] * 3 + ["sliding_window"]}, "layer_types", "unknown layer kinds"),
+    ({"ple_layer_ids": [1]}, "ple_layer_ids", "not built on this backend"),
+])
+def test_bad_configs_name_the_field(over, field, words):
+    from r9k.plugin.models.flash_next import CheckpointError, check_config
+
+    with pytest.raises(CheckpointError) as e:
+        check_config(_config(**over), max_model_len=512)
+    msg = str(e.value)
+    assert msg.startswith("/models/fn/config.json: error[bad-config]: " + field + ":"), msg
+    assert words in msg and "\n" not in msg
+
+
+def test_a_context_beyond_the_indexer_budget_is_refused_and_within_it_served():
+    from r9k.plugin.models.flash_next import CheckpointError, check_config
+
+    check_config(_config(), max_model_len=512)  # the tiny budget: served
+    with pytest.raises(CheckpointError) as e:
+        check_config(_config(), max_model_len=1024)
+    assert "indexer_budget: 512 < max_model_len 1024" in str(e.value) and "--max-model-len 512" in str(e.value)
