@@ -23,6 +23,7 @@ OP_MODULES: tuple[str, ...] = (
     "r9k.kernels.qk_rope",
     "r9k.kernels.shared_expert",
     "r9k.kernels.gdn_decode",
+    "r9k.kernels.hc_norm",
 )
 
 

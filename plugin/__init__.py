@@ -53,6 +53,19 @@ def register() -> None:
     _done = True
     try:
         _register()
+    except Exception as exc:
+        from .startup import StartupError
+
+        if not isinstance(exc, StartupError):  # only the startup error leaves the plugin: one line saying what
+            text = " ".join(str(exc).split())[:300]
+            err = StartupError([f"error[internal]: {type(exc).__name__}: {text}; this is a bug in the r9k plugin "
+                                f"(set {envvars.DEBUG.name}=1 to see its traceback)"])
+            _error = err
+            if envvars.DEBUG.on():
+                raise err from exc
+            raise err from None
+        _error = exc
+        raise
     except BaseException as exc:
         _error = exc
         raise
@@ -60,8 +73,9 @@ def register() -> None:
 
 def _register() -> None:
     global _active, _proc, _status_path
-    if not any(k.startswith(envvars.PREFIX) and k not in _PATH_VARS for k in os.environ):
-        return  # plain vLLM use with the package installed: nothing to do, nothing imported
+    activators = {envvars.MANIFEST.name, envvars.MANIFEST_DATA.name, envvars.PROFILE.name, envvars.TP.name}
+    if not any(k.startswith(envvars.PREFIX) and (k in activators or not envvars.is_control(k)) for k in os.environ):
+        return  # plain vLLM use (control variables alone change nothing): nothing to do, nothing imported
     from . import dispatch, envdecl, install, snapshot, startup
 
     proc = startup.process_info()

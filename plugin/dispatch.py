@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:
+    from .view import ResolvedView
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -82,7 +85,7 @@ _PROBE_FAMILY = {"interpret": "cpu", "cuda": "cuda", "rocm": "rocm"}
 
 @dataclass
 class DispatchTable:
-    rs: object  # ResolvedSet
+    rs: "ResolvedView"  # the engine's ResolvedSet or the launch snapshot's LightSet
     strict: bool = False
     platform_probe: Callable[[], Optional[str]] = triton_platform
     plans: dict[str, Plan] = field(default_factory=dict)

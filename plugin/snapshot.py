@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from r9k.registry import envvars
+from r9k.registry.origin import Origin, WithOrigin
 
 SNAPSHOT_VAR = envvars.LAUNCH_SNAPSHOT.name
 INPUTS_VAR = envvars.LAUNCH_INPUTS.name
-SCHEMA = "r9k-launch-snapshot/2"
+SCHEMA = "r9k-launch-snapshot/3"  # /3: typed origin per item
 # Variables that differ between the processes of one launch without changing what is resolved.
 _NOT_INPUTS = (envvars.STATUS_FILE.name, envvars.CACHE_DIR.name)
 
@@ -99,18 +100,17 @@ class LightSets:
 
 
 @dataclass
-class LightResolved:
+class LightResolved(WithOrigin):
     variant: LightVariant
     value: Optional[str]
-    layer: str
-    source: str
+    origin: Origin
     is_stock: bool
     active: bool
 
 
 @dataclass
 class LightSet:
-    """What the plugin reads of a ResolvedSet, rebuilt from the snapshot."""
+    """What the plugin reads of a ResolvedSet, rebuilt from the snapshot (a :class:`r9k.plugin.view.ResolvedView`)."""
 
     profile: str
     hash: str
@@ -136,7 +136,7 @@ def dump(active) -> dict:
                                          "extension_point": impl.extension_point},
                       "gate_tests": list(v.gate.tests) if getattr(v, "gate", None) else list(getattr(v, "gate_tests", [])),
                       "sets": {"kind": v.sets.kind, "name": v.sets.name} if getattr(v, "sets", None) else None,
-                      "value": r.value, "layer": r.layer, "source": r.source,
+                      "value": r.value, "origin": r.origin.to_dict(),
                       "is_stock": bool(r.is_stock), "active": bool(r.active)}
     return {"schema": SCHEMA, "profile": rs.profile, "hash": rs.hash, "tp": rs.tp, "model": rs.model,
             "platform": rs.platform, "strict": bool(rs.strict), "extra_env": dict(rs.extra_env),
@@ -153,7 +153,7 @@ def load(data: dict) -> tuple[LightSet, str, list[str]]:
         sets = LightSets(**d["sets"]) if d.get("sets") else None
         v = LightVariant(vid, d["knob"], d["stock"], d["category"], d["graph_affecting"], impl,
                          list(d.get("gate_tests", [])), sets)
-        ls.items[vid] = LightResolved(v, d["value"], d["layer"], d["source"], d["is_stock"], d["active"])
+        ls.items[vid] = LightResolved(v, d["value"], Origin.from_dict(d["origin"]), d["is_stock"], d["active"])
     return ls, data.get("origin", "launch snapshot"), list(data.get("warnings", []))
 
 
@@ -163,10 +163,10 @@ def save(active, environ=None) -> Optional[str]:
     digest = inputs_digest(environ)
     path = envvars.cache_dir(environ) / "run" / f"launch-{active.rs.hash}-{digest}.json"
     try:
+        from r9k.registry import fileio
+
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(dump(active)))
-        os.replace(tmp, path)
+        fileio.atomic_write(path, json.dumps(dump(active)), "launch snapshot")
     except OSError:
         return None
     environ[SNAPSHOT_VAR] = str(path)

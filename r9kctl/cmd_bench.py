@@ -22,7 +22,10 @@ def add_parser(sub):
     bsub = p.add_subparsers(dest="bench_what", metavar="WHAT")
     d = bsub.add_parser("decode-step", help="one CUDA-graph decode step of the Flash-Next TP4 rank, per profile")
     d.add_argument("--profile", "-p", default="tp4-default")
-    d.add_argument("--against", "-a", default="stock", help="baseline profile ('' for none; default stock)")
+    d.add_argument("--against", "-a", default="stock",
+                   help="baselines, comma-separated ('' for none; default stock): a profile, whose stock paths run "
+                        "vLLM's own kernels (P@vllm, the default; 'vllm' = stock@vllm) or the op table's plain "
+                        "compositions (P@plain)")
     d.add_argument("--requests", default="1,2,4", help="comma-separated request counts (4 tokens each)")
     d.add_argument("--context", type=int, default=4096, help="context length in tokens (multiple of 16)")
     d.add_argument("--ablate", action="store_true", help="each non-stock variant back to stock, one at a time")
@@ -74,8 +77,8 @@ def run(args) -> int:
     if getattr(args, "bench_what", None) == "serve":
         return _serve(args)
     if getattr(args, "bench_what", None) != "decode-step":
-        print("usage: r9kctl bench decode-step --profile P [--against Q] ... | r9kctl bench serve --profiles A,B",
-              file=sys.stderr)
+        print("r9kctl bench: error[usage]: name what to benchmark: r9kctl bench decode-step --profile P "
+              "[--against Q] ... | r9kctl bench serve --profiles A,B ...", file=sys.stderr)
         return 2
     from r9k.kernels.decode_step.report import records_toml, release_records, render
 
@@ -102,9 +105,13 @@ def run(args) -> int:
     requests = [int(x) for x in args.requests.split(",") if x.strip()]
     from r9k.kernels.decode_step.plan import build_plan
 
-    plan, diags = build_plan(reg, args.profile, args.against or None, requests, args.context, args.ablate,
-                             config=args.config, replays=args.replays, ablate_requests=args.ablate_requests,
-                             sets=sets)
+    try:
+        plan, diags = build_plan(reg, args.profile, args.against or None, requests, args.context, args.ablate,
+                                 config=args.config, replays=args.replays, ablate_requests=args.ablate_requests,
+                                 sets=sets)
+    except ValueError as exc:
+        print(f"error: --against: {exc}", file=sys.stderr)
+        return 2
     if diags:
         report_errors(diags, args.format)
         return 2
@@ -137,7 +144,8 @@ def run(args) -> int:
         from r9k.kernels.decode_step.dispatch import plugin_chooser
         from r9k.registry.resolve import resolve
 
-        choosers = {n: plugin_chooser(resolve(reg, n, sets=sets)) for n in plan["profiles"]}
+        choosers = {n: plugin_chooser(resolve(reg, e["profile"], sets=sets), stock=e["stock"])
+                    for n, e in plan["profiles"].items()}
     res = run_plan(plan, log=lambda s: print(s, file=sys.stderr, flush=True), choosers=choosers)
     return _show(res, args, render, release_records, records_toml)
 

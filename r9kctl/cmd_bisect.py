@@ -79,6 +79,15 @@ def run(args) -> int:
     try:
         reg = load_registry(*registry_location(args))  # --registry / --profiles-dir
         if args.bisect_cmd == "plan":
+            from .common import choice_problem, tp_problem, usage_error
+
+            problem = (choice_problem("--good", [args.good], sorted(reg.profiles))
+                       or choice_problem("--bad", [args.bad], sorted(reg.profiles))
+                       or tp_problem(reg, args.tp, args.good))
+            if not problem and not 0 < args.alpha < 1:
+                problem = f"--alpha {args.alpha:g}: must be between 0 and 1 (exclusive)"
+            if problem:
+                return usage_error("r9kctl bisect plan", problem)
             plan = B.make_plan(reg, args.good, args.bad, tp=args.tp, mode=args.mode, criterion=args.criterion,
                                alpha=args.alpha, threshold=args.threshold, dataset=args.dataset)
             if Path(args.dir, "plan.json").exists() and not args.force:

@@ -52,7 +52,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _err(msg: str) -> int:
-    print(f"r9kctl gate: error: {msg}", file=sys.stderr)
+    print(f"r9kctl gate: error[gate]: {msg}", file=sys.stderr)
     return 2
 
 
@@ -117,6 +117,11 @@ def run(args) -> int:
         return _pairs(reg, args)
     if not (args.profile or args.variants or args.all or args.status):
         return _err("name variants, or use --profile P, --all or --status")
+    from .common import tp_problem
+
+    problem = tp_problem(reg, args.tp, args.profile)
+    if problem:
+        return _err(problem)
     if args.profile and args.profile not in reg.profiles:
         return _err(f"unknown profile {args.profile!r} (known: {', '.join(sorted(reg.profiles))})")
     try:

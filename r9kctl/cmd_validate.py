@@ -44,6 +44,11 @@ def run(args) -> int:
         for d in exc.diagnostics:
             report.add(d)
     if reg is not None:
+        from .common import tp_problem, usage_error
+
+        problem = tp_problem(reg, args.tp, args.profile if not args.all else None)
+        if problem:
+            return usage_error("r9kctl validate", problem)
         report = validate(reg, profile=args.profile, all_profiles=args.all, tp=args.tp, sets=sets,
                           strict=args.strict)
     code = report.exit_code(args.strict)

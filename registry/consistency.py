@@ -113,9 +113,10 @@ def _test_functions(path: Path, cache: dict) -> Optional[set]:
 def missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
     """Variant id -> an error per declared gate test that does not exist (its file, or the test in it).
     Computed once per registry object."""
-    memo = reg._memo.get("missing_gate_tests")
-    if memo is not None:
-        return memo
+    return reg.cached("missing_gate_tests", lambda: _missing_gate_tests(reg))
+
+
+def _missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
     from .ledger import repo_root, test_file
 
     root = repo_root(reg)
@@ -135,14 +136,13 @@ def missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
                                                           f"'{tid}': no file {rel}", *where, [vid]))
                 continue
             names = _test_functions(path, cache)
-            for part in tid.split("::")[1:]:
-                name = part.split("[", 1)[0]
+            for part in tid.split("[", 1)[0].split("::")[1:]:  # parameters may hold "::" themselves
+                name = part
                 if names is not None and name not in names:
                     out.setdefault(vid, []).append(Diagnostic(
                         "error", "unknown-test", f"variant '{vid}' gate test '{tid}': {rel} has no test '{name}'",
                         *where, [vid], hint=suggest(name, names)))
                     break
-    reg._memo["missing_gate_tests"] = out
     return out
 
 
@@ -169,6 +169,7 @@ def release_date(text: str) -> Optional[_dt.date]:
 
 def _releases(reg: Registry, report) -> None:
     dates = {}
+    looped: set[str] = set()
     for ver, rel in reg.releases.items():
         d = release_date(rel.date)
         if d is None:
@@ -186,8 +187,11 @@ def _releases(reg: Registry, report) -> None:
                                   f, ln, col, [ver, prev]))
         # a loop in the chain
         seen, cur = [ver], prev
+        if prev == ver:
+            looped.add(ver)
         while cur and cur in reg.releases:
             if cur in seen:
+                looped.add(ver)
                 f, ln, col = reg.locate("release", ver, ("previous",))
                 report.add(Diagnostic("error", "release-order", f"release chain loops: {' -> '.join(seen + [cur])}",
                                       f, ln, col, [ver]))
@@ -201,7 +205,7 @@ def _releases(reg: Registry, report) -> None:
             rel = reg.releases[ver]
             want = order[i - 1] if i else None
             if rel.previous and rel.previous in reg.releases and want and rel.previous != want \
-                    and dates[rel.previous] <= dates[ver]:
+                    and dates[rel.previous] <= dates[ver] and ver not in looped:
                 f, ln, col = reg.locate("release", ver, ("previous",))
                 report.add(Diagnostic("error", "release-order", f"release {ver} names {rel.previous} as its previous "
                                       f"release, but by date the one before it is {want}", f, ln, col,
@@ -347,10 +351,10 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
     costs = [c.variant for c in b.costs]
     if b.fixed_kv_bytes is None and b.kv_tokens <= 0:
         r, (f, ln, col) = knob_where(UTIL_KNOB)
-        hf, hl, hc = hardware_where()
-        if not ln:
-            f, ln, col = hf, hl, hc
-        src = f" ({r.layer}: {r.source})" if r is not None and r.layer != "registry" else ""
+        user_set = r is not None and r.layer not in ("registry", "release")
+        if not (ln and user_set):  # the GPU's size is what the profile says: point there
+            f, ln, col = hardware_where()
+        src = f" ({r.layer}: {r.source})" if user_set else ""
         out.append(Diagnostic("error", "memory", f"profile '{name}' does not fit: {b.memory_bytes / (1 << 30):g} GiB a "
                               f"GPU at {UTIL_KNOB}={b.utilization:g}{src} leaves {fmt_bytes(b.memory_bytes * b.utilization)}; "
                               f"weights {fmt_bytes(b.weights)}, overhead {fmt_bytes(b.overhead)} and variants "

@@ -98,6 +98,14 @@ MUTATE = _v("R9K_MUTATE", "str", None, "JSON list of kernel mutations the mutati
 TEST_SEED = _v("R9K_TEST_SEED", "int", "a fixed seed per test", "the random seed of the kernel and plugin tests",
                ("kernels.conftest", "tests.plugin.conftest"))
 
+# ------------------------------------------------------------------ read by the kernels' GPU tooling
+
+VLLM_SRC = _v("R9K_VLLM_SRC", "path", "the installed vllm package's parent folder",
+              "where vLLM's sources are, for the kernel benchmarks that time vLLM's own kernels on a machine "
+              "without vLLM installed", ("kernels._triton.vllm_peer",))
+TUNED_DEVICE = _v("R9K_TUNED_DEVICE", "str", "the name of this process's GPU",
+                  "whose tuned kernel configurations (tuned_<device>.json) to use", ("kernels._triton.tuned",))
+
 # ------------------------------------------------------------------ set by the plugin for its own processes
 
 LAUNCH_HASH = _v("_R9K_LAUNCH_HASH", "str", None,

@@ -188,28 +188,31 @@ def read_text(path: PathLike, what: str = "file", max_bytes: Optional[int] = Non
     return decode(read_bytes(path, what, max_bytes), path, what)
 
 
-def _too_deep(path, text: str, what: str) -> FileError:
-    """A too-deep error at the first bracket that nests deeper than MAX_DEPTH (best effort: quoted
-    strings are skipped; 1:1 when no such bracket is found)."""
-    depth, line, col, at = 0, 1, 0, (1, 1)
-    quote: Optional[str] = None
-    for ch in text:
-        col += 1
-        if ch == "\n":
-            line, col = line + 1, 0
-            continue
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                at = (line, col)
-                break
-        elif ch in "]}":
-            depth = max(0, depth - 1)
+def _too_deep(path, text: str, what: str, comments: bool = True) -> FileError:
+    """A too-deep error at the first bracket that nests deeper than MAX_DEPTH (best effort: strings and
+    ``#`` comments are skipped; 1:1 when no such bracket is found)."""
+    depth, at = 0, (1, 1)
+    for n, ln in enumerate(text.split("\n"), 1):
+        quote: Optional[str] = None
+        i = 0
+        while i < len(ln):
+            ch = ln[i]
+            if quote:
+                if ch == "\\" and quote == '"':
+                    i += 1
+                elif ch == quote:
+                    quote = None
+            elif ch in "\"'":
+                quote = ch
+            elif ch == "#" and comments:
+                break  # a TOML comment
+            elif ch in "[{":
+                depth += 1
+                if depth > MAX_DEPTH:
+                    return error(path, "too-deep", f"{what} nests deeper than {MAX_DEPTH} levels", n, i + 1)
+            elif ch in "]}":
+                depth = max(0, depth - 1)
+            i += 1
     return error(path, "too-deep", f"{what} nests deeper than {MAX_DEPTH} levels", *at)
 
 
@@ -302,11 +305,11 @@ def parse_json(text: str, path: Optional[PathLike] = None, what: str = "JSON fil
             msg = "empty; expected a JSON value"
         raise error(path, "json-syntax", f"JSON syntax error: {msg}", exc.lineno + line_offset, exc.colno) from None
     except RecursionError:
-        raise _too_deep(path, text, what) from None
+        raise _too_deep(path, text, what, comments=False) from None
     except ValueError as exc:  # e.g. an integer with too many digits
         raise error(path, "json-syntax", f"JSON error: {exc}", 1 + line_offset, 1) from None
     if _depth(obj, MAX_DEPTH):
-        raise _too_deep(path, text, what)
+        raise _too_deep(path, text, what, comments=False)
     if expect is not None:
         types = _tuple(expect)
         if not isinstance(obj, types) or (isinstance(obj, bool) and bool not in types):

@@ -224,8 +224,8 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
 
 def gate_states(reg: Registry):
     """The ledger's gate states, computed once per registry object and ledger file version (the source
-    hashes behind them are computed at that time: a long-lived session calls ``reg._memo.clear()``
-    after editing kernel sources)."""
+    hashes behind them are computed at that time: a long-lived session calls ``reg.forget()`` after
+    editing kernel sources)."""
     from . import ledger
 
     path = ledger.ledger_path(reg)
@@ -234,10 +234,7 @@ def gate_states(reg: Registry):
         stamp = (st.st_mtime_ns, st.st_size)
     except OSError:
         stamp = None
-    key = ("gate_states", str(path), stamp)
-    if key not in reg._memo:
-        reg._memo[key] = ledger.gate_states(reg)
-    return reg._memo[key]
+    return reg.cached(("gate_states", str(path), stamp), lambda: ledger.gate_states(reg))
 
 
 def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
@@ -256,11 +253,8 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
 
 
 def _where(reg: Registry, r) -> tuple:
-    src = r.source
-    m = re.search(r"([^\s(]+\.toml):(\d+)\)?$", src)
-    if m:
-        return m.group(1), int(m.group(2)), None
-    return None, None, None
+    """File, line, column of the place that set a resolved value (none for the environment or --set)."""
+    return r.origin.file, r.origin.line, None
 
 
 # ----------------------------------------------------------------------------------- entry points
@@ -292,6 +286,10 @@ def validate(
     from .consistency import check_consistency, group_cascades
 
     check_consistency(reg, report)
+    if all_profiles or not profile:  # profiles whose files do not load (a profile's own are in its resolve)
+        for problems in reg.profile_problems.values():
+            for d in problems:
+                report.add(d)
     names = sorted(reg.profiles) if all_profiles else ([profile] if profile else [])
     for name in names:
         rs = resolve(reg, name, tp=tp, env=env, sets=sets,

@@ -74,7 +74,7 @@ GRAPH_AFFECTING = set(OPS) | {"cudagraph_sizes", "cudagraph_mode", "mtp_spec_tok
                               "moe_fused_act_quant", "hc_fp8_prefill_mix", "qsa_sparse_attention",
                               "qsa_indexer_score", "moe_shared_fold", "hc_free_bf16", "hc_fp8_down"}
 
-# Flash-Next dims (kernel-semantics.md 1.1) for the memory costs this project computes.
+# Flash-Next dims (docs/semantics.md 1.1) for the memory costs this project computes.
 HC_MODULES = 100  # 97 counted per decode step by the original's notes + the 3 of the MTP layer
 HC_DOWN = (336, 10240)
 HC_UP = (10240, 320)

@@ -1,4 +1,4 @@
-"""Gate of R9K_QSA_GLUE (kernel-semantics.md 3.7): the fused norm + rope is bit-equal to the stock ops except
+"""Gate of R9K_QSA_GLUE (docs/semantics.md 3.7): the fused norm + rope is bit-equal to the stock ops except
 fp32 sum-of-squares order flips, on fewer than 0.1% of elements; both stay within bf16 rounding of an fp64
 evaluation. CPU (Triton interpreter) at small shapes; the real indexer shapes on a GPU."""
 from __future__ import annotations

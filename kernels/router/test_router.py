@@ -1,4 +1,4 @@
-"""Gate tests for the router GEMM and fused routing (kernel-semantics 3.4, 3.5).
+"""Gate tests for the router GEMM and fused routing (docs/semantics.md 3.4, 3.5).
 
 CPU: Triton interpreter at small shapes (plus the real 512 x 2560 at one width). GPU (``-m gpu``):
 the real shapes at decode widths. Fresh random inputs per run (seed printed), outputs poisoned.

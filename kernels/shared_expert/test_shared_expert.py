@@ -1,4 +1,4 @@
-"""Gate of R9K_SHARED_EXPERT (kernel-semantics.md 3.6): the expert-gate values bit-equal to
+"""Gate of R9K_SHARED_EXPERT (docs/semantics.md 3.6): the expert-gate values bit-equal to
 ``sigmoid(F.linear(x, wg))`` except <= max(1, M/64) flips; output within 3% relative L2 of stock; mean |error| vs
 an fp64 reference (stock semantics from the same fp8 input quant, activation unquantized) <= 1.05x stock's
 (pooled over ceil(16/M) activation draws at M < 16: see ``_draws``).

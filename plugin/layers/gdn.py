@@ -169,7 +169,7 @@ class R9kQwenGatedDeltaNetAttention(QwenGatedDeltaNetAttention):
             return
         self._r9k_key = f"{prefix}:{OP}"
         _common.STATE[self._r9k_key] = _GdnState(self, choice.fn)
-        _core_op()
+        self._r9k_op = _core_op()
         _common.installed(OP, prefix)
 
     def forward_cpu(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -188,6 +188,6 @@ class R9kQwenGatedDeltaNetAttention(QwenGatedDeltaNetAttention):
             b, a = ba.chunk(2, dim=-1)
         z = z.reshape(T, hv * self.head_v_dim).contiguous()
         out = torch.empty((T, hv * self.head_v_dim), dtype=hidden_states.dtype, device=hidden_states.device)
-        _core_op()(mixed_qkv, z, b, a, out, self._r9k_key)
+        self._r9k_op(mixed_qkv, z, b, a, out, self._r9k_key)
         output, _ = self.out_proj(out)
         return output

@@ -75,7 +75,7 @@ class _RouterMixin:
     _r9k_key: str
 
     def _compute_routing(self, hidden_states, router_logits, indices_type, *, input_ids=None):
-        return _route_op()(hidden_states, router_logits, self._r9k_key)
+        return self._r9k_op(hidden_states, router_logits, self._r9k_key)
 
 
 def routing_ineligible(router, quant_method) -> str:
@@ -120,8 +120,8 @@ def attach_routing(runner, layer: str) -> None:
     key = f"{layer}:{ROUTE}"
     _common.STATE[key] = _RouteState(runner.router, choice.fn)
     runner.router._r9k_key = key
+    runner.router._r9k_op = _route_op()
     _common.swap_class(runner.router, _RouterMixin)
-    _route_op()
     _common.installed(ROUTE, layer)
 
 
@@ -187,7 +187,7 @@ class _SharedExpertMixin:
     _r9k_key: str
 
     def forward(self, x):
-        return _shared_op()(x, self._r9k_key)
+        return self._r9k_op(x, self._r9k_key)
 
 
 def shared_ineligible(m) -> str:
@@ -235,8 +235,8 @@ def attach_shared_expert(module, layer: str) -> None:
     # the fallback, then uses F.linear)
     for lin in (module.gate_up_proj, module.down_proj, module.expert_gate):
         lin._cpu_skip_gemm_dispatch = True
+    module._r9k_op = _shared_op()
     _common.swap_class(module, _SharedExpertMixin)
-    _shared_op()
     _common.installed(SHARED, layer)
 
 

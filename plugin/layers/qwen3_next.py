@@ -72,7 +72,7 @@ class _AttentionMixin:
     def _project_qkv_gate(self, qkv, positions):
         if positions.ndim == 2 and not getattr(self.rotary_emb, "mrope_section", None):
             positions = positions[0]
-        q, k, gate = _qk_op()(qkv.contiguous() if qkv.stride(-1) != 1 else qkv, positions, self._r9k_key)
+        q, k, gate = self._r9k_op(qkv.contiguous() if qkv.stride(-1) != 1 else qkv, positions, self._r9k_key)
         v = qkv[..., self.q_size * 2 + self.kv_size:]
         return q, k, v, gate
 
@@ -116,8 +116,8 @@ def attach(m, layer: str) -> None:
     key = f"{layer}:{OP}"
     _common.STATE[key] = _QkState(m, choice.fn)
     m._r9k_key = key
+    m._r9k_op = _qk_op()
     _common.swap_class(m, _AttentionMixin)
-    _qk_op()
     _common.installed(OP, layer)
 
 

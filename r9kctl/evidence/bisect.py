@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from r9k.registry import envvars
+from r9k.registry.origin import Origin
 
 from . import mcnemar, results
 
@@ -133,8 +134,7 @@ def step_set(reg: Any, plan: Plan, step: str):
     rs = resolve(reg, plan.good, tp=plan.tp, env={}, sets=sets)
     for knob in unset:  # `--set` cannot express "not set"; the resolved item is patched instead
         r = rs.items[reg.variant(knob).id]
-        r.history.append((r.layer, r.source, r.value))
-        r.value, r.layer, r.source = None, "override", "bisect (unset, as in the bad profile)"
+        r.override(None, Origin("override", detail="bisect (unset, as in the bad profile)"))
     return rs
 
 
@@ -221,7 +221,7 @@ def set_aside_results(directory: str | Path) -> Path | None:
 
 def load_plan(directory: str | Path) -> Plan:
     p = Path(directory) / "plan.json"
-    if not p.exists():
+    if not os.path.lexists(p):  # a broken link or a loop is reported as what it is
         raise BisectError(f"{p}: no bisect plan here (run r9kctl bisect plan first)")
     from r9k.registry import fileio
 

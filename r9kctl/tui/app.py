@@ -187,7 +187,8 @@ class R9kApp(App):
             self.show_load_error(exc.diagnostics)
             return
         if self.start_profile and self.start_profile != self.session.profile:
-            self.notify(f"no profile named '{self.start_profile}'; showing '{self.session.profile}'",
+            self.notify(f"no profile named '{self.start_profile}'; showing '{self.session.profile}'"
+                        + (" (the closest name)" if self.session.closest_profile(self.start_profile) else ""),
                         severity="warning")
         from .main_screen import MainScreen
         from .recovery import restore_recovery

@@ -6,7 +6,6 @@ main screen has five pickers, and fewer widgets is a faster first frame.
 """
 from __future__ import annotations
 
-import re
 from typing import Any, Optional, Sequence
 
 from rich.text import Text
@@ -19,24 +18,9 @@ from textual.widget import Widget
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from .matching import match_rank
+
 Options = Sequence[tuple[str, Any]]  # (label, value)
-
-
-def match_rank(label: str, words: list[str]) -> int:
-    """0 exact, 1 the label starts with the query, 2 one of its words does (``-``, ``_``, ``.``, space
-    separate words), 3 it contains it; no words: 0 (the given order)."""
-    if not words:
-        return 0
-    q = " ".join(words)
-    low = label.lower()
-    if low == q:
-        return 0
-    if low.startswith(words[0]):
-        return 1
-    parts = re.split(r"[-_. ]+", low)
-    if any(p.startswith(words[0]) for p in parts):
-        return 2
-    return 3
 
 
 class PickerScreen(ModalScreen[Optional[int]]):

@@ -16,6 +16,7 @@ from typing import Mapping, Optional
 from r9k.registry.errors import Diagnostic
 from r9k.registry.loader import Registry, default_profile_dirs, load_registry
 from r9k.registry.memory import Budget, VariantCost, budget, cost_if_toggled
+from r9k.registry.origin import Origin
 from r9k.registry.resolve import ResolvedSet, resolve
 from r9k.registry.validate import Report, check_profile, check_registry
 
@@ -98,7 +99,7 @@ class Session:
         self.redo_stack: list[Snapshot] = []
         self.extra_args: list[str] = []  # extra vllm serve arguments for a launch (the launch screen's field)
         self._capture_files()
-        self.profile = profile if profile in reg.profiles else self.default_profile()
+        self.profile = profile if profile in reg.profiles else (self.closest_profile(profile) or self.default_profile())
         self.tp_choice = tp  # None: the profile's own TP size
         self.kv_history: list[int] = []
         self.rs: ResolvedSet
@@ -116,11 +117,23 @@ class Session:
              root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> "Session":
         """Load the registry and profiles (raises RegistryError with located diagnostics); ``root`` and
         ``profile_dirs`` as for ``load_registry`` (None: its defaults)."""
-        return cls(load_registry(root, profile_dirs), profile, tp, env, profile_dirs=profile_dirs, sets=sets,
-                   root=root)
+        # the panel lists and edits every profile: a broken one is an error screen, not a missing entry
+        return cls(load_registry(root, profile_dirs, broken_profiles="raise"), profile, tp, env,
+                   profile_dirs=profile_dirs, sets=sets, root=root)
 
     def load_registry(self) -> Registry:
-        return load_registry(self.root, self.profile_dirs)
+        return load_registry(self.root, self.profile_dirs, broken_profiles="raise")
+
+    def closest_profile(self, query: Optional[str]) -> Optional[str]:
+        """The profile a mistyped or shortened name most likely means (``tp2`` -> tp2-default): the best
+        prefix or word-prefix match, as the picker orders them; None if nothing starts so."""
+        from .matching import match_rank
+
+        if not query:
+            return None
+        words = query.lower().split()
+        ranked = sorted((match_rank(n, words), n) for n in self.reg.profiles if query.lower() in n.lower())
+        return ranked[0][1] if ranked and ranked[0][0] <= 2 else None
 
     def default_profile(self) -> str:
         for name in ("tp4-default", "tp2-default"):
@@ -303,7 +316,7 @@ class Session:
         r = self._saved_noenv.items[vid]
         if self.key_for(vid) in self.saved_knobs():
             # this profile's key was applied last (no environment here): the entry before it
-            return r.history[-1][2] if r.history else r.value
+            return r.history[-1][1] if r.history else r.value
         return r.value
 
     def set_value(self, vid: str, raw: object) -> str:
@@ -373,7 +386,7 @@ class Session:
         """What hides the profile's value of a variant (an environment variable or --set), if anything."""
         r = self.rs.items[vid]
         if r.layer == "environment":
-            return r.source.split(" ", 1)[1]
+            return r.origin.key
         if r.layer == "override":
             return r.source
         return None
@@ -391,7 +404,7 @@ class Session:
                 r = rs.items[vid]
                 if r.layer == "profile":
                     # the key is not in the file yet (or not with this value): no line to point at
-                    r.source = f"{file} ({UNSAVED})"
+                    r.origin = Origin("profile", file, detail=UNSAVED)
         report = Report()
         for d in self.registry_report.diagnostics:
             report.add(d)

@@ -99,7 +99,7 @@ def row_cells(s: Session, vid: str, problems: dict[str, str]) -> tuple:
     if edited:
         value.stylize("underline", 2)
     layer = LAYER_SHORT.get(r.layer, r.layer)
-    src = Text(layer + ("*" if UNSAVED in r.source else ""),
+    src = Text(layer + ("*" if r.origin.detail == UNSAVED else ""),
                "magenta" if r.layer == "profile" else "yellow" if r.layer in ("environment", "override") else "dim")
     gate = s.gate_state(vid)
     cost = s.cost(vid)

@@ -139,3 +139,25 @@ def test_control_variables_are_spelt_in_one_module():
             if hit:
                 bad.append(f"{path.relative_to(ROOT)}:{line}: {hit}")
     assert not bad, "use r9k.registry.envvars instead of spelling the name:\n" + "\n".join(bad)
+
+
+def test_semantics_citations_point_at_sections_that_exist():
+    import re
+
+    doc = (ROOT / "docs" / "semantics.md").read_text(encoding="utf-8")
+    sections = set(re.findall(r"^#{2,4} (\d+(?:\.\d+)*[a-z]?)[. ]", doc, re.M))
+    assert {"1.1", "3.6", "3.10", "3.11"} <= sections
+    cited, stale = [], []
+    for folder in ("registry", "plugin", "r9kctl", "kernels", "scripts", "notes"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix not in {".py", ".md", ".toml"} or "__pycache__" in path.parts:
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if "kernel-semantics" in text:
+                stale.append(str(path.relative_to(ROOT)))
+            for m in re.finditer(r"docs/semantics\.md,? ((?:\d+(?:\.\d+)*[a-z]?(?:, |,? and )?)+)", text):
+                cited += [(str(path.relative_to(ROOT)), n) for n in re.findall(r"\d+(?:\.\d+)*[a-z]?", m.group(1))]
+    assert not stale, f"cite docs/semantics.md, not the reference outside the repository: {stale}"
+    assert len(cited) >= 10
+    missing = [(f, n) for f, n in cited if n not in sections]
+    assert not missing, missing

@@ -349,6 +349,15 @@ def test_picker_prefers_exact_and_prefix_matches(workspace):
 
     run(scenario())
 
+    async def shortened():  # r9kctl tui --profile tp2: the closest name, said so
+        app = R9kApp(profile="tp2", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert app.screen.s.profile == "tp2-default"
+            assert any("no profile named 'tp2'; showing 'tp2-default' (the closest name)" in n for n in notes(app))
+
+    run(shortened())
+
 
 def test_save_as_writes_an_honest_description(workspace):
     async def scenario():
