@@ -41,6 +41,7 @@ class Plan:
     used: Optional[str] = None  # filled at model construction: the implementation a layer got
     layers: int = 0  # how many layers asked for it
     adapter: Optional[object] = None  # the registry's availability.Adapter for the extension point
+    launcher: Optional[str] = None  # a launcher knob: the vLLM flag or variable r9kctl launch sets ("--max-num-seqs")
 
     @property
     def pluggable(self) -> bool:
@@ -57,6 +58,8 @@ class Plan:
             return "stock (vLLM's own path; nothing installed)"
         if self.mode == "fallback":
             return f"stock (fallback: {self.reason})"
+        if self.mode == "env" and self.launcher:
+            return f"vLLM's {self.launcher}, set by r9kctl launch (what vLLM applied: r9kctl status)"
         if self.mode == "env":
             return "exported to the environment (read by code outside this project)"
         return "unset (implementation default)"
@@ -116,6 +119,9 @@ class DispatchTable:
             av = verdicts[vid]
             p = Plan(vid, v.knob, r.value, modes[av.state], impl.extension_point, impl.op, impl.module,
                      av.reason, adapter=av.adapter)
+            sets = getattr(v, "sets", None)
+            if sets is not None:
+                p.launcher = f"{sets.name}" if sets.kind in ("vllm-arg", "vllm-flag") else f"{sets.kind} {sets.name}"
             if impl.op:
                 self.by_op[impl.op] = vid
             if p.mode == "fused":

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import fcntl
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -94,20 +92,23 @@ def write_section(path: str, section: dict) -> None:
             data = json.loads(p.read_text()) if p.exists() else {}
         except (OSError, ValueError):
             data = {}
-        if data.get("hash") not in (None, section["hash"]):
-            data = {}  # a previous launch's file
+        if not isinstance(data, dict) or not isinstance(data.get("processes", {}), dict) \
+                or data.get("hash") not in (None, section["hash"]):
+            data = {}  # a previous launch's file, or not a status file at all: replaced
         data.update({"schema": SCHEMA, "profile": section["profile"], "hash": section["hash"],
                      "tp": section["tp"], "model": section["model"]})
         procs = data.setdefault("processes", {})
         procs[section["process"]["name"]] = section
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-        os.replace(tmp, p)
+        from r9k.registry import fileio
+
+        fileio.atomic_write(p, json.dumps(data, indent=1, sort_keys=True), "status file")  # OSError on failure
 
 
 def read_status_file(path: str) -> dict:
-    return json.loads(Path(path).read_text())
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("processes", {}), dict):
+        raise ValueError(f"{path}: not a status file")
+    return data
 
 
 def merged_status(own: Optional[dict], path: Optional[str]) -> dict:

@@ -95,7 +95,8 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
             start = tabs[0]
             end = hi
             for n in range(start + 1, hi):
-                if _HEADER.match(lines[n]):
+                m = _HEADER.match(lines[n])
+                if m and not m.group(1).startswith(name + "."):  # its own sub-tables stay in range
                     end = n
                     break
             lo, hi = start, end
@@ -106,6 +107,8 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
         kr = _key_re(str(part))
         found = None
         for n in range(lo, hi):
+            if n > lo and _HEADER.match(lines[n]):
+                break  # the next table: the key is not in this one
             if kr.match(lines[n]):
                 found = n
                 break
@@ -149,8 +152,16 @@ def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_lo
     for err in exc.errors():
         loc = base_loc + tuple(err["loc"])
         line, col = locate(text, loc)
+        if line is None and err["type"] == "missing":  # a missing key: at its table (the file's top: line 1)
+            line, col = locate(text, loc[:-1]) if loc[:-1] else (1, 1)
+            line, col = (line, col) if line else (1, 1)
         where = ".".join(str(p) for p in loc)
         msg = err["msg"]
+        named = re.match(r"^Value error, ([a-z_]+(?:\.[A-Za-z0-9_]+)*) ", msg)
+        if named and err["type"] == "value_error":  # a check of the whole table naming its key: point at the key
+            kl, kc = locate(text, loc + tuple(named.group(1).split(".")))
+            if kl and kl != line:
+                line, col = kl, kc
         if err["type"] == "extra_forbidden":
             msg = f"unknown field '{loc[-1]}'"
         elif msg.startswith("Value error, "):
@@ -203,15 +214,11 @@ class _ParseCache:
             self.data.pop(next(iter(self.data)))
         try:
             import pickle
-            import tempfile
 
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(self.data, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, self.path)
-        except OSError:
-            pass
+            fileio.atomic_write(self.path, pickle.dumps(self.data, protocol=pickle.HIGHEST_PROTOCOL), "parse cache")
+        except (OSError, fileio.FileError):
+            pass  # a cache that cannot be written only costs speed (and leaves no temporary file)
 
 
 def _heads(text: str, header: str) -> list[int]:
@@ -260,7 +267,7 @@ class Registry:
 
     def __post_init__(self) -> None:
         for v in self.variants.values():
-            self._knobs[v.knob] = v.id
+            self._knobs.setdefault(v.knob, v.id)  # a second declaration never takes a knob over (consistency)
             for k in v.also_knobs:
                 self._knobs.setdefault(k, v.id)
 
@@ -323,12 +330,12 @@ class Registry:
         if loc and file in self.texts:
             lines = self.texts[file].splitlines()
             if kind in ("variant", "model"):
-                # search within this item's block
+                # search within this item's block, as the first of its array of tables
                 head = f"[[{kind}]]"
                 start = line - 1
                 end = next((n for n in range(start + 1, len(lines)) if lines[n].strip() == head), len(lines))
                 sub = "\n".join(lines[start:end])
-                ln, col = locate(sub, loc)
+                ln, col = locate(sub, (kind, 0) + tuple(loc))
                 if ln:
                     return file, start + ln, col
             else:

@@ -110,9 +110,13 @@ def release_records(res: dict, command: str, platform: str = "h200") -> list[dic
     for r in res["rows"]:
         if "ms" not in r:
             continue
-        base = {"config": f"h200_tp4_shard.{r['profile'].replace('@vllm', '').replace('@', '_')}", "stack": "ours", "platform": platform, "command": command,
+        kind = (res["profiles"].get(r["profile"]) or {}).get("stock", "vllm")
+        stock_note = ("; stock paths of the GDN core and the hc combine + norm: vLLM's own kernels" if kind == "vllm"
+                      else "; stock paths: the op table's plain compositions (the first runs' measuring stick)")
+        base = {"config": f"h200_tp4_shard.{r['profile'].replace('@vllm', '').replace('@', '_')}", "stack": "ours",
+                "platform": platform, "command": command, "method": "r9kctl-bench",
                 "source": f"r9kctl bench decode-step: one TP4-rank decode step, MTP-3, context {res['context']}, "
-                          f"CUDA-graph replay median"}
+                          f"CUDA-graph replay median" + stock_note}
         recs.append({**base, "metric": f"decode_step_ms@r{r['requests']}", "value": round(r["ms"], 3), "unit": "ms"})
         if (r.get("graph") or {}).get("nodes"):
             recs.append({**base, "metric": f"graph_nodes@r{r['requests']}", "value": float(r["graph"]["nodes"]),
@@ -122,7 +126,8 @@ def release_records(res: dict, command: str, platform: str = "h200") -> list[dic
         against = q.get("against", profiles[-1])
         suffix = "" if against in ("stock", "stock@vllm") else "_vs_" + against.replace("@", "_")
         recs.append({"config": f"h200_tp4_shard.{profiles[0]}", "stack": "ours", "platform": platform,
-                     "command": command, "metric": f"decode_step_speedup{suffix}@r{q['requests']}",
+                     "command": command, "method": "r9kctl-bench",
+                     "metric": f"decode_step_speedup{suffix}@r{q['requests']}",
                      "value": round(q["speedup"], 3), "unit": "x",
                      "source": f"r9kctl bench decode-step: {profiles[0]} over {against}"})
     return recs
@@ -132,7 +137,7 @@ def records_toml(recs: list[dict]) -> str:
     lines = []
     for r in recs:
         lines.append("[[bench]]")
-        for k in ("config", "metric", "value", "unit", "stack", "platform", "command", "source"):
+        for k in ("config", "metric", "value", "unit", "stack", "platform", "command", "source", "method"):
             v = r.get(k)
             if v is None:
                 continue

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from r9k.kernels._triton import timing as _bench
 from r9k.kernels.hc_mix import reference as ref
 from r9k.kernels.hc_mix import triton_kernel as tk
-from r9k.kernels.router import triton_kernel as rk
+from r9k.kernels._triton import skinny_gemm as rk
 
 MS = (1, 4, 8, 16)
 HD, R, ND = 2560, 320, 336

@@ -1,6 +1,6 @@
 """Fused hyper-connection input mix in Triton: 2 launches instead of stock's 4, bf16 or fp8 weights.
 
-* Down + hc_silu: the split-K skinny GEMM of ``r9k.kernels.router`` (10240 -> 336) with the hc_silu
+* Down + hc_silu: the split-K skinny GEMM of ``r9k.kernels._triton.skinny_gemm`` (10240 -> 336) with the hc_silu
   epilogue on the first ``lora_rank`` columns, computed from the bf16-rounded GEMM value exactly where
   stock rounds; for fp8 weights the e4m3 codes are converted exactly to bf16 and the per-row scale is
   applied once to the fp32 sum (W8A16).
@@ -23,7 +23,8 @@ import triton.language as tl
 
 from r9k.kernels._triton import tuned
 from r9k.kernels._triton.common import INTERPRETED, dot_bf16, to_bf16
-from r9k.kernels.router.triton_kernel import BLOCK_M, skinny_gemm, use_triton
+from r9k.kernels._triton.common import use_triton
+from r9k.kernels._triton.skinny_gemm import BLOCK_M, skinny_gemm
 
 from . import reference
 

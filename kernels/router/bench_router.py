@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from r9k.kernels._triton import skinny_gemm as sk
 from r9k.kernels._triton import timing as _bench
 from r9k.kernels.router import reference as ref
 from r9k.kernels.router import triton_kernel as tk
@@ -47,7 +48,9 @@ def run(sweep: bool = False):
         best, r = _bench.sweep("router 512x2560", SWEEP, time_fn, check)
         sweep_rows += r
         if best is not None:
-            _bench.update_json(tk.TUNED_FILE, {"skinny": {f"{E}x{K}": list(best)}})
+            _bench.update_json(sk.TUNED_FILE, {"skinny": {f"{E}x{K}": list(best)}})
+            sk.TUNED.clear()
+            sk.TUNED.update(sk.load_tuned())
 
         def rcheck(wn):
             for M in (1, 16):

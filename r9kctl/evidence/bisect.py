@@ -221,7 +221,7 @@ def set_aside_results(directory: str | Path) -> Path | None:
 
 def load_plan(directory: str | Path) -> Plan:
     p = Path(directory) / "plan.json"
-    if not p.exists():
+    if not os.path.lexists(p):  # a broken link or a loop is reported as what it is
         raise BisectError(f"{p}: no bisect plan here (run r9kctl bisect plan first)")
     from r9k.registry import fileio
 

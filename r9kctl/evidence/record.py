@@ -133,6 +133,9 @@ def record(dataset: Dataset, url: str, out: str | Path, *, model: str | None = N
     out = Path(out)
     ds_hash = dataset.sha256()
     questions: list[Question] = dataset.questions[:limit] if limit else list(dataset.questions)
+    if not resume and out.exists() and out.stat().st_size > 0:
+        raise ResultFileError(f"{out}: exists already (a recorded run); pass --resume to continue it, or choose "
+                              "another --out (nothing was overwritten)")
     done = _resume_state(out, ds_hash) if resume else set()
     header = {
         "r9k_eval": FORMAT_VERSION, "dataset": dataset.name, "dataset_sha256": ds_hash,
