@@ -103,6 +103,11 @@ def _register() -> None:
     dispatch.set_table(table)
     for plan in table.installs():
         install.install(plan, _install_failed)
+    # The architectures this plugin brings (r9k.plugin.models) are registered whatever the variants say:
+    # without them vLLM cannot build such a model on this backend at all (a lazy "module:Class" string).
+    from . import models
+
+    install.HOOKS.add(models.REGISTRY_MODULE, models.register_architectures)
     # A "MainProcess" that is not the first plugin process of the launch is a helper vLLM runs as a
     # plain subprocess (e.g. the model inspection of vllm.model_executor.models.registry): it checks
     # agreement like every process, but does not speak for the server in the status file.

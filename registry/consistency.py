@@ -378,6 +378,42 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
 # ------------------------------------------------------------------------------------------ grouping
 
 
+def _group_unknown_releases(diags: list[Diagnostic], reg: Optional[Registry]) -> list[Diagnostic]:
+    """A release named many times that does not exist is one error (at its first mention), and a registry
+    without any release one error at its releases/ folder."""
+    unknown = [d for d in diags if d.code == "unknown-release" and d.items]
+    if reg is None or len(unknown) < 2:
+        return diags
+    by_name: dict[str, list[Diagnostic]] = {}
+    for d in unknown:
+        by_name.setdefault(d.items[-1], []).append(d)
+    merged: dict[int, Diagnostic] = {}
+    drop: set[int] = set()
+    if not reg.releases:
+        folder = Path(reg.root) / "releases"
+        first = unknown[0]
+        merged[id(first)] = Diagnostic("error", "no-releases", f"{'no release is declared here' if folder.is_dir() else 'this folder does not exist'}, but the registry names {len(by_name)} release(s) {len(unknown)} times ({', '.join(sorted(by_name))})", display_path(folder), None, None, sorted(by_name))
+        drop = {id(d) for d in unknown}
+    else:
+        for name, ds in by_name.items():
+            if len(ds) < 2:
+                continue
+            first = ds[0]
+            who = sorted({d.items[0] for d in ds})
+            merged[id(first)] = Diagnostic(
+                "error", "unknown-release", f"unknown release '{name}' is named {len(ds)} times ({', '.join(who[:6])}"
+                f"{', ...' if len(who) > 6 else ''}); there is no releases/{name}.toml", first.file, first.line,
+                first.col, who + [name])
+            drop |= {id(d) for d in ds}
+    out = []
+    for d in diags:
+        if id(d) in merged:
+            out.append(merged[id(d)])
+        elif id(d) not in drop:
+            out.append(d)
+    return out
+
+
 def group_cascades(report, reg: Optional[Registry]) -> None:
     """One fault, one message: merge diagnostics reported at the same place, with the same message but for
     another profile (a fault in a parent profile, seen from each child), into the first one."""
@@ -394,6 +430,7 @@ def group_cascades(report, reg: Optional[Registry]) -> None:
                                 _models_file(reg), 1 if exists else None, 1 if exists else None, profs)
             diags = [d for d in diags if d.code != "unknown-model"]
             diags.insert(0, merged)
+    diags = _group_unknown_releases(diags, reg)
     out: list[Diagnostic] = []
     at: dict[tuple, Diagnostic] = {}
     also: dict[int, list[str]] = {}

@@ -97,11 +97,19 @@ class Tree:
             p = self.root / rel
             old = p.read_bytes() if p.is_file() and not p.is_symlink() else None
             existed = os.path.lexists(p)
+            saved = None
+            if p.is_dir() and not p.is_symlink():  # a whole folder: kept aside and put back
+                saved = self.root.parent / f"{self.root.name}-saved-{len(undo)}"
+                shutil.rmtree(saved, ignore_errors=True)
+                shutil.copytree(p, saved, symlinks=True)
 
-            def restore(p=p, old=old, existed=existed):
+            def restore(p=p, old=old, existed=existed, saved=saved):
                 _remove(p)
                 if old is not None:
                     p.write_bytes(old)
+                elif saved is not None:
+                    shutil.copytree(saved, p, symlinks=True)
+                    shutil.rmtree(saved)
                 elif existed:
                     raise AssertionError(f"cannot restore {p}")
             undo.append(restore)

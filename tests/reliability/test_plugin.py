@@ -99,6 +99,9 @@ def test_control_variables_alone_leave_it_inactive(plugin, monkeypatch, env):
     ({"R9K_PROFILE": "tp4-default", "R9K_ROUTER": "fast"}, "bad-value"),
     ({"R9K_PROFILE": "tp4-default", "R9K_REGISTRY": "/nonexistent"}, "io"),
     ({"R9K_MANIFEST": "/nonexistent/manifest.json"}, "not-found"),
+    ({"R9K_PROFILE": "tp4-default", "KVMEM": "1e300"}, "memory"),
+    ({"R9K_PROFILE": "tp4-default", "KVMEM": "100"}, "memory"),
+    ({"R9K_PROFILE": "tp4-default", "KVMEM": "inf"}, "bad-value"),
 ], ids=lambda e: "+".join(f"{k}={v}" for k, v in e.items()) if isinstance(e, dict) else e)
 def test_bad_environment(plugin, monkeypatch, env, kind):
     for k, v in env.items():
