@@ -1,17 +1,22 @@
-"""The memory budget of a resolved profile: KV-cache capacity and what each active variant costs of it.
+"""The memory budget of a resolved profile: KV-cache capacity and what each variant costs of it.
 
-capacity (tokens) = (GPU memory x utilisation - weights - overhead - sum of active variants' costs)
+capacity (tokens) = (GPU memory x utilisation - weights - overhead - sum of the variants' costs)
                     / KV bytes per token
 
-with the model's numbers from ``registry/models.toml`` and the variants' ``memory.bytes_per_gpu``.
-A fixed KV budget (the ``KVMEM`` launcher knob, vLLM's ``--kv-cache-memory``) pins the capacity; the
-costs then eat the headroom instead, and a budget that does not fit is an error.
+with the model's numbers from ``registry/models.toml`` and each variant's ``memory.formula``: bytes a GPU as
+an expression of the model's dims, the TP size and the knob's value (and other knobs'), evaluated at the
+resolved value whether the variant is on or off (off is usually 0). A fixed KV budget (the ``KVMEM``
+launcher knob, vLLM's ``--kv-cache-memory``; ``VLLM_CPU_KVCACHE_SPACE`` on the CPU backend) pins the capacity;
+the costs then eat the headroom instead, and a budget that does not fit is an error.
+
+``python -m r9k.registry.memory`` prints the model's error on every KV figure the original stack gives.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Mapping, Optional
 
+from .formula import Formula, FormulaError, parsed  # noqa: F401  (FormulaError: for callers)
 from .loader import Registry
 from .resolve import ResolvedSet
 
@@ -40,6 +45,7 @@ class Budget:
     kv_bytes_per_token: int
     costs: list[VariantCost] = field(default_factory=list)
     fixed_kv_bytes: Optional[int] = None
+    kv_pool_separate: bool = False  # the KV cache is its own allocation (vLLM's CPU backend: VLLM_CPU_KVCACHE_SPACE)
 
     @property
     def variant_bytes(self) -> int:
@@ -55,7 +61,7 @@ class Budget:
     def headroom(self) -> int:
         """Bytes left under the utilisation cap after weights, overhead, variants and the KV cache."""
         return int(self.memory_bytes * self.utilization) - self.weights - self.overhead - self.variant_bytes \
-            - self.kv_bytes
+            - (0 if self.kv_pool_separate else self.kv_bytes)
 
     @property
     def kv_tokens(self) -> int:
@@ -76,44 +82,96 @@ def budget(reg: Registry, rs: ResolvedSet) -> Optional[Budget]:
     no numbers at this TP size (validation reports those separately)."""
     if not rs.model or rs.model not in reg.models or not rs.hardware:
         return None
-    m = reg.models[rs.model]
-    key = f"tp{rs.tp}"
-    if not m.supports_tp(rs.tp):
+    values = {r.variant.knob: r.value for r in rs.items.values()}
+    util = rs.gpu_memory_utilization or None
+    fixed_gib = None
+    if (rs.platform or "") == "cpu" and rs.extra_env.get("VLLM_CPU_KVCACHE_SPACE"):
+        fixed_gib = float(rs.extra_env["VLLM_CPU_KVCACHE_SPACE"])  # the CPU backend's KV space, GiB
+    b = budget_of(reg, rs.model, rs.tp, rs.hardware["memory_gib_per_gpu"], values, util, fixed_gib,
+                  active={r.variant.id for r in rs.active()})
+    if b is not None and fixed_gib is not None and not values.get(KVMEM_KNOB):
+        b.kv_pool_separate = True
+    return b
+
+
+def budget_of(reg: Registry, model: str, tp: int, memory_gib: float, values: Mapping[str, Optional[str]],
+              utilization: Optional[float] = None, fixed_kv_gib: Optional[float] = None,
+              active: Optional[set] = None) -> Optional[Budget]:
+    """The budget of a model at a TP size on GPUs of ``memory_gib``, with the knobs at ``values`` (knob ->
+    value). ``active``: the variant ids that are on (for costs given as fixed bytes, charged only when on)."""
+    if model not in reg.models:
         return None
-    util = DEFAULT_UTIL
-    if rs.gpu_memory_utilization:
-        util = rs.gpu_memory_utilization
-    uv = _value(rs, UTIL_KNOB)
+    m = reg.models[model]
+    key = f"tp{tp}"
+    if not m.supports_tp(tp):
+        return None
+    util = utilization or DEFAULT_UTIL
+    uv = values.get(UTIL_KNOB)
     if uv:
         util = float(uv)
-    fixed = None
-    kv = _value(rs, KVMEM_KNOB)
+    fixed = int(fixed_kv_gib * GIB) if fixed_kv_gib else None
+    kv = values.get(KVMEM_KNOB)
     if kv:
         fixed = int(float(kv) * GIB)
     bpt = m.kv_bytes_per_token[key]
-    b = Budget(model=m.name, tp=rs.tp, memory_bytes=int(rs.hardware["memory_gib_per_gpu"] * GIB), utilization=util,
+    b = Budget(model=m.name, tp=tp, memory_bytes=int(memory_gib * GIB), utilization=util,
                weights=m.weight_bytes_per_gpu[key], overhead=m.overhead_bytes_per_gpu.get(key, 0),
                kv_bytes_per_token=bpt, fixed_kv_bytes=fixed)
-    for r in rs.active():
-        mem = r.variant.memory
-        if mem is None or not mem.bytes_per_gpu:
+    env = Formula.env(m, tp, values, {v.knob: v for v in reg.variants.values()})
+    for v in reg.variants.values():
+        mem = v.memory
+        if mem is None or not v.applies_to(model):
             continue
-        cost = mem.for_tp(rs.tp)
+        if mem.formula:
+            cost = int(round(parsed(mem.formula, f"{v.id}.memory.formula").bytes(env, values.get(v.knob))))
+        elif mem.bytes_per_gpu and active is not None and v.id in active:
+            cost = mem.for_tp(tp)
+        else:
+            cost = 0
         if cost:
-            b.costs.append(VariantCost(r.variant.id, r.variant.knob, cost, _tokens(cost, bpt)))
+            b.costs.append(VariantCost(v.id, v.knob, cost, _tokens(cost, bpt)))
     return b
 
 
 def cost_if_toggled(reg: Registry, rs: ResolvedSet, variant_id: str) -> Optional[VariantCost]:
-    """What a variant costs at this profile's TP size (whether or not it is on), in bytes and KV tokens."""
-    if not rs.model or rs.model not in reg.models:
+    """What turning a variant on (from stock; or off, if it is on) changes of this profile's budget: the
+    difference of the two budgets' costs, in bytes and KV tokens (positive: costs memory)."""
+    if not rs.model or rs.model not in reg.models or not rs.hardware:
         return None
-    m = reg.models[rs.model]
     v = reg.variants[variant_id]
-    if v.memory is None or not v.memory.bytes_per_gpu or f"tp{rs.tp}" not in m.kv_bytes_per_token:
+    if v.memory is None or not (v.memory.formula or v.memory.bytes_per_gpu):
         return None
-    cost = v.memory.for_tp(rs.tp)
-    return VariantCost(v.id, v.knob, cost, _tokens(cost, m.kv_bytes_per_token[f"tp{rs.tp}"]))
+    here = budget(reg, rs)
+    if here is None:
+        return None
+    values = {r.variant.knob: r.value for r in rs.items.values()}
+    active = {r.variant.id for r in rs.active()}
+    other = dict(values)
+    cur = values.get(v.knob)
+    on = variant_id in active
+    other[v.knob] = v.stock if on else _on_value(v)
+    there = budget_of(reg, rs.model, rs.tp, rs.hardware["memory_gib_per_gpu"], other,
+                      rs.gpu_memory_utilization, None, (active - {variant_id}) if on else (active | {variant_id}))
+    if there is None:
+        return None
+    on_b, off_b = (here, there) if on else (there, here)
+    cost = on_b.variant_bytes - off_b.variant_bytes
+    del cur
+    return VariantCost(v.id, v.knob, cost, _tokens(cost, here.kv_bytes_per_token))
+
+
+def _on_value(v) -> Optional[str]:
+    """The value a variant is 'on' at: its registry default where that is not stock, else its first choice
+    that is not stock (a boolean's 1)."""
+    for tp_val in v.defaults.values():
+        if tp_val != v.stock:
+            return tp_val
+    if v.type == "bool":
+        return "1"
+    for c in v.choices or []:
+        if c != v.stock:
+            return c
+    return v.stock
 
 
 def _tokens(nbytes: int, bpt: int) -> int:
