@@ -1,9 +1,16 @@
 """Maps the repository's top-level folders under the one import namespace ``r9k``.
 
 Packages are discovered in each folder (any directory with an ``__init__.py``), so a new kernel
-subpackage needs no edit here.
+subpackage needs no edit here. The wheel leaves out what only a developer runs from a checkout:
+benchmarks (``bench_*.py``, ``*_bench.py``) and scratch profilers (``_profile*.py``); the repository's
+``tests/`` is no package and never ships. The kernels' gate tests do ship: the registry declares them
+(``r9kctl validate`` checks that they exist, ``r9kctl gate`` runs them). ``kernels/decode_step/bench.py``
+stays too: ``r9kctl bench`` runs it.
 """
+import fnmatch
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 
 FOLDERS = {
     "r9k.registry": "registry",
@@ -13,6 +20,19 @@ FOLDERS = {
     "r9k.plugin": "plugin",
 }
 
+#: Module names (the file name without .py) that stay out of the wheel.
+DEV_ONLY = ("bench_*", "*_bench", "_profile*")
+
+
+def dev_only(module: str) -> bool:
+    return any(fnmatch.fnmatchcase(module, pat) for pat in DEV_ONLY)
+
+
+class BuildPy(build_py):
+    def find_package_modules(self, package, package_dir):
+        return [m for m in super().find_package_modules(package, package_dir) if not dev_only(m[1])]
+
+
 packages = ["r9k"]
 package_dir = {"r9k": "r9k"}
 for name, folder in FOLDERS.items():
@@ -20,4 +40,4 @@ for name, folder in FOLDERS.items():
     package_dir[name] = folder
     packages += [f"{name}.{sub}" for sub in find_packages(where=folder)]
 
-setup(packages=packages, package_dir=package_dir)
+setup(packages=packages, package_dir=package_dir, cmdclass={"build_py": BuildPy})

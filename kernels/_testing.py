@@ -28,3 +28,14 @@ def assert_written(t: torch.Tensor, what: str = "output") -> None:
 def bf16_flips(a: torch.Tensor, b: torch.Tensor) -> int:
     """How many bf16 values differ bitwise between two tensors of the same shape."""
     return int((a.contiguous().view(torch.int16) != b.contiguous().view(torch.int16)).sum())
+
+
+def bf16_ulp(t: torch.Tensor) -> torch.Tensor:
+    """One bf16 ulp at each value's magnitude (8 significant bits), in fp64; the smallest normal's at 0."""
+    a = t.double().abs().clamp_min(2.0 ** -126)
+    return torch.exp2(torch.floor(torch.log2(a)) - 7)
+
+
+def fp32_dot_error(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """A bound on the fp32 accumulation error of ``x @ w.T`` (any summation order): K * 2^-24 * |x| @ |w|.T."""
+    return x.shape[-1] * 2.0 ** -24 * (x.double().abs() @ w.double().abs().t())

@@ -2,8 +2,8 @@
 
 Each kernel subpackage declares one or more :class:`KernelOp` and calls :func:`register` at import.
 An op has a ``stock`` implementation (plain PyTorch, the unfused composition, runs anywhere) and a
-``fused`` one (Triton). The dispatch layer (``r9k.plugin.dispatch``) asks :func:`choose` once, when a
-model is built, never per call.
+``fused`` one (Triton). The dispatch layer (``r9k.plugin.dispatch``) asks :meth:`KernelOp.select` once,
+when a model is built, never per call.
 
 This module imports neither torch nor triton, so the plugin's startup path stays cheap.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 # Kernel subpackages whose import registers ops. Listed here (not discovered) so the set is explicit.
@@ -23,6 +23,7 @@ OP_MODULES: tuple[str, ...] = (
     "r9k.kernels.qk_rope",
     "r9k.kernels.shared_expert",
     "r9k.kernels.gdn_decode",
+    "r9k.kernels.hc_norm",
 )
 
 
@@ -41,7 +42,7 @@ class KernelOp:
     variant: str
     stock: Callable
     fused: Callable
-    fused_values: frozenset[str] = field(default_factory=lambda: frozenset({"1", "r9k", "block"}))
+    fused_values: frozenset[str]  # stated by each op: the values of its own knob that mean "fused"
 
     def select(self, value: "str | None") -> "tuple[str, Callable]":
         """The one rule every caller (the plugin's dispatch table, the decode-step model) applies:

@@ -36,6 +36,11 @@ _error: Optional[BaseException] = None
 _active = None
 _proc = None
 _status_path: Optional[str] = None
+_applied: Optional[dict] = None  # what vLLM applied of the launch's requests (API server; plugin.applied)
+_flusher = None
+
+#: Seconds between two looks of a process's flusher at its counters (a write only when they changed).
+FLUSH_INTERVAL_S = 1.0
 
 
 def register() -> None:
@@ -48,6 +53,19 @@ def register() -> None:
     _done = True
     try:
         _register()
+    except Exception as exc:
+        from .startup import StartupError
+
+        if not isinstance(exc, StartupError):  # only the startup error leaves the plugin: one line saying what
+            text = " ".join(str(exc).split())[:300]
+            err = StartupError([f"error[internal]: {type(exc).__name__}: {text}; this is a bug in the r9k plugin "
+                                f"(set {envvars.DEBUG.name}=1 to see its traceback)"])
+            _error = err
+            if envvars.DEBUG.on():
+                raise err from exc
+            raise err from None
+        _error = exc
+        raise
     except BaseException as exc:
         _error = exc
         raise
@@ -55,8 +73,9 @@ def register() -> None:
 
 def _register() -> None:
     global _active, _proc, _status_path
-    if not any(k.startswith(envvars.PREFIX) and k not in _PATH_VARS for k in os.environ):
-        return  # plain vLLM use with the package installed: nothing to do, nothing imported
+    activators = {envvars.MANIFEST.name, envvars.MANIFEST_DATA.name, envvars.PROFILE.name, envvars.TP.name}
+    if not any(k.startswith(envvars.PREFIX) and (k in activators or not envvars.is_control(k)) for k in os.environ):
+        return  # plain vLLM use (control variables alone change nothing): nothing to do, nothing imported
     from . import dispatch, envdecl, install, snapshot, startup
 
     proc = startup.process_info()
@@ -80,10 +99,10 @@ def _register() -> None:
     table = dispatch.DispatchTable(active.rs, strict=active.rs.strict)
     table.plan()
     envdecl.declare(active.rs)
-    for plan in table.installs():
-        install.install(plan.extension_point)
     _active, _proc = active, proc
     dispatch.set_table(table)
+    for plan in table.installs():
+        install.install(plan, _install_failed)
     # A "MainProcess" that is not the first plugin process of the launch is a helper vLLM runs as a
     # plain subprocess (e.g. the model inspection of vllm.model_executor.models.registry): it checks
     # agreement like every process, but does not speak for the server in the status file.
@@ -99,6 +118,105 @@ def _register() -> None:
         _emit(logging.WARNING, f"r9k {active.hash}: {line}")
     for line in startup_table(active, table, proc):
         _emit(logging.INFO, line)
+    _write_status(table)
+    if _status_path and table.installs():
+        _start_flusher()
+
+
+class _Flusher:
+    """A daemon thread that rewrites this process's status section when its counters changed, so the
+    API server (``/r9k/status``) sees the workers' layer and call counters. Per look: one copy of the
+    counters dict (a few ops) and a comparison; a write (~1 ms) at most once per interval. Once the
+    model's layers are recorded and stable, it logs the per-op layer table once ("model built")."""
+
+    def __init__(self, interval: float = FLUSH_INTERVAL_S):
+        import threading
+
+        self.interval = interval
+        self.last: Optional[dict] = None
+        self.layers_logged = False
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="r9k-status-flush", daemon=True)
+
+    def _run(self) -> None:
+        from . import counters, dispatch
+
+        while not self.stop.wait(self.interval):
+            try:
+                self.look(counters.snapshot(), dispatch.get_table())
+            except Exception as exc:  # noqa: BLE001 - the status is informative; never kill the worker
+                logger.debug("r9k: status flush failed: %s", exc)
+
+    def look(self, snap: dict, table) -> None:
+        if snap == self.last:
+            if snap and not self.layers_logged and any(c["installed"] or c["kept"] for c in snap.values()):
+                self.layers_logged = True  # stable for one interval: the model is built
+                for line in layers_table(_active, snap, _proc):
+                    _emit(logging.INFO, line)
+            return
+        self.last = snap
+        _write_status(table)
+
+
+def _start_flusher() -> None:
+    global _flusher
+    if _flusher is None:
+        _flusher = _Flusher()
+        _flusher.thread.start()
+
+
+def layers_table(active, snap: dict, proc) -> list[str]:
+    """Per op: layer instances running this project's kernel, layers that kept vLLM's path and why."""
+    head = f"r9k {active.hash}: model built ({proc.label})"
+    if proc.rank != 0:
+        n = sum(len(c["installed"]) for c in snap.values())
+        return [head + f"; rank {proc.rank}: {n} layer(s) run r9k kernels; table on rank 0"]
+    lines = [head + ": per op, layers running r9k's kernel / keeping vLLM's path:"]
+    for op, c in sorted(snap.items()):
+        kept = "; ".join(f"{len(v)} {r}" for r, v in sorted(c["kept"].items())) or "none"
+        first = ", ".join(c["installed"][:3]) + (", ..." if len(c["installed"]) > 3 else "")
+        lines.append(f"r9k {active.hash}:   {op}: {len(c['installed'])} run r9k ({first or '-'}); kept vLLM's: {kept}")
+    return lines
+
+
+def check_applied(vllm_config) -> Optional[dict]:
+    """Compare the launch's launcher-knob requests with vLLM's final config (called by the status
+    endpoint's ``init_state`` in the API server); log the result, record it in the status, and stop the
+    start on a mismatch in strict mode."""
+    global _applied
+    if _active is None:
+        return None
+    from . import applied, dispatch
+    from .startup import StartupError
+
+    result = applied.compare(_active.rs, vllm_config)
+    _applied = result
+    level = logging.WARNING if result["mismatches"] else logging.INFO
+    for line in applied.table_lines(result, f"r9k {_active.hash}:"):
+        _emit(level, line)
+    _write_status(dispatch.get_table())
+    if result["mismatches"] and _active.rs.strict:
+        raise StartupError([f"error[not-applied]: {m['knob']}: requested {m['requested']}, vLLM applied "
+                            f"{m['applied']} ({m['where']}) (strict mode)" for m in result["mismatches"]],
+                           "r9k: vLLM did not apply what the launch requested; refusing to serve")
+    return result
+
+
+def _install_failed(plan, reason: str) -> None:
+    """An adapter that does not install: one line naming variant, extension point and reason; the variant
+    keeps vLLM's path, or the start stops in strict mode (before the model is built: installs run at
+    register() or when vLLM imports the layer's module, both before weights load)."""
+    from . import dispatch
+    from .startup import StartupError
+
+    line = (f"{plan.knob}={plan.value} (variant {plan.variant_id}): the adapter for {plan.extension_point} "
+            f"does not install: {reason}")
+    table = dispatch.get_table()
+    if table is not None and table.strict:
+        raise StartupError([f"error[adapter-install]: {line} (strict mode)"],
+                           "r9k: an adapter does not install; refusing to start vLLM")
+    plan.mode, plan.reason = "fallback", f"adapter does not install: {reason}"
+    _emit(logging.WARNING, f"r9k {_active.hash if _active else '?'}: {line}; using vLLM's own path")
     _write_status(table)
 
 
@@ -119,7 +237,7 @@ def _write_status(table) -> None:
     if _active is None or _status_path is None:
         return
     try:
-        status.write_section(_status_path, status.snapshot(_active, table, _proc))
+        status.write_section(_status_path, status.snapshot(_active, table, _proc, _applied))
     except OSError as exc:  # the status file is informative; never stop the server for it
         logger.warning("r9k: cannot write the status file %s: %s", _status_path, exc)
 
@@ -141,7 +259,9 @@ def startup_table(active, table, proc) -> list[str]:
         rows.append((r.variant.knob, "(unset)" if r.value is None else r.value, f"{r.layer}: {r.source}",
                      p.describe() if p else "?"))
     n = len(rs.non_stock())
-    lines = [head + f"; {n} variant(s) not at stock:"]
+    modes = [p.mode for p in table.plans.values()]
+    lines = [head + f"; {n} variant(s) not at stock: {modes.count('fused')} installed, {modes.count('fallback')} "
+             f"fall back to vLLM's path, {modes.count('env')} env-only (read by code outside this project)"]
     if rows:
         w = [max(len(x[i]) for x in rows + [("KNOB", "VALUE", "FROM", "")]) for i in range(3)]
         lines.append(f"r9k {rs.hash}:   {'KNOB':<{w[0]}}  {'VALUE':<{w[1]}}  {'FROM':<{w[2]}}  IMPLEMENTATION")
@@ -159,14 +279,16 @@ def current_status() -> dict:
     """The status the ``/r9k/status`` route answers (this process merged with the status file)."""
     from . import dispatch, status
 
-    own = status.snapshot(_active, dispatch.get_table(), _proc) if _active is not None else None
-    return status.merged_status(own, _status_path or os.environ.get("R9K_STATUS_FILE"))
+    own = status.snapshot(_active, dispatch.get_table(), _proc, _applied) if _active is not None else None
+    return status.merged_status(own, _status_path or envvars.STATUS_FILE.get())
 
 
 def _reset_for_tests() -> None:
     """Forget this process's registration (unit tests only)."""
-    global _done, _error, _active, _proc, _status_path
+    global _done, _error, _active, _proc, _status_path, _applied, _flusher
     from . import dispatch
 
-    _done, _error, _active, _proc, _status_path = False, None, None, None, None
+    if _flusher is not None:
+        _flusher.stop.set()
+    _done, _error, _active, _proc, _status_path, _applied, _flusher = False, None, None, None, None, None, None
     dispatch.set_table(None)

@@ -15,16 +15,16 @@ Two moments feed it:
 
     {op: {"installed": [layer names], "kept": {reason: [layer names]}, "calls": {path: n}}}
 
-Process-local and lock-free: :func:`hit` is one dict lookup and one integer add (vLLM runs a model's
-forward on one thread per worker process; a lost increment under a free-threaded race would only
-undercount, never invent a call). Imports nothing.
+Process-local and lock-free: :func:`hit` is two dict lookups and one integer add (~0.1-0.3 us on this
+machine, see notes/adapters.md). vLLM runs a model's forward on one thread per worker process; a lost
+increment under a free-threaded race would only undercount, never invent a call. Imports nothing.
 """
 from __future__ import annotations
 
 #: op -> {"installed": [layer], "kept": {reason: [layer]}}; filled at model construction.
 _LAYERS: dict[str, dict] = {}
-#: (op, path) -> calls since process start.
-_CALLS: dict[tuple[str, str], int] = {}
+#: op -> {path: calls since process start}.
+_CALLS: dict[str, dict[str, int]] = {}
 
 
 def layer(op: str, layer_name: str, installed: bool, reason: str = "") -> None:
@@ -38,10 +38,28 @@ def layer(op: str, layer_name: str, installed: bool, reason: str = "") -> None:
         entry["kept"].setdefault(reason or "unspecified", []).append(layer_name)
 
 
+def relabel(op: str, layer_name: str, installed: bool, reason: str = "") -> None:
+    """Move a layer recorded by :func:`layer` (e.g. installed at construction, found ineligible when
+    its weights or output dtype became known)."""
+    entry = _LAYERS.get(op)
+    if entry is not None:
+        if layer_name in entry["installed"]:
+            entry["installed"].remove(layer_name)
+        for r, names in list(entry["kept"].items()):
+            if layer_name in names:
+                names.remove(layer_name)
+                if not names:
+                    del entry["kept"][r]
+    layer(op, layer_name, installed, reason)
+
+
 def hit(op: str, path: str = "fused") -> None:
     """Count one call of ``op``: ``path`` is ``"fused"`` or ``"fallback:<why>"``."""
-    key = (op, path)
-    _CALLS[key] = _CALLS.get(key, 0) + 1
+    try:
+        _CALLS[op][path] += 1
+    except KeyError:  # first call of this op or path
+        _CALLS.setdefault(op, {}).setdefault(path, 0)
+        _CALLS[op][path] += 1
 
 
 def snapshot() -> dict:
@@ -51,14 +69,14 @@ def snapshot() -> dict:
         out[op] = {"installed": list(entry["installed"]),
                    "kept": {r: list(names) for r, names in entry["kept"].items()},
                    "calls": {}}
-    for (op, path), n in list(_CALLS.items()):
-        out.setdefault(op, {"installed": [], "kept": {}, "calls": {}})["calls"][path] = n
+    for op, paths in list(_CALLS.items()):
+        out.setdefault(op, {"installed": [], "kept": {}, "calls": {}})["calls"] = dict(paths)
     return out
 
 
 def calls(op: str, path: str = "fused") -> int:
     """Calls of ``op`` on ``path`` so far (tests, benchmarks)."""
-    return _CALLS.get((op, path), 0)
+    return _CALLS.get(op, {}).get(path, 0)
 
 
 def reset() -> None:

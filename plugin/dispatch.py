@@ -17,20 +17,14 @@ the status file that the server's ``/r9k/status`` route and ``r9kctl status`` re
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
+
+if TYPE_CHECKING:
+    from .view import ResolvedView
 
 logger = logging.getLogger("vllm.r9k")
-
-#: Extension-point kinds this plugin can install, and for each the names it has an adapter for.
-#: (The variant -> extension point mapping lives in the registry's TOML; this is only what the
-#: plugin knows how to plug into vLLM.)
-SUPPORTED_EXTENSION_POINTS: dict[str, tuple[str, ...]] = {
-    "pluggable_layer": ("gate_linear",),
-}
-
 
 @dataclass
 class Plan:
@@ -46,12 +40,12 @@ class Plan:
     reason: str = ""  # why a fallback happened
     used: Optional[str] = None  # filled at model construction: the implementation a layer got
     layers: int = 0  # how many layers asked for it
+    adapter: Optional[object] = None  # the registry's availability.Adapter for the extension point
 
     @property
     def pluggable(self) -> bool:
-        """Whether this plugin has an adapter for the variant's extension point."""
-        kind, _, name = (self.extension_point or "").partition(":")
-        return name in SUPPORTED_EXTENSION_POINTS.get(kind, ())
+        """Whether this plugin has an adapter for the variant's extension point (registry/adapters.toml)."""
+        return self.adapter is not None
 
     def describe(self) -> str:
         """The 'implementation in use' column of the startup table."""
@@ -85,18 +79,13 @@ def triton_platform() -> Optional[str]:
     return tp()
 
 
-def _platform_ok(declared: list[str], triton: Optional[str]) -> bool:
-    """Whether the TOML's ``implementation.platforms`` (empty: no restriction) admits this process."""
-    if not declared:
-        return True
-    names = {"interpret": ("triton-interpret", "cpu", "interpret"), "cuda": ("cuda",), "rocm": ("rocm",)}
-    here = names.get(triton or "", ())
-    return any(p == h or p.startswith(h + "-") for p in declared for h in here)
+#: Triton backend of a process (``triton_platform()``) -> the platform family of the availability rule.
+_PROBE_FAMILY = {"interpret": "cpu", "cuda": "cuda", "rocm": "rocm"}
 
 
 @dataclass
 class DispatchTable:
-    rs: object  # ResolvedSet
+    rs: "ResolvedView"  # the engine's ResolvedSet or the launch snapshot's LightSet
     strict: bool = False
     platform_probe: Callable[[], Optional[str]] = triton_platform
     plans: dict[str, Plan] = field(default_factory=dict)
@@ -108,51 +97,42 @@ class DispatchTable:
     # ----------------------------------------------------------------------------- at register()
 
     def plan(self) -> dict[str, Plan]:
-        """Decide every variant's mode (no kernel import). Raises StartupError in strict mode when a
-        selected implementation cannot run here."""
+        """Decide every variant's mode (no kernel import) with the engine's availability rule
+        (:func:`r9k.registry.availability.plan`, the rule ``r9kctl validate`` and ``launch`` apply), plus
+        the one thing only a running process knows: whether it has a Triton backend for the profile's
+        platform. Raises StartupError in strict mode when a selected implementation cannot run here."""
+        from r9k.registry import availability
+
         from .startup import StartupError
 
-        triton = None
-        probed = False
+        verdicts = availability.plan(self.rs)
+        family = availability.platform_family(getattr(self.rs, "platform", None))
+        probed, triton = False, None
         errors: list[str] = []
+        modes = {"installed": "fused", "fallback": "fallback", "env": "env", "stock": "stock", "unset": "unset"}
         for vid, r in sorted(self.rs.items.items()):
             v = r.variant
             impl = v.implementation
-            ep = impl.extension_point
-            p = Plan(vid, v.knob, r.value, "unset", ep, impl.op, impl.module)
+            av = verdicts[vid]
+            p = Plan(vid, v.knob, r.value, modes[av.state], impl.extension_point, impl.op, impl.module,
+                     av.reason, adapter=av.adapter)
             if impl.op:
                 self.by_op[impl.op] = vid
-            if r.value is None:
-                p.mode = "unset"
-            elif ep in (None, "env-only"):
-                p.mode = "env"
-            elif r.is_stock or not r.active:
-                p.mode = "stock"
-            else:
-                kind, _, name = ep.partition(":")
-                reason = ""
-                if impl.module is None:
-                    reason = "its implementation is external to this project"
-                elif name not in SUPPORTED_EXTENSION_POINTS.get(kind, ()):
-                    reason = f"the plugin has no adapter for {ep} yet"
-                elif importlib.util.find_spec(impl.module) is None:
-                    reason = f"module {impl.module} is not installed"
+            if p.mode == "fused":
+                if not probed:
+                    triton, probed = self.platform_probe(), True
+                here = _PROBE_FAMILY.get(triton or "")
+                if triton is None:
+                    p.mode, p.reason = "fallback", "no Triton backend in this process (no GPU; TRITON_INTERPRET=1 not set)"
+                elif family is not None and here != family:
+                    p.mode, p.reason = "fallback", (f"the profile is for platform '{self.rs.platform}', this process "
+                                                    f"has Triton '{triton}'")
+            if p.mode == "fallback":
+                line = f"{v.knob}={r.value}: {p.reason}; using vLLM's own path ({v.knob}={v.stock})"
+                if self.strict:
+                    errors.append(f"error[no-implementation]: {line} (strict mode)")
                 else:
-                    if not probed:
-                        triton, probed = self.platform_probe(), True
-                    if triton is None:
-                        reason = "no Triton backend in this process (no GPU; TRITON_INTERPRET=1 not set)"
-                    elif not _platform_ok(impl.platforms, triton):
-                        reason = f"implementation runs on {impl.platforms}, this process has Triton '{triton}'"
-                if reason:
-                    p.mode, p.reason = "fallback", reason
-                    line = (f"{v.knob}={r.value}: {reason}; using stock ({v.knob}={v.stock})")
-                    if self.strict:
-                        errors.append(f"error[no-implementation]: {line} (strict mode)")
-                    else:
-                        self.warnings.append(line)
-                else:
-                    p.mode = "fused"
+                    self.warnings.append(line)
             self.plans[vid] = p
         if errors:
             raise StartupError(errors, "r9k: a selected implementation cannot run here; refusing to start vLLM")

@@ -1,19 +1,25 @@
 """Installing implementations through vLLM's extension points (never by editing vLLM's source).
 
-Supported kinds (the variant -> extension point mapping is the ``implementation.extension_point`` of
-each variant in the registry's TOML):
+What to install comes from the registry's adapter table (``registry/adapters.toml``, read by
+:func:`r9k.registry.availability.load_adapters`: the same table the availability rule uses, so the
+plugin installs exactly what ``r9kctl validate`` counted as installed). Two ways, per adapter:
 
-* ``pluggable_layer:<name>``: ``<LayerClass>.register_oot(<adapter>)``, vLLM's out-of-tree layer
-  registration. vLLM looks the replacement up when a layer is instantiated, so the registration must
-  precede model construction, and must not cost the processes that never build a model (API server,
-  engine core) the import of vLLM's MoE layers (~1.3 s). The plugin therefore registers right away
-  when vLLM's layer module is already imported, and otherwise when it gets imported: a post-import
-  hook on ``sys.meta_path`` (Python's import system; the module is loaded unchanged and the hook runs
-  after it has executed). A layer class cannot be instantiated before its module is imported, so the
-  registration is always in time.
+* ``register_oot``: ``<vLLM class>.register_oot(<adapter class>)``, vLLM's out-of-tree registration of
+  ``PluggableLayer`` and ``CustomOp`` classes;
+* ``call``: ``<adapter function>(<vLLM module>)``, for a documented hook other than register_oot (each
+  listed in notes/independence.md).
 
-Each ``<name>`` needs an adapter in :mod:`r9k.plugin.layers`; :data:`LAYERS` lists them with the vLLM
-module that defines the layer.
+vLLM looks an out-of-tree class up when a layer is instantiated, so the install must precede model
+construction, and must not cost the processes that never build a model (API server, engine core) the
+import of vLLM's layer modules (~1.3 s for the MoE layers). The plugin therefore installs right away
+when the vLLM module is already imported, and otherwise when it gets imported: a post-import hook on
+``sys.meta_path`` (Python's import system; the module is loaded unchanged and the hook runs after it has
+executed). A layer class cannot be instantiated before its module is imported, so this is always in time.
+
+An install that fails (the adapter does not import, vLLM's class is missing, another plugin replaced the
+layer) is one located line naming the variant, the extension point and the reason; the variant falls
+back to vLLM's path, or, in strict mode, the start stops (:class:`~r9k.plugin.startup.StartupError`)
+before any weight is loaded.
 """
 from __future__ import annotations
 
@@ -25,13 +31,6 @@ import threading
 from typing import Callable
 
 logger = logging.getLogger("vllm.r9k")
-
-#: vLLM pluggable-layer name -> (module defining it, class name, adapter "module:Class").
-LAYERS: dict[str, tuple[str, str, str]] = {
-    "gate_linear": ("vllm.model_executor.layers.fused_moe.router.gate_linear", "GateLinear",
-                    "r9k.plugin.layers.gate_linear:R9kGateLinear"),
-}
-
 
 class _LoaderProxy(importlib.abc.Loader):
     """Delegates to the module's real loader and runs callbacks once the module has executed."""
@@ -100,30 +99,54 @@ def _load_obj(ref: str):
     return getattr(importlib.import_module(mod), attr)
 
 
-def register_layer(name: str) -> None:
-    """Register this project's adapter for vLLM pluggable layer ``name`` (idempotent)."""
-    vllm_module, cls_name, adapter_ref = LAYERS[name]
+def layers() -> dict[str, tuple[str, str, str]]:
+    """extension point -> (vLLM module, vLLM class, adapter "module:attr"), from the adapter table."""
+    from r9k.registry.availability import load_adapters
+
+    return {ep: (a.vllm_module, a.vllm_class, a.adapter) for ep, a in load_adapters().adapters.items()}
+
+
+class InstallError(RuntimeError):
+    pass
+
+
+def _install_now(adapter, module) -> None:
+    """Install ``adapter`` (an availability.Adapter) into the imported vLLM ``module`` (idempotent)."""
+    base = getattr(module, adapter.vllm_class, None)
+    if base is None:
+        raise InstallError(f"vLLM module {adapter.vllm_module} has no class {adapter.vllm_class}")
+    try:
+        obj = _load_obj(adapter.adapter)
+    except Exception as exc:  # noqa: BLE001 - any import failure of the adapter means: not installed
+        raise InstallError(f"adapter {adapter.adapter} does not load: {type(exc).__name__}: {exc}") from exc
+    if adapter.install == "call":
+        obj(module)
+        return
+    from vllm.model_executor.custom_op import op_registry_oot
+
+    name = adapter.vllm_class
+    current = op_registry_oot.get(name)
+    if current is obj:
+        return
+    if current is not None:
+        raise InstallError(f"vLLM layer {name} already has an out-of-tree replacement "
+                           f"{current.__module__}.{current.__qualname__}; not replacing it")
+    base.register_oot(obj)
+    logger.debug("r9k: registered %s for %s", adapter.adapter, adapter.extension_point)
+
+
+def install(plan, on_failure: Callable[[object, str], None]) -> None:
+    """Install the adapter of one planned variant, now or when vLLM imports the module it hooks.
+    ``on_failure(plan, reason)`` handles a failed install (the plugin: fallback, or stop in strict mode)."""
+    adapter = plan.adapter
+    if adapter is None:  # DispatchTable.plan only plans installs for extension points with an adapter
+        on_failure(plan, f"no adapter for {plan.extension_point}")
+        return
 
     def _do(module) -> None:
-        from vllm.model_executor.custom_op import op_registry_oot
+        try:
+            _install_now(adapter, module)
+        except Exception as exc:  # noqa: BLE001 - reported as one line by on_failure
+            on_failure(plan, str(exc) if isinstance(exc, InstallError) else f"{type(exc).__name__}: {exc}")
 
-        base = getattr(module, cls_name)
-        adapter = _load_obj(adapter_ref)
-        current = op_registry_oot.get(cls_name)
-        if current is adapter:
-            return
-        if current is not None:
-            raise RuntimeError(f"r9k: vLLM layer {name} ({cls_name}) already has an out-of-tree replacement "
-                               f"{current.__module__}.{current.__qualname__}; refusing to replace it")
-        base.register_oot(adapter)
-        logger.debug("r9k: registered %s for pluggable layer %s", adapter_ref, name)
-
-    HOOKS.add(vllm_module, _do)
-
-
-def install(extension_point: str) -> None:
-    kind, _, name = extension_point.partition(":")
-    if kind == "pluggable_layer" and name in LAYERS:
-        register_layer(name)
-    else:  # DispatchTable.plan only plans installs for supported extension points
-        raise ValueError(f"r9k: cannot install {extension_point!r}")
+    HOOKS.add(adapter.vllm_module, _do)

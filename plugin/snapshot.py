@@ -21,12 +21,36 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from r9k.registry import envvars
+from r9k.registry.origin import Origin, WithOrigin
 
 SNAPSHOT_VAR = envvars.LAUNCH_SNAPSHOT.name
 INPUTS_VAR = envvars.LAUNCH_INPUTS.name
-SCHEMA = "r9k-launch-snapshot/1"
+SCHEMA = "r9k-launch-snapshot/3"  # /3: typed origin per item
 # Variables that differ between the processes of one launch without changing what is resolved.
 _NOT_INPUTS = (envvars.STATUS_FILE.name, envvars.CACHE_DIR.name)
+
+
+def encode_manifest(manifest: dict) -> str:
+    """The manifest as one environment value (compact JSON, zlib, base64: ~4 KB for 147 variants)."""
+    import base64
+    import zlib
+
+    raw = json.dumps(manifest, separators=(",", ":"), sort_keys=True).encode()
+    return base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
+
+
+def decode_manifest(value: str) -> dict:
+    import base64
+    import binascii
+    import zlib
+
+    try:
+        data = json.loads(zlib.decompress(base64.b64decode(value.encode("ascii"), validate=True)))
+    except (binascii.Error, zlib.error, ValueError, UnicodeError) as exc:
+        raise ValueError(str(exc)) from None
+    if not isinstance(data, dict) or "hash" not in data:
+        raise ValueError("no manifest in it")
+    return data
 
 
 def inputs_digest(environ: Mapping[str, str]) -> str:
@@ -65,21 +89,28 @@ class LightVariant:
     category: str
     graph_affecting: bool
     implementation: LightImplementation
+    gate_tests: list[str] = field(default_factory=list)  # read by the availability rule
+    sets: Optional["LightSets"] = None  # a launcher knob's vLLM flag or variable (plugin.applied)
 
 
 @dataclass
-class LightResolved:
+class LightSets:
+    kind: str
+    name: str
+
+
+@dataclass
+class LightResolved(WithOrigin):
     variant: LightVariant
     value: Optional[str]
-    layer: str
-    source: str
+    origin: Origin
     is_stock: bool
     active: bool
 
 
 @dataclass
 class LightSet:
-    """What the plugin reads of a ResolvedSet, rebuilt from the snapshot."""
+    """What the plugin reads of a ResolvedSet, rebuilt from the snapshot (a :class:`r9k.plugin.view.ResolvedView`)."""
 
     profile: str
     hash: str
@@ -103,7 +134,9 @@ def dump(active) -> dict:
                       "graph_affecting": bool(v.graph_affecting),
                       "implementation": {"module": impl.module, "op": impl.op, "platforms": list(impl.platforms),
                                          "extension_point": impl.extension_point},
-                      "value": r.value, "layer": r.layer, "source": r.source,
+                      "gate_tests": list(v.gate.tests) if getattr(v, "gate", None) else list(getattr(v, "gate_tests", [])),
+                      "sets": {"kind": v.sets.kind, "name": v.sets.name} if getattr(v, "sets", None) else None,
+                      "value": r.value, "origin": r.origin.to_dict(),
                       "is_stock": bool(r.is_stock), "active": bool(r.active)}
     return {"schema": SCHEMA, "profile": rs.profile, "hash": rs.hash, "tp": rs.tp, "model": rs.model,
             "platform": rs.platform, "strict": bool(rs.strict), "extra_env": dict(rs.extra_env),
@@ -117,8 +150,10 @@ def load(data: dict) -> tuple[LightSet, str, list[str]]:
                   bool(data.get("strict")), dict(data.get("extra_env", {})))
     for vid, d in data["items"].items():
         impl = LightImplementation(**d["implementation"])
-        v = LightVariant(vid, d["knob"], d["stock"], d["category"], d["graph_affecting"], impl)
-        ls.items[vid] = LightResolved(v, d["value"], d["layer"], d["source"], d["is_stock"], d["active"])
+        sets = LightSets(**d["sets"]) if d.get("sets") else None
+        v = LightVariant(vid, d["knob"], d["stock"], d["category"], d["graph_affecting"], impl,
+                         list(d.get("gate_tests", [])), sets)
+        ls.items[vid] = LightResolved(v, d["value"], Origin.from_dict(d["origin"]), d["is_stock"], d["active"])
     return ls, data.get("origin", "launch snapshot"), list(data.get("warnings", []))
 
 

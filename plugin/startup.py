@@ -28,9 +28,12 @@ import multiprocessing
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import TYPE_CHECKING, Mapping, Optional
 
 from r9k.registry import envvars
+
+if TYPE_CHECKING:
+    from .view import ResolvedView
 
 #: Exported by the first plugin process of a launch; compared by every later one.
 LAUNCH_HASH_VAR = envvars.LAUNCH_HASH.name
@@ -84,7 +87,7 @@ def process_info() -> ProcessInfo:
 class Active:
     """The outcome of startup resolution in one process."""
 
-    rs: object  # r9k.registry.resolve.ResolvedSet
+    rs: "ResolvedView"  # r9k.registry.resolve.ResolvedSet, or the launch snapshot's LightSet
     reg: object  # r9k.registry.loader.Registry
     origin: str  # "manifest <path>", "R9K_PROFILE", "default for TP n"
     warnings: list[str] = field(default_factory=list)
@@ -94,13 +97,38 @@ class Active:
         return self.rs.hash
 
 
-def wants_activation(environ: Mapping[str, str]) -> bool:
-    """Whether anything in the environment asks for this project's stack."""
-    if any(v.get(environ) for v in (envvars.MANIFEST, envvars.PROFILE, envvars.TP)):
-        return True
-    from . import _PATH_VARS
+#: The control variables that ask for the stack; the others (cache, registry location, log and debug
+#: switches...) only say how, and alone leave the plugin inactive.
+ACTIVATORS = (envvars.MANIFEST, envvars.MANIFEST_DATA, envvars.PROFILE, envvars.TP)
 
-    return any(k.startswith(envvars.PREFIX) for k in environ if k not in _PATH_VARS)
+
+def candidate_knobs(environ: Mapping[str, str]) -> list[str]:
+    """``R9K_*`` names in ``environ`` that are not control variables: knobs, or misspelt ones."""
+    return [k for k in environ if k.startswith(envvars.PREFIX) and not envvars.is_control(k)]
+
+
+def wants_activation(environ: Mapping[str, str]) -> bool:
+    """Whether anything in the environment asks for this project's stack: an activator (manifest, profile,
+    TP size) or a knob the registry declares. Control variables alone (``R9K_NO_CACHE``, ``R9K_CACHE_DIR``,
+    ...) and ``R9K_*`` names that are no knob (``R9K_LOG_LEVEL``) leave it inactive; the latter are
+    logged once, with a did-you-mean when one is close to a knob."""
+    if any(v.get(environ) for v in ACTIVATORS):
+        return True
+    names = candidate_knobs(environ)
+    if not names:
+        return False
+    knobs = _load_registry().knobs()
+    if any(k in knobs for k in names):
+        return True
+    import difflib
+    import logging
+
+    for k in names:
+        close = difflib.get_close_matches(k, list(knobs), n=1, cutoff=0.85)
+        logging.getLogger("vllm.r9k").warning(
+            "r9k: %s is set but is neither a knob of the registry nor a control variable; the plugin stays "
+            "inactive%s", k, f" (did you mean {close[0]}?)" if close else "")
+    return False
 
 
 def _load_registry():
@@ -128,6 +156,69 @@ def _check(reg, rs, strict: bool) -> list[str]:
     return [d.format() for d in report.warnings]
 
 
+#: The launch manifest itself, compressed (``r9kctl launch`` exports it): a worker that cannot read the
+#: launcher's manifest file (another node, another directory) resolves from this instead.
+MANIFEST_DATA_VAR = envvars.MANIFEST_DATA.name
+
+
+def _read_manifest(path: Optional[str], carried: Optional[str]) -> tuple[dict, str]:
+    """The manifest from its file, else from the environment; both present: they must agree."""
+    from .snapshot import decode_manifest
+
+    from_file = from_env = None
+    file_error = None
+    if path:
+        from r9k.registry import fileio
+
+        try:  # the checked reader: a missing, binary, non-UTF-8 or malformed file is one located line
+            from_file = fileio.read_json(path, "launch manifest", expect=dict)
+        except fileio.FileError as exc:
+            file_error = exc
+    if carried:
+        try:
+            from_env = decode_manifest(carried)
+            if not isinstance(from_env, dict):
+                raise ValueError(f"a manifest is a JSON object, not {type(from_env).__name__}")
+        except (ValueError, TypeError) as exc:
+            raise StartupError([f"error[manifest]: {MANIFEST_DATA_VAR} is not a launch manifest: {exc}"]) from None
+    if from_file is not None and from_env is not None and from_file.get("hash") != from_env.get("hash"):
+        raise StartupError([f"{path}: error[manifest-drift]: the manifest file (hash {from_file.get('hash')}) and "
+                            f"the one carried in {MANIFEST_DATA_VAR} (hash {from_env.get('hash')}) differ"])
+    if from_file is not None:
+        return from_file, path
+    if from_env is not None:
+        return from_env, (f"{MANIFEST_DATA_VAR} (carried in the environment; {path} not readable here)"
+                          if path else MANIFEST_DATA_VAR)
+    from r9k.registry.errors import RegistryError
+
+    if isinstance(file_error, RegistryError):
+        raise StartupError([d.format() for d in file_error.diagnostics])
+    raise StartupError([f"{path}: error[manifest]: cannot read the manifest: {file_error}"])
+
+
+def _json_key_location(path: str, problem: str) -> str:
+    """``:line:col`` of the key a manifest problem names (``'values.x'`` ...), found in the file's text; ``""``
+    when it cannot be found."""
+    import re
+
+    m = re.search(r"'([A-Za-z0-9_.\-]+)'", problem)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return ""
+    if not m:
+        return ":1:1"
+    pos = 0
+    for part in m.group(1).split("."):
+        i = text.find(f'"{part}"', pos)
+        if i < 0:
+            break
+        pos = i
+    line = text.count("\n", 0, pos) + 1
+    col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return f":{line}:{col}"
+
+
 def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Active]:
     """Resolve and validate the active set for this process; None when the plugin is inactive."""
     environ = dict(os.environ if environ is None else environ)
@@ -137,12 +228,17 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
 
     reg = _load_registry()
     manifest_path = envvars.MANIFEST.get(environ)
-    if manifest_path:
+    carried = environ.get(MANIFEST_DATA_VAR)
+    if manifest_path or carried:
+        data, where = _read_manifest(manifest_path, carried)
+        manifest_path = where
         try:
-            data = json.loads(Path(manifest_path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise StartupError([f"{manifest_path}: error[manifest]: cannot read the manifest: {exc}"]) from None
-        from_launch = ResolvedSet.from_manifest(data, reg)
+            from_launch = ResolvedSet.from_manifest(data, reg)
+        except ValueError as exc:  # not the shape of a manifest
+            where = manifest_path
+            if envvars.MANIFEST.get(environ) == manifest_path:
+                where += _json_key_location(manifest_path, str(exc))
+            raise StartupError([f"{where}: error[manifest]: not a launch manifest: {exc}"]) from None
         if not from_launch.ok:
             raise StartupError([d.format() for d in from_launch.diagnostics if d.level == "error"],
                                f"r9k: manifest {manifest_path} is not valid here; refusing to start vLLM")
@@ -167,7 +263,7 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
     try:
         tp_n = int(tp) if tp else None
     except ValueError:
-        raise StartupError([f"error[bad-value]: R9K_TP={tp!r} is not an integer (environment R9K_TP)"]) from None
+        raise StartupError([f"error[bad-value]: {envvars.TP.name}={tp!r} is not an integer (environment {envvars.TP.name})"]) from None
     profile = envvars.PROFILE.get(environ)
     origin = envvars.PROFILE.name
     if not profile:
@@ -175,9 +271,10 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
         origin = f"shipped default for TP {tp_n or 1}"
         if profile not in reg.profiles:
             shipped = sorted(p for p in reg.profiles if p.endswith("-default"))
-            raise StartupError([f"error[no-profile]: R9K_* variables are set but neither R9K_MANIFEST nor "
-                                f"R9K_PROFILE, and there is no shipped default profile '{profile}' "
-                                f"(shipped: {', '.join(shipped)}); set R9K_PROFILE or R9K_TP"])
+            m, p, t = envvars.MANIFEST.name, envvars.PROFILE.name, envvars.TP.name
+            raise StartupError([f"error[no-profile]: {envvars.PREFIX}* variables are set but neither {m} nor {p}, "
+                                f"and there is no shipped default profile '{profile}' "
+                                f"(shipped: {', '.join(shipped)}); set {p} or {t}"])
     rs = resolve(reg, profile, tp=tp_n, env=environ)
     _raise_on_resolve_errors(rs)
     warnings = _check(reg, rs, rs.strict)

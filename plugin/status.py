@@ -23,8 +23,12 @@ SCHEMA = "r9k-status/1"
 ROUTE = "/r9k/status"
 
 
-def snapshot(active, table, proc) -> dict:
-    """This process's view: profile, hash, every value, and the non-stock variants with provenance."""
+def snapshot(active, table, proc, applied: Optional[dict] = None) -> dict:
+    """This process's view: profile, hash, every value, the non-stock variants with provenance, the
+    adapters' per-layer and per-call counters (:mod:`r9k.plugin.counters`) and, in the API server, what
+    vLLM applied of the launcher's requests (:mod:`r9k.plugin.applied`)."""
+    from . import counters
+
     rs = active.rs
     plans = table.plans if table is not None else {}
     non_stock = []
@@ -41,8 +45,42 @@ def snapshot(active, table, proc) -> dict:
         "values": {r.variant.knob: r.value for r in rs.items.values() if r.value is not None},
         "non_stock": non_stock,
         "in_use": table.in_use() if table is not None else {},
+        "plan": plan_counts(table),
+        "counters": counters.snapshot(),
+        "applied": applied,
         "time": time.time(),
     }
+
+
+def plan_counts(table) -> dict:
+    """The availability counts of this process's plan (``r9kctl validate`` prints the same numbers)."""
+    plans = table.plans.values() if table is not None else []
+    modes = [p.mode for p in plans]
+    return {"installed": modes.count("fused"), "fallback": modes.count("fallback"), "env_only": modes.count("env"),
+            "fallbacks": {p.knob: p.reason for p in plans if p.mode == "fallback"}}
+
+
+def merge_ops(sections: list[dict]) -> dict:
+    """Per op over the processes: layers running this project's kernel / keeping vLLM's path (as the
+    model-building process of rank 0 reports them, and per process), calls summed over the processes."""
+    ops: dict[str, dict] = {}
+    for sec in sections:
+        name = sec["process"]["name"]
+        for op, c in (sec.get("counters") or {}).items():
+            o = ops.setdefault(op, {"installed": 0, "kept": {}, "installed_layers": [], "kept_layers": {},
+                                    "calls": {}, "by_process": {}})
+            o["by_process"][name] = {"installed": len(c.get("installed", [])),
+                                     "kept": {r: len(v) for r, v in c.get("kept", {}).items()},
+                                     "calls": dict(c.get("calls", {}))}
+            for path, n in c.get("calls", {}).items():
+                o["calls"][path] = o["calls"].get(path, 0) + n
+            if not o["installed_layers"] and not o["kept_layers"] and (c.get("installed") or c.get("kept")):
+                o["installed_layers"] = list(c.get("installed", []))
+                o["kept_layers"] = {r: list(v) for r, v in c.get("kept", {}).items()}
+                o["installed"] = len(o["installed_layers"])
+                o["kept"] = {r: len(v) for r, v in o["kept_layers"].items()}
+                o["layers_from"] = name
+    return ops
 
 
 def write_section(path: str, section: dict) -> None:
@@ -92,8 +130,16 @@ def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
     else:
         data.update({k: file_data.get(k) for k in ("profile", "hash", "tp", "model")})
     data["processes"] = {n: {"pid": s["process"]["pid"], "role": s["process"]["role"],
-                             "rank": s["process"]["rank"], "hash": s["hash"], "in_use": s.get("in_use", {})}
+                             "rank": s["process"]["rank"], "hash": s["hash"], "in_use": s.get("in_use", {}),
+                             "time": s.get("time")}
                          for n, s in sorted(procs.items())}
+    # rank 0 first: its layer list speaks for the model (every rank builds the same layers, sharded)
+    ordered = sorted(procs.values(), key=lambda s: (s["process"]["role"] != "worker", s["process"]["rank"],
+                                                   s["process"]["name"]))
+    data["ops"] = merge_ops(ordered)
+    front = procs.get("MainProcess") or own
+    data["applied"] = (front or {}).get("applied")
+    data["plan"] = (front or {}).get("plan")
     workers = sorted((s for s in procs.values() if s["process"]["role"] == "worker"),
                      key=lambda s: s["process"]["rank"])
     builder = workers[0] if workers else (own or next(iter(procs.values()), None))
@@ -121,6 +167,14 @@ class StatusEndpoint:
         app.add_api_route(ROUTE, r9k_status, methods=["GET"], name="r9k_status")
 
     async def init_state(self, engine_client, state, args) -> None:
+        """vLLM calls this in the API server once the engine client exists: its ``vllm_config`` is final,
+        so the launch's requests are compared with what vLLM applied here (:func:`r9k.plugin.check_applied`)."""
+        cfg = getattr(engine_client, "vllm_config", None)
+        if cfg is None:
+            return None
+        from . import check_applied
+
+        check_applied(cfg)
         return None
 
 

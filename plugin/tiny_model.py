@@ -1,16 +1,27 @@
-"""Builds the tiny model that the ``cpu-smoke`` profile serves: no download, no GPU.
+"""Builds the tiny models that the ``cpu-*`` profiles serve: no download, no GPU.
 
-A Qwen2-MoE-architecture checkpoint (so it has an MoE router, ``mlp.gate``, which vLLM builds as a
-``GateLinear``, and a sigmoid-gated shared expert) with random weights from a fixed seed, and a
-byte-level BPE tokenizer trained with ``tokenizers`` on a few sentences. Both are written once into
-the user's cache directory and reused; the directory name carries a hash of the recipe, so a change
-of the recipe builds a new one instead of serving a stale one.
+Two recipes, referenced in profiles as ``r9k-tiny:<name>`` (their ``model_path``):
 
-Usage: ``python -m r9k.plugin.tiny_model`` prints the path (building it first if needed). The
-``cpu-smoke`` profile names the model as ``r9k-tiny:qwen2-moe`` (its ``model_path``); ``r9kctl launch`` (or the test)
-turns that into the path with :func:`ensure_tiny_model`.
+* ``qwen2-moe``: Qwen2-MoE architecture (MoE router ``mlp.gate``, which vLLM builds as a ``GateLinear``,
+  and a sigmoid-gated shared expert), hidden 128, 2 layers; weights written tensor by tensor.
+* ``qwen3-next``: Qwen3-Next architecture, built from transformers' own ``Qwen3NextConfig`` /
+  ``Qwen3NextForCausalLM`` (random init from a fixed seed): hidden 256, 4 layers alternating Gated
+  DeltaNet (linear attention) and gated full attention (q/k RMS norm, partial rope, output gate),
+  8 experts top-2 and a shared expert in every layer.
 
-Heavy imports (torch, transformers, tokenizers) happen only inside :func:`build`.
+Common to both: bf16, vocab 512, head_dim 64 (vLLM's CPU attention wants >= 64), the router weights
+scaled x4 so top-2 choices are not near-ties, and the shared expert's weights rounded once onto the
+MXFP4 grid (values ``e2m1 * 2^E`` per 32, exact in bf16): the project's shared-expert kernel reads
+MXFP4, and its adapter converts a bf16 layer only when that conversion is lossless (see
+plugin/layers/shared_expert.py). The tokenizer is byte-level BPE trained with ``tokenizers`` on a
+few sentences. Each model is written once into the user's cache directory and reused; the directory
+name carries a hash of the recipe, so a change of the recipe builds a new one instead of serving a
+stale one.
+
+Usage: ``python -m r9k.plugin.tiny_model [name]`` prints the path (building it first if needed);
+``r9kctl launch`` (or a test) turns a reference into the path with :func:`resolve_model_ref`.
+
+Heavy imports (torch, transformers, tokenizers) happen only inside the builders.
 """
 from __future__ import annotations
 
@@ -24,10 +35,11 @@ from pathlib import Path
 
 from r9k.registry import envvars
 
-#: The model reference used in profiles; resolved to a local path by :func:`resolve_model_ref`.
+PREFIX = "r9k-tiny:"
+#: The default model reference (the ``cpu-smoke`` profile's).
 MODEL_REF = "r9k-tiny:qwen2-moe"
 
-# The recipe. head_dim = hidden_size / num_attention_heads = 64: vLLM's CPU attention wants >= 64.
+# Recipe of ``qwen2-moe``. head_dim = hidden_size / num_attention_heads = 64.
 CONFIG: dict = {
     "architectures": ["Qwen2MoeForCausalLM"],
     "model_type": "qwen2_moe",
@@ -55,6 +67,40 @@ CONFIG: dict = {
     "eos_token_id": 2,
     "torch_dtype": "bfloat16",
 }
+
+# Recipe of ``qwen3-next``: keyword arguments of transformers' Qwen3NextConfig.
+QWEN3_NEXT_CONFIG: dict = {
+    "vocab_size": 512,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "layer_types": ["linear_attention", "full_attention", "linear_attention", "full_attention"],
+    # gated full attention: 4 query heads (+ 4 gate heads) and 2 KV heads of 64
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "partial_rotary_factor": 0.25,
+    # Gated DeltaNet: 2 key heads and 4 value heads of 64, conv width 4
+    "linear_conv_kernel_dim": 4,
+    "linear_key_head_dim": 64,
+    "linear_value_head_dim": 64,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "decoder_sparse_step": 1,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 128,
+    "num_experts_per_tok": 2,
+    "num_experts": 8,
+    "norm_topk_prob": True,
+    "max_position_embeddings": 1024,
+    "rms_norm_eps": 1e-6,
+    "initializer_range": 0.08,
+    "tie_word_embeddings": False,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": 0,
+}
+
 SEED = 1234
 # Weights drawn N(0, INIT_STD); large enough that greedy decoding is not a sea of near-ties.
 INIT_STD = 0.08
@@ -72,14 +118,19 @@ CORPUS = [
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2 (match bos/eos above)
 
 
-def recipe_hash() -> str:
-    blob = json.dumps({"config": CONFIG, "seed": SEED, "std": INIT_STD, "corpus": CORPUS,
-                       "special": SPECIAL_TOKENS, "v": 1}, sort_keys=True)
+NAMES = ("qwen2-moe", "qwen3-next")
+RECIPE_VERSION = 2  # 2: shared-expert weights on the MXFP4 grid; qwen3-next added
+
+
+def recipe_hash(name: str = "qwen2-moe") -> str:
+    config = CONFIG if name == "qwen2-moe" else QWEN3_NEXT_CONFIG
+    blob = json.dumps({"name": name, "config": config, "seed": SEED, "std": INIT_STD, "corpus": CORPUS,
+                       "special": SPECIAL_TOKENS, "v": RECIPE_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
-def model_dir() -> Path:
-    return envvars.cache_dir() / "models" / f"tiny-qwen2-moe-{recipe_hash()}"
+def model_dir(name: str = "qwen2-moe") -> Path:
+    return envvars.cache_dir() / "models" / f"tiny-{name}-{recipe_hash(name)}"
 
 
 def _complete(path: Path) -> bool:
@@ -87,30 +138,54 @@ def _complete(path: Path) -> bool:
                                                 "tokenizer_config.json"))
 
 
-def build(out: Path) -> None:
-    """Write config, random weights and a trained tokenizer into ``out`` (an empty directory)."""
-    import torch
-    from safetensors.torch import save_file
+def _write_tokenizer(out: Path, vocab_size: int, max_len: int) -> None:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-    # Tokenizer: byte-level BPE, so any text encodes; vocab capped by the model's vocab size.
+    # Byte-level BPE, so any text encodes; vocab capped by the model's vocab size.
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=CONFIG["vocab_size"], special_tokens=SPECIAL_TOKENS,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(CORPUS, trainer=trainer)
-    assert tok.get_vocab_size() <= CONFIG["vocab_size"]
+    assert tok.get_vocab_size() <= vocab_size
     tok.save(str(out / "tokenizer.json"))
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>",
-        "model_max_length": CONFIG["max_position_embeddings"],
+        "model_max_length": max_len,
         "clean_up_tokenization_spaces": False,
     }, indent=1))
     (out / "generation_config.json").write_text(json.dumps(
         {"bos_token_id": 1, "eos_token_id": 2, "do_sample": False}, indent=1))
+
+
+def mxfp4_snap(w):
+    """``w`` rounded onto the MXFP4 grid (per 32 values along the last dim), returned as bf16 (exact)."""
+    import torch
+
+    from r9k.kernels.shared_expert.reference import dequant_mxfp4, quantize_mxfp4
+
+    return dequant_mxfp4(*quantize_mxfp4(w.float())).to(torch.bfloat16)
+
+
+def _shape_weights(sd: dict) -> dict:
+    """The two recipe edits both models get: router x4, shared expert on the MXFP4 grid."""
+    for k in list(sd):
+        if k.endswith(".mlp.gate.weight"):
+            sd[k] = (sd[k].float() * 4).to(sd[k].dtype)
+        elif ".mlp.shared_expert." in k and k.endswith("_proj.weight"):
+            sd[k] = mxfp4_snap(sd[k])
+    return sd
+
+
+def build_qwen2_moe(out: Path) -> None:
+    """Write config, random weights and a trained tokenizer into ``out`` (an empty directory)."""
+    import torch
+    from safetensors.torch import save_file
+
+    _write_tokenizer(out, CONFIG["vocab_size"], CONFIG["max_position_embeddings"])
     (out / "config.json").write_text(json.dumps(CONFIG, indent=1))
 
     # Weights: names as in transformers' Qwen2MoeForCausalLM checkpoints (what vLLM loads).
@@ -138,8 +213,7 @@ def build(out: Path) -> None:
                f"{p}.self_attn.k_proj.weight": rnd(kv, h), f"{p}.self_attn.k_proj.bias": rnd(kv),
                f"{p}.self_attn.v_proj.weight": rnd(kv, h), f"{p}.self_attn.v_proj.bias": rnd(kv),
                f"{p}.self_attn.o_proj.weight": rnd(h, h),
-               # The router: scaled up so that its top-2 choice is clear (not a near-tie).
-               f"{p}.mlp.gate.weight": rnd(e, h) * 4,
+               f"{p}.mlp.gate.weight": rnd(e, h),
                f"{p}.mlp.shared_expert_gate.weight": rnd(1, h),
                f"{p}.mlp.shared_expert.gate_proj.weight": rnd(si, h),
                f"{p}.mlp.shared_expert.up_proj.weight": rnd(si, h),
@@ -148,20 +222,49 @@ def build(out: Path) -> None:
             q = f"{p}.mlp.experts.{x}"
             sd |= {f"{q}.gate_proj.weight": rnd(mi, h), f"{q}.up_proj.weight": rnd(mi, h),
                    f"{q}.down_proj.weight": rnd(h, mi)}
+    sd = _shape_weights(sd)
     save_file({k: v.contiguous() for k, v in sd.items()}, str(out / "model.safetensors"),
               metadata={"format": "pt"})
-    (out / "r9k-recipe.json").write_text(json.dumps({"recipe_hash": recipe_hash(), "seed": SEED}))
 
 
-def ensure_tiny_model() -> Path:
-    """Path of the tiny model, building it on first use (atomic: a temp dir renamed into place)."""
-    target = model_dir()
+def build_qwen3_next(out: Path) -> None:
+    """transformers' own Qwen3-Next classes with random weights (seeded), saved as a checkpoint."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Qwen3NextConfig, Qwen3NextForCausalLM
+
+    c = QWEN3_NEXT_CONFIG
+    _write_tokenizer(out, c["vocab_size"], c["max_position_embeddings"])
+    config = Qwen3NextConfig(**c)
+    config.architectures = ["Qwen3NextForCausalLM"]
+    torch.manual_seed(SEED)
+    model = Qwen3NextForCausalLM(config).to(torch.bfloat16)
+    sd = _shape_weights({k: v.detach().clone() for k, v in model.state_dict().items()})
+    config.save_pretrained(str(out))
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(out / "model.safetensors"),
+              metadata={"format": "pt"})
+
+
+BUILDERS = {"qwen2-moe": build_qwen2_moe, "qwen3-next": build_qwen3_next}
+
+
+def build(out: Path, name: str = "qwen2-moe") -> None:
+    BUILDERS[name](out)
+    (out / "r9k-recipe.json").write_text(json.dumps({"name": name, "recipe_hash": recipe_hash(name),
+                                                      "seed": SEED}))
+
+
+def ensure_tiny_model(name: str = "qwen2-moe") -> Path:
+    """Path of tiny model ``name``, building it on first use (atomic: a temp dir renamed into place)."""
+    if name not in BUILDERS:
+        raise ValueError(f"unknown tiny model {name!r} (known: {', '.join(NAMES)})")
+    target = model_dir(name)
     if _complete(target):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
     try:
-        build(tmp)
+        build(tmp, name)
         try:
             os.rename(tmp, target)
         except OSError:  # another process won the race; use its copy if it is complete
@@ -174,10 +277,13 @@ def ensure_tiny_model() -> Path:
 
 
 def resolve_model_ref(model: str) -> str:
-    """Turns the profile's model reference into something ``vllm serve`` accepts."""
-    return str(ensure_tiny_model()) if model == MODEL_REF else model
+    """Turns the profile's model reference (``r9k-tiny:<name>``) into a path ``vllm serve`` accepts."""
+    if model.startswith(PREFIX):
+        return str(ensure_tiny_model(model[len(PREFIX):]))
+    return model
 
 
 if __name__ == "__main__":
-    print(ensure_tiny_model())
+    arg = sys.argv[1] if len(sys.argv) > 1 else "qwen2-moe"
+    print(ensure_tiny_model(arg[len(PREFIX):] if arg.startswith(PREFIX) else arg))
     sys.exit(0)

@@ -3,7 +3,7 @@
 Builds the Flash-Next TP4-rank decode model (``r9k.kernels.decode_step``) for each profile, checks that the
 step outputs agree, captures one MTP-3 decode step in a CUDA graph and prints ms per step, graph nodes,
 kernel nodes and the ratio between the profiles; ``--ablate`` turns each non-stock variant of the profile
-back to stock one at a time. Without a GPU it says so and exits 0 (``--config tiny`` runs on the CPU).
+back to stock one at a time. Without a GPU it says so and exits 2 (``--config tiny`` runs on the CPU).
 
 ``--export-plan FILE`` writes the resolved plan as JSON instead of running it (for a machine without the
 registry's dependencies: ``python -m r9k.kernels.decode_step.bench --plan FILE``); ``--result FILE`` prints a
@@ -20,7 +20,10 @@ def add_parser(sub):
     bsub = p.add_subparsers(dest="bench_what", metavar="WHAT")
     d = bsub.add_parser("decode-step", help="one CUDA-graph decode step of the Flash-Next TP4 rank, per profile")
     d.add_argument("--profile", "-p", default="tp4-default")
-    d.add_argument("--against", "-a", default="stock", help="baseline profile ('' for none; default stock)")
+    d.add_argument("--against", "-a", default="stock",
+                   help="baselines, comma-separated ('' for none; default stock): a profile, whose stock paths run "
+                        "vLLM's own kernels (P@vllm, the default; 'vllm' = stock@vllm) or the op table's plain "
+                        "compositions (P@plain)")
     d.add_argument("--requests", default="1,2,4", help="comma-separated request counts (4 tokens each)")
     d.add_argument("--context", type=int, default=4096, help="context length in tokens (multiple of 16)")
     d.add_argument("--ablate", action="store_true", help="each non-stock variant back to stock, one at a time")
@@ -43,14 +46,24 @@ def add_parser(sub):
 
 def run(args) -> int:
     if getattr(args, "bench_what", None) != "decode-step":
-        print("usage: r9kctl bench decode-step --profile P [--against Q] ...", file=sys.stderr)
+        print("r9kctl bench: error[usage]: name what to benchmark: r9kctl bench decode-step --profile P "
+              "[--against Q] ...", file=sys.stderr)
         return 2
     from r9k.kernels.decode_step.report import records_toml, release_records, render
 
+    from r9k.registry import fileio
+
     if args.result:
-        with open(args.result) as f:
-            res = json.load(f)
-        return _show(res, args, render, release_records, records_toml)
+        res = fileio.read_json(args.result, "decode-step result", expect=dict)
+        try:
+            return _show(res, args, render, release_records, records_toml)
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            what = f"missing field {exc}" if isinstance(exc, KeyError) else " ".join(str(exc).split())
+            raise fileio.error(args.result, "result-file", f"not a decode-step result ({what})", 1, 1) from None
+    problem = _option_problem(args)
+    if problem:
+        print(f"r9kctl bench decode-step: error[usage]: {problem}", file=sys.stderr)
+        return 2
 
     from .common import load_with_sets, report_errors
 
@@ -58,35 +71,37 @@ def run(args) -> int:
     if loaded is None:
         return 2
     reg, sets = loaded
-    try:
-        requests = [int(x) for x in args.requests.split(",") if x.strip()]
-    except ValueError:
-        print(f"error: --requests {args.requests!r} is not a comma-separated list of integers", file=sys.stderr)
-        return 2
+    requests = [int(x) for x in args.requests.split(",") if x.strip()]
     from r9k.kernels.decode_step.plan import build_plan
 
-    plan, diags = build_plan(reg, args.profile, args.against or None, requests, args.context, args.ablate,
-                             config=args.config, replays=args.replays, ablate_requests=args.ablate_requests,
-                             sets=sets)
+    try:
+        plan, diags = build_plan(reg, args.profile, args.against or None, requests, args.context, args.ablate,
+                                 config=args.config, replays=args.replays, ablate_requests=args.ablate_requests,
+                                 sets=sets)
+    except ValueError as exc:
+        print(f"error: --against: {exc}", file=sys.stderr)
+        return 2
     if diags:
         report_errors(diags, args.format)
         return 2
     if args.export_plan:
-        with open(args.export_plan, "w") as f:
-            json.dump(plan, f, indent=1)
+        fileio.atomic_write(args.export_plan, json.dumps(plan, indent=1), "plan file")
         print(f"wrote {args.export_plan}: {args.profile}" + (f" against {args.against}" if args.against else ""))
         return 0
-    import torch
-
+    try:
+        import torch
+    except ImportError:
+        print("r9kctl bench decode-step: error[no-torch]: PyTorch is not installed here; export the plan "
+              "(--export-plan FILE) and run it where it is", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available() and not args.config.startswith("tiny"):
         msg = ("no CUDA GPU on this machine: the decode-step benchmark needs one. Run it on a GPU machine, or "
                "export the plan (--export-plan FILE) and run `python -m r9k.kernels.decode_step.bench --plan FILE` "
                "there; --config tiny runs the tiny model on the CPU (Triton interpreter).")
         if args.format == "json":
             print(json.dumps({"skipped": True, "reason": msg}))
-        else:
-            print(msg)
-        return 0
+        print(f"r9kctl bench decode-step: error[no-gpu]: {msg}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         import os
 
@@ -98,9 +113,27 @@ def run(args) -> int:
         from r9k.kernels.decode_step.dispatch import plugin_chooser
         from r9k.registry.resolve import resolve
 
-        choosers = {n: plugin_chooser(resolve(reg, n, sets=sets)) for n in plan["profiles"]}
+        choosers = {n: plugin_chooser(resolve(reg, e["profile"], sets=sets), stock=e["stock"])
+                    for n, e in plan["profiles"].items()}
     res = run_plan(plan, log=lambda s: print(s, file=sys.stderr, flush=True), choosers=choosers)
     return _show(res, args, render, release_records, records_toml)
+
+
+def _option_problem(args) -> str | None:
+    """What is wrong with the numeric options (None when they are usable)."""
+    try:
+        requests = [int(x) for x in args.requests.split(",") if x.strip()]
+    except ValueError:
+        return f"--requests {args.requests!r} is not a comma-separated list of integers"
+    if not requests or any(r < 1 for r in requests):
+        return f"--requests {args.requests!r}: give one or more request counts of at least 1"
+    if args.context < 16 or args.context % 16:
+        return f"--context {args.context}: must be a positive multiple of 16"
+    if args.replays < 1:
+        return f"--replays {args.replays}: must be at least 1"
+    if args.ablate_requests is not None and args.ablate_requests not in requests:
+        return f"--ablate-requests {args.ablate_requests}: must be one of --requests ({args.requests})"
+    return None
 
 
 def _show(res, args, render, release_records, records_toml) -> int:

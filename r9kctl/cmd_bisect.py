@@ -14,6 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
+
+from r9k.registry import envvars
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -34,6 +37,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                          "a step is bad (1.0)")
     pl.add_argument("--dataset", help="question set to print in the record commands")
     pl.add_argument("--format", choices=("text", "json"), default="text")
+    pl.add_argument("--force", action="store_true",
+                    help="replace a plan that exists in --dir (its results are moved to results.old/)")
     st = sub.add_parser("status", help="classify the recorded steps and print the next step or the verdict")
     st.add_argument("--dir", required=True)
     st.add_argument("--url", default="URL", help="server URL to print in the record command")
@@ -42,7 +47,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     rn.add_argument("--dir", required=True)
     rn.add_argument("--launch", required=True,
                     help="launch command; placeholders {port} {manifest} {profile} {tp}; the step's knobs and "
-                         "R9K_MANIFEST are in its environment")
+                         f"{envvars.MANIFEST.name} are in its environment")
     rn.add_argument("--url-template", required=True, help="server URL with {port}, e.g. http://127.0.0.1:{port}")
     rn.add_argument("--dataset", help="question set (default: the plan's)")
     rn.add_argument("--port", type=int, default=8000)
@@ -74,9 +79,23 @@ def run(args) -> int:
     try:
         reg = load_registry(*registry_location(args))  # --registry / --profiles-dir
         if args.bisect_cmd == "plan":
+            from .common import choice_problem, tp_problem, usage_error
+
+            problem = (choice_problem("--good", [args.good], sorted(reg.profiles))
+                       or choice_problem("--bad", [args.bad], sorted(reg.profiles))
+                       or tp_problem(reg, args.tp, args.good))
+            if not problem and not 0 < args.alpha < 1:
+                problem = f"--alpha {args.alpha:g}: must be between 0 and 1 (exclusive)"
+            if problem:
+                return usage_error("r9kctl bisect plan", problem)
             plan = B.make_plan(reg, args.good, args.bad, tp=args.tp, mode=args.mode, criterion=args.criterion,
                                alpha=args.alpha, threshold=args.threshold, dataset=args.dataset)
-            B.write_plan(reg, plan, args.dir)
+            if Path(args.dir, "plan.json").exists() and not args.force:
+                B.write_plan(reg, plan, args.dir)  # refuses, saying why
+            moved = B.set_aside_results(args.dir) if args.force else None
+            B.write_plan(reg, plan, args.dir, replace=args.force)
+            if moved:
+                print(f"the old plan's results were moved to {moved}", file=sys.stderr)
             if args.format == "json":
                 print(json.dumps(plan.to_json(), indent=2))
                 return 0
@@ -118,5 +137,6 @@ def run(args) -> int:
         _print_status(plan, st, args.dir, args.url_template)
         return 0
     except (B.BisectError, RegistryError, ResultFileError, OSError) as exc:
-        print(f"r9kctl bisect {args.bisect_cmd}: error: {exc}", file=sys.stderr)
-        return 2
+        from .common import error_exit
+
+        return error_exit(exc, f"r9kctl bisect {args.bisect_cmd}", "bisect")

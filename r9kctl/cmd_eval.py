@@ -30,6 +30,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     c.add_argument("--alpha", type=float, default=0.05,
                    help="exit 1 when p < alpha and B is worse than A (default 0.05; --no-fail: always exit 0)")
     c.add_argument("--no-fail", action="store_true", help="always exit 0 after a successful comparison")
+    c.add_argument("--power", type=float, default=0.8,
+                   help="power for the minimum detectable difference that is reported (default 0.8)")
+    c.add_argument("--aa", action="store_true",
+                   help="A/A: the two files are two runs of the same profile; report the run-to-run floor "
+                        "(exit 1 when they differ significantly: the eval is not reproducible)")
+    c.add_argument("--floor", metavar="A2",
+                   help="a second run of A's profile: report A vs A2 (the run-to-run floor) beside A vs B")
     c.add_argument("--into", metavar="MANIFEST", help="append the result as a [[quality]] record to this release TOML")
     c.add_argument("--config", help="quality record's config (fn_tp4, h200_tp4, ...); required with --into")
     c.add_argument("--eval-name", help="quality record's eval name (default: the dataset name)")
@@ -60,12 +67,27 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def _compare(args) -> int:
     from .evidence import mcnemar, results
 
+    from .common import error_exit
+
+    for opt, val in (("--confidence", args.confidence), ("--alpha", args.alpha), ("--power", args.power)):
+        if not 0 < val < 1:
+            return error_exit(f"{opt} {val:g}: must be between 0 and 1 (exclusive)", "r9kctl eval compare", "usage")
+    floor = None
     try:
         a, b = results.load(args.a), results.load(args.b)
-        cmp = mcnemar.compare(a, b, confidence=args.confidence)
+        cmp = mcnemar.compare(a, b, confidence=args.confidence, alpha=args.alpha, power=args.power)
+        if args.floor:
+            floor = mcnemar.compare(a, results.load(args.floor), confidence=args.confidence, alpha=args.alpha,
+                                    power=args.power)
     except (results.ResultFileError, ValueError) as exc:
-        print(f"r9kctl eval compare: error: {exc}", file=sys.stderr)
-        return 2
+        return error_exit(exc, "r9kctl eval compare", "result-file")
+    for pair in [cmp] * bool(args.aa) + [floor] * bool(floor):
+        why = mcnemar.aa_problem(pair)
+        if why:
+            return error_exit(why, "r9kctl eval compare", "aa")
+    if args.aa and args.into:
+        return error_exit("--aa compares two runs of one profile: nothing to record with --into",
+                          "r9kctl eval compare", "usage")
     if args.into:
         from .evidence import quality
 
@@ -79,18 +101,38 @@ def _compare(args) -> int:
         try:
             quality.append_quality_record(args.into, rec)
         except (OSError, ValueError) as exc:
-            print(f"r9kctl eval compare: error: {exc}", file=sys.stderr)
-            return 2
+            return error_exit(exc, "r9kctl eval compare --into", "quality")
     if args.format == "json":
-        print(json.dumps(cmp.to_dict(), indent=2))
+        d = cmp.to_dict()
+        d["discordance_ci"] = list(mcnemar.discordance_ci(cmp.n, cmp.b + cmp.c, cmp.confidence))
+        if args.aa:
+            d["mode"] = "aa"
+        if floor is not None:
+            d["floor"] = floor.to_dict()
+            d["floor"]["discordance_ci"] = list(mcnemar.discordance_ci(floor.n, floor.b + floor.c, floor.confidence))
+        print(json.dumps(d, indent=2))
     else:
         print(cmp.format_text())
-        worse = cmp.significant(args.alpha) and cmp.c < cmp.b
-        verdict = ("B is significantly worse" if worse else
-                   "B is significantly better" if cmp.significant(args.alpha) else "no detectable difference")
+        if args.aa:
+            print(mcnemar.floor_text(cmp))
+            verdict = ("the two runs of one profile differ significantly: this eval is not reproducible"
+                       if cmp.significant(args.alpha) else
+                       "no significant run-to-run difference; a comparison against another profile at this n "
+                       "must move more than the floor above")
+        else:
+            if floor is not None:
+                print(mcnemar.floor_text(floor, "floor (A/A2)"))
+                print(mcnemar.floor_text(cmp, "A/B"))
+            worse = cmp.significant(args.alpha) and cmp.c < cmp.b
+            verdict = ("B is significantly worse" if worse else
+                       "B is significantly better" if cmp.significant(args.alpha) else "no detectable difference")
+            if floor is not None and not cmp.significant(args.alpha) and cmp.b + cmp.c <= floor.b + floor.c:
+                verdict += " (A/B discordance within the run-to-run floor)"
         print(f"verdict        {verdict} at alpha = {args.alpha:g}")
         if args.into:
             print(f"quality record appended to {args.into}")
+    if args.aa:
+        return 1 if (not args.no_fail and cmp.significant(args.alpha)) else 0
     if not args.no_fail and cmp.significant(args.alpha) and cmp.c < cmp.b:
         return 1
     return 0
@@ -109,9 +151,10 @@ def _record(args) -> int:
                        label=args.label, limit=args.limit, resume=args.resume, execute_code=args.execute_code,
                        api_key=os.environ.get("OPENAI_API_KEY"), timeout_s=args.timeout,
                        keep_output=not args.no_output_text, progress=None if args.quiet else sys.stderr)
-    except (D.DatasetError, R.ServerError, ResultFileError, OSError) as exc:
-        print(f"r9kctl eval record: error: {exc}", file=sys.stderr)
-        return 2
+    except (D.DatasetError, R.ServerError, ResultFileError, OSError, ValueError) as exc:  # ValueError: a bad URL
+        from .common import error_exit
+
+        return error_exit(exc, "r9kctl eval record", "eval")
     from .evidence import results
 
     rf = results.load(out)

@@ -4,6 +4,9 @@
     r9kctl gate router_gemm R9K_HC_MIX     the named variants (ids or knobs)
     r9kctl gate --all                      every variant that declares gate tests
     r9kctl gate --status [...]             only show the gate states (fresh / stale / missing / failed)
+    r9kctl gate --pairs --profile P        pairwise composition: the CPU decode-step model with every pair of
+                                           P's non-stock variants against stock; flags a pair whose difference
+                                           from stock exceeds the sum of the two alone (exit status 1)
 
 Tests run through ``python -m pytest`` in the repository root (Triton's CPU interpreter where there is no
 GPU); tests marked ``gpu`` are skipped without one and reported as needing a GPU. One record per variant
@@ -37,6 +40,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                    help="with --import-junit: the run's provenance (default: provenance.json beside the XML; "
                         "written there by python3 registry/provenance.py --out FILE)")
     p.add_argument("--platform", help="with --import-junit: where it ran, checked against the provenance")
+    p.add_argument("--pairs", action="store_true",
+                   help="with --profile: the pairwise composition gate on the CPU decode-step model")
+    p.add_argument("--config", default="tiny", help="with --pairs: the decode-step model's dimensions "
+                   "(tiny, tiny-deep; default tiny)")
+    p.add_argument("--seed", type=int, default=0, help="with --pairs: seed of the shared weights and inputs")
     p.add_argument("--pytest-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for pytest (repeatable), e.g. --pytest-arg=-x")
     p.set_defaults(func=run)
@@ -44,8 +52,30 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _err(msg: str) -> int:
-    print(f"r9kctl gate: error: {msg}", file=sys.stderr)
+    print(f"r9kctl gate: error[gate]: {msg}", file=sys.stderr)
     return 2
+
+
+def _pairs(reg, args) -> int:
+    if not args.profile:
+        return _err("--pairs needs --profile P")
+    if args.profile not in reg.profiles:
+        return _err(f"unknown profile {args.profile!r} (known: {', '.join(sorted(reg.profiles))})")
+    from r9k.kernels.decode_step.config import CONFIGS
+
+    if args.config not in CONFIGS or args.config.startswith("flash"):
+        return _err(f"--config must be one of {', '.join(c for c in CONFIGS if not c.startswith('flash'))} "
+                    "(the CPU model's sizes)")
+    from .evidence import pairs as PR
+
+    out = sys.stderr if args.format == "json" else sys.stdout
+    rep = PR.run_pairs(reg, args.profile, tp=args.tp, config=args.config, seed=args.seed,
+                       progress=lambda m: print(m, file=out, flush=True))
+    if args.format == "json":
+        print(json.dumps(rep.to_dict(), indent=2))
+    else:
+        print(PR.render(rep))
+    return 1 if rep.flagged else 0
 
 
 def _state_rows(states) -> list[str]:
@@ -63,7 +93,9 @@ def run(args) -> int:
     try:
         reg = load_registry(*registry_location(args))  # --registry / --profiles-dir
     except RegistryError as exc:
-        return _err(f"cannot load the registry:\n{exc}")
+        for d in exc.diagnostics:
+            print(d.format(), file=sys.stderr)
+        return 2
     if args.import_junit:
         from .evidence import junit as J
 
@@ -81,8 +113,15 @@ def run(args) -> int:
                   f"{st.state} ({st.detail})")
         print(f"imported {len(recs)} gate record(s) from {args.import_junit} into {L.ledger_path(reg)}")
         return 1 if any(r.result == "fail" for r in recs) else 0
+    if args.pairs:
+        return _pairs(reg, args)
     if not (args.profile or args.variants or args.all or args.status):
         return _err("name variants, or use --profile P, --all or --status")
+    from .common import tp_problem
+
+    problem = tp_problem(reg, args.tp, args.profile)
+    if problem:
+        return _err(problem)
     if args.profile and args.profile not in reg.profiles:
         return _err(f"unknown profile {args.profile!r} (known: {', '.join(sorted(reg.profiles))})")
     try:
@@ -120,6 +159,11 @@ def run(args) -> int:
               + (f" ({len(plan.no_tests)} selected: {', '.join(v.id for v in plan.no_tests)})" if plan.no_tests else ""),
               file=out)
         return 0
+    import importlib.util
+
+    if importlib.util.find_spec("pytest") is None:
+        return _err("pytest is not installed here, and gate tests run under it (pip install pytest); or run them "
+                    "on another machine and record them with --import-junit")
     result = G.run(reg, plan, record=not args.no_record, progress=lambda m: print(m, file=out, flush=True),
                    timeout_s=args.timeout, pytest_args=args.pytest_arg)
     records, _ = L.read_ledger(L.ledger_path(reg))

@@ -22,6 +22,19 @@ def run(args) -> int:
     reg = load(args.format, args)
     if reg is None:
         return 2
+    from typing import get_args
+
+    from r9k.registry.schema import Category, Status
+
+    from .common import choice_problem, usage_error
+
+    problem = (choice_problem("--category", args.category, get_args(Category))
+               or choice_problem("--status", args.status, get_args(Status))
+               or choice_problem("--area", args.area, sorted({v.area for v in reg.variants.values()}))
+               or (choice_problem("--tp", [str(args.tp)], [str(t) for t in sorted(
+                   {int(k[2:]) for v in reg.variants.values() for k in v.defaults})]) if args.tp is not None else None))
+    if problem:
+        return usage_error("r9kctl list", problem)
     rows = []
     needle = (args.search or "").lower()
     for vid in sorted(reg.variants, key=lambda i: (reg.variants[i].area, i)):
@@ -32,7 +45,7 @@ def run(args) -> int:
             continue
         if args.status and v.status.state not in args.status:
             continue
-        if args.tp and f"tp{args.tp}" not in v.defaults:
+        if args.tp is not None and f"tp{args.tp}" not in v.defaults:
             continue
         if needle and needle not in f"{vid} {v.knob} {v.summary}".lower():
             continue
@@ -43,7 +56,7 @@ def run(args) -> int:
     if args.format == "ids":
         print("\n".join(v.id for v in rows))
         return 0
-    key = f"tp{args.tp}" if args.tp else None
+    key = f"tp{args.tp}" if args.tp is not None else None
     cols = ["id", "knob", "area", "category", "status", "stock"] + ([key] if key else ["tp4", "tp2"]) + ["summary"]
     out = []
     for v in rows:

@@ -29,6 +29,11 @@ def run(args) -> int:
     if loaded is None:
         return 2
     reg, sets = loaded
+    from .common import tp_problem, usage_error
+
+    problem = tp_problem(reg, args.tp, args.profile)
+    if problem:
+        return usage_error("r9kctl resolve", problem)
     rs = resolve(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict or None)
     if not rs.ok:
         report_errors(rs.diagnostics, args.format)

@@ -9,10 +9,11 @@ Exit codes: 0 the processes agree, 1 they report different hashes, 2 no status c
 from __future__ import annotations
 
 import json
-import os
 import sys
 import urllib.error
 import urllib.request
+
+from r9k.registry import envvars
 
 ROUTE = "/r9k/status"  # same as r9k.plugin.status.ROUTE (not imported: keep this command light)
 
@@ -22,7 +23,7 @@ def add_parser(sub) -> None:
                        description=__doc__.split("\n\n")[1])
     src = p.add_mutually_exclusive_group()
     src.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000")
-    src.add_argument("--file", help="status file written by the plugin (default: $R9K_STATUS_FILE)")
+    src.add_argument("--file", help=f"status file written by the plugin (default: ${envvars.STATUS_FILE.name})")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the server (default 10)")
     p.set_defaults(func=run)
@@ -31,17 +32,39 @@ def add_parser(sub) -> None:
 def fetch(url: str, timeout: float = 10.0) -> dict:
     full = url.rstrip("/") + ROUTE
     with urllib.request.urlopen(full, timeout=timeout) as resp:  # noqa: S310 - a user-given server URL
-        return json.loads(resp.read().decode())
+        data = json.loads(resp.read().decode("utf-8", errors="replace"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{full}: the answer is not a JSON object (is this an r9k server?)")
+    return data
+
+
+def _shape_problem(data: dict) -> str | None:
+    """What is wrong with a status file's structure (None when it is usable)."""
+    procs = data.get("processes", {})
+    if not isinstance(procs, dict):
+        return "'processes' must be an object"
+    for name, sec in procs.items():
+        if not isinstance(sec, dict) or not isinstance(sec.get("process"), dict) or "hash" not in sec:
+            return f"process section {name!r} must be an object with 'process' and 'hash'"
+        if not all(k in sec["process"] for k in ("pid", "role", "rank")):
+            return f"process section {name!r}: 'process' needs pid, role and rank"
+    if not procs and "in_use" not in data:
+        return "no process sections (not a status file written by the r9k plugin?)"
+    return None
 
 
 def read(args) -> dict:
+    from r9k.registry import fileio
+
     if args.url:
         return fetch(args.url, args.timeout)
-    path = args.file or os.environ.get("R9K_STATUS_FILE")
+    path = args.file or envvars.STATUS_FILE.get()
     if not path:
-        raise ValueError("give --url or --file (or set R9K_STATUS_FILE)")
-    with open(path, encoding="utf-8") as fh:
-        data = json.load(fh)
+        raise ValueError(f"give --url or --file (or set {envvars.STATUS_FILE.name})")
+    data = fileio.read_json(path, "status file", expect=dict)
+    problem = _shape_problem(data)
+    if problem:
+        raise fileio.error(path, "status-file", f"not a usable status file: {problem}", 1, 1)
     if "in_use" not in data:  # the raw file: merge the processes' sections as the route does
         from r9k.plugin.status import merged_status
 
@@ -50,14 +73,26 @@ def read(args) -> dict:
 
 
 def run(args) -> int:
+    if args.timeout is not None and not args.timeout > 0:
+        print(f"r9kctl status: error[usage]: --timeout {args.timeout:g}: must be a positive number of seconds",
+              file=sys.stderr)
+        return 2
     try:
         data = read(args)
     except urllib.error.HTTPError as exc:
         hint = " (the server runs without the plugin's route: VLLM_PLUGINS must name r9k)" if exc.code == 404 else ""
-        print(f"r9kctl status: {args.url}{ROUTE}: HTTP {exc.code}{hint}", file=sys.stderr)
+        print(f"r9kctl status: error[http]: {args.url}{ROUTE}: HTTP {exc.code}{hint}", file=sys.stderr)
         return 2
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        print(f"r9kctl status: {exc}", file=sys.stderr)
+    except urllib.error.URLError as exc:
+        reason = getattr(exc.reason, "strerror", None) or str(exc.reason)
+        print(f"r9kctl status: error[connection]: {args.url}: {reason} (is the server running?)", file=sys.stderr)
+        return 2
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+            print(f"r9kctl status: error[connection]: {args.url}: no answer within {args.timeout:g} s",
+                  file=sys.stderr)
+        else:
+            print(f"r9kctl status: error[status]: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     agree = data.get("agree", True)
     if args.format == "json":
@@ -75,6 +110,29 @@ def run(args) -> int:
             for r in data.get("non_stock", [])]
     table(["KNOB", "VALUE", "FROM", "IMPLEMENTATION IN USE"], rows,
           title=f"not at stock (implementation as reported by {data.get('in_use_from')})")
+    plan = data.get("plan") or {}
+    if plan:
+        print(f"kernels: {plan.get('installed', 0)} installed, {plan.get('fallback', 0)} fall back to vLLM's path, "
+              f"{plan.get('env_only', 0)} env-only (read by code outside this project)")
+        for knob, why in sorted((plan.get("fallbacks") or {}).items()):
+            print(f"  falls back: {knob}: {why}")
+    ops = data.get("ops") or {}
+    op_rows = []
+    for op, o in sorted(ops.items()):
+        kept = "; ".join(f"{n} {r}" for r, n in sorted(o.get("kept", {}).items())) or "-"
+        calls = ", ".join(f"{p}={n}" for p, n in sorted(o.get("calls", {}).items())) or "0"
+        op_rows.append([op, o.get("installed", 0), kept, calls])
+    table(["OP", "LAYERS ON R9K", "KEPT VLLM'S PATH (WHY)", "CALLS SINCE START (ALL PROCESSES)"], op_rows,
+          title="per op: layer instances and calls (counters of the model-building processes)")
+    applied = data.get("applied")
+    if applied:
+        table(["STATE", "KNOB", "REQUESTED", "APPLIED", "WHERE"],
+              [[r["state"], r["knob"], r["requested"], r["applied"], r["where"] + (f": {r['note']}" if r["note"] else "")]
+               for r in applied.get("rows", [])],
+              title=f"what vLLM applied ({len(applied.get('mismatches', []))} mismatch(es))")
+        b = applied.get("backends") or {}
+        if b:
+            print("backends: " + ", ".join(f"{k} {v}" for k, v in b.items()))
     if not agree:
         print("r9kctl status: the server's processes report different hashes", file=sys.stderr)
         return 1

@@ -17,31 +17,66 @@ def add_parser(sub):
     return p
 
 
+THEMES = ("r9k-dark", "r9k-light")
+
+
+def read_keymap(path, explicit: bool) -> tuple[dict[str, str], str | None]:
+    """([keys] binding id -> keys, theme) of the control panel's TOML config, through the checked reader:
+    any problem is a located FileError (exit 2). The default file may be missing; one named by --keymap
+    may not."""
+    import os
+
+    from r9k.registry import fileio
+    from r9k.registry.loader import locate
+
+    if not explicit and not os.path.lexists(path):
+        return {}, None
+    if not os.path.lexists(path):
+        raise fileio.error(path, "keymap", "no such keymap file")
+    text = fileio.read_text(path, "keymap")
+    data = fileio.parse_toml(text, path, "keymap")
+
+    def bad(loc: tuple, msg: str):
+        line, col = locate(text, loc)
+        return fileio.error(path, "keymap", msg, line or 1, col or 1)
+
+    for k in data:
+        if k not in ("keys", "theme"):
+            raise bad((k,), f"unknown key '{k}' (a keymap has [keys] and theme)")
+    keys = data.get("keys", {})
+    if not isinstance(keys, dict):
+        raise bad(("keys",), "'keys' must be a table: [keys] binding-id = \"keys\"")
+    for k, v in keys.items():
+        if not isinstance(v, str) or not v.strip():
+            raise bad(("keys", k), f"keys.{k} must be a non-empty string of keys (e.g. \"ctrl+s\"), not {v!r}")
+    theme = data.get("theme")
+    if theme is not None and theme not in THEMES:
+        from r9k.registry.resolve import suggest
+
+        hint = suggest(str(theme), THEMES)
+        raise bad(("theme",), f"theme {theme!r} is not one of {', '.join(THEMES)}" + (f" ({hint})" if hint else ""))
+    return {str(k): v for k, v in keys.items()}, theme
+
+
 def run(args) -> int:
     import sys
     from pathlib import Path
 
-    from r9k.registry.errors import Diagnostic
-
-    from .common import child_env, parse_sets, registry_location, report_errors
-    from .tui.app import R9kApp, config_path, read_config
+    from .common import child_env, load, parse_sets, profile_problem, registry_location, report_errors, tp_problem
+    from .common import usage_error
+    from .tui.app import R9kApp, config_path
 
     sets, errs = parse_sets(args.sets)
     if errs:
         report_errors(errs)
         return 2
-    if args.keymap and not Path(args.keymap).is_file():
-        report_errors([Diagnostic("error", "keymap", "no such keymap file", args.keymap)])
+    keys, theme = read_keymap(Path(args.keymap) if args.keymap else config_path(), explicit=bool(args.keymap))
+    reg = load("table", args)  # the panel opens on a profile: one that does not exist is an error here
+    if reg is None:
         return 2
-    try:
-        keys, theme = read_config(Path(args.keymap) if args.keymap else config_path())
-    except ValueError as exc:  # tomllib's message has the line and column
-        report_errors([Diagnostic("error", "toml-syntax", f"keymap: {exc}", args.keymap or str(config_path()))])
-        return 2
-    except OSError as exc:
-        report_errors([Diagnostic("error", "keymap", f"cannot read the keymap: {exc.strerror or exc}",
-                                  args.keymap or str(config_path()))])
-        return 2
+    problem = profile_problem(reg, args.profile) or tp_problem(reg, args.tp, args.profile or "tp4-default")
+    if problem:
+        return usage_error("r9kctl tui", problem)
     root, dirs = registry_location(args)
     app = R9kApp(profile=args.profile, tp=args.tp, keymap=keys, theme=theme, sets=sets, registry_root=root,
                  profile_dirs=dirs)

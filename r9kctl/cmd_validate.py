@@ -21,6 +21,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
+    from r9k.registry.availability import summary_line
     from r9k.registry.memory import fmt_bytes
     from r9k.registry.validate import validate
 
@@ -43,6 +44,11 @@ def run(args) -> int:
         for d in exc.diagnostics:
             report.add(d)
     if reg is not None:
+        from .common import tp_problem, usage_error
+
+        problem = tp_problem(reg, args.tp, args.profile if not args.all else None)
+        if problem:
+            return usage_error("r9kctl validate", problem)
         report = validate(reg, profile=args.profile, all_profiles=args.all, tp=args.tp, sets=sets,
                           strict=args.strict)
     code = report.exit_code(args.strict)
@@ -60,6 +66,12 @@ def run(args) -> int:
             for c in b.costs:
                 line += f"; {c.knob} {'costs' if c.bytes > 0 else 'frees'} {fmt_bytes(abs(c.bytes))} = {abs(c.tokens):,} tokens"
         print(line)
+        verdicts = report.availability.get(name)
+        if verdicts is not None:
+            print(f"  {name}: {summary_line(verdicts)}")
+            for v in verdicts.values():
+                if v.state == "fallback":
+                    print(f"    falls back: {v.knob}={v.value}: {v.reason}")
     n_err, n_warn = len(report.errors), len(report.warnings)
     status = "ok" if code == 0 else "failed"
     print(f"{status}: {n_err} error(s), {n_warn} warning(s)")

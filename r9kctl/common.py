@@ -1,6 +1,7 @@
 """Helpers shared by the subcommands: loading the registry with located errors, ``--set`` parsing."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -90,6 +91,101 @@ def add_set_option(p) -> None:
                    help="override a knob (by knob or variant id); repeatable; highest precedence")
 
 
+_WHERE_LINE = re.compile(r"^(?P<file>[^\s:]+):(?P<line>\d+)(?::(?P<col>\d+))?: (?P<rest>.*)$", re.S)
+_WHERE_FILE = re.compile(r"^(?P<file>[^\s:]+\.[A-Za-z0-9]+): (?P<rest>.*)$", re.S)
+
+
+def error_exit(exc: BaseException | str, prefix: str, kind: str) -> int:
+    """Print what went wrong as located lines (``file:line:col: error[kind]: ...``) and return 2.
+
+    A RegistryError prints its diagnostics; a message that starts with ``file:line:`` or ``file:`` (the
+    evidence modules' style) is given the ``error[kind]`` tag after its location; anything else gets
+    ``prefix`` (e.g. ``r9kctl bisect plan``) as its location."""
+    if isinstance(exc, RegistryError):
+        for d in exc.diagnostics:
+            sys.stderr.write(d.format() + "\n")
+        return 2
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, OSError) and getattr(exc, "filename", None) and exc.strerror:
+        msg = f"{exc.filename}: {exc.strerror}"
+    m = _WHERE_LINE.match(msg)
+    if m:
+        loc = f"{m['file']}:{m['line']}" + (f":{m['col']}" if m["col"] else "")
+        sys.stderr.write(f"{loc}: error[{kind}]: {m['rest']}\n")
+        return 2
+    m = _WHERE_FILE.match(msg)
+    if m:
+        sys.stderr.write(f"{m['file']}: error[{kind}]: {m['rest']}\n")
+        return 2
+    sys.stderr.write(f"{prefix}: error[{kind}]: {msg}\n")
+    return 2
+
+
 def fail(msg: str, code: str = "usage") -> int:
     sys.stderr.write(Diagnostic("error", code, msg).format() + "\n")
     return 2
+
+
+# ------------------------------------------------------------------------------ closed sets of option values
+
+
+def usage_error(prefix: str, msg: str) -> int:
+    """One line ``PREFIX: error[usage]: MSG`` on stderr; returns 2."""
+    sys.stderr.write(f"{prefix}: error[usage]: {msg}\n")
+    return 2
+
+
+def choice_problem(option: str, values, allowed) -> Optional[str]:
+    """What is wrong with ``values`` of an option whose values form a closed set (None when all are
+    allowed), with a did-you-mean hint."""
+    from r9k.registry.resolve import suggest
+
+    allowed = list(dict.fromkeys(allowed))
+    for v in [values] if isinstance(values, str) else (values or []):
+        if v not in allowed:
+            hint = suggest(v, allowed)
+            return f"{option} {v!r} is not one of: {', '.join(allowed)}" + (f" ({hint})" if hint else "")
+    return None
+
+
+def registry_tps(reg) -> list[int]:
+    """The TP sizes the registry knows: those of the variants' defaults and of the models' numbers."""
+    keys = {k for v in reg.variants.values() for k in v.defaults}
+    keys |= {k for v in reg.variants.values() for d in v.model_defaults.values() for k in d}
+    keys |= {k for m in reg.models.values() for k in m.kv_bytes_per_token}
+    return sorted(int(k[2:]) for k in keys if k[2:].isdigit())
+
+
+def tp_problem(reg, tp: Optional[int], profile: Optional[str] = None) -> Optional[str]:
+    """What is wrong with a ``--tp`` value (None when it is usable): it must be a positive integer and, for
+    a profile whose model the registry describes, a TP size the model has numbers for; without a profile,
+    a TP size the registry knows."""
+    if tp is None:
+        return None
+    if tp < 1:
+        return f"--tp {tp}: a TP size is a positive integer (leave --tp out for the profile's own)"
+    if profile is not None:
+        from r9k.registry.resolve import profile_chain
+
+        if profile not in reg.profiles:
+            return None  # the command reports the unknown profile
+        chain, _, _ = profile_chain(reg, profile)
+        model = next((p.model for p in reversed(chain) if p.model), None)
+        m = reg.models.get(model) if model else None
+        if m is not None and not m.supports_tp(tp):
+            known = sorted(int(k[2:]) for k in m.kv_bytes_per_token if f"tp{k[2:]}" in m.weight_bytes_per_gpu)
+            return (f"--tp {tp}: model '{model}' of profile '{profile}' is described at TP "
+                    f"{', '.join(map(str, known)) or 'no size'} only (registry/models.toml)")
+        return None
+    known = registry_tps(reg)
+    if known and tp not in known:
+        return f"--tp {tp}: the registry knows TP {', '.join(map(str, known))} only"
+    return None
+
+
+def profile_problem(reg, name: Optional[str], option: str = "--profile") -> Optional[str]:
+    """An unknown profile name, with a did-you-mean hint (None when it exists or is not given). A profile
+    whose file does not load is not unknown: resolving it reports its own errors."""
+    if name is None or name in reg.profiles or name in getattr(reg, "profile_problems", {}):
+        return None
+    return choice_problem(option, [name], sorted(reg.profiles))

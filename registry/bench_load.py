@@ -16,6 +16,8 @@ import sys
 import tempfile
 import time
 
+from r9k.registry import envvars
+
 
 def wall(cmd, env, runs):
     out = []
@@ -35,19 +37,19 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=7)
     args = ap.parse_args()
     cache = tempfile.mkdtemp(prefix="r9k-bench-")
-    env = dict(os.environ, R9K_CACHE_DIR=cache, R9K_PLAIN="1")
+    env = dict(os.environ, **{envvars.CACHE_DIR.name: cache, envvars.PLAIN.name: "1"})
     cmd = [sys.executable, "-m", "r9k.r9kctl.cli", "validate", "--profile", "tp4-default"]
-    nocache = wall(cmd, dict(env, R9K_NO_CACHE="1"), args.runs)
+    nocache = wall(cmd, dict(env, **{envvars.NO_CACHE.name: "1"}), args.runs)
     wall(cmd, env, 1)  # fills the cache
     cached = wall(cmd, env, args.runs)
     py = [sys.executable, "-c", "pass"]
     bare = wall(py, env, args.runs)
 
-    os.environ["R9K_CACHE_DIR"] = cache
+    os.environ[envvars.CACHE_DIR.name] = cache
     from r9k.registry import load_registry
 
     def load_times(no_cache: bool):
-        os.environ["R9K_NO_CACHE"] = "1" if no_cache else "0"
+        os.environ[envvars.NO_CACHE.name] = "1" if no_cache else "0"
         xs = []
         for _ in range(args.runs):
             t = time.perf_counter()
@@ -59,9 +61,9 @@ def main() -> int:
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
     print(f"python -c pass (interpreter start)       {fmt(bare)}")
     print(f"r9kctl validate --profile tp4-default      {fmt(cached)}  [parse cache warm]")
-    print(f"r9kctl validate --profile tp4-default      {fmt(nocache)}  [R9K_NO_CACHE=1]")
+    print(f"r9kctl validate --profile tp4-default      {fmt(nocache)}  [{envvars.NO_CACHE.name}=1]")
     print(f"load_registry() in process                 {fmt(load_c)}  [parse cache warm]")
-    print(f"load_registry() in process                 {fmt(load_nc)}  [R9K_NO_CACHE=1]")
+    print(f"load_registry() in process                 {fmt(load_nc)}  [{envvars.NO_CACHE.name}=1]")
     return 0
 
 

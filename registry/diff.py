@@ -1,8 +1,8 @@
 """Field-level diffs between two releases or profiles (OpenFeature ``compare`` style).
 
 A *side* is a release (``v0.3.1`` or ``release:v0.3.1``) or a profile name. For each side we compute
-the value of every variant (per TP size for a release: the Flash-Next defaults at TP4 and TP2 unless a
-TP is given; at the profile's TP for a profile), then report:
+the value of every variant (per TP size for a release: the primary model's defaults (models.toml) at each
+TP size it is served at unless a TP is given; at the profile's TP for a profile), then report:
 
 * variants added or removed between the sides (a release's ``since``; a variant at a removed status);
 * changed values, per TP key, with provenance for profiles;
@@ -20,11 +20,8 @@ from typing import Optional
 
 from .loader import Registry
 from .memory import budget
-from .resolve import resolve, value_at_release
+from .resolve import primary_model, resolve, value_at_release
 from .schema import BenchRecord, QualityRecord
-
-FN = "qwen3.8-flash-next"
-
 
 @dataclass
 class ValueChange:
@@ -245,10 +242,12 @@ def _side(reg: Registry, spec: str, tp: Optional[int]) -> Side:
     values: dict = {}
     kv: dict = {}
     if kind == "release":
-        tps = [tp] if tp else [4, 2]
+        primary = primary_model(reg)
+        tps = [tp] if tp else (primary.tp_sizes if primary else [1])
         for t in tps:
             for vid, v in reg.variants.items():
-                values[(vid, f"tp{t}")] = (value_at_release(reg, v, name, FN, t), f"release {name}")
+                values[(vid, f"tp{t}")] = (value_at_release(reg, v, name, primary and primary.name, t),
+                                           f"release {name}")
         return Side(spec, kind, name, [f"tp{t}" for t in tps], values, kv)
     rs = resolve(reg, name, tp=tp, env={})
     key = f"tp{rs.tp}"
@@ -358,10 +357,11 @@ def _bench(reg: Registry, a: str, b: str, all_numbers: bool = False) -> tuple[li
     ra, rb = reg.releases[a], reg.releases[b]
     sides = {a, b}
     ia, ib = _index(ra.bench, sides, all_numbers), _index(rb.bench, sides, all_numbers)
-    # configurations a release's notes call unchanged as a whole ('the 27B is unchanged from v0.1.0')
+    # configurations a release's notes call unchanged as a whole (a summary record marked unchanged)
     unchanged_b = {r.config for r in rb.bench if r.metric == "summary" and r.unchanged}
+    configs = config_order(reg)
     rows = []
-    for key in sorted(set(ia) | set(ib), key=_bench_order):
+    for key in sorted(set(ia) | set(ib), key=lambda k: bench_order(k, configs)):
         cfg, setting, metric, stack, plat, method, launch = key
         if stack != "ours" and not (key in ia and key in ib):
             continue  # a reference-stack figure of one release: in the 'vs reference stack' section
@@ -390,7 +390,8 @@ def _vs_reference(reg: Registry, release: str, sides: set, all_numbers: bool) ->
     """A release's figures against the reference stack's of the same row."""
     idx = _index(reg.releases[release].bench, sides, all_numbers)
     out = []
-    for key in sorted(idx, key=_bench_order):
+    configs = config_order(reg)
+    for key in sorted(idx, key=lambda k: bench_order(k, configs)):
         cfg, setting, metric, stack, plat, method, launch = key
         if stack != "reference":
             continue
@@ -403,7 +404,13 @@ def _vs_reference(reg: Registry, release: str, sides: set, all_numbers: bool) ->
     return out
 
 
-CONFIG_ORDER = ["fn_tp4", "fn_tp2", "27b_tp2"]
+def config_order(reg: Registry) -> list[str]:
+    """Bench configs, headline first: the primary model's, then the others' (models.toml order), each at
+    its TP sizes, largest first: ``<scope>_tp<N>``."""
+    models = sorted(reg.models.values(), key=lambda m: not m.primary)
+    return [f"{m.scope}_tp{t}" for m in models if m.scope for t in m.tp_sizes]
+
+
 METRIC_ORDER = ["decode_step_ms", "single_stream_tok_s", "betterbench_decode_tok_s", "betterbench_step_p50_ms",
                 "concurrency_tok_s", "prefill_tok_s", "ttft_p50_ms", "ttft_ms", "kv_cache_tokens",
                 "graph_nodes_per_step", "graph_node_dispatch_us", "gdn_core_graph_nodes_per_layer",
@@ -411,12 +418,13 @@ METRIC_ORDER = ["decode_step_ms", "single_stream_tok_s", "betterbench_decode_tok
 METHOD_ORDER = ["step-script", "probe", "betterbench", "release-table", "startup", "client", "notes", "kernel"]
 
 
-def _bench_order(key: tuple) -> tuple:
-    """Headline first: Flash-Next TP4, then TP2, then the 27B; the defaults before other settings; decode step
-    and single stream first; per source (probe before BetterBench)."""
+def bench_order(key: tuple, configs: list[str]) -> tuple:
+    """Headline first: configs in ``configs`` order (config_order: the primary model at its largest TP size
+    first); the defaults before other settings; decode step and single stream first; per source (probe
+    before BetterBench)."""
     cfg, setting, metric, stack, plat, method, launch = key
     base, _, sub = metric.partition("@")
-    ci = CONFIG_ORDER.index(cfg) if cfg in CONFIG_ORDER else len(CONFIG_ORDER)
+    ci = configs.index(cfg) if cfg in configs else len(configs)
     mi = METRIC_ORDER.index(base) if base in METRIC_ORDER else len(METRIC_ORDER)
     si = METHOD_ORDER.index(method) if method in METHOD_ORDER else len(METHOD_ORDER)
     num = int("".join(ch for ch in sub if ch.isdigit()) or 0)

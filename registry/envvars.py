@@ -53,6 +53,10 @@ def _v(name: str, type: str, default: Optional[str], meaning: str, readers: tupl
 MANIFEST = _v("R9K_MANIFEST", "path", None,
               "the resolved manifest (JSON) the plugin serves; written and exported by r9kctl launch",
               ("plugin.startup", "plugin.snapshot", "r9kctl.launch", "r9kctl.evidence.bisect"), vllm=True)
+MANIFEST_DATA = _v("R9K_MANIFEST_DATA", "str", None,
+                   "the launch manifest itself (compressed JSON, base64), exported by r9kctl launch: a worker "
+                   "that cannot read the R9K_MANIFEST file (another node or directory) resolves from it",
+                   ("plugin.startup", "plugin.snapshot", "r9kctl.launch"), vllm=True)
 PROFILE = _v("R9K_PROFILE", "str", None,
              "the profile the plugin resolves in each process when no manifest is named",
              ("plugin", "plugin.startup"), vllm=True)
@@ -89,8 +93,18 @@ GATE_EVENTS = _v("R9K_GATE_EVENTS", "path", None, "where the gate pytest plugin 
                  ("r9kctl.evidence.pytest_plugin",))
 GATE_SELECT = _v("R9K_GATE_SELECT", "str", None, "the gate tests the pytest plugin lets run",
                  ("r9kctl.evidence.pytest_plugin",))
+MUTATE = _v("R9K_MUTATE", "str", None, "JSON list of kernel mutations the mutation-test pytest plugin applies at "
+            "import (tests/evidence/test_mutation.py)", ("r9kctl.evidence.mutate",))
 TEST_SEED = _v("R9K_TEST_SEED", "int", "a fixed seed per test", "the random seed of the kernel and plugin tests",
                ("kernels.conftest", "tests.plugin.conftest"))
+
+# ------------------------------------------------------------------ read by the kernels' GPU tooling
+
+VLLM_SRC = _v("R9K_VLLM_SRC", "path", "the installed vllm package's parent folder",
+              "where vLLM's sources are, for the kernel benchmarks that time vLLM's own kernels on a machine "
+              "without vLLM installed", ("kernels._triton.vllm_peer",))
+TUNED_DEVICE = _v("R9K_TUNED_DEVICE", "str", "the name of this process's GPU",
+                  "whose tuned kernel configurations (tuned_<device>.json) to use", ("kernels._triton.tuned",))
 
 # ------------------------------------------------------------------ set by the plugin for its own processes
 
@@ -116,6 +130,14 @@ def is_control(name: str) -> bool:
 def declared_to_vllm() -> tuple[str, ...]:
     """The control variables the plugin declares in vLLM's variable registry."""
     return tuple(n for n, v in ALL.items() if v.vllm)
+
+
+def state_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
+    """Where an installed copy keeps what it writes (the gate ledger): ``$XDG_STATE_HOME/r9k``, else
+    ``~/.local/state/r9k``."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(base) / "r9k"
 
 
 def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Path:

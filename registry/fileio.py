@@ -24,15 +24,11 @@ import os
 import re
 import stat
 import tempfile
+import tomllib
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from .errors import Diagnostic, RegistryError
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
 
 #: Files larger than this are refused (registry files are a few kB; the largest result files a few MB).
 MAX_BYTES = 32 * 1024 * 1024
@@ -108,9 +104,11 @@ def _fmt_size(n: int) -> str:
     return str(n)
 
 
-def read_bytes(path: PathLike, what: str = "file", max_bytes: int = MAX_BYTES) -> bytes:
+def read_bytes(path: PathLike, what: str = "file", max_bytes: Optional[int] = None) -> bytes:
     """The bytes of a regular file, or a located FileError (missing, loop, folder, permission, size)."""
     p = Path(path)
+    if max_bytes is None:
+        max_bytes = MAX_BYTES
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except OSError as exc:
@@ -185,33 +183,36 @@ def decode(data: bytes, path: Optional[PathLike] = None, what: str = "file") -> 
                     hint="save it as UTF-8") from None
 
 
-def read_text(path: PathLike, what: str = "file", max_bytes: int = MAX_BYTES) -> str:
+def read_text(path: PathLike, what: str = "file", max_bytes: Optional[int] = None) -> str:
     """The UTF-8 text of a file (all checks of :func:`read_bytes` and :func:`decode`)."""
     return decode(read_bytes(path, what, max_bytes), path, what)
 
 
-def _too_deep(path, text: str, what: str) -> FileError:
-    """A too-deep error at the first bracket that nests deeper than MAX_DEPTH (best effort: quoted
-    strings are skipped; 1:1 when no such bracket is found)."""
-    depth, line, col, at = 0, 1, 0, (1, 1)
-    quote: Optional[str] = None
-    for ch in text:
-        col += 1
-        if ch == "\n":
-            line, col = line + 1, 0
-            continue
-        if quote:
-            if ch == quote:
-                quote = None
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "[{":
-            depth += 1
-            if depth > MAX_DEPTH:
-                at = (line, col)
-                break
-        elif ch in "]}":
-            depth = max(0, depth - 1)
+def _too_deep(path, text: str, what: str, comments: bool = True) -> FileError:
+    """A too-deep error at the first bracket that nests deeper than MAX_DEPTH (best effort: strings and
+    ``#`` comments are skipped; 1:1 when no such bracket is found)."""
+    depth, at = 0, (1, 1)
+    for n, ln in enumerate(text.split("\n"), 1):
+        quote: Optional[str] = None
+        i = 0
+        while i < len(ln):
+            ch = ln[i]
+            if quote:
+                if ch == "\\" and quote == '"':
+                    i += 1
+                elif ch == quote:
+                    quote = None
+            elif ch in "\"'":
+                quote = ch
+            elif ch == "#" and comments:
+                break  # a TOML comment
+            elif ch in "[{":
+                depth += 1
+                if depth > MAX_DEPTH:
+                    return error(path, "too-deep", f"{what} nests deeper than {MAX_DEPTH} levels", n, i + 1)
+            elif ch in "]}":
+                depth = max(0, depth - 1)
+            i += 1
     return error(path, "too-deep", f"{what} nests deeper than {MAX_DEPTH} levels", *at)
 
 
@@ -272,7 +273,7 @@ def parse_toml(text: str, path: Optional[PathLike] = None, what: str = "TOML fil
     return data
 
 
-def read_toml(path: PathLike, what: str = "TOML file", max_bytes: int = MAX_BYTES) -> dict:
+def read_toml(path: PathLike, what: str = "TOML file", max_bytes: Optional[int] = None) -> dict:
     return parse_toml(read_text(path, what, max_bytes), path, what)
 
 
@@ -304,11 +305,11 @@ def parse_json(text: str, path: Optional[PathLike] = None, what: str = "JSON fil
             msg = "empty; expected a JSON value"
         raise error(path, "json-syntax", f"JSON syntax error: {msg}", exc.lineno + line_offset, exc.colno) from None
     except RecursionError:
-        raise _too_deep(path, text, what) from None
+        raise _too_deep(path, text, what, comments=False) from None
     except ValueError as exc:  # e.g. an integer with too many digits
         raise error(path, "json-syntax", f"JSON error: {exc}", 1 + line_offset, 1) from None
     if _depth(obj, MAX_DEPTH):
-        raise _too_deep(path, text, what)
+        raise _too_deep(path, text, what, comments=False)
     if expect is not None:
         types = _tuple(expect)
         if not isinstance(obj, types) or (isinstance(obj, bool) and bool not in types):
@@ -323,11 +324,11 @@ def _tuple(t) -> tuple:
     return t if isinstance(t, tuple) else (t,)
 
 
-def read_json(path: PathLike, what: str = "JSON file", expect: Any = None, max_bytes: int = MAX_BYTES) -> Any:
+def read_json(path: PathLike, what: str = "JSON file", expect: Any = None, max_bytes: Optional[int] = None) -> Any:
     return parse_json(read_text(path, what, max_bytes), path, what, expect)
 
 
-def read_jsonl(path: PathLike, what: str = "JSON Lines file", expect: Any = dict, max_bytes: int = MAX_BYTES,
+def read_jsonl(path: PathLike, what: str = "JSON Lines file", expect: Any = dict, max_bytes: Optional[int] = None,
                problems: Optional[list] = None) -> list[tuple[int, Any]]:
     """(line number, value) for each non-blank line. A bad line raises its located FileError, or, with a
     ``problems`` list, is skipped and its Diagnostic appended there."""
@@ -345,12 +346,16 @@ def read_jsonl(path: PathLike, what: str = "JSON Lines file", expect: Any = dict
     return out
 
 
-def read_xml(path: PathLike, what: str = "XML file", max_bytes: int = MAX_BYTES):
+def read_xml(path: PathLike, what: str = "XML file", max_bytes: Optional[int] = None):
     """The root element of an XML file (ElementTree), or a located FileError. Document type declarations
     (and so entity definitions) are refused: no result file needs them."""
+    return parse_xml(read_text(path, what, max_bytes), path, what)
+
+
+def parse_xml(text: str, path: Optional[PathLike] = None, what: str = "XML file"):
+    """The root element of an XML text, or a located FileError (see :func:`read_xml`)."""
     import xml.etree.ElementTree as ET
 
-    text = read_text(path, what, max_bytes)
     m = re.search(r"<!DOCTYPE|<!ENTITY", text)
     if m:
         line, col = _line_col(text.encode("utf-8"), len(text[: m.start()].encode("utf-8")))

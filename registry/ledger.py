@@ -1,7 +1,7 @@
 """The gate ledger: which declared gate tests passed, on what, and for which version of the sources.
 
-File: ``registry/gates/ledger.jsonl`` (``<registry root>/gates/ledger.jsonl``, or ``$R9K_LEDGER``),
-append-only JSON Lines, one line per gate run of one variant, written by ``r9kctl gate``::
+File: ``registry/gates/ledger.jsonl`` (``<registry root>/gates/ledger.jsonl``, or ``$R9K_LEDGER``; an installed
+copy writes to the user's state directory instead, see :func:`ledger_path`), append-only JSON Lines, one line per gate run of one variant, written by ``r9kctl gate``::
 
     {"variant": "router_gemm", "tests": ["kernels/router/test_router.py"], "result": "pass",
      "outcomes": {"kernels/router/test_router.py::test_exact[4]": "passed", ...},
@@ -44,10 +44,11 @@ from __future__ import annotations
 import glob as _glob
 import hashlib
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from . import envvars, fileio
 
 LEDGER_RELPATH = Path("gates") / "ledger.jsonl"
 
@@ -66,20 +67,57 @@ _IGNORED_SUFFIXES = {".pyc", ".pyo"}
 # --------------------------------------------------------------------------------------------- paths
 
 def registry_root(reg_or_root: Any) -> Path:
-    return Path(reg_or_root.root if hasattr(reg_or_root, "root") else reg_or_root)
+    if isinstance(reg_or_root, (str, Path)):  # a Path has a .root too: "/"
+        return Path(reg_or_root)
+    return Path(reg_or_root.root)
 
 
 def repo_root(reg_or_root: Any) -> Path:
     """Source paths and pytest ids are relative to the repository root: the registry folder's parent, or
     ``$R9K_REPO_ROOT`` (for a registry tree kept outside the repository whose code it describes)."""
-    forced = os.environ.get("R9K_REPO_ROOT")
+    forced = envvars.REPO_ROOT.get()
     return Path(forced).resolve() if forced else registry_root(reg_or_root).resolve().parent
 
 
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def installed_copy(root: Path) -> bool:
+    """Whether ``root`` is this package's own registry tree outside a repository (a wheel's copy in
+    site-packages), where nothing is to be written."""
+    return Path(root).resolve() == _PACKAGE_DIR and not (_PACKAGE_DIR.parent / ".git").exists()
+
+
 def ledger_path(reg_or_root: Any) -> Path:
-    """The ledger file: ``$R9K_LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl``."""
-    forced = os.environ.get("R9K_LEDGER")
-    return Path(forced) if forced else registry_root(reg_or_root) / LEDGER_RELPATH
+    """The ledger file: ``$R9K_LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl`` (a checkout's
+    ledger is the repository's). An installed copy uses ``<state dir>/gates/ledger-<version>.jsonl``
+    (:func:`r9k.registry.envvars.state_dir`), started from the packaged ledger on first use, so records
+    are never written into the installed package."""
+    forced = envvars.LEDGER.get()
+    if forced:
+        return Path(forced)
+    root = registry_root(reg_or_root)
+    own = root / LEDGER_RELPATH
+    if not installed_copy(root):
+        return own
+    import importlib.metadata
+    import shutil
+
+    try:
+        version = importlib.metadata.version("r9k-stack")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    state = envvars.state_dir() / "gates" / f"ledger-{version}.jsonl"
+    if not state.exists():
+        try:
+            state.parent.mkdir(parents=True, exist_ok=True)
+            if own.is_file():
+                shutil.copyfile(own, state)
+            else:
+                state.touch()
+        except OSError:
+            return own
+    return state
 
 
 def test_file(node_id: str) -> str:
@@ -238,13 +276,13 @@ def read_ledger(path: str | Path) -> tuple[list[GateRecord], list[str]]:
         return [], []
     records: list[GateRecord] = []
     problems: list[str] = []
-    for lineno, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    bad: list = []
+    for lineno, obj in fileio.read_jsonl(p, "gate ledger", problems=bad):
         try:
-            records.append(GateRecord.from_json(json.loads(line)))
-        except (ValueError, TypeError) as exc:
-            problems.append(f"{p}:{lineno}: unreadable ledger line ({exc})")
+            records.append(GateRecord.from_json(obj))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            problems.append(f"{fileio.display_path(p)}:{lineno}: unreadable ledger line ({exc})")
+    problems += [d.format() for d in bad]
     return records, problems
 
 
@@ -252,8 +290,7 @@ def append_records(path: str | Path, records: Iterable[GateRecord]) -> None:
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records)
-    with p.open("a", encoding="utf-8") as fh:  # one write per batch: appends do not interleave mid-line
-        fh.write(text)
+    fileio.atomic_append(p, text, "gate ledger")  # all or nothing: a failed write leaves the ledger as it was
 
 
 # --------------------------------------------------------------------------------------------- state

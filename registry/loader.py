@@ -95,7 +95,8 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
             start = tabs[0]
             end = hi
             for n in range(start + 1, hi):
-                if _HEADER.match(lines[n]):
+                m = _HEADER.match(lines[n])
+                if m and not m.group(1).startswith(name + "."):  # its own sub-tables stay in range
                     end = n
                     break
             lo, hi = start, end
@@ -106,6 +107,8 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
         kr = _key_re(str(part))
         found = None
         for n in range(lo, hi):
+            if n > lo and _HEADER.match(lines[n]):
+                break  # the next table: the key is not in this one
             if kr.match(lines[n]):
                 found = n
                 break
@@ -149,8 +152,16 @@ def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_lo
     for err in exc.errors():
         loc = base_loc + tuple(err["loc"])
         line, col = locate(text, loc)
+        if line is None and err["type"] == "missing":  # a missing key: at its table (the file's top: line 1)
+            line, col = locate(text, loc[:-1]) if loc[:-1] else (1, 1)
+            line, col = (line, col) if line else (1, 1)
         where = ".".join(str(p) for p in loc)
         msg = err["msg"]
+        named = re.match(r"^Value error, ([a-z_]+(?:\.[A-Za-z0-9_]+)*) ", msg)
+        if named and err["type"] == "value_error":  # a check of the whole table naming its key: point at the key
+            kl, kc = locate(text, loc + tuple(named.group(1).split(".")))
+            if kl and kl != line:
+                line, col = kl, kc
         if err["type"] == "extra_forbidden":
             msg = f"unknown field '{loc[-1]}'"
         elif msg.startswith("Value error, "):
@@ -203,15 +214,11 @@ class _ParseCache:
             self.data.pop(next(iter(self.data)))
         try:
             import pickle
-            import tempfile
 
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(self.data, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, self.path)
-        except OSError:
-            pass
+            fileio.atomic_write(self.path, pickle.dumps(self.data, protocol=pickle.HIGHEST_PROTOCOL), "parse cache")
+        except (OSError, fileio.FileError):
+            pass  # a cache that cannot be written only costs speed (and leaves no temporary file)
 
 
 def _heads(text: str, header: str) -> list[int]:
@@ -253,12 +260,14 @@ class Registry:
     # where each item was declared: ("variant", id) -> (file, line); ("profile", name) -> ...
     origins: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     texts: dict[str, Optional[str]] = field(default_factory=dict)  # file -> text (None: read when needed)
+    # profiles whose file does not load: name -> its located diagnostics (see load_registry)
+    profile_problems: dict[str, list[Diagnostic]] = field(default_factory=dict)
     _knobs: dict[str, str] = field(default_factory=dict)
-    _memo: dict = field(default_factory=dict)  # derived data cached for this registry object (see validate)
+    _memo: dict = field(default_factory=dict)  # derived data cached for this registry object: see cached()
 
     def __post_init__(self) -> None:
         for v in self.variants.values():
-            self._knobs[v.knob] = v.id
+            self._knobs.setdefault(v.knob, v.id)  # a second declaration never takes a knob over (consistency)
             for k in v.also_knobs:
                 self._knobs.setdefault(k, v.id)
 
@@ -277,11 +286,22 @@ class Registry:
         except KeyError:
             return None
 
+    def cached(self, key: tuple | str, compute):
+        """``compute()``, once per registry object and ``key`` (derived data: gate states, missing gate
+        tests, located keys). :meth:`forget` drops it all, e.g. after kernel sources were edited."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def forget(self) -> None:
+        self._memo.clear()
+
     def knobs(self) -> dict[str, str]:
         return dict(self._knobs)
 
     def release_order(self) -> list[str]:
-        """Releases from oldest to newest, by their ``previous`` chain (falling back to date, version)."""
+        """Releases from oldest to newest: by date, then by version (``previous`` is checked by validate,
+        not used for the order)."""
         return sorted(self.releases, key=lambda v: (self.releases[v].date, _vkey(v)))
 
     def latest_release(self) -> Optional[str]:
@@ -309,12 +329,13 @@ class Registry:
                 self.texts.pop(file)
         if loc and file in self.texts:
             lines = self.texts[file].splitlines()
-            if kind == "variant":
-                # search within this variant's block
+            if kind in ("variant", "model"):
+                # search within this item's block, as the first of its array of tables
+                head = f"[[{kind}]]"
                 start = line - 1
-                end = next((n for n in range(start + 1, len(lines)) if lines[n].strip() == "[[variant]]"), len(lines))
+                end = next((n for n in range(start + 1, len(lines)) if lines[n].strip() == head), len(lines))
                 sub = "\n".join(lines[start:end])
-                ln, col = locate(sub, loc)
+                ln, col = locate(sub, (kind, 0) + tuple(loc))
                 if ln:
                     return file, start + ln, col
             else:
@@ -329,38 +350,73 @@ def _vkey(v: str) -> tuple:
 
 
 def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origins: dict,
-                  cache: Optional[_ParseCache] = None) -> dict[str, Profile]:
+                  cache: Optional[_ParseCache] = None,
+                  problems: Optional[dict[str, list[Diagnostic]]] = None) -> dict[str, Profile]:
+    """The profiles of ``dirs`` (a later folder's file replaces an earlier one of the same name). A file
+    that does not load goes to ``problems`` (name -> its diagnostics) when that is given, else to ``diags``;
+    either way it hides a profile of the same name in an earlier folder."""
     profiles: dict[str, Profile] = {}
     for d in dirs:
         if not d.is_dir():
             diags.append(Diagnostic("error", "io", "profile folder does not exist", display_path(d)))
             continue
         for path in sorted(d.glob("*.toml")):
-            data, text, _ = _read(path, diags, cache)
-            shown = display_path(path)
-            texts[shown] = text
-            if data is None:
+            local: list[Diagnostic] = []
+            prof = _load_profile(path, local, texts, cache)
+            if local or prof is None:
+                profiles.pop(path.stem, None)
+                if problems is None:
+                    diags += local
+                else:
+                    problems[path.stem] = local
                 continue
-            data = dict(data)
-            data.setdefault("name", path.stem)
-            try:
-                prof = Profile.model_validate(data)
-            except ValidationError as exc:
-                diags += _schema_diags(path, text, exc, items=[path.stem])
-                continue
-            if prof.name != path.stem:
-                line, col = locate(text or _source_text(path), ("name",))
-                diags.append(Diagnostic("error", "schema", f"profile name {prof.name!r} differs from its file name "
-                                        f"{path.stem!r}", shown, line, col, [prof.name]))
-                continue
+            if problems is not None:
+                problems.pop(prof.name, None)
             profiles[prof.name] = prof
-            origins[("profile", prof.name)] = (shown, 1)
+            origins[("profile", prof.name)] = (display_path(path), 1)
     return profiles
 
 
-def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> Registry:
+def _load_profile(path: Path, diags: list[Diagnostic], texts: dict, cache) -> Optional[Profile]:
+    return _load_named(path, Profile, "name", "profile", diags, texts, cache, name_from_file=True)
+
+
+def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic], texts: dict, cache,
+                name_from_file: bool = False):
+    """One file holding one item named like the file (a profile, a release): read it, check it against
+    ``schema``, and check that its ``key`` field (which the file name supplies when ``name_from_file``
+    and it is absent) is the file's name. None after adding the located errors to ``diags``."""
+    data, text, _ = _read(path, diags, cache)
+    shown = display_path(path)
+    texts[shown] = text
+    if data is None:
+        return None
+    if name_from_file:
+        data = dict(data)
+        data.setdefault(key, path.stem)
+    try:
+        item = schema.model_validate(data)
+    except ValidationError as exc:
+        diags += _schema_diags(path, text, exc, items=[path.stem])
+        return None
+    name = getattr(item, key)
+    if name != path.stem:
+        line, col = locate(text or _source_text(path), (key,))
+        diags.append(Diagnostic("error", "schema", f"{what} {key} {name!r} differs from its file name "
+                                f"{path.stem!r}", shown, line, col, [name]))
+        return None
+    return item
+
+
+def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None,
+                  broken_profiles: str = "keep") -> Registry:
     """Load and schema-check the registry tree and the profiles; raise RegistryError with every
-    located schema error found (not just the first)."""
+    located schema error found (not just the first).
+
+    A profile file that does not load does not stop the rest: with ``broken_profiles="keep"`` (the
+    default) it is left out of ``profiles`` and its diagnostics are kept in ``profile_problems``, reported
+    by whatever reads that profile (resolve, validate) and by ``validate --all``; ``"raise"`` makes it an
+    error of the load."""
     root = Path(root).expanduser() if root else default_registry_root()
     diags: list[Diagnostic] = []
     texts: dict[str, str] = {}
@@ -409,27 +465,14 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
 
     rdir = root / "releases"
     for path in sorted(rdir.glob("*.toml")) if rdir.is_dir() else []:
-        data, text, _ = _read(path, diags, cache)
-        shown = display_path(path)
-        texts[shown] = text
-        if data is None:
-            continue
-        try:
-            rel = Release.model_validate(data)
-        except ValidationError as exc:
-            diags += _schema_diags(path, text, exc, items=[path.stem])
-            continue
-        if rel.version != path.stem:
-            line, col = locate(text or _source_text(path), ("version",))
-            diags.append(Diagnostic("error", "schema", f"release version {rel.version!r} differs from its file "
-                                    f"name {path.stem!r}", shown, line, col, [rel.version]))
-            continue
-        releases[rel.version] = rel
-        origins[("release", rel.version)] = (shown, 1)
+        rel = _load_named(path, Release, "version", "release", diags, texts, cache)
+        if rel is not None:
+            releases[rel.version] = rel
+            origins[("release", rel.version)] = (display_path(path), 1)
 
     mpath = root / "models.toml"
-    if mpath.exists():
-        data, text, _ = _read(mpath, diags, cache)
+    if os.path.lexists(mpath):  # a broken link or a loop is an error of its own, not a missing file
+        data, text, mheads = _read(mpath, diags, cache, header="[[model]]")
         shown = display_path(mpath)
         texts[shown] = text
         tables = (data or {}).get("model", [])
@@ -444,13 +487,20 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
             except ValidationError as exc:
                 diags += _schema_diags(mpath, text, exc, base_loc=("model", i))
                 continue
+            line = mheads[i] if i < len(mheads) else 1
+            if m.name in models:
+                f0, l0 = origins[("model", m.name)]
+                diags.append(Diagnostic("error", "duplicate", f"model '{m.name}' is declared twice (first at "
+                                        f"{f0}:{l0})", shown, line, 1, [m.name]))
+                continue
             models[m.name] = m
-            origins[("model", m.name)] = (shown, 1)
+            origins[("model", m.name)] = (shown, line)
 
+    problems: Optional[dict[str, list[Diagnostic]]] = {} if broken_profiles == "keep" else None
     profiles = load_profiles(profile_dirs if profile_dirs is not None else default_profile_dirs(), diags, texts, origins,
-                             cache)
+                             cache, problems)
     cache.save()
     if diags:
         raise RegistryError(diags)
     return Registry(root=root, variants=variants, releases=releases, models=models, profiles=profiles,
-                    origins=origins, texts=texts)
+                    origins=origins, texts=texts, profile_problems=problems or {})

@@ -13,6 +13,7 @@ the costs then eat the headroom instead, and a budget that does not fit is an er
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
@@ -24,6 +25,27 @@ GIB = 1 << 30
 UTIL_KNOB = "UTIL"
 KVMEM_KNOB = "KVMEM"
 DEFAULT_UTIL = 0.9  # vLLM's default --gpu-memory-utilization
+
+
+class BudgetError(ValueError):
+    """A value the budget cannot be computed with (not finite, or absurdly large); names the knob."""
+
+    def __init__(self, knob: str, value: object, reason: str):
+        self.knob, self.value = knob, value
+        super().__init__(f"{knob}={value}: {reason}")
+
+
+MAX_GIB = 1 << 20  # a GPU with more than a PiB of memory is a typo
+
+
+def _gib(knob: str, raw: object) -> float:
+    try:
+        x = float(raw)
+    except (TypeError, ValueError):
+        raise BudgetError(knob, raw, "not a number") from None
+    if not math.isfinite(x) or abs(x) > MAX_GIB:
+        raise BudgetError(knob, raw, f"not a usable size in GiB (must be finite and at most {MAX_GIB})")
+    return x
 
 
 @dataclass
@@ -77,16 +99,26 @@ class Budget:
         }
 
 
-def budget(reg: Registry, rs: ResolvedSet) -> Optional[Budget]:
+def budget(reg: Registry, rs: ResolvedSet, errors: Optional[list] = None) -> Optional[Budget]:
     """The budget of a resolved set, or None when the profile names no model/hardware or the model has
-    no numbers at this TP size (validation reports those separately)."""
+    no numbers at this TP size (validation reports those separately), or when a value makes it
+    uncomputable (a :class:`BudgetError`, appended to ``errors`` when given: validation reports it)."""
+    try:
+        return _budget(reg, rs)
+    except BudgetError as exc:
+        if errors is not None:
+            errors.append(exc)
+        return None
+
+
+def _budget(reg: Registry, rs: ResolvedSet) -> Optional[Budget]:
     if not rs.model or rs.model not in reg.models or not rs.hardware:
         return None
     values = {r.variant.knob: r.value for r in rs.items.values()}
     util = rs.gpu_memory_utilization or None
     fixed_gib = None
     if (rs.platform or "") == "cpu" and rs.extra_env.get("VLLM_CPU_KVCACHE_SPACE"):
-        fixed_gib = float(rs.extra_env["VLLM_CPU_KVCACHE_SPACE"])  # the CPU backend's KV space, GiB
+        fixed_gib = _gib("VLLM_CPU_KVCACHE_SPACE", rs.extra_env["VLLM_CPU_KVCACHE_SPACE"])  # the CPU KV space
     b = budget_of(reg, rs.model, rs.tp, rs.hardware["memory_gib_per_gpu"], values, util, fixed_gib,
                   active={r.variant.id for r in rs.active()})
     if b is not None and fixed_gib is not None and not values.get(KVMEM_KNOB):
@@ -108,22 +140,39 @@ def budget_of(reg: Registry, model: str, tp: int, memory_gib: float, values: Map
     util = utilization or DEFAULT_UTIL
     uv = values.get(UTIL_KNOB)
     if uv:
-        util = float(uv)
+        util = _gib(UTIL_KNOB, uv)
     fixed = int(fixed_kv_gib * GIB) if fixed_kv_gib else None
     kv = values.get(KVMEM_KNOB)
     if kv:
-        fixed = int(float(kv) * GIB)
+        fixed = int(_gib(KVMEM_KNOB, kv) * GIB)
     bpt = m.kv_bytes_per_token[key]
+    if bpt <= 0:
+        raise BudgetError(f"kv_bytes_per_token.{key}", bpt, f"model {m.name}: must be a positive number of bytes")
+    memory_gib = _gib("hardware.memory_gib_per_gpu", memory_gib)
     b = Budget(model=m.name, tp=tp, memory_bytes=int(memory_gib * GIB), utilization=util,
                weights=m.weight_bytes_per_gpu[key], overhead=m.overhead_bytes_per_gpu.get(key, 0),
                kv_bytes_per_token=bpt, fixed_kv_bytes=fixed)
-    env = Formula.env(m, tp, values, {v.knob: v for v in reg.variants.values()})
+    # a model without dims (the tiny CPU models) has no formula costs: only its weights, overhead and KV
+    with_dims = bool(m.dims or m.derived)
+    try:
+        env = Formula.env(m, tp, values, {v.knob: v for v in reg.variants.values()}) if with_dims else {}
+    except (FormulaError, TypeError, ZeroDivisionError, OverflowError, ValueError) as exc:
+        raise BudgetError(f"{m.name}.derived", None, str(exc)) from None
     for v in reg.variants.values():
         mem = v.memory
         if mem is None or not v.applies_to(model):
             continue
-        if mem.formula:
-            cost = int(round(parsed(mem.formula, f"{v.id}.memory.formula").bytes(env, values.get(v.knob))))
+        if mem.formula and not with_dims:
+            cost = 0
+        elif mem.formula:
+            try:
+                x = parsed(mem.formula, f"{v.id}.memory.formula").bytes(env, values.get(v.knob))
+                if not math.isfinite(x):
+                    raise OverflowError("not finite")
+                cost = int(round(x))
+            except (FormulaError, TypeError, ZeroDivisionError, OverflowError, ValueError) as exc:
+                raise BudgetError(v.knob, values.get(v.knob), f"its memory formula cannot be computed ({exc})") \
+                    from None
         elif mem.bytes_per_gpu and active is not None and v.id in active:
             cost = mem.for_tp(tp)
         else:
@@ -147,16 +196,17 @@ def cost_if_toggled(reg: Registry, rs: ResolvedSet, variant_id: str) -> Optional
     values = {r.variant.knob: r.value for r in rs.items.values()}
     active = {r.variant.id for r in rs.active()}
     other = dict(values)
-    cur = values.get(v.knob)
     on = variant_id in active
     other[v.knob] = v.stock if on else _on_value(v)
-    there = budget_of(reg, rs.model, rs.tp, rs.hardware["memory_gib_per_gpu"], other,
-                      rs.gpu_memory_utilization, None, (active - {variant_id}) if on else (active | {variant_id}))
+    try:
+        there = budget_of(reg, rs.model, rs.tp, rs.hardware["memory_gib_per_gpu"], other, rs.gpu_memory_utilization,
+                          None, (active - {variant_id}) if on else (active | {variant_id}))
+    except BudgetError:
+        return None
     if there is None:
         return None
     on_b, off_b = (here, there) if on else (there, here)
     cost = on_b.variant_bytes - off_b.variant_bytes
-    del cur
     return VariantCost(v.id, v.knob, cost, _tokens(cost, here.kv_bytes_per_token))
 
 
@@ -175,7 +225,7 @@ def _on_value(v) -> Optional[str]:
 
 
 def _tokens(nbytes: int, bpt: int) -> int:
-    return int(round(nbytes / bpt))
+    return int(round(nbytes / bpt)) if bpt > 0 else 0
 
 
 def _value(rs: ResolvedSet, knob: str) -> Optional[str]:

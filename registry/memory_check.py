@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tomllib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Optional
 
 from .loader import Registry
 from .memory import budget_of
 from .resolve import value_at_release
 
-CARD_GIB = 32_624 / 1024  # the R9700's memory as vLLM sees it (the original's 'of 32,624 MiB')
-FN, B27 = "qwen3.8-flash-next", "qwen3.8-27b"
+CARD_GIB = 32_624 / 1024  # the original's cards as vLLM sees them ('of 32,624 MiB')
 
 
 @dataclass
@@ -40,38 +41,13 @@ class Figure:
         return self.base_sets is not None
 
 
-FIGURES = [
-    Figure("v0.3.0 TP4", FN, 4, "v0.3.0", 442_575, "reference releases.toml v0.3.0 (release chain)"),
-    Figure("v0.3.1 TP4", FN, 4, "v0.3.1", 452_115, "reference releases.toml v0.3.1 (warm)"),
-    Figure("v0.3.2 TP4", FN, 4, "v0.3.2", 515_577, "reference releases.toml v0.3.2 (warm)"),
-    Figure("v0.3.1 TP2", FN, 2, "v0.3.1", 166_818, "reference releases.toml v0.3.1 (warm)"),
-    Figure("v0.3.2 TP2", FN, 2, "v0.3.2", 221_184, "reference releases.toml v0.3.2 (warm)"),
-    Figure("27B TP2 (KVMEM=9)", B27, 2, "v0.3.1", 367_494, "reference releases.toml v0.3.0-v0.3.2"),
-    Figure("v0.3.1 TP2, fp8 down copy (R9K_HC_FP8_DECODE=1)", FN, 2, "v0.3.1", 29_789,
-           "seed v0.3.1: 133,306 -> 103,517 (cold launches)", 5.0, sets={"R9K_HC_FP8_DECODE": "1"}, base_sets={}),
-    Figure("v0.3.1 TP2, fp8 down copy, warm", FN, 2, "v0.3.1", 26_810,
-           "reference: 166,818 -> 140,008 (warm)", None, sets={"R9K_HC_FP8_DECODE": "1"}, base_sets={}),
-    Figure("v0.3.1 TP2 with R9K_HC_FP8_DECODE=1", FN, 2, "v0.3.1", 140_008, "reference releases.toml v0.3.1 note",
-           None, sets={"R9K_HC_FP8_DECODE": "1"}),
-    Figure("v0.3.0 TP4, KVMEM=7.0", FN, 4, "v0.3.0", 474_928, "reference: KVMEM=7.0 gives 474,928 (calibrates the "
-           "KV bytes a token)", None, sets={"KVMEM": "7.0"}),
-    Figure("v0.2.4 TP4 (one page)", FN, 4, "v0.2.4", 279_564, "reference releases.toml v0.2.4", None),
-    Figure("v0.2.4 TP4, stock pages -> one page", FN, 4, "v0.2.4", 279_564 - 256_682,
-           "reference: 256,682 -> 279,564", None, sets={"R9K_GDN_STATE": "stock"}, base_sets={}),
-    Figure("v0.2.4 TP2, stock pages -> one page (CGSIZES= as launched)", FN, 2, "v0.2.4", 183_202 - 154_641,
-           "reference: 154,641 -> 183,202; TP2 launches pass CGSIZES= (vLLM's default)", None,
-           sets={"R9K_GDN_STATE": "stock", "CGSIZES": ""}, base_sets={"CGSIZES": ""}),
-    Figure("v0.2.5 TP4, UTIL 0.94 -> 0.98", FN, 4, "v0.2.5", 348_834 - 279_564, "reference UTIL: 0.98 alone "
-           "279,564 -> 348,834", None, sets={}, base_sets={"UTIL": "0.98"}),
-    Figure("v0.2.5 TP4, UTIL 0.98, CGSIZES <= 256", FN, 4, "v0.2.5", 442_575 - 348_834, "reference UTIL: with "
-           "CGSIZES <= 256 442,575", None, sets={"UTIL": "0.98"},
-           base_sets={"UTIL": "0.98", "CGSIZES": "1,2,4,8,16,24,32,48,64,96,128,192,256"}),
-    Figure("v0.2.1 TP2, NBT 4096 -> 2048 (CGSIZES=)", FN, 2, "v0.2.1", 168_439 - 120_724, "reference NBT: FN TP2 "
-           "NBT=2048 120,724 -> 168,439 KV", None, sets={"CGSIZES": ""}, base_sets={"NBT": "2048", "CGSIZES": ""}),
-    Figure("v0.3.0 TP4, CGSIZES up to 2048", FN, 4, "v0.3.0", 94_000, "reference CGSIZES: +94k KV tokens at TP4 "
-           "without sizes 384-2048", None,
-           sets={"CGSIZES": "1,2,4,8,16,24,32,48,64,96,128,192,256,384,512,768,1024,1536,2048"}, base_sets={}),
-]
+def load_figures(path: Optional[Path] = None) -> list[Figure]:
+    """The figures of ``registry/kv_figures.toml`` (data: the engine names no model)."""
+    data = tomllib.loads((path or Path(__file__).with_name("kv_figures.toml")).read_text(encoding="utf-8"))
+    return [Figure(**{**f, "bound_pct": f.get("bound_pct")}) for f in data.get("figure", [])]
+
+
+FIGURES = load_figures()
 
 
 def values_at(reg: Registry, release: str, model: str, tp: int, sets: dict) -> dict:
@@ -115,12 +91,14 @@ def render(rows: list[dict]) -> str:
 
 
 def fit(reg: Registry) -> dict:
-    """The overhead a TP size of Flash-Next that minimises the largest relative error of that TP's bounded
-    absolute figures (the calibration; the variants' costs and the weights are from the dims)."""
-    m = reg.models[FN]
+    """The overhead a (model, TP size) that minimises the largest relative error of its bounded absolute figures
+    without a fixed KV budget (the calibration; the variants' costs and the weights are from the dims)."""
     out = {}
-    for tp in (4, 2):
-        figs = [f for f in FIGURES if f.model == FN and f.tp == tp and not f.is_delta and f.bound_pct is not None]
+    keys = sorted({(f.model, f.tp) for f in FIGURES if not f.is_delta and f.bound_pct is not None
+                   and "KVMEM" not in f.sets and not values_at(reg, f.release, f.model, f.tp, f.sets).get("KVMEM")})
+    for model, tp in keys:
+        m = reg.models[model]
+        figs = [f for f in FIGURES if f.model == model and f.tp == tp and not f.is_delta and f.bound_pct is not None]
         cur = m.overhead_bytes_per_gpu.get(f"tp{tp}", 0)
         bpt = m.kv_bytes_per_token[f"tp{tp}"]
         # tokens move by -1/bpt a byte of overhead: shift so the largest over- and under-prediction balance
@@ -134,7 +112,7 @@ def fit(reg: Registry) -> dict:
             over = max((p - s) / t for p, t in preds) - 1
             under = 1 - min((p - s) / t for p, t in preds)
             a, b = (s, b) if over > under else (a, s)
-        out[f"tp{tp}"] = {"overhead_bytes": int(cur + s * bpt), "max_error_pct": 100 * max(
+        out[f"{model} tp{tp}"] = {"overhead_bytes": int(cur + s * bpt), "max_error_pct": 100 * max(
             abs((p - s) / t - 1) for p, t in preds), "ratio_range": (lo, hi)}
     return out
 

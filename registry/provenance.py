@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools as _functools
 import glob as _glob
 import hashlib
 import importlib.metadata as _md
@@ -103,6 +104,7 @@ def _proc_gpu_model() -> str | None:
     return None
 
 
+@_functools.lru_cache(maxsize=None)  # installed versions do not change within a process; ~2 ms a lookup
 def _dist_version(names: tuple[str, ...]) -> str | None:
     for n in names:
         try:

@@ -26,18 +26,23 @@ from typing import Iterable, Mapping, Optional
 from . import envvars
 from .errors import Diagnostic
 from .loader import Registry
-from .schema import Profile, Variant
+from .origin import Origin, WithOrigin
+from .schema import ModelSpec, Profile, Variant
 
 LAYERS = ("registry", "release", "profile", "environment", "override")
 
 
 @dataclass
-class Resolved:
+class Resolved(WithOrigin):
     variant: Variant
     value: Optional[str]  # canonical string; None = not set (the implementation's own default)
-    layer: str
-    source: str  # "registry/variants/decode.toml:40", "profiles/tp4-default.toml:12", "environment", "--set"
-    history: list[tuple[str, str, Optional[str]]] = field(default_factory=list)  # (layer, source, value) overridden
+    origin: Origin  # where the value came from (rendered by str(origin): see registry/origin.py)
+    history: list[tuple[Origin, Optional[str]]] = field(default_factory=list)  # (origin, value) overridden, oldest first
+
+    def override(self, value: Optional[str], origin: Origin) -> None:
+        """A higher layer sets the value: the current one goes to the history."""
+        self.history.append((self.origin, self.value))
+        self.value, self.origin = value, origin
 
     @property
     def is_stock(self) -> bool:
@@ -126,7 +131,8 @@ class ResolvedSet:
             "hash": self.hash,
             "strict": self.strict,
             "values": {
-                vid: {"knob": r.variant.knob, "value": r.value, "layer": r.layer, "source": r.source}
+                vid: {"knob": r.variant.knob, "value": r.value, "layer": r.layer, "source": r.source,
+                      "origin": r.origin.to_dict()}
                 for vid, r in sorted(self.items.items())
             },
             "extra_env": self.extra_env,
@@ -139,7 +145,11 @@ class ResolvedSet:
     @classmethod
     def from_manifest(cls, data: Mapping, reg: Registry) -> "ResolvedSet":
         """Rebuild a resolved set from a manifest; values are re-checked against this registry, and the
-        hash must match (a manifest from another registry or an edited one is refused)."""
+        hash must match (a manifest from another registry or an edited one is refused). ValueError when
+        ``data`` does not have the shape of a manifest (:func:`manifest_problem`)."""
+        problem = manifest_problem(data)
+        if problem:
+            raise ValueError(problem)
         diags: list[Diagnostic] = []
         items: dict[str, Resolved] = {}
         vals = data.get("values", {})
@@ -156,7 +166,9 @@ class ResolvedSet:
                 except ValueError as exc:
                     diags.append(Diagnostic("error", "bad-value", f"{v.knob}={value!r} in the manifest: {exc}",
                                             items=[vid]))
-            items[vid] = Resolved(v, value, entry.get("layer", "override"), entry.get("source", "manifest"))
+            origin = (Origin.from_dict(entry["origin"]) if isinstance(entry.get("origin"), dict)
+                      else Origin(entry.get("layer", "override"), detail=entry.get("source", "manifest")))
+            items[vid] = Resolved(v, value, origin)
         for vid in vals:
             if vid not in reg.variants:
                 diags.append(Diagnostic("error", "manifest", f"manifest names unknown variant '{vid}'", items=[vid]))
@@ -175,9 +187,50 @@ class ResolvedSet:
 # ------------------------------------------------------------------------------------------ helpers
 
 
+def manifest_problem(data: object) -> Optional[str]:
+    """What makes ``data`` not a manifest as ``ResolvedSet.to_manifest`` writes it (None when its shape is
+    right; the values are checked against the registry by ``from_manifest``)."""
+    def kind(o) -> str:
+        return {dict: "an object", list: "an array", str: "a string", bool: "true/false", int: "a number",
+                float: "a number", type(None): "null"}.get(type(o), type(o).__name__)
+
+    if not isinstance(data, dict):
+        return f"a manifest is a JSON object, not {kind(data)}"
+    if not isinstance(data.get("profile"), str):
+        return f"'profile' must be a string, not {kind(data.get('profile'))}"
+    tp = data.get("tp", 1)
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        return f"'tp' must be a positive integer, not {tp!r}"
+    vals = data.get("values", {})
+    if not isinstance(vals, dict):
+        return f"'values' must be an object (variant id -> {{value, layer, source}}), not {kind(vals)}"
+    for vid, entry in vals.items():
+        if not isinstance(entry, dict):
+            return f"'values.{vid}' must be an object with a 'value', not {kind(entry)}"
+        v = entry.get("value")
+        if v is not None and not isinstance(v, (str, int, float, bool)):
+            return f"'values.{vid}.value' must be a string or null, not {kind(v)}"
+    for key, want in (("extra_env", dict), ("serve_args", list), ("chain", list)):
+        if key in data and not isinstance(data[key], want):
+            return f"'{key}' must be {kind(want())}, not {kind(data[key])}"
+    if isinstance(data.get("extra_env"), dict) and not all(isinstance(x, str) for x in data["extra_env"].values()):
+        return "'extra_env' values must be strings"
+    for key in ("serve_args", "chain"):
+        if isinstance(data.get(key), list) and not all(isinstance(x, str) for x in data[key]):
+            return f"'{key}' must hold strings"
+    if data.get("hardware") is not None and not isinstance(data["hardware"], dict):
+        return f"'hardware' must be an object or null, not {kind(data['hardware'])}"
+    return None
+
+
 def suggest(name: str, candidates: Iterable[str]) -> Optional[str]:
-    """A did-you-mean hint, or None."""
+    """A did-you-mean hint, or None. Names that start with what was typed come first (a profile's short
+    prefix means that profile, not one that merely contains it, which difflib may rate closer)."""
     cands = list(candidates)
+    prefixed = [c for c in cands if name and c.lower().startswith(name.lower())]
+    if prefixed:
+        best = difflib.get_close_matches(name.lower(), [c.lower() for c in prefixed], n=1, cutoff=0.0)
+        return f"did you mean {next(c for c in prefixed if c.lower() == best[0]) if best else prefixed[0]}?"
     m = difflib.get_close_matches(name, cands, n=1, cutoff=0.6)
     if not m:
         m = difflib.get_close_matches(name.upper(), [c.upper() for c in cands], n=1, cutoff=0.6)
@@ -186,19 +239,23 @@ def suggest(name: str, candidates: Iterable[str]) -> Optional[str]:
     return f"did you mean {m[0]}?" if m else None
 
 
-def _scope_matches(scope: str, model: Optional[str], tp: int) -> bool:
+def primary_model(reg: Registry) -> Optional[ModelSpec]:
+    """The model marked ``primary`` in models.toml (None if none is)."""
+    return next((m for m in reg.models.values() if m.primary), None)
+
+
+def scope_matches(reg: Registry, scope: str, model: Optional[str], tp: int) -> bool:
+    """Whether a release change's scope covers ``model`` at ``tp``: ``all``; a model's ``scope`` name from
+    models.toml; ``tpN``: the primary model at TP N. ``model`` None means the primary model."""
     scope = scope.strip().lower()
-    is_fn = model is None or "flash-next" in (model or "")
-    is_27b = "27b" in (model or "")
     if scope == "all":
         return True
-    if scope == "fn":
-        return is_fn
-    if scope == "27b":
-        return is_27b
+    primary = primary_model(reg)
+    name = model or (primary.name if primary else None)
     if scope.startswith("tp"):
-        return is_fn and scope == f"tp{tp}"
-    return False
+        return primary is not None and name == primary.name and scope == f"tp{tp}"
+    spec = reg.models.get(name) if name else None
+    return spec is not None and spec.scope == scope
 
 
 def value_at_release(reg: Registry, v: Variant, release: str, model: Optional[str], tp: int) -> Optional[str]:
@@ -212,7 +269,7 @@ def value_at_release(reg: Registry, v: Variant, release: str, model: Optional[st
     cur = v.default_for(model, tp)
     for later in reversed(order[idx + 1:]):
         for ch in reg.releases[later].default_changes:
-            if ch.knob != v.knob or not _scope_matches(ch.tp, model, tp):
+            if ch.knob != v.knob or not scope_matches(reg, ch.tp, model, tp):
                 continue
             try:
                 to = v.normalize(ch.to)
@@ -242,6 +299,9 @@ def profile_chain(reg: Registry, name: str) -> tuple[list[Profile], Optional[str
                                     file, line, col, seen + [cur]))
             break
         prof = reg.profiles.get(cur)
+        if prof is None and cur in getattr(reg, "profile_problems", {}):
+            diags.extend(reg.profile_problems[cur])  # its file does not load: its own located errors
+            break
         if prof is None:
             if not seen:
                 diags.append(Diagnostic("error", "unknown-profile", f"no profile named '{cur}'", items=[cur],
@@ -316,22 +376,20 @@ def resolve(
     release_order = reg.release_order()
     for vid, v in reg.variants.items():
         file, line = reg.origins.get(("variant", vid), ("registry", 0))
-        r = Resolved(v, v.default_for(model, tp), "registry", f"{file}:{line}")
+        r = Resolved(v, v.default_for(model, tp), Origin("registry", file, line or None))
         if base == "stock":
-            r.history.append((r.layer, r.source, r.value))
-            r.value, r.layer, r.source = v.stock, "release", "stock values (extends = \"stock\")"
+            r.override(v.stock, Origin("release", detail="stock values (extends = \"stock\")"))
         elif base in reg.releases and base != (release_order[-1] if release_order else None):
             val = value_at_release(reg, v, base, model, tp)
             if val != r.value:
-                r.history.append((r.layer, r.source, r.value))
-                rfile = reg.origins.get(("release", base), (f"release {base}", 0))[0]
-                r.value, r.layer, r.source = val, "release", f"release {base} ({rfile})"
-        elif base is not None:
-            r.layer = "release"
-            r.source = f"release {base} ({file}:{line})"
+                rfile = reg.origins.get(("release", base), (None, 0))[0]
+                r.override(val, Origin("release", rfile, detail=f"release {base}"))
+        elif base is not None:  # the latest release: its defaults are the registry's
+            r.origin = Origin("release", file, line or None, f"release {base}")
         items[vid] = r
 
-    def apply(key: str, raw: object, layer: str, source: str, where=(None, None, None)) -> None:
+    def apply(key: str, raw: object, origin: Origin, where=(None, None, None)) -> None:
+        source = str(origin)
         v = reg.find_variant(key)
         if v is None:
             diags.append(Diagnostic("error", "unknown-variant", f"unknown knob or variant '{key}' ({source})",
@@ -344,26 +402,25 @@ def resolve(
             diags.append(Diagnostic("error", "bad-value", f"{v.knob}={raw!r} ({source}): {exc}", where[0], where[1],
                                     where[2], [v.id, v.knob], hint=f"allowed: {v.allowed_text()}"))
             return
-        r = items[v.id]
-        r.history.append((r.layer, r.source, r.value))
-        r.value, r.layer, r.source = val, layer, source
+        items[v.id].override(val, origin)
 
     for p in chain:
         for key, raw in p.knobs.items():
             file, line, col = reg.locate("profile", p.name, ("knobs", key))
-            apply(key, raw, "profile", f"{file}:{line}" if line else (file or p.name), (file, line, col))
+            origin = Origin("profile", file, line) if file else Origin("profile", detail=p.name)
+            apply(key, raw, origin, (file, line, col))
 
     declared = reg.knobs()
     for name in sorted(env):
         if name in declared:
-            apply(name, env[name], "environment", f"environment {name}")
+            apply(name, env[name], Origin("environment", detail=f"environment {name}", key=name))
         elif name.startswith(envvars.PREFIX) and not envvars.is_control(name):
             diags.append(Diagnostic("error" if strict_flag else "warning", "unknown-env",
                                     f"environment variable {name} looks like a knob but is not declared in the "
                                     "registry; it is ignored", items=[name],
                                     hint=suggest(name, declared)))
     for key, raw in sets.items():
-        apply(key, raw, "override", f"--set {key}")
+        apply(key, raw, Origin("override", detail=f"--set {key}", key=key))
 
     rs = ResolvedSet(profile=profile, model=model, tp=tp, platform=plat,
                      release=base, chain=[p.name for p in chain], items=items, extra_env=extra_env,

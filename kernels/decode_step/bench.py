@@ -3,13 +3,15 @@
 Input is a *plan* (plain JSON, so the H200, which has no pydantic, needs no registry code), written by
 ``r9kctl bench decode-step --export-plan`` or built in-process by ``r9kctl bench decode-step``::
 
-    {"schema": "r9k-decode-step-plan/1", "profile": P, "against": Q, "requests": [1, 2, 4], "context": 4096,
-     "config": "flash-next-tp4", "ablate": true, "ablate_requests": 1, "replays": 50,
-     "profiles": {name: {"hash": ..., "values": {variant id: value},
+    {"schema": "r9k-decode-step-plan/2", "profile": P, "against": [Q, ...], "requests": [1, 2, 4],
+     "context": 4096, "config": "flash-next-tp4", "ablate": true, "ablate_requests": 1, "replays": 50,
+     "profiles": {label: {"profile": name, "stock": "vllm" | "plain", "hash": ..., "values": {variant id: value},
                          "non_stock": [{"id", "knob", "value", "stock"}],
                          "memory": {variant id: {"bytes": declared bytes per GPU at this TP, "basis": ...}}}}}
 
-For each request count: one :class:`Weights` (shared), one :class:`StepInputs`, a model per profile.
+For each request count: one :class:`Weights` (shared), one :class:`StepInputs`, a model per profile label
+(``stock@vllm``: the stock profile with vLLM's own kernels on the stock paths of the GDN core and the
+hyper-connection combine + norm; ``stock@plain``: the same values with the op table's plain compositions).
 
 * check (gated): :class:`ShadowChooser` runs every fused op's stock implementation beside it on the same
   inputs, at every call of a real step (the model's own activations), and each op must stay within its gate's
@@ -27,7 +29,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import statistics
 import sys
 import time
 from typing import Optional
@@ -35,10 +36,11 @@ from typing import Optional
 import torch
 
 from r9k.kernels import ops
+from r9k.kernels._triton import timing
 
 from . import counter
 from .config import get_config
-from .dispatch import Pick, describe, values_chooser
+from .dispatch import STEP_OPS, Pick, describe, values_chooser
 from .model import DecodeStepModel, StepInputs, Weights
 
 #: Default in-situ tolerance for an op without an entry in OP_TOL (the loosest bound among the gates:
@@ -46,7 +48,7 @@ from .model import DecodeStepModel, StepInputs, Weights
 IMPL_TOL = 3e-2
 
 #: In-situ agreement of each fused op with its stock implementation on the same inputs (the model's own
-#: activations at every call), relative L2 of each output, from the op's gate (kernel-semantics.md):
+#: activations at every call), relative L2 of each output, from the op's gate (docs/semantics.md):
 OP_TOL = {
     "fp8_block_linear": 1e-5,  # 3.11: fused-quant vs two-launch rel L2 < 1e-5
     "hc_mix": 1e-2,  # 3.1: bf16 flips from summation order only (rare, 1 ulp)
@@ -57,10 +59,13 @@ OP_TOL = {
     "qk_norm_rope": 2e-2,  # 3.8: relative max error < 2e-2
     "gdn_decode": 1e-2,  # 3.10: <= 0.3% of elements differ, each by <= 2^-6 relative
     "shared_expert": 3e-2,  # 3.6: within 3% relative L2 of stock
+    "hc_combine_norm": 1e-2,  # 3.2: out bit-equal except fma flips; y one bf16 rounding
 }
 
-#: Variants that change what the model holds or runs without being an op.
+#: Variants that change what the model holds without being an op.
 MEMORY_ONLY = {"hc_free_bf16"}
+#: Variants that change how the model's kernels launch without being an op.
+LAUNCH_FLAGS = {"programmatic_dependent_launch"}
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -70,12 +75,10 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def stock_impl_chooser(values):
     """The same variant values (so the same weight formats), every op at its stock implementation."""
-    base = values_chooser(values)
+    base = values_chooser(values, stock="plain")
 
     def choose(op: str) -> Pick:
         p = base(op)
-        if p.impl == "absent":
-            return p
         kop = ops.get(op)
         # keep "fused" on hc_mix_fp8 as the *format* switch (fp8 copies) while running its stock code
         impl = p.impl if op == "hc_mix_fp8" else "stock"
@@ -129,27 +132,14 @@ def _perturbed(x: torch.Tensor, seed: int = 7) -> torch.Tensor:
 
 def model_ops(values) -> set[str]:
     """Variant ids that decide an op this model uses (or what it holds)."""
-    ch = values_chooser(values)
-    vids = {ch(op).variant for op in ("hc_mix", "hc_mix_fp8", "fp8_block_linear", "gdn_decode", "qk_norm_rope",
-                                      "qsa_glue", "router_gemm", "moe_route", "shared_expert")}
-    return {v for v in vids if v} | MEMORY_ONLY
+    ch = values_chooser(values, stock="plain")
+    vids = {ch(op).variant for op in STEP_OPS}
+    return {v for v in vids if v} | MEMORY_ONLY | LAUNCH_FLAGS
 
 
 def _time_graph(g, replays: int) -> dict:
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    ms = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        ms.append(a.elapsed_time(b))
-    ms.sort()
-    n = len(ms)
-    return {"ms": statistics.median(ms), "p10": ms[n // 10], "p90": ms[(9 * n) // 10], "replays": n}
+    st = timing.summary(timing.replay_times_ms(g, replays))
+    return {"ms": st["median"], "p10": st["p10"], "p90": st["p90"], "replays": st["n"]}
 
 
 def measure(model: DecodeStepModel, replays: int, cuda: bool) -> dict:
@@ -213,8 +203,10 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
     cuda = torch.cuda.is_available() if device is None else device == "cuda"
     device = "cuda" if cuda else "cpu"
     cfg = get_config(plan.get("config", "flash-next-tp4"))
-    P, Q = plan["profile"], plan.get("against")
-    names = [P] + ([Q] if Q else [])
+    P, against = plan["profile"], plan.get("against") or []
+    if isinstance(against, str):  # a plan of schema 1
+        against = [against]
+    names = [P] + list(against)
     profs = plan["profiles"]
     replays = int(plan.get("replays", 50))
     t0 = time.time()
@@ -229,13 +221,18 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
         result["triton"] = triton.__version__
     except ImportError:
         pass
-    choosers = {n: (choosers or {}).get(n) or values_chooser(profs[n]["values"]) for n in names}
+    choosers = {n: (choosers or {}).get(n) or values_chooser(profs[n]["values"], stock=profs[n].get("stock", "vllm"))
+                for n in names}
     for name in names:
-        result["profiles"][name] = {"hash": profs[name].get("hash"),
-                                    "ops": describe({op: choosers[name](op) for op in
-                                                     ("hc_mix", "hc_mix_fp8", "fp8_block_linear", "gdn_decode",
-                                                      "qk_norm_rope", "qsa_glue", "router_gemm", "moe_route",
-                                                      "shared_expert")})}
+        result["profiles"][name] = {"hash": profs[name].get("hash"), "profile": profs[name].get("profile", name),
+                                    "stock": profs[name].get("stock", "vllm"),
+                                    "ops": describe({op: choosers[name](op) for op in STEP_OPS})}
+    try:
+        from r9k.kernels._triton import vllm_peer
+
+        result["vllm_peer"] = dict(zip(("ok", "where"), vllm_peer.available()))
+    except Exception as exc:  # noqa: BLE001
+        result["vllm_peer"] = {"ok": False, "where": repr(exc)}
     def save():
         if out_path:
             with open(out_path, "w") as f:
@@ -277,7 +274,7 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
                                      "rel_l2": _rel(y_pert, outs[name]), "tol": None, "ok": True,
                                      "note": "the random-weight network's amplification of a rounding-size change"})
             del y_ref, y_pert
-        if Q:
+        for Q in against:
             rel = _rel(outs[P], outs[Q])
             same_formats = models[P].hc_fp8 == models[Q].hc_fp8
             result["checks"].append({"requests": R, "what": f"{P} vs {Q}, whole step", "rel_l2": rel, "tol": None,
@@ -302,13 +299,13 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
         if plan.get("ablate") and R == plan.get("ablate_requests", plan["requests"][0]):
             result["ablation"] = ablation(w, inp, profs[P], replays, cuda, log)
             save()
-    if Q:
+    for Q in against:
         for R in plan["requests"]:
             a = next(r for r in result["rows"] if r["requests"] == R and r["profile"] == P)
             b = next(r for r in result["rows"] if r["requests"] == R and r["profile"] == Q)
             if "ms" in a and "ms" in b:
                 result.setdefault("ratios", []).append({
-                    "requests": R, "speedup": b["ms"] / a["ms"],
+                    "requests": R, "against": Q, "speedup": b["ms"] / a["ms"],
                     "nodes_ratio": (a["graph"]["nodes"] / b["graph"]["nodes"]) if a.get("graph", {}).get("nodes")
                     and b.get("graph", {}).get("nodes") else None})
     errors = [r for r in result["rows"] + result["ablation"] if r.get("error")]
@@ -336,7 +333,7 @@ def ablation(w, inp, prof: dict, replays: int, cuda: bool, log) -> list[dict]:
         m = DecodeStepModel(w, inp, values_chooser(alt), flags=alt)
         picks = {k: p.impl for k, p in m.picks.items()}
         row = {"variant": v["id"], "knob": f"{v['knob']}={v['value']}->{v['stock']}"}
-        if picks == base_picks and v["id"] not in MEMORY_ONLY:
+        if picks == base_picks and v["id"] not in MEMORY_ONLY | LAUNCH_FLAGS:
             row["note"] = "same implementations as the profile (another variant takes precedence)"
         elif v["id"] in MEMORY_ONLY:
             row["note"] = "memory only"

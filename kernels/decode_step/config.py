@@ -1,4 +1,4 @@
-"""Dimensions of one TP4 rank of Qwen3.8-Flash-Next at decode (kernel-semantics.md 1.1), and a tiny
+"""Dimensions of one TP4 rank of Qwen3.8-Flash-Next at decode (docs/semantics.md 1.1), and a tiny
 configuration with the same structure for CPU tests under the Triton interpreter.
 
 Everything the model builds is derived from a :class:`StepConfig`; nothing else hard-codes a shape.

@@ -15,8 +15,13 @@ construction. Two choosers, one rule:
 plans an op as "fused" or "stock" (and lists where it does not, e.g. ops whose vLLM adapter the plugin does
 not have yet).
 
-Ops the op table does not have (a kernel not written yet) get ``Pick(impl="absent")``; the model then
-uses its own plain implementation for that part, the same in every profile, and says so.
+**Stock is what stock vLLM runs.** Where a knob selects the stock path of an op whose stock vLLM runs as
+its own Triton launches (:data:`VLLM_STOCK`: the GDN core, one recurrent launch + one gated-norm launch; the
+hyper-connection combine + grouped norm, one launch), the chooser's ``stock`` argument decides what runs:
+``"vllm"`` (default) vLLM's own kernels, loaded from its sources (:mod:`r9k.kernels._triton.vllm_peer`);
+``"plain"`` the op table's plain composition (the measuring stick of the first H200 runs, kept to show what
+the correction changes). ``"vllm"`` where vLLM's sources are not on the machine raises
+:class:`~r9k.kernels._triton.vllm_peer.PeerUnavailable` at construction: a stock is never silently replaced.
 """
 from __future__ import annotations
 
@@ -27,18 +32,38 @@ from r9k.kernels import ops
 
 #: The ops the decode step uses, in model order.
 STEP_OPS: tuple[str, ...] = (
-    "hc_mix", "hc_mix_fp8", "fp8_block_linear", "gdn_decode", "qk_norm_rope", "qsa_glue",
+    "hc_combine_norm", "hc_mix", "hc_mix_fp8", "fp8_block_linear", "gdn_decode", "qk_norm_rope", "qsa_glue",
     "router_gemm", "moe_route", "shared_expert",
 )
+
+#: Ops whose stock path is vLLM's own Triton launches: op -> the vllm_peer function with the op's signature.
+VLLM_STOCK = {"gdn_decode": "gdn_core", "hc_combine_norm": "hc_combine_norm"}
+
+STOCK_KINDS = ("vllm", "plain")
+
+
+def stock_fn(op: str, kop, stock: str = "vllm") -> "tuple[str, Callable]":
+    """``(impl label, fn)`` of op's stock path: ``("stock:vllm", vLLM's kernels)`` for the ops of
+    :data:`VLLM_STOCK` when ``stock == "vllm"``, else ``("stock", the op table's stock)``."""
+    if stock not in STOCK_KINDS:
+        raise ValueError(f"stock must be one of {STOCK_KINDS}, not {stock!r}")
+    if stock == "vllm" and op in VLLM_STOCK:
+        from r9k.kernels._triton import vllm_peer
+
+        ok, why = vllm_peer.available()
+        if not ok:
+            raise vllm_peer.PeerUnavailable(f"stock {op}: {why}")
+        return "stock:vllm", getattr(vllm_peer, VLLM_STOCK[op])
+    return "stock", kop.stock
 
 
 @dataclass(frozen=True)
 class Pick:
     op: str
-    variant: Optional[str]  # the variant id whose value decided (None when the op is absent)
+    variant: Optional[str]  # the variant id whose value decided
     value: Optional[str]
-    impl: str  # "fused" | "stock" | "absent"
-    fn: Optional[Callable]
+    impl: str  # "fused" | "stock" (the op table's plain composition) | "stock:vllm" (vLLM's own kernels)
+    fn: Callable
     via: str  # "plugin" | "values"
 
     @property
@@ -49,33 +74,22 @@ class Pick:
 Chooser = Callable[[str], Pick]
 
 
-def _kop(name: str):
-    try:
-        return ops.get(name)
-    except KeyError:
-        return None
-
-
-def values_chooser(values: Mapping[str, Optional[str]]) -> Chooser:
-    """A chooser over ``{variant id: value}`` (``None`` = unset), with DispatchTable.choose's rule."""
+def values_chooser(values: Mapping[str, Optional[str]], stock: str = "vllm") -> Chooser:
+    """A chooser over ``{variant id: value}`` (``None`` = unset), with DispatchTable.choose's rule; stock paths
+    as :func:`stock_fn` says."""
 
     def choose(op: str) -> Pick:
-        kop = _kop(op)
-        if kop is None:
-            return Pick(op, None, None, "absent", None, "values")
+        kop = ops.get(op)
         value = values.get(kop.variant)
         impl, fn = kop.select(value)
+        if impl == "stock":
+            impl, fn = stock_fn(op, kop, stock)
         return Pick(op, kop.variant, value, impl, fn, "values")
 
     return choose
 
 
-def manifest_values(manifest: Mapping) -> dict[str, Optional[str]]:
-    """``{variant id: value}`` of a manifest written by ``r9kctl resolve --format json``."""
-    return {vid: entry.get("value") for vid, entry in manifest.get("values", {}).items()}
-
-
-def plugin_chooser(rs, strict: bool = False) -> Chooser:
+def plugin_chooser(rs, strict: bool = False, stock: str = "vllm") -> Chooser:
     """A chooser through the plugin's DispatchTable built from a ResolvedSet (plan once, then choose per op).
 
     ``DispatchTable.choose`` returns None where the plugin keeps the stock path (the value is stock, or
@@ -87,9 +101,7 @@ def plugin_chooser(rs, strict: bool = False) -> Chooser:
     table.plan()
 
     def choose(op: str) -> Pick:
-        kop = _kop(op)
-        if kop is None:
-            return Pick(op, None, None, "absent", None, "plugin")
+        kop = ops.get(op)
         vid = table.by_op.get(op, kop.variant)
         value = rs.items[vid].value if vid in rs.items else None
         try:
@@ -97,7 +109,8 @@ def plugin_chooser(rs, strict: bool = False) -> Chooser:
         except KeyError:  # no registry variant names this op
             c = None
         if c is None:
-            return Pick(op, vid, value, "stock", kop.stock, "plugin")
+            impl, fn = stock_fn(op, kop, stock)
+            return Pick(op, vid, value, impl, fn, "plugin")
         return Pick(op, c.variant_id, value, c.impl, c.fn, "plugin")
 
     choose.table = table  # type: ignore[attr-defined]

@@ -1,4 +1,4 @@
-"""One TP4 rank of Qwen3.8-Flash-Next at decode, built from the project's ops (kernel-semantics.md 1.1, 2).
+"""One TP4 rank of Qwen3.8-Flash-Next at decode, built from the project's ops (docs/semantics.md 1.1, 2).
 
 :class:`Weights` holds synthetic weights in the checkpoint's formats where the project has a kernel for
 them (block-fp8 e4m3 + 128x128 fp32 scales for the GDN in/out and attention qkv/o projections; bf16 for
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
@@ -29,7 +30,7 @@ import torch.nn.functional as F
 
 from . import plain
 from .config import StepConfig
-from .dispatch import Chooser, Pick
+from .dispatch import STEP_OPS, Chooser, Pick
 
 FP8 = torch.float8_e4m3fn
 Q_STD = 64.0  # spread of the synthetic e4m3 codes (|code| <= 448)
@@ -164,11 +165,9 @@ class StepInputs:
 
 def _shared_expert_weights(gu, down, gate):
     """The shared expert in the checkpoint's format (MXFP4 codes + E8M0 scales, bf16 gate) through the kernel
-    package's load-time helpers; plain bf16 tensors while the package does not exist."""
-    try:
-        from r9k.kernels.shared_expert import prepare_shared_expert, quantize_mxfp4
-    except ImportError:
-        return (gu, down, gate)
+    package's load-time helpers."""
+    from r9k.kernels.shared_expert import prepare_shared_expert, quantize_mxfp4
+
     return prepare_shared_expert(*quantize_mxfp4(gu), *quantize_mxfp4(down), gate)
 
 
@@ -204,13 +203,10 @@ class DecodeStepModel:
                  flags: Optional[Mapping[str, Optional[str]]] = None):
         self.w, self.cfg, self.inp = w, w.cfg, inputs
         flags = dict(flags or {})
-        self.picks: dict[str, Pick] = {op: choose(op) for op in
-                                       ("hc_mix_fp8", "hc_mix", "fp8_block_linear", "gdn_decode", "qk_norm_rope",
-                                        "qsa_glue", "router_gemm", "moe_route", "shared_expert")}
-        for op in ("hc_mix", "fp8_block_linear", "gdn_decode", "qk_norm_rope", "qsa_glue", "router_gemm",
-                   "moe_route"):
-            if self.picks[op].fn is None:
-                raise RuntimeError(f"op {op!r} is not in the op table (r9k.kernels.ops); the step needs it")
+        # programmatic dependent launch: the kernels read R9K_PDL when they launch (step() sets it, so two models
+        # of one process can differ); unset in the values = off, as its stock
+        self.pdl = flags.get("programmatic_dependent_launch") == "1"
+        self.picks: dict[str, Pick] = {op: choose(op) for op in STEP_OPS}
         self.notes: list[str] = []
         # Hyper-connection mix: the fp8 decode path takes precedence over hc_mix when it is on (3.1, 3.3).
         self.hc_fp8 = self.picks["hc_mix_fp8"].fused
@@ -233,9 +229,6 @@ class DecodeStepModel:
             self.hc_w = [dict(m) for m in w.hc]
             if flags.get("hc_free_bf16") == "1":
                 self.notes.append("hc_free_bf16=1 not applied: the bf16 HC weights are in use (fp8 decode off)")
-        if self.picks["shared_expert"].impl == "absent":
-            self.notes.append("shared_expert: no op in the op table yet; plain bf16 composition in every profile")
-        self.shared_expert_fn = self._shared_expert_adapter()
         self.profile_parts = False  # True: each part runs inside a profiler range "part:<name>"
         self.part_hook = None  # or a callable name -> context manager (e.g. LaunchCounter.part_scope)
         self._alloc_state()
@@ -279,21 +272,12 @@ class DecodeStepModel:
 
     # ------------------------------------------------------------------------------------ parts
 
-    def _shared_expert_adapter(self):
-        p = self.picks["shared_expert"]
-        if p.impl == "absent" or isinstance(self.w.layers[0]["se"], tuple):
-            return lambda x, L: plain.shared_expert_plain(x, *L["se"])
-        fn = p.fn  # shared_expert(x, SharedExpertWeights) -> [M, H] bf16
-        return lambda x, L: fn(x, L["se"])
-
     def _hc(self, i: int, res: torch.Tensor, blk: Optional[torch.Tensor], inj: Optional[torch.Tensor]):
         """HC module i: combine (if a block output is pending) + grouped norm + mix.
         Returns (new residual, block input [M, HD], injection logits [M, hc])."""
         cfg, m = self.cfg, self.hc_w[i]
         with self._p("hc.combine_norm"):
-            if blk is not None:
-                res = plain.hc_combine(res, blk, inj, cfg.hc)
-            xn = plain.hc_group_norm(res, m["norm"], cfg.hc, cfg.eps)
+            res, xn = self.picks["hc_combine_norm"].fn(res, blk, inj, m["norm"], cfg.eps, cfg.hc)
         with self._p("hc.mix"):
             if self.hc_fp8:
                 buf, block = self.picks["hc_mix_fp8"].fn(xn, *m["fp8"], lora_rank=cfg.lora, hc_count=cfg.hc)
@@ -360,7 +344,7 @@ class DecodeStepModel:
         with self._p("moe.routed_experts"):
             routed = plain.routed_experts(x, ids, rw, *L["w1"], *L["w2"])
         with self._p("moe.shared_expert"):
-            shared = self.shared_expert_fn(x, L)
+            shared = self.picks["shared_expert"].fn(x, L["se"])
         with self._p("moe.sum"):
             return plain.moe_sum(routed, shared, cfg.top_k)
 
@@ -369,6 +353,7 @@ class DecodeStepModel:
     def step(self, x0: Optional[torch.Tensor] = None) -> torch.Tensor:
         """One decode step; returns the final mixer output [M, HD] bf16. Updates this model's caches."""
         cfg = self.cfg
+        os.environ["R9K_PDL"] = "1" if self.pdl else "0"
         x = self.inp.x0 if x0 is None else x0
         with self._p("embed_streams"):
             res = x.repeat(1, cfg.hc)  # the embedding broadcast into the four streams
@@ -394,18 +379,6 @@ class DecodeStepModel:
                 if k != "kind":
                     out += _tensors(v)
         return out
-
-    def weight_bytes_by_part(self) -> dict[str, int]:
-        """Bytes per part: hc (bf16 + fp8 copies), and per layer tensor name summed over layers."""
-        parts: dict[str, list] = {"hc_bf16": [], "hc_fp8": []}
-        for m in self.hc_w:
-            parts["hc_bf16"] += [m["norm"]] + [m[k] for k in ("down", "up") if k in m]
-            parts["hc_fp8"] += list(m.get("fp8", ()))
-        for L in self.w.layers:
-            for k, v in L.items():
-                if k != "kind":
-                    parts.setdefault(k, []).extend(_tensors(v))
-        return {k: _unique_bytes(v) for k, v in parts.items()}
 
     def weight_bytes(self) -> int:
         """Bytes of every weight this model reads (each storage once)."""

@@ -1,14 +1,12 @@
 """The parts of the decode step this project does not fuse, one plain implementation shared by every
 profile (so two profiles differ only in what the registry switches):
 
-* hyper-connection combine + grouped Gemma norm (kernel-semantics 3.2; stock Triton at decode widths in the
-  original, here plain PyTorch with the same rounding points);
-* GDN ``in_proj_ba`` (bf16 GEMM) and the causal conv update with accepted-token roll-back (3.10 step 1);
+* GDN ``in_proj_ba`` (bf16 GEMM) and the causal conv update with accepted-token roll-back (3.10 step 1), one
+  Triton launch as vLLM's ``causal_conv1d_update`` (this project's kernel: vLLM's keeps one state column fewer);
 * attention: KV write into a paged cache, the QSA indexer's scoring and top-group selection (3.8a), the
   attention itself over the selected tokens of the paged cache (3.9), ``sigmoid(gate) * out``;
 * routed experts: a W8A16 Triton GEMM over (token, expert) pairs (fp8 e4m3 weights, one fp32 scale per
-  output row), SiLU-and-mul, the router-weight fold and the top-k sum with the shared expert;
-* the shared expert, only while the project has no ``shared_expert`` op (plain bf16 composition).
+  output row), SiLU-and-mul, the router-weight fold and the top-k sum with the shared expert (one launch).
 
 Everything here is capturable in a CUDA graph (no host synchronisation, static shapes).
 """
@@ -19,40 +17,65 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from r9k.kernels.router.tl_common import INTERPRETED, to_bf16
-from r9k.kernels.router.triton_kernel import use_triton
-
-# ------------------------------------------------------------------------------ hyper-connections
-
-
-def hc_combine(res: torch.Tensor, blk: torch.Tensor, inj: torch.Tensor, hc: int) -> torch.Tensor:
-    """``bf16(res + blk * 2*sigmoid(inj/hc))`` per stream: res [M, hc*HD], blk [M, HD], inj [M, hc]."""
-    M, hd = blk.shape
-    g = 2.0 * torch.sigmoid(inj.float() / hc)  # [M, hc]
-    out = res.float().view(M, hc, hd) + blk.float()[:, None, :] * g[:, :, None]
-    return out.to(torch.bfloat16).view(M, hc * hd)
-
-
-def hc_group_norm(res: torch.Tensor, weight: torch.Tensor, hc: int, eps: float) -> torch.Tensor:
-    """Grouped Gemma RMSNorm over each stream of ``res`` [M, hc*HD]: ``bf16(x * rsqrt(mean x^2 + eps) * (1 + w))``."""
-    M = res.shape[0]
-    x = res.float().view(M, hc, -1)
-    r = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-    return (x * r).view(M, -1).mul(1.0 + weight.float()).to(torch.bfloat16)
-
+from r9k.kernels._triton.common import INTERPRETED, to_bf16, use_triton
 
 # ------------------------------------------------------------------------------------------ GDN
 
 
+@triton.jit
+def _conv_update_kernel(x_ptr, s_x, st_ptr, s_sn, s_sc, w_ptr, s_w, acc_ptr, out_ptr, s_o, C,
+                        W: tl.constexpr, S: tl.constexpr, WIN: tl.constexpr, BLOCK_C: tl.constexpr,
+                        INTERPRET: tl.constexpr):
+    n = tl.program_id(0)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cm = c < C
+    cols = tl.arange(0, WIN)
+    a = tl.load(acc_ptr + n)
+    hist = cols < W - 1
+    live = cols < W - 1 + S
+    st = st_ptr + n * s_sn + c[:, None] * s_sc
+    h = tl.load(st + (a + cols)[None, :], mask=cm[:, None] & hist[None, :], other=0.0)
+    xr = n * S + cols - (W - 1)
+    xv = tl.load(x_ptr + xr[None, :] * s_x + c[:, None], mask=cm[:, None] & (live & ~hist)[None, :], other=0.0)
+    win = tl.where(hist[None, :], h, xv)  # [BLOCK_C, WIN] bf16: the W-1 accepted inputs, then this step's
+    tl.debug_barrier()  # every history column is read before any program thread overwrites the state
+    tl.store(st + cols[None, :], win, mask=cm[:, None] & live[None, :])
+    wf = win.to(tl.float32)
+    for t in tl.static_range(S):
+        y = tl.zeros([BLOCK_C], tl.float32)
+        for j in tl.static_range(W):
+            tap = tl.sum(tl.where((cols == t + j)[None, :], wf, 0.0), axis=1)
+            y += tap * tl.load(w_ptr + c * s_w + j, mask=cm, other=0.0).to(tl.float32)
+        y = y / (1.0 + tl.exp(-y))
+        tl.store(out_ptr + (n * S + t) * s_o + c, to_bf16(y, INTERPRET), mask=cm)
+
+
 def conv_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, num_accepted: torch.Tensor,
                 spec: int) -> torch.Tensor:
-    """Depthwise causal conv (width W, no bias) + SiLU over ``spec`` new tokens a request, with roll-back.
+    """Depthwise causal conv (width W, no bias) + SiLU over ``spec`` new tokens a request, with roll-back, in one
+    launch (as vLLM's ``causal_conv1d_update`` is one launch); :func:`conv_update_torch` is its reference.
 
     x [N*spec, C] bf16 (rows may be strided), conv_state [N, C, W-1+spec] bf16: the W-1 inputs before the
     previous step's candidates, then those candidates. The history of this step is the W-1 columns ending
     at the previous step's last accepted candidate (``num_accepted`` [N], 1..spec). The state is replaced by
-    ``[history | this step's inputs]``. Returns [N*spec, C] bf16.
+    ``[history | this step's inputs]``. Returns [N*spec, C] bf16 (unit column stride).
     """
+    N, C, L = conv_state.shape
+    W = weight.shape[1]
+    if not use_triton(x) or x.stride(1) != 1 or conv_state.stride(2) != 1 or weight.stride(1) != 1:
+        return conv_update_torch(x, conv_state, weight, num_accepted, spec)
+    out = torch.empty((N * spec, C), dtype=torch.bfloat16, device=x.device)
+    block_c = 128
+    _conv_update_kernel[(N, triton.cdiv(C, block_c))](
+        x, x.stride(0), conv_state, conv_state.stride(0), conv_state.stride(1), weight, weight.stride(0),
+        num_accepted, out, out.stride(0), C, W=W, S=spec, WIN=triton.next_power_of_2(W - 1 + spec),
+        BLOCK_C=block_c, INTERPRET=INTERPRETED, num_warps=4)
+    return out
+
+
+def conv_update_torch(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, num_accepted: torch.Tensor,
+                      spec: int) -> torch.Tensor:
+    """Plain-PyTorch form of :func:`conv_update` (14 launches; the reference of its test)."""
     N, C, L = conv_state.shape
     W = weight.shape[1]
     idx = (num_accepted.long()[:, None] + torch.arange(W - 1, device=x.device)[None, :])  # [N, W-1]
@@ -190,17 +213,34 @@ def routed_experts(x, ids, rw, w1_q, w1_s, w2_q, w2_s) -> torch.Tensor:
     return pair_gemm(act, ids, w2_q, w2_s, rw=rw, x_per_token=False)
 
 
+@triton.jit
+def _moe_sum_kernel(r_ptr, s_r, sh_ptr, s_sh, out_ptr, s_o, H, TOPK: tl.constexpr, BLOCK: tl.constexpr,
+                    INTERPRET: tl.constexpr):
+    m = tl.program_id(0)
+    h = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    hm = h < H
+    acc = tl.zeros([BLOCK], tl.float32)
+    for j in tl.static_range(TOPK):  # in expert order, as the reference's sum
+        acc += tl.load(r_ptr + (m * TOPK + j) * s_r + h, mask=hm, other=0.0).to(tl.float32)
+    acc += tl.load(sh_ptr + m * s_sh + h, mask=hm, other=0.0).to(tl.float32)
+    tl.store(out_ptr + m * s_o + h, to_bf16(acc, INTERPRET), mask=hm)
+
+
 def moe_sum(routed: torch.Tensor, shared: torch.Tensor, top_k: int) -> torch.Tensor:
-    """``bf16(sum_j routed[m, j] + shared[m])`` in fp32."""
+    """``bf16(sum_j routed[m, j] + shared[m])`` in fp32, one launch (vLLM sums the top-k in one launch too);
+    :func:`moe_sum_torch` is its reference."""
+    M, H = shared.shape
+    if not use_triton(shared) or routed.stride(1) != 1 or shared.stride(1) != 1:
+        return moe_sum_torch(routed, shared, top_k)
+    out = torch.empty((M, H), dtype=torch.bfloat16, device=shared.device)
+    block = 1024
+    _moe_sum_kernel[(M, triton.cdiv(H, block))](routed, routed.stride(0), shared, shared.stride(0), out,
+                                                 out.stride(0), H, TOPK=top_k, BLOCK=block, INTERPRET=INTERPRETED,
+                                                 num_warps=4)
+    return out
+
+
+def moe_sum_torch(routed: torch.Tensor, shared: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Plain-PyTorch form of :func:`moe_sum` (5 launches)."""
     M = shared.shape[0]
     return (routed.float().view(M, top_k, -1).sum(1) + shared.float()).to(torch.bfloat16)
-
-
-def shared_expert_plain(x, w_gu, w_down, w_gate) -> torch.Tensor:
-    """``sigmoid(x . wg) * W2(silu(x W1g^T) * (x W1u^T))``, bf16 GEMMs (used only while no op exists)."""
-    gu = F.linear(x, w_gu)
-    inter = gu.shape[1] // 2
-    act = (F.silu(gu[:, :inter].float()) * gu[:, inter:].float()).to(torch.bfloat16)
-    dn = F.linear(act, w_down)
-    g = torch.sigmoid(F.linear(x, w_gate).float())
-    return (dn.float() * g).to(torch.bfloat16)

@@ -30,20 +30,47 @@ def profile_entry(reg, rs) -> dict:
     }
 
 
-def build_plan(reg, profile: str, against: Optional[str], requests: list[int], context: int, ablate: bool,
+def baseline(label: str) -> tuple[str, str, dict]:
+    """``(profile, stock kind, knob overrides)`` of a baseline label: ``P`` or ``P@vllm`` (stock paths run vLLM's
+    own kernels), ``P@plain`` (the op table's plain compositions); ``vllm`` alone is ``stock@vllm``;
+    ``P+KNOB=VALUE`` (repeatable) the profile with knobs overridden (e.g. ``tp4-default+R9K_PDL=1``)."""
+    from .dispatch import STOCK_KINDS
+
+    if label == "vllm":
+        return "stock", "vllm", {}
+    label, *overrides = label.split("+")
+    sets = {}
+    for o in overrides:
+        knob, eq, value = o.partition("=")
+        if not eq or not knob:
+            raise ValueError(f"baseline override {o!r}: expected KNOB=VALUE")
+        sets[knob] = value
+    name, _, kind = label.partition("@")
+    kind = kind or "vllm"
+    if kind not in STOCK_KINDS:
+        raise ValueError(f"baseline {label!r}: the stock kind after '@' must be one of {', '.join(STOCK_KINDS)}")
+    return name, kind, sets
+
+
+def build_plan(reg, profile: str, against, requests: list[int], context: int, ablate: bool,
                config: str = "flash-next-tp4", replays: int = 50, ablate_requests: Optional[int] = None,
                sets: Optional[dict] = None) -> tuple[dict, list]:
-    """Returns ``(plan, diagnostics)``; diagnostics non-empty means a profile did not resolve."""
+    """Returns ``(plan, diagnostics)``; diagnostics non-empty means a profile did not resolve. ``against``: a
+    baseline label, a comma-separated list of them, or a list (see :func:`baseline`)."""
     from r9k.registry.resolve import resolve
 
+    if isinstance(against, str):
+        against = [a.strip() for a in against.split(",") if a.strip()]
+    against = list(against or [])
     profs, diags = {}, []
-    for name in [profile] + ([against] if against else []):
-        rs = resolve(reg, name, sets=sets or {})
+    for label in [profile] + against:
+        name, kind, extra = baseline(label) if label != profile else (profile, "vllm", {})
+        rs = resolve(reg, name, sets={**(sets or {}), **extra})
         if not rs.ok:
             diags += rs.diagnostics
             continue
-        profs[name] = profile_entry(reg, rs)
-    plan = {"schema": "r9k-decode-step-plan/1", "profile": profile, "against": against, "requests": requests,
+        profs[label] = dict(profile_entry(reg, rs), profile=name, stock=kind)
+    plan = {"schema": "r9k-decode-step-plan/2", "profile": profile, "against": against, "requests": requests,
             "context": context, "config": config, "ablate": ablate,
             "ablate_requests": ablate_requests or requests[0], "replays": replays, "profiles": profs}
     return plan, diags

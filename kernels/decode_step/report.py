@@ -21,9 +21,10 @@ def render(res: dict) -> str:
            f"MTP-3 (4 tokens a request); torch {res.get('torch')}, triton {res.get('triton')}"]
     for name, p in res["profiles"].items():
         fused = [o["op"] for o in p["ops"] if o["impl"] == "fused"]
-        absent = [o["op"] for o in p["ops"] if o["impl"] == "absent"]
+        peer = [o["op"] for o in p["ops"] if o["impl"] == "stock:vllm"]
         out.append(f"  {name} ({p.get('hash')}): fused {', '.join(fused) or 'none'}"
-                   + (f"; not in the op table: {', '.join(absent)}" if absent else ""))
+                   + (f"; vLLM's own kernels: {', '.join(peer)}" if peer else "")
+                   + ("; stock paths: the op table's plain compositions" if p.get("stock") == "plain" else ""))
     out.append("")
     out.append("checks (relative L2 of the step output):")
     out.append(_table(["requests", "what", "rel_l2", "tol", "ok"],
@@ -48,7 +49,7 @@ def render(res: dict) -> str:
         if r.get("error"):
             out.append(f"  ERROR requests {r['requests']} {r['profile']}: {r['error']}")
     for q in res.get("ratios", []):
-        out.append(f"  requests {q['requests']}: speedup {q['speedup']:.3f}x"
+        out.append(f"  requests {q['requests']}: speedup {q['speedup']:.3f}x" + (f" over {q['against']}" if q.get("against") else "")
                    + (f", nodes {q['nodes_ratio']:.3f} of the baseline's" if q.get("nodes_ratio") else ""))
     first = [r for r in res["rows"] if r["requests"] == res["rows"][0]["requests"] and r.get("launch_parts")]
     if first:
@@ -109,19 +110,26 @@ def release_records(res: dict, command: str, platform: str = "h200") -> list[dic
     for r in res["rows"]:
         if "ms" not in r:
             continue
-        base = {"config": f"h200_tp4_shard.{r['profile']}", "stack": "ours", "platform": platform, "command": command,
+        kind = (res["profiles"].get(r["profile"]) or {}).get("stock", "vllm")
+        stock_note = ("; stock paths of the GDN core and the hc combine + norm: vLLM's own kernels" if kind == "vllm"
+                      else "; stock paths: the op table's plain compositions (the first runs' measuring stick)")
+        base = {"config": f"h200_tp4_shard.{r['profile'].replace('@vllm', '').replace('@', '_')}", "stack": "ours",
+                "platform": platform, "command": command, "method": "r9kctl-bench",
                 "source": f"r9kctl bench decode-step: one TP4-rank decode step, MTP-3, context {res['context']}, "
-                          f"CUDA-graph replay median"}
+                          f"CUDA-graph replay median" + stock_note}
         recs.append({**base, "metric": f"decode_step_ms@r{r['requests']}", "value": round(r["ms"], 3), "unit": "ms"})
         if (r.get("graph") or {}).get("nodes"):
             recs.append({**base, "metric": f"graph_nodes@r{r['requests']}", "value": float(r["graph"]["nodes"]),
                          "unit": "nodes"})
     profiles = list(res["profiles"])
     for q in res.get("ratios", []):
+        against = q.get("against", profiles[-1])
+        suffix = "" if against in ("stock", "stock@vllm") else "_vs_" + against.replace("@", "_")
         recs.append({"config": f"h200_tp4_shard.{profiles[0]}", "stack": "ours", "platform": platform,
-                     "command": command, "metric": f"decode_step_speedup@r{q['requests']}",
+                     "command": command, "method": "r9kctl-bench",
+                     "metric": f"decode_step_speedup{suffix}@r{q['requests']}",
                      "value": round(q["speedup"], 3), "unit": "x",
-                     "source": f"r9kctl bench decode-step: {profiles[0]} over {profiles[-1]}"})
+                     "source": f"r9kctl bench decode-step: {profiles[0]} over {against}"})
     return recs
 
 
@@ -129,7 +137,7 @@ def records_toml(recs: list[dict]) -> str:
     lines = []
     for r in recs:
         lines.append("[[bench]]")
-        for k in ("config", "metric", "value", "unit", "stack", "platform", "command", "source"):
+        for k in ("config", "metric", "value", "unit", "stack", "platform", "command", "source", "method"):
             v = r.get(k)
             if v is None:
                 continue

@@ -1,23 +1,21 @@
 """Benchmark: block-fp8 linear, fused quant (1 launch) vs stock quant + GEMM (2 launches), on a GPU.
 
-    python -m r9k.kernels.fp8_block.bench_fp8_block [--sweep] [--json FILE]
+    python -m r9k.kernels._triton.bench fp8_block [--sweep] [--json FILE]
 
-CUDA-graph replay over rotating weight copies (r9k.kernels._bench), M = 1, 4, 8, 16, the Flash-Next
+CUDA-graph replay over rotating weight copies (r9k.kernels._triton.timing), M = 1, 4, 8, 16, the Flash-Next
 shards; in the same run: cuBLAS bf16 (F.linear on bf16 weights of the same shape), cuBLASLt fp8
 row-wise (torch._scaled_mm, M = 16), the fused kernel with L2-hot weights (one copy: the latency
 part), and the graph cost of an empty kernel node. ``--sweep`` times tile configs on the TP4 in_proj
 (K = 2560) and out_proj (K = 1536) shards, checks each against the fp64 reference, and writes the
-winners for every shard of that K into tuned_h200.json (the gate tests then run on them).
+winners for every shard of that K into tuned_<device>.json (the gate tests then run on them).
 """
 from __future__ import annotations
 
-import argparse
-import json
 
 import torch
 import torch.nn.functional as F
 
-from r9k.kernels import _bench
+from r9k.kernels._triton import timing as _bench
 from r9k.kernels.fp8_block import reference as ref
 from r9k.kernels.fp8_block import triton_kernel as tk
 
@@ -96,6 +94,10 @@ def run(sweep: bool = False):
             row["L2-hot fused us"] = _bench.graph_time_us(
                 lambda x, a, b: tk.fp8_block_linear(x, a, b, config=cfg), [args[0]] * len(args))["us"]
             row["cuBLAS bf16 us"] = _bench.graph_time_us(lambda x, w: F.linear(x, w), [(x, w) for w in bf])["us"]
+            row["vs cuBLAS"] = row["cuBLAS bf16 us"] / row["fused us"]
+            with _bench.env(R9K_PDL="1"):
+                row["fused pdl us"] = _bench.graph_time_us(
+                    lambda x, a, b: tk.fp8_block_linear(x, a, b, config=cfg), args)["us"]
             if M % 16 == 0:
                 try:
                     sa = torch.ones((M, 1), device="cuda")
@@ -114,16 +116,5 @@ def run(sweep: bool = False):
     return rows, sweep_rows
 
 
-COLS = ["op", "M", "stock us", "fused us", "speedup", "launches s/f", "floor us", "bw frac", "L2-hot fused us",
-        "cuBLAS bf16 us", "cuBLASLt fp8 us", "cfg"]
-
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sweep", action="store_true")
-    ap.add_argument("--json")
-    a = ap.parse_args()
-    rows, sweep_rows = run(a.sweep)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"rows": rows, "sweep": sweep_rows}, f, indent=1, default=str)
-    print(_bench.fmt_table(rows, COLS))
+COLS = ["op", "M", "stock us", "fused us", "fused pdl us", "speedup", "launches s/f", "floor us", "bw frac",
+        "L2-hot fused us", "cuBLAS bf16 us", "vs cuBLAS", "cuBLASLt fp8 us", "cfg"]

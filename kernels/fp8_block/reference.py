@@ -1,5 +1,5 @@
 """Plain-PyTorch reference of the block-fp8 linear with per-(row, 128-group) activation quant
-(kernel-semantics 3.11), and its fp64 reference.
+(docs/semantics.md 3.11), and its fp64 reference.
 
 Semantics (r9k form; vLLM's stock quant divides by the scale instead and may differ on rare codes):
 * quant: per row m and group g of 128 columns: ``A = max(max |x|, 1e-12)``, ``sa = A / 448``,

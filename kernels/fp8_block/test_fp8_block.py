@@ -1,4 +1,4 @@
-"""Gate tests for the block-fp8 linear with fused activation quant (kernel-semantics 3.11).
+"""Gate tests for the block-fp8 linear with fused activation quant (docs/semantics.md 3.11).
 
 Gate: the fused one-launch path and the stock two-launch path (quant kernel + GEMM) see the same fp8
 operands (the quant is checked bit-exact against a PyTorch reference) and agree to a relative L2

@@ -19,8 +19,10 @@ import torch
 import triton
 import triton.language as tl
 
-from r9k.kernels.router.tl_common import INTERPRETED, to_bf16, to_e4m3
-from r9k.kernels.router.triton_kernel import splitk_counters, use_triton
+from r9k.kernels._triton import tuned
+from r9k.kernels._triton.common import INTERPRETED, to_bf16, to_e4m3, use_triton
+from r9k.kernels._triton.counters import arrival_counters
+from r9k.kernels._triton.pdl import gdc_launch_dependents, gdc_wait, pdl_enabled, prefetch_l2
 
 from . import reference
 
@@ -82,7 +84,7 @@ def fp8_block_gemm_kernel(
     x_ptr, stride_xm, qa_ptr, sa_ptr, w_ptr, bs_ptr, ws_ptr, cnt_ptr, out_ptr, stride_om,
     M, N, K, G, G_PER_SPLIT,
     FUSED_QUANT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr,
-    INTERPRET: tl.constexpr, UNROLL: tl.constexpr = 0,
+    INTERPRET: tl.constexpr, UNROLL: tl.constexpr = 0, PDL: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -94,6 +96,14 @@ def fp8_block_gemm_kernel(
     g_lo = pid_k * G_PER_SPLIT
     g_hi = tl.minimum(g_lo + G_PER_SPLIT, G)
     bs_row = (offs_n // 128) * G
+    if PDL:
+        # the weights are no predecessor's output: start streaming this split's 128-byte rows into the L2
+        # before waiting for the activations
+        wrow = tl.where(n_mask, w_ptr + offs_n.to(tl.int64) * K, w_ptr)
+        for g in range(g_lo, g_hi):
+            prefetch_l2(wrow + g * 128)
+        gdc_wait()
+        gdc_launch_dependents()
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if UNROLL > 0:
@@ -122,10 +132,10 @@ def fp8_block_gemm_kernel(
 
 
 # Tile configs: (BLOCK_N, SPLIT_K, num_warps, num_stages, UNROLL) where UNROLL 1 fully unrolls the
-# group loop of a split. Per (N, K) winners of the H200 sweep live in tuned_h200.json next to this
+# group loop of a split. Per (N, K) winners of a device's sweep live in tuned_<device>.json next to this
 # file (written by ``bench_fp8_block --sweep``, gate-tested in the same device run, see
 # notes/kernels-linear-routing.md); every other shape uses default_config's rule.
-TUNED_FILE = os.path.join(os.path.dirname(__file__), "tuned_h200.json")
+TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (absent: default configs)
 
 
 def load_tuned(path: str = TUNED_FILE) -> dict:
@@ -193,16 +203,17 @@ def _gemm(x, qa, sa, w_q, w_s, out, fused: bool, config=None):
     tiles = triton.cdiv(N, block_n)
     if split > 1:
         ws = torch.empty((split, BLOCK_M, N), dtype=torch.float32, device=x.device)
-        cnt = splitk_counters(x.device, tiles)
+        cnt = arrival_counters(x.device, tiles)
     else:
         ws = cnt = out  # unused
+    pdl = pdl_enabled(x)
     qa_arg = qa if qa is not None else x
     sa_arg = sa if sa is not None else w_s
     fp8_block_gemm_kernel[(tiles, split)](
         x, x.stride(0), qa_arg, sa_arg, w_q, w_s, ws, cnt, out, out.stride(0),
         M, N, K, G, g_per,
         FUSED_QUANT=fused, BLOCK_M=BLOCK_M, BLOCK_N=block_n, SPLIT_K=split, INTERPRET=INTERPRETED,
-        UNROLL=unroll, num_warps=warps, num_stages=stages,
+        UNROLL=unroll, PDL=pdl, num_warps=warps, num_stages=stages, **({"launch_pdl": True} if pdl else {}),
     )
     return out
 

@@ -1,5 +1,5 @@
 """Gated DeltaNet speculative-decode core (variant ``gdn_spec_decode_core``, knob ``R9K_GDN_DECODE``),
-kernel-semantics.md 3.10 step 2: q/k l2-norm, q scaling, decay and beta gates, the delta-rule recurrence over
+docs/semantics.md 3.10 step 2: q/k l2-norm, q scaling, decay and beta gates, the delta-rule recurrence over
 each request's 1..S candidate tokens (reading the last accepted slot's state, writing each token's state) and
 the gated RMS-norm output, in one launch per layer.
 

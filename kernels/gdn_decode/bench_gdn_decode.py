@@ -1,15 +1,16 @@
 """Benchmark of the GDN speculative-decode core: stock PyTorch composition vs the fused kernel, CUDA-graph
 replay rotating over 36 state pools (as the anchor in h200-anchors.md), Flash-Next TP4 (4 key / 12 value heads).
 
-M = tokens: 1 (one request, one candidate), 4, 8, 16 (1, 2, 4 requests x 4 MTP-3 candidates). Also a sweep of
-the fused kernel's value-row block and num_warps. Run: ``python -m r9k.kernels.gdn_decode.bench_gdn_decode``.
+M = tokens: 1 (one request, one candidate), 4, 8, 16, 32, 64 (1, 2, 4, 8, 16 requests x 4 MTP-3 candidates). Also a sweep of
+the fused kernel's value-row block and num_warps. Run: ``python -m r9k.kernels._triton.bench gdn_decode``.
 """
 from __future__ import annotations
 
 import functools
 
 POOLS = 36
-CASES = [(1, [1], [1]), (4, [4], [2]), (8, [4, 4], [1, 3]), (16, [4] * 4, [1, 2, 3, 4])]
+CASES = [(1, [1], [1]), (4, [4], [2]), (8, [4, 4], [1, 3]), (16, [4] * 4, [1, 2, 3, 4]),
+         (32, [4] * 8, [1, 2, 3, 4] * 2), (64, [4] * 16, [1, 2, 3, 4] * 4)]
 
 
 def _sets(M, lens, acc, seed=0):
@@ -34,28 +35,43 @@ ARGS = ["mixed_qkv", "z", "b", "a", "A_log", "dt_bias", "norm_weight", "state", 
 
 
 def run(bw, sweep_cfgs=((128, 8), (128, 16), (64, 4), (64, 8), (32, 2), (32, 4), (16, 2), (16, 4))):
-    from . import reference, triton_kernel
-    from ._part2_bench import row
+    """Rows: stock composition vs the fused kernel, plus vLLM's own kernel + gated norm (from its sources, when
+    here), the fused kernel without programmatic dependent launch and on a bf16 state; and a block/warps sweep."""
+    import torch
 
+    from r9k.kernels._triton import vllm_peer
+    from r9k.kernels._triton.timing import env, graph_time_us, row
+
+    from . import reference, triton_kernel
+
+    ok, why = vllm_peer.available()
+    if not ok:
+        print(f"gdn bench: vLLM's kernel not measured ({why})")
     rows, sweep = [], []
     for M, lens, acc in CASES:
         sets, floor_bytes = _sets(M, lens, acc)
-        rows.append(row("gdn_decode", M, reference.gdn_spec_decode_core, triton_kernel.gdn_spec_decode_core,
-                        sets, sets, floor_bytes, bw))
-        from r9k.kernels._bench import graph_time_us
+        r = row("gdn_decode", M, reference.gdn_spec_decode_core, triton_kernel.gdn_spec_decode_core,
+                sets, sets, floor_bytes, bw)
+        if ok:
+            # as vLLM's layer runs it (its wrapper's q/k/v/a/b/z copies included), and its two kernels alone
+            r["vllm layer us"] = graph_time_us(vllm_peer.gdn_core, sets)["us"]
+            two = []
+            for st in sets:
+                kw = dict(zip(ARGS, st))
+                q, k, v, a, b, z2 = vllm_peer.gdn_split(kw["mixed_qkv"], kw["z"], kw["b"], kw["a"], 4, 12)
+                two.append((q, k, v, a, b, z2, kw["A_log"], kw["dt_bias"], kw["norm_weight"], kw["state"],
+                            kw["cu_seqlens"], kw["num_accepted"], kw["state_indices"]))
+            r["vllm us"] = graph_time_us(vllm_peer.gdn_two_launches, two)["us"]
+            r["vs vllm"] = r["vllm us"] / r["fused us"]
+            del two
+        with env(R9K_PDL="1"):
+            r["fused pdl us"] = graph_time_us(triton_kernel.gdn_spec_decode_core, sets)["us"]
+        i_state = ARGS.index("state")
+        bf = [s[:i_state] + (s[i_state].to(torch.bfloat16),) + s[i_state + 1:] for s in sets]
+        r["fused bf16-state us"] = graph_time_us(triton_kernel.gdn_spec_decode_core, bf)["us"]
+        del bf
+        rows.append(r)
         for bv, w in sweep_cfgs:
             fn = functools.partial(triton_kernel.gdn_spec_decode_core, num_warps=w, block_v=bv)
             sweep.append({"M": M, "block_v": bv, "num_warps": w, "fused us": graph_time_us(fn, sets)["us"]})
     return rows, sweep
-
-
-if __name__ == "__main__":
-    from r9k.kernels._bench import fmt_table
-
-    from ._part2_bench import COLS, main_bw
-
-    bw = main_bw()
-    print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
-    rows, sweep = run(bw)
-    print(fmt_table(rows, COLS + ["fused p10-p90"]))
-    print(fmt_table(sweep, ["M", "block_v", "num_warps", "fused us"]))

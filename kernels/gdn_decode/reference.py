@@ -1,4 +1,4 @@
-"""Stock path of the Gated DeltaNet speculative-decode core (kernel-semantics.md 3.10, step 2), plain PyTorch.
+"""Stock path of the Gated DeltaNet speculative-decode core (docs/semantics.md 3.10, step 2), plain PyTorch.
 
 What ``R9K_GDN_DECODE=stock`` computes after the conv update: per sequence n and value head v (key head
 ``v // (Hv/Hk)``), starting from the state slot of the last accepted candidate ``idx[n, acc[n]-1]`` (a slot

@@ -1,4 +1,4 @@
-"""Gate of R9K_GDN_DECODE (kernel-semantics.md 3.10): fused core vs the stock composition and an fp64 reference.
+"""Gate of R9K_GDN_DECODE (docs/semantics.md 3.10): fused core vs the stock composition and an fp64 reference.
 
 Pass (per the reference): output bf16 differs from stock on <= 0.3% of elements (at least 2 flips allowed; 1.5%
 at the CPU test's head dim 32, see _check_one), each differing element within max(2^-6 |stock|, 1% of mean |stock|); fp32 state

@@ -21,7 +21,9 @@ import torch
 import triton
 import triton.language as tl
 
-from r9k.kernels.qsa_glue.triton_kernel import rne_bf16
+from r9k.kernels._triton.common import rne_bf16
+from r9k.kernels._triton.counters import arrival_counters
+from r9k.kernels._triton.pdl import gdc_launch_dependents, gdc_wait, pdl_enabled
 
 
 @triton.jit
@@ -34,7 +36,7 @@ def _pick(tile, rows, i):
 def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, state_ptr, cu_ptr, acc_ptr, idx_ptr,
                        out_ptr, cnt_ptr, N, T, S, s_qkv, s_z, s_b, s_a, s_out, s_slot, s_idx, scale, eps,
                        HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
-                       S_MAX: tl.constexpr, GATE_SILU: tl.constexpr, STATE_BF16: tl.constexpr):
+                       S_MAX: tl.constexpr, GATE_SILU: tl.constexpr, STATE_BF16: tl.constexpr, PDL: tl.constexpr):
     NB: tl.constexpr = DV // BV  # value-row blocks per head (programs per (sequence, head))
     n = tl.program_id(0)
     hv = tl.program_id(1)
@@ -43,6 +45,8 @@ def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, s
     dvb = vb * BV + tl.arange(0, BV)  # this program's value rows
     dv = tl.arange(0, DV)
     rows = tl.arange(0, S_MAX)
+    if PDL:
+        gdc_wait()  # the conv update's output (and the state pool) are the predecessor's
     if n == N:
         # graph padding past the last sequence: zero rows cu[N] .. T-1 (this program's columns)
         tail = tl.load(cu_ptr + N)
@@ -105,6 +109,10 @@ def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, s
             else:
                 hs = H
             tl.store(state_ptr + tl.maximum(slot, 0).to(tl.int64) * s_slot + hoff, hs, mask=(zero_hv + slot) > 0)
+        if PDL:
+            # the successor may be scheduled now (it waits for this grid's completion before reading); released
+            # at the start, its waiting programs took the SM slots this grid's larger batches need (measured)
+            gdc_launch_dependents()
         Ob = rne_bf16(O)  # o rounded to bf16 before the norm (stock's rounding point)
         w_ptrs = out_ptr + r[:, None] * s_out + hv * DV
         if NB == 1:
@@ -138,19 +146,6 @@ def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, s
                 Y = tl.where(rm[:, None], rne_bf16(Of * rr[:, None] * w[None, :] * g), 0.0)
                 tl.store(w_ptrs + dv[None, :], Y.to(tl.bfloat16), mask=(rows < L)[:, None])
                 tl.store(cnt_ptr + n * HV + hv, 0)
-
-
-_COUNTERS: dict = {}
-
-
-def _counters(device, n: int) -> torch.Tensor:
-    """Zeroed int32 arrival counters (the kernel leaves them zero); grown, never shrunk, per device."""
-    key = str(device)
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-        _COUNTERS[key] = buf
-    return buf
 
 
 def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tensor, a: torch.Tensor,
@@ -188,12 +183,15 @@ def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tens
     block_v = min(block_v, Dv)
     if Dv % block_v:
         raise ValueError("block_v must divide the value head dim")
-    cnt = _counters(mixed_qkv.device, N * Hv)
+    # PDL measured faster up to two requests (8 tokens) and slower from four (notes/kernels-decode-width.md)
+    pdl = pdl_enabled(mixed_qkv) and N <= 2
+    cnt = arrival_counters(mixed_qkv.device, N * Hv, user="gdn_decode")
     _gdn_decode_kernel[(N + 1, Hv, Dv // block_v)](
         mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted, state_indices, out, cnt,
         N, T, S, mixed_qkv.stride(0), z.stride(0), b.stride(0), a.stride(0), out.stride(0), state.stride(0),
         state_indices.stride(0), float(scale), float(eps),
         HK=Hk, HV=Hv, DK=Dk, DV=Dv, BV=block_v, S_MAX=max(triton.next_power_of_2(S), 2),
-        GATE_SILU=(gate == "silu"), STATE_BF16=(state.dtype == torch.bfloat16), num_warps=num_warps,
+        GATE_SILU=(gate == "silu"), STATE_BF16=(state.dtype == torch.bfloat16), PDL=pdl, num_warps=num_warps,
+        **({"launch_pdl": True} if pdl else {}),
     )
     return out

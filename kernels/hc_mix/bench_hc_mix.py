@@ -1,24 +1,22 @@
 """Benchmark: hyper-connection input mix, fused (2 launches, bf16 or fp8 W8A16 weights) vs the stock
 sequence (cuBLAS down, hc_silu, cuBLAS up, gated mean: 4 launches), on a GPU.
 
-    python -m r9k.kernels.hc_mix.bench_hc_mix [--sweep] [--json FILE]
+    python -m r9k.kernels._triton.bench hc_mix [--sweep] [--json FILE]
 
 Also times the two cuBLAS GEMMs alone and our two kernels alone (the anchors' "hc down / hc up").
 ``--sweep`` times tile configs for the down GEMM (336 x 10240) and the up+mix kernel, checks each,
-and writes the winners into the tuned_h200.json files (the gate tests then run on them).
+and writes the winners into the tuned_<device>.json files (the gate tests then run on them).
 """
 from __future__ import annotations
 
-import argparse
-import json
 
 import torch
 import torch.nn.functional as F
 
-from r9k.kernels import _bench
+from r9k.kernels._triton import timing as _bench
 from r9k.kernels.hc_mix import reference as ref
 from r9k.kernels.hc_mix import triton_kernel as tk
-from r9k.kernels.router import triton_kernel as rk
+from r9k.kernels._triton import skinny_gemm as rk
 
 MS = (1, 4, 8, 16)
 HD, R, ND = 2560, 320, 336
@@ -115,14 +113,3 @@ def run(sweep: bool = False):
 
 COLS = ["op", "M", "stock us", "fused us", "speedup", "launches s/f", "floor us", "bw frac", "cuBLAS down us",
         "cuBLAS up us", "r9k down us", "r9k up+mix us", "fused bf16 us", "cfg"]
-
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sweep", action="store_true")
-    ap.add_argument("--json")
-    a = ap.parse_args()
-    rows, sweep_rows = run(a.sweep)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"rows": rows, "sweep": sweep_rows}, f, indent=1, default=str)
-    print(_bench.fmt_table(rows, COLS))

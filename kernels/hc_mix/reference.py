@@ -1,4 +1,4 @@
-"""Stock path and fp64 references of the hyper-connection input mix (kernel-semantics 3.1, 3.3).
+"""Stock path and fp64 references of the hyper-connection input mix (docs/semantics.md 3.1, 3.3).
 
 Stock sequence (4 launches on a GPU, as vLLM runs it):
 1. ``buf = F.linear(xn, W_down)``            bf16 GEMM, fp32 accumulation, one rounding  [M, 336]

@@ -1,6 +1,6 @@
 """Fused hyper-connection input mix in Triton: 2 launches instead of stock's 4, bf16 or fp8 weights.
 
-* Down + hc_silu: the split-K skinny GEMM of ``r9k.kernels.router`` (10240 -> 336) with the hc_silu
+* Down + hc_silu: the split-K skinny GEMM of ``r9k.kernels._triton.skinny_gemm`` (10240 -> 336) with the hc_silu
   epilogue on the first ``lora_rank`` columns, computed from the bf16-rounded GEMM value exactly where
   stock rounds; for fp8 weights the e4m3 codes are converted exactly to bf16 and the per-row scale is
   applied once to the fp32 sum (W8A16).
@@ -21,8 +21,10 @@ import torch
 import triton
 import triton.language as tl
 
-from r9k.kernels.router.tl_common import INTERPRETED, dot_bf16, to_bf16
-from r9k.kernels.router.triton_kernel import BLOCK_M, skinny_gemm, use_triton
+from r9k.kernels._triton import tuned
+from r9k.kernels._triton.common import INTERPRETED, dot_bf16, to_bf16
+from r9k.kernels._triton.common import use_triton
+from r9k.kernels._triton.skinny_gemm import BLOCK_M, skinny_gemm
 
 from . import reference
 
@@ -103,8 +105,8 @@ def hc_up_mix_kernel(
 
 
 # Tile of the up+mix kernel: (BLOCK_D, BLOCK_R, num_warps, num_stages). The H200 sweep's winner is
-# read from tuned_h200.json (written by ``bench_hc_mix --sweep``, gate-tested in the same run).
-TUNED_FILE = os.path.join(os.path.dirname(__file__), "tuned_h200.json")
+# read from tuned_<device>.json (written by ``bench_hc_mix --sweep``, gate-tested in the same run).
+TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (absent: default configs)
 try:
     with open(TUNED_FILE) as _f:
         UP_CONFIG = tuple(json.load(_f)["up_mix"])

@@ -1,5 +1,5 @@
 """Attention q/k Gemma norm + MRoPE + output-gate split (variant ``fused_qk_norm_rope``, knob
-``R9K_FUSED_QKROPE``), kernel-semantics.md 3.8: one launch where the eager path runs ~30 ops.
+``R9K_FUSED_QKROPE``), docs/semantics.md 3.8: one launch where the eager path runs ~30 ops.
 
 Op ``qk_norm_rope``: ``qk_norm_rope_gate(qkv, q_weight, k_weight, positions, cos_sin_cache, num_heads,
 num_kv_heads, head_dim=256, eps=1e-6, mrope_section=(11, 11, 10), mrope_interleaved=True, out=None)

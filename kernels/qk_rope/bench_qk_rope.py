@@ -1,6 +1,6 @@
 """Benchmark of the attention q/k norm + MRoPE + gate split at the TP4 shard (6 q heads + gate, 1 kv head,
 head dim 256, 64 rotary dims, interleaved MRoPE [11, 11, 10], theta 1e7), stock eager ops vs the fused kernel,
-CUDA-graph replay over 8 input copies. Run: ``python -m r9k.kernels.qk_rope.bench_qk_rope``."""
+CUDA-graph replay over 8 input copies. Run: ``python -m r9k.kernels._triton.bench qk_rope``."""
 from __future__ import annotations
 
 MS = (1, 4, 8, 16)
@@ -28,7 +28,7 @@ def _sets(M, copies=8):
 
 
 def run(bw):
-    from r9k.kernels.gdn_decode._part2_bench import row
+    from r9k.kernels._triton.timing import row
 
     from . import reference, triton_kernel
 
@@ -38,10 +38,3 @@ def run(bw):
         rows.append(row("qk_norm_rope", M, reference.qk_norm_rope_gate, triton_kernel.qk_norm_rope_gate, sets,
                         sets, floor, bw))
     return rows
-
-
-if __name__ == "__main__":
-    from r9k.kernels._bench import fmt_table
-    from r9k.kernels.gdn_decode._part2_bench import COLS, main_bw
-
-    print(fmt_table(run(main_bw()), COLS + ["fused p10-p90"]))

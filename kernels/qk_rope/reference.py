@@ -1,4 +1,4 @@
-"""Stock path of the attention q/k norm + MRoPE + output-gate split (kernel-semantics.md 3.8).
+"""Stock path of the attention q/k norm + MRoPE + output-gate split (docs/semantics.md 3.8).
 
 vLLM's eager path for a full-attention layer with ``attn_output_gate`` (Qwen3-Next style), op for op:
 split the qkv row ``[q_gate (hq x 2D) | k (hkv x D) | v (hkv x D)]``; view q_gate as [T, hq, 2D] and chunk

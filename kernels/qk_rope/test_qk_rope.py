@@ -1,4 +1,4 @@
-"""Gate of R9K_FUSED_QKROPE (kernel-semantics.md 3.8): q and k within relative max error 2e-2 of stock (we also
+"""Gate of R9K_FUSED_QKROPE (docs/semantics.md 3.8): q and k within relative max error 2e-2 of stock (we also
 require bit-equality but for < 0.1% of elements, since the rounding points are stock's), the gate bit-exact,
 both paths close to an fp64 evaluation. CPU interpreter at small T; TP4 (6/1 heads) and TP2 (12/1) on a GPU."""
 from __future__ import annotations

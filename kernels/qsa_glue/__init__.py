@@ -1,5 +1,5 @@
 """QSA indexer glue (variant ``qsa_indexer_glue``, knob ``R9K_QSA_GLUE``): Gemma RMSNorm + neox rotary of the
-indexer's query heads and compressed keys, one launch instead of ~20-30 eager ops (kernel-semantics.md 3.7).
+indexer's query heads and compressed keys, one launch instead of ~20-30 eager ops (docs/semantics.md 3.7).
 
 Op ``qsa_glue``: ``gemma_norm_rope(x, weight, positions=None, cos_sin_cache=None, eps=1e-6,
 mrope_section=None, mrope_interleaved=True, out=None) -> [T, H, D] bf16``

@@ -1,6 +1,6 @@
 """Benchmark of the QSA indexer glue (Gemma norm + neox rope of the 4 indexer query heads x 128, 32 rotary dims,
 q a strided view of the [T, 640] projection row, positions a stride-3 column), stock ops vs the fused kernel,
-CUDA-graph replay over 8 input copies. Run: ``python -m r9k.kernels.qsa_glue.bench_qsa_glue``."""
+CUDA-graph replay over 8 input copies. Run: ``python -m r9k.kernels._triton.bench qsa_glue``."""
 from __future__ import annotations
 
 MS = (1, 4, 8, 16)
@@ -24,7 +24,7 @@ def _sets(M, copies=8):
 
 
 def run(bw):
-    from r9k.kernels.gdn_decode._part2_bench import row
+    from r9k.kernels._triton.timing import row
 
     from . import reference, triton_kernel
 
@@ -34,10 +34,3 @@ def run(bw):
         rows.append(row("qsa_glue", M, reference.gemma_norm_rope, triton_kernel.gemma_norm_rope, sets, sets,
                         floor, bw))
     return rows
-
-
-if __name__ == "__main__":
-    from r9k.kernels._bench import fmt_table
-    from r9k.kernels.gdn_decode._part2_bench import COLS, main_bw
-
-    print(fmt_table(run(main_bw()), COLS + ["fused p10-p90"]))

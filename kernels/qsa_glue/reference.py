@@ -1,4 +1,4 @@
-"""Stock path of the QSA indexer glue (kernel-semantics.md 3.7): Gemma RMSNorm, then rotary.
+"""Stock path of the QSA indexer glue (docs/semantics.md 3.7): Gemma RMSNorm, then rotary.
 
 This is what ``R9K_QSA_GLUE=stock`` runs: vLLM's native GemmaRMSNorm (fp32 ops, one bf16 rounding) followed by
 the neox rotary of ``ApplyRotaryEmb.forward_static`` on the first ``rotary_dim`` dims (bf16 ops, each one

@@ -1,4 +1,4 @@
-"""Gate of R9K_QSA_GLUE (kernel-semantics.md 3.7): the fused norm + rope is bit-equal to the stock ops except
+"""Gate of R9K_QSA_GLUE (docs/semantics.md 3.7): the fused norm + rope is bit-equal to the stock ops except
 fp32 sum-of-squares order flips, on fewer than 0.1% of elements; both stay within bf16 rounding of an fp64
 evaluation. CPU (Triton interpreter) at small shapes; the real indexer shapes on a GPU."""
 from __future__ import annotations
@@ -94,16 +94,23 @@ def test_gate_interpreter_mrope(seed):
     _check(*_case(seed, 4, 2, 128, 32, "mrope", sections=(6, 5, 5), interleaved=False, pos_stride=2))
 
 
+@needs_triton
 def test_mrope_truncation_is_stock_rounding(seed):
-    """The MRoPE stock path rounds products toward zero; with equal rows it differs from the 1-D path only there."""
+    """Stock's MRoPE path rounds the rotary products toward zero; with equal position rows it differs from the
+    1-D path only there. The fused kernel must round like stock's MRoPE where the two stock paths differ."""
     kw, _ = _case(seed, 6, 4, 128, 64, "mrope", sections=(11, 11, 10), equal_rows=True)
     a = reference.gemma_norm_rope(**kw)
-    kw1 = dict(kw, positions=kw["positions"][0], mrope_section=None)
-    b = reference.gemma_norm_rope(**kw1)
+    b = reference.gemma_norm_rope(**dict(kw, positions=kw["positions"][0], mrope_section=None))
+    fused = triton_kernel.gemma_norm_rope(**kw)
     assert torch.equal(a[..., 64:], b[..., 64:])
-    ra, rb = a[..., :64].float(), b[..., :64].float()
-    assert not torch.equal(ra, rb)  # truncation changes some codes
-    assert (ra - rb).abs().max() <= 2.0**-6 * rb.abs().max()  # by about one bf16 ulp, no more
+    differs = a != b
+    assert differs.any()  # truncation changes some codes (by about one bf16 ulp, no more)
+    assert (a[..., :64].float() - b[..., :64].float()).abs().max() <= 2.0**-6 * b[..., :64].float().abs().max()
+    n = int(differs.sum())
+    like_stock = int((fused[differs] == a[differs]).sum())
+    like_1d = int((fused[differs] == b[differs]).sum())
+    # fp32 sum-of-squares order may flip a few codes anyway (the gate's 0.1% rule); the rest follow stock MRoPE
+    assert like_stock >= n - max(1, int(1e-3 * a.numel())), f"{like_stock} of {n} like stock MRoPE, {like_1d} like 1-D"
 
 
 @gpu

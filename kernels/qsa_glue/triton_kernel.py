@@ -14,21 +14,10 @@ import torch
 import triton
 import triton.language as tl
 
+from r9k.kernels._triton.common import rne_bf16
+
 # Position modes (constexpr POS_MODE).
 POS_NONE, POS_1D, POS_MROPE_INTERLEAVED, POS_MROPE_CONCAT = 0, 1, 2, 3
-
-
-@triton.jit
-def rne_bf16(v):
-    """Round fp32 to the nearest-even bf16 value, returned as fp32 (exact in bf16).
-
-    Done on the bits rather than with ``.to(tl.bfloat16)``: the Triton CPU interpreter's float casts truncate
-    (and its "rtne" mode rounds ties away), so the CI gate would not see the GPU's rounding otherwise. On the GPU
-    this is four integer ops and gives the same bits as ``cvt.rn.bf16.f32`` for finite values.
-    """
-    bits = v.to(tl.int32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
-    return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit

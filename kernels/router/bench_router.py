@@ -1,19 +1,18 @@
 """Benchmark: router GEMM (fused split-K Triton vs cuBLAS F.linear) and fused routing (one launch vs
 PyTorch softmax + topk + renormalise), on a GPU.
 
-    python -m r9k.kernels.router.bench_router [--sweep] [--json FILE]
+    python -m r9k.kernels._triton.bench router [--sweep] [--json FILE]
 
 ``--sweep`` times tile configs for the 512 x 2560 GEMM and warp counts for the routing kernel, checks
-each, and writes the winners into tuned_h200.json (the gate tests then run on them).
+each, and writes the winners into tuned_<device>.json (the gate tests then run on them).
 """
 from __future__ import annotations
 
-import argparse
-import json
 
 import torch
 
-from r9k.kernels import _bench
+from r9k.kernels._triton import skinny_gemm as sk
+from r9k.kernels._triton import timing as _bench
 from r9k.kernels.router import reference as ref
 from r9k.kernels.router import triton_kernel as tk
 
@@ -49,7 +48,9 @@ def run(sweep: bool = False):
         best, r = _bench.sweep("router 512x2560", SWEEP, time_fn, check)
         sweep_rows += r
         if best is not None:
-            _bench.update_json(tk.TUNED_FILE, {"skinny": {f"{E}x{K}": list(best)}})
+            _bench.update_json(sk.TUNED_FILE, {"skinny": {f"{E}x{K}": list(best)}})
+            sk.TUNED.clear()
+            sk.TUNED.update(sk.load_tuned())
 
         def rcheck(wn):
             for M in (1, 16):
@@ -96,14 +97,3 @@ def run(sweep: bool = False):
 
 
 COLS = ["op", "M", "stock us", "fused us", "speedup", "launches s/f", "floor us", "bw frac", "L2-hot fused us", "cfg"]
-
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--sweep", action="store_true")
-    ap.add_argument("--json")
-    a = ap.parse_args()
-    rows, sweep_rows = run(a.sweep)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"rows": rows, "sweep": sweep_rows}, f, indent=1, default=str)
-    print(_bench.fmt_table(rows, COLS))

@@ -1,4 +1,4 @@
-"""Stock paths and fp64 references for the MoE router GEMM and routing (kernel-semantics 3.4, 3.5).
+"""Stock paths and fp64 references for the MoE router GEMM and routing (docs/semantics.md 3.4, 3.5).
 
 Stock router GEMM: ``F.linear(x, W)`` -- one bf16 GEMM launch (cuBLAS on an NVIDIA GPU), fp32
 accumulation, one rounding to bf16.

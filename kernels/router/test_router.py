@@ -1,4 +1,4 @@
-"""Gate tests for the router GEMM and fused routing (kernel-semantics 3.4, 3.5).
+"""Gate tests for the router GEMM and fused routing (docs/semantics.md 3.4, 3.5).
 
 CPU: Triton interpreter at small shapes (plus the real 512 x 2560 at one width). GPU (``-m gpu``):
 the real shapes at decode widths. Fresh random inputs per run (seed printed), outputs poisoned.
@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from r9k.kernels._testing import assert_written, bf16_flips, randn
+from r9k.kernels._testing import assert_written, bf16_flips, bf16_ulp, fp32_dot_error, randn
 
 from . import reference as ref
 from . import triton_kernel as tk
@@ -90,10 +90,12 @@ def test_router_fallback_above_16(device, rng, poison):
     out = poison(torch.empty((20, 64), dtype=torch.bfloat16, device=device))
     y = tk.router_gemm(x, w, out=out)
     assert_written(y)
-    exp = (x.double() @ w.double().t()).float()
-    # fp32-out GEMM rounded once: within half a bf16 ulp of the exact value (plus fp32 sum noise)
-    assert ((y.float() - exp).abs() <= exp.abs() * 2.0**-8 + 1e-6).all()
-    assert torch.equal(y, ref.router_gemm_fp32_fallback(x, w))
+    exact = x.double() @ w.double().t()
+    # The fallback is an fp32-out GEMM rounded once to bf16: within half a bf16 ulp of the fp32 value, which
+    # is within the fp32 accumulation bound of the exact one (compared with fp64, not with the fallback itself).
+    err = (y.double() - exact).abs()
+    bound = 0.5 * bf16_ulp(y) + fp32_dot_error(x, w)
+    assert (err <= bound).all(), f"{int((err > bound).sum())} of {y.numel()} logits not correctly rounded"
 
 
 @pytest.mark.gpu

@@ -1,15 +1,5 @@
-"""Fused Triton kernels for the MoE router (``router_gemm``, ``moe_route``) and the skinny split-K GEMM
-they share with the hyper-connection down GEMM (``r9k.kernels.hc_mix``).
-
-Skinny GEMM (decode widths, M <= 16): ``out = epi(bf16(scale[n] * sum_k x[m,k] * W[n,k]))``.
-* One 16-row tile; grid = (N tiles, K splits). Each program streams a ``BLOCK_N x K/SPLIT_K`` slice
-  of the weight (bf16, or e4m3 converted exactly to bf16 for W8A16), so a 512- or 336-row weight is
-  spread over ~100-200 programs instead of the 4-32 a 128-wide tile would give.
-* Split-K partials are reduced in one launch, deterministically: every program writes its fp32 partial
-  to a workspace, then bumps a per-N-tile counter (acq_rel atomic); the program that arrives last sums
-  the partials in split order 0, 1, ..., rounds once and runs the epilogue, then resets the counter
-  to 0 for the next call (graph-safe, no memset launch).
-* Epilogues: none, or hc_silu on the first ``EPI_COLS`` columns (``bf16(silu(bf16(acc) / hc))``).
+"""Fused Triton kernels for the MoE router: ``router_gemm`` (the skinny split-K GEMM of
+``r9k.kernels._triton.skinny_gemm``, shared with the hyper-connection down GEMM) and ``moe_route``.
 
 Fused routing (``moe_route``): one program per row: fp32 softmax of the logits (non-finite exp -> 0),
 top-k by iterated arg-max with ties to the lower expert id, optional renormalisation.
@@ -23,175 +13,12 @@ import torch
 import triton
 import triton.language as tl
 
-from .tl_common import INTERPRETED, dot_bf16, to_bf16
+from r9k.kernels._triton import tuned
+from r9k.kernels._triton.common import INTERPRETED, use_triton
+from r9k.kernels._triton.skinny_gemm import BLOCK_M, default_skinny_config, skinny_gemm  # noqa: F401 - re-exported
 
 
-BLOCK_M = 16  # one tile of decode rows (MTP-3: 4 rows a request, so up to 4 requests)
 MAX_M = 16  # above this the wrappers use the stock GEMM (fp32-out mm, one rounding)
-
-
-def use_triton(t: torch.Tensor) -> bool:
-    """Whether a Triton kernel can run on ``t``: a GPU tensor, or any tensor under the interpreter."""
-    return t.is_cuda or INTERPRETED
-
-
-_COUNTERS: dict = {}
-
-
-def splitk_counters(device: torch.device, n: int) -> torch.Tensor:
-    """Zeroed int32 arrival counters for the split-K reduction (kernels reset them after use).
-
-    Allocated once per device and kept; the first call must happen outside CUDA-graph capture
-    (every caller warms up first). Kernels on one stream use them one after another.
-    """
-    key = (device.type, device.index)
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-        _COUNTERS[key] = buf
-    return buf
-
-
-@triton.jit
-def _hc_silu(v, inv_hc):
-    """hc_silu on the bf16-rounded GEMM value v (fp32 holding a bf16): a * sigmoid(a), a = v / hc."""
-    a = v * inv_hc
-    return a / (1.0 + tl.exp(-a))
-
-
-@triton.jit
-def _skinny_step(acc, k0, k_hi, x_ptr, w_ptr, offs_m, offs_n, offs_k, m_mask, n_mask, K, stride_xm,
-                 INTERPRET: tl.constexpr):
-    kk = k0 + offs_k
-    k_mask = kk < k_hi
-    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + kk[None, :],
-                mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-    w = tl.load(w_ptr + offs_n[:, None] * K + kk[None, :],
-                mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-    # bf16 weights as they are; e4m3 weights converted exactly to bf16 (W8A16).
-    return acc + dot_bf16(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)), INTERPRET)
-
-
-@triton.jit
-def skinny_gemm_kernel(
-    x_ptr, w_ptr, scale_ptr, ws_ptr, cnt_ptr, out_ptr,
-    M, N, K, stride_xm, stride_om, K_PER_SPLIT,
-    EPI_COLS, inv_hc,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SPLIT_K: tl.constexpr,
-    HAS_SCALE: tl.constexpr, EPI_SILU: tl.constexpr, INTERPRET: tl.constexpr, UNROLL: tl.constexpr = 0,
-):
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
-    m_mask = offs_m < M
-    n_mask = offs_n < N
-    k_lo = pid_k * K_PER_SPLIT
-    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
-
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    if UNROLL > 0:
-        # UNROLL == K_PER_SPLIT / BLOCK_K: the split's chunks fully unrolled, every load issued up front.
-        for i in tl.static_range(UNROLL):
-            acc = _skinny_step(acc, k_lo + i * BLOCK_K, k_hi, x_ptr, w_ptr, offs_m, offs_n, offs_k, m_mask, n_mask,
-                               K, stride_xm, INTERPRET)
-    else:
-        for k0 in range(k_lo, k_hi, BLOCK_K):
-            acc = _skinny_step(acc, k0, k_hi, x_ptr, w_ptr, offs_m, offs_n, offs_k, m_mask, n_mask,
-                               K, stride_xm, INTERPRET)
-
-    out_mask = m_mask[:, None] & n_mask[None, :]
-    if SPLIT_K > 1:
-        ws = ws_ptr + (pid_k * BLOCK_M + offs_m[:, None]) * N + offs_n[None, :]
-        tl.store(ws, acc, mask=out_mask)
-        tl.debug_barrier()  # every thread's partial is issued before the arrival is published
-        arrived = tl.atomic_add(cnt_ptr + pid_n, 1)  # acq_rel, gpu scope
-        # Only the last program to arrive finishes the tile (masks, not a branch).
-        out_mask = out_mask & ((tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32) + arrived) == SPLIT_K - 1)
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for s in range(SPLIT_K):  # fixed order: deterministic bits
-            part = tl.load(ws_ptr + (s * BLOCK_M + offs_m[:, None]) * N + offs_n[None, :],
-                           mask=out_mask, other=0.0, cache_modifier=".cg")
-            acc += part
-        tl.atomic_xchg(cnt_ptr + pid_n, 0, mask=arrived == SPLIT_K - 1)  # reset for the next call
-
-    if HAS_SCALE:
-        sc = tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)
-        acc = acc * sc[None, :]
-    y = to_bf16(acc, INTERPRET)
-    if EPI_SILU:
-        act = to_bf16(_hc_silu(y.to(tl.float32), inv_hc), INTERPRET)
-        y = tl.where((offs_n < EPI_COLS)[None, :], act, y)
-    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], y, mask=out_mask)
-
-
-TUNED_FILE = os.path.join(os.path.dirname(__file__), "tuned_h200.json")
-
-
-def load_tuned(path: str = TUNED_FILE) -> dict:
-    """The H200 sweep's winners (written by the benchmarks with ``--sweep``, gate-tested in the same
-    device run; see notes/kernels-linear-routing.md): {"skinny": {"NxK": [cfg]}, "moe_route_warps": int}."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
-
-
-TUNED: dict = load_tuned()
-
-
-def default_skinny_config(n: int, k: int) -> tuple[int, int, int, int, int]:
-    """(BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages) for a skinny GEMM of N x K: the H200
-    sweep's winner for this shape if recorded, else ~130-260 programs (132 SMs), each streaming a few
-    tens of KB of weight."""
-    cfg = TUNED.get("skinny", {}).get(f"{n}x{k}")
-    if cfg:
-        return tuple(cfg)
-    block_n = 32 if n >= 512 else 16
-    block_k = 128
-    tiles = triton.cdiv(n, block_n)
-    k_blocks = triton.cdiv(k, block_k)
-    split = 1
-    while tiles * split < 128 and split * 2 <= k_blocks:
-        split *= 2
-    return block_n, block_k, split, 4, 3
-
-
-def skinny_gemm(x, w, *, scale=None, out=None, epi_cols: int = 0, hc_count: int = 4, config=None):
-    """``out[m, n] = epi(bf16(scale[n] * sum_k x[m,k] * w[n,k]))`` for M <= 16 in one launch.
-
-    x [M, K] bf16 (row stride free, unit column stride), w [N, K] bf16 or float8_e4m3fn (contiguous),
-    scale [N] fp32 or None, out [M, N] bf16 (allocated when None). ``epi_cols > 0`` applies hc_silu
-    (``silu(v / hc_count)`` on the bf16-rounded value) to columns ``< epi_cols``.
-    ``config``: (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages[, unroll]); None = tuned or default.
-    """
-    M, K = x.shape
-    N = w.shape[0]
-    assert w.shape[1] == K and w.is_contiguous() and x.stride(1) == 1
-    assert 1 <= M <= BLOCK_M, "skinny_gemm covers decode widths (M <= 16)"
-    if out is None:
-        out = torch.empty((M, N), dtype=torch.bfloat16, device=x.device)
-    block_n, block_k, split, warps, stages, *rest = config or default_skinny_config(N, K)
-    k_per_split = triton.cdiv(triton.cdiv(K, split), block_k) * block_k
-    split = triton.cdiv(K, k_per_split)  # no empty splits
-    unroll = k_per_split // block_k if (rest and rest[0]) else 0
-    tiles = triton.cdiv(N, block_n)
-    if split > 1:
-        ws = torch.empty((split, BLOCK_M, N), dtype=torch.float32, device=x.device)
-        cnt = splitk_counters(x.device, tiles)
-    else:
-        ws = cnt = out  # unused
-    skinny_gemm_kernel[(tiles, split)](
-        x, w, scale if scale is not None else out, ws, cnt, out,
-        M, N, K, x.stride(0), out.stride(0), k_per_split,
-        epi_cols, 1.0 / hc_count,
-        BLOCK_M=BLOCK_M, BLOCK_N=block_n, BLOCK_K=block_k, SPLIT_K=split,
-        HAS_SCALE=scale is not None, EPI_SILU=epi_cols > 0, INTERPRET=INTERPRETED, UNROLL=unroll,
-        num_warps=warps, num_stages=stages,
-    )
-    return out
 
 
 def router_gemm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -251,6 +78,21 @@ def moe_route_kernel(
 
 MAX_TOPK = 16
 MAX_EXPERTS = 1024
+
+
+TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (absent: default configs)
+
+
+def load_tuned(path: str = TUNED_FILE) -> dict:
+    """A device's sweep winner for the routing kernel: {"moe_route_warps": int}."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+TUNED: dict = load_tuned()
 
 
 def moe_route_warps() -> int:

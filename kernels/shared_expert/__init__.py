@@ -1,5 +1,5 @@
 """Shared expert with its sigmoid scalar gate (variant ``shared_expert_fused``, knob ``R9K_SHARED_EXPERT``),
-kernel-semantics.md 3.6: MXFP4 weights, per-row fp8 activations; 8 launches (stock) to 4 (fused).
+docs/semantics.md 3.6: MXFP4 weights, per-row fp8 activations; 8 launches (stock) to 4 (fused).
 
 Op ``shared_expert``: ``shared_expert(x, weights, out=None) -> [M, H] bf16`` with ``x`` [M, H] bf16 and
 ``weights`` a :class:`SharedExpertWeights` made once at load by ``prepare_shared_expert(w1_packed, w1_scales,

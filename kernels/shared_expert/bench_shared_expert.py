@@ -1,7 +1,7 @@
 """Benchmark of the shared expert (MXFP4 weights, per-row fp8 activations, sigmoid gate) at the TP4 shard
 (gate_up 320 x 2560, down 2560 x 160) and TP2 (640 x 2560, 2560 x 320): stock 8 launches vs fused 4, CUDA-graph
 replay rotating over enough weight copies to exceed the L2 4x. Also a small sweep of the gate_up GEMM config.
-Run: ``python -m r9k.kernels.shared_expert.bench_shared_expert``."""
+Run: ``python -m r9k.kernels._triton.bench shared_expert``."""
 from __future__ import annotations
 
 import functools
@@ -29,7 +29,7 @@ def _weights(I, copies):
 def _sets(M, I):
     import torch
 
-    from r9k.kernels._bench import copies_for
+    from r9k.kernels._triton.timing import copies_for
 
     W0 = _weights(I, 1)[0]
     copies = copies_for(W0.nbytes())
@@ -42,7 +42,7 @@ def _sets(M, I):
 
 
 def run(bw, tps=((4, 160), (2, 320))):
-    from r9k.kernels.gdn_decode._part2_bench import row
+    from r9k.kernels._triton.timing import row
 
     from . import reference, triton_kernel
 
@@ -61,7 +61,7 @@ def sweep_gemm(configs=(None, (16, 16, 256, 4, 2, 1), (16, 16, 256, 4, 2, 10), (
     (None = the default heuristic), then the down GEMM."""
     import torch
 
-    from r9k.kernels._bench import graph_time_us
+    from r9k.kernels._triton.timing import graph_time_us
 
     from . import triton_kernel
 
@@ -79,11 +79,3 @@ def sweep_gemm(configs=(None, (16, 16, 256, 4, 2, 1), (16, 16, 256, 4, 2, 10), (
         args = [(aq, s, a[2], a[3]) for a in cfgd]
         res.append({"config": "down " + str(cfg), "gate_up us": graph_time_us(fn, args)["us"]})
     return res
-
-
-if __name__ == "__main__":
-    from r9k.kernels._bench import fmt_table
-    from r9k.kernels.gdn_decode._part2_bench import COLS, main_bw
-
-    print(fmt_table(run(main_bw()), COLS + ["fused p10-p90"]))
-    print(fmt_table(sweep_gemm(), ["config", "gate_up us"]))

@@ -1,4 +1,4 @@
-"""Shared expert of a Flash-Next MoE layer (kernel-semantics.md 3.6, appendices A and B): MXFP4 weights, per-row
+"""Shared expert of a Flash-Next MoE layer (docs/semantics.md 3.6, appendices A and B): MXFP4 weights, per-row
 fp8 activations, sigmoid scalar gate. Stock = the plugin's own unfused composition, 8 launches:
 
 1. per-row fp8 quant of x;  2. ``gu = bf16(GEMM_mxfp4(x_q, W1) * s_x)`` [M, 2I] (gate | up);

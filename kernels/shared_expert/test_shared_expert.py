@@ -1,4 +1,4 @@
-"""Gate of R9K_SHARED_EXPERT (kernel-semantics.md 3.6): the expert-gate values bit-equal to
+"""Gate of R9K_SHARED_EXPERT (docs/semantics.md 3.6): the expert-gate values bit-equal to
 ``sigmoid(F.linear(x, wg))`` except <= max(1, M/64) flips; output within 3% relative L2 of stock; mean |error| vs
 an fp64 reference (stock semantics from the same fp8 input quant, activation unquantized) <= 1.05x stock's
 (pooled over ceil(16/M) activation draws at M < 16: see ``_draws``).
@@ -131,6 +131,7 @@ def test_building_blocks_interpreter(seed, device, poison):
 
 
 def test_mxfp4_roundtrip(seed):
+    """The test's own weight quantizer (reference only: not part of the gate, see registry/variants/decode.toml)."""
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(8, 128, generator=g)
     p, s = reference.quantize_mxfp4(w)

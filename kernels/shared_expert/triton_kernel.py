@@ -1,4 +1,4 @@
-"""Shared expert in 4 launches (kernel-semantics.md 3.6), and the plugin kernels its stock path uses on a GPU.
+"""Shared expert in 4 launches (docs/semantics.md 3.6), and the plugin kernels its stock path uses on a GPU.
 
 Fused form:
 1. :func:`row_quant_gate`: per-row fp8 quant of x (appendix B) and, in the same pass over the row, the expert
@@ -22,7 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
-from r9k.kernels.qsa_glue.triton_kernel import rne_bf16
+from r9k.kernels._triton.common import rne_bf16
+from r9k.kernels._triton.counters import arrival_counters
 
 from .reference import SharedExpertWeights
 
@@ -159,19 +160,6 @@ def _gemm_config(M, N, K):
     return 16, block_n, block_k, 4, 2, split
 
 
-_COUNTERS: dict = {}
-
-
-def _counters(device, n: int) -> torch.Tensor:
-    """Zeroed int32 arrival counters for split-K tiles (the kernel leaves them zero); grown per device."""
-    key = str(device)
-    buf = _COUNTERS.get(key)
-    if buf is None or buf.numel() < n:
-        buf = torch.zeros(max(n, 4096), dtype=torch.int32, device=device)
-        _COUNTERS[key] = buf
-    return buf
-
-
 def mxfp4_gemm(q: torch.Tensor, s: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
                gate: torch.Tensor | None = None, out: torch.Tensor | None = None, config=None) -> torch.Tensor:
     """``out[m, n] = bf16(sum_k q[m,k] W[n,k] * s[m] [* gate[m]])``; q [M, K] e4m3, s/gate [M] fp32, W MXFP4.
@@ -194,7 +182,7 @@ def mxfp4_gemm(q: torch.Tensor, s: torch.Tensor, packed: torch.Tensor, scales: t
     grid = (triton.cdiv(N, bn), triton.cdiv(M, bm), split)
     if split > 1:
         part = torch.empty((split, M, N), dtype=torch.float32, device=q.device)
-        cnt = _counters(q.device, grid[0] * grid[1])
+        cnt = arrival_counters(q.device, grid[0] * grid[1], user="shared_expert")
     else:
         part, cnt = out, s  # unused
     _mxfp4_gemm_kernel[grid](q, s, packed, scales, gate if gate is not None else s, out, part, cnt, M, N, K, k_split,

@@ -7,43 +7,49 @@ calls it through a torch custom op (``torch.ops.r9k.router_gemm_<impl>``), opaqu
 the compiled graph holds one call and the Triton kernel (or its interpreter on the CPU) runs at
 execution time.
 
-A layer the kernel does not cover (quantized gate, bias, weights not bf16, fp32 logits requested)
-keeps vLLM's own forward; this is logged once per reason.
+Per layer (``counters.layer``): installed, or kept on vLLM's forward with the reason (quantized gate,
+bias, weights not bf16, logits requested in another dtype than bf16, e.g. fp32 by a quant method's
+``set_out_dtype`` after construction). Per call (``counters.hit``, inside the custom op): ``fused``
+for 1..16 rows (one Triton launch), ``fallback:rows>16`` above (the kernel's wrapper runs the stock
+fp32-out GEMM with one rounding there).
 """
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
 
-from ..dispatch import Choice, get_table
+from .. import counters
+from ..dispatch import Choice
+from . import _common
 
 logger = logging.getLogger("vllm.r9k")
 
 OP = "router_gemm"
-_TORCH_OPS: dict[str, object] = {}
-_LOGGED: set[str] = set()
+#: rows the fused kernel covers (r9k.kernels.router.triton_kernel.MAX_M); more rows run the stock GEMM
+FUSED_MAX_ROWS = 16
 
 
 def torch_op(choice: Choice):
     """The torch custom op wrapping the chosen implementation (defined once per process)."""
-    name = f"r9k::{choice.op}_{choice.impl}"
-    if name in _TORCH_OPS:
-        return _TORCH_OPS[name]
-    fn: Callable = choice.fn
+    fn = choice.fn
+    fused = choice.impl == "fused"
 
-    @torch.library.custom_op(name, mutates_args=())
-    def _op(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def impl(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if not fused:
+            counters.hit(OP, "stock")
+        elif x.shape[0] > FUSED_MAX_ROWS:
+            counters.hit(OP, f"fallback:rows>{FUSED_MAX_ROWS}")
+        else:
+            counters.hit(OP, "fused")
         return fn(x, w)
 
-    @_op.register_fake
-    def _fake(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    def fake(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return x.new_empty((x.shape[0], w.shape[0]))
 
-    _TORCH_OPS[name] = _op
-    return _op
+    return _common.opaque(f"{choice.op}_{choice.impl}", "(Tensor x, Tensor w) -> Tensor", impl, fake)
 
 
 class R9kGateLinear(GateLinear):
@@ -53,16 +59,16 @@ class R9kGateLinear(GateLinear):
         super().__init__(*args, **kwargs)
         self._r9k_op = None
         self._r9k_choice: Optional[Choice] = None
-        table = get_table()
-        choice = table.choose(OP, layer=self.prefix) if table is not None else None
+        choice = _common.choose(OP, self.prefix)
         if choice is None:
             return
         reason = self._ineligible(self.out_dtype)
         if reason:
-            self._log_once(reason)
+            _common.keep(OP, self.prefix, reason)
             return
         self._r9k_choice = choice
         self._r9k_op = torch_op(choice)
+        _common.installed(OP, self.prefix)
         # On vLLM's CPU backend, weight loading would repack the weight for oneDNN and drop the plain
         # tensor; this (documented) layer attribute keeps it, with F.linear for vLLM's own path.
         self._cpu_skip_gemm_dispatch = True
@@ -78,17 +84,13 @@ class R9kGateLinear(GateLinear):
             return f"router logits requested in {out_dtype}, the kernel writes bf16"
         return ""
 
-    def _log_once(self, reason: str) -> None:
-        if reason not in _LOGGED:
-            _LOGGED.add(reason)
-            logger.warning("r9k: %s: %s; this layer keeps vLLM's own GateLinear forward", self.prefix, reason)
-
     def set_out_dtype(self, out_dtype: torch.dtype) -> None:
         super().set_out_dtype(out_dtype)
         if self._r9k_op is not None:
             reason = self._ineligible(out_dtype)
             if reason:
-                self._log_once(reason)
+                counters.relabel(OP, self.prefix, False, reason)
+                _common.keep_logged(OP, self.prefix, reason)
                 self._r9k_op = None
 
     def forward(self, x: torch.Tensor):

@@ -41,6 +41,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from r9k.registry import envvars
+from r9k.registry.origin import Origin
+
 from . import mcnemar, results
 
 CRITERIA = ("mcnemar", "accuracy", "outputs")
@@ -131,8 +134,7 @@ def step_set(reg: Any, plan: Plan, step: str):
     rs = resolve(reg, plan.good, tp=plan.tp, env={}, sets=sets)
     for knob in unset:  # `--set` cannot express "not set"; the resolved item is patched instead
         r = rs.items[reg.variant(knob).id]
-        r.history.append((r.layer, r.source, r.value))
-        r.value, r.layer, r.source = None, "override", "bisect (unset, as in the bad profile)"
+        r.override(None, Origin("override", detail="bisect (unset, as in the bad profile)"))
     return rs
 
 
@@ -174,8 +176,18 @@ def make_plan(reg: Any, good: str, bad: str, *, tp: int | None = None, mode: str
     return plan
 
 
-def write_plan(reg: Any, plan: Plan, directory: str | Path) -> Path:
+def write_plan(reg: Any, plan: Plan, directory: str | Path, replace: bool = False) -> Path:
+    """Write the plan and its step manifests; refuses a directory that holds a plan already (its recorded
+    results belong to that plan) unless ``replace`` (see :func:`set_aside_results`)."""
+    from r9k.registry import fileio
+
     d = Path(directory)
+    if (d / "plan.json").exists() and not replace:
+        results_there = sorted((d / "results").glob("*.jsonl")) if (d / "results").is_dir() else []
+        raise BisectError(f"{d / 'plan.json'}: a bisect plan exists here already"
+                          + (f" with {len(results_there)} recorded result(s)" if results_there else "")
+                          + "; use another --dir, or --force to replace the plan (results of the old plan are "
+                            "then moved to results.old/)")
     (d / "manifests").mkdir(parents=True, exist_ok=True)
     (d / "results").mkdir(exist_ok=True)
     needed = ([plan.good_step, plan.bad_step] + [f"g{i}" for i in range(len(plan.groups))]
@@ -188,16 +200,37 @@ def write_plan(reg: Any, plan: Plan, directory: str | Path) -> Path:
         manifest = rs.to_manifest()
         manifest["bisect"] = {"step": step, "good": plan.good, "bad": plan.bad,
                               "switched": [plan.groups[i].knobs for i in plan.steps[step]]}
-        (d / "manifests" / f"{step}.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    (d / "plan.json").write_text(json.dumps(plan.to_json(), indent=2) + "\n")
+        fileio.atomic_write(d / "manifests" / f"{step}.json", json.dumps(manifest, indent=2) + "\n", "manifest")
+    fileio.atomic_write(d / "plan.json", json.dumps(plan.to_json(), indent=2) + "\n", "bisect plan")
     return d
+
+
+def set_aside_results(directory: str | Path) -> Path | None:
+    """Move the results of a plan about to be replaced to ``results.old`` (``results.old2``...): they
+    belong to the old plan's steps. Returns where they went (None when there were none)."""
+    d = Path(directory)
+    if not (d / "results").is_dir() or not any((d / "results").iterdir()):
+        return None
+    old, n = d / "results.old", 1
+    while old.exists():
+        n += 1
+        old = d / f"results.old{n}"
+    (d / "results").rename(old)
+    return old
 
 
 def load_plan(directory: str | Path) -> Plan:
     p = Path(directory) / "plan.json"
-    if not p.exists():
+    if not os.path.lexists(p):  # a broken link or a loop is reported as what it is
         raise BisectError(f"{p}: no bisect plan here (run r9kctl bisect plan first)")
-    return Plan.from_json(json.loads(p.read_text()))
+    from r9k.registry import fileio
+
+    data = fileio.read_json(p, "bisect plan", expect=dict)
+    try:
+        return Plan.from_json(data)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        what = f"missing field {exc}" if isinstance(exc, KeyError) else " ".join(str(exc).split())
+        raise fileio.error(p, "bisect-plan", f"not a usable bisect plan ({what})", 1, 1) from None
 
 
 # ------------------------------------------------------------------------------------------- status
@@ -326,8 +359,10 @@ def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template
         step = st.next_step
         manifest = (d / "manifests" / f"{step}.json").resolve()
         if not manifest.exists():  # plans written without this step's manifest (none today) are rebuilt
-            write_plan(reg, plan, d)
-        data = json.loads(manifest.read_text())
+            write_plan(reg, plan, d, replace=True)
+        from r9k.registry import fileio
+
+        data = fileio.read_json(manifest, "step manifest", expect=dict)
         env = dict(os.environ)
         env.update({k: v for k, v in data.get("extra_env", {}).items()})
         for vid, item in data["values"].items():
@@ -335,7 +370,7 @@ def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template
                 env.pop(item["knob"], None)
             else:
                 env[item["knob"]] = item["value"]
-        env.update({"R9K_MANIFEST": str(manifest), "R9K_PROFILE": plan.good, "R9K_TP": str(plan.tp)})
+        env.update({envvars.MANIFEST.name: str(manifest), envvars.PROFILE.name: plan.good, envvars.TP.name: str(plan.tp)})
         cmd = launch.format(manifest=shlex.quote(str(manifest)), port=port, profile=plan.good, tp=plan.tp)
         say(f"[{step}] launch: {cmd}")
         log = (d / "results" / f"{step}.launch.log").open("w")
@@ -365,7 +400,7 @@ def describe_step(plan: Plan, step: str, directory: str | Path, url: str = "URL"
         lines.append(f"    {g.label()}")
     sets = " ".join(f"--set {k}={v}" for g in switched for k, v in g.bad.items() if v is not None)
     unset = [k for g in switched for k, v in g.bad.items() if v is None]
-    lines.append(f"  launch: R9K_MANIFEST={d / 'manifests' / (step + '.json')} vllm serve ...   "
+    lines.append(f"  launch: {envvars.MANIFEST.name}={d / 'manifests' / (step + '.json')} vllm serve ...   "
                  f"(or: r9kctl launch --profile {plan.good} --tp {plan.tp} {sets}"
                  + (f"; and unset {' '.join(unset)}" if unset else "") + ")")
     lines.append(f"  record: r9kctl eval record --url {url} --dataset {plan.dataset or 'FILE'} "

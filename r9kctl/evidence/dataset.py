@@ -117,7 +117,9 @@ def load_dataset(spec: str | Path) -> Dataset:
     questions: list[Question] = []
     seen: set[str] = set()
     index = 0
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    from r9k.registry import fileio
+
+    for lineno, line in enumerate(fileio.read_text(path, "question set").splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{lineno}"

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from r9k.registry import envvars
 from r9k.registry import ledger as L
 
 from .pytest_plugin import matches
@@ -93,8 +94,9 @@ def _now() -> str:
 
 def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Path | None = None,
         progress: Callable[[str], None] | None = None, timeout_s: float | None = None,
-        pytest_args: Iterable[str] = ()) -> GateRun:
-    """Run the planned gates; append one ledger record per variant unless ``record`` is False."""
+        pytest_args: Iterable[str] = (), env: dict[str, str] | None = None) -> GateRun:
+    """Run the planned gates; append one ledger record per variant unless ``record`` is False.
+    ``env``: extra environment variables of the pytest run (the mutation test's)."""
     root = L.repo_root(reg)
     say = progress or (lambda _msg: None)
     declared = gate_plan.test_ids
@@ -120,9 +122,9 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
         with tempfile.TemporaryDirectory(prefix="r9k-gate-") as tmp:
             events = Path(tmp) / "events.jsonl"
             logf = Path(tmp) / "pytest.log"
-            env = dict(os.environ)
-            env["R9K_GATE_EVENTS"] = str(events)
-            env["R9K_GATE_SELECT"] = json.dumps(existing)
+            env = dict(os.environ, **(env or {}))
+            env[envvars.GATE_EVENTS.name] = str(events)
+            env[envvars.GATE_SELECT.name] = json.dumps(existing)
             if not _gpu_device_present():
                 env.setdefault("TRITON_INTERPRET", "1")
             cmd = [sys.executable, "-m", "pytest", "-p", "r9k.r9kctl.evidence.pytest_plugin",

@@ -52,8 +52,13 @@ def read_junit(path: str | Path) -> dict[str, str]:
 
 
 def _read_cases(path: str | Path) -> dict[str, tuple[str, int | None]]:
-    text = Path(path).read_text(encoding="utf-8", errors="replace")
-    root = ET.fromstring(text)
+    from r9k.registry import fileio
+
+    text = fileio.read_text(path, "JUnit XML file")  # located errors: missing, binary, not UTF-8, ...
+    root = fileio.parse_xml(text, path, "JUnit XML file")
+    if root.tag not in ("testsuites", "testsuite"):
+        raise fileio.error(path, "junit", f"not a JUnit XML file: the root element is <{root.tag}>, not "
+                           "<testsuites> or <testsuite>", 1, 1)
     lines = text.splitlines()
     out: dict[str, tuple[str, int | None]] = {}
     for case in root.iter("testcase"):
@@ -121,8 +126,12 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
     doc). Raises ImportRefused with one located line. ``collected`` (tests) replaces the local collection."""
     xml = Path(xml)
     root = L.repo_root(reg)
+    from r9k.registry import fileio
+
     try:
         cases = _read_cases(xml)
+    except fileio.FileError as exc:  # already one located line
+        raise ImportRefused(exc.diagnostic.format()) from None
     except OSError as exc:
         raise _refuse(xml, "junit", f"cannot read: {exc.strerror or exc}") from None
     except ET.ParseError as exc:

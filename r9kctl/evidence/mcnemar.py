@@ -22,7 +22,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from scipy.stats import binomtest
+from scipy.stats import binom, binomtest
 
 from .results import ResultFile, ResultFileError
 
@@ -47,6 +47,9 @@ class Comparison:
     diff_ci: tuple[float, float]
     discordant_share_ci: tuple[float, float] | None  # exact CI of c / (b + c); None when b + c == 0
     identical: int | None  # questions whose outputs are identical (None: outputs not in both files)
+    mdd: float | None = None  # minimum detectable |acc(B) - acc(A)| at alpha / power (None: none detectable)
+    mdd_alpha: float = 0.05
+    mdd_power: float = 0.8
     dataset: str | None = None
     a_server: dict | None = None  # the active set each server reported (profile, hash), when recorded
     b_server: dict | None = None
@@ -90,6 +93,7 @@ class Comparison:
         if self.discordant_share_ci is not None:
             clo, chi = self.discordant_share_ci
             lines.append(f"c / (b + c)    {self.c / (self.b + self.c):.3f}, exact CI [{clo:.3f}, {chi:.3f}]")
+        lines.append(f"detectable     {self.mdd_text()}")
         if self.a_server or self.b_server:
             cfg = lambda s: f"{s.get('profile')} @ {s.get('hash')}" if s else "?"  # noqa: E731
             lines.append(f"configs        A: {cfg(self.a_server)}   B: {cfg(self.b_server)}")
@@ -98,6 +102,50 @@ class Comparison:
         else:
             lines.append(f"identical      {pct(self.identical_share)} of outputs ({self.identical}/{self.n})")
         return "\n".join(lines)
+
+
+    def mdd_text(self) -> str:
+        d = self.b + self.c
+        head = f"at n = {self.n}, {d} discordant ({100 * d / self.n:.1f}%), alpha {self.mdd_alpha:g}, " \
+               f"power {100 * self.mdd_power:.0f}%: "
+        if self.mdd is None:
+            need = min_discordant(self.mdd_alpha)
+            return head + f"no difference is detectable (the exact test needs >= {need} discordant questions)"
+        return head + f"differences of {100 * self.mdd:.2f} points or more ({math.ceil(self.mdd * self.n - 1e-9)} " \
+                      "questions); a smaller one would read as 'no detectable difference'"
+
+
+def _rejection_region(d: int, alpha: float) -> list[int]:
+    return [k for k in range(d + 1) if mcnemar_exact_p(k, d - k) < alpha]
+
+
+def min_discordant(alpha: float = 0.05) -> int:
+    """The fewest discordant questions for which some split is significant (6 at alpha 0.05)."""
+    d = 1
+    while not _rejection_region(d, alpha):
+        d += 1
+    return d
+
+
+def minimum_detectable_difference(n: int, discordant: int, alpha: float = 0.05, power: float = 0.8) -> float | None:
+    """Smallest |acc(B) - acc(A)| the exact McNemar test detects with ``power`` at ``n`` questions and
+    ``discordant`` discordant ones (see the module doc); None when no split of them is significant."""
+    if n <= 0 or discordant <= 0:
+        return None
+    region = _rejection_region(discordant, alpha)
+    if not region:
+        return None
+
+    def pw(pi: float) -> float:
+        return float(sum(binom.pmf(k, discordant, pi) for k in region))
+
+    if pw(1.0) < power:
+        return None
+    lo, hi = 0.5, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (lo, mid) if pw(mid) >= power else (mid, hi)
+    return (2 * hi - 1) * discordant / n
 
 
 def mcnemar_exact_p(b: int, c: int) -> float:
@@ -149,7 +197,8 @@ def _id_mismatch(a: ResultFile, b: ResultFile) -> str | None:
     return "; ".join(parts)
 
 
-def compare(a: ResultFile, b: ResultFile, confidence: float = 0.95) -> Comparison:
+def compare(a: ResultFile, b: ResultFile, confidence: float = 0.95, alpha: float = 0.05,
+            power: float = 0.8) -> Comparison:
     """Compare two result files question by question. Raises ResultFileError on mismatched question sets."""
     mismatch = _id_mismatch(a, b)
     if mismatch:
@@ -189,7 +238,32 @@ def compare(a: ResultFile, b: ResultFile, confidence: float = 0.95) -> Compariso
         a_correct=both + bb, b_correct=both + cc, both_correct=both, b=bb, c=cc, neither_correct=neither,
         p_value=mcnemar_exact_p(bb, cc), confidence=confidence,
         diff=(cc - bb) / n, diff_ci=paired_diff_ci(both, bb, cc, neither, confidence),
-        discordant_share_ci=share_ci, identical=identical if have_outputs else None, dataset=dataset,
+        discordant_share_ci=share_ci, identical=identical if have_outputs else None,
+        mdd=minimum_detectable_difference(n, bb + cc, alpha, power), mdd_alpha=alpha, mdd_power=power,
+        dataset=dataset,
         a_server=a.header.get("server_r9k"), b_server=b.header.get("server_r9k"),
     )
 
+
+
+def discordance_ci(n: int, discordant: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) interval of the discordance rate (b + c) / n."""
+    ci = binomtest(discordant, n).proportion_ci(confidence_level=confidence, method="exact")
+    return float(ci.low), float(ci.high)
+
+
+def aa_problem(cmp: Comparison) -> str | None:
+    """Why two files are not two runs of one profile (their servers reported different active sets), or None."""
+    sa, sb = cmp.a_server or {}, cmp.b_server or {}
+    if sa.get("hash") and sb.get("hash") and sa["hash"] != sb["hash"]:
+        return (f"not an A/A pair: {cmp.a_name} ran {sa.get('profile')} @ {sa['hash']}, "
+                f"{cmp.b_name} ran {sb.get('profile')} @ {sb['hash']}")
+    return None
+
+
+def floor_text(cmp: Comparison, label: str = "run-to-run floor") -> str:
+    d = cmp.b + cmp.c
+    lo, hi = discordance_ci(cmp.n, d, cmp.confidence)
+    ident = "" if cmp.identical is None else f", identical outputs {100 * cmp.identical / cmp.n:.1f}%"
+    return (f"{label:<14} {d}/{cmp.n} discordant ({100 * d / cmp.n:.2f}%, exact {100 * cmp.confidence:.0f}% CI "
+            f"[{100 * lo:.2f}%, {100 * hi:.2f}%]){ident}")

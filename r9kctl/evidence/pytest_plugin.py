@@ -12,13 +12,12 @@ It does three things, all driven by environment variables the gate runner sets, 
 from __future__ import annotations
 
 import json
-import os
 import sys
 
-import pytest
+from r9k.registry import envvars
 
-_events_path = os.environ.get("R9K_GATE_EVENTS")
-_select = json.loads(os.environ["R9K_GATE_SELECT"]) if os.environ.get("R9K_GATE_SELECT") else None
+_events_path = envvars.GATE_EVENTS.get()
+_select = json.loads(envvars.GATE_SELECT.get()) if envvars.GATE_SELECT.get() else None
 _outcomes: dict[str, str] = {}
 _gpu: bool | None = None
 
@@ -79,6 +78,8 @@ def pytest_collection_modifyitems(session, config, items):
 
 def pytest_runtest_setup(item):
     if item.get_closest_marker("gpu") is not None and not gpu_available():
+        import pytest
+
         pytest.skip("needs a GPU (test is marked gpu)")
 
 

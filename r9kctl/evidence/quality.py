@@ -66,7 +66,11 @@ def append_quality_record(manifest: str | Path, rec: dict[str, Any]) -> None:
     """Append ``rec`` as a ``[[quality]]`` table to a release manifest, keeping its comments and layout."""
     validate_record(rec)
     path = Path(manifest)
-    doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    from r9k.registry import fileio
+
+    text = fileio.read_text(path, "release manifest")
+    fileio.parse_toml(text, path, "release manifest")  # a located syntax error before tomlkit sees it
+    doc = tomlkit.parse(text)
     if "version" not in doc:
         raise ValueError(f"{path}: not a release manifest (no 'version')")
     table = tomlkit.table()
@@ -86,4 +90,4 @@ def append_quality_record(manifest: str | Path, rec: dict[str, Any]) -> None:
         aot = tomlkit.aot()
         aot.append(table)
         doc.append("quality", aot)
-    path.write_text(tomlkit.dumps(doc), encoding="utf-8")
+    fileio.atomic_write(path, tomlkit.dumps(doc), "release manifest")  # the old file stays intact on failure

@@ -103,7 +103,9 @@ def server_status(base: str, timeout_s: float = 5.0) -> dict | None:
 def _resume_state(out: Path, ds_hash: str) -> set[str]:
     if not out.exists() or out.stat().st_size == 0:
         return set()
-    lines = out.read_text(encoding="utf-8").splitlines()
+    from r9k.registry import fileio
+
+    lines = fileio.read_text(out, "result file").splitlines()
     # A run killed mid-write can leave a torn last line; drop it (the question is asked again).
     if lines and not lines[-1].rstrip().endswith("}"):
         lines = lines[:-1]
@@ -112,7 +114,7 @@ def _resume_state(out: Path, ds_hash: str) -> set[str]:
     if have != ds_hash:
         raise ResultFileError(f"{out}: cannot resume, it was recorded from another question set "
                               f"(dataset_sha256 {str(have)[:12]} vs {ds_hash[:12]})")
-    out.write_text("".join(l + "\n" for l in lines), encoding="utf-8")
+    fileio.atomic_write(out, "".join(l + "\n" for l in lines), "result file")
     return set(rf.results)
 
 
@@ -131,6 +133,9 @@ def record(dataset: Dataset, url: str, out: str | Path, *, model: str | None = N
     out = Path(out)
     ds_hash = dataset.sha256()
     questions: list[Question] = dataset.questions[:limit] if limit else list(dataset.questions)
+    if not resume and out.exists() and out.stat().st_size > 0:
+        raise ResultFileError(f"{out}: exists already (a recorded run); pass --resume to continue it, or choose "
+                              "another --out (nothing was overwritten)")
     done = _resume_state(out, ds_hash) if resume else set()
     header = {
         "r9k_eval": FORMAT_VERSION, "dataset": dataset.name, "dataset_sha256": ds_hash,

@@ -139,10 +139,9 @@ def parse_lines(lines: Iterable[str], source: str = "<input>", path: Path | None
 
 def load(path: str | Path) -> ResultFile:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ResultFileError(f"{p}: cannot read ({exc.strerror})") from None
+    from r9k.registry import fileio
+
+    text = fileio.read_text(p, "result file")  # a located FileError for a missing, binary or non-UTF-8 file
     rf = parse_lines(text.splitlines(), str(p), p)
     if not rf.results:
         raise ResultFileError(f"{p}: no per-question records")
@@ -151,9 +150,8 @@ def load(path: str | Path) -> ResultFile:
 
 def dump(path: str | Path, header: dict[str, Any] | None, results: Iterable[QuestionResult]) -> None:
     """Write a whole result file (header first when given)."""
-    p = Path(path)
-    with p.open("w", encoding="utf-8") as fh:
-        if header is not None:
-            fh.write(json.dumps({"r9k_eval": FORMAT_VERSION, **header}) + "\n")
-        for r in results:
-            fh.write(json.dumps(r.to_json(), ensure_ascii=False) + "\n")
+    from r9k.registry import fileio
+
+    lines = [json.dumps({"r9k_eval": FORMAT_VERSION, **header})] if header is not None else []
+    lines += [json.dumps(r.to_json(), ensure_ascii=False) for r in results]
+    fileio.atomic_write(path, "".join(ln + "\n" for ln in lines), "result file")

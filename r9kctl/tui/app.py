@@ -29,6 +29,13 @@ LIGHT = Theme(name="r9k-light", primary="#0969DA", secondary="#8250DF", accent="
               dark=False)
 
 
+def _read(path: Path) -> Optional[bytes]:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return None
+
+
 def config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
     return Path(base) / "r9k" / "tui.toml"
@@ -38,10 +45,8 @@ def read_config(path: Optional[Path]) -> tuple[dict[str, str], Optional[str]]:
     """([keys] binding id -> keys, theme) from the TOML config; missing file: nothing."""
     if path is None or not Path(path).is_file():
         return {}, None
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib  # type: ignore[no-redef]
+    import tomllib
+
     data = tomllib.loads(Path(path).read_text())
     keys = {str(k): str(v) for k, v in (data.get("keys") or {}).items()}
     theme = data.get("theme")
@@ -57,6 +62,7 @@ class R9kApp(App):
     BINDINGS = [
         Binding("question_mark,f1", "help", "Help", id="r9k.help"),
         Binding("T", "toggle_r9k_theme", "Theme", show=False, id="r9k.theme"),
+        Binding("ctrl+q", "quit", "Quit (asks with unsaved edits)", show=False, id="r9k.quit_app"),
     ]
 
     def __init__(self, profile: Optional[str] = None, tp: Optional[int] = None,
@@ -79,7 +85,97 @@ class R9kApp(App):
             self.set_keymap(dict(keymap))
 
     def on_mount(self) -> None:
+        self._catch_hangup()
         self.load()
+
+    # ------------------------------------------------------------------------------ ways out
+
+    def main_screen(self):
+        from .main_screen import MainScreen
+
+        for screen in reversed(self.screen_stack):
+            if isinstance(screen, MainScreen):
+                return screen
+        return None
+
+    async def action_quit(self) -> None:
+        """ctrl+q, the palette's Quit and q all come here: unsaved edits are asked about first."""
+        main = self.main_screen()
+        if main is None:
+            self.exit()
+            return
+        if main is not self.screen and self.screen.is_modal:
+            # a dialog is open (maybe the quit question itself): close it, then ask on the main screen
+            while self.screen is not main and len(self.screen_stack) > 1:
+                self.pop_screen()
+        main.request_quit()
+
+    def _catch_hangup(self) -> None:
+        """A closed terminal (SIGHUP) or a kill (SIGTERM) cannot be asked: the unsaved edits go to a
+        recovery file, restored as unsaved edits at the next start (recovery.py)."""
+        import asyncio
+        import signal
+
+        try:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGHUP, signal.SIGTERM):
+                loop.add_signal_handler(sig, self._hang_up)
+        except (RuntimeError, NotImplementedError, ValueError, AttributeError):
+            pass  # not the main thread, or no such signals here
+
+    def _hang_up(self) -> None:
+        from .recovery import write_recovery
+
+        if self.session is not None:
+            write_recovery(self.session)
+        self.exit(return_code=129)
+
+    # ------------------------------------------------------------------------------ $EDITOR
+
+    def edit_file(self, path: Path, then=None) -> None:
+        """Open ``path`` in $VISUAL / $EDITOR (vi without either) with the panel suspended; afterwards the
+        main screen reloads and re-validates (or ``then(changed)`` runs)."""
+        import shlex
+        import subprocess
+
+        from textual.app import SuspendNotSupported
+
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        cmd = shlex.split(editor) + [str(path)]
+        before = _read(path)
+        try:
+            try:
+                with self.suspend():
+                    rc = subprocess.call(cmd)
+            except SuspendNotSupported:
+                if not self.is_headless:
+                    self.notify("this terminal cannot hand over to an editor", severity="error")
+                    return
+                rc = subprocess.call(cmd, stdin=subprocess.DEVNULL)  # tests: no terminal to hand over
+        except OSError as exc:
+            self.notify(f"cannot start {editor!r}: {exc.strerror or exc} (set $EDITOR)", severity="error", timeout=8)
+            return
+        if rc:
+            self.notify(f"{editor} exited with status {rc}", severity="warning", timeout=4)
+        changed = _read(path) != before
+        if then is not None:
+            then(changed)
+            return
+        main = self.main_screen()
+        if main is not None:
+            main.after_editor(changed)
+
+    def action_edit_broken_file(self) -> None:
+        """On the error screen: open the first file named by an error, then load again."""
+        from .error_screen import ErrorScreen
+
+        if not isinstance(self.screen, ErrorScreen):
+            return
+        files = [d.file for d in self.screen.diagnostics if d.file and Path(d.file).is_file()]
+        if not files:
+            self.notify("no file to open", severity="warning")
+            return
+        self.edit_file(Path(files[0]), then=lambda _changed: self.load())
 
     def load(self) -> None:
         from .session import Session
@@ -91,11 +187,17 @@ class R9kApp(App):
             self.show_load_error(exc.diagnostics)
             return
         if self.start_profile and self.start_profile != self.session.profile:
-            self.notify(f"no profile named '{self.start_profile}'; showing '{self.session.profile}'",
+            self.notify(f"no profile named '{self.start_profile}'; showing '{self.session.profile}'"
+                        + (" (the closest name)" if self.session.closest_profile(self.start_profile) else ""),
                         severity="warning")
         from .main_screen import MainScreen
+        from .recovery import restore_recovery
 
+        restored = restore_recovery(self.session)
         self.switch_or_push(MainScreen(self.session))
+        if restored:
+            self.notify(f"restored {restored} unsaved edit(s) of a session that ended without asking (the "
+                        "terminal was closed); ctrl+z drops them", timeout=10)
 
     def first_frame_painted(self) -> None:
         """Called once the main screen has been painted (the benchmark's first-frame mark)."""
@@ -135,7 +237,8 @@ class R9kApp(App):
                 if not isinstance(b, Binding) or not b.id:
                     continue
                 keys = keymap.get(b.id, b.key)
-                rows.append((keys.replace("question_mark", "?").replace("slash", "/"), b.description, b.id))
+                keys = keys.replace("question_mark", "?").replace("slash", "/").replace("equals_sign", "=")
+                rows.append((keys, b.description, b.id))
         return rows
 
     def action_toggle_r9k_theme(self) -> None:

@@ -28,6 +28,8 @@ import os  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 
+from r9k.registry import envvars  # noqa: E402
+
 
 def _stats(xs: list[float]) -> dict:
     xs = sorted(xs)
@@ -51,6 +53,7 @@ def child(out: str, profile: str, toggles: int) -> None:
             super().first_frame_painted()
             if first:
                 result["first_frame_s"] = self.first_frame_at - T0
+                result["first_frame_at"] = self.first_frame_at  # CLOCK_MONOTONIC: comparable with the parent's
                 result["first_frame_cpu_s"] = time.process_time()  # CPU since the process started
                 self.call_later(self._start_toggles)
 
@@ -97,6 +100,30 @@ def child(out: str, profile: str, toggles: int) -> None:
         json.dump(result, f)
 
 
+def hello_child(out: str) -> None:
+    """Textual's hello world, started the same way (the yardstick of the panel's first frame)."""
+    from textual.app import App
+    from textual.widgets import Static
+
+    result: dict = {}
+
+    class Hello(App):
+        def compose(self):
+            yield Static("Hello, World!")
+
+        def on_mount(self) -> None:
+            self.call_after_refresh(self._painted)
+
+        def _painted(self) -> None:
+            t = time.perf_counter()
+            result.update(first_frame_s=t - T0, first_frame_at=t, first_frame_cpu_s=time.process_time())
+            self.exit()
+
+    Hello().run()
+    with open(out, "w") as f:
+        json.dump(result, f)
+
+
 def phases_child(profile: str) -> None:
     """CPU time of each start-up phase in this fresh interpreter (headless: no terminal writes)."""
     import asyncio
@@ -139,7 +166,7 @@ def phases_child(profile: str) -> None:
 
 # ---------------------------------------------------------------------------------------------- parent
 
-def run_in_pty(size: tuple[int, int], profile: str, toggles: int) -> dict:
+def run_in_pty(size: tuple[int, int], profile: str, toggles: int, hello: bool = False) -> dict:
     import fcntl
     import pty
     import struct
@@ -152,8 +179,8 @@ def run_in_pty(size: tuple[int, int], profile: str, toggles: int) -> dict:
     pid, master = pty.fork()
     if pid == 0:  # child: size the terminal, then a fresh interpreter
         fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
-        os.execv(sys.executable, [sys.executable, "-m", "r9k.r9kctl.tui.bench_tui", "--child", out,
-                                  "--profile", profile, "--toggles", str(toggles)])
+        what = ["--hello-child", out] if hello else ["--child", out, "--profile", profile, "--toggles", str(toggles)]
+        os.execv(sys.executable, [sys.executable, "-m", "r9k.r9kctl.tui.bench_tui", *what])
     # parent: drain the terminal output until the child exits
     while True:
         try:
@@ -172,6 +199,7 @@ def run_in_pty(size: tuple[int, int], profile: str, toggles: int) -> dict:
     finally:
         os.unlink(out)
     res["wall_s"] = wall
+    res["from_fork_s"] = res["first_frame_at"] - t_fork  # interpreter start and imports included
     return res
 
 
@@ -182,12 +210,17 @@ def main(argv=None) -> int:
     p.add_argument("--toggles", type=int, default=60)
     p.add_argument("--profile", default="tp2-default")
     p.add_argument("--user-cache", action="store_true",
-                   help="use the user's R9K_CACHE_DIR (default: a fresh one, warmed by an untimed first run, "
+                   help=f"use the user's {envvars.CACHE_DIR.name} (default: a fresh one, warmed by an untimed first run, "
                         "as on a user's machine; a developer's cache also holds every test registry parsed)")
     p.add_argument("--phases", action="store_true", help="CPU time of each start-up phase instead (headless)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--phases-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--hello-child", help=argparse.SUPPRESS)
+    p.add_argument("--no-hello", action="store_true", help="skip the Textual hello-world runs (the yardstick)")
     a = p.parse_args(argv)
+    if a.hello_child:
+        hello_child(a.hello_child)
+        return 0
     if a.child:
         child(a.child, a.profile, a.toggles)
         return 0
@@ -199,7 +232,7 @@ def main(argv=None) -> int:
         import tempfile
 
         tmp_cache = tempfile.mkdtemp(prefix="r9k-bench-cache-")
-        os.environ["R9K_CACHE_DIR"] = tmp_cache
+        os.environ[envvars.CACHE_DIR.name] = tmp_cache
         run_in_pty((80, 24), a.profile, 2)  # warm-up: fills the parse cache, not timed
     if a.phases:
         import subprocess
@@ -220,9 +253,15 @@ def main(argv=None) -> int:
         return 0
     w, h = (int(x) for x in a.size.lower().split("x"))
     first, first_cpu, walls, imports, toggles, toggles_cpu, core = [], [], [], [], [], [], []
+    forks, hellos, hellos_cpu = [], [], []
     info = {}
     for _ in range(a.runs):
+        if not a.no_hello:  # interleaved with the panel's runs, so both see the same machine load
+            hr = run_in_pty((w, h), a.profile, 0, hello=True)
+            hellos.append(hr["from_fork_s"] * 1000.0)
+            hellos_cpu.append(hr["first_frame_cpu_s"] * 1000.0)
         r = run_in_pty((w, h), a.profile, a.toggles)
+        forks.append(r["from_fork_s"] * 1000.0)
         first.append(r["first_frame_s"] * 1000.0)
         first_cpu.append(r["first_frame_cpu_s"] * 1000.0)
         walls.append(r["wall_s"] * 1000.0)
@@ -234,6 +273,12 @@ def main(argv=None) -> int:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     print(json.dumps({"cpus": os.cpu_count(), "loadavg_1m": load, "size": a.size, "profile": a.profile,
                       "runs": a.runs, **info}))
+    print("first frame ms (from the parent's fork: interpreter start, imports, load, paint):", json.dumps(_stats(forks)))
+    if hellos:
+        ratio = statistics.median(forks) / statistics.median(hellos)
+        print("  Textual hello world, started the same way, ms:", json.dumps(_stats(hellos)),
+              "CPU ms:", json.dumps(_stats(hellos_cpu)))
+        print(f"  ratio of the medians (panel / hello world): {ratio:.2f}")
     print("first frame ms (from the child's first line):", json.dumps(_stats(first)))
     print("  CPU time of the child up to the first frame, interpreter start included:", json.dumps(_stats(first_cpu)))
     print("  of which importing the app ms:", json.dumps(_stats(imports)))

@@ -46,7 +46,14 @@ class BudgetPanel(Vertical):
 
     _key: tuple = ()
 
+    _session = None
+
+    def on_resize(self, event) -> None:
+        if self._session is not None:
+            self.show(self._session)  # the bar and the compact form follow the width
+
     def show(self, s: Session) -> None:
+        self._session = s
         b = s.budget
         key = (s.profile, s.tp, self.size.width, None if b is None else (b.kv_tokens, b.variant_bytes, b.kv_bytes),
                s.kv_delta, tuple(s.kv_history[-60:]))
@@ -59,18 +66,31 @@ class BudgetPanel(Vertical):
                             f"tp{s.tp}", "dim"))
             return
         t = Text()
-        t.append("KV cache ", "bold")
+        width = max(10, (self.size.width or 40) - 2)
+        compact = width < 38  # a narrow terminal: one fact a line, nothing wraps
+        t.append("KV " if compact else "KV cache ", "bold")
         t.append(f"{b.kv_tokens:,}", "bold green" if b.kv_tokens > 0 else "bold red")
         t.append(" tok")
         delta = s.kv_delta
+        sep = "\n" if compact else "  "
         if delta:
-            t.append(f"  {delta:+,} vs saved", "bold green" if delta > 0 else "bold red")
+            t.append(f"{sep}{delta:+,} vs saved", "bold green" if delta > 0 else "bold red")
         elif delta == 0:
-            t.append("  (as saved)", "dim")
+            t.append(f"{sep}(as saved)", "dim")
         t.append("\n")
         cap = int(b.memory_bytes * b.utilization)
-        width = max(10, (self.size.width or 40) - 2)
         kv = b.kv_bytes if b.fixed_kv_bytes is None else b.fixed_kv_bytes
+        if compact:
+            t.append_text(bar([("weights", b.weights), ("overhead", b.overhead), ("variants", b.variant_bytes),
+                               ("KV", kv), ("free", max(0, b.headroom))], width))
+            t.append("\n")
+            t.append("■ ", "magenta")
+            t.append(f"variants {fmt_bytes(b.variant_bytes)}\n")
+            t.append("■ ", "green")
+            t.append(f"KV {fmt_bytes(kv)}", "")
+            t.append(f" of {fmt_bytes(cap)}", "dim")
+            txt.update(t, layout=False)
+            return
         t.append_text(bar([("weights", b.weights), ("overhead", b.overhead), ("variants", b.variant_bytes),
                            ("KV", kv), ("free", max(0, b.headroom))], width))
         t.append("\n")

@@ -30,8 +30,9 @@ def detail_head(s: Session, vid: str) -> Text:
     head.append(f"  ({'on' if r.active else 'stock/off'}, tp{s.tp})\n")
     head.append("from        ")
     head.append(f"{LAYER_SHORT.get(r.layer, r.layer)}: {r.source}\n", "magenta" if r.layer == "profile" else "")
-    if r.history:  # the value this one replaced (the full chain: r9kctl resolve --explain)
-        layer, source, value = r.history[-1]
+    if r.history:  # the value this one replaced (only the last one; Resolved.history holds the whole chain)
+        origin, value = r.history[-1]
+        layer, source = origin.layer, str(origin)
         more = f" +{len(r.history) - 1} below" if len(r.history) > 1 else ""
         head.append("  overrode  ", "dim")
         head.append(f"{show_value(value, 24)} ({LAYER_SHORT.get(layer, layer)}: {source}){more}\n", "dim")

@@ -12,6 +12,7 @@ from textual.widgets import Footer, Static
 class ErrorScreen(Screen):
     BINDINGS = [
         Binding("r", "app.retry_load", "Retry", id="r9k.retry"),
+        Binding("e", "app.edit_broken_file", "Open in $EDITOR", id="r9k.edit_broken"),
         Binding("q,escape", "app.quit", "Quit", id="r9k.quit_error"),
     ]
 
@@ -21,7 +22,7 @@ class ErrorScreen(Screen):
 
     def compose(self):
         n = sum(1 for d in self.diagnostics if d.level == "error")
-        lines = [Text(f"The registry or a profile cannot be loaded ({n} error(s)). Fix the file(s), then press r.\n",
+        lines = [Text(f"The registry or a profile cannot be loaded ({n} error(s)). Fix the file(s), then press r (e opens the first in $EDITOR).\n",
                       "bold red")]
         for d in self.diagnostics:
             t = Text()

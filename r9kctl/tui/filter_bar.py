@@ -49,6 +49,13 @@ class Filters:
             return all(word in hay for word in q.split())
         return True
 
+    def describe(self) -> str:
+        """The active search and filters in words ("the search 'hc', the filter status=opt-in")."""
+        parts = [f"the search '{self.text.strip()}'"] if self.text.strip() else []
+        parts += [f"the filter {name}={val}" for name, val in
+                  (("area", self.area), ("category", self.category), ("status", self.status)) if val]
+        return ", ".join(parts) or "the filters"
+
     def apply(self, s: Session) -> list[str]:
         problems = s.problems_by_item() if self.status == "@problems" else {}
         return [vid for vid in s.reg.variants if self.matches(s, vid, problems)]

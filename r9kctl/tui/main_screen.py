@@ -23,6 +23,7 @@ from .validation_panel import ValidationPanel
 from .variant_table import VariantTable
 
 NARROW = 150  # below this width the detail pane replaces the table instead of sitting beside it
+TINY = 100  # below this width the budget panel narrows (the validation line keeps room)
 
 
 class MainScreen(Screen):
@@ -38,7 +39,10 @@ class MainScreen(Screen):
         Binding("S", "save_as", "Save as", show=False, id="r9k.save_as"),
         Binding("l", "launch", "Launch", id="r9k.launch"),
         Binding("r", "reload", "Reload", show=False, id="r9k.reload"),
-        Binding("q", "quit", "Quit", id="r9k.quit"),
+        Binding("e", "open_editor", "$EDITOR", id="r9k.editor"),
+        Binding("ctrl+z", "undo", "Undo", show=False, id="r9k.undo"),
+        Binding("ctrl+y", "redo", "Redo", show=False, id="r9k.redo"),
+        Binding("q", "app.quit", "Quit", id="r9k.quit"),
     ]
 
     def __init__(self, session: Session, **kw) -> None:
@@ -57,7 +61,7 @@ class MainScreen(Screen):
         # the layout classes are set before the children mount: changing them later restyles every node
         self._layout_for(self.app.size.width)
         with Horizontal(id="topbar"):
-            yield Static(Text(" r9k ", "bold reverse"), id="logo")
+            yield Static(Text(" r9k ", "bold reverse"), id="logo")  # or the unsaved badge
             yield Picker("profile", self._profile_options(), s.profile, id="profile")
             yield Picker("TP", self._tp_options(), s.tp_choice or 0, id="tp")
             yield Static(id="summary")
@@ -85,6 +89,7 @@ class MainScreen(Screen):
         self.validation = self.query_one(ValidationPanel)
         self.budget_panel = self.query_one(BudgetPanel)
         self.summary = self.query_one("#summary", Static)
+        self.logo = self.query_one("#logo", Static)
         self.detail = self.query_one(DetailPane)
         self.refill()
         self.table.focus()
@@ -93,6 +98,13 @@ class MainScreen(Screen):
     def on_resize(self, event) -> None:
         self._layout_for(event.size.width)
 
+    _pending_jump: Optional[str] = None
+
+    def on_screen_resume(self) -> None:
+        if self._pending_jump is not None:
+            vid, self._pending_jump = self._pending_jump, None
+            self.jump_to(vid)
+
     def _layout_for(self, width: int) -> None:
         narrow = width < NARROW
         if narrow and (not self._sized or not self.has_class("-narrow")):
@@ -100,6 +112,8 @@ class MainScreen(Screen):
             self.detail_open = False
         if narrow != self.has_class("-narrow"):
             self.set_class(narrow, "-narrow")
+        if (width < TINY) != self.has_class("-tiny"):
+            self.set_class(width < TINY, "-tiny")
         self._sized = True
         if self.detail_open != self.has_class("-detail-open"):
             self.set_class(self.detail_open, "-detail-open")
@@ -116,14 +130,18 @@ class MainScreen(Screen):
         self.validation.show(s)
         self.budget_panel.show(s)
         n = len(s.current_edits)
+        others = sum(1 for p, e in s.edits.items() if e and p != s.profile)
+        # the unsaved badge takes the logo's place, left of the pickers: no width cuts it off
+        self.logo.update(Text(f" ● {n} unsaved ", "bold reverse magenta") if n else Text(" r9k ", "bold reverse"),
+                         layout=False)
         t = Text()
+        if others:
+            t.append(f" +{others} other profile(s) unsaved ", "magenta")
         if s.rs.model:
             t.append(f" {s.rs.model}", "bold")
         chain = " < ".join(reversed(s.rs.chain)) + (f" < {s.rs.release}" if s.rs.release else "")
         t.append(f"  {chain}", "dim")
         t.append(f"  {s.rs.hash}", "dim")
-        if n:
-            t.append(f"  {n} unsaved", "bold magenta")
         self.summary.update(t, layout=False)  # fixed size: no reflow
         self.show_detail()
 
@@ -185,10 +203,16 @@ class MainScreen(Screen):
         self.query_one("#tp", Picker).set_options(self._tp_options(), self.s.tp_choice or 0)
 
     def jump_to(self, vid: str) -> None:
+        """Move the cursor to a variant and scroll it into view; a search or filter that hides it is
+        cleared first (and a note says so), so the row under the cursor is always the one shown."""
+        if self.app.screen is not self:  # the palette is still open: a screen in the background does not
+            self._pending_jump = vid  # lay out, so it could not scroll; jump when it is shown again
+            return
         table = self.query_one(VariantTable)
         if not table.jump_to(vid):
             # hidden by the filters: clear them, then jump
             bar = self.query_one(FilterBar)
+            cleared = self.filters.describe()
             with self.prevent(Input.Changed):
                 bar.query_one("#search", Input).value = ""
             for picker in bar.query(Picker):
@@ -196,6 +220,10 @@ class MainScreen(Screen):
             self.filters = Filters()
             table.fill(self.s, self.filters.apply(self.s))
             table.jump_to(vid)
+            self.notify(f"cleared {cleared} to show {self.s.reg.variants[vid].knob}", timeout=4)
+        table.scroll_to_cursor()
+        # after a refill the new height is known only after the next layout: scroll again then
+        table.call_after_refresh(table.scroll_to_cursor)
         table.focus()
         self.show_detail()
 
@@ -218,6 +246,12 @@ class MainScreen(Screen):
     def action_toggle(self) -> None:
         vid = self.table.current_variant()
         if vid is None:
+            return
+        if not self.table.cursor_visible():
+            # the cursor's row is scrolled out of view: bring it back rather than change what is not seen
+            self.table.scroll_to_cursor()
+            self.notify(f"{self.s.reg.variants[vid].knob} was off screen: press space again to toggle it",
+                        timeout=3)
             return
         if self.s.next_value(vid) is None:
             self.action_edit()
@@ -294,11 +328,19 @@ class MainScreen(Screen):
     # ------------------------------------------------------------------------------ save / reload
 
     def action_save(self) -> None:
+        self.save_flow()
+
+    def save_flow(self, then=None) -> None:
+        """Save the current profile; ``then()`` runs after a successful save (save and quit). With
+        validation errors it asks first (Cancel is the default); a file changed on disk asks what to do."""
         from .confirm_screen import ConfirmScreen
 
         s = self.s
         if not s.has_edits():
-            self.notify("nothing to save: no unsaved edits", timeout=3)
+            if then is None:
+                self.notify("nothing to save: no unsaved edits", timeout=3)
+            else:
+                then()
             return
         errors = [d for d in s.report.diagnostics if d.level == "error"]
         if errors:
@@ -307,12 +349,13 @@ class MainScreen(Screen):
                 body.append(f"✗ {d.message}\n", "red")
             self.app.push_screen(
                 ConfirmScreen("Save a profile that does not validate?", body,
-                              [("save", "Save anyway", "y", "error"), ("cancel", "Cancel", "n", "default")]),
-                lambda ans: self._do_save() if ans == "save" else None)
+                              [("cancel", "Cancel", "n", "default"), ("save", "Save anyway", "y", "error")],
+                              default="cancel"),
+                lambda ans: self._do_save(then) if ans == "save" else None)
             return
-        self._do_save()
+        self._do_save(then)
 
-    def _do_save(self) -> None:
+    def _do_save(self, then=None) -> None:
         from r9k.registry.profile_io import ProfileConflict
 
         from .confirm_screen import ConfirmScreen
@@ -323,12 +366,12 @@ class MainScreen(Screen):
         except ProfileConflict:
             body = Text.assemble((f"{self._shown_path()}", "bold"),
                                  " changed on disk since it was loaded. Saving would overwrite that change.\n"
-                                 "Reload it (dropping your edits) or save your edits as a new profile that "
-                                 "extends it.")
+                                 "Reload it (dropping your edits; ctrl+z brings them back) or save your edits as "
+                                 "a new profile that extends it.")
             self.app.push_screen(
                 ConfirmScreen("The file changed on disk", body,
-                              [("reload", "Reload", "r", "warning"), ("save_as", "Save as...", "a", "primary"),
-                               ("cancel", "Cancel", "n", "default")]),
+                              [("cancel", "Cancel", "n", "default"), ("save_as", "Save as...", "a", "primary"),
+                               ("reload", "Reload", "r", "warning")], default="cancel"),
                 self._conflict_answer)
             return
         except RegistryError as exc:  # saved, but the registry no longer loads (another file is broken)
@@ -340,6 +383,8 @@ class MainScreen(Screen):
         self._sync_pickers()
         self.refill()
         self.notify(f"saved {self._shown_path()}", timeout=3)
+        if then is not None:
+            then()
 
     def _shown_path(self) -> str:
         return self.s.reg.origins.get(("profile", self.s.profile), (self.s.profile, 0))[0]
@@ -375,8 +420,9 @@ class MainScreen(Screen):
 
         if any(self.s.edits.values()):
             self.app.push_screen(
-                ConfirmScreen("Reload from disk?", Text("The unsaved edits are dropped."),
-                              [("reload", "Reload", "y", "warning"), ("cancel", "Cancel", "n", "default")]),
+                ConfirmScreen("Reload from disk?", Text("The unsaved edits are dropped (ctrl+z brings them back)."),
+                              [("cancel", "Cancel", "n", "default"), ("reload", "Reload", "y", "warning")],
+                              default="cancel"),
                 lambda ans: self._reload() if ans == "reload" else None)
             return
         self._reload()
@@ -391,27 +437,124 @@ class MainScreen(Screen):
         self.refill()
         self.notify("reloaded from disk", timeout=2)
 
+    # ------------------------------------------------------------------------------ undo / redo
+
+    def _undo_redo(self, redo: bool) -> None:
+        s = self.s
+        profile = s.profile
+        label = s.redo() if redo else s.undo()
+        if label is None:
+            self.notify(f"nothing to {'redo' if redo else 'undo'}", timeout=2)
+            return
+        if s.profile != profile:
+            self._sync_pickers()
+        self.refill()
+        self.notify(f"{'redone' if redo else 'undone'}: {label}" + (f" (in {s.profile})" if s.profile != profile
+                                                                      else ""), timeout=2)
+
+    def action_undo(self) -> None:
+        self._undo_redo(redo=False)
+
+    def action_redo(self) -> None:
+        self._undo_redo(redo=True)
+
+    # ------------------------------------------------------------------------------ $EDITOR
+
+    def action_open_editor(self) -> None:
+        """Open the profile's file in $VISUAL / $EDITOR (the panel suspended), then reload and re-validate.
+        Unsaved panel edits of this profile are never merged with the file silently: save them first,
+        or drop them (ctrl+z brings them back), or stay."""
+        from .confirm_screen import ConfirmScreen
+
+        s = self.s
+        path = s.profile_path()
+        if path is None:
+            self.notify(f"profile '{s.profile}' has no file to edit", severity="error")
+            return
+        if not s.has_edits():
+            self.app.edit_file(path)
+            return
+        n = len(s.current_edits)
+        body = Text.assemble(f"'{s.profile}' has {n} unsaved edit(s) in the panel. Editing ",
+                             (self._shown_path(), "bold"), " now would give two versions of it.\n"
+                             "Save them into the file first, or drop them (ctrl+z after the edit brings them "
+                             "back on top of the edited file).")
+        self.app.push_screen(
+            ConfirmScreen("Unsaved edits and an editor", body,
+                          [("cancel", "Cancel", "n", "default"), ("save", "Save, then edit", "s", "primary"),
+                           ("drop", "Drop edits, then edit", "d", "error")], default="cancel"),
+            lambda ans: self._editor_answer(ans, path))
+
+    def _editor_answer(self, ans: str, path) -> None:
+        if ans == "save":
+            self.save_flow(then=lambda: self.app.edit_file(path))
+        elif ans == "drop":
+            s = self.s
+            s._edit("drop edits for $EDITOR", lambda: s.edits.pop(s.profile, None))
+            s.recompute()
+            self.refill()
+            self.app.edit_file(path)
+
+    def after_editor(self, changed: bool) -> None:
+        """Back from the editor: reload (keeping other profiles' edits) and show what validation says."""
+        s = self.s
+        try:
+            s.reload_keeping_other_edits()
+        except RegistryError as exc:
+            self.app.show_load_error(exc.diagnostics)
+            return
+        self._sync_pickers()
+        self.refill()
+        ne, nw = len(s.report.errors), len(s.report.warnings)
+        what = "reloaded" if changed else "unchanged"
+        self.notify(f"{self._shown_path()} {what}: {ne} error(s), {nw} warning(s)",
+                    severity="error" if ne else "information", timeout=4)
+
     # ------------------------------------------------------------------------------ launch / quit
 
     def action_launch(self) -> None:
         from .launch_screen import LaunchScreen
 
-        plan = self.s.plan_launch(final=False)
-
-        def done(go: bool) -> None:
-            if go:
+        def done(answer) -> None:
+            if answer:
                 self.app.exit(result=("launch", self.s))
 
-        self.app.push_screen(LaunchScreen(plan, len(self.s.current_edits)), done)
+        self.app.push_screen(LaunchScreen(self.s, len(self.s.current_edits)), done)
 
-    def action_quit(self) -> None:
+    def request_quit(self) -> None:
+        """Every way out comes here (q, ctrl+q, the palette's Quit, a closed terminal's SIGHUP aside):
+        with unsaved edits it asks, Cancel being the default; "Save and quit" saves every edited profile."""
         from .confirm_screen import ConfirmScreen
 
-        if any(self.s.edits.values()):
-            n = sum(len(e) for e in self.s.edits.values())
-            self.app.push_screen(
-                ConfirmScreen("Quit with unsaved edits?", Text(f"{n} unsaved edit(s) will be lost."),
-                              [("quit", "Quit", "y", "error"), ("cancel", "Cancel", "n", "default")]),
-                lambda ans: self.app.exit() if ans == "quit" else None)
+        s = self.s
+        edited = {p: e for p, e in s.edits.items() if e}
+        if not edited:
+            self.app.exit()
             return
-        self.app.exit()
+        n = sum(len(e) for e in edited.values())
+        names = ", ".join(sorted(edited))
+        self.app.push_screen(
+            ConfirmScreen("Quit with unsaved edits?",
+                          Text(f"{n} unsaved edit(s) in {names}. Without saving they are lost."),
+                          [("cancel", "Cancel", "n", "default"), ("save_quit", "Save and quit", "s", "primary"),
+                           ("discard", "Quit without saving", "d", "error")], default="cancel"),
+            self._quit_answer)
+
+    def _quit_answer(self, ans: str) -> None:
+        if ans == "discard":
+            self.app.exit()
+        elif ans == "save_quit":
+            self._save_all_then(self.app.exit)
+
+    def _save_all_then(self, then) -> None:
+        """Save each edited profile in turn (each through the usual questions), then ``then()``; a
+        cancelled or failed save stops there, with that profile shown."""
+        s = self.s
+        pending = sorted(p for p, e in s.edits.items() if e)
+        if not pending:
+            then()
+            return
+        name = s.profile if s.profile in pending else pending[0]
+        if name != s.profile:
+            self.switch_profile(name)
+        self.save_flow(then=lambda: self._save_all_then(then) if not s.has_edits() else None)

@@ -18,6 +18,8 @@ from textual.widget import Widget
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
+from .matching import match_rank
+
 Options = Sequence[tuple[str, Any]]  # (label, value)
 
 
@@ -47,8 +49,10 @@ class PickerScreen(ModalScreen[Optional[int]]):
         words = query.lower().split()
         lst = self.query_one(OptionList)
         lst.clear_options()
-        shown = [Option(label, id=str(i)) for i, (label, _v) in enumerate(self.options)
-                 if all(w in label.lower() for w in words)]
+        matches = [(match_rank(label, words), i, label) for i, (label, _v) in enumerate(self.options)
+                   if all(w in label.lower() for w in words)]
+        # the best match first (what enter takes): exact, then prefix, then a word's prefix, then anywhere
+        shown = [Option(label, id=str(i)) for _r, i, label in sorted(matches)]
         lst.add_options(shown)
         if shown:
             ids = [o.id for o in shown]

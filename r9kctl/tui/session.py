@@ -16,6 +16,7 @@ from typing import Mapping, Optional
 from r9k.registry.errors import Diagnostic
 from r9k.registry.loader import Registry, default_profile_dirs, load_registry
 from r9k.registry.memory import Budget, VariantCost, budget, cost_if_toggled
+from r9k.registry.origin import Origin
 from r9k.registry.resolve import ResolvedSet, resolve
 from r9k.registry.validate import Report, check_profile, check_registry
 
@@ -23,8 +24,44 @@ REMOVED = object()  # an edit that deletes the profile's own key (the inherited 
 UNSAVED = "unsaved edit"
 
 
+UNDO_DEPTH = 200
+
+
 class EditError(ValueError):
     """A value the variant does not accept; the message says why and what is allowed."""
+
+
+@dataclasses.dataclass
+class Snapshot:
+    """The unsaved edits of every profile before a change, and the profile it was made in."""
+
+    label: str
+    profile: str
+    edits: dict[str, dict[str, object]]
+
+
+def toml_value(v, value: str) -> object:
+    """A canonical value as the TOML value it is declared as: a bool knob as 0/1 (as the README writes
+    it), an int as an integer, a float as a float; enums, strings, paths, special words ("auto") and ''
+    as strings."""
+    if value == "" or value in v.special:
+        return value
+    try:
+        if v.type in ("bool", "int"):
+            return int(value)
+        if v.type == "float":
+            return float(value)
+    except ValueError:
+        pass
+    return value
+
+
+def save_as_description(base: str, knobs: dict) -> str:
+    """What a new profile made by save-as is: its base and the knobs it sets, as written."""
+    if not knobs:
+        return f"{base}, unchanged"
+    sets = ", ".join(f"{k} = {val!r}" if isinstance(val, str) else f"{k} = {val}" for k, val in sorted(knobs.items()))
+    return f"{base} with {sets}"
 
 
 def load_gate_states(reg: Registry) -> Optional[dict]:
@@ -57,8 +94,12 @@ class Session:
         self.gates = load_gate_states(reg)
         self.edits: dict[str, dict[str, object]] = {}  # profile -> variant id -> value | REMOVED
         self.docs: dict[str, object] = {}  # profile -> ProfileDocument (made when first saved)
+        # undo / redo: what the edits were before each change (see :meth:`undo`); a save starts afresh
+        self.undo_stack: list[Snapshot] = []
+        self.redo_stack: list[Snapshot] = []
+        self.extra_args: list[str] = []  # extra vllm serve arguments for a launch (the launch screen's field)
         self._capture_files()
-        self.profile = profile if profile in reg.profiles else self.default_profile()
+        self.profile = profile if profile in reg.profiles else (self.closest_profile(profile) or self.default_profile())
         self.tp_choice = tp  # None: the profile's own TP size
         self.kv_history: list[int] = []
         self.rs: ResolvedSet
@@ -76,11 +117,23 @@ class Session:
              root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> "Session":
         """Load the registry and profiles (raises RegistryError with located diagnostics); ``root`` and
         ``profile_dirs`` as for ``load_registry`` (None: its defaults)."""
-        return cls(load_registry(root, profile_dirs), profile, tp, env, profile_dirs=profile_dirs, sets=sets,
-                   root=root)
+        # the panel lists and edits every profile: a broken one is an error screen, not a missing entry
+        return cls(load_registry(root, profile_dirs, broken_profiles="raise"), profile, tp, env,
+                   profile_dirs=profile_dirs, sets=sets, root=root)
 
     def load_registry(self) -> Registry:
-        return load_registry(self.root, self.profile_dirs)
+        return load_registry(self.root, self.profile_dirs, broken_profiles="raise")
+
+    def closest_profile(self, query: Optional[str]) -> Optional[str]:
+        """The profile a mistyped or shortened name most likely means (``tp2`` -> tp2-default): the best
+        prefix or word-prefix match, as the picker orders them; None if nothing starts so."""
+        from .matching import match_rank
+
+        if not query:
+            return None
+        words = query.lower().split()
+        ranked = sorted((match_rank(n, words), n) for n in self.reg.profiles if query.lower() in n.lower())
+        return ranked[0][1] if ranked and ranked[0][0] <= 2 else None
 
     def default_profile(self) -> str:
         for name in ("tp4-default", "tp2-default"):
@@ -103,7 +156,9 @@ class Session:
                 continue
 
     def reload(self) -> None:
-        """Reload everything from disk, dropping the edits (raises RegistryError)."""
+        """Reload everything from disk, dropping the edits (raises RegistryError); undo brings the
+        edits back onto what was read."""
+        before = self.snapshot("reload")
         reg = self.load_registry()
         self.reg = reg
         self.registry_report = Report()
@@ -115,6 +170,50 @@ class Session:
         if self.profile not in reg.profiles:
             self.profile = self.default_profile()
         self._switched()
+        if any(before.edits.values()):
+            self._push_undo(before)
+
+    # ------------------------------------------------------------------------------ undo / redo
+
+    def snapshot(self, label: str) -> "Snapshot":
+        return Snapshot(label, self.profile, {p: dict(e) for p, e in self.edits.items() if e})
+
+    def _push_undo(self, snap: "Snapshot") -> None:
+        self.undo_stack.append(snap)
+        del self.undo_stack[:-UNDO_DEPTH]
+        self.redo_stack.clear()
+
+    def _edit(self, label: str, fn):
+        """Run an edit; remember the state before it for undo when it changed anything."""
+        before = self.snapshot(label)
+        out = fn()
+        if self.snapshot(label).edits != before.edits:
+            self._push_undo(before)
+        return out
+
+    def _restore(self, snap: "Snapshot") -> None:
+        self.edits = {p: {vid: v for vid, v in e.items() if vid in self.reg.variants}
+                      for p, e in snap.edits.items() if p in self.reg.profiles}
+        if snap.profile in self.reg.profiles and snap.profile != self.profile:
+            self.profile = snap.profile
+        self._switched()
+
+    def undo(self) -> Optional[str]:
+        """Go back one change (an edit, a reset, a reload); returns what was undone, None if nothing."""
+        if not self.undo_stack:
+            return None
+        snap = self.undo_stack.pop()
+        self.redo_stack.append(self.snapshot(snap.label))
+        self._restore(snap)
+        return snap.label
+
+    def redo(self) -> Optional[str]:
+        if not self.redo_stack:
+            return None
+        snap = self.redo_stack.pop()
+        self.undo_stack.append(self.snapshot(snap.label))
+        self._restore(snap)
+        return snap.label
 
     # ------------------------------------------------------------------------------ switching
 
@@ -217,13 +316,16 @@ class Session:
         r = self._saved_noenv.items[vid]
         if self.key_for(vid) in self.saved_knobs():
             # this profile's key was applied last (no environment here): the entry before it
-            return r.history[-1][2] if r.history else r.value
+            return r.history[-1][1] if r.history else r.value
         return r.value
 
     def set_value(self, vid: str, raw: object) -> str:
         """Set a variant to ``raw`` in the current profile (unsaved). Returns the canonical value;
         raises :class:`EditError` with the reason for an illegal one. Setting a knob back to its saved
         value, or to the inherited value when the file has no key for it, drops the edit."""
+        return self._edit(f"{self.reg.variants[vid].knob} = {raw}", lambda: self._set_value(vid, raw))
+
+    def _set_value(self, vid: str, raw: object) -> str:
         v = self.reg.variants[vid]
         try:
             value = v.normalize(raw)
@@ -250,6 +352,9 @@ class Session:
 
     def reset(self, vid: str) -> None:
         """Remove the profile's own key for a variant (the inherited value applies)."""
+        self._edit(f"reset {self.reg.variants[vid].knob}", lambda: self._reset(vid))
+
+    def _reset(self, vid: str) -> None:
         key = self.key_for(vid)
         edits = self.current_edits
         if key in self.saved_knobs():
@@ -281,7 +386,7 @@ class Session:
         """What hides the profile's value of a variant (an environment variable or --set), if anything."""
         r = self.rs.items[vid]
         if r.layer == "environment":
-            return r.source.split(" ", 1)[1]
+            return r.origin.key
         if r.layer == "override":
             return r.source
         return None
@@ -299,7 +404,7 @@ class Session:
                 r = rs.items[vid]
                 if r.layer == "profile":
                     # the key is not in the file yet (or not with this value): no line to point at
-                    r.source = f"{file} ({UNSAVED})"
+                    r.origin = Origin("profile", file, detail=UNSAVED)
         report = Report()
         for d in self.registry_report.diagnostics:
             report.add(d)
@@ -373,12 +478,17 @@ class Session:
         Raises ProfileConflict when the file changed on disk since it was loaded. Reloads the registry
         afterwards so provenance points at the new lines."""
         doc = self.document()
+        in_file = doc.knobs()
         for vid, val in self.current_edits.items():
             key = self.key_for(vid)
             if val is REMOVED:
                 doc.remove_knob(key)
             else:
-                doc.set_knob(key, val)
+                v = self.reg.variants[vid]
+                typed = toml_value(v, str(val))
+                if v.type == "bool" and isinstance(in_file.get(key), bool) and isinstance(typed, int):
+                    typed = bool(typed)  # the file spells this one true/false: keep its spelling
+                doc.set_knob(key, typed)
         try:
             doc.save()
         except BaseException:
@@ -388,6 +498,8 @@ class Session:
         path = doc.path
         edits_kept = {p: e for p, e in self.edits.items() if p != self.profile and e}
         self._reload_keep(edits_kept)
+        self.undo_stack.clear()  # undo goes back to the last save, not past it
+        self.redo_stack.clear()
         return path
 
     def save_as_target(self) -> Path:
@@ -406,17 +518,31 @@ class Session:
         if name in self.reg.profiles:
             raise FileExistsError(f"a profile named '{name}' exists")
         noenv = resolve(self.edited_registry(), self.profile, tp=self.tp_choice, env={})
-        knobs: dict[str, str] = {}
+        knobs: dict[str, object] = {}
         for vid in self.current_edits:
+            # a reset (REMOVED) too: the new profile extends the saved one, which still has the key, so
+            # it writes the inherited value the panel showed
+            v = self.reg.variants[vid]
             val = noenv.items[vid].value
             if val is not None:
-                knobs[self.reg.variants[vid].knob] = val
+                knobs[v.knob] = toml_value(v, val)
         path = save_as(self.save_as_target(), name, self.profile, knobs,
-                       f"{self.profile} with {', '.join(sorted(knobs)) or 'no changes'}")
+                       save_as_description(self.profile, knobs))
         edits_kept = {p: e for p, e in self.edits.items() if p != self.profile and e}
         self.profile = name
         self._reload_keep(edits_kept)
+        self.undo_stack.clear()
+        self.redo_stack.clear()
         return path
+
+    def reload_keeping_other_edits(self) -> None:
+        """Reload from disk after the current profile's file was edited elsewhere ($EDITOR); the other
+        profiles' unsaved edits stay (their files are re-read too: a save of theirs still detects a
+        change made meanwhile)."""
+        before = self.snapshot("edit in $EDITOR")
+        self._reload_keep({p: e for p, e in self.edits.items() if p != self.profile and e})
+        if before.edits.get(before.profile):
+            self._push_undo(before)
 
     def _reload_keep(self, edits: dict) -> None:
         reg = self.load_registry()
@@ -433,13 +559,6 @@ class Session:
 
     # ------------------------------------------------------------------------------ diff and launch
 
-    def diff_edits(self):
-        """The current edits against the saved profile, as ``r9kctl diff`` computes a diff."""
-        from r9k.registry.diff import diff
-
-        alias = f"{self.profile}*"
-        return diff(self.edited_registry(alias=alias), self.profile, alias, tp=self.tp), alias
-
     def diff_sides(self, a: str, b: str):
         from r9k.registry.diff import diff
 
@@ -451,4 +570,4 @@ class Session:
         from r9k.r9kctl.launch import plan_launch
 
         return plan_launch(self.edited_registry(), self.profile, tp=self.tp_choice, env=self.env, sets=self.sets,
-                           write_manifest=final, build_model=final)
+                           extra_args=list(self.extra_args), write_manifest=final, build_model=final)

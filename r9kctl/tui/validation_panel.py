@@ -49,7 +49,7 @@ class ValidationPanel(Vertical):
         ne = sum(1 for d in diags if d.level == "error")
         nw = sum(1 for d in diags if d.level == "warning")
         if not diags:
-            title = Text.assemble(("✓ valid", "bold green"), ": no errors, no warnings")
+            title = Text.assemble(("✓ valid", "bold green"), " (no errors, no warnings)")
         else:
             title = Text.assemble((f"✗ {ne} error(s)" if ne else "✓ no errors", "bold red" if ne else "bold green"),
                                   "  ", (f"{nw} warning(s)", "yellow" if nw else "dim"), ("   v: all problems", "dim"))

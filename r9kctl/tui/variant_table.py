@@ -21,19 +21,41 @@ from textual.strip import Strip
 
 from .session import UNSAVED, Session
 
-COLUMNS = (  # key, label, width
+COLUMNS = (  # key, label, width, in the order shown; row_cells gives the cells in this order
     ("mark", "", 1),
-    ("variant", "variant", 28),
+    ("knob", "knob", 26),  # the table's key: as wide as the longest knob (fill), never cut
     ("value", "value", 12),
-    ("stock", "stock", 8),
     ("from", "from", 8),
-    ("status", "status", 10),
     ("gate", "gate", 7),
     ("cost", "KV tok", 8),
-    ("knob", "knob", 30),
+    ("stock", "stock", 8),
+    ("status", "status", 10),
+    ("variant", "variant id", 28),
 )
 PAD = 1  # cells of padding either side of a column
-ROW_WIDTH = sum(w + 2 * PAD for _k, _l, w in COLUMNS)
+# When the table is narrower than every column: the variant id first gives way (down to VARIANT_MIN
+# cells, cut with an ellipsis), then columns hide in this order; the mark, knob and value always show.
+HIDE_ORDER = ("variant", "status", "stock", "gate", "cost", "from")
+VARIANT_MIN = 14
+
+
+def layout(width: int, knob_width: int) -> list[tuple[int, int]]:
+    """(column index, width) of the columns shown in a table ``width`` cells wide."""
+    widths = {k: w for k, _l, w in COLUMNS}
+    widths["knob"] = knob_width
+    shown = [k for k, _l, _w in COLUMNS]
+
+    def total() -> int:
+        return sum(widths[k] + 2 * PAD for k in shown)
+
+    if total() > width and "variant" in shown:  # give way: the id shrinks first
+        widths["variant"] = max(VARIANT_MIN, widths["variant"] - (total() - width))
+    for key in HIDE_ORDER:
+        if total() <= width:
+            break
+        shown.remove(key)
+    index = {k: i for i, (k, _l, _w) in enumerate(COLUMNS)}
+    return [(index[k], widths[k]) for k in shown]
 
 LAYER_SHORT = {"registry": "registry", "release": "release", "profile": "profile", "environment": "env",
                "override": "override"}
@@ -77,7 +99,7 @@ def row_cells(s: Session, vid: str, problems: dict[str, str]) -> tuple:
     if edited:
         value.stylize("underline", 2)
     layer = LAYER_SHORT.get(r.layer, r.layer)
-    src = Text(layer + ("*" if UNSAVED in r.source else ""),
+    src = Text(layer + ("*" if r.origin.detail == UNSAVED else ""),
                "magenta" if r.layer == "profile" else "yellow" if r.layer in ("environment", "override") else "dim")
     gate = s.gate_state(vid)
     cost = s.cost(vid)
@@ -87,15 +109,14 @@ def row_cells(s: Session, vid: str, problems: dict[str, str]) -> tuple:
         ctext = Text(tokens_text(-cost.tokens), "red" if cost.tokens > 0 else "green")
     else:
         ctext = Text(f"({tokens_text(-cost.tokens)})", "dim")
-    return (mark, Text(vid), value, Text(show_value(v.stock, 8)), src,
-            Text(v.status.state, STATUS_STYLE[v.status.state]), Text(gate, GATE_STYLE.get(gate, "dim")), ctext,
-            Text(v.knob))
+    return (mark, Text(v.knob, "bold" if edited else ""), value, src, Text(gate, GATE_STYLE.get(gate, "dim")), ctext,
+            Text(show_value(v.stock, 8)), Text(v.status.state, STATUS_STYLE[v.status.state]), Text(vid))
 
 
-def _line(cells: Iterable[Text]) -> Text:
+def _line(cells: tuple, cols: list[tuple[int, int]]) -> Text:
     line = Text(no_wrap=True, end="")
-    for (_k, _l, width), cell in zip(COLUMNS, cells):
-        t = cell.copy()
+    for i, width in cols:
+        t = cells[i].copy()
         t.truncate(width, overflow="ellipsis", pad=True)
         line.append(" " * PAD)
         line.append_text(t)
@@ -108,7 +129,7 @@ class VariantTable(ScrollView, can_focus=True):
 
     BINDINGS = [
         Binding("space,enter", "screen.toggle", "Toggle/edit", id="r9k.toggle"),
-        Binding("e", "screen.edit", "Edit value", id="r9k.edit"),
+        Binding("equals_sign", "screen.edit", "Type a value", id="r9k.edit"),
         Binding("backspace,delete", "screen.reset", "Reset to inherited", show=False, id="r9k.reset"),
         Binding("up,k", "cursor(-1)", "Up", show=False),
         Binding("down,j", "cursor(1)", "Down", show=False),
@@ -143,6 +164,9 @@ class VariantTable(ScrollView, can_focus=True):
         self._state: dict[str, tuple] = {}
         self._strips: dict[tuple, Strip] = {}  # (vid, selected, even, focused, theme) -> rendered row
         self._header: Optional[tuple] = None  # ((scroll_x, width), rendered header)
+        self._knob_width = COLUMNS[1][2]
+        self._cols: list[tuple[int, int]] = []  # the shown columns at the current width (layout())
+        self._cols_for: Optional[int] = None
 
     # ------------------------------------------------------------------------------ data
 
@@ -163,7 +187,9 @@ class VariantTable(ScrollView, can_focus=True):
         self._cells = {vid: row_cells(s, vid, problems) for vid in self._shown}
         self._state = {vid: row_state(s, vid, problems) for vid in self._shown}
         self._strips.clear()
-        self.virtual_size = Size(ROW_WIDTH, len(self._shown) + 1)
+        self._knob_width = max([len(COLUMNS[1][1])] + [len(s.reg.variants[v].knob) for v in s.reg.variants])
+        self._cols_for = None
+        self._relayout()
         row = self._shown.index(keep) if keep in self._shown else 0
         self.set_reactive(VariantTable.cursor_row, row)
         self._scroll_to_cursor()
@@ -201,9 +227,18 @@ class VariantTable(ScrollView, can_focus=True):
         body = max(1, self.scrollable_content_region.height - 1)  # rows below the header, above a scrollbar
         y = self.scroll_offset.y
         if self.cursor_row < y:
-            self.scroll_to(y=self.cursor_row, animate=False, immediate=True)
+            self.scroll_to(y=self.cursor_row, animate=False, immediate=True, force=True)
         elif self.cursor_row >= y + body:
-            self.scroll_to(y=self.cursor_row - body + 1, animate=False, immediate=True)
+            self.scroll_to(y=self.cursor_row - body + 1, animate=False, immediate=True, force=True)
+
+    def scroll_to_cursor(self) -> None:
+        self._scroll_to_cursor()
+
+    def cursor_visible(self) -> bool:
+        """Whether the cursor's row is in view (not scrolled away with the wheel or the scrollbar)."""
+        body = max(1, self.scrollable_content_region.height - 1)
+        y = self.scroll_offset.y
+        return y <= self.cursor_row < y + body
 
     def jump_to(self, vid: str) -> bool:
         if vid not in self._shown:
@@ -226,6 +261,25 @@ class VariantTable(ScrollView, can_focus=True):
             self.cursor_row = row
             if event.chain == 2:  # a double click toggles (or opens the input), like space
                 self.screen.run_action("toggle")
+
+    def _relayout(self) -> None:
+        """The shown columns for the current width (the knob column whole at any width it fits in)."""
+        width = self.scrollable_content_region.width or self.size.width or 200
+        if self._cols_for == (width, self._knob_width):
+            return
+        self._cols_for = (width, self._knob_width)
+        self._cols = layout(width, self._knob_width)
+        self._strips.clear()
+        self._header = None
+        self.virtual_size = Size(sum(w + 2 * PAD for _i, w in self._cols), len(self._shown) + 1)
+
+    def on_resize(self, event) -> None:
+        self._relayout()
+        self.refresh()
+
+    @property
+    def shown_columns(self) -> list[str]:
+        return [COLUMNS[i][0] for i, _w in self._cols]
 
     def on_focus(self) -> None:
         self._strips.clear()
@@ -262,11 +316,13 @@ class VariantTable(ScrollView, can_focus=True):
         scroll_x, scroll_y = self.scroll_offset
         width = self.size.width
         base = self.rich_style
+        if self._cols_for is None:
+            self._relayout()
         if y == 0:
             key = ("", scroll_x, width)
             if self._header is None or self._header[0] != key:
                 head_style = base + self.get_component_rich_style("variant-table--header")
-                line = _line(Text(label) for _k, label, _w in COLUMNS)
+                line = _line(tuple(Text(label) for _k, label, _w in COLUMNS), self._cols)
                 self._header = (key, self._strip(line, head_style, scroll_x, width))
             return self._header[1]
         row = scroll_y + y - 1
@@ -283,7 +339,7 @@ class VariantTable(ScrollView, can_focus=True):
                 style = style + self.get_component_rich_style("variant-table--even")
             if selected:
                 style = style + self.get_component_rich_style("variant-table--cursor")
-            strip = self._strip(_line(self._cells[vid]), style, scroll_x, width)
+            strip = self._strip(_line(self._cells[vid], self._cols), style, scroll_x, width)
             if len(self._strips) > 8 * len(self._shown) + 64:  # scrolled sideways a lot: start afresh
                 self._strips.clear()
             self._strips[key] = strip

@@ -66,3 +66,22 @@ def test_cli_options_are_arguments_not_environment(tmp_path, capsys, monkeypatch
     assert dict(os.environ) == before  # nothing leaked into this process's environment
     # ... but vLLM's processes are told where the validated profile lives
     assert f"export R9K_PROFILES_DIR={tmp_path}" in out.splitlines()
+
+
+def test_an_installed_copy_writes_its_ledger_to_the_state_dir(tmp_path, monkeypatch):
+    from r9k.registry import ledger
+
+    pkg = tmp_path / "site-packages" / "r9k" / "registry"
+    (pkg / "gates").mkdir(parents=True)
+    (pkg / "gates" / "ledger.jsonl").write_text('{"shipped": 1}\n')
+    monkeypatch.delenv("R9K_LEDGER", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    monkeypatch.setattr(ledger, "_PACKAGE_DIR", pkg.resolve())
+    path = ledger.ledger_path(pkg)
+    assert path.parent == tmp_path / "state" / "r9k" / "gates"
+    assert path.read_text() == '{"shipped": 1}\n'  # started from the packaged records
+    # a checkout (a .git beside the package folder) keeps the repository's ledger
+    (pkg.parent / ".git").mkdir()
+    assert ledger.ledger_path(pkg) == pkg / "gates" / "ledger.jsonl"
+    # and this repository's own tree is a checkout
+    assert ledger.ledger_path(Path(ledger.__file__).parent) == Path(ledger.__file__).parent / "gates" / "ledger.jsonl"

@@ -28,7 +28,7 @@ def test_layers_and_sources(reg):
     assert rs.chain == ["tp4-default", "round2-numerics", "mine"]
     r = rs.items["router_gemm"]
     assert (r.value, r.layer) == ("r9k", "profile") and r.source.endswith("mine.toml:6")
-    assert [h[0] for h in r.history] == ["release", "profile"]  # overridden by round2-numerics, then mine
+    assert [h[0].layer for h in r.history] == ["release", "profile"]  # overridden by round2-numerics, then mine
     assert rs.items["hc_mix_max_m"].value == "4" and rs.items["hc_mix_max_m"].source.endswith("mine.toml:5")
     assert (rs.value("R9K_QSA_GLUE"), rs.items["qsa_indexer_glue"].layer) == ("r9k", "environment")
     assert (rs.value("R9K_HC_MIX"), rs.items["hc_decode_mix"].layer) == ("r9k", "override")
@@ -47,7 +47,8 @@ def test_release_layer_of_an_older_release(reg, tmp_path):
     r = rs.items["hc_fp8_decode"]
     assert (r.value, r.layer) == ("0", "release")
     assert r.source.startswith("release v0.3.0")
-    assert rs.items["hc_fp8_decode"].history[0] == ("registry", r.history[0][1], "1")
+    first = rs.items["hc_fp8_decode"].history[0]
+    assert (first[0].layer, str(first[0]), first[1]) == ("registry", str(r.history[0][0]), "1")
 
 
 def test_unknown_env_knob_warns_with_suggestion(reg):

@@ -232,3 +232,28 @@ def test_unreadable_ledger_lines_are_reported(repo):
     p.write_text('{"variant": "evfake_add"}\nnot json\n')
     records, problems = L.read_ledger(p)
     assert records == [] and len(problems) == 2 and problems[0].startswith(f"{p}:1:")
+
+
+def test_pairs_gate_on_the_cpu_decode_step(tmp_path, monkeypatch, capsys):
+    """Two real variants of the tiny decode-step model, alone and together, against stock."""
+    pytest.importorskip("torch")
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    (prof / "pairdemo.toml").write_text('description = "two variants"\nextends = "stock"\ntp = 4\n[knobs]\n'
+                                        'R9K_HC_FP8_DECODE = "1"\nR9K_SHARED_EXPERT = "r9k"\n')
+    monkeypatch.setenv("R9K_PROFILES_DIR", str(prof))
+    assert cli.main(["gate", "--pairs", "--profile", "pairdemo", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert set(d["alone"]) == {"hc_fp8_decode", "shared_expert_fused"} and d["alone"]["hc_fp8_decode"] > 0
+    (pair,) = d["pairs"]
+    assert pair["flagged"] is False and pair["d_pair"] <= pair["d_a"] + pair["d_b"]
+    assert "router_gemm" not in d["alone"]  # at stock in this profile
+    assert cli.main(["gate", "--pairs"]) == 2
+
+
+def test_pair_flagging_rule():
+    from r9k.r9kctl.evidence.pairs import PairResult
+
+    assert PairResult("a", "b", 3e-3, 1e-3, 1e-3).flagged
+    assert not PairResult("a", "b", 2e-3, 1e-3, 1e-3).flagged
+    assert PairResult("a", "b", 1e-9, 0.0, 0.0).excess == float("inf")

@@ -125,3 +125,63 @@ def test_cli_compare_json_and_refusal(tmp_path, capsys, build_pair):
     pb.write_text("\n".join(pb.read_text().splitlines()[:-3]) + "\n")
     assert _cli(["eval", "compare", str(pa), str(pb)]) == 2
     assert "refusing to compare: question sets differ" in capsys.readouterr().err
+
+
+def test_minimum_detectable_difference_is_what_the_test_detects():
+    """The MDD is checked against the exact test itself: at the MDD's split the rejection rate reaches the power
+    (by direct summation over the binomial), just below it does not."""
+    from scipy.stats import binom
+
+    n, d = 1319, 15  # the v0.3.1 gate: 15 discordant of 1,319
+    mdd = mcnemar.minimum_detectable_difference(n, d)
+    pi = (mdd * n / d + 1) / 2
+    region = [k for k in range(d + 1) if mcnemar.mcnemar_exact_p(k, d - k) < 0.05]
+    power = lambda p: sum(binom.pmf(k, d, p) for k in region)  # noqa: E731
+    assert power(pi) >= 0.8 > power(pi - 1e-3)
+    assert 0.005 < mdd < 0.012  # under a point: the 0.08-point difference of that gate was far below it
+    # fewer than 6 discordant: nothing is detectable at alpha 0.05; more discordance needs a larger difference
+    assert mcnemar.min_discordant(0.05) == 6
+    assert mcnemar.minimum_detectable_difference(800, 5) is None
+    assert mcnemar.minimum_detectable_difference(n, 100) > mdd
+
+
+def test_compare_states_its_mdd_and_the_aa_floor(tmp_path, capsys, build_pair):
+    pa, pb = build_pair(tmp_path, both=1256, b=7, c=8, neither=48)
+    assert cmd_eval.run(_args(pa, pb)) == 0
+    out = capsys.readouterr().out
+    assert "detectable     at n = 1319, 15 discordant (1.1%), alpha 0.05, power 80%: differences of 0.7" in out
+    # A/A: two runs of one profile; 15 discordant, not significant: the floor
+    assert cmd_eval.run(_args(pa, pb, aa=True)) == 0
+    out = capsys.readouterr().out
+    assert "run-to-run floor 15/1319 discordant (1.14%" in out and "no significant run-to-run difference" in out
+    # A/A that differs significantly: not reproducible, exit 1
+    (tmp_path / "x").mkdir()
+    qa, qb = build_pair(tmp_path / "x", both=1256, b=15, c=0, neither=48)
+    assert cmd_eval.run(_args(qa, qb, aa=True)) == 1
+    assert "not reproducible" in capsys.readouterr().out
+    # A vs B with a second run of A: both discordances side by side
+    assert cmd_eval.run(_args(pa, pb, floor=str(pa))) == 0
+    out = capsys.readouterr().out
+    assert "floor (A/A2)   0/1319 discordant" in out and "A/B            15/1319" in out
+
+
+def test_aa_refuses_two_different_profiles(tmp_path, capsys, build_pair):
+    pa, pb = build_pair(tmp_path, both=10, b=1, c=1, neither=2)
+    for p, prof, h in ((pa, "stock", "aaaa"), (pb, "tp4-default", "bbbb")):
+        lines = p.read_text().splitlines()
+        head = json.loads(lines[0])
+        head["server_r9k"] = {"profile": prof, "hash": h}
+        p.write_text("\n".join([json.dumps(head)] + lines[1:]) + "\n")
+    assert cmd_eval.run(_args(pa, pb, aa=True)) == 2
+    err = capsys.readouterr().err
+    assert "error[aa]: not an A/A pair" in err and "stock @ aaaa" in err and err.count("\n") == 1
+
+
+def _args(a, b, **kw):
+    import argparse
+
+    base = dict(eval_cmd="compare", a=str(a), b=str(b), format="text", confidence=0.95, alpha=0.05, power=0.8,
+                no_fail=False, into=None, config=None, eval_name=None, baseline_label=None, baseline_release=None,
+                note=None, aa=False, floor=None)
+    base.update(kw)
+    return argparse.Namespace(**base)

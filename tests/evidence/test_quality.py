@@ -49,7 +49,7 @@ def test_compare_into_release_manifest_and_diff(tmp_registry, tmp_path, capsys, 
 
     assert cli.main(["diff", prev, latest, "--format", "markdown"]) == 0
     out = capsys.readouterr().out
-    assert "5 / 1 discordant, McNemar p = 0.22" in out and "identical outputs 25.5%" in out
+    assert "5 vs 1 discordant, McNemar p = 0.22" in out and "outputs identical on 25.5% of questions" in out
 
 
 def test_quality_record_is_checked_against_the_schema(tmp_path, tmp_registry, build_pair):

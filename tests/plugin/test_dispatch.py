@@ -45,7 +45,7 @@ def test_fallback_to_stock_with_one_warning_line(registry):
     p = t.plans["router_gemm"]
     assert p.mode == "fallback" and "no Triton backend" in p.reason
     assert len(t.warnings) == 1 and t.warnings[0].startswith("R9K_ROUTER=r9k: ")
-    assert "using stock (R9K_ROUTER=stock)" in t.warnings[0]
+    assert "using vLLM's own path (R9K_ROUTER=stock)" in t.warnings[0]
     assert t.installs() == []
     assert t.choose("router_gemm") is None
     assert t.in_use()["router_gemm"].startswith("stock (fallback")
@@ -77,19 +77,17 @@ def test_declared_platforms_restrict_where_it_runs(registry):
 
 
 def test_a_variant_without_adapter_or_implementation_falls_back(registry):
-    from r9k.registry.resolve import resolve
-
-    # Find a variant installed through an extension point the plugin has no adapter for, switch it on.
-    cand = [v for v in registry.variants.values()
-            if (v.implementation.extension_point or "").startswith("custom_op:") and v.stock is not None
-            and v.choices]
-    assert cand, "the registry maps some variants to custom ops"
-    v = cand[0]
-    on = next(c for c in v.choices if c != v.stock)
-    rs = resolve(registry, "cpu-smoke", env={}, sets={v.knob: on})
-    t = DispatchTable(rs, platform_probe=lambda: "interpret")
-    t.plan()
-    assert t.plans[v.id].mode == "fallback"
-    assert "no adapter" in t.plans[v.id].reason
-    with pytest.raises(StartupError):
-        DispatchTable(rs, strict=True, platform_probe=lambda: "interpret").plan()
+    rs = _rs(registry)
+    impl = rs.items["router_gemm"].variant.implementation
+    old = impl.extension_point
+    impl.extension_point = "custom_op:r9k_no_adapter_here"  # an extension point registry/adapters.toml lacks
+    try:
+        t = DispatchTable(rs, platform_probe=lambda: "interpret")
+        t.plan()
+        assert t.plans["router_gemm"].mode == "fallback"
+        assert "no adapter for custom_op:r9k_no_adapter_here" in t.plans["router_gemm"].reason
+        assert t.installs() == []
+        with pytest.raises(StartupError):
+            DispatchTable(rs, strict=True, platform_probe=lambda: "interpret").plan()
+    finally:
+        impl.extension_point = old

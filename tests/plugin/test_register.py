@@ -49,9 +49,11 @@ def test_register_twice_is_idempotent(plugin_env, emitted):
     from r9k.plugin.layers.gate_linear import R9kGateLinear
 
     assert op_registry_oot.get("GateLinear") is R9kGateLinear
-    from r9k.plugin.install import register_layer
+    from r9k.plugin.install import _install_now
+    from r9k.registry.availability import load_adapters
 
-    register_layer("gate_linear")  # a repeat installation is a no-op, not vLLM's duplicate assertion
+    # a repeat installation is a no-op, not vLLM's duplicate assertion
+    _install_now(load_adapters().adapters["pluggable_layer:gate_linear"], gate_linear)
     assert op_registry_oot.get("GateLinear") is R9kGateLinear
 
 

@@ -70,3 +70,57 @@ def test_route_answers_the_active_set(plugin_env):
     assert body["hash"] == plugin.active_set().hash and body["profile"] == "cpu-smoke"
     assert body["values"]["R9K_ROUTER"] == "r9k"
     assert "MainProcess" in body["processes"]
+
+
+def test_counters_of_the_workers_reach_the_merged_status_and_r9kctl_status(tmp_path, capsys):
+    """Each worker's counters (its file section) are merged: layers as rank 0 reports them, calls summed."""
+    from r9k.r9kctl.cli import main
+
+    path = str(tmp_path / "s.json")
+    status.write_section(path, _section("MainProcess", "main", 0, "aaaaaaaaaaaa"))
+    for rank, (fused, big) in enumerate([(7, 2), (5, 1)]):
+        sec = _section(f"VllmWorker-{rank}", "worker", rank, "aaaaaaaaaaaa")
+        sec["counters"] = {"router_gemm": {"installed": ["model.layers.0.mlp.gate", "model.layers.1.mlp.gate"],
+                                           "kept": {"gate with bias": ["model.layers.2.mlp.gate"]},
+                                           "calls": {"fused": fused, "fallback:rows>16": big}}}
+        status.write_section(path, sec)
+    data = status.merged_status(None, path)
+    op = data["ops"]["router_gemm"]
+    assert op["installed"] == 2 and op["kept"] == {"gate with bias": 1} and op["layers_from"] == "VllmWorker-0"
+    assert op["calls"] == {"fused": 12, "fallback:rows>16": 3}
+    assert op["by_process"]["VllmWorker-1"]["calls"]["fused"] == 5
+    assert main(["--plain", "status", "--file", path]) == 0
+    out = capsys.readouterr().out
+    assert "router_gemm" in out and "1 gate with bias" in out and "fused=12" in out and "fallback:rows>16=3" in out
+
+
+def test_the_flusher_writes_only_when_the_counters_change(plugin_env, tmp_path, monkeypatch):
+    from r9k.plugin import counters
+
+    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
+    plugin_env.setenv("R9K_STATUS_FILE", str(tmp_path / "st.json"))
+    monkeypatch.setattr(plugin, "_emit", lambda level, line: None)
+    monkeypatch.setattr(plugin, "FLUSH_INTERVAL_S", 3600.0)  # drive the flusher by hand
+    counters.reset()
+    try:
+        plugin.register()
+        f = plugin._flusher
+        assert f is not None, "a process with an installed adapter flushes its counters"
+        writes = []
+        monkeypatch.setattr(plugin, "_write_status", lambda table: writes.append(1))
+        f.look(counters.snapshot(), None)
+        assert writes == [1]  # first look: the (empty) counters
+        f.look(counters.snapshot(), None)
+        assert writes == [1]  # unchanged: no write
+        counters.layer("router_gemm", "model.layers.0.mlp.gate", True)
+        counters.hit("router_gemm", "fused")
+        f.look(counters.snapshot(), None)
+        assert writes == [1, 1]
+        logged = []
+        monkeypatch.setattr(plugin, "_emit", lambda level, line: logged.append(line))
+        f.look(counters.snapshot(), None)  # stable: the model is built, its layer table is logged once
+        f.look(counters.snapshot(), None)
+        assert writes == [1, 1] and len([ln for ln in logged if "model built" in ln]) == 1
+        assert any("router_gemm: 1 run r9k (model.layers.0.mlp.gate)" in ln for ln in logged)
+    finally:
+        counters.reset()

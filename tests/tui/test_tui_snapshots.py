@@ -5,6 +5,8 @@ After an intended visual change: ``pytest tests/tui/test_tui_snapshots.py --snap
 review the new SVGs."""
 from __future__ import annotations
 
+import pytest
+
 from r9k.r9kctl.tui.app import R9kApp
 
 
@@ -19,8 +21,49 @@ async def _toggle(pilot, vid: str) -> None:
     await pilot.pause()
 
 
-def test_main_screen_80x24(frozen_workspace, snap_compare):
-    assert snap_compare(app(), terminal_size=(80, 24))
+SIZES = [(80, 24), (120, 36), (160, 45)]
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_main_screen_with_an_edit(frozen_workspace, snap_compare, size):
+    """The knob column whole, the unsaved badge left of the pickers, narrower panels below 100 columns."""
+    async def before(pilot):
+        await _toggle(pilot, "hc_fp8_decode")
+
+    assert snap_compare(app(), terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_quit_dialog_cancel_focused(frozen_workspace, snap_compare, size):
+    async def before(pilot):
+        await _toggle(pilot, "hc_fp8_decode")
+        await pilot.press("q")
+        await pilot.pause()
+
+    assert snap_compare(app(), terminal_size=size, run_before=before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
+def test_launch_screen_command_first(frozen_workspace, snap_compare, size, monkeypatch):
+    from pathlib import Path
+
+    from r9k.r9kctl.tui.session import Session
+
+    real = Session.plan_launch
+
+    def plan_launch(self, final=False):  # the interpreter's path differs between machines: its name only
+        plan = real(self, final)
+        if plan.argv:
+            plan.argv[0] = Path(plan.argv[0]).name
+        return plan
+
+    monkeypatch.setattr(Session, "plan_launch", plan_launch)
+
+    async def before(pilot):
+        await pilot.press("l")
+        await pilot.pause()
+
+    assert snap_compare(app(), terminal_size=size, run_before=before)
 
 
 def test_main_screen_with_detail_pane_large(frozen_workspace, snap_compare):

@@ -1,4 +1,4 @@
-"""CUDA-graph timing harness shared by the kernel benchmarks (part 1 and part 2).
+"""The CUDA-graph timing harness of every kernel benchmark and of the decode step.
 
 How a number is made (see notes/kernels-linear-routing.md for why):
 
@@ -13,10 +13,12 @@ How a number is made (see notes/kernels-linear-routing.md for why):
   denominator of every "fraction of bandwidth" figure, measured in the same run.
 * ``copies_for(nbytes)``: how many argument sets to rotate over so their weights exceed the L2.
 
-Nothing here runs at import; torch is imported lazily so ``import r9k.kernels._bench`` is cheap.
+Nothing here runs at import; torch is imported lazily so ``import r9k.kernels._triton.timing`` is cheap.
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 from typing import Callable, Sequence
 
@@ -51,6 +53,33 @@ def copy_bandwidth(nbytes: int = 1 << 30, reps: int = 20) -> float:
     return 2 * nbytes / statistics.median(times)
 
 
+def replay_times_ms(g, replays: int, warmup: int = 3, per: int = 1) -> list[float]:
+    """Replay a captured ``torch.cuda.CUDAGraph`` ``replays`` times (after ``warmup``), each timed with CUDA
+    events; milliseconds per replay divided by ``per`` (the calls the graph holds), sorted."""
+    import torch
+
+    for _ in range(warmup):
+        g.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / per)
+    out.sort()
+    return out
+
+
+def summary(sorted_times: Sequence[float]) -> dict:
+    """Median, p10 and p90 of sorted times."""
+    n = len(sorted_times)
+    return {"median": statistics.median(sorted_times), "p10": sorted_times[n // 10],
+            "p90": sorted_times[(9 * n) // 10], "n": n}
+
+
 def graph_time_us(fn: Callable, arg_sets: Sequence[tuple], replays: int = 50, warmup: int = 3) -> dict:
     """Median microseconds per call of ``fn`` in CUDA-graph replay, rotating over ``arg_sets``.
 
@@ -72,24 +101,13 @@ def graph_time_us(fn: Callable, arg_sets: Sequence[tuple], replays: int = 50, wa
     with torch.cuda.graph(g):
         for args in arg_sets:
             fn(*args)
-    for _ in range(warmup):
-        g.replay()
-    torch.cuda.synchronize()
-    per_call = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        per_call.append(a.elapsed_time(b) * 1e3 / len(arg_sets))
+    per_call = [t * 1e3 for t in replay_times_ms(g, replays, warmup, per=len(arg_sets))]
     del g
-    per_call.sort()
-    n = len(per_call)
+    st = summary(per_call)
     return {
-        "us": statistics.median(per_call),
-        "p10": per_call[n // 10],
-        "p90": per_call[(9 * n) // 10],
+        "us": st["median"],
+        "p10": st["p10"],
+        "p90": st["p90"],
         "calls_per_graph": len(arg_sets),
     }
 
@@ -201,3 +219,52 @@ def update_json(path: str, updates: dict) -> None:
     with open(path, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
         f.write("\n")
+
+
+#: Columns of the per-op table (stock vs fused, launches and graph nodes of one call, floor).
+COLS = ["op", "M", "stock us", "fused us", "speedup", "launches s/f", "nodes s/f", "floor us"]
+
+
+def graph_nodes(fn, args) -> int | None:
+    """Nodes in a CUDA graph holding one call of ``fn(*args)``; None if the driver API is not reachable."""
+    import torch
+
+    try:
+        from r9k.kernels.decode_step.counter import capture
+
+        _g, _out, nodes = capture(lambda: fn(*args))
+        del _g
+        torch.cuda.synchronize()
+        return int(nodes["nodes"])
+    except Exception:  # noqa: BLE001 - driver API differences: report unknown, never guess
+        return None
+
+
+def row(name: str, m: int, stock_fn, fused_fn, stock_sets, fused_sets, bytes_moved: int, bw: float) -> dict:
+    """Time a stock and a fused implementation on their argument sets: one row of :data:`COLS`."""
+    ts = graph_time_us(stock_fn, stock_sets)
+    tf = graph_time_us(fused_fn, fused_sets)
+    ls = launches_per_call(stock_fn, stock_sets[0])
+    lf = launches_per_call(fused_fn, fused_sets[0])
+    ns = graph_nodes(stock_fn, stock_sets[0])
+    nf = graph_nodes(fused_fn, fused_sets[0])
+    return {
+        "op": name, "M": m, "stock us": ts["us"], "fused us": tf["us"], "speedup": ts["us"] / tf["us"],
+        "launches s/f": f"{ls:g}/{lf:g}", "nodes s/f": f"{ns if ns is not None else '-'}/{nf if nf is not None else '-'}",
+        "floor us": bytes_moved / bw * 1e6, "fused p10-p90": f"{tf['p10']:.2f}-{tf['p90']:.2f}",
+    }
+
+
+@contextlib.contextmanager
+def env(**values: str):
+    """Set environment variables for the block (kernels read ``R9K_PDL`` when they launch), then restore them."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

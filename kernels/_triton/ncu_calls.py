@@ -1,6 +1,6 @@
-"""One launch of each part-1 fused kernel at M = 16, for Nsight Compute (run under ``ncu
+"""One launch of each GEMM-family fused kernel (fp8 block linear, router, hc mix, routing) at M = 16, for Nsight Compute (run under ``ncu
 --profile-from-start off``): compiles and warms up first, then profiles one call of each inside
-cudaProfilerStart/Stop. Used by scripts/h200_kernels_part1.sh to say what bounds each kernel."""
+cudaProfilerStart/Stop. Used by ``scripts/gpu.sh ncu`` to say what bounds each kernel."""
 from __future__ import annotations
 
 import torch

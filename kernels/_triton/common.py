@@ -1,6 +1,10 @@
-"""Triton device helpers shared by the part-1 kernels (router, hc_mix, fp8_block).
+"""Triton device helpers shared by every kernel of the project.
 
-Each takes ``INTERPRET`` (a constexpr): Triton's CPU interpreter (triton 3.9, ``TRITON_INTERPRET=1``)
+* ``INTERPRETED`` / :func:`use_triton`: whether Triton runs here (a GPU tensor, or the CPU interpreter);
+* ``rne_bf16``: fp32 -> nearest-even bf16 value (as fp32) on the bits, identical on the GPU and the interpreter;
+* ``to_bf16`` / ``to_e4m3`` / ``dot_bf16`` below.
+
+The last three take ``INTERPRET`` (a constexpr): Triton's CPU interpreter (triton 3.9, ``TRITON_INTERPRET=1``)
 gets three things wrong that the gates depend on, so under it these helpers compute the same values
 with plain integer/float arithmetic; on a GPU they compile to the hardware instruction:
 
@@ -18,6 +22,24 @@ import triton
 import triton.language as tl
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def use_triton(t) -> bool:
+    """Whether a Triton kernel can run on tensor ``t``: a GPU tensor, or any tensor under the interpreter."""
+    return t.is_cuda or INTERPRETED
+
+
+@triton.jit
+def rne_bf16(v):
+    """Round fp32 to the nearest-even bf16 value, returned as fp32 (exact in bf16).
+
+    Done on the bits rather than with ``.to(tl.bfloat16)``: the Triton CPU interpreter's float casts truncate
+    (and its "rtne" mode rounds ties away), so the CI gate would not see the GPU's rounding otherwise. On the GPU
+    this is four integer ops and gives the same bits as ``cvt.rn.bf16.f32`` for finite values.
+    """
+    bits = v.to(tl.int32, bitcast=True)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+    return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit

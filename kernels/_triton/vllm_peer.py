@@ -1,0 +1,142 @@
+"""vLLM's own Triton kernels, loaded from vLLM's installed (or carried) sources, for side-by-side runs.
+
+What stock vLLM runs at decode for the ops this project fuses, launch for launch:
+
+* GDN spec-decode core: flash-linear-attention's ``fused_sigmoid_gating_delta_rule_update`` (one recurrent
+  launch, q/k l2-norm and gating inside) after the q/k/v/a/b ``.contiguous()`` copies of its wrapper, then
+  the gated RMS norm (``RMSNormGated.forward_cuda`` -> ``rmsnorm_fn`` -> ``layer_norm_fwd_kernel``, one launch);
+* hyper-connection combine + grouped norm: Qwen4Exp's ``_hc_combine_norm`` (one launch), and for a module with no
+  pending block output ``_grouped_gemma_rmsnorm`` (one launch), from ``vllm/models/qwen4_exp/nvidia/ops/hc.py``.
+
+vLLM's CUDA default for the GDN core is its fused post-conv MTP kernel (CUDA C++, one launch with the norm):
+not loadable from Python sources, so it is an anchor this project has not measured.
+
+The files are executed from vLLM's sources with their ``vllm.*`` imports pointed at :mod:`._vllm_shim` (Triton
+itself plus a few small platform helpers), so neither vLLM's package init nor its compiled extension is needed:
+the H200 has no vLLM installed, its sources travel with the device call (``R9K_VLLM_SRC``, the folder holding
+``vllm/``). Nothing of vLLM is copied into this project: the kernels are read from vLLM's own files at run time.
+The kernels' text is unchanged; only import lines are rewritten, one for one, so line numbers (and Triton's view
+of the source) stay those of vLLM's file.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+import sys
+import types
+from pathlib import Path
+from typing import Optional
+
+FILES = {
+    "fla_gating": "vllm/third_party/flash_linear_attention/ops/fused_sigmoid_gating.py",
+    "fla_norm": "vllm/third_party/flash_linear_attention/ops/layernorm_guard.py",
+    "hc": "vllm/models/qwen4_exp/nvidia/ops/hc.py",
+}
+
+_IMPORT = re.compile(r"^(\s*)from (vllm\.[\w.]+|einops|\.[\w.]*) import ", re.M)
+
+
+class PeerUnavailable(RuntimeError):
+    """vLLM's sources are not on this machine (or a file failed to load): the reason is the message."""
+
+
+def source_root() -> Optional[Path]:
+    """The folder that holds ``vllm/``: ``$R9K_VLLM_SRC``, else the installed package's parent (found
+    without importing it); None when neither exists."""
+    env = os.environ.get("R9K_VLLM_SRC")
+    if env:
+        p = Path(env)
+        return p if (p / "vllm").is_dir() else None
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0]).parent
+
+
+@functools.lru_cache(maxsize=None)
+def load(name: str) -> types.ModuleType:
+    """Execute one of :data:`FILES` from vLLM's sources (imports rewritten to the shim) and return it."""
+    root = source_root()
+    if root is None:
+        raise PeerUnavailable("vLLM's sources not found (set R9K_VLLM_SRC to the folder holding vllm/)")
+    path = root / FILES[name]
+    if not path.is_file():
+        raise PeerUnavailable(f"{path}: not in this vLLM's sources")
+    src = _IMPORT.sub(lambda m: f"{m.group(1)}from r9k.kernels._triton._vllm_shim import ", path.read_text())
+    mod = types.ModuleType(f"r9k_vllm_peer.{name}")
+    mod.__file__ = str(path)
+    sys.modules[mod.__name__] = mod  # dataclasses look their module up there (a private name: vLLM's untouched)
+    try:
+        exec(compile(src, str(path), "exec"), mod.__dict__)  # noqa: S102 - vLLM's own file, see module doc
+    except Exception as exc:  # noqa: BLE001 - reported as unavailable, with the reason
+        sys.modules.pop(mod.__name__, None)
+        raise PeerUnavailable(f"{path}: {type(exc).__name__}: {exc}") from exc
+    return mod
+
+
+def available() -> tuple[bool, str]:
+    """Whether every peer file loads here; the reason when not."""
+    try:
+        for n in FILES:
+            load(n)
+    except PeerUnavailable as exc:
+        return False, str(exc)
+    return True, str(source_root())
+
+
+def gdn_core(mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted, state_indices,
+             num_k_heads, num_v_heads, head_k_dim=128, head_v_dim=128, eps=1e-6, gate="sigmoid", scale=None,
+             out=None):
+    """vLLM's GDN spec-decode core, as its layer runs it: the signature of
+    :func:`r9k.kernels.gdn_decode.gdn_spec_decode_core` (``state`` updated in place)."""
+    fla, norm = load("fla_gating"), load("fla_norm")
+    T = mixed_qkv.shape[0]
+    Hk, Hv, Dk, Dv = num_k_heads, num_v_heads, head_k_dim, head_v_dim
+    q = mixed_qkv[:, : Hk * Dk].view(1, T, Hk, Dk)
+    k = mixed_qkv[:, Hk * Dk: 2 * Hk * Dk].view(1, T, Hk, Dk)
+    v = mixed_qkv[:, 2 * Hk * Dk: 2 * Hk * Dk + Hv * Dv].view(1, T, Hv, Dv)
+    o, _ = fla.fused_sigmoid_gating_delta_rule_update(
+        A_log=A_log, a=a, b=b, dt_bias=dt_bias, q=q, k=k, v=v, scale=scale, initial_state=state,
+        inplace_final_state=True, cu_seqlens=cu_seqlens, ssm_state_indices=state_indices,
+        num_accepted_tokens=num_accepted, use_qk_l2norm_in_kernel=True)
+    y = norm.rmsnorm_fn(o.reshape(-1, Dv), norm_weight, None, z=z.reshape(-1, Dv), eps=eps, group_size=None,
+                        norm_before_gate=True, activation=gate)
+    y = y.view(T, Hv * Dv)
+    return out.copy_(y) if out is not None else y
+
+
+def gdn_split(mixed_qkv, z, b, a, num_k_heads, num_v_heads, head_k_dim=128, head_v_dim=128):
+    """The contiguous q, k, v [1, T, H, D], a, b [T, Hv] and z [T*Hv, Dv] that vLLM's layer hands its two GDN
+    kernels (its wrapper's ``.contiguous()`` copies, made once): for timing the two launches alone."""
+    T = mixed_qkv.shape[0]
+    Hk, Hv, Dk, Dv = num_k_heads, num_v_heads, head_k_dim, head_v_dim
+    q = mixed_qkv[:, : Hk * Dk].reshape(1, T, Hk, Dk).contiguous()
+    k = mixed_qkv[:, Hk * Dk: 2 * Hk * Dk].reshape(1, T, Hk, Dk).contiguous()
+    v = mixed_qkv[:, 2 * Hk * Dk: 2 * Hk * Dk + Hv * Dv].reshape(1, T, Hv, Dv).contiguous()
+    return q, k, v, a.contiguous(), b.contiguous(), z.reshape(-1, Dv).contiguous()
+
+
+def gdn_two_launches(q, k, v, a, b, z2, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted,
+                     state_indices, eps=1e-6, gate="sigmoid"):
+    """vLLM's recurrent kernel + gated norm on inputs already contiguous (:func:`gdn_split`): exactly two launches."""
+    fla, norm = load("fla_gating"), load("fla_norm")
+    o, _ = fla.fused_sigmoid_gating_delta_rule_update(
+        A_log=A_log, a=a, b=b, dt_bias=dt_bias, q=q, k=k, v=v, initial_state=state, inplace_final_state=True,
+        cu_seqlens=cu_seqlens, ssm_state_indices=state_indices, num_accepted_tokens=num_accepted,
+        use_qk_l2norm_in_kernel=True)
+    return norm.rmsnorm_fn(o.reshape(-1, v.shape[-1]), norm_weight, None, z=z2, eps=eps, group_size=None,
+                           norm_before_gate=True, activation=gate)
+
+
+def hc_combine_norm(res, blk, inj, weight, eps, hc):
+    """vLLM's Qwen4Exp combine + grouped Gemma norm: ``(new residual, normed)``; ``blk is None``: the grouped
+    norm alone (``res`` returned as the residual)."""
+    m = load("hc")
+    if blk is None:
+        return res, m._grouped_gemma_rmsnorm(res, weight, eps, hc)
+    return m._hc_combine_norm(res, blk, inj, weight, eps, hc)

@@ -1,0 +1,345 @@
+"""The one availability rule: can a variant a profile switches on run, and if not, why.
+
+A non-stock variant is runnable for a profile when
+
+1. its implementation is this project's (``implementation.module``) and exists: the module is importable
+   (found, not imported);
+2. that implementation exists for the profile's platform (``implementation.platforms`` names it, or its
+   family: ``cpu`` is Triton's interpreter, ``triton-interpret``);
+3. the plugin has an adapter for its extension point (``registry/adapters.toml``, the one list of
+   them) that runs its op, and the adapter's module exists;
+4. its gate tests are declared and exist (each ``file::test`` names a file with that test function).
+
+Every caller applies this function and nothing else: ``r9kctl validate`` (counts and diagnostics),
+``r9kctl launch`` (through validate, ``--dry-run`` too), the control panel, and the plugin's
+``DispatchTable.plan`` (which adds only what a process can know: whether it has a Triton backend).
+
+States per variant: ``installed`` (runs this project's kernel through its adapter), ``fallback``
+(selected but cannot run: vLLM's own path, with the reason), ``env`` (an env-only knob: exported for
+code outside this project; nothing here reads it), ``stock`` (at its stock value or off), ``unset``.
+
+Imports no torch, vLLM, textual or rich; reads two small files at most once per process.
+"""
+from __future__ import annotations
+
+import importlib.util
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+ADAPTERS_FILE = "adapters.toml"
+STATES = ("installed", "fallback", "env", "stock", "unset")
+INSTALLS = ("register_oot", "call")
+
+
+@dataclass(frozen=True)
+class Adapter:
+    extension_point: str
+    ops: tuple[str, ...]
+    install: str
+    vllm_module: str
+    vllm_class: str
+    adapter: str  # "module:attr"
+    models: tuple[str, ...] = ()
+    eligibility: str = ""
+    line: Optional[int] = None
+
+    @property
+    def adapter_module(self) -> str:
+        return self.adapter.partition(":")[0]
+
+
+@dataclass
+class Adapters:
+    """The parsed ``registry/adapters.toml``."""
+
+    path: Optional[Path]
+    adapters: dict[str, Adapter] = field(default_factory=dict)  # extension point -> adapter
+    missing: dict[str, str] = field(default_factory=dict)  # extension point -> why it has no adapter
+    problems: list[tuple[str, Optional[int], Optional[int], str]] = field(default_factory=list)  # (file, line, col, message)
+
+    def for_op(self, op: str) -> Optional[Adapter]:
+        return next((a for a in self.adapters.values() if op in a.ops), None)
+
+
+_ADAPTERS_CACHE: dict[tuple, Adapters] = {}
+
+
+def default_repo_root() -> Path:
+    """Where gate-test paths (``kernels/router/test_router.py::...``) are relative to: ``$R9K_REPO_ROOT``,
+    else the folder holding this code's ``kernels/`` (the repository; ``site-packages/r9k`` when installed).
+    Gate tests are code, so a registry tree kept elsewhere (``R9K_REGISTRY``) still finds them."""
+    from . import envvars
+
+    forced = envvars.REPO_ROOT.get()
+    if forced:
+        return Path(forced).resolve()
+    return Path(__file__).resolve().parent.parent
+
+
+def _line_of(text: str, needle: str) -> Optional[int]:
+    for i, ln in enumerate(text.splitlines(), 1):
+        if needle in ln:
+            return i
+    return None
+
+
+def adapters_path() -> Path:
+    """``adapters.toml`` beside this module: a fact of the installed code (which adapters the plugin has),
+    so a registry tree kept elsewhere (``R9K_REGISTRY``) does not replace it."""
+    return Path(__file__).resolve().parent / ADAPTERS_FILE
+
+
+def load_adapters(path: Optional[Path] = None) -> Adapters:
+    """Parse the adapter table (default :func:`adapters_path`; cached per file version). Problems are
+    returned in :attr:`Adapters.problems`, never raised: an unreadable file means "no adapter anywhere"."""
+    path = Path(path) if path else adapters_path()
+    try:
+        st = path.stat()
+        key = (str(path), st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = (str(path), None, None)
+    if key in _ADAPTERS_CACHE:
+        return _ADAPTERS_CACHE[key]
+    out = Adapters(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
+    except OSError as exc:
+        out.problems.append((str(path), None, None, f"cannot read the adapter table: {exc.strerror or exc}"))
+        _ADAPTERS_CACHE[key] = out
+        return out
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"line (\d+), column (\d+)", str(exc))
+        out.problems.append((str(path), int(m.group(1)) if m else None, int(m.group(2)) if m else None,
+                             f"TOML syntax: {re.sub(r' [(]at line.*$', '', str(exc))}"))
+        _ADAPTERS_CACHE[key] = out
+        return out
+    need = ("extension_point", "ops", "install", "vllm_module", "vllm_class", "adapter")
+    for i, a in enumerate(data.get("adapter", [])):
+        ep = a.get("extension_point", "")
+        ln = _line_of(text, f'"{ep}"') if ep else None
+        loc = (str(path), ln, 1 if ln else None)
+        lacking = [k for k in need if not a.get(k)]
+        if lacking:
+            out.problems.append((*loc, f"adapter #{i + 1} lacks {', '.join(lacking)}"))
+            continue
+        if a["install"] not in INSTALLS:
+            out.problems.append((*loc, f"{ep}: install {a['install']!r} is not one of {', '.join(INSTALLS)}"))
+            continue
+        if ep in out.adapters:
+            out.problems.append((*loc, f"{ep} has two adapters"))
+            continue
+        out.adapters[ep] = Adapter(ep, tuple(a["ops"]), a["install"], a["vllm_module"], a["vllm_class"],
+                                   a["adapter"], tuple(a.get("models", ())), a.get("eligibility", ""), ln)
+    for n in data.get("no_adapter", []):
+        ep = n.get("extension_point")
+        if ep:
+            out.missing[ep] = n.get("reason", "")
+    _ADAPTERS_CACHE[key] = out
+    return out
+
+
+# ----------------------------------------------------------------------------------------- platforms
+
+def platform_family(platform: Optional[str]) -> Optional[str]:
+    """``cpu``, ``cuda`` or ``rocm`` (None when unknown). Triton's interpreter is the ``cpu`` family."""
+    if not platform:
+        return None
+    p = platform.lower()
+    if p in ("cpu", "interpret", "triton-interpret") or p.startswith("cpu-"):
+        return "cpu"
+    if p.startswith(("cuda", "h100", "h200", "b200", "a100")):
+        return "cuda"
+    if p.startswith(("rocm", "gfx", "mi300", "r9700")):
+        return "rocm"
+    return p.split("-")[0]
+
+
+def platform_admits(declared: list[str], platform: Optional[str]) -> bool:
+    """Whether an implementation that has run on ``declared`` exists for ``platform``: the same name, a
+    name one is a refinement of (``cuda`` / ``cuda-h200``), or the CPU and Triton's interpreter."""
+    if platform is None or not declared:
+        return True  # no platform stated by the profile / no restriction declared
+    for d in declared:
+        if d == platform or platform.startswith(d + "-") or d.startswith(platform + "-"):
+            return True
+        if platform_family(d) == "cpu" and platform_family(platform) == "cpu":
+            return True
+    return False
+
+
+# ----------------------------------------------------------------------------------------- existence
+
+_FILES: dict[str, Optional[str]] = {}
+
+
+def _file_text(path: Path) -> Optional[str]:
+    key = str(path)
+    if key not in _FILES:
+        try:
+            _FILES[key] = path.read_text(encoding="utf-8")
+        except OSError:
+            _FILES[key] = None
+    return _FILES[key]
+
+
+def missing_tests(tests: list[str], repo_root: Path) -> list[str]:
+    """The gate test ids among ``tests`` whose file or test function does not exist."""
+    out = []
+    for t in tests:
+        file, _, name = t.partition("::")
+        text = _file_text(repo_root / file)
+        if text is None:
+            out.append(f"{t} (no file {file})")
+            continue
+        func = re.sub(r"\[.*$", "", name.split("::")[-1])
+        if func and not re.search(rf"^\s*(async\s+)?def {re.escape(func)}\s*\(", text, re.M):
+            out.append(f"{t} (no test {func} in {file})")
+    return out
+
+
+def module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# ----------------------------------------------------------------------------------------- the rule
+
+@dataclass
+class Verdict:
+    variant: str
+    knob: str
+    value: Optional[str]
+    state: str  # one of STATES
+    reason: str = ""  # why it falls back (state "fallback")
+    extension_point: Optional[str] = None
+    op: Optional[str] = None
+    module: Optional[str] = None
+    adapter: Optional[Adapter] = None
+
+
+def _gate_tests(variant) -> list[str]:
+    gate = getattr(variant, "gate", None)
+    tests = getattr(gate, "tests", None)
+    if tests is None:
+        tests = getattr(variant, "gate_tests", None)
+    return list(tests or [])
+
+
+def why_not(variant, platform: Optional[str], adapters: Adapters, repo_root: Path) -> str:
+    """Empty when this project's implementation of ``variant`` can run for ``platform``; else every
+    reason it cannot, joined by "; "."""
+    impl = variant.implementation
+    ep = impl.extension_point
+    if impl.module is None:
+        return "its implementation is outside this project"
+    reasons = []
+    if not module_exists(impl.module):
+        reasons.append(f"module {impl.module} does not exist")
+    if not platform_admits(list(impl.platforms), platform):
+        reasons.append(f"no implementation for platform '{platform}' (it runs on {', '.join(impl.platforms)})")
+    adapter = adapters.adapters.get(ep or "")
+    if adapter is None:
+        why = adapters.missing.get(ep or "")
+        reasons.append(f"the plugin has no adapter for {ep}" + (f" ({why})" if why else ""))
+    elif impl.op and impl.op not in adapter.ops:
+        reasons.append(f"the adapter for {ep} runs {', '.join(adapter.ops)}, not op {impl.op}")
+    elif not module_exists(adapter.adapter_module):
+        reasons.append(f"the adapter module {adapter.adapter_module} for {ep} does not exist")
+    tests = _gate_tests(variant)
+    if not tests:
+        reasons.append("no gate tests declared")
+    else:
+        gone = missing_tests(tests, repo_root)
+        if gone:
+            reasons.append(f"gate test(s) missing: {', '.join(gone)}")
+    return "; ".join(reasons)
+
+
+def declaration_problems(variants, adapters: Adapters, repo_root: Optional[Path] = None,
+                         op_table: Optional[Mapping[str, object]] = None) -> list[tuple[str, str, str]]:
+    """What the TOML declares that does not exist: ``(variant id, field, message)`` for a module that is
+    not there, an op missing from the op table (when ``op_table`` is given: ``r9k.kernels.ops.load_all()``)
+    or registered for another variant, a gate test that is not there, an extension point that has neither
+    an adapter nor a ``no_adapter`` entry, and an adapter that does not run the variant's op."""
+    root = repo_root or default_repo_root()
+    out: list[tuple[str, str, str]] = []
+    for vid, v in sorted(variants.items()):
+        impl = v.implementation
+        ep = impl.extension_point
+        if impl.module is None:
+            if ep not in (None, "env-only"):
+                out.append((vid, "extension_point", f"extension point {ep} but no implementation.module"))
+            continue
+        if not module_exists(impl.module):
+            out.append((vid, "module", f"module {impl.module} does not exist"))
+        if op_table is not None and impl.op:
+            kop = op_table.get(impl.op)
+            if kop is None:
+                out.append((vid, "op", f"op {impl.op} is not in the op table (r9k.kernels.ops)"))
+            elif getattr(kop, "variant", vid) != vid:
+                out.append((vid, "op", f"op {impl.op} is registered for variant {kop.variant}"))
+        gone = missing_tests(_gate_tests(v), root)
+        if gone:
+            out.append((vid, "gate", f"gate test(s) missing: {', '.join(gone)}"))
+        if ep in (None, "env-only"):
+            continue
+        a = adapters.adapters.get(ep)
+        if a is None and ep not in adapters.missing:
+            out.append((vid, "extension_point", f"extension point {ep} has no entry in {ADAPTERS_FILE} "
+                        "(neither [[adapter]] nor [[no_adapter]])"))
+        elif a is not None:
+            if impl.op and impl.op not in a.ops:
+                out.append((vid, "extension_point", f"the adapter for {ep} runs {', '.join(a.ops)}, not op {impl.op}"))
+            if not module_exists(a.adapter_module):
+                out.append((vid, "extension_point", f"adapter module {a.adapter_module} does not exist"))
+    return out
+
+
+def verdict(r, platform: Optional[str], adapters: Adapters, repo_root: Path) -> Verdict:
+    """The state of one resolved item (a ResolvedSet item or the plugin's light stand-in)."""
+    v = r.variant
+    impl = v.implementation
+    ep = impl.extension_point
+    out = Verdict(v.id, v.knob, r.value, "unset", "", ep, impl.op, impl.module,
+                  adapters.adapters.get(ep or ""))
+    if r.value is None:
+        return out
+    if r.is_stock or not r.active:
+        out.state = "stock"
+    elif ep in (None, "env-only"):
+        out.state = "env"
+    else:
+        reason = why_not(v, platform, adapters, repo_root)
+        out.state, out.reason = ("fallback", reason) if reason else ("installed", "")
+    return out
+
+
+def plan(rs, platform: Optional[str] = None, adapters: Optional[Adapters] = None,
+         repo_root: Optional[Path] = None, use_profile_platform: bool = True) -> dict[str, Verdict]:
+    """variant id -> :class:`Verdict` for every item of a resolved set (the profile's platform unless
+    ``platform`` is given)."""
+    if platform is None and use_profile_platform:
+        platform = getattr(rs, "platform", None)
+    adapters = adapters if adapters is not None else load_adapters()
+    root = repo_root or default_repo_root()
+    return {vid: verdict(r, platform, adapters, root) for vid, r in sorted(rs.items.items())}
+
+
+def counts(verdicts: Mapping[str, Verdict]) -> dict[str, int]:
+    out = {s: 0 for s in STATES}
+    for v in verdicts.values():
+        out[v.state] += 1
+    return out
+
+
+def summary_line(verdicts: Mapping[str, Verdict]) -> str:
+    """``N installed, M fall back, K env-only`` (the numbers validate and the plugin's table print)."""
+    c = counts(verdicts)
+    return (f"{c['installed']} installed, {c['fallback']} fall back to vLLM's path, {c['env']} env-only "
+            "(read by code outside this project)")

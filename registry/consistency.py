@@ -1,0 +1,417 @@
+"""Cross-file consistency of the registry and the profiles: each fault is an error naming both places.
+
+Called from :func:`r9k.registry.validate.validate` (``check_consistency``, then ``group_cascades`` on the
+finished report). What it checks:
+
+* knobs: two variants declaring the same knob (or one's ``also_knobs`` naming another's knob) — without
+  this, the later file silently takes the knob over;
+* references: models named by variants (``models``, ``excluded_models``, ``model_defaults``) and by
+  profiles; gate tests (``gate.tests``: the file, and the test function in it) that do not exist;
+* releases: dates that are not ISO dates (``YYYY-MM-DD``), an explicit order (``previous``) that
+  contradicts the dates or loops, default changes whose ``to`` is not a legal value of the knob;
+* profiles: fields nothing reads (``gpu_memory_utilization``: the ``UTIL`` knob is what reaches
+  ``vllm serve``), and ``serve_args`` that contradict themselves, the profile's TP size or a knob that
+  sets the same vLLM argument.
+
+``group_cascades`` merges diagnostics of one fault reported once per profile into one line, and turns
+"unknown model" in every profile of a registry without models into one error at ``models.toml``.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from pathlib import Path
+from typing import Optional
+
+from .errors import Diagnostic
+from .loader import Registry, display_path
+from .resolve import suggest
+
+DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+# vLLM arguments that a profile's own fields set: serve_args must not set them differently.
+_TP_ARGS = ("--tensor-parallel-size", "-tp")
+
+
+def _loc(d: tuple) -> str:
+    f, ln = d[0], d[1]
+    return f"{f}:{ln}" if f and ln else (f or "?")
+
+
+def check_consistency(reg: Registry, report) -> None:
+    _knobs(reg, report)
+    _model_refs(reg, report)
+    _gate_tests(reg, report)
+    _releases(reg, report)
+    _profiles(reg, report)
+
+
+# ------------------------------------------------------------------------------------------ knobs
+
+
+def _knobs(reg: Registry, report) -> None:
+    seen: dict[str, tuple[str, str]] = {}  # knob (upper case) -> (variant id, "knob" | "also_knobs")
+    for vid, v in reg.variants.items():
+        for field, names in (("knob", [v.knob]), ("also_knobs", v.also_knobs)):
+            for name in names:
+                key = name.upper()
+                if key in seen and seen[key][0] != vid:
+                    other, ofield = seen[key]
+                    first = reg.locate("variant", other, (ofield,))
+                    f, ln, col = reg.locate("variant", vid, (field,))
+                    report.add(Diagnostic("error", "duplicate-knob",
+                                          f"variant '{vid}' declares knob {name} ({field}), which variant '{other}' "
+                                          f"declares already ({ofield}, at {_loc(first)})", f, ln, col,
+                                          [vid, other, name]))
+                elif key in seen and field == "also_knobs" and seen[key][1] == "knob":
+                    f, ln, col = reg.locate("variant", vid, ("also_knobs",))
+                    report.add(Diagnostic("error", "duplicate-knob", f"variant '{vid}' lists its own knob {name} in "
+                                          "also_knobs", f, ln, col, [vid, name]))
+                else:
+                    seen.setdefault(key, (vid, field))
+
+
+# ------------------------------------------------------------------------------------ references
+
+
+def _models_file(reg: Registry) -> str:
+    return display_path(Path(reg.root) / "models.toml")
+
+
+def _model_refs(reg: Registry, report) -> None:
+    if not reg.models:
+        return  # one error for the whole registry: group_cascades
+    known = set(reg.models)
+    for vid, v in reg.variants.items():
+        for field, names in (("models", v.models), ("excluded_models", v.excluded_models),
+                             ("model_defaults", list(v.model_defaults))):
+            for name in names:
+                if name not in known:
+                    f, ln, col = reg.locate("variant", vid, (field,))
+                    report.add(Diagnostic("error", "unknown-model", f"variant '{vid}' {field} names unknown model "
+                                          f"'{name}' (models are declared in {_models_file(reg)})", f, ln, col,
+                                          [vid, name], hint=suggest(name, known)))
+
+
+_DEF_RE = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)|^\s*class\s+(\w+)", re.M)
+
+
+def _test_functions(path: Path, cache: dict) -> Optional[set]:
+    """Names of the functions and classes a test file defines (None when it cannot be read)."""
+    if path not in cache:
+        from . import fileio
+
+        try:
+            text = fileio.read_text(path, "test file")
+        except fileio.FileError:
+            cache[path] = None
+        else:
+            cache[path] = {a or b for a, b in _DEF_RE.findall(text)}
+    return cache[path]
+
+
+def missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
+    """Variant id -> an error per declared gate test that does not exist (its file, or the test in it).
+    Computed once per registry object."""
+    return reg.cached("missing_gate_tests", lambda: _missing_gate_tests(reg))
+
+
+def _missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
+    from .ledger import repo_root, test_file
+
+    root = repo_root(reg)
+    cache: dict = {}
+    out: dict[str, list[Diagnostic]] = {}
+    for vid, v in reg.variants.items():
+        if not v.gate:
+            continue
+        for tid in v.gate.tests:
+            rel = test_file(tid)
+            path = root / rel
+            if not path.parent.is_dir():
+                continue  # a registry tree kept apart from the code it describes: nothing to check against
+            where = reg.locate("variant", vid, ("gate", "tests"))
+            if not path.is_file():
+                out.setdefault(vid, []).append(Diagnostic("error", "unknown-test", f"variant '{vid}' gate test "
+                                                          f"'{tid}': no file {rel}", *where, [vid]))
+                continue
+            names = _test_functions(path, cache)
+            for part in tid.split("::")[1:]:
+                name = part.split("[", 1)[0]
+                if names is not None and name not in names:
+                    out.setdefault(vid, []).append(Diagnostic(
+                        "error", "unknown-test", f"variant '{vid}' gate test '{tid}': {rel} has no test '{name}'",
+                        *where, [vid], hint=suggest(name, names)))
+                    break
+    return out
+
+
+def _gate_tests(reg: Registry, report) -> None:
+    """A default-on variant ships: a gate test of it that does not exist is an error of the registry. Other
+    variants' are errors of the profiles that switch them on (:func:`check_resolved`)."""
+    for vid, diags in missing_gate_tests(reg).items():
+        if reg.variants[vid].status.state == "default-on":
+            for d in diags:
+                report.add(d)
+
+
+# ------------------------------------------------------------------------------------------ releases
+
+
+def release_date(text: str) -> Optional[_dt.date]:
+    if not DATE_RE.match(text or ""):
+        return None
+    try:
+        return _dt.date.fromisoformat(text)
+    except ValueError:
+        return None
+
+
+def _releases(reg: Registry, report) -> None:
+    dates = {}
+    looped: set[str] = set()
+    for ver, rel in reg.releases.items():
+        d = release_date(rel.date)
+        if d is None:
+            f, ln, col = reg.locate("release", ver, ("date",))
+            report.add(Diagnostic("error", "bad-date", f"release {ver}: date {rel.date!r} is not a date (YYYY-MM-DD); "
+                                  "the release order depends on it", f, ln, col, [ver]))
+        dates[ver] = d
+    for ver, rel in reg.releases.items():
+        prev = rel.previous
+        if prev and prev in reg.releases and dates[ver] and dates[prev] and dates[prev] > dates[ver]:
+            f, ln, col = reg.locate("release", ver, ("previous",))
+            pf, pl, _ = reg.locate("release", prev, ("date",))
+            report.add(Diagnostic("error", "release-order", f"release {ver} ({rel.date}) names {prev} as its previous "
+                                  f"release, but {prev} is dated later ({reg.releases[prev].date}, at {pf}:{pl})",
+                                  f, ln, col, [ver, prev]))
+        # a loop in the chain
+        seen, cur = [ver], prev
+        if prev == ver:
+            looped.add(ver)
+        while cur and cur in reg.releases:
+            if cur in seen:
+                looped.add(ver)
+                f, ln, col = reg.locate("release", ver, ("previous",))
+                report.add(Diagnostic("error", "release-order", f"release chain loops: {' -> '.join(seen + [cur])}",
+                                      f, ln, col, [ver]))
+                break
+            seen.append(cur)
+            cur = reg.releases[cur].previous
+    # previous must be the release just before by date (when dates are all valid)
+    if all(dates.values()) and len(reg.releases) > 1:
+        order = reg.release_order()
+        for i, ver in enumerate(order):
+            rel = reg.releases[ver]
+            want = order[i - 1] if i else None
+            if rel.previous and rel.previous in reg.releases and want and rel.previous != want \
+                    and dates[rel.previous] <= dates[ver] and ver not in looped:
+                f, ln, col = reg.locate("release", ver, ("previous",))
+                report.add(Diagnostic("error", "release-order", f"release {ver} names {rel.previous} as its previous "
+                                      f"release, but by date the one before it is {want}", f, ln, col,
+                                      [ver, rel.previous, want]))
+    for ver, rel in reg.releases.items():
+        for i, ch in enumerate(rel.default_changes):
+            v = reg.find_variant(ch.knob)
+            if v is None:
+                continue  # validate's unknown-knob
+            try:
+                v.normalize(ch.to)
+            except ValueError as exc:
+                f, ln, col = reg.locate("release", ver, ("default_changes", i, "to"))
+                report.add(Diagnostic("error", "bad-value", f"release {ver} changes the default of {ch.knob} to "
+                                      f"{ch.to!r}, which is not a legal value: {exc} (allowed: {v.allowed_text()})",
+                                      f, ln, col, [ver, v.id]))
+
+
+# ------------------------------------------------------------------------------------------ profiles
+
+
+def _serve_options(args: list[str]) -> list[tuple[int, str, Optional[str]]]:
+    """(index, option, value) of each option in a vllm serve argument list (value None for a flag)."""
+    out = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("-") and a != "-":
+            if "=" in a and a.startswith("--"):
+                opt, val = a.split("=", 1)
+                out.append((i, opt, val))
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                out.append((i, a, args[i + 1]))
+                i += 1
+            else:
+                out.append((i, a, None))
+        i += 1
+    return out
+
+
+def _profiles(reg: Registry, report) -> None:
+    owned = {}  # vllm argument -> knob that sets it
+    for v in reg.variants.values():
+        if v.sets and v.sets.kind == "vllm-arg" and v.sets.name:
+            owned[v.sets.name] = v.knob
+    for name, prof in reg.profiles.items():
+        if prof.gpu_memory_utilization is not None:
+            f, ln, col = reg.locate("profile", name, ("gpu_memory_utilization",))
+            util = owned.get("--gpu-memory-utilization", "UTIL")
+            report.add(Diagnostic("error", "unused-field", f"profile '{name}': gpu_memory_utilization is not used by "
+                                  f"any launch; set the {util} knob under [knobs] instead (it is what reaches vllm "
+                                  f"serve --gpu-memory-utilization)", f, ln, col, [name]))
+        if not prof.serve_args:
+            continue
+        f, ln, col = reg.locate("profile", name, ("serve_args",))
+        opts = _serve_options(prof.serve_args)
+        seen: dict[str, Optional[str]] = {}
+        for _, opt, val in opts:
+            if opt in seen and seen[opt] != val:
+                report.add(Diagnostic("error", "serve-args", f"profile '{name}': serve_args set {opt} twice "
+                                      f"({seen[opt]!r} and {val!r})", f, ln, col, [name]))
+            seen.setdefault(opt, val)
+            if opt in _TP_ARGS and prof.tp is not None and val is not None and val != str(prof.tp):
+                report.add(Diagnostic("error", "serve-args", f"profile '{name}': serve_args has {opt} {val}, but the "
+                                      f"profile's tp is {prof.tp} (set tp only)", f, ln, col, [name]))
+            elif opt in _TP_ARGS and prof.tp is None:
+                report.add(Diagnostic("error", "serve-args", f"profile '{name}': set the TP size with tp = N, not "
+                                      f"{opt} in serve_args (the resolver and the budget read tp)", f, ln, col, [name]))
+            if opt == "--model":
+                report.add(Diagnostic("error", "serve-args", f"profile '{name}': serve_args sets --model; use "
+                                      "model_path", f, ln, col, [name]))
+
+
+def check_resolved(reg: Registry, rs, report) -> None:
+    """Per resolved profile: gate tests of the variants it switches on that do not exist; serve_args that
+    set a vLLM argument a knob of the set also sets."""
+    if not rs.chain:
+        return
+    missing = missing_gate_tests(reg)
+    for r in rs.active():
+        if r.variant.id in missing and r.variant.status.state != "default-on":
+            for d in missing[r.variant.id]:
+                report.add(Diagnostic(d.level, d.code, d.message + f" (profile '{rs.profile}' switches it on)",
+                                      d.file, d.line, d.col, d.items + [rs.profile]))
+    if not rs.serve_args:
+        return
+
+    emitted = {}
+    for r in rs.items.values():
+        s = r.variant.sets
+        if s is None or s.kind != "vllm-arg" or r.value in (None, "") or r.value == r.variant.stock:
+            continue
+        emitted[s.name] = r
+    where = None
+    for name in reversed(rs.chain):  # the profile whose serve_args are used
+        prof = reg.profiles.get(name)
+        if prof is not None and prof.serve_args:
+            where = reg.locate("profile", name, ("serve_args",))
+            break
+    for _, opt, val in _serve_options(rs.serve_args):
+        r = emitted.get(opt)
+        if r is not None and val != r.value:
+            report.add(Diagnostic("error", "serve-args", f"profile '{rs.profile}': serve_args has {opt} {val}, but "
+                                  f"{r.variant.knob}={r.value} ({r.layer}: {r.source}) sets {opt} {r.value}; set "
+                                  f"one of them", *(where or (None, None, None)), [rs.profile, r.variant.id]))
+
+
+def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
+    """The memory budget's errors, each naming the knob (or field), its value and where it was set."""
+    from .memory import KVMEM_KNOB, UTIL_KNOB, fmt_bytes
+    from .validate import _where
+
+    name = rs.profile
+    out = []
+
+    def knob_where(knob: str):
+        for r in rs.items.values():
+            if r.variant.knob == knob:
+                w = _where(reg, r)
+                return r, w
+        return None, (None, None, None)
+
+    def hardware_where():
+        for pname in reversed(rs.chain):
+            prof = reg.profiles.get(pname)
+            if prof is not None and prof.hardware is not None:
+                return reg.locate("profile", pname, ("hardware", "memory_gib_per_gpu"))
+        return reg.origins.get(("profile", name), (None, None)) + (None,)
+
+    for exc in errors:
+        knob = getattr(exc, "knob", "?")
+        if knob.startswith("kv_bytes_per_token"):
+            f, ln, col = reg.locate("model", rs.model, tuple(knob.split(".")))
+        elif knob.startswith("hardware."):
+            f, ln, col = hardware_where()
+        else:
+            r, (f, ln, col) = knob_where(knob)
+            if r is not None and not ln:
+                exc = f"{exc} (from {r.layer}: {r.source})"
+        out.append(Diagnostic("error", "memory", f"profile '{name}': {exc}", f, ln, col, [name, knob]))
+    if b is None:
+        return out
+    costs = [c.variant for c in b.costs]
+    if b.fixed_kv_bytes is None and b.kv_tokens <= 0:
+        r, (f, ln, col) = knob_where(UTIL_KNOB)
+        user_set = r is not None and r.layer not in ("registry", "release")
+        if not (ln and user_set):  # the GPU's size is what the profile says: point there
+            f, ln, col = hardware_where()
+        src = f" ({r.layer}: {r.source})" if user_set else ""
+        out.append(Diagnostic("error", "memory", f"profile '{name}' does not fit: {b.memory_bytes / (1 << 30):g} GiB a "
+                              f"GPU at {UTIL_KNOB}={b.utilization:g}{src} leaves {fmt_bytes(b.memory_bytes * b.utilization)}; "
+                              f"weights {fmt_bytes(b.weights)}, overhead {fmt_bytes(b.overhead)} and variants "
+                              f"{fmt_bytes(b.variant_bytes)} leave no room for the KV cache", f, ln, col,
+                              [name] + costs))
+    elif b.fixed_kv_bytes is not None and b.headroom < 0:
+        r, (f, ln, col) = knob_where(KVMEM_KNOB)
+        src = f" (from {r.layer}: {r.source})" if r is not None and not ln else ""
+        out.append(Diagnostic("error", "memory", f"profile '{name}' does not fit: {KVMEM_KNOB}="
+                              f"{r.value if r is not None else '?'}{src} asks for a KV cache of "
+                              f"{fmt_bytes(b.fixed_kv_bytes)}, {fmt_bytes(-b.headroom)} more than is left at "
+                              f"{UTIL_KNOB}={b.utilization:g}", f, ln, col, [name] + costs))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ grouping
+
+
+def group_cascades(report, reg: Optional[Registry]) -> None:
+    """One fault, one message: merge diagnostics reported at the same place, with the same message but for
+    another profile (a fault in a parent profile, seen from each child), into the first one."""
+    diags = report.diagnostics
+    if reg is not None and not reg.models:
+        unknown = [d for d in diags if d.code == "unknown-model"]
+        if unknown:
+            profs = sorted({Path(d.file).stem for d in unknown if d.file})
+            exists = (Path(reg.root) / "models.toml").exists()
+            merged = Diagnostic("error", "no-models",
+                                f"{'no model is declared in this file' if exists else 'this file does not exist'}, "
+                                f"but {len(profs) or len(unknown)} profile(s) name a model"
+                                + (f" ({', '.join(profs)})" if profs else ""),
+                                _models_file(reg), 1 if exists else None, 1 if exists else None, profs)
+            diags = [d for d in diags if d.code != "unknown-model"]
+            diags.insert(0, merged)
+    out: list[Diagnostic] = []
+    at: dict[tuple, Diagnostic] = {}
+    also: dict[int, list[str]] = {}
+    profiles = set(reg.profiles) if reg is not None else set()
+    names_re = re.compile(r"\b(" + "|".join(sorted(map(re.escape, profiles), key=len, reverse=True)) + r")\b") \
+        if profiles else None
+
+    def generic(msg: str) -> str:  # the message with profile names blanked: the same fault in another profile
+        return names_re.sub("*", msg) if names_re else msg
+
+    for d in diags:
+        key = (d.level, d.code, d.file, d.line, d.col, generic(d.message))
+        if d.file and d.line and key in at:
+            first = at[key]
+            extra = [i for i in d.items if i not in first.items]
+            first.items.extend(extra)
+            also.setdefault(id(first), []).extend(i for i in extra if i in profiles)
+            continue
+        if d.file and d.line:
+            at[key] = d
+        out.append(d)
+    for d in out:
+        more = also.get(id(d))
+        if more:
+            d.message += f" (the same fault for profile(s) {', '.join(more)})"
+    report.diagnostics[:] = out

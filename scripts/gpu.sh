@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The one GPU entry point (run on the device machine, from the repository root; results under $OUT):
+#   bash scripts/gpu.sh gates                  every kernel gate test, JUnit XML + the tree/toolchain provenance
+#   bash scripts/gpu.sh bench [OP ...]         every kernel benchmark (python -m r9k.kernels._triton.bench)
+#   bash scripts/gpu.sh sweep [OP ...]         the same with the GEMM tile sweeps (writes tuned_<device>.json)
+#   bash scripts/gpu.sh decode-step [PLAN]     the decode-step plan (tp4-default against its baselines)
+#   bash scripts/gpu.sh ncu                    one launch of each GEMM kernel under Nsight Compute
+#   bash scripts/gpu.sh all                    gates, bench, decode-step in that order (each with a time limit)
+# vLLM's own kernels (the decode step's stock, the benchmarks' peers) are read from R9K_VLLM_SRC (the folder
+# holding vllm/; the device call carries it) when vLLM is not installed. Time limits: T_GATES, T_BENCH, T_STEP.
+set -u
+export PYTHONUNBUFFERED=1
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/r9k-gpu-out}
+mkdir -p "$OUT"
+PLAN_DEFAULT=kernels/decode_step/plans/h200_tp4-default_vs_stock.json
+
+setup() {
+  [ -n "${R9K_SETUP_DONE:-}" ] && return
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || { echo "pip install failed"; tail -3 "$OUT/pip.log"; }
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader | tee "$OUT/gpu.txt"
+  python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
+  python3 -c "from r9k.kernels._triton import vllm_peer; print('vLLM peer kernels:', vllm_peer.available())" | tee -a "$OUT/gpu.txt"
+  export R9K_SETUP_DONE=1
+}
+
+gates() {
+  local t0; t0=$(date +%s)
+  if [ -f registry/provenance.py ]; then
+    python3 registry/provenance.py --out "$OUT/provenance.json" >"$OUT/provenance.log" 2>&1 || { echo "provenance failed"; tail -3 "$OUT/provenance.log"; }
+  fi
+  timeout "${T_GATES:-240}" python3 -m pytest -q -p no:cacheprovider kernels -o junit_family=xunit1 \
+    --junitxml="$OUT/gates-h200.xml" >"$OUT/gates.log" 2>&1
+  echo "gates rc=$? in $(( $(date +%s) - t0 )) s"; tail -n 6 "$OUT/gates.log"
+}
+
+bench() {
+  local t0; t0=$(date +%s)
+  timeout "${T_BENCH:-300}" python3 -m r9k.kernels._triton.bench "$@" --json "$OUT/kernels.json" >"$OUT/bench.log" 2>&1
+  echo "bench rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "^FAILED|Error" "$OUT/bench.log" | head -5
+}
+
+decode_step() {
+  local t0; t0=$(date +%s)
+  timeout "${T_STEP:-300}" python3 -m r9k.kernels.decode_step.bench --plan "${1:-$PLAN_DEFAULT}" \
+    --out "$OUT/decode_step.json" 2>"$OUT/decode_step.log" >"$OUT/decode_step.txt"
+  echo "decode-step rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "Error|Traceback" "$OUT/decode_step.log" | head -5
+}
+
+ncu_calls() {
+  local NCU; NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  [ -z "$NCU" ] && { echo "no ncu"; return; }
+  timeout "${T_NCU:-60}" "$NCU" --clock-control none --profile-from-start off --section SpeedOfLight --section Occupancy \
+    --section LaunchStats python3 -m r9k.kernels._triton.ncu_calls >"$OUT/ncu.txt" 2>&1
+  echo "ncu rc=$?"; grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Grid Size" "$OUT/ncu.txt" | head -40
+}
+
+cmd=${1:-all}; shift || true
+setup
+case "$cmd" in
+  gates) gates ;;
+  bench) bench "$@" ;;
+  sweep) bench --sweep "$@" ;;
+  decode-step) decode_step "$@" ;;
+  ncu) ncu_calls ;;
+  all) gates; bench; decode_step ;;
+  *) echo "usage: scripts/gpu.sh gates|bench|sweep|decode-step|ncu|all" >&2; exit 2 ;;
+esac
+# the short tables last
+[ -f "$OUT/bench.log" ] && sed -n '/^KERNELS/,$p' "$OUT/bench.log"
+[ -f "$OUT/decode_step.txt" ] && cat "$OUT/decode_step.txt"
+exit 0

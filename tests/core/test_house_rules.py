@@ -1,0 +1,163 @@
+"""The rules of the house that a code change can break without any other test noticing.
+
+* The engine (``registry/``) imports no screen (textual, rich), no vLLM and no torch, and none of the
+  parts built on it (r9kctl, the plugin, the kernels); the plugin imports no textual or rich.
+* The engine's code names no model: model facts live in ``registry/models.toml``.
+* This project's own environment variables are spelt in one module, ``registry/envvars.py``.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE = ROOT / "registry"
+# Deliberate exceptions, each with its reason: (file, module) -> why.
+ALLOWED = {
+    ("registry/provenance.py", "torch"): "only when run as a script on the GPU machine (toolchain(use_torch=True))",
+}
+FORBIDDEN = {
+    "engine": {"textual", "rich", "torch", "vllm", "triton", "r9k.r9kctl", "r9k.plugin", "r9k.kernels"},
+    "plugin": {"textual", "rich", "r9k.r9kctl"},
+}
+
+
+def _py_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _package(path: Path) -> str:
+    parts = path.relative_to(ROOT).parts
+    return ".".join(["r9k", *parts[:-1]])
+
+
+def _imports(path: Path, here: str = "") -> set[str]:
+    """Every module an import statement in ``path`` names (relative ones resolved against the package
+    ``here``, by default the file's own: ``r9k.<folder>...``). Imports inside functions count too."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    here = here or _package(path)
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = here.rsplit(".", node.level - 1)[0] if node.level > 1 else here
+                out.add(base + ("." + node.module if node.module else ""))
+            else:
+                out.add(node.module or "")
+    return out
+
+
+def _hits(mods: set[str], forbidden: set[str]) -> set[str]:
+    return {m for m in mods for f in forbidden if m == f or m.startswith(f + ".")}
+
+
+def test_engine_and_plugin_import_nothing_they_must_not():
+    bad = {}
+    for kind, folder in (("engine", ENGINE), ("plugin", ROOT / "plugin")):
+        for path in _py_files(folder):
+            rel = str(path.relative_to(ROOT))
+            hits = {h for h in _hits(_imports(path), FORBIDDEN[kind]) if (rel, h) not in ALLOWED}
+            if hits:
+                bad[rel] = sorted(hits)
+    assert not bad, f"forbidden imports: {bad}"
+
+
+def test_importing_the_whole_engine_loads_no_screen_vllm_or_torch():
+    mods = [f"r9k.registry.{p.stem}" for p in _py_files(ENGINE) if p.parent == ENGINE and p.stem != "__init__"]
+    code = ("import importlib, json, sys\n"
+            f"for m in {mods!r}: importlib.import_module(m)\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    loaded = set(json.loads(out.stdout))
+    assert not _hits(loaded, FORBIDDEN["engine"]), sorted(_hits(loaded, FORBIDDEN["engine"]))
+
+
+def test_the_scan_sees_a_forbidden_import(tmp_path):
+    """The AST scan is not vacuous: a plugin module importing rich, or r9kctl relatively, is caught."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import os\nfrom rich.console import Console\n\ndef f():\n    from ..r9kctl import output\n")
+    assert _hits(_imports(probe, "r9k.plugin"), FORBIDDEN["plugin"]) == {"rich.console", "r9k.r9kctl"}
+
+
+def _model_words() -> set[str]:
+    data = tomllib.loads((ENGINE / "models.toml").read_text(encoding="utf-8"))
+    words = set()
+    for m in data["model"]:
+        words.add(m["name"].lower())
+        if m.get("architecture"):
+            words.add(m["architecture"].lower())
+        if m.get("scope") and len(m["scope"]) >= 3:
+            words.add(m["scope"].lower())
+        if m.get("scope"):
+            words.add(f"\"{m['scope']}\"".lower())
+            words.add(f"{m['scope']}_tp".lower())
+    words.update({"flash-next", "flash_next"})
+    return words
+
+
+def test_the_engine_names_no_model():
+    words = _model_words()
+    assert "qwen3.8-flash-next" in words  # the list is read from models.toml, not empty
+    bad = []
+    for path in _py_files(ENGINE):
+        text = path.read_text(encoding="utf-8").lower()
+        bad += [f"{path.relative_to(ROOT)}: {w}" for w in sorted(words) if w in text]
+    assert not bad, bad
+
+
+def _code_strings(path: Path) -> list[tuple[int, str]]:
+    """String constants of a module that are not docstrings (names used by code, not prose)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    docs = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = getattr(node, "body", [])
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                docs.add(id(body[0].value))
+    return [(n.lineno, n.value) for n in ast.walk(tree)
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+
+
+def test_control_variables_are_spelt_in_one_module():
+    from r9k.registry import envvars
+
+    names = sorted(envvars.ALL, key=len, reverse=True)
+    files = [p for folder in ("registry", "plugin", "r9kctl") for p in _py_files(ROOT / folder)]
+    bad = []
+    for path in files:
+        if path == ENGINE / "envvars.py":
+            continue
+        for line, s in _code_strings(path):
+            hit = next((n for n in names if n in s), None)
+            if hit:
+                bad.append(f"{path.relative_to(ROOT)}:{line}: {hit}")
+    assert not bad, "use r9k.registry.envvars instead of spelling the name:\n" + "\n".join(bad)
+
+
+def test_semantics_citations_point_at_sections_that_exist():
+    import re
+
+    doc = (ROOT / "docs" / "semantics.md").read_text(encoding="utf-8")
+    sections = set(re.findall(r"^#{2,4} (\d+(?:\.\d+)*[a-z]?)[. ]", doc, re.M))
+    assert {"1.1", "3.6", "3.10", "3.11"} <= sections
+    cited, stale = [], []
+    for folder in ("registry", "plugin", "r9kctl", "kernels", "scripts", "notes"):
+        for path in sorted((ROOT / folder).rglob("*")):
+            if path.suffix not in {".py", ".md", ".toml"} or "__pycache__" in path.parts:
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if "kernel-semantics" in text:
+                stale.append(str(path.relative_to(ROOT)))
+            for m in re.finditer(r"docs/semantics\.md,? ((?:\d+(?:\.\d+)*[a-z]?(?:, |,? and )?)+)", text):
+                cited += [(str(path.relative_to(ROOT)), n) for n in re.findall(r"\d+(?:\.\d+)*[a-z]?", m.group(1))]
+    assert not stale, f"cite docs/semantics.md, not the reference outside the repository: {stale}"
+    assert len(cited) >= 10
+    missing = [(f, n) for f, n in cited if n not in sections]
+    assert not missing, missing

@@ -1,0 +1,81 @@
+"""Mutation test of the kernel gates: a deliberately wrong copy of each fused kernel must fail its gate.
+
+Each mutant changes one term of a kernel (a 1% error in an epilogue, a rounding mode, a copied value) while
+the module is imported (:mod:`r9k.r9kctl.evidence.mutate`; nothing on disk changes), then runs the variant's
+declared gate tests through the gate runner (``r9kctl gate``'s, without recording) under the Triton CPU
+interpreter, stopping at the first failure. A mutant passes this test only if its gate *fails* with a test
+failure (not an import error: a mutation whose text no longer occurs in the kernel is reported as such).
+"""
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from r9k.registry import envvars
+from r9k.registry import ledger as L
+from r9k.registry import load_registry
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+TK = "r9k.kernels.{}.triton_kernel"
+
+# variant, kernel module, old text, new text (every occurrence is replaced)
+MUTANTS = [
+    ("router_gemm", "router", "    y = to_bf16(acc, INTERPRET)\n", "    y = to_bf16(acc * 1.01, INTERPRET)\n"),
+    ("moe_fused_routing", "router", "wv = tl.where(den > 0.0, wv / den, 0.0)",
+     "wv = tl.where(den > 0.0, wv / den * 1.01, 0.0)"),
+    ("hc_decode_mix", "hc_mix", "return 1.0 / (1.0 + tl.exp(-g))", "return 1.01 / (1.0 + tl.exp(-g))"),
+    ("hc_fp8_decode", "hc_mix", "return 1.0 / (1.0 + tl.exp(-g))", "return 1.01 / (1.0 + tl.exp(-g))"),
+    ("fp8_block_linears", "fp8_block", "to_bf16(acc, INTERPRET), mask=out_mask)",
+     "to_bf16(acc * 1.01, INTERPRET), mask=out_mask)"),
+    ("fp8_block_fused_act_quant", "fp8_block", "q = to_e4m3(x * r[:, None], INTERPRET)",
+     "q = to_e4m3(x * r[:, None] * 1.01, INTERPRET)"),
+    ("qsa_indexer_glue", "qsa_glue", "rne_bf16(o1).to(tl.bfloat16)", "rne_bf16(o1 * 1.01).to(tl.bfloat16)"),
+    ("fused_qk_norm_rope", "qk_rope", "tl.store(g_ptr + t * s_g + h * D + d, gv, mask=md)",
+     "tl.store(g_ptr + t * s_g + h * D + d, gv * 1.01, mask=md)"),
+    ("shared_expert_fused", "shared_expert", "rne_bf16(res).to(tl.bfloat16), mask=omask)",
+     "rne_bf16(res * 1.01).to(tl.bfloat16), mask=omask)"),
+    ("gdn_spec_decode_core", "gdn_decode", "rne_bf16(Ob * rr[:, None] * w[None, :] * g)",
+     "rne_bf16(Ob * rr[:, None] * w[None, :] * g * 1.01)"),
+]
+
+# The same machinery with a mutation that changes nothing: the gate must pass.
+CONTROL = ("qsa_indexer_glue", "qsa_glue", "rne_bf16(o1).to(tl.bfloat16)", "rne_bf16(o1).to(tl.bfloat16)")
+
+
+def test_every_fused_kernel_has_a_mutant():
+    """Every variant with gate tests and a kernel of its own is mutated here (a new kernel needs a mutant)."""
+    reg = load_registry()
+    gated = {vid for vid, v in reg.variants.items()
+             if L.declared_tests(v) and getattr(v.implementation, "module", None)}
+    assert gated <= {m[0] for m in MUTANTS}, f"no mutant for {sorted(gated - {m[0] for m in MUTANTS})}"
+
+
+def _run_mutant(reg, mutant):
+    from r9k.r9kctl.evidence import gate as G
+
+    variant, kernel, old, new = mutant
+    env = {envvars.MUTATE.name: json.dumps([{"module": TK.format(kernel), "old": old, "new": new}]),
+           "PYTEST_PLUGINS": "r9k.r9kctl.evidence.mutate", "TRITON_INTERPRET": "1"}
+    run = G.run(reg, G.plan(reg, names=[variant]), record=False, pytest_args=["-x"], timeout_s=240, env=env)
+    (rec,) = run.records
+    errors = {n: o for n, o in rec.outcomes.items() if o in (L.ERROR, L.NOT_FOUND)}
+    if errors or run.collect_errors:
+        return f"{variant}: the mutant did not load: {run.collect_errors or errors}\n{run.log[-1500:]}"
+    failed = [n for n, o in rec.outcomes.items() if o == L.FAILED]
+    if old == new:  # the control: the harness itself must leave a correct kernel passing
+        return f"control {variant}: the unmutated kernel failed {failed}\n{run.log[-1500:]}" if failed else None
+    if not failed:
+        return f"{variant}: its gate passed a kernel with {new!r} ({rec.outcomes})"
+    return None
+
+
+def test_mutants_fail_their_gates():
+    """All mutants, two pytest runs at a time (each one pytest process, stopping at its first failure)."""
+    reg = load_registry()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        problems = [p for p in pool.map(lambda m: _run_mutant(reg, m), MUTANTS + [CONTROL]) if p]
+    assert not problems, "\n".join(problems)

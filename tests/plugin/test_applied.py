@@ -1,0 +1,67 @@
+"""What vLLM applied: a launcher knob's request compared with the final config (fields named as in
+vLLM 0.32's VllmConfig, checked here), mismatches listed, strict mode refuses."""
+from __future__ import annotations
+
+from types import SimpleNamespace as NS
+
+import pytest
+
+import r9k.plugin as plugin
+from r9k.plugin import applied
+from r9k.plugin.startup import StartupError
+
+
+def _cfg(max_num_seqs=16, cudagraph_sizes=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256), tp=4, util=0.98,
+         batched=4096):
+    return NS(parallel_config=NS(tensor_parallel_size=tp, distributed_executor_backend="mp"),
+              scheduler_config=NS(max_num_seqs=max_num_seqs, max_num_batched_tokens=batched),
+              cache_config=NS(gpu_memory_utilization=util, kv_cache_memory_bytes=None),
+              compilation_config=NS(cudagraph_capture_sizes=list(cudagraph_sizes), cudagraph_mode=None, mode=None),
+              attention_config=NS(backend=None), kernel_config=NS(moe_backend="auto", linear_backend="auto"),
+              mamba_config=NS(backend="TRITON"), model_config=NS(dtype="bfloat16"), device_config=NS(device_type="cuda"),
+              speculative_config=NS(method="mtp", num_speculative_tokens=3),
+              offload_config=NS(uva=NS(cpu_offload_gb=0.0)))
+
+
+def test_the_compared_fields_exist_in_vllms_config():
+    from vllm.config import CacheConfig, CompilationConfig, ParallelConfig, SchedulerConfig, SpeculativeConfig
+
+    for cls, field in ((SchedulerConfig, "max_num_seqs"), (SchedulerConfig, "max_num_batched_tokens"),
+                       (CacheConfig, "gpu_memory_utilization"), (CacheConfig, "kv_cache_memory_bytes"),
+                       (CompilationConfig, "cudagraph_capture_sizes"), (CompilationConfig, "cudagraph_mode"),
+                       (ParallelConfig, "tensor_parallel_size"), (SpeculativeConfig, "method"),
+                       (SpeculativeConfig, "num_speculative_tokens")):
+        assert field in cls.__dataclass_fields__, (cls, field)
+
+
+def test_requests_are_compared_with_the_final_config(registry):
+    from r9k.registry.resolve import resolve
+
+    rs = resolve(registry, "tp4-default", env={})
+    env = {"GPU_MAX_HW_QUEUES": "1", "HSA_ENABLE_MWAITX": "1"}
+    res = applied.compare(rs, _cfg(), env)
+    by = {r["knob"]: r for r in res["rows"]}
+    assert by["NSEQ"]["state"] == "applied" and by["NSEQ"]["where"] == "scheduler_config.max_num_seqs"
+    assert by["UTIL"]["state"] == "applied" and by["CGSIZES"]["state"] == "applied"
+    assert by["HWQ"]["state"] == "applied" and by["(tp)"]["state"] == "applied"
+    assert res["mismatches"] == []
+
+    # vLLM clamped the batch and dropped capture sizes; a variable did not reach the server
+    res = applied.compare(rs, _cfg(max_num_seqs=8, cudagraph_sizes=(1, 2, 4, 8)), {"HSA_ENABLE_MWAITX": "1"})
+    bad = {m["knob"]: m for m in res["mismatches"]}
+    assert set(bad) == {"NSEQ", "CGSIZES", "HWQ"}
+    assert bad["NSEQ"]["applied"] == "8" and bad["NSEQ"]["requested"] == "--max-num-seqs 16"
+    lines = applied.table_lines(res, "r9k x:")
+    assert any("MISMATCH" in ln and "NSEQ" in ln for ln in lines) and "3 mismatch(es)" in lines[0]
+
+
+def test_strict_mode_stops_on_a_mismatch(plugin_env, monkeypatch):
+    monkeypatch.setattr(plugin, "_emit", lambda level, line: None)
+    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
+    plugin.register()
+    plugin.active_set().strict = True  # a strict launch (R9K_STRICT=1 would also make stale gates errors)
+    with pytest.raises(StartupError) as ei:
+        plugin.check_applied(_cfg(tp=2))  # the launch asked for TP 1
+    assert "error[not-applied]" in str(ei.value) and "--tensor-parallel-size 1" in str(ei.value)
+    st = plugin.current_status()
+    assert st["applied"]["mismatches"][0]["knob"] == "(tp)"

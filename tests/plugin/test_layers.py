@@ -1,0 +1,175 @@
+"""The adapters of plugin/layers/ on vLLM's own classes (no server): each is installed where the
+dispatch table says so, computes what vLLM's path computes (within the stated bound), and records
+its layers and calls in plugin/counters.py. The served end to end: tests/plugin/test_e2e_adapters.py."""
+from __future__ import annotations
+
+import socket
+from types import SimpleNamespace
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(scope="module")
+def vllm_ctx():
+    """A one-rank vLLM distributed context (the layers need a TP group), on the CPU."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed.parallel_state import model_parallel_is_initialized
+
+    cfg = VllmConfig()
+    with set_current_vllm_config(cfg):
+        if not model_parallel_is_initialized():
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            s.close()
+            init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                         distributed_init_method=f"tcp://127.0.0.1:{port}")
+            initialize_model_parallel(1, 1)
+        yield cfg
+
+
+@pytest.fixture
+def active(plugin_env):
+    """The plugin registered for cpu-qwen2-moe (router, fused routing, shared expert on), fresh counters."""
+    import r9k.plugin as plugin
+    from r9k.plugin import counters
+
+    counters.reset()
+    plugin_env.setenv("R9K_PROFILE", "cpu-qwen2-moe")
+    plugin_env.setattr(plugin, "_emit", lambda level, line: None)
+    plugin.register()
+    yield plugin_env
+    counters.reset()
+
+
+def _sorted(w, ids):
+    order = ids.long().argsort(dim=-1)
+    return w.gather(-1, order), ids.long().gather(-1, order)
+
+
+def test_fused_routing_replaces_vllms_cpu_router_and_agrees_with_it(active, seed):
+    from vllm.model_executor.layers.fused_moe.router.cpu_router import CPURouter
+
+    from r9k.plugin import counters
+    from r9k.plugin.layers.moe_runner import attach_routing
+
+    g = torch.Generator().manual_seed(seed)
+    ours = CPURouter(top_k=2, global_num_experts=8, renormalize=True)
+    runner = SimpleNamespace(router=ours, _quant_method=None)
+    attach_routing(runner, "model.layers.0.mlp.experts")
+    assert type(ours).__name__ == "R9kCPURouter"
+    vllm = CPURouter(top_k=2, global_num_experts=8, renormalize=True)
+    for m in (3, 20):  # 20 rows: above the interpreter's fused range, vLLM's own routing
+        logits = (torch.randn(m, 8, generator=g) * 3).to(torch.bfloat16)
+        hs = torch.zeros(m, 16, dtype=torch.bfloat16)
+        w1, i1 = _sorted(*ours.select_experts(hs, logits))
+        w2, i2 = _sorted(*vllm.select_experts(hs, logits))
+        assert torch.equal(i1, i2), (i1, i2)  # random logits: no ties
+        # vLLM's CPU router takes the softmax of the bf16 top-k logits in bf16 (one bf16 rounding of each
+        # weight, 2^-8 relative at most); the kernel computes it in fp32
+        assert w1.dtype == torch.float32 and torch.allclose(w1, w2.float(), rtol=2 ** -8, atol=1e-6)
+        if m > 16:
+            assert torch.equal(w1, w2.float())
+    snap = counters.snapshot()["moe_route"]
+    assert snap["installed"] == ["model.layers.0.mlp.experts"]
+    assert snap["calls"] == {"fused": 1, "fallback:rows>16": 1}
+
+    grouped = CPURouter(top_k=2, global_num_experts=8, use_grouped_topk=True, num_expert_group=2, topk_group=1)
+    attach_routing(SimpleNamespace(router=grouped, _quant_method=None), "model.layers.1.mlp.experts")
+    assert type(grouped) is CPURouter
+    assert counters.snapshot()["moe_route"]["kept"] == {"grouped top-k routing": ["model.layers.1.mlp.experts"]}
+
+
+def _shared_mlp(cfg, hidden=128, inter=128):
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.linear import ReplicatedLinear
+    from vllm.model_executor.models.qwen2_moe import Qwen2MoeMLP
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with set_current_vllm_config(cfg):
+            gate = ReplicatedLinear(hidden, 1, bias=False, quant_config=None, prefix="model.layers.0.mlp.shared_expert_gate")
+            return Qwen2MoeMLP(hidden, inter, "silu", reduce_results=False, expert_gate=gate,
+                               prefix="model.layers.0.mlp.shared_expert")
+    finally:
+        torch.set_default_dtype(old)
+
+
+def _load(m, g, on_grid: bool):
+    from r9k.plugin.tiny_model import mxfp4_snap
+
+    with torch.no_grad():
+        for lin in (m.gate_up_proj, m.down_proj, m.expert_gate):
+            w = torch.randn(lin.weight.shape, generator=g) * 0.08
+            lin.weight.copy_(mxfp4_snap(w) if on_grid and lin is not m.expert_gate else w.to(torch.bfloat16))
+            lin.quant_method.process_weights_after_loading(lin)
+
+
+@pytest.mark.parametrize("on_grid", [True, False])
+def test_shared_expert_runs_the_kernel_on_mxfp4_exact_weights_and_keeps_vllms_path_otherwise(
+        active, vllm_ctx, seed, on_grid):
+    from vllm.model_executor.models.qwen2_moe import Qwen2MoeMLP
+
+    from r9k.plugin import counters
+    from r9k.plugin.layers.moe_runner import attach_shared_expert
+
+    g = torch.Generator().manual_seed(seed)
+    m = _shared_mlp(vllm_ctx)
+    attach_shared_expert(m, "model.layers.0.mlp.shared_expert")
+    assert type(m).__name__ == "R9kQwen2MoeMLP"
+    _load(m, g, on_grid)
+    x = torch.randn(4, 128, generator=g).to(torch.bfloat16)
+    with torch.no_grad():
+        out = m(x)
+        ref = Qwen2MoeMLP.forward(m, x)  # vLLM's own forward on the same weights
+    snap = counters.snapshot()["shared_expert"]
+    if not on_grid:
+        assert torch.equal(out, ref)
+        assert snap["installed"] == [] and list(snap["kept"]) == [
+            "bf16 weights not on the MXFP4 grid (the kernel reads MXFP4; converting would round them)"]
+        assert snap["calls"] == {"fallback:weights not MXFP4": 1}
+        return
+    # The weights convert exactly; what differs is the kernel's per-row fp8 (e4m3, 3 mantissa bits) quant of
+    # x and of the activation: at most 2^-4 relative per element, averaging out over the 128-long dot
+    # products. Bound: 8% of the output's RMS (measured: ~2-3%).
+    err = (out.float() - ref.float()).pow(2).mean().sqrt() / ref.float().pow(2).mean().sqrt()
+    assert 0 < err < 0.08, err
+    assert snap["installed"] == ["model.layers.0.mlp.shared_expert"] and snap["calls"] == {"fused": 1}
+    with torch.no_grad():
+        big = torch.randn(20, 128, generator=g).to(torch.bfloat16)
+        assert torch.equal(m(big), Qwen2MoeMLP.forward(m, big))  # above the fused rows: vLLM's path
+    assert counters.snapshot()["shared_expert"]["calls"] == {"fused": 1, "fallback:rows>16": 1}
+
+
+def test_gate_linear_counts_fused_and_fallback_calls(active, vllm_ctx, seed):
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
+
+    from r9k.plugin import counters
+
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with set_current_vllm_config(vllm_ctx):
+            layer = GateLinear(128, 8, prefix="model.layers.0.mlp.gate")
+    finally:
+        torch.set_default_dtype(old)
+    layer(torch.randn(3, 128, dtype=torch.bfloat16))
+    layer(torch.randn(17, 128, dtype=torch.bfloat16))
+    snap = counters.snapshot()["router_gemm"]
+    assert snap["installed"] == ["model.layers.0.mlp.gate"]
+    assert snap["calls"] == {"fused": 1, "fallback:rows>16": 1}
+    layer2 = None
+    try:
+        with set_current_vllm_config(vllm_ctx):
+            torch.set_default_dtype(torch.bfloat16)
+            layer2 = GateLinear(128, 8, out_dtype=torch.float32, prefix="model.layers.1.mlp.gate")
+    finally:
+        torch.set_default_dtype(old)
+    assert layer2._r9k_op is None
+    kept = counters.snapshot()["router_gemm"]["kept"]
+    assert kept == {"router logits requested in torch.float32, the kernel writes bf16": ["model.layers.1.mlp.gate"]}

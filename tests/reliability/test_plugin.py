@@ -1,0 +1,140 @@
+"""Corpus, part 5: the vLLM plugin. ``register()`` (in this process) raises only its StartupError, whose
+lines are located, for every bad manifest, environment or registry; control variables alone leave it
+inactive."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+from .test_files import NEW_VARIANT
+
+MANIFESTS = [
+    ("a-list", b"[]", 1, "wrong-type"),
+    ("a-string", b'"tp4-default"', 1, "wrong-type"),
+    ("null", b"null", 1, "wrong-type"),
+    ("a-number", b"4", 1, "wrong-type"),
+    ("empty", b"", 1, "json-syntax"),
+    ("syntax", b'{"profile": "tp4-default",\n "tp": }', 2, "json-syntax"),
+    ("latin1", b'{"profile": "caf\xe9"}', 1, "encoding"),
+    ("utf16", '{"profile": "x"}'.encode("utf-16"), 1, "encoding"),
+    ("deep", b"[" * 100 + b"]" * 100, 1, "too-deep"),
+    ("values-not-an-object", b'{"profile": "tp4-default", "tp": 4,\n "values": 5}', 2, "manifest"),
+    ("values-a-list", b'{"profile": "tp4-default", "tp": 4,\n "values": []}', 2, "manifest"),
+    ("value-entry-a-number", b'{"profile": "tp4-default", "tp": 4, "values": {\n "router_gemm": 5}}', 2, "manifest"),
+    ("value-a-table", b'{"profile": "tp4-default", "tp": 4, "values": {\n "router_gemm": {"value": {}}}}', 2,
+     "manifest"),
+    ("tp-four", b'{"profile": "tp4-default",\n "tp": "four", "values": {}}', 2, "manifest"),
+    ("tp-zero", b'{"profile": "tp4-default",\n "tp": 0, "values": {}}', 2, "manifest"),
+    ("tp-true", b'{"profile": "tp4-default",\n "tp": true, "values": {}}', 2, "manifest"),
+    ("profile-missing", b'{"tp": 4, "values": {}}', 1, "manifest"),
+    ("profile-a-number", b'{"profile": 4, "tp": 4, "values": {}}', 1, "manifest"),
+    ("extra-env-a-list", b'{"profile": "tp4-default", "tp": 4, "values": {},\n "extra_env": []}', 2, "manifest"),
+    ("serve-args-numbers", b'{"profile": "tp4-default", "tp": 4, "values": {},\n "serve_args": [1]}', 2, "manifest"),
+    ("values-of-another-registry", b'{"profile": "tp4-default", "tp": 4, "values": {}}', None, "manifest"),
+]
+
+LINE = re.compile(r"^\s*(?P<file>\S+?):(?P<line>\d+)(?::\d+)?: error\[(?P<kind>[a-z-]+)\]")
+
+
+@pytest.fixture
+def plugin(monkeypatch, tmp_path):
+    from r9k import plugin as P
+
+    for k in list(os.environ):
+        if k.startswith("R9K_") or k.startswith("_R9K_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("R9K_CACHE_DIR", str(tmp_path / "cache"))
+    P._reset_for_tests()
+    yield P
+    P._reset_for_tests()
+
+
+def _register(P):
+    from r9k.plugin.startup import StartupError
+
+    try:
+        P.register()
+    except StartupError as exc:
+        return exc
+    return None
+
+
+@pytest.mark.parametrize("name,data,line,kind", MANIFESTS, ids=[m[0] for m in MANIFESTS])
+def test_bad_manifest(plugin, monkeypatch, tmp_path, name, data, line, kind):
+    path = tmp_path / "manifest.json"
+    path.write_bytes(data)
+    monkeypatch.setenv("R9K_MANIFEST", str(path))
+    exc = _register(plugin)
+    assert exc is not None, "register() accepted a bad manifest"
+    text = str(exc)
+    assert "Traceback" not in text
+    first = exc.lines[0]
+    if line is None:
+        assert "error[manifest]" in first, text
+        return
+    m = LINE.match(first)
+    assert m and m["file"].endswith("manifest.json") and int(m["line"]) == line and m["kind"] == kind, text
+    assert _register(plugin) is exc  # a second call in the process raises the same error
+
+
+@pytest.mark.parametrize("env", [
+    {"R9K_NO_CACHE": "1"}, {"R9K_LOG_LEVEL": "debug"}, {"R9K_CACHE_DIR": "/tmp"}, {"R9K_DEBUG": "1"},
+    {"R9K_PLAIN": "1"}, {"R9K_STATUS_FILE": "/tmp/r9k-status.json"}, {"R9K_NO_REGISTRY_CACHE": "1"},
+    {"R9K_REGISTRY": "/nonexistent"}, {"R9K_PROFILES_DIR": "/nonexistent"}, {"R9K_LEDGER": "/x"},
+    {"R9K_NO_CACHE": "1", "R9K_LOG_LEVEL": "info", "R9K_DEBUG": "1"}, {"R9K_VERBOSE": "1"},
+], ids=lambda e: "+".join(e))
+def test_control_variables_alone_leave_it_inactive(plugin, monkeypatch, env):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    assert _register(plugin) is None
+    assert plugin.active_set() is None
+
+
+@pytest.mark.parametrize("env,kind", [
+    ({"R9K_TP": "four"}, "bad-value"),
+    ({"R9K_PROFILE": "nope"}, "unknown-profile"),
+    ({"R9K_PROFILE": "tp4-default", "R9K_TP": "3"}, "unsupported-tp"),
+    ({"R9K_PROFILE": "tp4-default", "R9K_ROUTER": "fast"}, "bad-value"),
+    ({"R9K_PROFILE": "tp4-default", "R9K_REGISTRY": "/nonexistent"}, "io"),
+    ({"R9K_MANIFEST": "/nonexistent/manifest.json"}, "not-found"),
+], ids=lambda e: "+".join(f"{k}={v}" for k, v in e.items()) if isinstance(e, dict) else e)
+def test_bad_environment(plugin, monkeypatch, env, kind):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    exc = _register(plugin)
+    assert exc is not None and any(f"error[{kind}]" in ln for ln in exc.lines), exc
+
+
+@pytest.mark.parametrize("content,kind", [
+    (b"[[variant]\n", "toml-syntax"), (b"# caf\xe9\n", "encoding"), ("x = 1\n".encode("utf-16"), "encoding"),
+    (NEW_VARIANT.replace('knob = "R9K_ZZ_EXTRA"', "knob = 5").encode(), "schema"),
+], ids=["syntax", "latin1", "utf16", "schema"])
+def test_bad_registry(plugin, monkeypatch, tmp_path, content, kind):
+    import shutil
+
+    from .harness import REPO
+
+    root = tmp_path / "registry"
+    for part in ("variants", "releases"):
+        shutil.copytree(REPO / "registry" / part, root / part)
+    shutil.copy(REPO / "registry" / "models.toml", root / "models.toml")
+    (root / "variants" / "zz.toml").write_bytes(content)
+    monkeypatch.setenv("R9K_REGISTRY", str(root))
+    monkeypatch.setenv("R9K_PROFILE", "tp4-default")
+    exc = _register(plugin)
+    assert exc is not None
+    m = LINE.match(exc.lines[0])
+    assert m and m["file"].endswith("zz.toml") and m["kind"] == kind, exc
+
+
+def test_an_unexpected_exception_is_one_startup_line(plugin, monkeypatch):
+    from r9k.plugin import startup
+
+    def boom(environ=None):
+        raise ZeroDivisionError("division by zero")
+    monkeypatch.setattr(startup, "resolve_active", boom)
+    monkeypatch.setenv("R9K_PROFILE", "tp4-default")
+    exc = _register(plugin)
+    assert exc is not None and "error[internal]" in exc.lines[0] and "R9K_DEBUG=1" in exc.lines[0]

@@ -1,0 +1,490 @@
+"""The control panel as a new user meets it in the first hour (issue 14): no way out loses an edit, no
+dialog's default is destructive, undo/redo, the editor hand-off, the palette jump, the picker's order,
+honest files, the launch screen and the knob column at every width. Real app, real files (a copy)."""
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+from textual.widgets import Collapsible, Input, Static
+
+from r9k.r9kctl.tui.app import R9kApp
+from r9k.r9kctl.tui.confirm_screen import ConfirmScreen
+from r9k.r9kctl.tui.error_screen import ErrorScreen
+from r9k.r9kctl.tui.launch_screen import LaunchScreen
+from r9k.r9kctl.tui.main_screen import MainScreen
+from r9k.r9kctl.tui.save_as_screen import SaveAsScreen
+from r9k.r9kctl.tui.variant_table import COLUMNS, layout
+from r9k.registry.loader import load_registry
+
+from .test_tui_pilot import pick_profile, search, text_of
+
+SIZE = (120, 36)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def notes(app) -> list[str]:
+    return [str(n.message) for n in app._notifications]
+
+
+async def find(pilot, knob: str) -> None:
+    """Show the rows matching ``knob`` (the search box set at once; test_tui_pilot types it key by key)."""
+    screen = pilot.app.screen
+    screen.query_one("#search", Input).value = knob
+    await pilot.pause()
+    screen.table.focus()
+
+
+async def toggle(pilot, knob: str) -> None:
+    await find(pilot, knob)
+    assert pilot.app.screen.table.current_variant() == load_registry().variant(knob).id
+    await pilot.press("space")
+    await pilot.pause()
+
+
+async def way_out(pilot, way: str) -> None:
+    if way == "palette":
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*list("quit"))
+        await pilot.pause(0.3)
+        await pilot.press("enter")
+    else:
+        await pilot.press(way)
+    await pilot.pause()
+
+
+@pytest.mark.parametrize("way", ["q", "ctrl+q", "palette"])
+def test_every_way_out_asks_and_cancel_is_the_default(workspace, way):
+    prof = workspace / "profiles" / "tp2-default.toml"
+    before = prof.read_text()
+
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            s = app.screen.s
+            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            await way_out(pilot, way)
+            assert isinstance(app.screen, ConfirmScreen) and "unsaved" in app.screen.title_text
+            assert app.focused.id == "answer-cancel"
+            await pilot.press("enter")  # the default: stay
+            await pilot.pause()
+            assert isinstance(app.screen, MainScreen) and s.has_edits() and app.return_code is None
+            await way_out(pilot, way)
+            await pilot.press("escape")
+            await pilot.pause()
+            assert isinstance(app.screen, MainScreen) and app.return_code is None
+            await way_out(pilot, way)
+            await pilot.press("d")  # quit without saving: only when chosen
+            await pilot.pause()
+        return app
+
+    app = run(scenario())
+    assert app.return_code == 0
+    assert prof.read_text() == before
+
+
+def test_save_and_quit_saves_every_edited_profile_with_typed_values(workspace):
+    tp2 = workspace / "profiles" / "tp2-default.toml"
+    tp4 = workspace / "profiles" / "tp4-default.toml"
+
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            await pick_profile(pilot, "tp4-default")
+            await toggle(pilot, "R9K_ROUTER")
+            await find(pilot, "R9K_HC_FP8_DECODE_MAXM")
+            await pilot.press("equals_sign")
+            await pilot.pause()
+            inp = app.screen.query_one(Input)
+            inp.value = ""
+            await pilot.press(*list("24"), "enter")
+            await pilot.pause()
+            assert "+1 other profile(s) unsaved" in text_of(app.screen.query_one("#summary", Static))
+            await pilot.press("q")
+            await pilot.pause()
+            await pilot.press("s")
+            await pilot.pause()
+        return app
+
+    app = run(scenario())
+    assert app.return_code == 0
+    k2 = tomllib.loads(tp2.read_text())["knobs"]
+    k4 = tomllib.loads(tp4.read_text())["knobs"]
+    reg = load_registry()
+    assert k2["R9K_HC_FP8_DECODE"] == 0 and type(k2["R9K_HC_FP8_DECODE"]) is int  # a bool knob: 0, not "0"
+    assert k4["R9K_HC_FP8_DECODE_MAXM"] == 24 and type(k4["R9K_HC_FP8_DECODE_MAXM"]) is int
+    router = reg.variant("R9K_ROUTER")
+    assert isinstance(k4["R9K_ROUTER"], str) and k4["R9K_ROUTER"] in router.choices  # an enum: a string
+
+
+def test_dialog_defaults_are_never_destructive(workspace):
+    with pytest.raises(ValueError):
+        ConfirmScreen("x", "y", [("quit", "Quit", "y", "error"), ("cancel", "Cancel", "n", "default")], default="quit")
+    prof = workspace / "profiles" / "tp2-default.toml"
+
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            s = app.screen.s
+            await toggle(pilot, "R9K_HC_FP8_DOWN")  # invalid: R9K_HC_FREE_BF16 needs it
+            seen = []
+            for key in ("ctrl+s", "r", "e", "q"):  # save invalid, reload, editor, quit
+                await pilot.press(key)
+                await pilot.pause()
+                assert isinstance(app.screen, ConfirmScreen), key
+                seen.append(app.screen.title_text)
+                assert app.focused.id == "answer-cancel", (key, app.focused)
+                await pilot.press("enter")
+                await pilot.pause()
+                assert isinstance(app.screen, MainScreen) and s.has_edits(), key
+            # the changed-on-disk dialog
+            await pilot.press("space")  # valid again
+            await pilot.pause()
+            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            prof.write_text(prof.read_text() + "\n# edited elsewhere\n")
+            await pilot.press("ctrl+s")
+            await pilot.pause()
+            assert "changed on disk" in app.screen.title_text and app.focused.id == "answer-cancel"
+            await pilot.press("enter")
+            await pilot.pause()
+            assert s.has_edits()
+            # the launch screen: Cancel focused, enter does not launch
+            await pilot.press("l")
+            await pilot.pause()
+            assert isinstance(app.screen, LaunchScreen) and app.focused.id == "launch-cancel"
+            await pilot.press("enter")
+            await pilot.pause()
+            assert isinstance(app.screen, MainScreen) and app.return_value is None
+            return seen
+
+    seen = run(scenario())
+    assert len(set(seen)) == 4
+
+
+def test_undo_and_redo_of_every_edit_including_a_reload(workspace):
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            s = app.screen.s
+            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            one = dict(s.current_edits)
+            await find(pilot, "R9K_HC_FP8_DECODE_MAXM")
+            await pilot.press("equals_sign")
+            await pilot.pause()
+            app.screen.query_one(Input).value = ""
+            await pilot.press(*list("40"), "enter")
+            await pilot.pause()
+            two = dict(s.current_edits)
+            assert len(two) == 2
+            await pilot.press("delete")  # back to inherited: the edit goes
+            await pilot.pause()
+            three = dict(s.current_edits)
+            assert three == one
+            await pilot.press("r")  # reload drops the edits (asked)
+            await pilot.pause()
+            await pilot.press("y")
+            await pilot.pause()
+            assert not s.has_edits()
+            for expect in (three, two, one, {}):
+                await pilot.press("ctrl+z")
+                await pilot.pause()
+                assert dict(s.current_edits) == expect
+                assert s.rs.value("R9K_HC_FP8_DECODE") == ("0" if expect else "1")
+            await pilot.press("ctrl+z")  # nothing more
+            await pilot.pause()
+            assert "nothing to undo" in notes(app)
+            for expect in (one, two, three, {}):
+                await pilot.press("ctrl+y")
+                await pilot.pause()
+                assert dict(s.current_edits) == expect
+            await pilot.press("ctrl+z")
+            await pilot.pause()
+            assert dict(s.current_edits) == three  # the reload undone again
+            # an undo in another profile brings that profile back on screen
+            await pick_profile(pilot, "tp4-default")
+            await pilot.press("ctrl+z")
+            await pilot.pause()
+            assert s.profile == "tp2-default" and dict(s.current_edits) == two
+
+    run(scenario())
+
+
+def _editor(tmp_path: Path, body: str) -> str:
+    script = tmp_path / "fake_editor.py"
+    script.write_text("import sys, pathlib\np = pathlib.Path(sys.argv[-1])\n" + body)
+    return f"{sys.executable} {script}"
+
+
+def test_editor_hand_off_reloads_and_asks_about_unsaved_edits(workspace, tmp_path, monkeypatch):
+    prof = workspace / "profiles" / "tp2-default.toml"
+    monkeypatch.delenv("VISUAL", raising=False)
+    monkeypatch.setenv("EDITOR", _editor(tmp_path, "p.write_text(p.read_text() + 'R9K_ROUTER = \"stock\"\\n')\n"))
+
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            s = app.screen.s
+            assert s.rs.value("R9K_ROUTER") != "stock"
+            await pilot.press("e")  # no unsaved edits: straight to the editor, then reload
+            await pilot.pause()
+            assert s.rs.value("R9K_ROUTER") == "stock"
+            assert s.rs.items["router_gemm"].source.startswith("profiles/tp2-default.toml:")
+            assert any("reloaded" in n for n in notes(app))
+            # with an unsaved edit: asked (Cancel the default), never merged
+            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            await pilot.press("e")
+            await pilot.pause()
+            assert isinstance(app.screen, ConfirmScreen) and app.focused.id == "answer-cancel"
+            await pilot.press("enter")
+            await pilot.pause()
+            assert prof.read_text().count('R9K_ROUTER = "stock"') == 1 and s.has_edits()
+            await pilot.press("e")
+            await pilot.pause()
+            await pilot.press("s")  # save first, then edit
+            await pilot.pause()
+            text = prof.read_text()
+            assert "R9K_HC_FP8_DECODE = 0" in text and text.count('R9K_ROUTER = "stock"') == 2
+            assert isinstance(app.screen, ErrorScreen)  # the editor wrote a duplicate key: located error
+            assert "tp2-default.toml" in text_of(app.screen.query_one("#error-text", Static))
+            return text
+
+    run(scenario())
+
+
+def test_editor_drop_then_undo_brings_the_edits_back(workspace, tmp_path, monkeypatch):
+    monkeypatch.delenv("VISUAL", raising=False)
+    monkeypatch.setenv("EDITOR", _editor(tmp_path, "p.write_text(p.read_text() + '# looked at it\\n')\n"))
+
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            s = app.screen.s
+            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            edits = dict(s.current_edits)
+            await pilot.press("e")
+            await pilot.pause()
+            await pilot.press("d")  # drop the edits, then edit
+            await pilot.pause()
+            assert isinstance(app.screen, MainScreen) and not s.has_edits()
+            await pilot.press("ctrl+z")
+            await pilot.pause()
+            assert dict(s.current_edits) == edits
+
+    run(scenario())
+
+
+def test_palette_jump_clears_a_hiding_search_scrolls_and_space_toggles_that_row(workspace):
+    reg = load_registry()
+    # the last row that space toggles (a bool or enum): off screen at the top of the table
+    target = [vid for vid, v in reg.variants.items() if v.type in ("bool", "enum")][-1]
+    knob = reg.variants[target].knob
+
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={})
+        async with app.run_test(size=(80, 24)) as pilot:
+            s = app.screen.s
+            table = app.screen.table
+            await search(pilot, "R9K_HC_FP8_DECODE")  # typed, as a person would
+            assert target not in table.shown
+            await pilot.press("ctrl+p")
+            await pilot.pause()
+            await pilot.press(*list(f"jump {target}"))
+            await pilot.pause(0.3)
+            await pilot.press("enter")
+            await pilot.pause()
+            assert table.current_variant() == target and table.cursor_visible()
+            assert app.screen.query_one("#search", Input).value == ""
+            assert any("cleared the search 'R9K_HC_FP8_DECODE'" in n and knob in n for n in notes(app))
+            await pilot.press("space")
+            await pilot.pause()
+            assert list(s.current_edits) == [target]  # the row shown under the cursor, no other
+
+    run(scenario())
+
+
+def test_space_never_toggles_a_row_scrolled_out_of_view(workspace):
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={})
+        async with app.run_test(size=(80, 24)) as pilot:
+            s = app.screen.s
+            table = app.screen.table
+            assert table.cursor_row == 0
+            table.scroll_to(y=60, animate=False, immediate=True)  # the wheel moved the view away
+            await pilot.pause()
+            assert not table.cursor_visible()
+            await pilot.press("space")
+            await pilot.pause()
+            assert not s.has_edits() and table.cursor_visible()
+            assert any("off screen" in n for n in notes(app))
+            await pilot.press("space")  # now seen: toggles
+            await pilot.pause()
+            assert list(s.current_edits) == [table.current_variant()]
+
+    run(scenario())
+
+
+def test_picker_prefers_exact_and_prefix_matches(workspace):
+    async def scenario():
+        app = R9kApp(profile="stock", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            await pick_profile(pilot, "tp2")
+            assert app.screen.s.profile == "tp2-default"
+            await pick_profile(pilot, "stock")
+            assert app.screen.s.profile == "stock"
+            await pick_profile(pilot, "27b")
+            assert app.screen.s.profile == "27b-tp2"
+
+    run(scenario())
+
+    async def shortened():  # r9kctl tui --profile tp2: the closest name, said so
+        app = R9kApp(profile="tp2", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause()
+            assert app.screen.s.profile == "tp2-default"
+            assert any("no profile named 'tp2'; showing 'tp2-default' (the closest name)" in n for n in notes(app))
+
+    run(shortened())
+
+
+def test_save_as_writes_an_honest_description(workspace):
+    async def scenario():
+        app = R9kApp(profile="tp4-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            await pilot.press("S")
+            await pilot.pause()
+            assert isinstance(app.screen, SaveAsScreen)
+            app.screen.query_one(Input).value = ""
+            await pilot.press(*list("tp4-mine"), "enter")
+            await pilot.pause()
+
+    run(scenario())
+    data = tomllib.loads((workspace / "profiles" / "tp4-mine.toml").read_text())
+    assert data["knobs"] == {"R9K_HC_FP8_DECODE": 0}
+    assert data["description"] == "tp4-default with R9K_HC_FP8_DECODE = 0"
+
+
+def test_launch_screen_command_first_environment_folded_extra_arguments(workspace):
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.press("l")
+            await pilot.pause()
+            scr = app.screen
+            assert isinstance(scr, LaunchScreen)
+            cmd = text_of(scr.query_one("#launch-command", Static))
+            assert "--tensor-parallel-size 2" in cmd and "export" not in cmd
+            env = scr.query_one("#launch-env", Collapsible)
+            assert env.collapsed and f"{len(scr.plan.env)} variable" in str(env.title)
+            scr.query_one("#launch-extra", Input).focus()
+            await pilot.press(*list("--port 8001"), "enter")
+            await pilot.pause()
+            assert scr.plan.argv[-2:] == ["--port", "8001"]
+            assert "--port 8001" in text_of(scr.query_one("#launch-command", Static))
+            await pilot.press("y")
+            await pilot.pause()
+        return app
+
+    app = run(scenario())
+    kind, session = app.return_value
+    assert kind == "launch" and session.extra_args == ["--port", "8001"]
+    assert session.plan_launch(final=False).argv[-2:] == ["--port", "8001"]
+
+
+def test_knob_column_is_whole_at_every_width():
+    reg = load_registry()
+    knob_w = max(len(v.knob) for v in reg.variants.values())
+    index = {k: i for i, (k, _l, _w) in enumerate(COLUMNS)}
+    for width in range(56, 240):
+        cols = dict(layout(width, knob_w))
+        assert cols[index["knob"]] == knob_w, width
+        assert index["value"] in cols and index["mark"] in cols
+        assert sum(w + 2 for w in cols.values()) <= width or width < 60, width
+    at80 = [COLUMNS[i][0] for i, _w in layout(78, knob_w)]
+    assert at80[:3] == ["mark", "knob", "value"] and "variant" not in at80
+
+
+@pytest.mark.parametrize("size", [(80, 24), (60, 20), (160, 45)])
+def test_rendered_rows_show_every_knob_whole_and_the_badge(workspace, size):
+    reg = load_registry()
+
+    async def scenario():
+        app = R9kApp(profile="tp2-default", env={})
+        async with app.run_test(size=size) as pilot:
+            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            await find(pilot, "hc")
+            table = app.screen.table
+            lines = [table.render_line(y).text for y in range(1, table.size.height)]
+            top = table.scroll_offset.y
+            shown = table.shown[top: top + len(lines)]
+            assert shown
+            for vid, line in zip(shown, lines):
+                knob = reg.variants[vid].knob
+                assert re.search(rf"(^|\s){re.escape(knob)}(\s|$)", line), (knob, line)
+            logo = text_of(app.screen.query_one("#logo", Static))
+            assert "1 unsaved" in logo
+            title = text_of(app.screen.query_one("#validation-title", Static)).strip()
+            assert not title.endswith(":") and "valid: no" not in title
+
+    run(scenario())
+
+
+def test_a_closed_terminal_keeps_the_edits_for_the_next_start(workspace):
+    """SIGHUP (the terminal closed) cannot be asked about: the edits go to a recovery file and the next
+    start restores them as unsaved edits. The real command line on a pseudo-terminal."""
+    import pty
+
+    env = dict(os.environ, TERM="xterm-256color", COLUMNS="100", LINES="30")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the panel on the pty
+        os.execve(sys.executable, [sys.executable, "-m", "r9k.r9kctl.cli", "tui", "--profile", "tp2-default"], env)
+    try:
+        def read_until(needle: bytes, timeout: float) -> bytes:
+            buf = b""
+            end = time.monotonic() + timeout
+            while time.monotonic() < end and needle not in buf:
+                import select
+
+                r, _, _ = select.select([fd], [], [], 0.2)
+                if r:
+                    try:
+                        buf += os.read(fd, 65536)
+                    except OSError:
+                        break
+            return buf
+
+        assert b"knob" in read_until(b"knob", 60)
+        os.write(fd, b" ")  # toggle the first row
+        assert b"unsaved" in read_until(b"unsaved", 20)
+        os.kill(pid, signal.SIGHUP)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        os.close(fd)
+    rec = workspace / "cache" / "tui-recovery.json"
+    assert rec.is_file()
+
+    async def scenario():
+        app = R9kApp(profile="tp4-default", env={})
+        async with app.run_test(size=SIZE) as pilot:
+            s = app.screen.s
+            assert s.profile == "tp2-default" and len(s.current_edits) == 1
+            assert any("restored 1 unsaved edit" in n for n in notes(app))
+            await pilot.press("ctrl+z")
+            await pilot.pause()
+            assert not s.has_edits()
+
+    run(scenario())
+    assert not rec.exists()
