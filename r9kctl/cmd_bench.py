@@ -207,7 +207,9 @@ def _serve(args) -> int:
         if v < 1:
             return usage(f"{opt} {v}: must be at least 1")
     try:
-        reg = load_registry()
+        from .common import registry_location
+
+        reg = load_registry(*registry_location(args))  # --registry / --profiles-dir
     except RegistryError as exc:
         report_errors(exc.diagnostics, "table")
         return 2
