@@ -34,7 +34,7 @@ gates() {
   fi
   timeout "${T_GATES:-240}" python3 -m pytest -q -p no:cacheprovider kernels -o junit_family=xunit1 \
     --junitxml="$OUT/gates-h200.xml" >"$OUT/gates.log" 2>&1
-  echo "gates rc=$? in $(( $(date +%s) - t0 )) s"; tail -n 6 "$OUT/gates.log"
+  echo "gates rc=$? in $(( $(date +%s) - t0 )) s"; tail -n 3 "$OUT/gates.log"; grep -E "^(FAILED|ERROR) " "$OUT/gates.log" | head -10
 }
 
 bench() {
