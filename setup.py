@@ -2,7 +2,7 @@
 
 Packages are discovered in each folder (any directory with an ``__init__.py``), so a new kernel
 subpackage needs no edit here. The wheel leaves out what only a developer runs from a checkout:
-benchmarks (``bench_*.py``, ``*_bench.py``) and scratch profilers (``_profile*.py``); the repository's
+benchmarks (``bench_*.py``, the kernel bench driver) and scratch profilers (``_profile*.py``); the repository's
 ``tests/`` is no package and never ships. The kernels' gate tests do ship: the registry declares them
 (``r9kctl validate`` checks that they exist, ``r9kctl gate`` runs them). ``kernels/decode_step/bench.py``
 stays too: ``r9kctl bench`` runs it.
@@ -21,16 +21,18 @@ FOLDERS = {
 }
 
 #: Module names (the file name without .py) that stay out of the wheel.
-DEV_ONLY = ("bench_*", "*_bench", "_profile*")
+DEV_ONLY = ("bench_*", "_profile*")
+#: Whole modules that stay out too: the driver of the kernel benchmarks (scripts/gpu.sh bench).
+DEV_ONLY_MODULES = ("r9k.kernels._triton.bench",)
 
 
-def dev_only(module: str) -> bool:
-    return any(fnmatch.fnmatchcase(module, pat) for pat in DEV_ONLY)
+def dev_only(package: str, module: str) -> bool:
+    return f"{package}.{module}" in DEV_ONLY_MODULES or any(fnmatch.fnmatchcase(module, p) for p in DEV_ONLY)
 
 
 class BuildPy(build_py):
     def find_package_modules(self, package, package_dir):
-        return [m for m in super().find_package_modules(package, package_dir) if not dev_only(m[1])]
+        return [m for m in super().find_package_modules(package, package_dir) if not dev_only(m[0], m[1])]
 
 
 packages = ["r9k"]

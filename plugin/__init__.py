@@ -103,6 +103,11 @@ def _register() -> None:
     dispatch.set_table(table)
     for plan in table.installs():
         install.install(plan, _install_failed)
+    # The architectures this plugin brings (r9k.plugin.models) are registered whatever the variants say:
+    # without them vLLM cannot build such a model on this backend at all (a lazy "module:Class" string).
+    from . import models
+
+    install.HOOKS.add(models.REGISTRY_MODULE, models.register_architectures)
     # A "MainProcess" that is not the first plugin process of the launch is a helper vLLM runs as a
     # plain subprocess (e.g. the model inspection of vllm.model_executor.models.registry): it checks
     # agreement like every process, but does not speak for the server in the status file.
@@ -124,9 +129,10 @@ def _register() -> None:
 
 
 class _Flusher:
-    """A daemon thread that rewrites this process's status section when its counters changed, so the
-    API server (``/r9k/status``) sees the workers' layer and call counters. Per look: one copy of the
-    counters dict (a few ops) and a comparison; a write (~1 ms) at most once per interval. Once the
+    """A daemon thread that writes this process's counters (its own small file beside the status file,
+    ``status.write_counters``) when they changed, so the API server (``/r9k/status``) sees the workers'
+    layer and call counters. Per look: one copy of the counters dict (a few ops) and a comparison; a
+    write at most once per interval (measured: notes/plugin.md). Once the
     model's layers are recorded and stable, it logs the per-op layer table once ("model built")."""
 
     def __init__(self, interval: float = FLUSH_INTERVAL_S):
@@ -155,7 +161,19 @@ class _Flusher:
                     _emit(logging.INFO, line)
             return
         self.last = snap
-        _write_status(table)
+        _write_counters(snap)
+
+
+def _write_counters(snap: dict) -> None:
+    """This process's counters into its own small file beside the status file (no lock: one writer)."""
+    from . import status
+
+    if _proc is None or _status_path is None:
+        return
+    try:
+        status.write_counters(_status_path, _proc.name, snap)
+    except OSError as exc:
+        logger.debug("r9k: cannot write the counters file: %s", exc)
 
 
 def _start_flusher() -> None:

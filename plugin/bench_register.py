@@ -68,9 +68,13 @@ def main() -> int:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "_R9K_"))}
     if not args.no_bytecode:
         base.pop("PYTHONDONTWRITEBYTECODE", None)
+    from r9k.registry import envvars
+
+    CACHE, PROFILE, MANIFEST, TP = (envvars.CACHE_DIR.name, envvars.PROFILE.name, envvars.MANIFEST.name,
+                                    envvars.TP.name)
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "cache"
-        prof = dict(base, R9K_CACHE_DIR=str(cache), R9K_PROFILE="cpu-smoke")
+        prof = dict(base, **{CACHE: str(cache), PROFILE: "cpu-smoke"})
 
         def report(name, firsts, seconds=None, ui=()):
             line = f"{name:<12} register(): median {statistics.median(firsts):6.1f} ms  min {min(firsts):6.1f} ms"
@@ -80,12 +84,12 @@ def main() -> int:
             print(line, flush=True)
 
         run_case(dict(prof), 1)  # warm-up: bytecode and registry snapshot
-        f, s, ui = run_case(dict(base, R9K_CACHE_DIR=str(cache)), args.runs)
+        f, s, ui = run_case(dict(base, **{CACHE: str(cache)}), args.runs)
         report("inactive", f, s, ui)
         colds = []
         for _ in range(args.runs):  # a fresh cache each run: the registry is parsed
             with tempfile.TemporaryDirectory() as c:
-                ff, _, ui = run_case(dict(prof, R9K_CACHE_DIR=c), 1)
+                ff, _, ui = run_case(dict(prof, **{CACHE: c}), 1)
                 colds += ff
         report("first-cold", colds, None, ui)
         f, s, ui = run_case(prof, args.runs)
@@ -98,7 +102,7 @@ def main() -> int:
         rs = resolve(load_registry(), "cpu-smoke", env={})
         mpath = Path(tmp) / "manifest.json"
         mpath.write_text(json.dumps(rs.to_manifest()))
-        menv = dict(base, R9K_CACHE_DIR=str(cache), R9K_MANIFEST=str(mpath), R9K_PROFILE="cpu-smoke", R9K_TP="1")
+        menv = dict(base, **{CACHE: str(cache), MANIFEST: str(mpath), PROFILE: "cpu-smoke", TP: "1"})
         menv.update(rs.env())
         f, s, ui = run_case(menv, args.runs)
         report("manifest", f, s, ui)

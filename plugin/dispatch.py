@@ -41,6 +41,7 @@ class Plan:
     used: Optional[str] = None  # filled at model construction: the implementation a layer got
     layers: int = 0  # how many layers asked for it
     adapter: Optional[object] = None  # the registry's availability.Adapter for the extension point
+    launcher: Optional[str] = None  # a launcher knob: the vLLM flag or variable r9kctl launch sets ("--max-num-seqs")
 
     @property
     def pluggable(self) -> bool:
@@ -57,6 +58,8 @@ class Plan:
             return "stock (vLLM's own path; nothing installed)"
         if self.mode == "fallback":
             return f"stock (fallback: {self.reason})"
+        if self.mode == "env" and self.launcher:
+            return f"vLLM's {self.launcher}, set by r9kctl launch (what vLLM applied: r9kctl status)"
         if self.mode == "env":
             return "exported to the environment (read by code outside this project)"
         return "unset (implementation default)"
@@ -116,6 +119,9 @@ class DispatchTable:
             av = verdicts[vid]
             p = Plan(vid, v.knob, r.value, modes[av.state], impl.extension_point, impl.op, impl.module,
                      av.reason, adapter=av.adapter)
+            sets = getattr(v, "sets", None)
+            if sets is not None:
+                p.launcher = f"{sets.name}" if sets.kind in ("vllm-arg", "vllm-flag") else f"{sets.kind} {sets.name}"
             if impl.op:
                 self.by_op[impl.op] = vid
             if p.mode == "fused":
@@ -165,13 +171,15 @@ class DispatchTable:
         try:
             kop = ops.get(op)
         except Exception as exc:  # noqa: BLE001 - any import problem of the kernel means: not available
+            where = _where(exc)
+            line = (f"{where}error[kernel-import]: variant {vid} ({plan.knob}={plan.value}), layer {layer or '?'}: "
+                    f"kernel op {op!r} does not load: {type(exc).__name__}: {exc}")
             if self.strict:
-                raise StartupError([f"error[no-implementation]: {plan.knob}={plan.value}: kernel op {op!r} "
-                                    f"does not load: {exc!r} (strict mode)"]) from exc
-            msg = f"{plan.knob}={plan.value}: kernel op {op!r} does not load ({exc!r}); using stock"
-            logger.warning("r9k: %s", msg)
-            self.warnings.append(msg)
-            plan.mode, plan.reason = "fallback", f"kernel op does not load: {exc!r}"
+                raise StartupError([line + " (strict mode)"],
+                                   "r9k: a kernel does not load; refusing to start vLLM") from None
+            logger.warning("r9k: %s; every layer of this op keeps vLLM's own path", line)
+            self.warnings.append(line)
+            plan.mode, plan.reason = "fallback", f"kernel op does not load: {type(exc).__name__}: {exc}"
             if self.on_change:
                 self.on_change(self)
             return None
@@ -191,6 +199,16 @@ class DispatchTable:
     def in_use(self) -> dict[str, str]:
         """variant id -> the implementation this process uses, for every non-stock variant."""
         return {vid: p.describe() for vid, p in sorted(self.plans.items()) if p.mode in ("fused", "fallback")}
+
+
+def _where(exc: BaseException) -> str:
+    """``file:line: `` of the innermost frame of ``exc`` (where the import failed), or ""."""
+    tb = exc.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}: "
 
 
 _TABLE: Optional[DispatchTable] = None

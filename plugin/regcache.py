@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -81,11 +80,10 @@ def load_registry_cached(root: Optional[Path] = None, profile_dirs: Optional[lis
         pass
     reg = load_registry(root, dirs)  # raises RegistryError with located diagnostics
     try:
+        from r9k.registry import fileio
+
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-        with os.fdopen(fd, "wb") as fh:
-            pickle.dump(reg, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError:  # a read-only cache directory only costs speed
+        fileio.atomic_write(path, pickle.dumps(reg, protocol=pickle.HIGHEST_PROTOCOL), "registry snapshot")
+    except OSError:  # a read-only cache directory only costs speed (and leaves no temporary file)
         pass
     return reg

@@ -163,10 +163,10 @@ def save(active, environ=None) -> Optional[str]:
     digest = inputs_digest(environ)
     path = envvars.cache_dir(environ) / "run" / f"launch-{active.rs.hash}-{digest}.json"
     try:
+        from r9k.registry import fileio
+
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(dump(active)))
-        os.replace(tmp, path)
+        fileio.atomic_write(path, json.dumps(dump(active)), "launch snapshot")
     except OSError:
         return None
     environ[SNAPSHOT_VAR] = str(path)

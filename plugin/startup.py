@@ -242,7 +242,11 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
         if not from_launch.ok:
             raise StartupError([d.format() for d in from_launch.diagnostics if d.level == "error"],
                                f"r9k: manifest {manifest_path} is not valid here; refusing to start vLLM")
-        here = resolve(reg, from_launch.profile, tp=from_launch.tp, env=environ,
+        # The launch's --set overrides are part of the manifest (launcher knobs among them are not
+        # exported as variables): re-apply them, as the launch did, at the highest precedence.
+        sets = {r.variant.knob: r.value for r in from_launch.items.values()
+                if r.layer == "override" and r.value is not None}
+        here = resolve(reg, from_launch.profile, tp=from_launch.tp, env=environ, sets=sets or None,
                        platform=from_launch.platform, strict=from_launch.strict or None)
         _raise_on_resolve_errors(here)
         if here.hash != from_launch.hash:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Optional
@@ -94,20 +93,53 @@ def write_section(path: str, section: dict) -> None:
             data = json.loads(p.read_text()) if p.exists() else {}
         except (OSError, ValueError):
             data = {}
-        if data.get("hash") not in (None, section["hash"]):
-            data = {}  # a previous launch's file
+        if not isinstance(data, dict) or not isinstance(data.get("processes", {}), dict) \
+                or data.get("hash") not in (None, section["hash"]):
+            data = {}  # a previous launch's file, or not a status file at all: replaced
         data.update({"schema": SCHEMA, "profile": section["profile"], "hash": section["hash"],
                      "tp": section["tp"], "model": section["model"]})
         procs = data.setdefault("processes", {})
         procs[section["process"]["name"]] = section
-        fd, tmp = tempfile.mkstemp(dir=p.parent, prefix=p.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
-            json.dump(data, fh, indent=1, sort_keys=True)
-        os.replace(tmp, p)
+        from r9k.registry import fileio
+
+        fileio.atomic_write(p, json.dumps(data, indent=1, sort_keys=True), "status file")  # OSError on failure
+
+
+def counters_path(path: str, process: str) -> Path:
+    p = Path(path)
+    return p.with_name(f"{p.name}.{process}.counters.json")
+
+
+def write_counters(path: str, process: str, snap: dict) -> None:
+    """One process's counters (:func:`r9k.plugin.counters.snapshot`) in its own file: compact JSON,
+    atomic replace, no lock (one writer per file). Merged into its section by :func:`merged_status`."""
+    target = counters_path(path, process)
+    tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"time": time.time(), "counters": snap}, separators=(",", ":")))
+    os.replace(tmp, target)
+
+
+def _with_counter_files(procs: dict, path: Optional[str]) -> dict:
+    if not path:
+        return procs
+    out = {}
+    for name, sec in procs.items():
+        try:
+            data = json.loads(counters_path(path, name).read_text())
+        except (OSError, ValueError):
+            out[name] = sec
+            continue
+        if data.get("time", 0) >= sec.get("time", 0):
+            sec = dict(sec, counters=data.get("counters", {}), time=data["time"])
+        out[name] = sec
+    return out
 
 
 def read_status_file(path: str) -> dict:
-    return json.loads(Path(path).read_text())
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("processes", {}), dict):
+        raise ValueError(f"{path}: not a status file")
+    return data
 
 
 def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
@@ -120,7 +152,7 @@ def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
             file_data = read_status_file(path)
         except (OSError, ValueError):
             file_data = {}
-    procs = dict(file_data.get("processes", {}))
+    procs = _with_counter_files(dict(file_data.get("processes", {})), path)
     if own is None and procs:  # read from the file alone: the front-end process speaks for the server
         own = procs.get("MainProcess") or next(iter(procs.values()))
     if own is not None:

@@ -118,12 +118,12 @@ CORPUS = [
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2 (match bos/eos above)
 
 
-NAMES = ("qwen2-moe", "qwen3-next")
+NAMES = ("qwen2-moe", "qwen3-next", "flash-next")
 RECIPE_VERSION = 2  # 2: shared-expert weights on the MXFP4 grid; qwen3-next added
 
 
 def recipe_hash(name: str = "qwen2-moe") -> str:
-    config = CONFIG if name == "qwen2-moe" else QWEN3_NEXT_CONFIG
+    config = {"qwen2-moe": CONFIG, "qwen3-next": QWEN3_NEXT_CONFIG, "flash-next": _flash_next().CONFIG}[name]
     blob = json.dumps({"name": name, "config": config, "seed": SEED, "std": INIT_STD, "corpus": CORPUS,
                        "special": SPECIAL_TOKENS, "v": RECIPE_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
@@ -245,7 +245,18 @@ def build_qwen3_next(out: Path) -> None:
               metadata={"format": "pt"})
 
 
-BUILDERS = {"qwen2-moe": build_qwen2_moe, "qwen3-next": build_qwen3_next}
+def _flash_next():
+    from .models import tiny_flash_next  # the recipe lives beside the model it serves
+
+    return tiny_flash_next
+
+
+def build_flash_next(out: Path) -> None:
+    """transformers' own Qwen4Exp (Flash-Next) classes with random weights (seeded), saved as a checkpoint."""
+    _flash_next().build(out, SEED, _shape_weights, _write_tokenizer)
+
+
+BUILDERS = {"qwen2-moe": build_qwen2_moe, "qwen3-next": build_qwen3_next, "flash-next": build_flash_next}
 
 
 def build(out: Path, name: str = "qwen2-moe") -> None:

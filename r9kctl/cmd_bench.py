@@ -1,4 +1,6 @@
-"""``r9kctl bench decode-step --profile P [--against Q] [--requests 1,2,4] [--context N] [--ablate]``.
+"""``r9kctl bench decode-step --profile P [--against Q] [--requests 1,2,4] [--context N] [--ablate]``;
+``r9kctl bench serve --profiles stock,tp4-default [--concurrency 1,4,16] [--repeats 3]`` (paired serving
+benchmark of profiles through ``r9kctl launch`` and vLLM's ``vllm bench serve``: r9k.r9kctl.evidence.serve_bench).
 
 Builds the Flash-Next TP4-rank decode model (``r9k.kernels.decode_step``) for each profile, checks that the
 step outputs agree, captures one MTP-3 decode step in a CUDA graph and prints ms per step, graph nodes,
@@ -40,14 +42,43 @@ def add_parser(sub):
     d.add_argument("--result", metavar="FILE", help="print a result JSON written by a run elsewhere")
     d.add_argument("--release-records", action="store_true", help="print the result as release [[bench]] records")
     d.add_argument("--command", dest="bench_command", help="the command to record with --release-records")
+    sv = bsub.add_parser("serve", help="paired serving benchmark of profiles (r9kctl launch + vllm bench serve)",
+                         description=_serve_doc(), formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    sv.add_argument("--profiles", required=True, help="comma-separated profiles; the first is the baseline")
+    sv.add_argument("--concurrency", default="1,4", help="comma-separated client concurrencies (default 1,4)")
+    sv.add_argument("--repeats", type=int, default=3, help="runs per profile and concurrency (default 3)")
+    sv.add_argument("--num-prompts", type=int, default=32)
+    sv.add_argument("--input-len", type=int, default=128, help="random prompt length in tokens (default 128)")
+    sv.add_argument("--output-len", type=int, default=64, help="tokens generated per request (default 64)")
+    sv.add_argument("--warmups", type=int, default=1, help="warm-up requests before each run (default 1)")
+    sv.add_argument("--port", type=int, default=18300)
+    sv.add_argument("--seed", type=int, default=0, help="prompt seed of repeat 0 (repeat r: seed + r)")
+    sv.add_argument("--out", default="bench-serve", help="folder for vLLM's result files and logs (bench-serve)")
+    sv.add_argument("--plot", metavar="FILE.png", help="write a PNG plot (needs matplotlib)")
+    sv.add_argument("--start-timeout", type=float, default=900.0, help="seconds to wait for a server (900)")
+    sv.add_argument("--format", choices=("table", "json"), default="table")
+    sv.add_argument("--release-records", action="store_true", help="print the figures as release [[bench]] records")
+    sv.add_argument("--config", dest="record_config", help="with --release-records: the records' config "
+                    "(e.g. fn_tp4); default <model>_tp<N> of the first profile")
+    sv.add_argument("--platform", default=None, help="with --release-records: the records' platform (default: "
+                    "the first profile's)")
+    sv.add_argument("extra", nargs="*", metavar="-- VLLM_ARGS", help="extra arguments for every vllm serve, after --")
     p.set_defaults(func=run)
     return p
 
 
+def _serve_doc() -> str:
+    from .evidence import serve_bench
+
+    return serve_bench.__doc__ or ""
+
+
 def run(args) -> int:
+    if getattr(args, "bench_what", None) == "serve":
+        return _serve(args)
     if getattr(args, "bench_what", None) != "decode-step":
         print("r9kctl bench: error[usage]: name what to benchmark: r9kctl bench decode-step --profile P "
-              "[--against Q] ...", file=sys.stderr)
+              "[--against Q] ... | r9kctl bench serve --profiles A,B ...", file=sys.stderr)
         return 2
     from r9k.kernels.decode_step.report import records_toml, release_records, render
 
@@ -145,3 +176,81 @@ def _show(res, args, render, release_records, records_toml) -> int:
     else:
         print(render(res))
     return 0 if res.get("ok") else 1
+
+
+def _serve(args) -> int:
+    from pathlib import Path
+
+    from r9k.registry import RegistryError, load_registry
+
+    from .common import report_errors
+    from .evidence import serve_bench as SB
+    from .launch import plan_launch, serve_problem
+
+    def usage(msg: str) -> int:
+        print(f"r9kctl bench serve: error[usage]: {msg}", file=sys.stderr)
+        return 2
+
+    profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
+    try:
+        conc = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    except ValueError:
+        return usage(f"--concurrency {args.concurrency!r} is not a comma-separated list of integers")
+    if not profiles:
+        return usage("--profiles: name one or more profiles")
+    if len(set(profiles)) != len(profiles):
+        return usage(f"--profiles {args.profiles!r} names a profile twice (for a run-to-run floor use --repeats)")
+    if not conc or min(conc) < 1:
+        return usage(f"--concurrency {args.concurrency!r}: give one or more concurrencies of at least 1")
+    for opt, v in (("--repeats", args.repeats), ("--num-prompts", args.num_prompts), ("--input-len", args.input_len),
+                   ("--output-len", args.output_len)):
+        if v < 1:
+            return usage(f"{opt} {v}: must be at least 1")
+    try:
+        from .common import registry_location
+
+        reg = load_registry(*registry_location(args))  # --registry / --profiles-dir
+    except RegistryError as exc:
+        report_errors(exc.diagnostics, "table")
+        return 2
+    # Every profile is validated before anything starts: a bad one stops the run here.
+    for p in profiles:
+        if p not in reg.profiles:
+            return usage(f"unknown profile {p!r} (known: {', '.join(sorted(reg.profiles))}); nothing launched")
+        plan = plan_launch(reg, p, write_manifest=False, build_model=False)
+        if not plan.ok:
+            report_errors(plan.report.diagnostics, "table")
+            print(f"r9kctl bench serve: profile '{p}' fails validation; nothing launched", file=sys.stderr)
+            return 2
+    problem = serve_problem()
+    if problem:
+        print(f"r9kctl bench serve: error[vllm]: {problem}; nothing launched", file=sys.stderr)
+        return 2
+    s = SB.BenchSettings(concurrency=conc, repeats=args.repeats, num_prompts=args.num_prompts,
+                         input_len=args.input_len, output_len=args.output_len, warmups=args.warmups, port=args.port,
+                         start_timeout_s=args.start_timeout, seed=args.seed, serve_args=list(args.extra))
+    say = (lambda m: print(m, file=sys.stderr, flush=True))
+    try:
+        ms = SB.run(profiles, s, Path(args.out), say=say)
+    except SB.BenchError as exc:
+        print(f"r9kctl bench serve: error[bench]: {exc}", file=sys.stderr)
+        return 1
+    summary = SB.summarize(ms, profiles)
+    summary["settings"] = s.__dict__
+    (Path(args.out) / "summary.json").write_text(json.dumps(summary, indent=1))
+    if args.plot:
+        why = SB.plot(summary, Path(args.plot))
+        say(f"plot: {args.plot}" if why is None else f"no plot: {why}")
+    if args.release_records:
+        from r9k.registry.resolve import resolve
+
+        rs = resolve(reg, profiles[0])
+        config = args.record_config or f"{rs.model}_tp{rs.tp}"
+        platform = args.platform or getattr(reg.profiles[profiles[0]], "platform", None) or "unknown"
+        cmd = "r9kctl bench serve " + " ".join(sys.argv[3:])
+        print(SB.records_toml(SB.release_records(summary, config, platform, cmd, s)))
+    elif args.format == "json":
+        print(json.dumps(summary, indent=1))
+    else:
+        print(SB.render(summary, s))
+    return 0

@@ -151,7 +151,7 @@ def _record(args) -> int:
                        label=args.label, limit=args.limit, resume=args.resume, execute_code=args.execute_code,
                        api_key=os.environ.get("OPENAI_API_KEY"), timeout_s=args.timeout,
                        keep_output=not args.no_output_text, progress=None if args.quiet else sys.stderr)
-    except (D.DatasetError, R.ServerError, ResultFileError, OSError) as exc:
+    except (D.DatasetError, R.ServerError, ResultFileError, OSError, ValueError) as exc:  # ValueError: a bad URL
         from .common import error_exit
 
         return error_exit(exc, "r9kctl eval record", "eval")

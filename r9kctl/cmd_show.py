@@ -54,6 +54,8 @@ def describe(reg, v) -> list[tuple[str, str]]:
     if v.memory:
         if v.memory.bytes_per_gpu:
             add("memory", ", ".join(f"{k}: {fmt_bytes(b)} a GPU" for k, b in v.memory.bytes_per_gpu.items()))
+        if v.memory.formula:
+            add("memory formula", f"{v.memory.formula} (bytes a GPU; the dims are the model's, registry/models.toml)")
         add("memory basis", v.memory.basis)
         add("memory (original)", v.memory.note)
     if v.gate:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
@@ -163,10 +162,9 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         d = envvars.cache_dir() / "manifests"
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
-        fd, tmp = tempfile.mkstemp(dir=d, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(manifest, f, indent=2)
-        os.replace(tmp, path)
+        from r9k.registry import fileio
+
+        fileio.atomic_write(path, json.dumps(manifest, indent=2), "launch manifest")
         plan.manifest_path = path
         penv[envvars.MANIFEST.name] = str(path)
     else:

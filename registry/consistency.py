@@ -110,39 +110,43 @@ def _test_functions(path: Path, cache: dict) -> Optional[set]:
     return cache[path]
 
 
-def missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
-    """Variant id -> an error per declared gate test that does not exist (its file, or the test in it).
-    Computed once per registry object."""
-    return reg.cached("missing_gate_tests", lambda: _missing_gate_tests(reg))
+def missing_gate_tests(reg: Registry, variants=None) -> dict[str, list[Diagnostic]]:
+    """Variant id -> an error per declared gate test that does not exist (its file, or the test in it), for
+    ``variants`` (ids; default: all). Each variant is looked at once per registry object."""
+    out: dict[str, list[Diagnostic]] = {}
+    for vid in (reg.variants if variants is None else variants):
+        found = reg.cached(("missing_gate_tests", vid), lambda vid=vid: _missing_gate_tests(reg, vid))
+        if found:
+            out[vid] = found
+    return out
 
 
-def _missing_gate_tests(reg: Registry) -> dict[str, list[Diagnostic]]:
+def _missing_gate_tests(reg: Registry, vid: str) -> list[Diagnostic]:
     from .ledger import repo_root, test_file
 
+    v = reg.variants[vid]
+    if not v.gate:
+        return []
     root = repo_root(reg)
-    cache: dict = {}
-    out: dict[str, list[Diagnostic]] = {}
-    for vid, v in reg.variants.items():
-        if not v.gate:
+    cache = reg.cached("test_functions", dict)  # test file -> the names it defines
+    out: list[Diagnostic] = []
+    for tid in v.gate.tests:
+        rel = test_file(tid)
+        path = root / rel
+        if not path.parent.is_dir():
+            continue  # a registry tree kept apart from the code it describes: nothing to check against
+        def where():
+            return reg.locate("variant", vid, ("gate", "tests"))
+        if not path.is_file():
+            out.append(Diagnostic("error", "unknown-test", f"variant '{vid}' gate test '{tid}': no file {rel}",
+                                  *where(), [vid]))
             continue
-        for tid in v.gate.tests:
-            rel = test_file(tid)
-            path = root / rel
-            if not path.parent.is_dir():
-                continue  # a registry tree kept apart from the code it describes: nothing to check against
-            where = reg.locate("variant", vid, ("gate", "tests"))
-            if not path.is_file():
-                out.setdefault(vid, []).append(Diagnostic("error", "unknown-test", f"variant '{vid}' gate test "
-                                                          f"'{tid}': no file {rel}", *where, [vid]))
-                continue
-            names = _test_functions(path, cache)
-            for part in tid.split("::")[1:]:
-                name = part.split("[", 1)[0]
-                if names is not None and name not in names:
-                    out.setdefault(vid, []).append(Diagnostic(
-                        "error", "unknown-test", f"variant '{vid}' gate test '{tid}': {rel} has no test '{name}'",
-                        *where, [vid], hint=suggest(name, names)))
-                    break
+        names = _test_functions(path, cache)
+        for name in tid.split("[", 1)[0].split("::")[1:]:  # parameters may hold "::" themselves
+            if names is not None and name not in names:
+                out.append(Diagnostic("error", "unknown-test", f"variant '{vid}' gate test '{tid}': {rel} has no "
+                                      f"test '{name}'", *where(), [vid], hint=suggest(name, names)))
+                break
     return out
 
 
@@ -284,9 +288,10 @@ def check_resolved(reg: Registry, rs, report) -> None:
     set a vLLM argument a knob of the set also sets."""
     if not rs.chain:
         return
-    missing = missing_gate_tests(reg)
-    for r in rs.active():
-        if r.variant.id in missing and r.variant.status.state != "default-on":
+    switched = [r for r in rs.active() if r.variant.status.state != "default-on"]
+    missing = missing_gate_tests(reg, [r.variant.id for r in switched])
+    for r in switched:
+        if r.variant.id in missing:
             for d in missing[r.variant.id]:
                 report.add(Diagnostic(d.level, d.code, d.message + f" (profile '{rs.profile}' switches it on)",
                                       d.file, d.line, d.col, d.items + [rs.profile]))
@@ -373,6 +378,42 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
 # ------------------------------------------------------------------------------------------ grouping
 
 
+def _group_unknown_releases(diags: list[Diagnostic], reg: Optional[Registry]) -> list[Diagnostic]:
+    """A release named many times that does not exist is one error (at its first mention), and a registry
+    without any release one error at its releases/ folder."""
+    unknown = [d for d in diags if d.code == "unknown-release" and d.items]
+    if reg is None or len(unknown) < 2:
+        return diags
+    by_name: dict[str, list[Diagnostic]] = {}
+    for d in unknown:
+        by_name.setdefault(d.items[-1], []).append(d)
+    merged: dict[int, Diagnostic] = {}
+    drop: set[int] = set()
+    if not reg.releases:
+        folder = Path(reg.root) / "releases"
+        first = unknown[0]
+        merged[id(first)] = Diagnostic("error", "no-releases", f"{'no release is declared here' if folder.is_dir() else 'this folder does not exist'}, but the registry names {len(by_name)} release(s) {len(unknown)} times ({', '.join(sorted(by_name))})", display_path(folder), None, None, sorted(by_name))
+        drop = {id(d) for d in unknown}
+    else:
+        for name, ds in by_name.items():
+            if len(ds) < 2:
+                continue
+            first = ds[0]
+            who = sorted({d.items[0] for d in ds})
+            merged[id(first)] = Diagnostic(
+                "error", "unknown-release", f"unknown release '{name}' is named {len(ds)} times ({', '.join(who[:6])}"
+                f"{', ...' if len(who) > 6 else ''}); there is no releases/{name}.toml", first.file, first.line,
+                first.col, who + [name])
+            drop |= {id(d) for d in ds}
+    out = []
+    for d in diags:
+        if id(d) in merged:
+            out.append(merged[id(d)])
+        elif id(d) not in drop:
+            out.append(d)
+    return out
+
+
 def group_cascades(report, reg: Optional[Registry]) -> None:
     """One fault, one message: merge diagnostics reported at the same place, with the same message but for
     another profile (a fault in a parent profile, seen from each child), into the first one."""
@@ -389,6 +430,7 @@ def group_cascades(report, reg: Optional[Registry]) -> None:
                                 _models_file(reg), 1 if exists else None, 1 if exists else None, profs)
             diags = [d for d in diags if d.code != "unknown-model"]
             diags.insert(0, merged)
+    diags = _group_unknown_releases(diags, reg)
     out: list[Diagnostic] = []
     at: dict[tuple, Diagnostic] = {}
     also: dict[int, list[str]] = {}

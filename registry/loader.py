@@ -152,8 +152,16 @@ def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_lo
     for err in exc.errors():
         loc = base_loc + tuple(err["loc"])
         line, col = locate(text, loc)
+        if line is None and err["type"] == "missing":  # a missing key: at its table (the file's top: line 1)
+            line, col = locate(text, loc[:-1]) if loc[:-1] else (1, 1)
+            line, col = (line, col) if line else (1, 1)
         where = ".".join(str(p) for p in loc)
         msg = err["msg"]
+        named = re.match(r"^Value error, ([a-z_]+(?:\.[A-Za-z0-9_]+)*) ", msg)
+        if named and err["type"] == "value_error":  # a check of the whole table naming its key: point at the key
+            kl, kc = locate(text, loc + tuple(named.group(1).split(".")))
+            if kl and kl != line:
+                line, col = kl, kc
         if err["type"] == "extra_forbidden":
             msg = f"unknown field '{loc[-1]}'"
         elif msg.startswith("Value error, "):
@@ -206,15 +214,11 @@ class _ParseCache:
             self.data.pop(next(iter(self.data)))
         try:
             import pickle
-            import tempfile
 
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                pickle.dump(self.data, f, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, self.path)
-        except OSError:
-            pass
+            fileio.atomic_write(self.path, pickle.dumps(self.data, protocol=pickle.HIGHEST_PROTOCOL), "parse cache")
+        except (OSError, fileio.FileError):
+            pass  # a cache that cannot be written only costs speed (and leaves no temporary file)
 
 
 def _heads(text: str, header: str) -> list[int]:

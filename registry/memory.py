@@ -1,18 +1,23 @@
-"""The memory budget of a resolved profile: KV-cache capacity and what each active variant costs of it.
+"""The memory budget of a resolved profile: KV-cache capacity and what each variant costs of it.
 
-capacity (tokens) = (GPU memory x utilisation - weights - overhead - sum of active variants' costs)
+capacity (tokens) = (GPU memory x utilisation - weights - overhead - sum of the variants' costs)
                     / KV bytes per token
 
-with the model's numbers from ``registry/models.toml`` and the variants' ``memory.bytes_per_gpu``.
-A fixed KV budget (the ``KVMEM`` launcher knob, vLLM's ``--kv-cache-memory``) pins the capacity; the
-costs then eat the headroom instead, and a budget that does not fit is an error.
+with the model's numbers from ``registry/models.toml`` and each variant's ``memory.formula``: bytes a GPU as
+an expression of the model's dims, the TP size and the knob's value (and other knobs'), evaluated at the
+resolved value whether the variant is on or off (off is usually 0). A fixed KV budget (the ``KVMEM``
+launcher knob, vLLM's ``--kv-cache-memory``; ``VLLM_CPU_KVCACHE_SPACE`` on the CPU backend) pins the capacity;
+the costs then eat the headroom instead, and a budget that does not fit is an error.
+
+``python -m r9k.registry.memory`` prints the model's error on every KV figure the original stack gives.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Mapping, Optional
 
+from .formula import Formula, FormulaError, parsed  # noqa: F401  (FormulaError: for callers)
 from .loader import Registry
 from .resolve import ResolvedSet
 
@@ -62,6 +67,7 @@ class Budget:
     kv_bytes_per_token: int
     costs: list[VariantCost] = field(default_factory=list)
     fixed_kv_bytes: Optional[int] = None
+    kv_pool_separate: bool = False  # the KV cache is its own allocation (vLLM's CPU backend: VLLM_CPU_KVCACHE_SPACE)
 
     @property
     def variant_bytes(self) -> int:
@@ -77,7 +83,7 @@ class Budget:
     def headroom(self) -> int:
         """Bytes left under the utilisation cap after weights, overhead, variants and the KV cache."""
         return int(self.memory_bytes * self.utilization) - self.weights - self.overhead - self.variant_bytes \
-            - self.kv_bytes
+            - (0 if self.kv_pool_separate else self.kv_bytes)
 
     @property
     def kv_tokens(self) -> int:
@@ -108,47 +114,114 @@ def budget(reg: Registry, rs: ResolvedSet, errors: Optional[list] = None) -> Opt
 def _budget(reg: Registry, rs: ResolvedSet) -> Optional[Budget]:
     if not rs.model or rs.model not in reg.models or not rs.hardware:
         return None
-    m = reg.models[rs.model]
-    key = f"tp{rs.tp}"
-    if not m.supports_tp(rs.tp):
+    values = {r.variant.knob: r.value for r in rs.items.values()}
+    util = rs.gpu_memory_utilization or None
+    fixed_gib = None
+    if (rs.platform or "") == "cpu" and rs.extra_env.get("VLLM_CPU_KVCACHE_SPACE"):
+        fixed_gib = _gib("VLLM_CPU_KVCACHE_SPACE", rs.extra_env["VLLM_CPU_KVCACHE_SPACE"])  # the CPU KV space
+    b = budget_of(reg, rs.model, rs.tp, rs.hardware["memory_gib_per_gpu"], values, util, fixed_gib,
+                  active={r.variant.id for r in rs.active()})
+    if b is not None and fixed_gib is not None and not values.get(KVMEM_KNOB):
+        b.kv_pool_separate = True
+    return b
+
+
+def budget_of(reg: Registry, model: str, tp: int, memory_gib: float, values: Mapping[str, Optional[str]],
+              utilization: Optional[float] = None, fixed_kv_gib: Optional[float] = None,
+              active: Optional[set] = None) -> Optional[Budget]:
+    """The budget of a model at a TP size on GPUs of ``memory_gib``, with the knobs at ``values`` (knob ->
+    value). ``active``: the variant ids that are on (for costs given as fixed bytes, charged only when on)."""
+    if model not in reg.models:
         return None
-    util = DEFAULT_UTIL
-    if rs.gpu_memory_utilization:
-        util = rs.gpu_memory_utilization
-    uv = _value(rs, UTIL_KNOB)
+    m = reg.models[model]
+    key = f"tp{tp}"
+    if not m.supports_tp(tp):
+        return None
+    util = utilization or DEFAULT_UTIL
+    uv = values.get(UTIL_KNOB)
     if uv:
         util = _gib(UTIL_KNOB, uv)
-    fixed = None
-    kv = _value(rs, KVMEM_KNOB)
+    fixed = int(fixed_kv_gib * GIB) if fixed_kv_gib else None
+    kv = values.get(KVMEM_KNOB)
     if kv:
         fixed = int(_gib(KVMEM_KNOB, kv) * GIB)
     bpt = m.kv_bytes_per_token[key]
     if bpt <= 0:
         raise BudgetError(f"kv_bytes_per_token.{key}", bpt, f"model {m.name}: must be a positive number of bytes")
-    mem = _gib("hardware.memory_gib_per_gpu", rs.hardware["memory_gib_per_gpu"])
-    b = Budget(model=m.name, tp=rs.tp, memory_bytes=int(mem * GIB), utilization=util,
+    memory_gib = _gib("hardware.memory_gib_per_gpu", memory_gib)
+    b = Budget(model=m.name, tp=tp, memory_bytes=int(memory_gib * GIB), utilization=util,
                weights=m.weight_bytes_per_gpu[key], overhead=m.overhead_bytes_per_gpu.get(key, 0),
                kv_bytes_per_token=bpt, fixed_kv_bytes=fixed)
-    for r in rs.active():
-        mem = r.variant.memory
-        if mem is None or not mem.bytes_per_gpu:
+    # a model without dims (the tiny CPU models) has no formula costs: only its weights, overhead and KV
+    with_dims = bool(m.dims or m.derived)
+    try:
+        env = Formula.env(m, tp, values, {v.knob: v for v in reg.variants.values()}) if with_dims else {}
+    except (FormulaError, TypeError, ZeroDivisionError, OverflowError, ValueError) as exc:
+        raise BudgetError(f"{m.name}.derived", None, str(exc)) from None
+    for v in reg.variants.values():
+        mem = v.memory
+        if mem is None or not v.applies_to(model):
             continue
-        cost = mem.for_tp(rs.tp)
+        if mem.formula and not with_dims:
+            cost = 0
+        elif mem.formula:
+            try:
+                x = parsed(mem.formula, f"{v.id}.memory.formula").bytes(env, values.get(v.knob))
+                if not math.isfinite(x):
+                    raise OverflowError("not finite")
+                cost = int(round(x))
+            except (FormulaError, TypeError, ZeroDivisionError, OverflowError, ValueError) as exc:
+                raise BudgetError(v.knob, values.get(v.knob), f"its memory formula cannot be computed ({exc})") \
+                    from None
+        elif mem.bytes_per_gpu and active is not None and v.id in active:
+            cost = mem.for_tp(tp)
+        else:
+            cost = 0
         if cost:
-            b.costs.append(VariantCost(r.variant.id, r.variant.knob, cost, _tokens(cost, bpt)))
+            b.costs.append(VariantCost(v.id, v.knob, cost, _tokens(cost, bpt)))
     return b
 
 
 def cost_if_toggled(reg: Registry, rs: ResolvedSet, variant_id: str) -> Optional[VariantCost]:
-    """What a variant costs at this profile's TP size (whether or not it is on), in bytes and KV tokens."""
-    if not rs.model or rs.model not in reg.models:
+    """What turning a variant on (from stock; or off, if it is on) changes of this profile's budget: the
+    difference of the two budgets' costs, in bytes and KV tokens (positive: costs memory)."""
+    if not rs.model or rs.model not in reg.models or not rs.hardware:
         return None
-    m = reg.models[rs.model]
     v = reg.variants[variant_id]
-    if v.memory is None or not v.memory.bytes_per_gpu or f"tp{rs.tp}" not in m.kv_bytes_per_token:
+    if v.memory is None or not (v.memory.formula or v.memory.bytes_per_gpu):
         return None
-    cost = v.memory.for_tp(rs.tp)
-    return VariantCost(v.id, v.knob, cost, _tokens(cost, m.kv_bytes_per_token[f"tp{rs.tp}"]))
+    here = budget(reg, rs)
+    if here is None:
+        return None
+    values = {r.variant.knob: r.value for r in rs.items.values()}
+    active = {r.variant.id for r in rs.active()}
+    other = dict(values)
+    on = variant_id in active
+    other[v.knob] = v.stock if on else _on_value(v)
+    try:
+        there = budget_of(reg, rs.model, rs.tp, rs.hardware["memory_gib_per_gpu"], other, rs.gpu_memory_utilization,
+                          None, (active - {variant_id}) if on else (active | {variant_id}))
+    except BudgetError:
+        return None
+    if there is None:
+        return None
+    on_b, off_b = (here, there) if on else (there, here)
+    cost = on_b.variant_bytes - off_b.variant_bytes
+    return VariantCost(v.id, v.knob, cost, _tokens(cost, here.kv_bytes_per_token))
+
+
+def _on_value(v) -> Optional[str]:
+    """The value a variant is 'on' at: its registry default where that is not stock, else its first choice
+    that is not stock (a boolean's 1)."""
+    for tp_val in v.defaults.values():
+        if tp_val != v.stock:
+            return tp_val
+    if v.type == "bool":
+        return "1"
+    for c in v.choices or []:
+        if c != v.stock:
+            return c
+    return v.stock
 
 
 def _tokens(nbytes: int, bpt: int) -> int:

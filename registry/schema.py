@@ -47,7 +47,9 @@ class Implementation(Strict):
     op:       the kernel op name in ``r9k.kernels.ops`` that the knob switches.
     platforms: where this project's implementation has run: ``cuda-h200``, ``triton-interpret``, ...
     extension_point: how the plugin installs it (``pluggable_layer:gate_linear``, ``custom_op:NAME``,
-              ``ir_op:NAME``, ``model_registry:NAME``, or ``env-only``: the knob is only exported).
+              ``ir_op:NAME``, ``model_registry:NAME``, ``model_class:NAME`` (a plain ``nn.Module`` of a vLLM
+              model that has no extension point: named so the gap is on record), or ``env-only``: the knob
+              is only exported).
     sources:  repository paths whose content hash decides whether a recorded gate result is fresh.
     """
 
@@ -62,12 +64,12 @@ class Implementation(Strict):
     def _ext(cls, v: Optional[str]) -> Optional[str]:
         if v is None:
             return v
-        kinds = ("pluggable_layer:", "custom_op:", "ir_op:", "model_registry:")
+        kinds = ("pluggable_layer:", "custom_op:", "ir_op:", "model_registry:", "model_class:")
         if v == "env-only" or (v.startswith(kinds) and len(v.split(":", 1)[1]) > 0):
             return v
         raise ValueError(
             f"extension_point {v!r} must be 'env-only' or one of pluggable_layer:NAME, custom_op:NAME, "
-            "ir_op:NAME, model_registry:NAME"
+            "ir_op:NAME, model_registry:NAME, model_class:NAME"
         )
 
 
@@ -83,6 +85,10 @@ class MemoryCost(Strict):
     """What a variant costs (positive) or frees (negative) of each GPU's memory, per TP key."""
 
     bytes_per_gpu: dict[str, int] = Field(default_factory=dict)
+    # bytes a GPU as an expression of the model's dims (registry/models.toml), ``tp``, the knob's ``value``
+    # and other knobs (``knob('NBT')``, ``on('R9K_X')``); evaluated at the resolved value, on or off
+    # (registry/memory.py). Where given it replaces bytes_per_gpu.
+    formula: Optional[str] = None
     basis: Optional[str] = None  # how the bytes were derived (formula from the model's dims, or measured)
     note: Optional[str] = None  # the original stack's statement, caveats kept
 
@@ -92,6 +98,15 @@ class MemoryCost(Strict):
         for k in v:
             if not (TP_KEY.match(k) or k == "all"):
                 raise ValueError(f"memory key {k!r} must be 'all' or a TP key like 'tp4'")
+        return v
+
+    @field_validator("formula")
+    @classmethod
+    def _formula(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None:
+            from .formula import Formula
+
+            Formula(v, where="formula")  # FormulaError (a ValueError): a located schema error
         return v
 
     def for_tp(self, tp: int) -> int:
@@ -314,6 +329,10 @@ class Variant(Strict):
             return f"{self.type} in [{lo}, {hi}]{extra}"
         return self.type
 
+    def applies_to(self, model: Optional[str]) -> bool:
+        """Whether the model has the part this variant touches."""
+        return not model or not ((self.models and model not in self.models) or model in self.excluded_models)
+
     def default_for(self, model: Optional[str], tp: int) -> Optional[str]:
         """The registry's (latest release's) default at this model and TP size, or the stock value."""
         key = f"tp{tp}"
@@ -481,6 +500,10 @@ class ModelSpec(Strict):
     weight_bytes_per_gpu: dict[str, int]
     overhead_bytes_per_gpu: dict[str, int] = Field(default_factory=dict)
     kv_bytes_per_token: dict[str, int]
+    # the dimensions the variants' memory formulas read (hidden sizes, layer and module counts, bytes a token
+    # of graph memory...), with the derived quantities as expressions of them
+    dims: dict[str, Union[int, float]] = Field(default_factory=dict)
+    derived: dict[str, str] = Field(default_factory=dict)
     basis: str
     checks: list[str] = Field(default_factory=list)  # what the numbers were checked against
 

@@ -74,10 +74,7 @@ GRAPH_AFFECTING = set(OPS) | {"cudagraph_sizes", "cudagraph_mode", "mtp_spec_tok
                               "moe_fused_act_quant", "hc_fp8_prefill_mix", "qsa_sparse_attention",
                               "qsa_indexer_score", "moe_shared_fold", "hc_free_bf16", "hc_fp8_down"}
 
-# Flash-Next dims (docs/semantics.md 1.1) for the memory costs this project computes.
-HC_MODULES = 100  # 97 counted per decode step by the original's notes + the 3 of the MTP layer
-HC_DOWN = (336, 10240)
-HC_UP = (10240, 320)
+# The model dims the memory formulas read are in registry/models.toml (docs/semantics.md 1.1).
 
 
 def is_num(s: str) -> bool:
@@ -156,26 +153,10 @@ def tp_key(tp: str) -> str:
 
 
 def memory(v: dict) -> dict | None:
+    """The original's statement of a knob's memory cost, kept as ``memory.note``. The costs themselves are
+    formulas of the model's dims (``memory.formula``, written by hand after the import; registry/memory.py)."""
     text = v.get("memory_cost")
-    if v["id"] == "hc_fp8_decode":
-        per = HC_DOWN[0] * HC_DOWN[1] + HC_DOWN[0] * 4 + HC_UP[0] * HC_UP[1] + HC_UP[0] * 4
-        return {
-            "bytes_per_gpu": {"all": per * HC_MODULES},
-            "basis": (f"this project's kernel keeps e4m3 copies of the hc down [336x10240] and up [10240x320] "
-                      f"weights with one fp32 scale per output row: {per:,} bytes a module x {HC_MODULES} modules "
-                      "(97 + 3 MTP); replicated, so the same at every TP size"),
-            "note": text,
-        }
-    if v["id"] == "hc_free_bf16":
-        per = (HC_DOWN[0] * HC_DOWN[1] + HC_UP[0] * HC_UP[1]) * 2
-        return {
-            "bytes_per_gpu": {"all": -per * HC_MODULES},
-            "basis": f"frees the bf16 hc down + up weights: {per:,} bytes a module x {HC_MODULES} modules",
-            "note": text,
-        }
-    if text:
-        return {"note": text}
-    return None
+    return {"note": text} if text else None
 
 
 def convert_variant(v: dict) -> dict:

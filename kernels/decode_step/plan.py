@@ -12,12 +12,15 @@ def profile_entry(reg, rs) -> dict:
     mem = {}
     for r in rs.items.values():
         v = r.variant
-        if v.memory is None or not v.memory.bytes_per_gpu:
+        if v.memory is None or not (v.memory.formula or v.memory.bytes_per_gpu):
             continue
         c = cost_if_toggled(reg, rs, v.id)
         m = re.search(r"x\s*([\d,]+)\s*modules", v.memory.basis or "")
+        modules = int(m.group(1).replace(",", "")) if m else None
+        if modules is None and "hc_" in (v.memory.formula or ""):  # a formula over the model's hc modules
+            modules = reg.models[rs.model].dims.get("hc_modules") if rs.model in reg.models else None
         mem[v.id] = {"bytes": c.bytes if c else v.memory.for_tp(rs.tp), "basis": v.memory.basis,
-                     "modules": int(m.group(1).replace(",", "")) if m else None, "knob": v.knob}
+                     "modules": modules, "knob": v.knob}
     return {
         "hash": rs.hash,
         "values": {vid: r.value for vid, r in sorted(rs.items.items())},

@@ -347,10 +347,16 @@ def test_memory_per_module_matches_the_registry(reg):
     entry = profile_entry(reg, rs)
     w = Weights.build(cfg, seed=1)
     m = DecodeStepModel(w, StepInputs.build(cfg, 1, 32), values_chooser(vals), flags=vals)
-    for vid in ("hc_fp8_decode", "hc_free_bf16"):
-        d = entry["memory"][vid]
-        assert d["modules"] == 100
-        assert m.variant_bytes[vid] == d["bytes"] // d["modules"] * cfg.hc_modules, vid
+    d = entry["memory"]["hc_free_bf16"]
+    assert d["modules"] == 100
+    assert m.variant_bytes["hc_free_bf16"] == d["bytes"] // d["modules"] * cfg.hc_modules
+    # the fp8 copies this kernel keeps (down and up) are the registry's down copy (R9K_HC_FP8_DECODE's, or
+    # R9K_HC_FP8_DOWN's when on) plus its up copy (R9K_HC_FP8's), from the model's dims
+    from r9k.registry.formula import Formula
+
+    dims = Formula.env(reg.models[rs.model], rs.tp, {}, {})["names"]
+    per_module = (dims["hc_down_copy"] + dims["hc_up_copy"]) / dims["hc_modules"]
+    assert m.variant_bytes["hc_fp8_decode"] == per_module * cfg.hc_modules
 
 
 # --------------------------------------------------------------------------------------------- CLI

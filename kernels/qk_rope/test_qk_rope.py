@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from r9k.kernels._testing import bf16_ulp
 from r9k.kernels.ops import triton_platform
 from r9k.kernels.qk_rope import reference, triton_kernel
 from r9k.kernels.qsa_glue.reference import rope_cos_sin_cache
@@ -47,7 +48,11 @@ def _check(kw, seed, poison):
         rel = (f.float() - s.float()).abs().max().item() / s.float().abs().max().item()
         assert rel < 2e-2, f"{name}: relative max error {rel} vs stock (seed {seed})"
         flips = (f != s).sum().item()
-        assert flips <= 1e-3 * f.numel(), f"{name}: {flips} of {f.numel()} differ from stock (seed {seed})"
+        # a flip is a rounding of the fp32 norm landing on the other side of a bf16 boundary: an adjacent
+        # bf16 value, on at most max(1, 0.1%) of the elements (small tensors: 0.1% of 512 would allow none)
+        assert flips <= max(1, 1e-3 * f.numel()), f"{name}: {flips} of {f.numel()} differ from stock (seed {seed})"
+        assert ((f.double() - s.double()).abs() <= bf16_ulp(s) * (1 + 1e-6)).all(), \
+            f"{name}: an element differs from stock by more than one bf16 ulp (seed {seed})"
         for which, v in (("fused", f), ("stock", s)):
             e = (v.double() - r).abs().max().item() / r.abs().max().item()
             assert e < 2e-2, f"{name} {which}: error {e} vs fp64 (seed {seed})"

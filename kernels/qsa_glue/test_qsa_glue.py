@@ -8,6 +8,7 @@ import itertools
 import pytest
 import torch
 
+from r9k.kernels._testing import bf16_ulp
 from r9k.kernels.ops import triton_platform
 from r9k.kernels.qsa_glue import reference, triton_kernel
 
@@ -61,7 +62,11 @@ def _check(kw, seed):
     assert not torch.isnan(out).any(), f"unwritten output elements (seed {seed})"
     flips = (out != stock).sum().item()
     n = out.numel()
-    assert flips <= 1e-3 * n, f"{flips} of {n} elements differ from stock (seed {seed})"
+    # a flip: the fp32 norm's rounding on the other side of a bf16 boundary, an adjacent bf16 value, on at most
+    # max(1, 0.1%) of the elements (0.1% of a small tensor would allow none)
+    assert flips <= max(1, 1e-3 * n), f"{flips} of {n} elements differ from stock (seed {seed})"
+    assert ((out.double() - stock.double()).abs() <= bf16_ulp(stock) * (1 + 1e-6)).all(), \
+        f"an element differs from stock by more than one bf16 ulp (seed {seed})"
     ref = reference.gemma_norm_rope_fp64(**{k: v for k, v in kw.items() if k != "out"})
     for name, val in (("fused", out), ("stock", stock)):
         err = (val.double() - ref).abs().max().item() / ref.abs().max().item()

@@ -32,6 +32,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Iterable
 
+from r9k.registry import envvars
 from r9k.registry import ledger as L
 from r9k.registry import provenance as P
 
@@ -106,7 +107,7 @@ def collect(root: Path, test_ids: Iterable[str], timeout_s: float = 300) -> dict
     files = list(dict.fromkeys(L.test_file(t) for t in ids))
     with tempfile.TemporaryDirectory(prefix="r9k-collect-") as tmp:
         events = Path(tmp) / "events.jsonl"
-        env = dict(os.environ, R9K_GATE_EVENTS=str(events), R9K_GATE_SELECT=json.dumps(ids))
+        env = dict(os.environ, **{envvars.GATE_EVENTS.name: str(events), envvars.GATE_SELECT.name: json.dumps(ids)})
         env.setdefault("TRITON_INTERPRET", "1")
         cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "r9k.r9kctl.evidence.pytest_plugin",
                "-p", "no:cacheprovider", "--rootdir", str(root), *files]

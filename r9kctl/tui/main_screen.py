@@ -94,6 +94,14 @@ class MainScreen(Screen):
         self.refill()
         self.table.focus()
         self.call_after_refresh(self.app.first_frame_painted)
+        self.call_after_refresh(self._finish_validation)
+
+    def _finish_validation(self) -> None:
+        """After the first frame: the checks a deferred start left out, then the panels with them."""
+        if not self.s.validated:
+            self.s.finish_validation()
+            self.refill()
+        self.call_after_refresh(self.app.validated_frame_painted)
 
     def on_resize(self, event) -> None:
         self._layout_for(event.size.width)

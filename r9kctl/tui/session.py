@@ -82,7 +82,8 @@ class Session:
 
     def __init__(self, reg: Registry, profile: Optional[str] = None, tp: Optional[int] = None,
                  env: Optional[Mapping[str, str]] = None, profile_dirs: Optional[list[Path]] = None,
-                 sets: Optional[Mapping[str, object]] = None, root: Optional[Path] = None):
+                 sets: Optional[Mapping[str, object]] = None, root: Optional[Path] = None,
+                 defer_validation: bool = False):
         self.reg = reg
         self.root = root  # the registry tree (None: the loader's default)
         self.env = dict(os.environ) if env is None else dict(env)
@@ -90,8 +91,13 @@ class Session:
         self.sets = dict(sets or {})  # --set KNOB=VALUE: the override layer, above every edit
         self.profile_dirs = profile_dirs
         self.registry_report = Report()
-        check_registry(reg, self.registry_report)
-        self.gates = load_gate_states(reg)
+        # deferred: the first frame shows the resolved values and the budget; the checks (the registry's,
+        # the gate ledger's ~150 ms of source hashing, the profile's) follow at once (finish_validation)
+        self.validated = not defer_validation
+        self.gates = None
+        if self.validated:
+            check_registry(reg, self.registry_report)
+            self.gates = load_gate_states(reg)
         self.edits: dict[str, dict[str, object]] = {}  # profile -> variant id -> value | REMOVED
         self.docs: dict[str, object] = {}  # profile -> ProfileDocument (made when first saved)
         # undo / redo: what the edits were before each change (see :meth:`undo`); a save starts afresh
@@ -114,12 +120,13 @@ class Session:
     @classmethod
     def open(cls, profile: Optional[str] = None, tp: Optional[int] = None,
              env: Optional[Mapping[str, str]] = None, sets: Optional[Mapping[str, object]] = None,
-             root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> "Session":
+             root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None,
+             defer_validation: bool = False) -> "Session":
         """Load the registry and profiles (raises RegistryError with located diagnostics); ``root`` and
         ``profile_dirs`` as for ``load_registry`` (None: its defaults)."""
         # the panel lists and edits every profile: a broken one is an error screen, not a missing entry
         return cls(load_registry(root, profile_dirs, broken_profiles="raise"), profile, tp, env,
-                   profile_dirs=profile_dirs, sets=sets, root=root)
+                   profile_dirs=profile_dirs, sets=sets, root=root, defer_validation=defer_validation)
 
     def load_registry(self) -> Registry:
         return load_registry(self.root, self.profile_dirs, broken_profiles="raise")
@@ -393,8 +400,21 @@ class Session:
 
     # ------------------------------------------------------------------------------ derived state
 
+    def finish_validation(self) -> None:
+        """The checks a deferred start left out (see ``defer_validation``); afterwards every change is
+        re-validated as usual."""
+        if self.validated:
+            return
+        self.validated = True
+        check_registry(self.reg, self.registry_report)
+        self.gates = load_gate_states(self.reg)
+        self._switched()
+
     def recompute(self) -> None:
-        """Re-resolve and re-validate (about a millisecond with the shipped registry)."""
+        """Re-resolve and re-validate (a few milliseconds with the shipped registry)."""
+        if not self.validated and (self.has_edits() or hasattr(self, "rs")):
+            self.finish_validation()  # an edit before the deferred checks ran: check it all now
+            return
         reg = self.edited_registry()
         rs = resolve(reg, self.profile, tp=self.tp_choice, env=self.env, sets=self.sets)
         edits = self.edits.get(self.profile, {})
@@ -408,7 +428,10 @@ class Session:
         report = Report()
         for d in self.registry_report.diagnostics:
             report.add(d)
-        self.budget = check_profile(reg, rs, report)
+        if self.validated:
+            self.budget = check_profile(reg, rs, report)
+        else:
+            self.budget = budget(reg, rs, [])  # the first frame's numbers; the checks follow
         self.rs, self.report = rs, report
         if self.budget is not None:
             kv = self.budget.kv_tokens
@@ -434,6 +457,8 @@ class Session:
         return cost_if_toggled(self.reg, self.rs, vid)
 
     def gate_state(self, vid: str) -> str:
+        if not self.validated:
+            return "…"
         if self.gates is None:
             return "-"
         st = self.gates.get(vid)

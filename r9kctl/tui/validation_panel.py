@@ -41,6 +41,11 @@ class ValidationPanel(Vertical):
         yield self.body_widget
 
     def show(self, s: Session) -> None:
+        if not s.validated:
+            self._key = ()
+            self.title_widget.update(Text("… validating (registry, gate ledger, profile)", "dim"), layout=False)
+            self.body_widget.update("", layout=False)
+            return
         diags = s.diagnostics()
         key = (s.profile, s.tp, tuple(d.format() + repr(d.items) for d in diags))
         if key == self._key:

@@ -112,7 +112,7 @@ def test_the_engine_names_no_model():
     assert not bad, bad
 
 
-def _code_strings(path: Path) -> list[tuple[int, str]]:
+def _code_strings(path: Path, with_nodes: bool = False) -> list:
     """String constants of a module that are not docstrings (names used by code, not prose)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     docs = set()
@@ -121,8 +121,14 @@ def _code_strings(path: Path) -> list[tuple[int, str]]:
             body = getattr(node, "body", [])
             if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
                 docs.add(id(body[0].value))
-    return [(n.lineno, n.value) for n in ast.walk(tree)
-            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+    # a part of an f-string followed by an interpolation is "continued" (its last word is cut off)
+    cont = {id(part) for n in ast.walk(tree) if isinstance(n, ast.JoinedStr)
+            for part, nxt in zip(n.values, n.values[1:]) if isinstance(nxt, ast.FormattedValue)}
+    out = [(n.lineno, n.value, id(n) in cont) for n in ast.walk(tree)
+           if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs]
+    # dict(env, R9K_X=...) spells a name too
+    out += [(n.value.lineno, n.arg, False) for n in ast.walk(tree) if isinstance(n, ast.keyword) and n.arg]
+    return out if with_nodes else [(line, s) for line, s, _ in out]
 
 
 def test_control_variables_are_spelt_in_one_module():
@@ -139,6 +145,28 @@ def test_control_variables_are_spelt_in_one_module():
             if hit:
                 bad.append(f"{path.relative_to(ROOT)}:{line}: {hit}")
     assert not bad, "use r9k.registry.envvars instead of spelling the name:\n" + "\n".join(bad)
+
+
+def test_every_project_variable_the_code_names_is_declared():
+    """A name with the project's prefix in code is a knob of the registry or a variable of envvars: a new
+    control variable must be declared there (then the resolver does not take it for a misspelt knob)."""
+    import re
+
+    from r9k.registry import envvars, load_registry
+
+    knobs = set(load_registry().knobs())
+    pat = re.compile(r"(?<![A-Za-z0-9_])_?R9K_[A-Z0-9_]*[A-Z0-9]")
+    undeclared = []
+    for folder in ("registry", "plugin", "r9kctl"):
+        for path in _py_files(ROOT / folder):
+            for line, s, continued in _code_strings(path, with_nodes=True):
+                for m in pat.finditer(s):
+                    name = m.group(0)
+                    if continued and m.end() == len(s):
+                        continue  # f"R9K_K{i}": the name goes on in the interpolation
+                    if name not in knobs and name not in envvars.ALL:
+                        undeclared.append(f"{path.relative_to(ROOT)}:{line}: {name}")
+    assert not undeclared, "declare these in registry/envvars.py (or as a knob):\n" + "\n".join(undeclared)
 
 
 def test_semantics_citations_point_at_sections_that_exist():

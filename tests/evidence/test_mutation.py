@@ -8,6 +8,7 @@ failure (not an import error: a mutation whose text no longer occurs in the kern
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,14 +18,17 @@ from r9k.registry import envvars
 from r9k.registry import ledger as L
 from r9k.registry import load_registry
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("triton")
+# Checked without importing them: importing triton here, before the kernels' TRITON_INTERPRET is set, would
+# change how other tests in this process run the kernels.
+pytestmark = pytest.mark.skipif(not (importlib.util.find_spec("torch") and importlib.util.find_spec("triton")),
+                                reason="needs torch and triton")
 
 TK = "r9k.kernels.{}.triton_kernel"
 
-# variant, kernel module, old text, new text (every occurrence is replaced)
+# variant, kernel module (a folder's triton_kernel, or a full module name), old text, new text (every
+# occurrence is replaced)
 MUTANTS = [
-    ("router_gemm", "router", "    y = to_bf16(acc, INTERPRET)\n", "    y = to_bf16(acc * 1.01, INTERPRET)\n"),
+    ("router_gemm", "r9k.kernels._triton.skinny_gemm", "    y = to_bf16(acc, INTERPRET)\n", "    y = to_bf16(acc * 1.01, INTERPRET)\n"),
     ("moe_fused_routing", "router", "wv = tl.where(den > 0.0, wv / den, 0.0)",
      "wv = tl.where(den > 0.0, wv / den * 1.01, 0.0)"),
     ("hc_decode_mix", "hc_mix", "return 1.0 / (1.0 + tl.exp(-g))", "return 1.01 / (1.0 + tl.exp(-g))"),
@@ -38,6 +42,7 @@ MUTANTS = [
      "tl.store(g_ptr + t * s_g + h * D + d, gv * 1.01, mask=md)"),
     ("shared_expert_fused", "shared_expert", "rne_bf16(res).to(tl.bfloat16), mask=omask)",
      "rne_bf16(res * 1.01).to(tl.bfloat16), mask=omask)"),
+    ("hc_combine_norm_fused", "hc_norm", "y = rne_bf16((x * r) * (1.0 + w))", "y = rne_bf16((x * r) * (1.01 + w))"),
     ("gdn_spec_decode_core", "gdn_decode", "rne_bf16(Ob * rr[:, None] * w[None, :] * g)",
      "rne_bf16(Ob * rr[:, None] * w[None, :] * g * 1.01)"),
 ]
@@ -58,7 +63,8 @@ def _run_mutant(reg, mutant):
     from r9k.r9kctl.evidence import gate as G
 
     variant, kernel, old, new = mutant
-    env = {envvars.MUTATE.name: json.dumps([{"module": TK.format(kernel), "old": old, "new": new}]),
+    module = kernel if kernel.startswith("r9k.") else TK.format(kernel)
+    env = {envvars.MUTATE.name: json.dumps([{"module": module, "old": old, "new": new}]),
            "PYTEST_PLUGINS": "r9k.r9kctl.evidence.mutate", "TRITON_INTERPRET": "1"}
     run = G.run(reg, G.plan(reg, names=[variant]), record=False, pytest_args=["-x"], timeout_s=240, env=env)
     (rec,) = run.records

@@ -91,3 +91,25 @@ def test_a_variant_without_adapter_or_implementation_falls_back(registry):
             DispatchTable(rs, strict=True, platform_probe=lambda: "interpret").plan()
     finally:
         impl.extension_point = old
+
+
+def test_a_kernel_that_does_not_load_is_one_located_line(registry, monkeypatch):
+    from r9k.kernels import ops
+
+    def broken(name):
+        raise ImportError("libtriton.so: cannot open shared object file")
+
+    monkeypatch.setattr(ops, "get", broken)
+    t = DispatchTable(_rs(registry), platform_probe=lambda: "interpret")
+    t.plan()
+    assert t.choose("router_gemm", layer="model.layers.0.mlp.gate") is None
+    line = t.warnings[-1]
+    assert "\n" not in line and "error[kernel-import]" in line and "test_dispatch.py:" in line
+    assert "variant router_gemm (R9K_ROUTER=r9k), layer model.layers.0.mlp.gate" in line and "libtriton" in line
+    assert t.plans["router_gemm"].mode == "fallback"
+    assert t.choose("router_gemm", layer="model.layers.1.mlp.gate") is None  # later layers: vLLM's path
+    strict = DispatchTable(_rs(registry), strict=True, platform_probe=lambda: "interpret")
+    strict.plan()
+    with pytest.raises(StartupError) as ei:
+        strict.choose("router_gemm", layer="model.layers.0.mlp.gate")
+    assert "error[kernel-import]" in str(ei.value) and ei.value.__cause__ is None

@@ -5,16 +5,16 @@
    (``r9kctl status``), and finds the plugin's startup table with the hash in the log of every vLLM
    process (API server, engine core, worker), and the worker's line saying the router runs this
    project's Triton kernel (under the interpreter).
-2. The same launch with ``--set R9K_ROUTER=stock`` gives the same completions; its log says the router
-   is vLLM's own; the two launches compiled into different torch.compile cache directories (the
-   graph-affecting knob reaches vLLM's compile-cache key).
+2. (The router at stock: tests/plugin/test_e2e_adapters.py compares this model with the router and its
+   other variants on (profile cpu-qwen2-moe) against an all-stock launch, and checks on cpu-qwen3-next that
+   the knobs reach vLLM's torch.compile cache key; kept out of here to save a vLLM start in CI.)
 3. An invalid override: ``r9kctl launch`` refuses it itself; vLLM started by hand with it exits with
    the plugin's located error (the line ``r9kctl validate`` prints) before any weight is loaded.
 
 Every process the test starts runs in its own session and is stopped (the whole process group);
 the test then checks that none is left.
 
-Slow (three vLLM starts, ~2-4 min on 2 cores): marked ``e2e``; deselect with ``-m "not e2e"``.
+Slow (two vLLM starts, ~2-3 min on 2 cores): marked ``e2e``; deselect with ``-m "not e2e"``.
 """
 from __future__ import annotations
 
@@ -222,23 +222,9 @@ def test_cpu_smoke_launch_status_stock_equivalence_and_fail_fast(tmp_path):
         assert re.search(rf"r9k {status['hash']}: R9K_ROUTER=r9k -> r9k\.kernels\.router:router_gemm fused "
                          r"\(triton interpret\), first used by model\.layers\.0\.mlp\.gate", log), log[-4000:]
 
-        # 2. the same prompts with the router at stock: same greedy completions, vLLM's own router
-        srv2, port2 = launch(env, tmp_path, "stock", "R9K_ROUTER=stock")
-        started.append(srv2)
-        wait_healthy(srv2, port2)
-        texts_stock = completions(port2)
-        status2 = read_status(env, port2, tmp_path)
-        srv2.stop()
-        log2 = srv2.text()
-        check_tables(log2, status2)
-        assert status2["values"]["R9K_ROUTER"] == "stock" and status2["hash"] != status["hash"]
-        assert re.search(rf"r9k {status2['hash']}:\s+R9K_ROUTER\s+stock\s+.*stock \(vLLM's own path", log2)
-        assert "router_gemm fused" not in log2
-        print("greedy completions, r9k router:", texts_r9k, "stock router:", texts_stock)
-        assert texts_stock == texts_r9k, (texts_r9k, texts_stock)
-        d1, d2 = compile_dirs(log), compile_dirs(log2)
-        if d1 and d2:  # torch.compile ran: the router knob is part of vLLM's compile-cache key
-            assert d1.isdisjoint(d2), (d1, d2)
+        # 2. (the router at stock: covered with the other variants of this model by
+        #    tests/plugin/test_e2e_adapters.py, cpu-qwen2-moe; one vLLM start fewer here)
+        print("greedy completions, r9k router:", texts_r9k)
 
         # 3a. an invalid override: the launcher refuses it, nothing starts
         res = subprocess.run(R9KCTL + ["launch", "--profile", "cpu-smoke", "--set", "R9K_ROUTER=bogus"],

@@ -72,6 +72,15 @@ def test_route_answers_the_active_set(plugin_env):
     assert "MainProcess" in body["processes"]
 
 
+def test_a_workers_counters_file_is_merged_into_its_section(tmp_path):
+    path = str(tmp_path / "s.json")
+    status.write_section(path, _section("VllmWorker-0", "worker", 0, "aaaaaaaaaaaa"))
+    status.write_counters(path, "VllmWorker-0", {"router_gemm": {"installed": ["g0"], "kept": {},
+                                                                 "calls": {"fused": 3}}})
+    data = status.merged_status(None, path)
+    assert data["ops"]["router_gemm"]["calls"] == {"fused": 3} and data["ops"]["router_gemm"]["installed"] == 1
+
+
 def test_counters_of_the_workers_reach_the_merged_status_and_r9kctl_status(tmp_path, capsys):
     """Each worker's counters (its file section) are merged: layers as rank 0 reports them, calls summed."""
     from r9k.r9kctl.cli import main
@@ -107,7 +116,7 @@ def test_the_flusher_writes_only_when_the_counters_change(plugin_env, tmp_path, 
         f = plugin._flusher
         assert f is not None, "a process with an installed adapter flushes its counters"
         writes = []
-        monkeypatch.setattr(plugin, "_write_status", lambda table: writes.append(1))
+        monkeypatch.setattr(plugin, "_write_counters", lambda snap: writes.append(1))
         f.look(counters.snapshot(), None)
         assert writes == [1]  # first look: the (empty) counters
         f.look(counters.snapshot(), None)

@@ -60,6 +60,21 @@ def _options():
         (["resolve", "-p", "tp4-default", "--set", "R9K_ROUTER"], "KNOB=VALUE"),
         (["resolve", "-p", "tp4-default", "--set", "R9K_ROUTR=r9k"], "did you mean R9K_ROUTER?"),
         (["resolve", "-p", "tp4-default", "--set", "R9K_ROUTER=fast"], "R9K_ROUTER"),
+        (["resolve", "-p", "tp4-default", "--set", "="], "unknown knob"),
+        (["resolve", "-p", "tp4-default", "--set", "UTIL="], "cannot be unset"),
+        (["resolve", "-p", ""], "no profile named ''"),
+        (["show", ""], "unknown variant"),
+        (["diff", "v0.3.1", "nope"], "'nope'"),
+        (["diff", "stock", "tp4-defualt"], "tp4-defualt"),
+        (["gate", "nope"], "unknown variant"),
+        (["bench", "decode-step", "--profile", "nope"], "nope"),
+        (["bench", "decode-step", "--against", "nope"], "nope"),
+        (["eval", "record", "--url", "not a url", "--dataset", "arith-smoke", "--out", "{T}/x/o.jsonl", "--timeout",
+          "1"], "unknown url type"),
+        (["eval", "record", "--url", "http://127.0.0.1:9", "--dataset", "nope", "--out", "{T}/x/o.jsonl"],
+         "no such file"),
+        (["status", "--url", "not a url"], "unknown url type"),
+        (["status", "--url", "http://[::1"], "IPv6"),
     ]:
         yield Case("options/" + " ".join(a for a in argv if "{T}" not in a), REG + argv, {}, 2, contains=(contains,))
     yield Case("options/bench-without-what", REG + ["bench"], {}, 2, kind="usage", contains=("decode-step",))

@@ -99,6 +99,9 @@ def test_control_variables_alone_leave_it_inactive(plugin, monkeypatch, env):
     ({"R9K_PROFILE": "tp4-default", "R9K_ROUTER": "fast"}, "bad-value"),
     ({"R9K_PROFILE": "tp4-default", "R9K_REGISTRY": "/nonexistent"}, "io"),
     ({"R9K_MANIFEST": "/nonexistent/manifest.json"}, "not-found"),
+    ({"R9K_PROFILE": "tp4-default", "KVMEM": "1e300"}, "memory"),
+    ({"R9K_PROFILE": "tp4-default", "KVMEM": "100"}, "memory"),
+    ({"R9K_PROFILE": "tp4-default", "KVMEM": "inf"}, "bad-value"),
 ], ids=lambda e: "+".join(f"{k}={v}" for k, v in e.items()) if isinstance(e, dict) else e)
 def test_bad_environment(plugin, monkeypatch, env, kind):
     for k, v in env.items():
@@ -138,3 +141,18 @@ def test_an_unexpected_exception_is_one_startup_line(plugin, monkeypatch):
     monkeypatch.setenv("R9K_PROFILE", "tp4-default")
     exc = _register(plugin)
     assert exc is not None and "error[internal]" in exc.lines[0] and "R9K_DEBUG=1" in exc.lines[0]
+
+
+@pytest.mark.parametrize("old", [b"[]", b'"x"', b'{"processes": []}', b"{", b"\xff\xfe"], ids=["list", "string",
+                                                                                           "processes-list", "syntax",
+                                                                                           "binary"])
+def test_status_file_of_another_shape_is_replaced_not_a_crash(tmp_path, old):
+    from r9k.plugin import status
+
+    path = tmp_path / "status.json"
+    path.write_bytes(old)
+    section = {"profile": "p", "hash": "h", "tp": 1, "model": None,
+               "process": {"name": "MainProcess", "pid": 1, "role": "main", "rank": 0}}
+    status.write_section(str(path), section)
+    assert status.read_status_file(str(path))["processes"]["MainProcess"]["hash"] == "h"
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] == []

@@ -271,6 +271,10 @@ def _cascades():
     bad_model = replace(PROFILE, 'extends = "tp4-default"', 'extends = "tp4-default"\nmodel = "qwen9"')
     yield Case("cascade/unknown-model-in-parent-5-children", REG + ["validate", "--all"],
                {PFILE: bad_model, **children}, 2, "bad.toml", line_of(bad_model, "qwen9"), "unknown-model")
+    yield Case("cascade/releases-folder-missing", REG + ["validate", "--all"], {"registry/releases": None}, 2,
+               "releases", None, "no-releases")
+    yield Case("cascade/first-release-missing", REG + ["validate"], {"registry/releases/v0.1.0.toml": None}, 2,
+               errors=2, kind="unknown-release", contains=("is named", "times"))
     yield Case("cascade/one-broken-variant-file", REG + ["validate", "--all"], {VFILE: NEW_VARIANT + "x ="}, 2,
                "zz-extra.toml", None, "toml-syntax")
 

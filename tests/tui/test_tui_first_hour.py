@@ -470,8 +470,15 @@ def test_a_closed_terminal_keeps_the_edits_for_the_next_start(workspace):
         os.write(fd, b" ")  # toggle the first row
         assert b"unsaved" in read_until(b"unsaved", 20)
         os.kill(pid, signal.SIGHUP)
-        _, status = os.waitpid(pid, 0)
+        end = time.monotonic() + 30
+        while time.monotonic() < end and os.waitpid(pid, os.WNOHANG) == (0, 0):
+            read_until(b"\0never", 0.2)  # keep draining the terminal while it writes the recovery file
     finally:
+        try:  # never leave the child behind (a hung test must not hang the suite)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
         os.close(fd)
     rec = workspace / "cache" / "tui-recovery.json"
     assert rec.is_file()

@@ -1,0 +1,141 @@
+"""What the truthful status costs (not a test): ``python -m r9k.plugin.bench_status [--calls N]``.
+
+1. A counted call against the same call uncounted: two torch custom ops doing the router's stock GEMM
+   (``F.linear`` of 4 x 128 by 8 x 128 bf16: the cheapest op an adapter wraps, so the most sensitive
+   comparison), one with ``counters.hit`` inside as the adapters have it, one without; interleaved rounds,
+   median per call of each.
+2. The status flusher's look (what each model-building process does once a second): ``counters.snapshot()``
+   of a realistic table (5 ops, 48 layers each, 4 call paths) and the comparison with the last one.
+3. The flusher's write (its process's counters file, at most once a second, only when they changed), and
+   for comparison a status-section write.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+
+def _ops():
+    import torch
+
+    from r9k.plugin import counters
+
+    def counted(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        counters.hit("bench_op", "fused")
+        return torch.nn.functional.linear(x, w)
+
+    def plain(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(x, w)
+
+    ops = {}
+    for name, fn in (("counted", counted), ("plain", plain)):
+        op = torch.library.custom_op(f"r9k_bench::{name}", fn, mutates_args=(),
+                                     schema="(Tensor x, Tensor w) -> Tensor")
+        op.register_fake(lambda x, w: x.new_empty((x.shape[0], w.shape[0])))
+        ops[name] = op
+    return ops
+
+
+def bench_calls(calls: int, rounds: int) -> dict:
+    import torch
+
+    ops = _ops()
+    x = torch.randn(4, 128, dtype=torch.bfloat16)
+    w = torch.randn(8, 128, dtype=torch.bfloat16)
+    per = {"counted": [], "plain": []}
+    for name in per:  # warm up
+        for _ in range(200):
+            ops[name](x, w)
+    for _ in range(rounds):
+        for name in ("counted", "plain") if _ % 2 == 0 else ("plain", "counted"):
+            op = ops[name]
+            t = time.perf_counter_ns()
+            for _i in range(calls):
+                op(x, w)
+            per[name].append((time.perf_counter_ns() - t) / calls)
+    return {k: statistics.median(v) for k, v in per.items()} | {f"min_{k}": min(v) for k, v in per.items()} | {
+        "spread_plain": (min(per["plain"]), max(per["plain"]))}
+
+
+def bench_look(looks: int) -> float:
+    from r9k.plugin import counters
+
+    counters.reset()
+    for op in ("router_gemm", "moe_route", "shared_expert", "gdn_decode", "qk_norm_rope"):
+        for i in range(48):
+            counters.layer(op, f"model.layers.{i}.{op}", True)
+        for path in ("fused", "fallback:rows>16", "stock", "fallback:prefill"):
+            counters.hit(op, path)
+    last = counters.snapshot()
+    t = time.perf_counter_ns()
+    for _ in range(looks):
+        snap = counters.snapshot()
+        _ = snap == last
+    out = (time.perf_counter_ns() - t) / looks
+    counters.reset()
+    return out
+
+
+def bench_write(writes: int) -> float:
+    from r9k.plugin import status
+
+    sec = {"profile": "p", "hash": "h" * 12, "tp": 1, "model": "m", "process": {"name": "VllmWorker-0", "pid": 1,
+                                                                             "role": "worker", "rank": 0},
+           "counters": {f"op{i}": {"installed": [f"model.layers.{j}" for j in range(48)], "kept": {},
+                                   "calls": {"fused": 123456}} for i in range(5)},
+           "values": {f"R9K_K{i}": "1" for i in range(147)}}
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "status.json")
+        t = time.perf_counter_ns()
+        for _ in range(writes):
+            status.write_section(path, sec)
+        return (time.perf_counter_ns() - t) / writes
+
+
+def bench_counters_write(writes: int) -> float:
+    from r9k.plugin import counters, status
+
+    counters.reset()
+    for op in ("router_gemm", "moe_route", "shared_expert", "gdn_decode", "qk_norm_rope"):
+        for i in range(48):
+            counters.layer(op, f"model.layers.{i}.{op}", True)
+        counters.hit(op, "fused")
+    snap = counters.snapshot()
+    counters.reset()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "status.json")
+        t = time.perf_counter_ns()
+        for _ in range(writes):
+            status.write_counters(path, "VllmWorker-0", snap)
+        return (time.perf_counter_ns() - t) / writes
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--calls", type=int, default=2000)
+    ap.add_argument("--rounds", type=int, default=21)
+    a = ap.parse_args()
+    c = bench_calls(a.calls, a.rounds)
+    print(f"custom-op call, median of rounds: counted {c['counted']:.0f} ns, uncounted {c['plain']:.0f} ns; "
+          f"best round: counted {c['min_counted']:.0f} ns, uncounted {c['min_plain']:.0f} ns, difference "
+          f"{c['min_counted'] - c['min_plain']:+.0f} ns (uncounted rounds spread {c['spread_plain'][0]:.0f}-"
+          f"{c['spread_plain'][1]:.0f} ns)")
+    from r9k.plugin import counters
+
+    n = 10**6
+    t = time.perf_counter_ns()
+    for _ in range(n):
+        counters.hit("bench_op", "fused")
+    print(f"counters.hit alone: {(time.perf_counter_ns() - t) / n:.0f} ns per call ({n} calls)")
+    print(f"flusher look (snapshot of 5 ops x 48 layers + compare): {bench_look(2000) / 1000:.1f} us, once a second")
+    print(f"counters-file write (the flusher's write, 5 ops x 48 layers): {bench_counters_write(500) / 1e3:.0f} us, "
+          "at most once a second, only when the counters changed")
+    print(f"for comparison, a status-section write (locked read-modify-write, done at start and on plan changes): "
+          f"{bench_write(200) / 1e6:.2f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""Model architectures this plugin brings to vLLM (``ModelRegistry``), where vLLM's own cannot run.
+
+* ``Qwen4ExpForCausalLM`` (Qwen3.8-Flash-Next): vLLM 0.32 has its own (``vllm/models/qwen4_exp``, CUDA and ROCm
+  only; it does not import on the CPU backend). On the CPU backend the plugin registers
+  :class:`r9k.plugin.models.flash_next.FlashNextForCausalLM` for the architecture, so a Flash-Next checkpoint is
+  served there and this project's hyper-connection kernels run in it. On CUDA/ROCm vLLM's own model serves it
+  and nothing is registered: this project's hc kernels are not wired into vLLM's Qwen4Exp classes (yet), which
+  the startup table and ``/r9k/status`` say (``counters.layer(..., installed=False)``).
+
+Adapter entry: ``model_registry:Qwen4ExpForCausalLM`` in ``registry/adapters.toml`` (install = "call").
+"""
+from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger("vllm.r9k")
+
+REGISTRY_MODULE = "vllm.model_executor.models.registry"
+FLASH_NEXT_ARCH = "Qwen4ExpForCausalLM"
+FLASH_NEXT_CLASS = "r9k.plugin.models.flash_next:FlashNextForCausalLM"
+#: the ops the Flash-Next build runs through the dispatch table
+FLASH_NEXT_OPS = ("hc_mix",)
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
+def register_architectures(registry_module) -> None:
+    """Called by ``register()`` in every active plugin process: on the CPU backend, vLLM builds this
+    project's Flash-Next for ``Qwen4ExpForCausalLM`` (elsewhere vLLM's own model is left in place)."""
+    if _on_cpu():
+        _register(registry_module)
+
+
+def install_flash_next(registry_module) -> None:
+    """``model_registry:Qwen4ExpForCausalLM``, the adapter of the hyper-connection variants: on the CPU backend,
+    this project's Flash-Next (whose hc modules ask the dispatch table for their op); elsewhere: said, not done."""
+    from .. import counters
+
+    if not _on_cpu():
+        for op in FLASH_NEXT_OPS:
+            counters.layer(op, FLASH_NEXT_ARCH, installed=False,
+                           reason="vLLM's own Qwen4Exp serves this architecture here; the kernel is not wired into it")
+        logger.warning("r9k: %s is served by vLLM's own Qwen4Exp on this platform; this project's %s kernels "
+                       "are not wired into it and keep vLLM's path", FLASH_NEXT_ARCH, ", ".join(FLASH_NEXT_OPS))
+        return
+    _register(registry_module)
+
+
+def _register(registry_module) -> None:
+    reg = registry_module.ModelRegistry
+    current = reg.models.get(FLASH_NEXT_ARCH)
+    if current is not None and getattr(current, "module_name", None) == FLASH_NEXT_CLASS.split(":")[0]:
+        return  # already ours (idempotent)
+    reg.register_model(FLASH_NEXT_ARCH, FLASH_NEXT_CLASS)
+    logger.debug("r9k: registered %s for architecture %s", FLASH_NEXT_CLASS, FLASH_NEXT_ARCH)

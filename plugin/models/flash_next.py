@@ -1,0 +1,285 @@
+"""Qwen3.8-Flash-Next (architecture ``Qwen4ExpForCausalLM``) for vLLM backends where vLLM's own does not run.
+
+vLLM 0.32 ships this architecture itself (``vllm/models/qwen4_exp``: ``nvidia/`` and ``amd/`` builds, "CUDA and
+ROCm only"). On its CPU backend the package cannot even be imported (its multimodal half pulls in
+torchvision, which the CPU build of torch cannot load), so a checkpoint of this architecture cannot be served
+there. This module is the plugin's build of the same text model for that case, registered under the same
+architecture name through ``ModelRegistry`` (see :func:`r9k.plugin.models.register_models`), and made of
+vLLM's own layers wherever vLLM has them:
+
+==========================  =====================================================================
+part                        from
+==========================  =====================================================================
+GDN token mixer             vLLM ``QwenGatedDeltaNetAttention`` (pluggable layer
+                            ``qwen_gated_delta_net_attention``; its CPU forward, its hybrid state cache)
+QSA token mixer             vLLM ``Qwen3NextAttention`` (gated attention: q/k Gemma norm, partial rope,
+                            ``sigmoid(gate)`` output). The indexer's sparse selection is **not** run: a query
+                            keeps every token while the context is at most ``indexer_budget`` tokens, so
+                            dense causal attention *is* QSA there; the model refuses a longer
+                            ``max_model_len`` (one located line) instead of silently computing something else.
+MoE                         vLLM ``Qwen3NextSparseMoeBlock`` (``GateLinear`` router, fused MoE, sigmoid-gated
+                            shared expert)
+hyper-connections           vLLM's pure-PyTorch ``GatedResidual`` (``vllm.models.qwen4_exp.common``) as the
+                            stock path; this project's ``hc_mix`` op (variant ``hc_decode_mix``, knob
+                            ``R9K_HC_MIX``) when the dispatch table selects it
+embedding, LM head          vLLM ``VocabParallelEmbedding`` / ``ParallelLMHead`` (untied)
+==========================  =====================================================================
+
+Not here (stated, not faked): the MTP block (vLLM's CPU backend runs no speculative decoding), the per-layer
+n-gram embedding ("PLE": a checkpoint with ``ple_layer_ids`` is refused), the vision tower, fp8/MXFP4 weight
+formats (the CPU backend has no kernels for them; the tiny checkpoint is bf16).
+
+The hyper-connection math (docs/semantics.md 3.1-3.3): ``hc_count`` streams of ``hidden_size``;
+a module's ``mix`` norms each stream (grouped Gemma RMSNorm), computes ``lora = silu(down(xn) / hc)``,
+``gate = sigmoid(up(lora))`` and the block input ``mean_s(gate_s * xn_s)``, plus injection logits
+``inject(xn)``; its ``combine`` folds the block output back: ``res_s + block * 2*sigmoid(inj_s / hc)``.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from itertools import islice
+from typing import Optional
+
+import torch
+from torch import nn
+
+from vllm.config import VllmConfig
+from vllm.distributed import get_pp_group
+from vllm.model_executor.layers.logits_processor import LogitsProcessor
+from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention
+from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+from vllm.model_executor.models.qwen3_next import (
+    Qwen3NextAttention,
+    Qwen3NextDecoderLayer,
+    Qwen3NextForCausalLM,
+    Qwen3NextModel,
+    Qwen3NextSparseMoeBlock,
+)
+from vllm.model_executor.models.utils import (
+    AutoWeightsLoader,
+    WeightsMapper,
+    extract_layer_index,
+    make_layers,
+    maybe_prefix,
+)
+from vllm.models.qwen4_exp.common.hyperconnection import GatedResidual, HyperConnectionConfig
+from vllm.sequence import IntermediateTensors
+
+from . import hc
+
+logger = logging.getLogger("vllm.r9k")
+
+ARCHITECTURE = "Qwen4ExpForCausalLM"
+GDN, QSA = "linear_attention", ("indexed_attention", "qwen_sparse_attention", "full_attention")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint whose config does not describe this architecture; the message names the field."""
+
+
+def check_config(config, max_model_len: Optional[int] = None) -> None:
+    """Refuse, before any weight is read, a config this model cannot serve (one line naming the field)."""
+    src = getattr(config, "_name_or_path", "") or "the checkpoint"
+
+    def bad(field: str, why: str):
+        raise CheckpointError(f"{src}/config.json: error[bad-config]: {field}: {why} (architecture {ARCHITECTURE})")
+
+    for field in ("hc_count", "hc_lowrank", "layer_types", "num_experts", "linear_num_value_heads"):
+        if getattr(config, field, None) is None:
+            bad(field, "missing")
+    if config.hc_count < 2:
+        bad("hc_count", f"{config.hc_count}; the hyper-connections need at least 2 streams")
+    kinds = list(config.layer_types)
+    if len(kinds) != config.num_hidden_layers:
+        bad("layer_types", f"{len(kinds)} entries for num_hidden_layers = {config.num_hidden_layers}")
+    unknown = sorted({k for k in kinds if k != GDN and k not in QSA})
+    if unknown:
+        bad("layer_types", f"unknown layer kinds {unknown}")
+    if getattr(config, "ple_layer_ids", None):
+        bad("ple_layer_ids", f"{list(config.ple_layer_ids)}: the per-layer n-gram embedding is not built on this backend")
+    budget = getattr(config, "indexer_budget", None)
+    if any(k in QSA for k in kinds) and budget is not None and max_model_len is not None and max_model_len > budget:
+        bad("indexer_budget", f"{budget} < max_model_len {max_model_len}: this backend runs QSA layers as dense "
+            "attention, which equals QSA only while the context fits the indexer budget; serve with "
+            f"--max-model-len {budget} or less")
+
+
+class FlashNextHyperConnection(GatedResidual):
+    """vLLM's ``GatedResidual`` (the stock path, pure PyTorch), with this project's ops where chosen
+    (:mod:`r9k.plugin.models.hc`).
+
+    Weight names are the checkpoint's (``hc_norm``, ``input_mix_weight_down``, ``input_mix_weight_up``,
+    ``block_inject_weight``). :meth:`enter` folds the previous module's pending block output in, norms, and
+    mixes: ``(block input, state)``; the state goes with the block's output to the next module.
+    """
+
+    def __init__(self, config: HyperConnectionConfig, prefix: str, use_combine: bool = True):
+        super().__init__(config, role=prefix.rsplit(".", 1)[-1], use_combine=use_combine)
+        self.prefix = prefix
+        self.ops = hc.HcOps.choose(prefix, config.hc_count, config.hc_lowrank, config.rms_norm_eps)
+
+    def finish_loading(self) -> None:
+        if self.ops.fused:
+            self._hc_weights = hc.prepare(self, self.ops)
+
+    def enter(self, res: Optional[torch.Tensor], pending: Optional[tuple]) -> tuple[torch.Tensor, "hc.Folded"]:
+        """``pending``: None (``res`` are the streams) or ``(previous module, its block's output, its state)``."""
+        ops, xn = self.ops, None
+        if ops.combine_norm is not None:
+            if pending is None:
+                res, xn = ops.combine_norm(res, None, None, self.hc_norm.weight)
+            else:
+                prev, blk, st = pending
+                res, xn = ops.combine_norm(st.res, blk, hc.injection_logits(prev, st), self.hc_norm.weight)
+        elif pending is not None:
+            prev, blk, st = pending
+            res = hc.fold(prev, blk, st)
+        if ops.mix is None:
+            block, vllm_state = GatedResidual.mix(self, res)
+            return block, hc.Folded(res, vllm_state=vllm_state)
+        if xn is None:
+            xn = self._normalize(res)  # vLLM's grouped Gemma norm
+        buf, block = ops.mix(xn, self._hc_weights)
+        L = self.config.hc_lowrank
+        return block, hc.Folded(res, inj=buf[:, L: L + self.hc_count])
+
+
+def _hc_config(config, params_dtype: torch.dtype) -> HyperConnectionConfig:
+    return HyperConnectionConfig(hc_count=config.hc_count, hidden_size=config.hidden_size,
+                                 params_dtype=params_dtype, hc_lowrank=config.hc_lowrank,
+                                 rms_norm_eps=config.rms_norm_eps, hc_per_branch_norm=True)
+
+
+class QsaIndexerWeights(nn.Module):
+    """The QSA indexer's weights (projection of the index queries and key, their Gemma norms), loaded so the
+    checkpoint is served whole; unused on this backend while the context fits ``indexer_budget`` (every
+    group is selected there, so the selection cannot change the attention)."""
+
+    def __init__(self, config, dtype: torch.dtype):
+        super().__init__()
+        heads = config.indexer_n_heads + config.indexer_kv_heads
+        self.index_qk_proj = nn.Linear(config.hidden_size, heads * config.indexer_head_dim, bias=False, dtype=dtype)
+        self.q_layernorm = nn.Module()
+        self.q_layernorm.weight = nn.Parameter(torch.zeros(config.indexer_head_dim, dtype=dtype), requires_grad=False)
+        self.k_layernorm = nn.Module()
+        self.k_layernorm.weight = nn.Parameter(torch.zeros(config.indexer_head_dim, dtype=dtype), requires_grad=False)
+
+
+class FlashNextDecoderLayer(Qwen3NextDecoderLayer):
+    """One layer: hc mix -> GDN or QSA -> hc combine; hc mix -> MoE -> hc combine (no per-block norms)."""
+
+    def __init__(self, vllm_config: VllmConfig, layer_type: str, prefix: str = "") -> None:
+        nn.Module.__init__(self)  # the parent's __init__ builds Qwen3-Next's norms, which this layer has none of
+        config = vllm_config.model_config.hf_text_config
+        self.layer_type = layer_type
+        self.layer_idx = extract_layer_index(prefix)
+        self.use_attn_reduce_scatter_for_moe = False
+        self.layer_scale = False
+        if layer_type == GDN:
+            self.linear_attn = QwenGatedDeltaNetAttention(config, vllm_config=vllm_config,
+                                                          prefix=f"{prefix}.linear_attn",
+                                                          gqa_interleaved_layout=False)
+        else:
+            self.self_attn = Qwen3NextAttention(config, model_config=vllm_config.model_config,
+                                                cache_config=vllm_config.cache_config,
+                                                quant_config=vllm_config.quant_config,
+                                                prefix=f"{prefix}.self_attn")
+            if getattr(config, "indexer_n_heads", None):
+                self.self_attn.indexer = QsaIndexerWeights(config, vllm_config.model_config.dtype)
+        self.mlp = Qwen3NextSparseMoeBlock(vllm_config=vllm_config, prefix=f"{prefix}.mlp")
+        hcc = _hc_config(config, vllm_config.model_config.dtype)
+        self.attn_hyper_connection = FlashNextHyperConnection(hcc, f"{prefix}.attn_hyper_connection")
+        self.mlp_hyper_connection = FlashNextHyperConnection(hcc, f"{prefix}.mlp_hyper_connection")
+
+    def forward(self, streams: Optional[torch.Tensor], positions: torch.Tensor, pending: Optional[tuple] = None):
+        """``streams`` (the first layer) or the previous layer's ``pending`` block output; returns this
+        layer's pending MoE output ``(module, output, state)``, folded in by the next module."""
+        x, state = self.attn_hyper_connection.enter(streams, pending)
+        if self.layer_type == GDN:
+            x = self.linear_attn(hidden_states=x)
+        else:
+            x = self.self_attn(positions=positions, hidden_states=x)
+        x, state = self.mlp_hyper_connection.enter(None, (self.attn_hyper_connection, x, state))
+        return self.mlp_hyper_connection, self.mlp(x), state
+
+
+class FlashNextModel(nn.Module):
+    """Embedding broadcast into the streams, the layers, the final hyper-connection mixer (no final norm)."""
+
+    # Qwen3-Next's stacked-weight mapping, plus the separate GDN input projections this checkpoint keeps.
+    hf_to_vllm_mapper = Qwen3NextModel.hf_to_vllm_mapper | WeightsMapper(
+        orig_to_new_stacked={
+            ".in_proj_qkv": (".in_proj_qkvz", (0, 1, 2)),
+            ".in_proj_z": (".in_proj_qkvz", 3),
+            ".in_proj_b": (".in_proj_ba", 0),
+            ".in_proj_a": (".in_proj_ba", 1),
+        }
+    )
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        super().__init__()
+        config = vllm_config.model_config.hf_text_config
+        check_config(config, vllm_config.model_config.max_model_len)
+        if get_pp_group().world_size > 1:
+            raise CheckpointError("error[unsupported]: pipeline parallelism is not built for this architecture here")
+        self.config = config
+        self.hc_count = config.hc_count
+        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)
+        self.start_layer, self.end_layer, self.layers = make_layers(
+            config.num_hidden_layers,
+            lambda prefix: FlashNextDecoderLayer(vllm_config, config.layer_types[extract_layer_index(prefix)],
+                                                 prefix=prefix),
+            prefix=f"{prefix}.layers")
+        hcc = _hc_config(config, vllm_config.model_config.dtype)
+        self.hyper_connection_mixer = FlashNextHyperConnection(hcc, f"{prefix}.hyper_connection_mixer",
+                                                               use_combine=False)
+        self.aux_hidden_state_layers: tuple[int, ...] = ()
+
+    def embed_input_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.embed_tokens(input_ids)
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
+        x = inputs_embeds if inputs_embeds is not None else self.embed_input_ids(input_ids)
+        streams, pending = x.repeat(1, self.hc_count), None  # the embedding broadcast into every stream
+        for layer in islice(self.layers, self.start_layer, self.end_layer):
+            pending = layer(streams if pending is None else None, positions, pending)
+        return self.hyper_connection_mixer.enter(None, pending)[0]
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
+        loaded = AutoWeightsLoader(self).load_weights(weights, mapper=self.hf_to_vllm_mapper)
+        for m in self.modules():
+            if isinstance(m, FlashNextHyperConnection):
+                m.finish_loading()
+        return loaded
+
+
+class FlashNextForCausalLM(Qwen3NextForCausalLM):
+    """The causal LM around :class:`FlashNextModel`; Qwen3-Next's hybrid-cache contract (GDN state shapes,
+    dtypes, copy functions) and MoE bookkeeping are inherited unchanged."""
+
+    hf_to_vllm_mapper = WeightsMapper(orig_to_new_prefix={"mtp.": None})
+
+    def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
+        nn.Module.__init__(self)
+        config = vllm_config.model_config.hf_text_config
+        self.vllm_config = vllm_config
+        self.model_config = vllm_config.model_config
+        self.scheduler_config = vllm_config.scheduler_config
+        self.quant_config = vllm_config.quant_config
+        self.config = config
+        self.model = FlashNextModel(vllm_config=vllm_config, prefix=maybe_prefix(prefix, "model"))
+        self.lm_head = ParallelLMHead(config.vocab_size, config.hidden_size, prefix=maybe_prefix(prefix, "lm_head"))
+        self.logits_processor = LogitsProcessor(config.vocab_size)
+        self.make_empty_intermediate_tensors = lambda *a, **k: IntermediateTensors({})
+        self.set_moe_parameters()
+        # the gated attention's q/k norm + rope + gate split: the same adapter as vLLM's Qwen3-Next
+        # (r9k.plugin.layers.qwen3_next.attach: this project's op when chosen and eligible, else vLLM's path)
+        from ..layers import qwen3_next
+
+        for name, mod in self.named_modules():
+            if isinstance(mod, Qwen3NextAttention):
+                qwen3_next.attach(mod, name)
+
+    def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None, **kwargs):
+        return self.model(input_ids, positions, intermediate_tensors, inputs_embeds)

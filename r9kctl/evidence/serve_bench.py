@@ -1,0 +1,280 @@
+"""Paired serving benchmarks of profiles (``r9kctl bench serve --profiles stock,tp4-default``).
+
+For env knobs nothing else does this: vLLM's ``bench sweep`` varies only command-line flags. Here every
+profile is first validated (a profile that fails validation stops the run before anything is launched); then,
+profile by profile, the server is started with ``r9kctl launch --profile P -- --port PORT`` (so it runs exactly
+what a user's launch runs), driven by vLLM's own client, ``vllm bench serve`` (random prompts of a fixed input
+and output length, ``--ignore-eos``, one seed per repeat shared by all profiles, so repeat ``r`` sends the same
+prompts to every profile), at each concurrency, ``repeats`` times, and stopped. From vLLM's result files:
+
+* TTFT p50 / p90 and TPOT p50 / p90 (ms), output tokens/s, per profile and concurrency: the median over the
+  repeats, and the run-to-run spread (max - min over the repeats, in % of the median);
+* the ratio of each profile to the first one (the baseline) at the same concurrency and repeat, median over
+  repeats (paired: the same prompts).
+
+``--plot FILE.png`` draws output tok/s and TPOT p50 against concurrency (matplotlib, when installed);
+``--release-records`` prints the figures as ``[[bench]]`` records (registry ``BenchRecord``) for a release.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+# (key in our summary, key in vLLM's result JSON, label, unit, higher is better)
+METRICS = [
+    ("ttft_p50", "p50_ttft_ms", "TTFT p50", "ms", False),
+    ("ttft_p90", "p90_ttft_ms", "TTFT p90", "ms", False),
+    ("tpot_p50", "p50_tpot_ms", "TPOT p50", "ms", False),
+    ("tpot_p90", "p90_tpot_ms", "TPOT p90", "ms", False),
+    ("out_tok_s", "output_throughput", "output", "tok/s", True),
+]
+
+
+@dataclass
+class BenchSettings:
+    concurrency: list[int]
+    repeats: int = 3
+    num_prompts: int = 32
+    input_len: int = 128
+    output_len: int = 64
+    warmups: int = 1
+    port: int = 18300
+    start_timeout_s: float = 900.0
+    run_timeout_s: float = 900.0
+    seed: int = 0
+    serve_args: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Measurement:
+    profile: str
+    concurrency: int
+    repeat: int
+    metrics: dict[str, float]
+    file: str
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# ------------------------------------------------------------------------------------------------ servers
+
+def _cli() -> list[str]:
+    return [sys.executable, "-m", "r9k.r9kctl.cli"]
+
+
+def launch_command(profile: str, port: int, serve_args: list[str]) -> list[str]:
+    return [*_cli(), "launch", "--profile", profile, "--", "--port", str(port), *serve_args]
+
+
+def _get(url: str, timeout: float = 5.0) -> Optional[dict]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - a local server we started
+            return json.loads(r.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def start(profile: str, port: int, log: Path, serve_args: list[str]) -> subprocess.Popen:
+    fh = log.open("w")
+    return subprocess.Popen(launch_command(profile, port, serve_args), stdout=fh, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # its own process group: stopped as a whole
+
+
+def wait_ready(proc: subprocess.Popen, port: int, timeout_s: float, log: Path) -> str:
+    """The served model's id, once ``/v1/models`` answers; BenchError if the server dies or times out."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if proc.poll() is not None:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+            raise BenchError(f"the server exited with status {proc.returncode} before answering ({log}):\n{tail}")
+        d = _get(f"http://127.0.0.1:{port}/v1/models")
+        if d and d.get("data"):
+            return d["data"][0]["id"]
+        time.sleep(2)
+    raise BenchError(f"the server did not answer /v1/models within {timeout_s:.0f} s ({log})")
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    except ProcessLookupError:
+        pass
+
+
+# ------------------------------------------------------------------------------------------------ client
+
+def client_command(port: int, model: str, c: int, s: BenchSettings, seed: int, result_dir: Path,
+                   name: str) -> list[str]:
+    vllm = Path(sys.executable).parent / "vllm"
+    return [str(vllm), "bench", "serve", "--backend", "openai", "--base-url", f"http://127.0.0.1:{port}",
+            "--endpoint", "/v1/completions", "--model", model, "--tokenizer", model,
+            "--dataset-name", "random", "--random-input-len", str(s.input_len),
+            "--random-output-len", str(s.output_len), "--num-prompts", str(s.num_prompts),
+            "--max-concurrency", str(c), "--num-warmups", str(s.warmups), "--seed", str(seed), "--ignore-eos",
+            "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,90", "--disable-tqdm",
+            "--save-result", "--result-dir", str(result_dir), "--result-filename", name]
+
+
+def read_result(path: Path) -> dict[str, float]:
+    d = json.loads(path.read_text())
+    if d.get("failed"):
+        raise BenchError(f"{path}: {d['failed']} of {d.get('completed', 0) + d['failed']} requests failed "
+                         f"(first error: {next((e for e in d.get('errors', []) if e), '?')})")
+    missing = [k for _, k, *_ in METRICS if k not in d]
+    if missing:
+        raise BenchError(f"{path}: vLLM's result has no {', '.join(missing)}")
+    return {ours: float(d[theirs]) for ours, theirs, *_ in METRICS}
+
+
+# ------------------------------------------------------------------------------------------------ the run
+
+def run(profiles: list[str], s: BenchSettings, out_dir: Path, say: Callable[[str], None] = print,
+        runner: Callable[..., Any] = subprocess.run) -> list[Measurement]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results: list[Measurement] = []
+    for prof in profiles:
+        log = out_dir / f"server-{prof}.log"
+        say(f"[{prof}] starting: {' '.join(launch_command(prof, s.port, s.serve_args)[1:])} (log {log})")
+        t0 = time.monotonic()
+        proc = start(prof, s.port, log, s.serve_args)
+        try:
+            model = wait_ready(proc, s.port, s.start_timeout_s, log)
+            say(f"[{prof}] ready in {time.monotonic() - t0:.0f} s: {model}")
+            for r in range(s.repeats):
+                for c in s.concurrency:
+                    name = f"{prof}-c{c}-r{r}.json"
+                    cmd = client_command(s.port, model, c, s, s.seed + r, out_dir, name)
+                    with (out_dir / f"client-{prof}-c{c}-r{r}.log").open("w") as fh:
+                        rc = runner(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=s.run_timeout_s).returncode
+                    if rc != 0 or not (out_dir / name).is_file():
+                        raise BenchError(f"vllm bench serve exited with status {rc} "
+                                         f"({out_dir / f'client-{prof}-c{c}-r{r}.log'})")
+                    m = read_result(out_dir / name)
+                    results.append(Measurement(prof, c, r, m, str(out_dir / name)))
+                    say(f"[{prof}] c={c} repeat {r + 1}/{s.repeats}: output {m['out_tok_s']:.1f} tok/s, "
+                        f"TTFT p50 {m['ttft_p50']:.1f} ms, TPOT p50 {m['tpot_p50']:.2f} ms")
+        finally:
+            stop(proc)
+    return results
+
+
+# ------------------------------------------------------------------------------------------------ summary
+
+def summarize(ms: list[Measurement], profiles: list[str]) -> dict:
+    """{"rows": [{profile, concurrency, repeats, <metric>: median, <metric>_spread_pct, <metric>_ratio}]}"""
+    rows = []
+    conc = sorted({m.concurrency for m in ms})
+    base = profiles[0]
+    for c in conc:
+        for p in profiles:
+            mine = [m for m in ms if m.profile == p and m.concurrency == c]
+            if not mine:
+                continue
+            row: dict[str, Any] = {"profile": p, "concurrency": c, "repeats": len(mine)}
+            for key, *_ in METRICS:
+                vals = [m.metrics[key] for m in mine]
+                med = statistics.median(vals)
+                row[key] = med
+                row[f"{key}_min"], row[f"{key}_max"] = min(vals), max(vals)
+                row[f"{key}_spread_pct"] = 100 * (max(vals) - min(vals)) / med if med else 0.0
+                if p != base:
+                    pairs = [(m.metrics[key], b.metrics[key]) for m in mine for b in ms
+                             if b.profile == base and b.concurrency == c and b.repeat == m.repeat]
+                    ratios = [a / b for a, b in pairs if b]
+                    row[f"{key}_ratio"] = statistics.median(ratios) if ratios else None
+            rows.append(row)
+    return {"profiles": profiles, "baseline": base, "rows": rows}
+
+
+def render(summary: dict, s: BenchSettings) -> str:
+    head = (f"vllm bench serve: random prompts, {s.input_len} in / {s.output_len} out tokens, {s.num_prompts} "
+            f"prompts a run, {s.repeats} repeat(s); median over repeats, spread = (max - min) / median; "
+            f"ratio = profile / {summary['baseline']} (paired by repeat)")
+    cols = ["conc", "profile"] + [f"{lab} {unit}" for _, _, lab, unit, _ in METRICS]
+    table = [cols]
+    for r in summary["rows"]:
+        cells = [str(r["concurrency"]), r["profile"]]
+        for key, *_ in METRICS:
+            cell = f"{r[key]:.2f} ±{r[key + '_spread_pct']:.0f}%"
+            if r.get(key + "_ratio") is not None:
+                cell += f" ({r[key + '_ratio']:.2f}x)"
+            cells.append(cell)
+        table.append(cells)
+    widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
+    lines = [head, ""] + ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in table]
+    return "\n".join(lines)
+
+
+def plot(summary: dict, path: Path) -> Optional[str]:
+    """Write the PNG; None when done, else why not (matplotlib missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed (pip install 'r9k-stack[bench]')"
+    fig, axes = plt.subplots(1, 3, figsize=(13, 4))
+    for ax, (key, label) in zip(axes, [("out_tok_s", "output tok/s"), ("tpot_p50", "TPOT p50 (ms)"),
+                                       ("ttft_p50", "TTFT p50 (ms)")]):
+        for p in summary["profiles"]:
+            rows = [r for r in summary["rows"] if r["profile"] == p]
+            xs = [r["concurrency"] for r in rows]
+            ys = [r[key] for r in rows]
+            err = [[r[key] - r[key + "_min"] for r in rows], [r[key + "_max"] - r[key] for r in rows]]
+            ax.errorbar(xs, ys, yerr=err, marker="o", capsize=3, label=p)
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel(label)
+        ax.set_xscale("log", base=2)
+        ax.grid(alpha=0.3)
+    axes[0].legend()
+    fig.suptitle("r9kctl bench serve (vllm bench serve), median over repeats, bars: min to max over repeats")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def release_records(summary: dict, config: str, platform: str, command: str, s: BenchSettings) -> list[dict]:
+    """``[[bench]]`` records (BenchRecord fields): one per profile, concurrency and metric."""
+    recs = []
+    for r in summary["rows"]:
+        for key, _, label, unit, _ in METRICS:
+            recs.append({"config": config, "metric": f"serve {label} c={r['concurrency']}", "value": round(r[key], 3),
+                         "unit": unit, "stack": "ours", "platform": platform, "method": "r9kctl-bench",
+                         "setting": f"profile {r['profile']}", "command": command,
+                         "source": f"r9kctl bench serve: vllm bench serve, random {s.input_len}/{s.output_len} "
+                                   f"tokens, {s.num_prompts} prompts, median of {r['repeats']} "
+                                   f"(spread {r[key + '_spread_pct']:.1f}%)"})
+    return recs
+
+
+def records_toml(recs: list[dict]) -> str:
+    def q(v):
+        return repr(v) if isinstance(v, (int, float)) else '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    out = []
+    for r in recs:
+        out.append("[[bench]]")
+        out += [f"{k} = {q(r[k])}" for k in ("config", "metric", "value", "unit", "stack", "platform", "method",
+                                              "setting", "command", "source") if r.get(k) is not None]
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,132 @@
+"""Memory formulas: bytes a GPU as an expression of a model's dims, the TP size and knob values.
+
+A formula is parsed once (a syntax error is a located schema error of the variant file) and evaluated by
+walking its tree: arithmetic, comparisons, ``a if c else b``, names and a few functions; nothing else.
+"""
+from __future__ import annotations
+
+import ast
+import math
+from functools import lru_cache
+
+
+class FormulaError(ValueError):
+    pass
+
+
+_FUNCS = {"max", "min", "knob", "on", "sizes_max", "num", "ceil"}
+
+
+class Formula:
+    """A memory formula: arithmetic over names (the model's dims and derived quantities, ``tp``, ``value``),
+    comparisons, ``a if c else b`` and the functions ``knob(NAME)`` (another knob's value), ``on(NAME)``
+    (1 when that knob is not at its stock value), ``sizes_max(v, default)`` (the largest of a comma list),
+    ``num(v, default)``, ``max``, ``min``, ``ceil``. Nothing else is evaluated."""
+
+    def __init__(self, text: str, where: str = "formula"):
+        self.text, self.where = text, where
+        try:
+            self.tree = ast.parse(text, mode="eval")
+        except SyntaxError as exc:
+            raise FormulaError(f"{where}: not an expression: {exc.msg}") from None
+        for node in ast.walk(self.tree):
+            ok = isinstance(node, (ast.Expression, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp,
+                                   ast.Constant, ast.Name, ast.Load, ast.Call, ast.operator, ast.unaryop,
+                                   ast.cmpop, ast.boolop))
+            if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _FUNCS):
+                ok = False
+            if not ok:
+                raise FormulaError(f"{where}: '{ast.unparse(node) if hasattr(node, 'lineno') else text}' is not "
+                                   "allowed in a memory formula")
+
+    @staticmethod
+    def env(model, tp: int, values: Mapping[str, Optional[str]], variants: Mapping) -> dict:
+        names: dict = {"tp": tp}
+        names.update(model.dims)
+        for k, expr in model.derived.items():  # in order: a derived quantity may use the ones above it
+            names[k] = parsed(expr, f"{model.name}.derived.{k}").eval(names, None, values, variants)
+        return {"names": names, "values": values, "variants": variants}
+
+    def bytes(self, env: dict, value: Optional[str]) -> float:
+        return float(self.eval(env["names"], value, env["values"], env["variants"]))
+
+    def eval(self, names: dict, value, values, variants):
+        def num(v, default=0):
+            if v is None or v == "":
+                return default
+            if isinstance(v, (int, float)):
+                return v
+            try:
+                return float(v)
+            except ValueError:
+                return v  # a string value (compared with ==)
+
+        def knob(name):
+            return num(values.get(name))
+
+        def on(name):
+            v = values.get(name)
+            var = variants.get(name)
+            stock = var.stock if var is not None else None
+            return 0 if v is None or v == stock or v in ("", "0", "stock") else 1
+
+        def sizes_max(v, default=0):
+            parts = [p for p in str(v or "").split(",") if p.strip()]
+            return max((float(p) for p in parts), default=default)
+
+        funcs = {"max": max, "min": min, "knob": knob, "on": on, "sizes_max": sizes_max, "num": num,
+                 "ceil": math.ceil}
+        scope = dict(names)
+        scope["value"] = num(value)
+
+        def ev(n):
+            if isinstance(n, ast.Expression):
+                return ev(n.body)
+            if isinstance(n, ast.Constant):
+                return n.value
+            if isinstance(n, ast.Name):
+                if n.id not in scope:
+                    raise FormulaError(f"{self.where}: unknown name '{n.id}' (known: {', '.join(sorted(scope))})")
+                return scope[n.id]
+            if isinstance(n, ast.BinOp):
+                a, b = ev(n.left), ev(n.right)
+                op = type(n.op).__name__
+                return {"Add": lambda: a + b, "Sub": lambda: a - b, "Mult": lambda: a * b, "Div": lambda: a / b,
+                        "FloorDiv": lambda: a // b, "Mod": lambda: a % b, "Pow": lambda: a ** b}[op]()
+            if isinstance(n, ast.UnaryOp):
+                x = ev(n.operand)
+                return {"USub": lambda: -x, "UAdd": lambda: x, "Not": lambda: not x}[type(n.op).__name__]()
+            if isinstance(n, ast.Compare):
+                left = ev(n.left)
+                for op, right in zip(n.ops, n.comparators):
+                    r = ev(right)
+                    name = type(op).__name__
+                    if name in ("Eq", "NotEq"):
+                        ok = (left == r) == (name == "Eq")
+                    elif isinstance(left, (int, float)) and isinstance(r, (int, float)):
+                        ok = {"Gt": left > r, "Lt": left < r, "GtE": left >= r, "LtE": left <= r}[name]
+                    else:
+                        raise FormulaError(f"{self.where}: cannot order {left!r} and {r!r}")
+                    if not ok:
+                        return 0
+                    left = r
+                return 1
+            if isinstance(n, ast.BoolOp):
+                vals = [ev(x) for x in n.values]
+                return int(all(vals)) if isinstance(n.op, ast.And) else int(any(vals))
+            if isinstance(n, ast.IfExp):
+                return ev(n.body) if ev(n.test) else ev(n.orelse)
+            if isinstance(n, ast.Call):
+                return funcs[n.func.id](*[ev(a) for a in n.args])
+            raise FormulaError(f"{self.where}: cannot evaluate {ast.dump(n)}")
+
+        out = ev(self.tree)
+        if isinstance(out, str):
+            raise FormulaError(f"{self.where}: gives the string {out!r}, not a number of bytes")
+        return out
+
+
+@lru_cache(maxsize=512)
+def parsed(text: str, where: str = "formula") -> Formula:
+    """A formula, parsed once per text."""
+    return Formula(text, where)

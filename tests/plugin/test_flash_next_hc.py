@@ -1,0 +1,160 @@
+"""The Flash-Next hyper-connection modules: every combination of this project's fused halves and vLLM's stock
+path against an independent fp64 reference (transformers' own ``Qwen4ExpTextGatedResidual`` run in float64).
+
+Two modules in a row, A then B (B folds A's block output in, as every module after the first does). Each
+path's error against the reference must be within the rounding it does (bf16 GEMM outputs, a bf16 rounding of
+each result): the fused paths may not be worse than 1.5x vLLM's own path's error (+ a small floor). A path
+with a deliberate 1% error in the injected term fails the same check.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel module is imported (no GPU in CI)
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("vllm")
+pytest.importorskip("transformers")
+
+HIDDEN, HC, LORA = 256, 4, 32
+
+
+def _pair(seed=0):
+    """Modules A, B (ours, no dispatch table: vLLM's path) and their fp64 transformers twins."""
+    from transformers import Qwen4ExpTextConfig
+    from transformers.models.qwen4_exp.modeling_qwen4_exp import Qwen4ExpTextGatedResidual
+    from vllm.models.qwen4_exp.common.hyperconnection import HyperConnectionConfig
+
+    from r9k.plugin.models.flash_next import FlashNextHyperConnection
+
+    torch.manual_seed(seed)
+    hcc = HyperConnectionConfig(hc_count=HC, hidden_size=HIDDEN, params_dtype=torch.bfloat16, hc_lowrank=LORA,
+                                rms_norm_eps=1e-6, hc_per_branch_norm=True)
+    cfg = Qwen4ExpTextConfig(hidden_size=HIDDEN, hc_count=HC, hc_lowrank=LORA, rms_norm_eps=1e-6)
+    out = []
+    for name in ("A", "B"):
+        ours = FlashNextHyperConnection(hcc, f"model.layers.0.{name}")
+        dim = HC * HIDDEN
+        with torch.no_grad():
+            ours.hc_norm.weight.copy_(torch.randn(dim) * 0.1)
+            ours.input_mix_weight_down.weight.copy_(torch.randn(LORA, dim) / dim ** 0.5)
+            ours.input_mix_weight_up.weight.copy_(torch.randn(dim, LORA) / LORA ** 0.5)
+            ours.block_inject_weight.weight.copy_(torch.randn(HC, dim) / dim ** 0.5)
+        ref = Qwen4ExpTextGatedResidual(cfg).double()
+        ref.load_state_dict({k: v.double() for k, v in ours.state_dict().items()})
+        out.append((ours, ref))
+    return out
+
+
+def _set_ops(m, mix: str | None, combine_norm: bool):
+    """Give module ``m`` the fused halves named (as the dispatch table would)."""
+    from r9k.kernels import ops
+    from r9k.kernels._triton import common
+
+    from r9k.plugin.models import hc
+
+    assert common.INTERPRETED or torch.cuda.is_available(), "the Triton kernels would not run here"
+    o = hc.HcOps(m.prefix)
+    if mix:
+        o.mix_name, o.mix = mix, hc.mix_op(mix, ops.get(mix).fused, LORA, HC)
+    if combine_norm:
+        o.combine_norm = hc.combine_norm_op(ops.get(hc.COMBINE_NORM).fused, HC, 1e-6)
+        if o.mix is None:
+            o.mix_name, o.mix = "stock", hc.mix_op(hc.MIX, ops.get(hc.MIX).stock, LORA, HC, count=False)
+    m.ops = o
+    m.finish_loading()
+
+
+def _run(pair, x, blk):
+    (a, _), (b, _) = pair
+    with torch.no_grad():
+        block_a, st = a.enter(x, None)
+        block_b, _ = b.enter(None, (a, blk, st))
+    return block_a, block_b
+
+
+def _reference(pair, x, blk):
+    (_, ra), (_, rb) = pair
+    with torch.no_grad():
+        block_a, res, inj = ra(x.double())
+        folded = res + (blk.double().unsqueeze(-2) * inj.unsqueeze(-1)).flatten(-2)
+        block_b, _, _ = rb(folded)
+    return block_a, block_b
+
+
+def _err(a, b):
+    """Relative L2 error of ``a`` against the fp64 reference ``b``."""
+    return ((a.double() - b).norm() / b.norm()).item()
+
+
+PATHS = [("hc_mix", False), ("hc_mix", True), (None, True)]
+
+
+@pytest.mark.parametrize("rows", [1, 4, 24])
+@pytest.mark.parametrize("mix,combine_norm", PATHS)
+def test_fused_halves_match_an_fp64_reference(rows, mix, combine_norm):
+    from r9k.plugin import counters
+
+    pair = _pair()
+    x = torch.randn(rows, HC * HIDDEN).to(torch.bfloat16)
+    blk = torch.randn(rows, HIDDEN).to(torch.bfloat16)
+    ref_a, ref_b = _reference(pair, x, blk)
+    stock_a, stock_b = _run(pair, x, blk)  # vLLM's GatedResidual
+    before = counters.calls("hc_combine_norm")
+    for m, _ in pair:
+        _set_ops(m, mix, combine_norm)
+    ours_a, ours_b = _run(pair, x, blk)
+    for ours, stock, ref in ((ours_a, stock_a, ref_a), (ours_b, stock_b, ref_b)):
+        e_stock, e_ours = _err(stock, ref), _err(ours, ref)
+        assert e_stock < 1e-2, e_stock  # a few bf16 roundings (2**-9 each)
+        assert e_ours <= 1.5 * e_stock + 5e-4, (e_ours, e_stock)
+    if combine_norm:
+        assert counters.calls("hc_combine_norm") >= before + 2
+    if mix:
+        assert counters.calls(mix, "fused" if rows <= 16 else "fallback:rows>16") > 0
+
+
+def test_a_wrong_fold_fails_this_check():
+    """The check can fail: module B folding A's output with a 1% error in the injected term is caught."""
+    from r9k.plugin.models import hc
+
+    pair = _pair(seed=3)
+    x = torch.randn(4, HC * HIDDEN).to(torch.bfloat16)
+    blk = torch.randn(4, HIDDEN).to(torch.bfloat16)
+    ref_a, ref_b = _reference(pair, x, blk)
+    _, stock_b = _run(pair, x, blk)
+    (a, _), (b, _) = pair
+    for m, _ in pair:
+        _set_ops(m, "hc_mix", False)
+    with torch.no_grad():
+        _, st = a.enter(x, None)
+        good = hc.fold(a, blk, st)
+        wrong = (st.res.double() + (good.double() - st.res.double()) * 1.01).to(torch.bfloat16)
+        block_b, _ = b.enter(wrong, None)
+    assert _err(block_b, ref_b) > 1.5 * _err(stock_b, ref_b) + 5e-4, (_err(block_b, ref_b), _err(stock_b, ref_b))
+
+
+@pytest.mark.parametrize("rows", [1, 8, 20])
+def test_fp8_mix_matches_the_dequantized_fp64_reference(rows):
+    """R9K_HC_FP8_DECODE's mix (W8A16 on fp8 copies with per-row scales, after the fused combine + norm)
+    against transformers' module in fp64 on the exactly dequantized weights: relative L2 error of the block
+    input < 1e-2 (bf16 roundings only; the original's gate allowed 2e-2)."""
+    pair = _pair(seed=5)
+    (a, ra), _ = pair
+    x = torch.randn(rows, HC * HIDDEN).to(torch.bfloat16)
+    _set_ops(a, "hc_mix_fp8", True)
+    with torch.no_grad():
+        block, _ = a.enter(x, None)
+        dq, ds, uq, us = a._hc_weights
+        down = dq.double() * ds.double()[:, None]
+        sd = ra.state_dict()
+        sd["input_mix_weight_down.weight"] = down[:LORA]
+        sd["block_inject_weight.weight"] = down[LORA: LORA + HC]
+        sd["input_mix_weight_up.weight"] = uq.double() * us.double()[:, None]
+        ra.load_state_dict(sd)
+        ref, _, _ = ra(x.double())
+    rel = ((block.double() - ref).norm() / ref.norm()).item()
+    assert rel < 1e-2, rel
+    assert dq.dtype == torch.float8_e4m3fn and uq.dtype == torch.float8_e4m3fn
