@@ -47,8 +47,15 @@ def snapshot(active, table, proc, applied: Optional[dict] = None) -> dict:
         "plan": plan_counts(table),
         "counters": counters.snapshot(),
         "applied": applied,
+        "kv_cache": _kv_cache(),  # predicted vs allocated, once the engine is ready (plugin/kvcache.py)
         "time": time.time(),
     }
+
+
+def _kv_cache():
+    from . import kvcache
+
+    return kvcache.current()
 
 
 def plan_counts(table) -> dict:
@@ -178,6 +185,8 @@ def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
     data["in_use"] = builder.get("in_use", {}) if builder else {}
     data["in_use_from"] = builder["process"]["name"] if builder else None
     data["agree"] = len({s["hash"] for s in procs.values()}) <= 1
+    data["kv_cache"] = next((s.get("kv_cache") for s in ([own] if own else []) + list(procs.values())
+                             if s.get("kv_cache")), None)
     data["status_file"] = path
     return data
 
@@ -204,9 +213,13 @@ class StatusEndpoint:
         cfg = getattr(engine_client, "vllm_config", None)
         if cfg is None:
             return None
-        from . import check_applied
+        from . import check_applied, kvcache
 
         check_applied(cfg)
+        try:  # the engine is up: vLLM's KV-cache allocation is known here (predicted vs allocated)
+            kvcache.on_engine_ready(engine_client)
+        except Exception:  # noqa: BLE001  (informative; never stop the server for it)
+            pass
         return None
 
 

@@ -101,6 +101,10 @@ def run(args) -> int:
     from .output import table
 
     print(f"profile {data.get('profile')}  hash {data.get('hash')}  tp {data.get('tp')}  model {data.get('model')}")
+    if data.get("kv_cache"):
+        from r9k.plugin.kvcache import line
+
+        print(line(data["kv_cache"]))
     procs = data.get("processes", {})
     table(["PROCESS", "PID", "ROLE", "RANK", "HASH"],
           [[n, p.get("pid"), p.get("role"), p.get("rank"), p.get("hash")] for n, p in procs.items()],

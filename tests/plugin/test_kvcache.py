@@ -1,0 +1,67 @@
+"""Predicted vs allocated KV cache (plugin/kvcache.py): the registry's budget beside vLLM's allocation."""
+from types import SimpleNamespace
+
+from r9k.plugin import kvcache
+from r9k.plugin.status import merged_status
+from r9k.registry import load_registry
+from r9k.registry.memory import budget
+from r9k.registry.resolve import resolve
+
+
+def test_prediction_allocation_and_difference():
+    reg = load_registry()
+    rs = resolve(reg, "cpu-smoke", env={})
+    pred, basis = kvcache.predicted(SimpleNamespace(rs=rs))
+    assert pred == budget(reg, rs).kv_tokens and "fixed KV budget" in basis
+    cfg = SimpleNamespace(cache_config=SimpleNamespace(num_gpu_blocks=60_000, block_size=16,
+                                                       kv_cache_size_tokens=None))
+    rep = kvcache.compare(pred, basis, kvcache.allocated(cfg))
+    assert rep["allocated_tokens"] == rep["actual_tokens"] == 960_000
+    assert rep["difference_tokens"] == 960_000 - pred
+    assert round(rep["difference_pct"], 6) == round(100 * (960_000 - pred) / pred, 6)
+    text = kvcache.line(rep)
+    assert f"predicted {pred:,} tokens" in text and "allocated 960,000 tokens (60,000 blocks x 16)" in text
+    # vLLM's own group-aware capacity wins where it reports one (hybrid models)
+    cfg.cache_config.kv_cache_size_tokens = 900_000
+    assert kvcache.compare(pred, basis, kvcache.allocated(cfg))["actual_tokens"] == 900_000
+
+
+def test_no_allocation_yet_is_no_difference():
+    rep = kvcache.compare(1000, "x", kvcache.allocated(SimpleNamespace()))
+    assert rep["actual_tokens"] is None and rep["difference_tokens"] is None
+    assert "difference -" in kvcache.line(rep)
+
+
+def test_the_status_carries_it(tmp_path):
+    import json
+
+    sec = {"profile": "p", "hash": "h", "tp": 1, "model": "m", "platform": "cpu", "origin": "o", "strict": False,
+           "values": {}, "non_stock": [], "process": {"name": "MainProcess", "pid": 1,
+                                                                        "role": "main", "rank": 0},
+           "kv_cache": {"predicted_tokens": 10, "actual_tokens": 12, "difference_tokens": 2}}
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"processes": {"MainProcess": sec}, "hash": "h"}))
+    assert merged_status(None, str(f))["kv_cache"]["difference_tokens"] == 2
+
+
+def test_init_state_records_it_in_the_route_and_the_log(plugin_env):
+    """The endpoint plugin's init_state (after vLLM's ready handshake) compares, logs one line and the route
+    answers it."""
+    import asyncio
+
+    import r9k.plugin as plugin
+    from r9k.plugin import status
+
+    lines = []
+    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
+    plugin_env.setattr(plugin, "_emit", lambda level, line: lines.append(line))
+    plugin_env.setattr(kvcache, "_report", None)
+    plugin.register()
+    cc = SimpleNamespace(num_gpu_blocks=65_536, block_size=16, kv_cache_size_tokens=None)
+    client = SimpleNamespace(vllm_config=SimpleNamespace(cache_config=cc))
+    plugin_env.setattr(plugin, "check_applied", lambda cfg: None)  # not this test's subject
+    asyncio.run(status.endpoint_plugin().init_state(client, None, None))
+    body = plugin.current_status()
+    kv = body["kv_cache"]
+    assert kv["actual_tokens"] == 65_536 * 16 and kv["predicted_tokens"] and kv["difference_tokens"] is not None
+    assert any(f"r9k {plugin.active_set().hash}: KV cache: predicted" in ln for ln in lines), lines
