@@ -159,7 +159,7 @@ def launch(env: dict, tmp: Path, profile: str, name: str, *sets: str) -> tuple[S
     argv = R9KCTL + ["launch", "--profile", profile] + strict_flag(env, profile, sets)
     for s in sets:
         argv += ["--set", s]
-    argv += ["--", "--port", str(port), "--host", "127.0.0.1"] + EXTRA_ARGS[profile]
+    argv += ["--", "--port", str(port), "--host", "127.0.0.1"] + EXTRA_ARGS.get(profile, [])
     return Server(argv, env, tmp / f"{name}.log"), port
 
 
