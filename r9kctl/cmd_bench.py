@@ -110,7 +110,7 @@ def run(args) -> int:
                                  config=args.config, replays=args.replays, ablate_requests=args.ablate_requests,
                                  sets=sets)
     except ValueError as exc:
-        print(f"error: --against: {exc}", file=sys.stderr)
+        print(f"error[bad-baseline]: --against: {exc}", file=sys.stderr)
         return 2
     if diags:
         report_errors(diags, args.format)

@@ -8,16 +8,19 @@
 #   bash scripts/gpu.sh all                    gates, bench, decode-step in that order (each with a time limit)
 # vLLM's own kernels (the decode step's stock, the benchmarks' peers) are read from R9K_VLLM_SRC (the folder
 # holding vllm/; the device call carries it) when vLLM is not installed. Time limits: T_GATES, T_BENCH, T_STEP.
+# $OUT gets (all): gpu.txt, provenance.json, gates-h200.xml, gates.log, kernels.json, bench.log, decode_step.json,
+# decode_step.txt; pip, provenance and decode-step stderr logs go to $LOGS.
 set -u
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/r9k-gpu-out}
-mkdir -p "$OUT"
+LOGS=${LOGS:-/tmp/r9k-gpu-logs}   # side logs stay on the machine: a device call returns at most 8 files of $OUT
+mkdir -p "$OUT" "$LOGS"
 PLAN_DEFAULT=kernels/decode_step/plans/h200_tp4-default_vs_stock.json
 
 setup() {
   [ -n "${R9K_SETUP_DONE:-}" ] && return
-  python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || { echo "pip install failed"; tail -3 "$OUT/pip.log"; }
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >"$LOGS/pip.log" 2>&1 || { echo "pip install failed"; tail -3 "$LOGS/pip.log"; }
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader | tee "$OUT/gpu.txt"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
   python3 -c "from r9k.kernels._triton import vllm_peer; print('vLLM peer kernels:', vllm_peer.available())" | tee -a "$OUT/gpu.txt"
@@ -27,11 +30,11 @@ setup() {
 gates() {
   local t0; t0=$(date +%s)
   if [ -f registry/provenance.py ]; then
-    python3 registry/provenance.py --out "$OUT/provenance.json" >"$OUT/provenance.log" 2>&1 || { echo "provenance failed"; tail -3 "$OUT/provenance.log"; }
+    python3 registry/provenance.py --out "$OUT/provenance.json" >"$LOGS/provenance.log" 2>&1 || { echo "provenance failed"; tail -3 "$LOGS/provenance.log"; }
   fi
   timeout "${T_GATES:-240}" python3 -m pytest -q -p no:cacheprovider kernels -o junit_family=xunit1 \
     --junitxml="$OUT/gates-h200.xml" >"$OUT/gates.log" 2>&1
-  echo "gates rc=$? in $(( $(date +%s) - t0 )) s"; tail -n 6 "$OUT/gates.log"
+  echo "gates rc=$? in $(( $(date +%s) - t0 )) s"; tail -n 3 "$OUT/gates.log"; grep -E "^(FAILED|ERROR) " "$OUT/gates.log" | head -10
 }
 
 bench() {
@@ -43,8 +46,8 @@ bench() {
 decode_step() {
   local t0; t0=$(date +%s)
   timeout "${T_STEP:-300}" python3 -m r9k.kernels.decode_step.bench --plan "${1:-$PLAN_DEFAULT}" \
-    --out "$OUT/decode_step.json" 2>"$OUT/decode_step.log" >"$OUT/decode_step.txt"
-  echo "decode-step rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "Error|Traceback" "$OUT/decode_step.log" | head -5
+    --out "$OUT/decode_step.json" 2>"$LOGS/decode_step.log" >"$OUT/decode_step.txt"
+  echo "decode-step rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "Error|Traceback" -A3 "$LOGS/decode_step.log" | head -12
 }
 
 ncu_calls() {

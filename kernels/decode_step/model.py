@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
@@ -351,9 +350,15 @@ class DecodeStepModel:
     # -------------------------------------------------------------------------------------- step
 
     def step(self, x0: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """One decode step; returns the final mixer output [M, HD] bf16. Updates this model's caches."""
+        """One decode step; returns the final mixer output [M, HD] bf16. Updates this model's caches.
+        The kernels read ``R9K_PDL`` when they launch: it is set to this model's value for the step only."""
+        from r9k.kernels._triton.timing import env
+
+        with env(R9K_PDL="1" if self.pdl else "0"):
+            return self._step(x0)
+
+    def _step(self, x0: Optional[torch.Tensor]) -> torch.Tensor:
         cfg = self.cfg
-        os.environ["R9K_PDL"] = "1" if self.pdl else "0"
         x = self.inp.x0 if x0 is None else x0
         with self._p("embed_streams"):
             res = x.repeat(1, cfg.hc)  # the embedding broadcast into the four streams

@@ -377,6 +377,25 @@ def test_cli_without_gpu_says_so(capsys, tmp_path, reg):
     assert {"gdn_spec_decode_core", "hc_fp8_decode", "fp8_block_fused_act_quant"} <= ns
 
 
+def test_baselines_name_their_stock_and_overrides(capsys, tmp_path, reg):
+    from r9k.r9kctl.cli import main
+
+    plan_file = tmp_path / "plan.json"
+    assert main(["bench", "decode-step", "--against", "stock@vllm,stock@plain,tp4-default+R9K_PDL=0",
+                 "--export-plan", str(plan_file)]) == 0
+    plan = json.loads(plan_file.read_text())
+    assert plan["against"] == ["stock@vllm", "stock@plain", "tp4-default+R9K_PDL=0"]
+    profs = plan["profiles"]
+    assert [profs[k]["stock"] for k in plan["against"]] == ["vllm", "plain", "vllm"]
+    assert profs["stock@plain"]["values"] == profs["stock@vllm"]["values"]
+    assert profs["tp4-default+R9K_PDL=0"]["values"]["programmatic_dependent_launch"] == "0"
+    assert profs["tp4-default"]["values"]["programmatic_dependent_launch"] == "1"
+    capsys.readouterr()
+    assert main(["bench", "decode-step", "--against", "stock@bad", "--export-plan", str(plan_file)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "stock@bad" in err[0] and "vllm, plain" in err[0], err
+
+
 @pytest.mark.parametrize("impl", ["stock", "fused"])
 def test_text_positions_mrope_equals_1d_rotary(impl, rng, device):
     """The model passes 1-D positions to q/k norm+rope: for text tokens (t = h = w) interleaved MRoPE is the
