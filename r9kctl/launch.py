@@ -123,6 +123,20 @@ def plugins_allowlist(current: Optional[str]) -> str:
     return ",".join(names)
 
 
+def _max_model_len(args: list[str]) -> Optional[int]:
+    """The last ``--max-model-len N`` (or ``=N``) of vLLM's arguments, if any."""
+    value = None
+    for i, a in enumerate(args):
+        if a == "--max-model-len" and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith("--max-model-len="):
+            value = a.split("=", 1)[1]
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
 def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Optional[Mapping] = None,
                 env: Optional[Mapping[str, str]] = None, strict: bool = False, extra_args: Optional[list[str]] = None,
                 write_manifest: bool = True, build_model: bool = True) -> LaunchPlan:
@@ -140,6 +154,16 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
             model = resolve_model_ref(model)
         else:
             plan.notes.append(f"{model} is built in the user's cache at launch (r9k.plugin.tiny_model)")
+    if rs.platform == "cpu":  # architectures this plugin builds there: the checkpoint is checked before anything starts
+        from r9k.plugin.models.checkpoint import ARCHITECTURE as ARCH_FLASH_NEXT, precheck
+
+        refusal = precheck(model, _max_model_len(list(rs.serve_args) + list(extra_args or [])))
+        if refusal:
+            from r9k.registry.errors import Diagnostic
+
+            report.add(Diagnostic("error", "bad-config", f"{refusal.detail} (architecture {ARCH_FLASH_NEXT})",
+                                  file=refusal.file, items=[profile]))
+            return plan
     from r9k.registry.availability import summary_line
 
     plan.notes.append(f"kernels: {summary_line(report.availability.get(profile, {}))}")

@@ -67,43 +67,9 @@ from vllm.models.qwen4_exp.common.hyperconnection import GatedResidual, HyperCon
 from vllm.sequence import IntermediateTensors
 
 from . import hc
+from .checkpoint import GDN, QSA, CheckpointError, check_config
 
 logger = logging.getLogger("vllm.r9k")
-
-ARCHITECTURE = "Qwen4ExpForCausalLM"
-GDN, QSA = "linear_attention", ("indexed_attention", "qwen_sparse_attention", "full_attention")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint whose config does not describe this architecture; the message names the field."""
-
-
-def check_config(config, max_model_len: Optional[int] = None) -> None:
-    """Refuse, before any weight is read, a config this model cannot serve (one line naming the field)."""
-    src = getattr(config, "_name_or_path", "") or "the checkpoint"
-
-    def bad(field: str, why: str):
-        raise CheckpointError(f"{src}/config.json: error[bad-config]: {field}: {why} (architecture {ARCHITECTURE})")
-
-    for field in ("hc_count", "hc_lowrank", "layer_types", "num_experts", "linear_num_value_heads"):
-        if getattr(config, field, None) is None:
-            bad(field, "missing")
-    if config.hc_count < 2:
-        bad("hc_count", f"{config.hc_count}; the hyper-connections need at least 2 streams")
-    kinds = list(config.layer_types)
-    if len(kinds) != config.num_hidden_layers:
-        bad("layer_types", f"{len(kinds)} entries for num_hidden_layers = {config.num_hidden_layers}")
-    unknown = sorted({k for k in kinds if k != GDN and k not in QSA})
-    if unknown:
-        bad("layer_types", f"unknown layer kinds {unknown}")
-    if getattr(config, "ple_layer_ids", None):
-        bad("ple_layer_ids", f"{list(config.ple_layer_ids)}: the per-layer n-gram embedding is not built on this backend")
-    budget = getattr(config, "indexer_budget", None)
-    if any(k in QSA for k in kinds) and budget is not None and max_model_len is not None and max_model_len > budget:
-        bad("indexer_budget", f"{budget} < max_model_len {max_model_len}: this backend runs QSA layers as dense "
-            "attention, which equals QSA only while the context fits the indexer budget; serve with "
-            f"--max-model-len {budget} or less")
-
 
 class FlashNextHyperConnection(GatedResidual):
     """vLLM's ``GatedResidual`` (the stock path, pure PyTorch), with this project's ops where chosen
@@ -222,7 +188,8 @@ class FlashNextModel(nn.Module):
         config = vllm_config.model_config.hf_text_config
         check_config(config, vllm_config.model_config.max_model_len)
         if get_pp_group().world_size > 1:
-            raise CheckpointError("error[unsupported]: pipeline parallelism is not built for this architecture here")
+            raise CheckpointError(f"{config._name_or_path}/config.json", "pipeline parallelism: not built for this "
+                                  "architecture on this backend")
         self.config = config
         self.hc_count = config.hc_count
         self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size)

@@ -40,6 +40,9 @@ CONFIG: dict = {
 }
 
 
+NORM_STD = 0.2  # spread added to the norm weights (see build)
+
+
 def build(out: Path, seed: int, shape_weights, write_tokenizer) -> None:
     """Write the checkpoint into ``out`` (an empty directory). ``shape_weights`` and ``write_tokenizer`` are
     the recipe edits and the tokenizer every tiny model shares (``r9k.plugin.tiny_model``)."""
@@ -51,6 +54,13 @@ def build(out: Path, seed: int, shape_weights, write_tokenizer) -> None:
     config.architectures = ["Qwen4ExpForCausalLM"]
     torch.manual_seed(seed)
     model = Qwen4ExpForCausalLM(config).to(torch.bfloat16)
+    # transformers initialises every norm weight to a constant (0 for the Gemma "1 + w" norms, 1 for the GDN
+    # gated norm): random ones instead, so that a served model that ignored a norm weight would show it
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("norm.weight", "layernorm.weight")):
+                p.add_((torch.randn(p.shape, generator=gen) * NORM_STD).to(p.dtype))
     model.load_state_dict(shape_weights({k: v.detach().clone() for k, v in model.state_dict().items()}))
     # save_pretrained, not the state dict: transformers writes the checkpoint layout (one tensor per expert)
     model.save_pretrained(str(out))

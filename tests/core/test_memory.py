@@ -108,7 +108,7 @@ def test_every_formula_evaluates_for_every_model_and_tp(reg):
 def test_a_bad_formula_is_a_located_schema_error(r9kctl, registry_copy):
     f = registry_copy / "variants" / "decode.toml"
     text = f.read_text()
-    old = "formula = \"(value == 1) * (1 - on('R9K_HC_FP8_DOWN')) * hc_down_copy\""
+    old = "formula = \"(value == 1) * ((1 - on('R9K_HC_FP8_DOWN')) * hc_down_copy + (1 - on('R9K_HC_FP8')) * hc_up_copy)\""
     assert old in text
     line = text[:text.index(old)].count("\n") + 1
     f.write_text(text.replace(old, "formula = \"__import__('os').system('true')\""))

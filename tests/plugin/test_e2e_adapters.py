@@ -76,8 +76,11 @@ def non_stock(profile: str) -> dict[str, tuple[str, str]]:
     reg = load_registry()
     knobs = tomllib.loads((REPO / "profiles" / f"{profile}.toml").read_text())["knobs"]
     by_knob = {v.knob: v for v in reg.variants.values()}
+    def text(val) -> str:  # a TOML value as the string the knob is set to (true -> "1", 0 -> "0")
+        return str(int(val)) if isinstance(val, bool) else str(val)
+
     return {k: (by_knob[k].implementation.op, by_knob[k].stock) for k, val in knobs.items()
-            if val != by_knob[k].stock}
+            if text(val) != by_knob[k].stock}
 
 
 def greedy(port: int) -> list[dict]:

@@ -158,3 +158,38 @@ def test_fp8_mix_matches_the_dequantized_fp64_reference(rows):
     rel = ((block.double() - ref).norm() / ref.norm()).item()
     assert rel < 1e-2, rel
     assert dq.dtype == torch.float8_e4m3fn and uq.dtype == torch.float8_e4m3fn
+
+
+def _fp8_bytes(hidden: int, lora: int) -> int:
+    """The bytes one module's fp8 copies take, as the Flash-Next model allocates them."""
+    from vllm.models.qwen4_exp.common.hyperconnection import HyperConnectionConfig
+
+    from r9k.kernels import ops
+    from r9k.plugin.models import hc
+    from r9k.plugin.models.flash_next import FlashNextHyperConnection
+
+    hcc = HyperConnectionConfig(hc_count=4, hidden_size=hidden, params_dtype=torch.bfloat16, hc_lowrank=lora,
+                                rms_norm_eps=1e-6, hc_per_branch_norm=True)
+    m = FlashNextHyperConnection(hcc, "model.layers.0.attn_hyper_connection")
+    bf16_before = sum(p.numel() * p.element_size() for p in m.parameters())
+    m.ops = hc.HcOps(m.prefix, mix_name="hc_mix_fp8", mix=hc.mix_op("hc_mix_fp8", ops.get("hc_mix_fp8").fused, lora, 4))
+    m.finish_loading()
+    # the merged down+inject matrix is the loaded weights' own storage: the bf16 weights gain no byte
+    assert sum(p.numel() * p.element_size() for p in m.parameters()) == bf16_before
+    assert all(t.dtype in (torch.float8_e4m3fn, torch.float32) for t in m._hc_weights)
+    return sum(t.numel() * t.element_size() for t in m._hc_weights)
+
+
+def test_the_fp8_copies_the_model_allocates_are_what_the_registry_charges():
+    """R9K_HC_FP8_DECODE's memory formula (the down copy, and the up copy where R9K_HC_FP8 does not hold it)
+    against what the model allocates: the tiny checkpoint's 9 modules in the cpu-flash-next profile, and one
+    module at the real model's dims (e4m3 down+inject [336, 10240], e4m3 up [10240, 320], fp32 row scales)."""
+    from r9k.registry import load_registry
+    from r9k.registry.memory import budget
+    from r9k.registry.resolve import resolve
+
+    reg = load_registry()
+    b = budget(reg, resolve(reg, "cpu-flash-next"))
+    charged = {c.knob: c.bytes for c in b.costs}["R9K_HC_FP8_DECODE"]
+    assert charged == 9 * _fp8_bytes(256, 32) == 775_872, charged
+    assert _fp8_bytes(2560, 320) == 336 * (10240 + 4) + 10240 * (320 + 4) == 6_759_744
