@@ -163,6 +163,21 @@ def launch(env: dict, tmp: Path, profile: str, name: str, *sets: str) -> tuple[S
     return Server(argv, env, tmp / f"{name}.log"), port
 
 
+def serve(env: dict, tmp: Path, profile: str, name: str, started: list, *sets: str, extra=None):
+    """One launch: start, wait for /health, the greedy prompts (and ``extra(port)`` if given), the status, stop.
+    Returns (greedy outputs, status, server, seconds to /health, what ``extra`` returned)."""
+    t0 = time.time()
+    srv, port = launch(env, tmp, profile, name, *sets)
+    started.append(srv)
+    wait_healthy(srv, port)
+    t_up = time.time() - t0
+    out = greedy(port)
+    more = extra(port) if extra is not None else None
+    st = status(port, env)
+    srv.stop()
+    return out, st, srv, t_up, more
+
+
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_variant_of_the_profile_runs_in_served_vllm_and_matches_stock(profile, tmp_path):
     env = base_env(tmp_path)
@@ -171,14 +186,7 @@ def test_every_variant_of_the_profile_runs_in_served_vllm_and_matches_stock(prof
     assert variants, profile
     started: list[Server] = []
     try:
-        t0 = time.time()
-        srv, port = launch(env, tmp_path, profile, "on")
-        started.append(srv)
-        wait_healthy(srv, port)
-        t_up = time.time() - t0
-        out_on = greedy(port)
-        st = status(port, env)
-        srv.stop()
+        out_on, st, srv, t_up, _ = serve(env, tmp_path, profile, "on", started)
         ops = st.get("ops") or {}
         for knob, (op, _stock) in variants.items():
             assert st["values"][knob] != _stock, (knob, st["values"])
@@ -191,12 +199,7 @@ def test_every_variant_of_the_profile_runs_in_served_vllm_and_matches_stock(prof
 
         sets = [f"{k}={stock}" for k, (_op, stock) in sorted(variants.items())]
         t1 = time.time()
-        srv2, port2 = launch(env, tmp_path, profile, "stock", *sets)
-        started.append(srv2)
-        wait_healthy(srv2, port2)
-        out_stock = greedy(port2)
-        st2 = status(port2, env)
-        srv2.stop()
+        out_stock, st2, srv2, _, _ = serve(env, tmp_path, profile, "stock", started, *sets)
         for knob, (op, stock) in variants.items():
             assert st2["values"][knob] == stock
             o = (st2.get("ops") or {}).get(op) or {"installed_layers": [], "calls": {}}

@@ -25,13 +25,12 @@ Slow (two vLLM starts): marked ``e2e``.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
 
 import pytest
 
-from .test_e2e_adapters import LOGPROB_BOUND, PROMPTS, compare, greedy, launch, non_stock, status
-from .test_e2e_cpu_smoke import Server, base_env, post, wait_healthy
+from .test_e2e_adapters import LOGPROB_BOUND, PROMPTS, compare, non_stock, serve
+from .test_e2e_cpu_smoke import Server, base_env, post
 
 pytestmark = pytest.mark.e2e
 pytest.importorskip("vllm")
@@ -96,14 +95,7 @@ def test_flash_next_serves_with_every_fusion_and_matches_stock_and_transformers(
     assert {op for op, _ in variants.values()} == set(run) | set(kept), variants
     started: list[Server] = []
     try:
-        t0 = time.time()
-        srv, port = launch(env, tmp_path, PROFILE, "on")
-        started.append(srv)
-        wait_healthy(srv, port)
-        t_up = time.time() - t0
-        out_on = greedy(port)
-        st = status(port, env)
-        srv.stop()
+        out_on, st, srv, t_up, _ = serve(env, tmp_path, PROFILE, "on", started)
         ops = st.get("ops") or {}
         for op, layers in run.items():
             o = ops.get(op)
@@ -119,13 +111,7 @@ def test_flash_next_serves_with_every_fusion_and_matches_stock_and_transformers(
         print(f"{PROFILE}: up in {t_up:.0f} s; calls per op:", {op: o["calls"] for op, o in sorted(ops.items())})
 
         sets = [f"{k}={stock}" for k, (_op, stock) in sorted(variants.items())]
-        srv2, port2 = launch(env, tmp_path, PROFILE, "stock", *sets)
-        started.append(srv2)
-        wait_healthy(srv2, port2)
-        out_stock = greedy(port2)
-        ids_stock = greedy_ids(port2)
-        st2 = status(port2, env)
-        srv2.stop()
+        out_stock, st2, _, _, ids_stock = serve(env, tmp_path, PROFILE, "stock", started, *sets, extra=greedy_ids)
         for op in set(run) | set(kept):
             o = (st2.get("ops") or {}).get(op) or {"installed_layers": [], "calls": {}}
             assert not o["installed_layers"] and not o["calls"].get("fused"), (op, o)
