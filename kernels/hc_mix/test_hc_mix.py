@@ -92,14 +92,25 @@ def _check_bf16(M, g, device, gen, poison, strided=False):
     return xn, wd, wu
 
 
-def _within_rounding(a, b, what, max_share=0.01):
-    """a and b round at the same points: every element within one bf16 ulp of b, and at most
-    max(4, max_share) of them differ (a summation-order difference flips a rounding now and then)."""
+def _within_rounding(a, b, what, max_share=0.01, slack=None):
+    """a and b round at the same points: every element within one bf16 ulp of b (plus ``slack``, what an
+    input's allowed rounding flip can move it), and at most max(4, max_share) of them differ (a
+    summation-order difference flips a rounding now and then)."""
     d = (a.double() - b.double()).abs()
-    far = int((d > bf16_ulp(b) * (1 + 1e-6)).sum())
+    bound = bf16_ulp(b) + (slack if slack is not None else 0)
+    far = int((d > bound * (1 + 1e-6)).sum())
     assert far == 0, f"{what}: {far} of {a.numel()} elements beyond one bf16 ulp of the reference"
     flips = bf16_flips(a, b)
     assert flips <= max(4, int(max_share * a.numel())), f"{what}: {flips} of {a.numel()} elements differ"
+
+
+def _gate_flip_slack(xn, gate, hc=4):
+    """What a one-ulp flip of each bf16 gate (the kernel's fp32 dot and the reference's matmul sum in other
+    orders) can move the block input: mean over the streams of ulp(g) * max sigmoid'(1/4) * |xn|. Where the
+    four terms nearly cancel this is more than one ulp of the small result."""
+    M = xn.shape[0]
+    t = bf16_ulp(gate).view(M, hc, -1) * 0.25 * xn.double().abs().view(M, hc, -1)
+    return t.sum(1) / hc
 
 
 def _check_fp8(M, g, device, gen, poison, strided=False):
@@ -116,7 +127,7 @@ def _check_fp8(M, g, device, gen, poison, strided=False):
     # the block input from the op's own lora (a lora flip is not a mix error)
     wu_deq = p[2].float() * p[3][:, None]
     gate = (buf[:, :R].float() @ wu_deq.t()).to(torch.bfloat16)
-    _within_rounding(y, ref.hc_gate_mix_torch(xn, gate), "block input")
+    _within_rounding(y, ref.hc_gate_mix_torch(xn, gate), "block input", slack=_gate_flip_slack(xn, gate))
     buf2, y2 = tk.hc_mix_fp8(xn, *p, lora_rank=R)
     assert torch.equal(buf, buf2) and torch.equal(y, y2), "a second launch gave other bits"
     return rel_l2(y, ry)

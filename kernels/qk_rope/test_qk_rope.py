@@ -44,6 +44,7 @@ def _check(kw, seed, poison):
         assert not torch.isnan(f).any(), f"{name}: unwritten elements (seed {seed})"
     assert torch.equal(fg, sg), f"gate not bit-exact (seed {seed})"
     rq, rk = reference.qk_norm_rope_fp64(**kw)
+    slack = dict(zip("qk", reference.rope_input_slack(**kw)))
     for name, f, s, r in (("q", fq, sq, rq), ("k", fk, sk, rk)):
         rel = (f.float() - s.float()).abs().max().item() / s.float().abs().max().item()
         assert rel < 2e-2, f"{name}: relative max error {rel} vs stock (seed {seed})"
@@ -51,8 +52,10 @@ def _check(kw, seed, poison):
         # a flip is a rounding of the fp32 norm landing on the other side of a bf16 boundary: an adjacent
         # bf16 value, on at most max(1, 0.1%) of the elements (small tensors: 0.1% of 512 would allow none)
         assert flips <= max(1, 1e-3 * f.numel()), f"{name}: {flips} of {f.numel()} differ from stock (seed {seed})"
-        assert ((f.double() - s.double()).abs() <= bf16_ulp(s) * (1 + 1e-6)).all(), \
-            f"{name}: an element differs from stock by more than one bf16 ulp (seed {seed})"
+        # one ulp of the result, plus what stock's extra rounding of the normed input can move it
+        bound = bf16_ulp(s) + slack[name]
+        assert ((f.double() - s.double()).abs() <= bound * (1 + 1e-6)).all(), \
+            f"{name}: an element differs from stock by more than its rounding allows (seed {seed})"
         for which, v in (("fused", f), ("stock", s)):
             e = (v.double() - r).abs().max().item() / r.abs().max().item()
             assert e < 2e-2, f"{name} {which}: error {e} vs fp64 (seed {seed})"
