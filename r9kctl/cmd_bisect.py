@@ -58,8 +58,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _print_status(plan, st, directory, url, out=sys.stdout) -> None:
+def _print_status(plan, st, directory, url, out=None) -> None:
     from .evidence.bisect import describe_step
+
+    out = out if out is not None else sys.stdout  # looked up at call time: a default bound at import kept a closed stream
 
     for step in sorted(st.verdicts, key=lambda s: (s[0], int(s[1:]))):
         v = st.verdicts[step]
