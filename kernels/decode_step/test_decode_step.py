@@ -178,6 +178,12 @@ def test_pair_gemm_matches_its_reference(rng, device, poison):
 
 
 def test_indexer_selects_top_visible_groups_and_own_tail(seed):
+    """Each row keeps ``top`` of its complete visible groups by score, plus its own group's causal tail.
+
+    relu scores tie often (a group every head scores negatively gets 0), and topk may break a tie either way,
+    so the check is tie-aware: a group scoring above the k-th best must be chosen, one below it must not, and
+    exactly k groups (the own group aside) are chosen. Seed 2315231415 is such a row (one positive group of 7).
+    """
     rng = torch.Generator().manual_seed(seed)
     R, S, H, D, G, grp, top = 1, 4, 2, 16, 8, 4, 3
     ctx = G * grp
@@ -187,14 +193,47 @@ def test_indexer_selects_top_visible_groups_and_own_tail(seed):
     mask = plain.indexer_select(iq, keys, pos, R, ctx, grp, top)
     for i in range(S):
         p = int(pos[i])
+        own = p // grp
         vis = (p + 1) // grp
         sc = torch.relu(iq[i].float() @ keys[0].float().t()).sum(0)[:vis]
-        best = set(sc.topk(min(top, vis)).indices.tolist())
-        want = torch.zeros(ctx, dtype=torch.bool)
-        for gi in best:
-            want[gi * grp:(gi + 1) * grp] = True
-        want[p // grp * grp: p + 1] = True
+        k = min(top, vis)
+        kth = float(sc.topk(k).values[-1])
+        eps = 1e-5 * max(1.0, abs(kth))  # einsum and matmul may round the same sum differently
+        tail = torch.zeros(ctx, dtype=torch.bool)
+        tail[own * grp: p + 1] = True
+        row = mask[i].view(G, grp)
+        full = {g for g in range(G) if bool(row[g].all())}
+        partial = {g for g in range(G) if bool(row[g].any()) and g not in full}
+        assert partial <= {own}, (i, partial)  # only the own group can be partly kept (its causal tail)
+        assert torch.equal(mask[i] & tail, tail), i  # the own tail is always kept
+        chosen = {g for g in full if g != own}
+        assert all(g < vis for g in chosen), (i, chosen)  # never a group that is not complete and visible
+        for g in range(vis):
+            if g == own:
+                continue
+            if float(sc[g]) > kth + eps:
+                assert g in chosen, (i, g, sc.tolist())
+            elif float(sc[g]) < kth - eps:
+                assert g not in chosen, (i, g, sc.tolist())
+        # exactly k chosen; when the own group is complete and visible it may be one of them, hidden by the tail
+        n = len(chosen)
+        assert n == k or (own < vis and n == k - 1), (i, n, k)
+        # nothing beyond the chosen groups and the own tail
+        want = tail.clone()
+        for g in chosen:
+            want[g * grp:(g + 1) * grp] = True
         assert torch.equal(mask[i], want), i
+
+
+def test_indexer_prefers_higher_scores_on_a_fixed_case():
+    """No ties here: the two best groups are chosen, a lower-scoring one is not, and the own group is kept."""
+    iq = torch.zeros((1, 1, 4), dtype=torch.bfloat16)
+    iq[0, 0, 0] = 1
+    keys = torch.zeros((1, 4, 4), dtype=torch.bfloat16)
+    keys[0, :, 0] = torch.tensor([3.0, 1.0, 2.0, 0.0])  # scores 1.5, 0.5, 1.0, 0 (over sqrt(4))
+    mask = plain.indexer_select(iq, keys, torch.tensor([15]), 1, 16, 4, 2)
+    # groups 0 and 2 are the two best; group 3 is the own group (position 15 completes it)
+    assert mask[0].view(4, 4).all(1).tolist() == [True, False, True, True]
 
 
 def test_attention_matches_a_loop(seed):
