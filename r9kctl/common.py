@@ -53,6 +53,29 @@ def load(fmt: str = "table", args=None) -> Optional[Registry]:
         return None
 
 
+def add_listing_parser(sub, name: str, help_: str, run):
+    """A command that lists one kind of registry entry, one line each: ``--format table|json|names``."""
+    p = sub.add_parser(name, help=help_)
+    p.add_argument("--format", choices=("table", "json", "names"), default="table")
+    p.set_defaults(func=run)
+    return p
+
+
+def print_listing(fmt: str, names: list[str], rows: list[dict], columns: list[tuple[str, str]],
+                  title: str) -> int:
+    """A listing's output: with ``--format names`` the names one a line, with ``json`` the rows (one dict
+    each), else a table of ``columns`` (heading, row key) under ``title``."""
+    from .output import print_json, table
+
+    if fmt == "names":
+        print("\n".join(names))
+    elif fmt == "json":
+        print_json(rows)
+    else:
+        table([h for h, _ in columns], [[r[k] for _, k in columns] for r in rows], title=title)
+    return 0
+
+
 def report_errors(diags: list[Diagnostic], fmt: str = "table") -> None:
     if fmt == "json":
         import json
