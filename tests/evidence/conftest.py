@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -105,6 +106,31 @@ class FakeModelServer:
     def __exit__(self, *exc):
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+@pytest.fixture
+def eval_cli():
+    """``r9kctl eval ...`` on its own parser (no global options): ``eval_cli(["eval", "compare", a, b])``
+    returns the command's exit code."""
+    import argparse
+
+    from r9k.r9kctl import cmd_eval
+
+    def run(argv: list[str]) -> int:
+        parser = argparse.ArgumentParser(prog="r9kctl")
+        cmd_eval.add_parser(parser.add_subparsers(dest="cmd"))
+        args = parser.parse_args(argv)
+        return args.func(args)
+
+    return run
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @pytest.fixture

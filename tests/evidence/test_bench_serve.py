@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import textwrap
 
 import pytest
 
 from r9k.r9kctl import cli
+from r9k.registry import envvars
 
 PROFILE = textwrap.dedent("""\
     description = "cpu-smoke with the router at stock (the pair of cpu-smoke in the bench serve test)"
@@ -23,19 +23,11 @@ PROFILE = textwrap.dedent("""\
     """)
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def test_a_profile_that_fails_validation_stops_before_any_launch(tmp_path, monkeypatch, capsys):
     prof = tmp_path / "profiles"
     prof.mkdir()
     (prof / "broken.toml").write_text('description = "x"\nextends = "cpu-smoke"\n[knobs]\nR9K_ROUTER = "nonsense"\n')
-    monkeypatch.setenv("R9K_PROFILES_DIR", str(prof))
+    monkeypatch.setenv(envvars.PROFILES_DIR.name, str(prof))
     out = tmp_path / "out"
     assert cli.main(["bench", "serve", "--profiles", "cpu-smoke,broken", "--out", str(out)]) == 2
     err = capsys.readouterr().err
@@ -60,16 +52,16 @@ def test_summary_pairs_by_repeat():
 
 @pytest.mark.e2e
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")
-def test_bench_serve_two_cpu_profiles(tmp_path, monkeypatch, capsys):
+def test_bench_serve_two_cpu_profiles(tmp_path, monkeypatch, capsys, free_port):
     prof = tmp_path / "profiles"
     prof.mkdir()
     (prof / "cpu-smoke-stock-router.toml").write_text(PROFILE)
-    monkeypatch.setenv("R9K_PROFILES_DIR", str(prof))
+    monkeypatch.setenv(envvars.PROFILES_DIR.name, str(prof))
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     out = tmp_path / "out"
     args = ["bench", "serve", "--profiles", "cpu-smoke-stock-router,cpu-smoke", "--concurrency", "1",
             "--repeats", "2", "--num-prompts", "2", "--input-len", "16", "--output-len", "4", "--warmups", "0",
-            "--port", str(_free_port()), "--out", str(out), "--start-timeout", "400"]
+            "--port", str(free_port), "--out", str(out), "--start-timeout", "400"]
     plot = importlib.util.find_spec("matplotlib") is not None
     assert cli.main(args + (["--plot", str(out / "p.png")] if plot else [])) == 0, capsys.readouterr().err
     text = capsys.readouterr().out

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import socket
 import sys
 import textwrap
 from pathlib import Path
@@ -169,18 +168,14 @@ HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 '''
 
 
-def test_end_to_end_run_with_a_launch_command(reg, tmp_path, capsys):
+def test_end_to_end_run_with_a_launch_command(reg, tmp_path, capsys, free_port):
     script = tmp_path / "server.py"
     script.write_text(SERVER)
     d = tmp_path / "bisect"
     assert cli.main(["bisect", "plan", "--good", "round2-numerics", "--bad", "tp4-default", "--dir", str(d),
                      "--dataset", "arith-smoke"]) == 0
     assert "R9K_HC_MIX: stock -> r9k" in capsys.readouterr().out
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    rc = cli.main(["bisect", "run", "--dir", str(d), "--port", str(port), "--ready-timeout", "60",
+    rc = cli.main(["bisect", "run", "--dir", str(d), "--port", str(free_port), "--ready-timeout", "60",
                    "--url-template", "http://127.0.0.1:{port}", "--launch", f"{sys.executable} {script} {{port}}"])
     out = capsys.readouterr().out
     assert rc == 0, out

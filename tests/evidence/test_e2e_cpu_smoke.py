@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,24 +21,17 @@ import pytest
 
 from r9k.r9kctl import cli
 from r9k.r9kctl.evidence import mcnemar, results
+from r9k.registry import envvars
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")]
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def test_record_against_cpu_smoke(tmp_path, capsys):
-    port = _free_port()
+def test_record_against_cpu_smoke(tmp_path, capsys, free_port):
+    port = free_port
     env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "VLLM_"))}
     env.pop("TRITON_INTERPRET", None)  # the profile sets it
-    env.update({"R9K_CACHE_DIR": str(tmp_path / "r9k-cache"), "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
+    env.update({envvars.CACHE_DIR.name: str(tmp_path / "r9k-cache"), "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
                 "PYTHONUNBUFFERED": "1"})
     argv = [sys.executable, "-m", "r9k.r9kctl.cli", "launch", "--profile", "cpu-smoke", "--set", "R9K_ROUTER=stock",
             "--", "--port", str(port), "--host", "127.0.0.1"]

@@ -5,73 +5,27 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from r9k.r9kctl import cli
 from r9k.registry import ledger as L
-from r9k.registry import load_registry
+from r9k.registry import envvars, load_registry
 
-SHIPPED = Path(L.__file__).resolve().parent
+from .fake_repo import make_repo, variant
 
-VARIANTS = """
-# Test-only variants (tests/evidence/test_gate.py).
-
-[[variant]]
-id = "evfake_add"
-knob = "R9K_EVFAKE_ADD"
-summary = "Test-only fused add."
-category = "fusion"
-area = "decode"
-type = "enum"
-choices = ["r9k", "stock"]
-stock = "stock"
-[variant.status]
-state = "default-on"
-reason = "test"
-[variant.defaults]
-tp1 = "r9k"
-[variant.implementation]
-sources = ["kernels/evfake/impl.py"]
-[variant.gate]
-kind = ["bit-exact"]
-tests = ["kernels/evfake/test_evfake.py::test_exact"]
-
-[[variant]]
-id = "evfake_gpu"
-knob = "R9K_EVFAKE_GPU"
-summary = "Test-only variant whose gate has an interpreter test and a GPU test."
-category = "fusion"
-area = "decode"
-type = "bool"
-stock = "0"
-[variant.status]
-state = "opt-in"
-reason = "test"
-[variant.implementation]
-sources = ["kernels/evfake/"]
-[variant.gate]
-kind = ["tolerance"]
-tests = ["kernels/evfake/test_evfake.py::test_exact", "kernels/evfake/test_evfake.py::test_on_gpu"]
-
-[[variant]]
-id = "evfake_lost"
-knob = "R9K_EVFAKE_LOST"
-summary = "Test-only variant whose declared gate tests do not exist."
-category = "fusion"
-area = "decode"
-type = "bool"
-stock = "0"
-[variant.status]
-state = "opt-in"
-reason = "test"
-[variant.gate]
-kind = ["bit-exact"]
-tests = ["kernels/evfake/test_evfake.py::test_renamed", "kernels/evfake/test_gone.py", "kernels/evfake/test_broken.py"]
-"""
+VARIANTS = "\n".join([
+    variant("evfake_add", "Test-only fused add.", ["kernels/evfake/test_evfake.py::test_exact"],
+            type="enum", choices=["r9k", "stock"], stock="stock", state="default-on", defaults={"tp1": "r9k"},
+            sources=["kernels/evfake/impl.py"]),
+    variant("evfake_gpu", "Test-only variant whose gate has an interpreter test and a GPU test.",
+            ["kernels/evfake/test_evfake.py::test_exact", "kernels/evfake/test_evfake.py::test_on_gpu"],
+            kind="tolerance", sources=["kernels/evfake/"]),
+    variant("evfake_lost", "Test-only variant whose declared gate tests do not exist.",
+            ["kernels/evfake/test_evfake.py::test_renamed", "kernels/evfake/test_gone.py",
+             "kernels/evfake/test_broken.py"]),
+])
 
 TESTS = """
 import importlib.util
@@ -102,15 +56,11 @@ IMPL = "def add(xs, ys):\n    return [x + y for x, y in zip(xs, ys)]\n"
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
-    root = tmp_path / "repo"
-    shutil.copytree(SHIPPED, root / "registry",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.py", "gates"))
-    (root / "registry" / "variants" / "zz-evidence-test.toml").write_text(VARIANTS)
-    k = root / "kernels" / "evfake"
-    k.mkdir(parents=True)
-    (k / "impl.py").write_text(IMPL)
-    (k / "test_evfake.py").write_text(TESTS)
-    (k / "test_broken.py").write_text("import evfake_no_such_module\n\ndef test_x():\n    pass\n")
+    root = make_repo(tmp_path, monkeypatch, VARIANTS, {
+        "kernels/evfake/impl.py": IMPL,
+        "kernels/evfake/test_evfake.py": TESTS,
+        "kernels/evfake/test_broken.py": "import evfake_no_such_module\n\ndef test_x():\n    pass\n",
+    }, "zz-evidence-test.toml")
     prof = tmp_path / "profiles"
     prof.mkdir()
     (prof / "evfake.toml").write_text(textwrap.dedent("""\
@@ -121,9 +71,7 @@ def repo(tmp_path, monkeypatch):
         R9K_EVFAKE_ADD = "r9k"
         R9K_EVFAKE_GPU = "1"
         """))
-    monkeypatch.setenv("R9K_REGISTRY", str(root / "registry"))
-    monkeypatch.setenv("R9K_PROFILES_DIR", str(prof))
-    monkeypatch.delenv("R9K_LEDGER", raising=False)
+    monkeypatch.setenv(envvars.PROFILES_DIR.name, str(prof))
     return root
 
 
@@ -241,7 +189,7 @@ def test_pairs_gate_on_the_cpu_decode_step(tmp_path, monkeypatch, capsys):
     prof.mkdir()
     (prof / "pairdemo.toml").write_text('description = "two variants"\nextends = "stock"\ntp = 4\n[knobs]\n'
                                         'R9K_HC_FP8_DECODE = "1"\nR9K_SHARED_EXPERT = "r9k"\n')
-    monkeypatch.setenv("R9K_PROFILES_DIR", str(prof))
+    monkeypatch.setenv(envvars.PROFILES_DIR.name, str(prof))
     assert cli.main(["gate", "--pairs", "--profile", "pairdemo", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert set(d["alone"]) == {"hc_fp8_decode", "shared_expert_fused"} and d["alone"]["hc_fp8_decode"] > 0

@@ -97,33 +97,24 @@ def test_identical_share_needs_outputs(tmp_path):
                               sum(1 for i in range(30) if not i % 3 and i % 4))
 
 
-def _cli(argv):
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="r9kctl")
-    cmd_eval.add_parser(parser.add_subparsers(dest="cmd"))
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
-def test_cli_compare_json_and_refusal(tmp_path, capsys, build_pair):
+def test_cli_compare_json_and_refusal(tmp_path, capsys, build_pair, eval_cli):
     pa, pb = build_pair(tmp_path, both=775, b=5, c=1, neither=19, identical=200)
-    assert _cli(["eval", "compare", str(pa), str(pb), "--format", "json"]) == 0
+    assert eval_cli(["eval", "compare", str(pa), str(pb), "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert (d["b"], d["c"], d["n"]) == (5, 1, 800)
     assert d["p_value"] == pytest.approx(0.21875)
     assert d["identical_share"] == pytest.approx(0.25)
     assert d["diff_ci"][0] < d["diff"] < d["diff_ci"][1]
-    assert _cli(["eval", "compare", str(pa), str(pb)]) == 0
+    assert eval_cli(["eval", "compare", str(pa), str(pb)]) == 0
     out = capsys.readouterr().out
     assert "b = 5" in out and "c = 1" in out and "p = 0.2188" in out and "no detectable difference" in out
     # A significantly worse candidate exits 1 (unless --no-fail).
     pa, pb = build_pair(tmp_path, both=80, b=12, c=0, neither=8)
-    assert _cli(["eval", "compare", str(pa), str(pb)]) == 1
-    assert _cli(["eval", "compare", str(pa), str(pb), "--no-fail"]) == 0
+    assert eval_cli(["eval", "compare", str(pa), str(pb)]) == 1
+    assert eval_cli(["eval", "compare", str(pa), str(pb), "--no-fail"]) == 0
     capsys.readouterr()
     pb.write_text("\n".join(pb.read_text().splitlines()[:-3]) + "\n")
-    assert _cli(["eval", "compare", str(pa), str(pb)]) == 2
+    assert eval_cli(["eval", "compare", str(pa), str(pb)]) == 2
     assert "refusing to compare: question sets differ" in capsys.readouterr().err
 
 

@@ -6,57 +6,26 @@ helper package (``evlib``), so an edit of one shared file must make exactly the 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from r9k.r9kctl import cli
 from r9k.registry import ledger as L
-from r9k.registry import load_registry
+from r9k.registry import envvars, load_registry
 from r9k.registry import provenance as P
 
-SHIPPED = Path(L.__file__).resolve().parent
+from .fake_repo import SHIPPED, make_repo, variant
 
-VARIANTS = """
-[[variant]]
-id = "evdep_add"
-knob = "R9K_EVDEP_ADD"
-summary = "Test-only fused add (uses the shared helper)."
-category = "fusion"
-area = "decode"
-type = "bool"
-stock = "0"
-[variant.status]
-state = "opt-in"
-reason = "test"
-[variant.implementation]
-module = "r9k.kernels.evadd"
-sources = ["kernels/evadd/"]
-[variant.gate]
-kind = ["bit-exact"]
-tests = ["kernels/evadd/test_evadd.py::test_add", "kernels/evadd/test_evadd.py::test_add_gpu"]
-
-[[variant]]
-id = "evdep_neg"
-knob = "R9K_EVDEP_NEG"
-summary = "Test-only fused negation (does not use the shared helper)."
-category = "fusion"
-area = "decode"
-type = "bool"
-stock = "0"
-[variant.status]
-state = "opt-in"
-reason = "test"
-[variant.implementation]
-sources = ["kernels/evneg/"]
-[variant.gate]
-kind = ["bit-exact"]
-tests = ["kernels/evneg/test_evneg.py::test_neg"]
-"""
+VARIANTS = "\n".join([
+    variant("evdep_add", "Test-only fused add (uses the shared helper).",
+            ["kernels/evadd/test_evadd.py::test_add", "kernels/evadd/test_evadd.py::test_add_gpu"],
+            module="r9k.kernels.evadd", sources=["kernels/evadd/"]),
+    variant("evdep_neg", "Test-only fused negation (does not use the shared helper).",
+            ["kernels/evneg/test_evneg.py::test_neg"], sources=["kernels/evneg/"]),
+])
 
 FILES = {
     # The root conftest puts the repository on sys.path (the real one maps kernels under r9k).
@@ -108,15 +77,7 @@ GPU_TC = {"torch": "2.9.0+cu128", "triton": "3.6.0", "vllm": None, "python": "3.
 
 @pytest.fixture
 def repo(tmp_path, monkeypatch):
-    root = tmp_path / "repo"
-    shutil.copytree(SHIPPED, root / "registry", ignore=shutil.ignore_patterns("__pycache__", "*.py", "gates"))
-    (root / "registry" / "variants" / "zz-evdep-test.toml").write_text(VARIANTS)
-    for rel, text in FILES.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    monkeypatch.setenv("R9K_REGISTRY", str(root / "registry"))
-    monkeypatch.delenv("R9K_LEDGER", raising=False)
-    monkeypatch.delenv("R9K_REPO_ROOT", raising=False)
+    root = make_repo(tmp_path, monkeypatch, VARIANTS, FILES, "zz-evdep-test.toml")
     # The toolchain of "this machine" is fixed, so a test can change it.
     monkeypatch.setattr(P, "toolchain", lambda use_torch=False: dict(LOCAL_TC))
     return root
@@ -303,7 +264,7 @@ def test_known_bad_ranges_make_validate_warn(repo, tmp_path, monkeypatch):
     prof = tmp_path / "profiles"
     prof.mkdir()
     (prof / "evneg.toml").write_text('description = "x"\nextends = "stock"\ntp = 1\n[knobs]\nR9K_EVDEP_NEG = "1"\n')
-    monkeypatch.setenv("R9K_PROFILES_DIR", str(prof))
+    monkeypatch.setenv(envvars.PROFILES_DIR.name, str(prof))
 
     def warnings():
         return [d for d in validate(load_registry(), profile="evneg").warnings if d.code == "known-bad"]

@@ -10,7 +10,7 @@ import pytest
 from r9k.r9kctl import cli
 from r9k.r9kctl.evidence import mcnemar, quality, results
 from r9k.registry import ledger as L
-from r9k.registry import load_registry
+from r9k.registry import envvars, load_registry
 
 
 
@@ -19,7 +19,7 @@ def tmp_registry(tmp_path, monkeypatch):
     root = tmp_path / "registry"
     shutil.copytree(Path(L.__file__).resolve().parent, root,
                     ignore=shutil.ignore_patterns("__pycache__", "*.py", "gates"))
-    monkeypatch.setenv("R9K_REGISTRY", str(root))
+    monkeypatch.setenv(envvars.REGISTRY.name, str(root))
     return root
 
 

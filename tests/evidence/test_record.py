@@ -1,33 +1,24 @@
 """eval record end to end against a local OpenAI-compatible server (stdlib http.server, see conftest)."""
 from __future__ import annotations
 
-import argparse
 import json
 import random
 
 import pytest
 
-from r9k.r9kctl import cmd_eval
 from r9k.r9kctl.evidence import dataset as D
 from r9k.r9kctl.evidence import mcnemar, results
 from r9k.r9kctl.evidence.record import record
 
 
-def _cli(argv):
-    parser = argparse.ArgumentParser(prog="r9kctl")
-    cmd_eval.add_parser(parser.add_subparsers(dest="cmd"))
-    args = parser.parse_args(argv)
-    return args.func(args)
-
-
-def test_record_end_to_end_then_compare(fake_server, tmp_path, capsys):
+def test_record_end_to_end_then_compare(fake_server, tmp_path, capsys, eval_cli):
     ds = fake_server.dataset
     rng = random.Random()
     wrong_a = set(rng.sample([q.id for q in ds.questions], 4))
     fake_server.wrong_prompts = {fake_server.prompt_of[i] for i in wrong_a}
     fake_server.delay_s = 0.01  # give overlapping requests, were there any, a chance to be seen
     out_a = tmp_path / "a.jsonl"
-    rc = _cli(["eval", "record", "--url", fake_server.url, "--dataset", "arith-smoke", "--out", str(out_a),
+    rc = eval_cli(["eval", "record", "--url", fake_server.url, "--dataset", "arith-smoke", "--out", str(out_a),
                "--quiet"])
     assert rc == 0
     assert f"{len(ds) - 4}/{len(ds)} correct" in capsys.readouterr().out
@@ -137,13 +128,8 @@ def test_dataset_formats_and_graders(tmp_path):
     assert D.load_dataset(spaced).sha256() == ds.sha256()
 
 
-def test_unreachable_server_is_a_clear_error(tmp_path, capsys):
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now
+def test_unreachable_server_is_a_clear_error(tmp_path, capsys, free_port):
+    port = free_port  # nothing listens there
     from r9k.r9kctl.evidence import record as R
 
     client = R.Client(R.api_base(f"http://127.0.0.1:{port}"), retries=1)
