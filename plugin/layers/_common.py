@@ -3,6 +3,8 @@
 * :func:`choose`: the dispatch table's choice for one layer (None: vLLM's own path).
 * :func:`keep`: a layer that keeps vLLM's path, recorded with its reason (``counters.layer(...,
   installed=False)``) and logged once per (op, reason).
+* :func:`eligible_choice`: both in one step: the choice, unless the layer is not eligible for it;
+  :func:`install` then hooks a module that keeps its vLLM class (state, op, :func:`swap_class`, counter).
 * :func:`opaque`: a torch custom op ``torch.ops.r9k.<name>`` defined once per process, so that
   torch.compile keeps the kernel as one opaque call; the call counter runs inside it (at execution
   time, not at trace time).
@@ -56,6 +58,30 @@ def keep_logged(op: str, layer: str, reason: str) -> None:
 
 def installed(op: str, layer: str) -> None:
     counters.layer(op, layer, True)
+
+
+def eligible_choice(op: str, layer: str, ineligible: Callable[[], str]) -> Optional[Choice]:
+    """The table's choice of ``op`` for this layer, or None: when the table leaves the layer to vLLM, or
+    when ``ineligible()`` (asked only after a choice) gives a reason, recorded with :func:`keep`."""
+    choice = choose(op, layer)
+    if choice is None:
+        return None
+    reason = ineligible()
+    if reason:
+        keep(op, layer, reason)
+        return None
+    return choice
+
+
+def install(op: str, layer: str, module, state: object, torch_op: object, mixin: type) -> None:
+    """Hook ``module`` (of a vLLM class) for ``op``: its ``state`` under the key ``<layer>:<op>`` that the
+    custom op ``torch_op`` is called with, the ``mixin``'s methods (:func:`swap_class`), the counter."""
+    key = f"{layer}:{op}"
+    STATE[key] = state
+    module._r9k_key = key
+    module._r9k_op = torch_op
+    swap_class(module, mixin)
+    installed(op, layer)
 
 
 #: Rows a call may have for the fused path under Triton's CPU interpreter. The kernels are decode kernels

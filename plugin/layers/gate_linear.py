@@ -59,12 +59,8 @@ class R9kGateLinear(GateLinear):
         super().__init__(*args, **kwargs)
         self._r9k_op = None
         self._r9k_choice: Optional[Choice] = None
-        choice = _common.choose(OP, self.prefix)
+        choice = _common.eligible_choice(OP, self.prefix, lambda: self._ineligible(self.out_dtype))
         if choice is None:
-            return
-        reason = self._ineligible(self.out_dtype)
-        if reason:
-            _common.keep(OP, self.prefix, reason)
             return
         self._r9k_choice = choice
         self._r9k_op = torch_op(choice)

@@ -160,12 +160,8 @@ class R9kQwenGatedDeltaNetAttention(QwenGatedDeltaNetAttention):
     def __init__(self, config, vllm_config, prefix: str = "", *args, **kwargs):
         super().__init__(config, vllm_config, prefix, *args, **kwargs)
         self._r9k_key = None
-        choice = _common.choose(OP, prefix)
+        choice = _common.eligible_choice(OP, prefix, lambda: ineligible(self, vllm_config))
         if choice is None:
-            return
-        reason = ineligible(self, vllm_config)
-        if reason:
-            _common.keep(OP, prefix, reason)
             return
         self._r9k_key = f"{prefix}:{OP}"
         _common.STATE[self._r9k_key] = _GdnState(self, choice.fn)

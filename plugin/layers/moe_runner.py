@@ -106,23 +106,17 @@ def routing_ineligible(router, quant_method) -> str:
 
 def attach_routing(runner, layer: str) -> None:
     """Give ``runner.router`` this project's routing when the table says so and it is eligible."""
-    choice = _common.choose(ROUTE, layer)
-    if choice is None:
-        return
-    try:
-        qm = runner._quant_method
-    except Exception:  # noqa: BLE001 - not built yet: judged by the router alone
-        qm = None
-    reason = routing_ineligible(runner.router, qm)
-    if reason:
-        _common.keep(ROUTE, layer, reason)
-        return
-    key = f"{layer}:{ROUTE}"
-    _common.STATE[key] = _RouteState(runner.router, choice.fn)
-    runner.router._r9k_key = key
-    runner.router._r9k_op = _route_op()
-    _common.swap_class(runner.router, _RouterMixin)
-    _common.installed(ROUTE, layer)
+    def ineligible() -> str:
+        try:
+            qm = runner._quant_method
+        except Exception:  # noqa: BLE001 - not built yet: judged by the router alone
+            qm = None
+        return routing_ineligible(runner.router, qm)
+
+    choice = _common.eligible_choice(ROUTE, layer, ineligible)
+    if choice is not None:
+        _common.install(ROUTE, layer, runner.router, _RouteState(runner.router, choice.fn), _route_op(),
+                        _RouterMixin)
 
 
 # ------------------------------------------------------------------------------------ shared expert
@@ -221,23 +215,15 @@ def shared_ineligible(m) -> str:
 
 def attach_shared_expert(module, layer: str) -> None:
     """Give the shared-expert MLP ``module`` this project's kernel when chosen and eligible."""
-    choice = _common.choose(SHARED, layer)
+    choice = _common.eligible_choice(SHARED, layer, lambda: shared_ineligible(module))
     if choice is None:
         return
-    reason = shared_ineligible(module)
-    if reason:
-        _common.keep(SHARED, layer, reason)
-        return
-    key = f"{layer}:{SHARED}"
-    _common.STATE[key] = _SharedState(module, choice.fn, layer)
-    module._r9k_key = key
     # keep the plain weights on the CPU backend (they are converted at the first call; vLLM's own path,
     # the fallback, then uses F.linear)
     for lin in (module.gate_up_proj, module.down_proj, module.expert_gate):
         lin._cpu_skip_gemm_dispatch = True
-    module._r9k_op = _shared_op()
-    _common.swap_class(module, _SharedExpertMixin)
-    _common.installed(SHARED, layer)
+    _common.install(SHARED, layer, module, _SharedState(module, choice.fn, layer), _shared_op(),
+                    _SharedExpertMixin)
 
 
 # ------------------------------------------------------------------------------------------ runner

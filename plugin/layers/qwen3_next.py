@@ -106,19 +106,9 @@ def ineligible(m) -> str:
 
 def attach(m, layer: str) -> None:
     """Give attention module ``m`` this project's q/k norm + rope when chosen and eligible."""
-    choice = _common.choose(OP, layer)
-    if choice is None:
-        return
-    reason = ineligible(m)
-    if reason:
-        _common.keep(OP, layer, reason)
-        return
-    key = f"{layer}:{OP}"
-    _common.STATE[key] = _QkState(m, choice.fn)
-    m._r9k_key = key
-    m._r9k_op = _qk_op()
-    _common.swap_class(m, _AttentionMixin)
-    _common.installed(OP, layer)
+    choice = _common.eligible_choice(OP, layer, lambda: ineligible(m))
+    if choice is not None:
+        _common.install(OP, layer, m, _QkState(m, choice.fn), _qk_op(), _AttentionMixin)
 
 
 class R9kQwen3NextForCausalLM(Qwen3NextForCausalLM):
