@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from r9k.registry import envvars
+
 REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO.parent / "shared" / "reference"
 
@@ -13,9 +15,9 @@ REFERENCE = REPO.parent / "shared" / "reference"
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory, monkeypatch):
     # each test run gets its own parse cache and manifest folder
-    monkeypatch.setenv("R9K_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "r9k-cache"))
+    monkeypatch.setenv(envvars.CACHE_DIR.name, str(tmp_path_factory.getbasetemp() / "r9k-cache"))
     for k in list(os.environ):
-        if k.startswith("R9K_") and k not in ("R9K_CACHE_DIR",):
+        if k.startswith(envvars.PREFIX) and k != envvars.CACHE_DIR.name:
             monkeypatch.delenv(k)
 
 
@@ -36,7 +38,7 @@ def r9kctl(tmp_path):
     def run(*args, env=None, cwd=None):
         e = dict(os.environ)
         e.update(env or {})
-        e["R9K_PLAIN"] = "1"
+        e[envvars.PLAIN.name] = "1"
         p = subprocess.run([sys.executable, "-m", "r9k.r9kctl.cli", *args], capture_output=True, text=True,
                            env=e, cwd=cwd or tmp_path, timeout=120)
         return p.returncode, p.stdout, p.stderr

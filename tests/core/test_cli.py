@@ -4,6 +4,8 @@ import re
 
 import pytest
 
+from r9k.registry import envvars
+
 
 def write(d, name, text):
     d.mkdir(exist_ok=True)
@@ -143,7 +145,7 @@ def test_launch_dry_run_and_refusal(r9kctl):
     assert ("serve" in argv or "vllm.entrypoints.openai.api_server" in argv)
     assert "/models/Qwen3.8-Flash-Next" in argv and argv[argv.index("--tensor-parallel-size") + 1] == "4"
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.98"
-    assert plan["env"]["R9K_MANIFEST"].endswith(f"tp4-default-tp4-{plan['manifest']['hash']}.json")
+    assert plan["env"][envvars.MANIFEST.name].endswith(f"tp4-default-tp4-{plan['manifest']['hash']}.json")
     assert plan["env"]["R9K_HC_FP8_DECODE"] == "1"
     code, out, err = r9kctl("launch", "--profile", "tp4-default", "--dry-run", "--set", "R9K_ROUTER=fast")
     assert code == 2 and "refusing to launch" in err and "error[bad-value]" in err

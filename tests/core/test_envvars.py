@@ -91,7 +91,7 @@ def test_an_installed_copy_writes_its_ledger_to_the_state_dir(tmp_path, monkeypa
     pkg = tmp_path / "site-packages" / "r9k" / "registry"
     (pkg / "gates").mkdir(parents=True)
     (pkg / "gates" / "ledger.jsonl").write_text('{"shipped": 1}\n')
-    monkeypatch.delenv("R9K_LEDGER", raising=False)
+    monkeypatch.delenv(envvars.LEDGER.name, raising=False)
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     monkeypatch.setattr(ledger, "_PACKAGE_DIR", pkg.resolve())
     path = ledger.ledger_path(pkg)

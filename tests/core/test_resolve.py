@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from r9k.registry import load_registry
+from r9k.registry import envvars, load_registry
 from r9k.registry.resolve import ResolvedSet, resolve
 
 
@@ -62,7 +62,7 @@ def test_unknown_env_knob_warns_with_suggestion(reg):
 
 
 def test_control_variables_are_not_knobs(reg):
-    rs = resolve(reg, "tp4-default", env={"R9K_MANIFEST": "/x", "R9K_PROFILE": "tp4-default"})
+    rs = resolve(reg, "tp4-default", env={envvars.MANIFEST.name: "/x", envvars.PROFILE.name: "tp4-default"})
     assert rs.diagnostics == []
 
 

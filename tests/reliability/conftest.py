@@ -2,6 +2,8 @@ import os
 
 import pytest
 
+from r9k.registry import envvars
+
 from .harness import Tree
 
 
@@ -15,5 +17,5 @@ def _clean_env(tmp_path_factory, monkeypatch):
     for k in list(os.environ):
         if k.startswith("R9K_") or k.startswith("_R9K_"):
             monkeypatch.delenv(k)
-    monkeypatch.setenv("R9K_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "r9k-cache"))
-    monkeypatch.setenv("R9K_PLAIN", "1")
+    monkeypatch.setenv(envvars.CACHE_DIR.name, str(tmp_path_factory.getbasetemp() / "r9k-cache"))
+    monkeypatch.setenv(envvars.PLAIN.name, "1")

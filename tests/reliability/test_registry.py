@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from r9k.registry import envvars
+
 from .harness import REPO, Case, case_id, check
 from .test_files import NEW_RELEASE, NEW_VARIANT, PROFILE, REG
 
@@ -183,14 +185,14 @@ def _consistency():
         text = replace(NEW_VARIANT, 'state = "opt-in"', 'state = "default-on"') + \
             f'\n[variant.gate]\nkind = ["bit-exact"]\ntests = ["{tests}"]\n'
         yield Case(f"consistency/gate-test/{name}", REG + v, {VFILE: text}, 2, "zz-extra.toml",
-                   line_of(text, "tests ="), "unknown-test", env={"R9K_REPO_ROOT": str(REPO)})
+                   line_of(text, "tests ="), "unknown-test", env={envvars.REPO_ROOT.name: str(REPO)})
     # an opt-in variant's missing gate test is an error of the profile that switches it on
     text = NEW_VARIANT + '\n[variant.gate]\nkind = ["bit-exact"]\ntests = ["kernels/router/test_nope.py"]\n'
     prof = replace(PROFILE, 'R9K_ROUTER = "r9k"', 'R9K_ZZ_EXTRA = "1"')
     yield Case("consistency/gate-test/opt-in-switched-on", REG + ["validate", "-p", "bad"], {VFILE: text, PFILE: prof},
-               2, "zz-extra.toml", line_of(text, "tests ="), "unknown-test", env={"R9K_REPO_ROOT": str(REPO)})
+               2, "zz-extra.toml", line_of(text, "tests ="), "unknown-test", env={envvars.REPO_ROOT.name: str(REPO)})
     yield Case("consistency/gate-test/opt-in-left-off", REG + ["validate", "-p", "tp4-default"], {VFILE: text}, 0,
-               errors=None, env={"R9K_REPO_ROOT": str(REPO)})
+               errors=None, env={envvars.REPO_ROOT.name: str(REPO)})
     # releases
     text = replace(NEW_RELEASE, 'date = "2030-01-01"', 'date = "2020-01-01"')
     yield Case("consistency/release/previous-dated-later", REG + v, {RFILE: text}, 2, "v9.9.9.toml",

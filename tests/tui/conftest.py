@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from r9k.registry import envvars
+
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -27,9 +29,9 @@ def _workspace(tmp_path: Path, monkeypatch, registry_src: Path, profiles_src: Pa
     for name in list(os.environ):
         if name.startswith("R9K_"):
             monkeypatch.delenv(name)
-    monkeypatch.setenv("R9K_REGISTRY", str(reg))
-    monkeypatch.setenv("R9K_PROFILES_DIR", str(prof))
-    monkeypatch.setenv("R9K_CACHE_DIR", str(ws / "cache"))
+    monkeypatch.setenv(envvars.REGISTRY.name, str(reg))
+    monkeypatch.setenv(envvars.PROFILES_DIR.name, str(prof))
+    monkeypatch.setenv(envvars.CACHE_DIR.name, str(ws / "cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(ws / "config"))  # no user keymap
     monkeypatch.chdir(ws)
     return ws

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Static
 
+from r9k.registry import envvars
 from r9k.registry.loader import load_registry
 from r9k.registry.memory import cost_if_toggled
 from r9k.registry.resolve import resolve
@@ -278,7 +279,7 @@ def test_launch_shows_dry_run_and_refuses_invalid(workspace):
             assert isinstance(app.screen, LaunchScreen)
             plan = app.screen.plan
             assert plan.ok and "--tensor-parallel-size" in plan.argv and "2" in plan.argv
-            assert plan.env["R9K_PROFILE"] == "tp2-default"
+            assert plan.env[envvars.PROFILE.name] == "tp2-default"
             await pilot.press("escape")
             await pilot.pause()
             # make it invalid: refused, no launch button
