@@ -68,10 +68,12 @@ def _set_ops(m, mix: str | None, combine_norm: bool):
 
 
 def _run(pair, x, blk):
+    from r9k.kernels.decode_step.schedule import hc_module
+
     (a, _), (b, _) = pair
     with torch.no_grad():
-        block_a, st = a.enter(x, None)
-        block_b, _ = b.enter(None, (a, blk, st))
+        res, block_a, carry = hc_module(a, x)
+        _, block_b, _ = hc_module(b, res, (blk, carry))
     return block_a, block_b
 
 
@@ -118,6 +120,7 @@ def test_fused_halves_match_an_fp64_reference(rows, mix, combine_norm):
 
 def test_a_wrong_fold_fails_this_check():
     """The check can fail: module B folding A's output with a 1% error in the injected term is caught."""
+    from r9k.kernels.decode_step.schedule import hc_module
     from r9k.plugin.models import hc
 
     pair = _pair(seed=3)
@@ -129,10 +132,10 @@ def test_a_wrong_fold_fails_this_check():
     for m, _ in pair:
         _set_ops(m, "hc_mix", False)
     with torch.no_grad():
-        _, st = a.enter(x, None)
-        good = hc.fold(a, blk, st)
-        wrong = (st.res.double() + (good.double() - st.res.double()) * 1.01).to(torch.bfloat16)
-        block_b, _ = b.enter(wrong, None)
+        res, _, carry = hc_module(a, x)
+        good = hc.fold(carry, res, blk)
+        wrong = (res.double() + (good.double() - res.double()) * 1.01).to(torch.bfloat16)
+        _, block_b, _ = hc_module(b, wrong)
     assert _err(block_b, ref_b) > 1.5 * _err(stock_b, ref_b) + 5e-4, (_err(block_b, ref_b), _err(stock_b, ref_b))
 
 
@@ -141,12 +144,14 @@ def test_fp8_mix_matches_the_dequantized_fp64_reference(rows):
     """R9K_HC_FP8_DECODE's mix (W8A16 on fp8 copies with per-row scales, after the fused combine + norm)
     against transformers' module in fp64 on the exactly dequantized weights: relative L2 error of the block
     input < 1e-2 (bf16 roundings only; the original's gate allowed 2e-2)."""
+    from r9k.kernels.decode_step.schedule import hc_module
+
     pair = _pair(seed=5)
     (a, ra), _ = pair
     x = torch.randn(rows, HC * HIDDEN).to(torch.bfloat16)
     _set_ops(a, "hc_mix_fp8", True)
     with torch.no_grad():
-        block, _ = a.enter(x, None)
+        block = hc_module(a, x)[1]
         dq, ds, uq, us = a._hc_weights
         down = dq.double() * ds.double()[:, None]
         sd = ra.state_dict()
