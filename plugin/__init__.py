@@ -3,8 +3,8 @@
 vLLM calls :func:`register` in every process it starts (API server, engine core, each worker),
 possibly more than once. It:
 
-1. resolves the active set (the manifest of ``r9kctl launch``, else ``R9K_PROFILE``, else the shipped
-   default for ``R9K_TP``) with the core resolver and validator, and raises
+1. resolves the active set (the manifest of ``r9kctl launch``, else the profile ``envvars.PROFILE`` names,
+   else the shipped default for the TP size in ``envvars.TP``) with the core resolver and validator, and raises
    :class:`~r9k.plugin.startup.StartupError` with the located messages of ``r9kctl validate`` on any
    error, before vLLM builds the model or loads weights;
 2. checks that this process agrees with the launch (hash of the resolved set);

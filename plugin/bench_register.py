@@ -6,7 +6,7 @@ first imports what vLLM has imported by the time it loads its general plugins in
 with ``time.perf_counter``. Cases:
 
 * ``inactive``:    no R9K_* variable (plain vLLM use with the package installed);
-* ``first-cold``:  R9K_PROFILE=cpu-smoke, empty caches: the registry's TOML is parsed (once per
+* ``first-cold``:  profile cpu-smoke (``envvars.PROFILE``), empty caches: the registry's TOML is parsed (once per
                    machine and registry change);
 * ``first``:       the first process of a launch (the API server): full resolution and validation,
                    registry snapshot cached;

@@ -64,7 +64,7 @@ def cache_dir() -> Path:
 def load_registry_cached(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None):
     """Same result as ``r9k.registry.load_registry(root, profile_dirs)``, from a snapshot when fresh.
 
-    ``R9K_NO_REGISTRY_CACHE=1`` bypasses the cache (used by the benchmark to measure both paths).
+    ``envvars.NO_REGISTRY_CACHE`` set to 1 bypasses the cache (used by the benchmark to measure both paths).
     """
     from r9k.registry.loader import default_profile_dirs, default_registry_root, load_registry
 

@@ -190,8 +190,8 @@ def prepare_launch(rs, warnings: list[str], env: dict) -> dict[str, str]:
     """For a launcher that has just validated ``rs`` (``r9kctl launch``): write the snapshot and return
     the variables to add to vLLM's environment, so that even the API server (the first vLLM process)
     loads the snapshot instead of resolving again. ``env`` is the complete environment vLLM will get
-    (caller's environment plus what the launch exports, ``R9K_MANIFEST`` included); the digest is taken
-    over it, so a process started with anything else resolves in full.
+    (caller's environment plus what the launch exports, the manifest variable ``envvars.MANIFEST``
+    included); the digest is taken over it, so a process started with anything else resolves in full.
 
     Call it after the manifest is written: its bytes are part of the digest.
     """

@@ -2,12 +2,12 @@
 
 Where the set comes from (first that applies):
 
-1. ``R9K_MANIFEST``: the manifest ``r9kctl launch`` wrote after validating. The process re-resolves
+1. ``envvars.MANIFEST``: the manifest ``r9kctl launch`` wrote after validating. The process re-resolves
    the manifest's profile at its TP size against its own environment with the core resolver (the
    same layers and checks as ``r9kctl validate``) and refuses to start when the result differs from
    the manifest (hash mismatch: the environment or the registry changed since the launch validated).
-2. ``R9K_PROFILE`` (started by hand): that profile, at ``R9K_TP`` if set.
-3. ``R9K_TP`` or any declared knob in the environment: the shipped default profile for that TP size
+2. ``envvars.PROFILE`` (started by hand): that profile, at the TP size in ``envvars.TP`` if set.
+3. ``envvars.TP`` or any declared knob in the environment: the shipped default profile for that TP size
    (``tp<N>-default``).
 4. Nothing of the above: the plugin is inactive in this process (a vLLM that merely has the package
    installed is left alone).
@@ -17,7 +17,7 @@ in a :class:`StartupError`, raised from ``register()``, i.e. before vLLM builds 
 any weight.
 
 Agreement between processes: the first plugin process of a launch exports the hash of its resolved
-set as ``_R9K_LAUNCH_HASH`` (inherited by the engine core and the workers it spawns, and copied to
+set as ``envvars.LAUNCH_HASH`` (inherited by the engine core and the workers it spawns, and copied to
 Ray workers because it is declared to vLLM's env registry); every later process compares its own
 hash with it and refuses to start on a mismatch.
 """
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 LAUNCH_HASH_VAR = envvars.LAUNCH_HASH.name
 #: The pid of the process that exported it (``r9kctl launch`` exec's into the API server: same pid).
 LAUNCH_PID_VAR = envvars.LAUNCH_PID.name
-#: Where the status file goes when R9K_STATUS_FILE is not set (exported for the child processes).
+#: Names the status file; when it is unset, the first process picks one and exports it for the others.
 STATUS_FILE_VAR = envvars.STATUS_FILE.name
 
 
@@ -89,7 +89,7 @@ class Active:
 
     rs: "ResolvedView"  # r9k.registry.resolve.ResolvedSet, or the launch snapshot's LightSet
     reg: object  # r9k.registry.loader.Registry
-    origin: str  # "manifest <path>", "R9K_PROFILE", "default for TP n"
+    origin: str  # "manifest <path>", the name of envvars.PROFILE, "shipped default for TP n"
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -109,9 +109,9 @@ def candidate_knobs(environ: Mapping[str, str]) -> list[str]:
 
 def wants_activation(environ: Mapping[str, str]) -> bool:
     """Whether anything in the environment asks for this project's stack: an activator (manifest, profile,
-    TP size) or a knob the registry declares. Control variables alone (``R9K_NO_CACHE``, ``R9K_CACHE_DIR``,
-    ...) and ``R9K_*`` names that are no knob (``R9K_LOG_LEVEL``) leave it inactive; the latter are
-    logged once, with a did-you-mean when one is close to a knob."""
+    TP size) or a knob the registry declares. Control variables alone (``envvars.NO_CACHE``,
+    ``envvars.CACHE_DIR``, ...) and ``R9K_*`` names that are no knob (``R9K_LOG_LEVEL``) leave it
+    inactive; the latter are logged once, with a did-you-mean when one is close to a knob."""
     if any(v.get(environ) for v in ACTIVATORS):
         return True
     names = candidate_knobs(environ)
@@ -328,7 +328,7 @@ def apply_profile_env(active: Active, environ=None) -> list[str]:
 
 
 def default_status_file(environ=None) -> str:
-    """The status file of this launch: R9K_STATUS_FILE, else next to the manifest, else in the cache.
+    """The status file of this launch: ``envvars.STATUS_FILE``, else next to the manifest, else in the cache.
     The first process decides and exports it, so that every process of the launch writes the same."""
     environ = os.environ if environ is None else environ
     path = environ.get(STATUS_FILE_VAR)

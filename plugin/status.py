@@ -1,6 +1,6 @@
 """The server's active set, for clients: a status file, and the HTTP route ``GET /r9k/status``.
 
-The status file (``$R9K_STATUS_FILE``; by default next to the manifest of ``r9kctl launch``) is
+The status file (named by ``envvars.STATUS_FILE``; by default next to the manifest of ``r9kctl launch``) is
 written by every plugin process into its own section (keyed by process name), atomically: the API
 server writes what it resolved at start, the worker of rank 0 rewrites it when the model is built,
 with the implementation each fused op actually got.

@@ -70,6 +70,8 @@ def _finish(name: str, p: argparse.ArgumentParser, help_: str | None) -> None:
         p.epilog = "examples:\n" + "\n".join(f"  {line}" for line in ex.strip("\n").splitlines())
     if p.formatter_class is argparse.HelpFormatter:
         p.formatter_class = argparse.RawDescriptionHelpFormatter
+    # descriptions come from docstrings, which refer to a control variable as envvars.NAME: show its name
+    p.description, p.epilog = (envvars.spell(t) if t else t for t in (p.description, p.epilog))
     _add_globals(p, after=True)
     for action in _subparsers(p):
         helps = {a.dest: a.help for a in action._choices_actions}
@@ -128,7 +130,7 @@ def merge_globals(args: argparse.Namespace) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     """Run one command. Exit codes: 0 fine, 1 warnings under --strict or a failed comparison, 2 bad input
     (one located line per fault), 3 an unexpected exception: one line saying it is a bug, and how to get the
-    traceback (``R9K_DEBUG=1``). A traceback is never printed otherwise."""
+    traceback (``envvars.DEBUG`` set to 1). A traceback is never printed otherwise."""
     words = sys.argv[1:] if argv is None else list(argv)
     if words[:1] == ["__complete"]:  # the shell completion scripts ask here (r9kctl completion SHELL)
         from .completion import complete

@@ -5,7 +5,7 @@
     r9kctl bisect run --dir bisect/r3 --dataset FILE --url-template http://127.0.0.1:{port} \\
         --launch "vllm serve /models/x --port {port}"      launch / record / stop each step until it concludes
 
-By hand: launch the printed step (its manifest via R9K_MANIFEST, or the printed --set list), record it with
+By hand: launch the printed step (its manifest via ``envvars.MANIFEST``, or the printed --set list), record it with
 the printed ``r9kctl eval record`` command into the bisect directory, then ask ``status`` again.
 Modes, criteria and the step layout: ``r9k.r9kctl.evidence.bisect``.
 """

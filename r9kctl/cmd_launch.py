@@ -1,5 +1,5 @@
 """``r9kctl launch --profile P``: validate, then start ``vllm serve`` with the resolved set handed to the
-plugin (``R9K_MANIFEST``). ``--dry-run`` prints the exact command and environment instead: pasted into a
+plugin (``envvars.MANIFEST``). ``--dry-run`` prints the exact command and environment instead: pasted into a
 shell they start the same server (the manifest they name is written, the model reference is a path)."""
 from __future__ import annotations
 

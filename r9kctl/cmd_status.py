@@ -1,8 +1,9 @@
 """``r9kctl status``: the active set of a running server, as the server reports it.
 
 Reads ``GET <url>/r9k/status`` (the plugin's route) with ``--url``, or the plugin's status file with
-``--file`` (default: ``$R9K_STATUS_FILE``). Shows the profile, the hash each vLLM process resolved, and
-for every variant not at its stock value: knob, value, provenance and the implementation in use.
+``--file`` (default: the file ``envvars.STATUS_FILE`` names). Shows the profile, the hash each vLLM
+process resolved, and for every variant not at its stock value: knob, value, provenance and the
+implementation in use.
 
 Exit codes: 0 the processes agree, 1 they report different hashes, 2 no status could be read.
 """

@@ -14,8 +14,8 @@ from .output import diagnostics
 
 def registry_location(args=None) -> tuple[Optional[Path], Optional[list[Path]]]:
     """(registry root, profile folders) named by the global options ``--registry`` / ``--profiles-dir``
-    in ``args``; None for what they leave at the loader's default ($R9K_REGISTRY, the packaged tree;
-    the packaged profiles plus $R9K_PROFILES_DIR). ``--profiles-dir`` folders come after those."""
+    in ``args``; None for what they leave at the loader's default (``envvars.REGISTRY``, else the packaged
+    tree; the packaged profiles plus ``envvars.PROFILES_DIR``). ``--profiles-dir`` folders come after those."""
     if args is None:
         return None, None
     if hasattr(args, "registry_root"):  # already worked out by cli.main

@@ -1,7 +1,7 @@
 """The launch path shared by ``r9kctl launch`` and the control panel: validate, write the resolved
 manifest, build the ``vllm serve`` argument list and environment, then start it (never through a shell).
 
-The plugin in every vLLM process reads the manifest named by ``R9K_MANIFEST``, so the server runs
+The plugin in every vLLM process reads the manifest named by ``envvars.MANIFEST``, so the server runs
 exactly the set that was validated here (its hash is checked again there).
 """
 from __future__ import annotations

@@ -68,9 +68,9 @@ _ADAPTERS_CACHE: dict[tuple, Adapters] = {}
 
 
 def default_repo_root() -> Path:
-    """Where gate-test paths (``kernels/router/test_router.py::...``) are relative to: ``$R9K_REPO_ROOT``,
+    """Where gate-test paths (``kernels/router/test_router.py::...``) are relative to: ``envvars.REPO_ROOT``,
     else the folder holding this code's ``kernels/`` (the repository; ``site-packages/r9k`` when installed).
-    Gate tests are code, so a registry tree kept elsewhere (``R9K_REGISTRY``) still finds them."""
+    Gate tests are code, so a registry tree kept elsewhere (``envvars.REGISTRY``) still finds them."""
     from . import envvars
 
     forced = envvars.REPO_ROOT.get()
@@ -88,7 +88,7 @@ def _line_of(text: str, needle: str) -> Optional[int]:
 
 def adapters_path() -> Path:
     """``adapters.toml`` beside this module: a fact of the installed code (which adapters the plugin has),
-    so a registry tree kept elsewhere (``R9K_REGISTRY``) does not replace it."""
+    so a registry tree kept elsewhere (``envvars.REGISTRY``) does not replace it."""
     return Path(__file__).resolve().parent / ADAPTERS_FILE
 
 

@@ -11,6 +11,7 @@ Standard library only: the engine, the plugin and the command line all import th
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Optional
@@ -130,6 +131,20 @@ def is_control(name: str) -> bool:
 def declared_to_vllm() -> tuple[str, ...]:
     """The control variables the plugin declares in vLLM's variable registry."""
     return tuple(n for n, v in ALL.items() if v.vllm)
+
+
+_REFERENCE = re.compile(r"\benvvars\.([A-Z][A-Z0-9_]*)\b")
+
+
+def spell(text: str) -> str:
+    """``text`` with each reference ``envvars.NAME`` to a variable here replaced by the variable's name, for
+    a reader who sets it (a command's ``--help``, built from docstrings that refer to ``envvars.MANIFEST``
+    rather than spelling the name). Other text, ``envvars.cache_dir()`` included, is left as it is."""
+    def name(m: "re.Match[str]") -> str:
+        var = globals().get(m.group(1))
+        return var.name if isinstance(var, EnvVar) else m.group(0)
+
+    return _REFERENCE.sub(name, text)
 
 
 def state_dir(environ: Optional[Mapping[str, str]] = None) -> Path:

@@ -1,6 +1,6 @@
 """The gate ledger: which declared gate tests passed, on what, and for which version of the sources.
 
-File: ``registry/gates/ledger.jsonl`` (``<registry root>/gates/ledger.jsonl``, or ``$R9K_LEDGER``; an installed
+File: ``registry/gates/ledger.jsonl`` (``<registry root>/gates/ledger.jsonl``, or ``envvars.LEDGER``; an installed
 copy writes to the user's state directory instead, see :func:`ledger_path`), append-only JSON Lines, one line per gate run of one variant, written by ``r9kctl gate``::
 
     {"variant": "router_gemm", "tests": ["kernels/router/test_router.py"], "result": "pass",
@@ -74,7 +74,7 @@ def registry_root(reg_or_root: Any) -> Path:
 
 def repo_root(reg_or_root: Any) -> Path:
     """Source paths and pytest ids are relative to the repository root: the registry folder's parent, or
-    ``$R9K_REPO_ROOT`` (for a registry tree kept outside the repository whose code it describes)."""
+    ``envvars.REPO_ROOT`` (for a registry tree kept outside the repository whose code it describes)."""
     forced = envvars.REPO_ROOT.get()
     return Path(forced).resolve() if forced else registry_root(reg_or_root).resolve().parent
 
@@ -89,7 +89,7 @@ def installed_copy(root: Path) -> bool:
 
 
 def ledger_path(reg_or_root: Any) -> Path:
-    """The ledger file: ``$R9K_LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl`` (a checkout's
+    """The ledger file: ``envvars.LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl`` (a checkout's
     ledger is the repository's). An installed copy uses ``<state dir>/gates/ledger-<version>.jsonl``
     (:func:`r9k.registry.envvars.state_dir`), started from the packaged ledger on first use, so records
     are never written into the installed package."""

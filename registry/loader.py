@@ -6,7 +6,7 @@ Layout of a registry tree::
     <root>/releases/<version>.toml  one release manifest each (schema.Release)
     <root>/models.toml              [[model]] tables (schema.ModelSpec)
 
-Profiles live in the packaged ``profiles/`` folder, plus any folder named by ``R9K_PROFILES_DIR``
+Profiles live in the packaged ``profiles/`` folder, plus any folder named by ``envvars.PROFILES_DIR``
 (os.pathsep-separated) or passed as ``profile_dirs``; a later folder's profile replaces an earlier one
 of the same name.
 
@@ -174,8 +174,8 @@ class _ParseCache:
     """Parsed TOML by (path, mtime, size), pickled in the user's cache directory.
 
     The standard library's TOML parser is pure Python (~45 ms for the whole registry); unpickling the
-    parsed data is ~3 ms. Any problem with the cache file just means parsing again; R9K_NO_CACHE=1
-    turns it off. Only files that parse cleanly are cached.
+    parsed data is ~3 ms. Any problem with the cache file just means parsing again;
+    ``envvars.NO_CACHE`` set to 1 turns it off. Only files that parse cleanly are cached.
     """
 
     def __init__(self) -> None:

@@ -112,12 +112,6 @@ def hc_mix_fp8(xn, down_q, down_s, up_q, up_s, out_buf=None, out_block=None, *,
 
 # ------------------------------------------------------------------------------ fp64 references
 
-def down_fp64(xn, w, scale=None):
-    """fp64 down GEMM (weights as given, scaled per row if ``scale``), no rounding."""
-    y = xn.double() @ w.double().t()
-    return y * scale.double()[None, :] if scale is not None else y
-
-
 def mix_fp64(xn, lora, w_up, up_scale=None, hc_count: int = HC):
     """fp64 reference of stock's up + gated mean from a given bf16 ``lora``: the up GEMM exact then
     rounded to bf16 (as stock's GEMM output), sigmoid, mean over streams, all in fp64."""

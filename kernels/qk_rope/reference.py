@@ -51,41 +51,10 @@ def qk_norm_rope_gate(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch
     return q, k, gate
 
 
-def rope_input_slack(qkv, q_weight, k_weight, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim=256,
-                     eps=1e-6, mrope_section=MROPE_SECTION, mrope_interleaved=True):
-    """(q, k): per output element, what one bf16 rounding of the normed input ``y`` (stock rounds it before
-    the rope; the fused kernel does not) can move the rotated value: ``ulp(x1)|cos| + ulp(x2)|sin|`` on the
-    rotated dims, ``ulp(y)`` on the others. Where the two rotated terms nearly cancel this is many ulps of
-    the (small) result, so a bound of one ulp of the result alone cannot hold for a correct kernel."""
-    from r9k.kernels._testing import bf16_ulp
-
-    T = qkv.shape[0]
-    hq, hkv, D = num_heads, num_kv_heads, head_dim
-    x = qkv.double()
-    q = x[:, : hq * 2 * D].view(T, hq, 2 * D)[..., :D]
-    k = x[:, hq * 2 * D: hq * 2 * D + hkv * D].reshape(T, hkv, D)
-    rot = cos_sin_cache.shape[-1]
-    half = rot // 2
-    cs = cos_sin_cache.double()[positions]
-    if positions.dim() == 1:
-        cos, sin = cs[:, None, :half].abs(), cs[:, None, half:].abs()
-    else:
-        sel = torch.tensor(mrope_selector(half, mrope_section, mrope_interleaved), device=qkv.device)
-        idx = sel.view(1, 1, half).expand(1, T, half)
-        cos = cs[..., :half].gather(0, idx)[0][:, None, :].abs()
-        sin = cs[..., half:].gather(0, idx)[0][:, None, :].abs()
-
-    def one(v, w):
-        u = bf16_ulp(v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.double()))
-        u1, u2 = u[..., :half], u[..., half:rot]
-        return torch.cat((u1 * cos + u2 * sin, u2 * cos + u1 * sin, u[..., rot:]), dim=-1)
-
-    return one(q, q_weight).reshape(T, -1), one(k, k_weight).reshape(T, -1)
-
-
-def qk_norm_rope_fp64(qkv, q_weight, k_weight, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim=256,
-                      eps=1e-6, mrope_section=MROPE_SECTION, mrope_interleaved=True):
-    """(q, k) of the same formula in fp64, no intermediate rounding."""
+def _heads_and_angles(qkv, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim, mrope_section,
+                      mrope_interleaved):
+    """fp64 views of the q and k heads of ``qkv`` ([T, hq, D], [T, hkv, D]; the gate half of each q head left
+    out), the cos and sin of each token's rotated pairs ([T, 1, rot/2], MRoPE sections resolved) and ``rot``."""
     T = qkv.shape[0]
     hq, hkv, D = num_heads, num_kv_heads, head_dim
     x = qkv.double()
@@ -101,6 +70,37 @@ def qk_norm_rope_fp64(qkv, q_weight, k_weight, positions, cos_sin_cache, num_hea
         idx = sel.view(1, 1, half).expand(1, T, half)
         cos = cs[..., :half].gather(0, idx)[0][:, None, :]
         sin = cs[..., half:].gather(0, idx)[0][:, None, :]
+    return q, k, cos, sin, rot
+
+
+def rope_input_slack(qkv, q_weight, k_weight, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim=256,
+                     eps=1e-6, mrope_section=MROPE_SECTION, mrope_interleaved=True):
+    """(q, k): per output element, what one bf16 rounding of the normed input ``y`` (stock rounds it before
+    the rope; the fused kernel does not) can move the rotated value: ``ulp(x1)|cos| + ulp(x2)|sin|`` on the
+    rotated dims, ``ulp(y)`` on the others. Where the two rotated terms nearly cancel this is many ulps of
+    the (small) result, so a bound of one ulp of the result alone cannot hold for a correct kernel."""
+    from r9k.kernels._testing import bf16_ulp
+
+    T = qkv.shape[0]
+    q, k, cos, sin, rot = _heads_and_angles(qkv, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim,
+                                            mrope_section, mrope_interleaved)
+    cos, sin, half = cos.abs(), sin.abs(), rot // 2
+
+    def one(v, w):
+        u = bf16_ulp(v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.double()))
+        u1, u2 = u[..., :half], u[..., half:rot]
+        return torch.cat((u1 * cos + u2 * sin, u2 * cos + u1 * sin, u[..., rot:]), dim=-1)
+
+    return one(q, q_weight).reshape(T, -1), one(k, k_weight).reshape(T, -1)
+
+
+def qk_norm_rope_fp64(qkv, q_weight, k_weight, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim=256,
+                      eps=1e-6, mrope_section=MROPE_SECTION, mrope_interleaved=True):
+    """(q, k) of the same formula in fp64, no intermediate rounding."""
+    T = qkv.shape[0]
+    q, k, cos, sin, rot = _heads_and_angles(qkv, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim,
+                                            mrope_section, mrope_interleaved)
+    half = rot // 2
 
     def one(v, w):
         y = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.double())

@@ -6,7 +6,7 @@ values differ are the candidates. Candidates that must move together become one 
 would give a configuration neither profile describes and validation would reject). Groups keep registry order.
 
 Steps. Each step is a complete configuration, written as a resolved manifest (``rs.to_manifest()``, the
-file ``R9K_MANIFEST`` points vLLM's plugin at):
+file the manifest variable ``envvars.MANIFEST`` points vLLM's plugin at):
 
 * ``binary`` mode: step ``pK`` = the good profile with the first K groups switched to the bad profile's
   values; ``p0`` is the good profile, ``pM`` the bad one. Assuming one change point along that path, a
@@ -344,7 +344,7 @@ def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template
     """Launch, evaluate and stop each step the search asks for, until it concludes.
 
     ``launch`` is a command line with placeholders ``{manifest}``, ``{port}``, ``{profile}``, ``{tp}``; it
-    also gets the step's knobs in its environment with ``R9K_MANIFEST``, ``R9K_PROFILE`` and ``R9K_TP``.
+    also gets the step's knobs in its environment with ``envvars.MANIFEST``, ``envvars.PROFILE`` and ``envvars.TP``.
     ``url_template`` is the server's URL with ``{port}``.
     """
     from .dataset import load_dataset

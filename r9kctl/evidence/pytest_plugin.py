@@ -2,11 +2,11 @@
 
 It does three things, all driven by environment variables the gate runner sets, and nothing otherwise:
 
-* ``R9K_GATE_SELECT`` (JSON list of declared test ids): pytest is given the test *files*; this plugin keeps
+* ``envvars.GATE_SELECT`` (JSON list of declared test ids): pytest is given the test *files*; this plugin keeps
   the items the declared ids name and reports ids that name nothing as ``not-found`` instead of letting one
   stale id abort the whole run (pytest exits with a usage error on an unknown node id).
 * tests marked ``gpu`` are skipped when no GPU is visible to torch, and reported as ``needs-gpu``;
-* ``R9K_GATE_EVENTS`` (path): one JSON line per event (``selected``, ``result``, ``finish``) so the runner
+* ``envvars.GATE_EVENTS`` (path): one JSON line per event (``selected``, ``result``, ``finish``) so the runner
   can show progress while pytest runs and learn the platform the tests ran on.
 """
 from __future__ import annotations

@@ -70,7 +70,7 @@ class R9kApp(App):
                  theme: Optional[str] = None, sets: Optional[Mapping[str, object]] = None,
                  registry_root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> None:
         super().__init__()
-        self.registry_root = registry_root  # None: the loader's default ($R9K_REGISTRY, the packaged tree)
+        self.registry_root = registry_root  # None: the loader's default (envvars.REGISTRY, else the packaged tree)
         self.profile_dirs = profile_dirs
         self.start_profile = profile
         self.start_tp = tp

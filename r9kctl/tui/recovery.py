@@ -1,7 +1,8 @@
 """Unsaved edits of a panel that could not ask before it ended (the terminal was closed: SIGHUP, or a
-SIGTERM): written to ``$R9K_CACHE_DIR/tui-recovery.json`` and restored as unsaved edits at the next start,
-so that no way out loses an edit. The file holds variant id -> canonical value (null: the profile's key
-removed), per profile; restored edits go through ``Session.set_value`` / ``reset`` (re-checked, undoable)."""
+SIGTERM): written to ``tui-recovery.json`` in the cache directory (``envvars.cache_dir()``) and restored
+as unsaved edits at the next start, so that no way out loses an edit. The file holds variant id ->
+canonical value (null: the profile's key removed), per profile; restored edits go through
+``Session.set_value`` / ``reset`` (re-checked, undoable)."""
 from __future__ import annotations
 
 import json

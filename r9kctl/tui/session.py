@@ -528,7 +528,7 @@ class Session:
         return path
 
     def save_as_target(self) -> Path:
-        """Where save-as writes: the last extra profile folder ($R9K_PROFILES_DIR / --profiles-dir),
+        """Where save-as writes: the last extra profile folder (``envvars.PROFILES_DIR`` / --profiles-dir),
         else the current profile's folder."""
         dirs = self.profile_dirs_now()
         if len(dirs) > 1:

@@ -28,9 +28,26 @@ def test_resolver_ignores_control_variables_and_flags_unknown_ones():
 
 
 def test_cache_dir_precedence(tmp_path):
-    assert envvars.cache_dir({"R9K_CACHE_DIR": str(tmp_path)}) == tmp_path
+    assert envvars.cache_dir({envvars.CACHE_DIR.name: str(tmp_path)}) == tmp_path
     assert envvars.cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "r9k"
     assert envvars.cache_dir({}) == Path.home() / ".cache" / "r9k"
+
+
+def test_spell_names_the_variables_a_text_refers_to():
+    text = "via ``envvars.MANIFEST`` (or envvars.TP), in envvars.cache_dir(); envvars.NOT_ONE, envvars.PREFIX"
+    assert envvars.spell(text) == (f"via ``{envvars.MANIFEST.name}`` (or {envvars.TP.name}), in "
+                                   "envvars.cache_dir(); envvars.NOT_ONE, envvars.PREFIX")
+    assert envvars.MANIFEST.name == "R9K_MANIFEST"  # the reference, independent of spell
+
+
+def test_help_built_from_docstrings_shows_the_names():
+    """Docstrings refer to ``envvars.MANIFEST``; a user reading ``--help`` sees the name to set."""
+    from r9k.r9kctl.cli import build_parser
+
+    for cmd, var in (("launch", envvars.MANIFEST), ("status", envvars.STATUS_FILE), ("bisect", envvars.MANIFEST)):
+        sub = build_parser(only=cmd)._subparsers._group_actions[0].choices[cmd]
+        text = sub.format_help()
+        assert var.name in text and "envvars." not in text, (cmd, text)
 
 
 def test_launcher_knobs_become_flags_not_variables():
@@ -56,7 +73,7 @@ def test_cli_options_are_arguments_not_environment(tmp_path, capsys, monkeypatch
 
     for v in envvars.ALL.values():
         monkeypatch.delenv(v.name, raising=False)
-    monkeypatch.setenv("R9K_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv(envvars.CACHE_DIR.name, str(tmp_path / "cache"))
     src = Path(__file__).resolve().parents[2] / "profiles" / "cpu-smoke.toml"
     (tmp_path / "mine.toml").write_text(src.read_text())  # a profile is named by its file
     before = dict(os.environ)
@@ -65,7 +82,7 @@ def test_cli_options_are_arguments_not_environment(tmp_path, capsys, monkeypatch
     assert code == 0, out
     assert dict(os.environ) == before  # nothing leaked into this process's environment
     # ... but vLLM's processes are told where the validated profile lives
-    assert f"export R9K_PROFILES_DIR={tmp_path}" in out.splitlines()
+    assert f"export {envvars.PROFILES_DIR.name}={tmp_path}" in out.splitlines()
 
 
 def test_an_installed_copy_writes_its_ledger_to_the_state_dir(tmp_path, monkeypatch):

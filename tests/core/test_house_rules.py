@@ -3,7 +3,8 @@
 * The engine (``registry/``) imports no screen (textual, rich), no vLLM and no torch, and none of the
   parts built on it (r9kctl, the plugin, the kernels); the plugin imports no textual or rich.
 * The engine's code names no model: model facts live in ``registry/models.toml``.
-* This project's own environment variables are spelt in one module, ``registry/envvars.py``.
+* This project's own environment variables are spelt in one module, ``registry/envvars.py``: no other
+  code string, docstring or comment of the engine, the plugin or the command line spells one.
 """
 from __future__ import annotations
 
@@ -131,20 +132,67 @@ def _code_strings(path: Path, with_nodes: bool = False) -> list:
     return out if with_nodes else [(line, s) for line, s, _ in out]
 
 
-def test_control_variables_are_spelt_in_one_module():
+def _docstrings_and_comments(path: Path) -> list[tuple[int, str]]:
+    """The prose of a module: its docstrings (module, classes, functions) and its comments."""
+    import io
+    import tokenize
+
+    source = path.read_text(encoding="utf-8")
+    tree = ast.parse(source, str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                out.append((body[0].lineno, body[0].value.value))
+    out += [(tok.start[0], tok.string) for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+            if tok.type == tokenize.COMMENT]
+    return out
+
+
+def _spelt_control_names(path: Path) -> list[str]:
+    """``file:line: NAME`` for each control variable spelt in ``path``: in a code string, a docstring or
+    a comment (prose refers to it as ``envvars.MANIFEST``; help text is made with ``envvars.spell``)."""
+    import re
+
     from r9k.registry import envvars
 
-    names = sorted(envvars.ALL, key=len, reverse=True)
-    files = [p for folder in ("registry", "plugin", "r9kctl") for p in _py_files(ROOT / folder)]
+    pat = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(sorted(map(re.escape, envvars.ALL), key=len, reverse=True))
+                     + r")(?![A-Za-z0-9_])")
+    rel = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     bad = []
-    for path in files:
-        if path == ENGINE / "envvars.py":
-            continue
-        for line, s in _code_strings(path):
-            hit = next((n for n in names if n in s), None)
-            if hit:
-                bad.append(f"{path.relative_to(ROOT)}:{line}: {hit}")
+    for line, s in _code_strings(path):
+        hit = next((n for n in envvars.ALL if n in s), None)  # a substring: f"{...}R9K_TP" spells it too
+        if hit:
+            bad.append(f"{rel}:{line}: {hit}")
+    for line, s in _docstrings_and_comments(path):
+        for m in pat.finditer(s):
+            bad.append(f"{rel}:{line + s.count(chr(10), 0, m.start())}: {m.group(1)} (docstring or comment)")
+    return bad
+
+
+def test_control_variables_are_spelt_in_one_module():
+    files = [p for folder in ("registry", "plugin", "r9kctl") for p in _py_files(ROOT / folder)]
+    assert len(files) > 50
+    bad = [hit for path in files if path != ENGINE / "envvars.py" for hit in _spelt_control_names(path)]
     assert not bad, "use r9k.registry.envvars instead of spelling the name:\n" + "\n".join(bad)
+
+
+def test_the_spelling_scan_sees_a_name_in_code_docstring_and_comment(tmp_path):
+    """The scan is not vacuous: a control variable's name in a comment, a docstring or a code string is
+    caught, a reference through envvars or a knob's name is not."""
+    probe = tmp_path / "probe.py"
+    probe.write_text('"""Module doc: reads R9K_MANIFEST."""\n'
+                     "from r9k.registry import envvars\n"
+                     "\n"
+                     "def f(env):\n"
+                     '    """Function doc,\n    then ``$R9K_CACHE_DIR``."""\n'
+                     "    # set R9K_DEBUG=1 for a traceback\n"
+                     '    return env.get("R9K_TP"), envvars.PROFILE.get(env), env.get("R9K_ROUTER")  # R9K_TPX\n')
+    hits = [h.split(":", 1)[1] for h in _spelt_control_names(probe)]  # "line: NAME ..."
+    assert hits == ["8: R9K_TP", "1: R9K_MANIFEST (docstring or comment)",
+                    "6: R9K_CACHE_DIR (docstring or comment)", "7: R9K_DEBUG (docstring or comment)"], hits
 
 
 def test_every_project_variable_the_code_names_is_declared():
