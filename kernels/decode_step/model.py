@@ -14,12 +14,15 @@ mixer's output [M, 2560] (what the LM head would read). Per layer:
     HC module (combine previous block output + grouped norm + hc mix) -> token mixer (GDN or attention)
     HC module -> MoE (router, routing, routed experts, shared expert, sum)
 
-and a final HC module collapses the streams (2 x 48 + 1 = 97 modules). The all-reduce after each token
-mixer and MoE is a no-op on one rank. Not modelled: the MTP draft passes, the LM head and sampling.
+and a final HC module collapses the streams (2 x 48 + 1 = 97 modules). That order is
+:mod:`r9k.kernels.decode_step.schedule`'s, which the plugin's vLLM model of the architecture runs too. The
+all-reduce after each token mixer and MoE is a no-op on one rank. Not modelled: the MTP draft passes, the LM
+head and sampling.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
@@ -27,7 +30,7 @@ from typing import Mapping, Optional
 import torch
 import torch.nn.functional as F
 
-from . import plain
+from . import plain, schedule
 from .config import StepConfig
 from .dispatch import STEP_OPS, Chooser, Pick
 
@@ -190,6 +193,29 @@ def _unique_bytes(tensors) -> int:
     return total
 
 
+class _HcModule:
+    """HC module ``i`` of a :class:`DecodeStepModel`, as the shared schedule calls it
+    (:class:`r9k.kernels.decode_step.schedule.HcModule`); the carry is the injection logits [M, hc]."""
+
+    def __init__(self, model: "DecodeStepModel", i: int):
+        self.model, self.i = model, i
+
+    def combine_norm(self, res, block_output, inj):
+        model, cfg = self.model, self.model.cfg
+        with model._p("hc.combine_norm"):
+            return model.picks["hc_combine_norm"].fn(res, block_output, inj, model.hc_w[self.i]["norm"], cfg.eps,
+                                                     cfg.hc)
+
+    def input_mix(self, res, xn):
+        model, cfg, m = self.model, self.model.cfg, self.model.hc_w[self.i]
+        with model._p("hc.mix"):
+            if model.hc_fp8:
+                buf, block = model.picks["hc_mix_fp8"].fn(xn, *m["fp8"], lora_rank=cfg.lora, hc_count=cfg.hc)
+            else:
+                buf, block = model.picks["hc_mix"].fn(xn, m["down"], m["up"], lora_rank=cfg.lora, hc_count=cfg.hc)
+        return block, buf[:, cfg.lora: cfg.lora + cfg.hc]
+
+
 class DecodeStepModel:
     """One profile's decode step over shared :class:`Weights`.
 
@@ -228,6 +254,7 @@ class DecodeStepModel:
             self.hc_w = [dict(m) for m in w.hc]
             if flags.get("hc_free_bf16") == "1":
                 self.notes.append("hc_free_bf16=1 not applied: the bf16 HC weights are in use (fp8 decode off)")
+        self.hc_modules = [_HcModule(self, i) for i in range(w.cfg.hc_modules)]
         self.profile_parts = False  # True: each part runs inside a profiler range "part:<name>"
         self.part_hook = None  # or a callable name -> context manager (e.g. LaunchCounter.part_scope)
         self._alloc_state()
@@ -270,19 +297,6 @@ class DecodeStepModel:
                 v.copy_(st0[k])
 
     # ------------------------------------------------------------------------------------ parts
-
-    def _hc(self, i: int, res: torch.Tensor, blk: Optional[torch.Tensor], inj: Optional[torch.Tensor]):
-        """HC module i: combine (if a block output is pending) + grouped norm + mix.
-        Returns (new residual, block input [M, HD], injection logits [M, hc])."""
-        cfg, m = self.cfg, self.hc_w[i]
-        with self._p("hc.combine_norm"):
-            res, xn = self.picks["hc_combine_norm"].fn(res, blk, inj, m["norm"], cfg.eps, cfg.hc)
-        with self._p("hc.mix"):
-            if self.hc_fp8:
-                buf, block = self.picks["hc_mix_fp8"].fn(xn, *m["fp8"], lora_rank=cfg.lora, hc_count=cfg.hc)
-            else:
-                buf, block = self.picks["hc_mix"].fn(xn, m["down"], m["up"], lora_rank=cfg.lora, hc_count=cfg.hc)
-        return res, block, buf[:, cfg.lora: cfg.lora + cfg.hc]
 
     def _linear(self, x, wq_ws, part: str):
         with self._p(part):
@@ -358,20 +372,16 @@ class DecodeStepModel:
             return self._step(x0)
 
     def _step(self, x0: Optional[torch.Tensor]) -> torch.Tensor:
-        cfg = self.cfg
-        x = self.inp.x0 if x0 is None else x0
-        with self._p("embed_streams"):
-            res = x.repeat(1, cfg.hc)  # the embedding broadcast into the four streams
-        blk = inj = None
-        mod = 0
-        for L, st in zip(self.w.layers, self.state):
-            res, h, inj = self._hc(mod, res, blk, inj)
-            blk = self._gdn(h, L, st) if L["kind"] == "gdn" else self._attn(h, L, st)
-            res, h, inj = self._hc(mod + 1, res, blk, inj)
-            blk = self._moe(h, L)
-            mod += 2
-        _, out, _ = self._hc(mod, res, blk, inj)
-        return out
+        hc = self.hc_modules
+        layers = (functools.partial(self._layer, L=L, st=st, pre_mixer=hc[2 * i], pre_moe=hc[2 * i + 1])
+                  for i, (L, st) in enumerate(zip(self.w.layers, self.state)))
+        return schedule.forward(self.inp.x0 if x0 is None else x0, self.cfg.hc, layers, hc[-1], part=self._p)
+
+    def _layer(self, res, pending, L, st, pre_mixer, pre_moe):
+        """Layer ``L`` (its weights; ``st`` its state) through the shared schedule."""
+        mixer = self._gdn if L["kind"] == "gdn" else self._attn
+        return schedule.decoder_layer(res, pending, pre_mixer, functools.partial(mixer, L=L, st=st), pre_moe,
+                                      functools.partial(self._moe, L=L))
 
     # ------------------------------------------------------------------------------------ memory
 

@@ -453,3 +453,93 @@ def test_text_positions_mrope_equals_1d_rotary(impl, rng, device):
     b = fn(qkv, wq, wk, pos[None, :].expand(3, -1).contiguous(), cache, hq, hkv, D, cfg.eps, cfg.mrope_section, True)
     for x, y in zip(a, b):
         assert torch.equal(x, y)
+
+
+# ---------------------------------------------------------------------------------------- schedule
+
+
+class _RecordingHc:
+    """A stand-in HC module: logs each half with what it was given; its outputs name it."""
+
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def combine_norm(self, res, block_output, carry):
+        self.log.append((self.name, "combine_norm", block_output, carry))
+        return res, f"xn:{self.name}"
+
+    def input_mix(self, res, xn):
+        assert xn == f"xn:{self.name}"  # the mix reads this module's own norm
+        self.log.append((self.name, "mix"))
+        return f"in:{self.name}", f"inj:{self.name}"
+
+
+def _recording_block(log, name):
+    def block(x):
+        log.append((name, x))
+        return f"out:{name}"
+    return block
+
+
+def test_the_schedule_runs_the_documented_order():
+    """docs/semantics.md 2 through stand-ins: per layer HC module -> token mixer -> HC module -> MoE, each module
+    combine + norm (the norm alone for the first) then mix, each pending block output folded in by the next
+    module with the injection logits of the module that made its input; the final module's block input out."""
+    import contextlib
+    import functools
+
+    from r9k.kernels.decode_step import schedule
+
+    log, parts = [], []
+    hc = [_RecordingHc(log, f"hc{i}") for i in range(5)]
+    layers = [functools.partial(schedule.decoder_layer, pre_mixer=hc[2 * i], pre_moe=hc[2 * i + 1],
+                                token_mixer=_recording_block(log, f"mixer{i}"), moe=_recording_block(log, f"moe{i}"))
+              for i in range(2)]
+    x = torch.arange(6.0).view(2, 3)
+
+    def part(name):
+        parts.append(name)
+        return contextlib.nullcontext()
+
+    assert schedule.forward(x, 4, layers, hc[4], part=part) == "in:hc4"
+    assert log == [
+        ("hc0", "combine_norm", None, None), ("hc0", "mix"), ("mixer0", "in:hc0"),
+        ("hc1", "combine_norm", "out:mixer0", "inj:hc0"), ("hc1", "mix"), ("moe0", "in:hc1"),
+        ("hc2", "combine_norm", "out:moe0", "inj:hc1"), ("hc2", "mix"), ("mixer1", "in:hc2"),
+        ("hc3", "combine_norm", "out:mixer1", "inj:hc2"), ("hc3", "mix"), ("moe1", "in:hc3"),
+        ("hc4", "combine_norm", "out:moe1", "inj:hc3"), ("hc4", "mix"),
+    ]
+    assert parts == ["embed_streams"]
+
+
+def trace_decode_step(cfg=TINY):
+    """What a DecodeStepModel step runs, at the schedule's level: ``("hc", module index)``, ``("gdn"|"qsa",
+    layer)``, ``("moe", layer)``; the HC modules are seen only where they pass through the shared
+    ``schedule.hc_module`` (plain stock ops: no Triton, no registry)."""
+    from r9k.kernels.decode_step import schedule
+
+    m = DecodeStepModel(Weights.build(cfg, seed=0), StepInputs.build(cfg, 1, 32), values_chooser({}, stock="plain"))
+    log, real = [], schedule.hc_module
+
+    def hc_module(mod, res, pending=None):
+        log.append(("hc", m.hc_modules.index(mod)))
+        return real(mod, res, pending)
+
+    def recorded(name, fn):
+        def run(x, L, **kw):
+            log.append((name, next(i for i, l in enumerate(m.w.layers) if l is L)))
+            return fn(x, L, **kw)
+        return run
+
+    m._gdn, m._attn, m._moe = recorded("gdn", m._gdn), recorded("qsa", m._attn), recorded("moe", m._moe)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(schedule, "hc_module", hc_module)
+        y = m.step()
+    assert y.shape == (cfg.spec_tokens, cfg.hidden)
+    return log
+
+
+def test_the_decode_step_runs_the_shared_schedule():
+    """Every HC module of the step passes through ``schedule.hc_module``, in the documented order."""
+    assert trace_decode_step() == [("hc", 0), ("gdn", 0), ("hc", 1), ("moe", 0),
+                                              ("hc", 2), ("qsa", 1), ("hc", 3), ("moe", 1), ("hc", 4)]

@@ -77,7 +77,8 @@ def _check(M, HD, gen, device, poison, shared=True, strided=False, combine=True)
     e_plain = rel_l2(y_plain, y64)
     assert e_fused <= Y_TOL, (e_fused, e_plain)
     assert e_fused <= 1.5 * e_plain + 1e-6, (e_fused, e_plain)
-    assert rel_l2(yy.float() * 1.01, y64) > 4 * Y_TOL  # the bound sees a 1% error
+    # the bound sees a 2% error (1% sat on the bound: seed 1006 measured 0.00992 against 0.01)
+    assert rel_l2(yy.float() * 1.02, y64) > 4 * Y_TOL
 
 
 @pytest.mark.parametrize("M,shared,strided,combine", [(1, True, False, True), (3, False, True, True),

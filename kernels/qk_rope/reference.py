@@ -75,10 +75,13 @@ def _heads_and_angles(qkv, positions, cos_sin_cache, num_heads, num_kv_heads, he
 
 def rope_input_slack(qkv, q_weight, k_weight, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim=256,
                      eps=1e-6, mrope_section=MROPE_SECTION, mrope_interleaved=True):
-    """(q, k): per output element, what one bf16 rounding of the normed input ``y`` (stock rounds it before
-    the rope; the fused kernel does not) can move the rotated value: ``ulp(x1)|cos| + ulp(x2)|sin|`` on the
-    rotated dims, ``ulp(y)`` on the others. Where the two rotated terms nearly cancel this is many ulps of
-    the (small) result, so a bound of one ulp of the result alone cannot hold for a correct kernel."""
+    """(q, k): per output element, what stock's extra roundings can move it, the fused kernel rounding only
+    its result: stock rounds the normed input ``y`` to bf16 before the rope, then each product (``x1*cos``,
+    ``x2*sin``: torch bf16 ops) to bf16. Bound: ``ulp(x1)|cos| + ulp(x1 cos) + ulp(x2)|sin| + ulp(x2 sin)`` on
+    the rotated dims (each rounding at most half an ulp: a factor 2 of margin), ``ulp(y)`` on the others.
+    Where the two rotated terms nearly cancel this is many ulps of the (small) result, so a bound of one ulp
+    of the result alone cannot hold for a correct kernel (an H200 gate run found a product rounding the
+    input term alone did not cover: seed 80770319)."""
     from r9k.kernels._testing import bf16_ulp
 
     T = qkv.shape[0]
@@ -87,9 +90,12 @@ def rope_input_slack(qkv, q_weight, k_weight, positions, cos_sin_cache, num_head
     cos, sin, half = cos.abs(), sin.abs(), rot // 2
 
     def one(v, w):
-        u = bf16_ulp(v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.double()))
-        u1, u2 = u[..., :half], u[..., half:rot]
-        return torch.cat((u1 * cos + u2 * sin, u2 * cos + u1 * sin, u[..., rot:]), dim=-1)
+        y = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.double())
+        u = bf16_ulp(y)
+        y1, y2, u1, u2 = y[..., :half], y[..., half:rot], u[..., :half], u[..., half:rot]
+        p = bf16_ulp(y1 * cos) + bf16_ulp(y2 * sin)  # o1's products; o2's are the same pairs swapped
+        p2 = bf16_ulp(y2 * cos) + bf16_ulp(y1 * sin)
+        return torch.cat((u1 * cos + u2 * sin + p, u2 * cos + u1 * sin + p2, u[..., rot:]), dim=-1)
 
     return one(q, q_weight).reshape(T, -1), one(k, k_weight).reshape(T, -1)
 

@@ -36,6 +36,7 @@ a module's ``mix`` norms each stream (grouped Gemma RMSNorm), computes ``lora = 
 """
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable
 from itertools import islice
@@ -66,6 +67,8 @@ from vllm.model_executor.models.utils import (
 from vllm.models.qwen4_exp.common.hyperconnection import GatedResidual, HyperConnectionConfig
 from vllm.sequence import IntermediateTensors
 
+from r9k.kernels.decode_step import schedule
+
 from . import hc
 from .checkpoint import GDN, QSA, CheckpointError, check_config
 
@@ -76,8 +79,8 @@ class FlashNextHyperConnection(GatedResidual):
     (:mod:`r9k.plugin.models.hc`).
 
     Weight names are the checkpoint's (``hc_norm``, ``input_mix_weight_down``, ``input_mix_weight_up``,
-    ``block_inject_weight``). :meth:`enter` folds the previous module's pending block output in, norms, and
-    mixes: ``(block input, state)``; the state goes with the block's output to the next module.
+    ``block_inject_weight``). Its two halves, :meth:`combine_norm` and :meth:`input_mix`, are run in the
+    order of the shared schedule (``r9k.kernels.decode_step.schedule.hc_module``).
     """
 
     def __init__(self, config: HyperConnectionConfig, prefix: str, use_combine: bool = True):
@@ -89,26 +92,27 @@ class FlashNextHyperConnection(GatedResidual):
         if self.ops.fused:
             self._hc_weights = hc.prepare(self, self.ops)
 
-    def enter(self, res: Optional[torch.Tensor], pending: Optional[tuple]) -> tuple[torch.Tensor, "hc.Folded"]:
-        """``pending``: None (``res`` are the streams) or ``(previous module, its block's output, its state)``."""
-        ops, xn = self.ops, None
-        if ops.combine_norm is not None:
-            if pending is None:
-                res, xn = ops.combine_norm(res, None, None, self.hc_norm.weight)
-            else:
-                prev, blk, st = pending
-                res, xn = ops.combine_norm(st.res, blk, hc.injection_logits(prev, st), self.hc_norm.weight)
-        elif pending is not None:
-            prev, blk, st = pending
-            res = hc.fold(prev, blk, st)
-        if ops.mix is None:
+    def combine_norm(self, res: torch.Tensor, block_output: Optional[torch.Tensor],
+                     carry: Optional["hc.Folded"]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """``(streams, xn)``: this project's one-launch ``hc_combine_norm``, or vLLM's ``GatedResidual.combine``
+        of the module that made ``carry`` (``xn`` None: ``GatedResidual.mix``, or :meth:`input_mix`, norms)."""
+        if self.ops.combine_norm is not None:
+            inj = None if block_output is None else hc.injection_logits(carry)
+            return self.ops.combine_norm(res, block_output, inj, self.hc_norm.weight)
+        if block_output is not None:
+            res = hc.fold(carry, res, block_output)
+        return res, None
+
+    def input_mix(self, res: torch.Tensor, xn: Optional[torch.Tensor]) -> tuple[torch.Tensor, "hc.Folded"]:
+        """``(block input, carry)``: this project's mix op from ``xn``, or vLLM's ``GatedResidual.mix``."""
+        if self.ops.mix is None:
             block, vllm_state = GatedResidual.mix(self, res)
-            return block, hc.Folded(res, vllm_state=vllm_state)
+            return block, hc.Folded(self, vllm_state=vllm_state)
         if xn is None:
             xn = self._normalize(res)  # vLLM's grouped Gemma norm
-        buf, block = ops.mix(xn, self._hc_weights)
+        buf, block = self.ops.mix(xn, self._hc_weights)
         L = self.config.hc_lowrank
-        return block, hc.Folded(res, inj=buf[:, L: L + self.hc_count])
+        return block, hc.Folded(self, inj=buf[:, L: L + self.hc_count])
 
 
 def _hc_config(config, params_dtype: torch.dtype) -> HyperConnectionConfig:
@@ -133,7 +137,8 @@ class QsaIndexerWeights(nn.Module):
 
 
 class FlashNextDecoderLayer(Qwen3NextDecoderLayer):
-    """One layer: hc mix -> GDN or QSA -> hc combine; hc mix -> MoE -> hc combine (no per-block norms)."""
+    """One layer: hc module -> GDN or QSA -> hc module -> MoE (no per-block norms), in the shared schedule's
+    order (:func:`r9k.kernels.decode_step.schedule.decoder_layer`)."""
 
     def __init__(self, vllm_config: VllmConfig, layer_type: str, prefix: str = "") -> None:
         nn.Module.__init__(self)  # the parent's __init__ builds Qwen3-Next's norms, which this layer has none of
@@ -158,16 +163,17 @@ class FlashNextDecoderLayer(Qwen3NextDecoderLayer):
         self.attn_hyper_connection = FlashNextHyperConnection(hcc, f"{prefix}.attn_hyper_connection")
         self.mlp_hyper_connection = FlashNextHyperConnection(hcc, f"{prefix}.mlp_hyper_connection")
 
-    def forward(self, streams: Optional[torch.Tensor], positions: torch.Tensor, pending: Optional[tuple] = None):
-        """``streams`` (the first layer) or the previous layer's ``pending`` block output; returns this
-        layer's pending MoE output ``(module, output, state)``, folded in by the next module."""
-        x, state = self.attn_hyper_connection.enter(streams, pending)
+    def forward(self, res: torch.Tensor, pending: Optional[tuple], positions: torch.Tensor) -> tuple:
+        """The streams and the previous layer's pending MoE output (None: the first layer) -> this layer's
+        (:func:`r9k.kernels.decode_step.schedule.decoder_layer`)."""
+        return schedule.decoder_layer(res, pending, self.attn_hyper_connection,
+                                      functools.partial(self._token_mixer, positions=positions),
+                                      self.mlp_hyper_connection, self.mlp)
+
+    def _token_mixer(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if self.layer_type == GDN:
-            x = self.linear_attn(hidden_states=x)
-        else:
-            x = self.self_attn(positions=positions, hidden_states=x)
-        x, state = self.mlp_hyper_connection.enter(None, (self.attn_hyper_connection, x, state))
-        return self.mlp_hyper_connection, self.mlp(x), state
+            return self.linear_attn(hidden_states=x)
+        return self.self_attn(positions=positions, hidden_states=x)
 
 
 class FlashNextModel(nn.Module):
@@ -208,10 +214,9 @@ class FlashNextModel(nn.Module):
 
     def forward(self, input_ids, positions, intermediate_tensors=None, inputs_embeds=None):
         x = inputs_embeds if inputs_embeds is not None else self.embed_input_ids(input_ids)
-        streams, pending = x.repeat(1, self.hc_count), None  # the embedding broadcast into every stream
-        for layer in islice(self.layers, self.start_layer, self.end_layer):
-            pending = layer(streams if pending is None else None, positions, pending)
-        return self.hyper_connection_mixer.enter(None, pending)[0]
+        layers = (functools.partial(layer, positions=positions)
+                  for layer in islice(self.layers, self.start_layer, self.end_layer))
+        return schedule.forward(x, self.hc_count, layers, self.hyper_connection_mixer)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
         loaded = AutoWeightsLoader(self).load_weights(weights, mapper=self.hf_to_vllm_mapper)

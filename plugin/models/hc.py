@@ -13,8 +13,8 @@ A module has two halves, each chosen once at construction (:meth:`HcOps.choose`)
   * xn_s)``. Fused: 2 launches for 1..16 rows (the op's stock sequence above). Stock: vLLM's
   ``GatedResidual.mix``.
 
-The same ops, in the same order, make the decode-step benchmark's hyper-connection module
-(``r9k.kernels.decode_step.model.DecodeStepModel._hc``): combine_norm, then the mix.
+The order of the halves (and of the layer around them) is the shared schedule's,
+``r9k.kernels.decode_step.schedule``, which the decode-step benchmark runs too.
 
 Per op the counters record each module (installed, or kept vLLM's path and why) and each call (``fused``, or
 ``fallback:rows>16`` where the mix op ran its stock sequence).
@@ -133,10 +133,11 @@ class HcOps:
 
 @dataclass
 class Folded:
-    """A module's state after its mix, for the next module's fold: the streams it read and the injection
-    logits of its block output (``inj`` [M, hc], raw GEMM output), or vLLM's ``(hyper_input, normed)``."""
+    """A module's carry after its mix, for the next module's combine: the module (its inject weight, its
+    ``GatedResidual.combine``) and its block output's injection logits (``inj`` [M, hc], raw GEMM output) or
+    vLLM's state ``(hyper_input, normed)``."""
 
-    res: torch.Tensor
+    module: GatedResidual
     inj: Optional[torch.Tensor] = None
     vllm_state: Optional[tuple] = None
 
@@ -169,21 +170,22 @@ def merge_down_inject(m) -> torch.Tensor:
     return merged
 
 
-def injection_logits(m, state: Folded) -> torch.Tensor:
-    """The raw injection logits [M, hc] of module ``m``'s block: from its fused mix, or (vLLM's state) the
-    inject GEMM on its normed streams, as ``GatedResidual.combine`` computes them."""
+def injection_logits(state: Folded) -> torch.Tensor:
+    """The raw injection logits [M, hc] of ``state.module``'s block: from its fused mix, or (vLLM's state)
+    the inject GEMM on its normed streams, as ``GatedResidual.combine`` computes them."""
     if state.inj is not None:
         return state.inj
     _, normed = state.vllm_state
-    return F.linear(normed, m.block_inject_weight.weight)
+    return F.linear(normed, state.module.block_inject_weight.weight)
 
 
-def fold(m, block_output: torch.Tensor, state: Folded) -> torch.Tensor:
-    """Module ``m``'s combine on its own: ``bf16(res + block * 2*sigmoid(inj/hc))`` per stream (vLLM's
-    ``GatedResidual.combine`` where ``m`` ran vLLM's mix)."""
+def fold(state: Folded, res: torch.Tensor, block_output: torch.Tensor) -> torch.Tensor:
+    """``state.module``'s combine on its own, into the streams ``res`` it mixed from:
+    ``bf16(res + block * 2*sigmoid(inj/hc))`` per stream (vLLM's ``GatedResidual.combine`` where the module
+    ran vLLM's mix)."""
     if state.vllm_state is not None:
-        return GatedResidual.combine(m, block_output, state.vllm_state)
-    M, hc = state.res.shape[0], m.hc_count
+        return GatedResidual.combine(state.module, block_output, state.vllm_state)
+    M, hc = res.shape[0], state.module.hc_count
     g = 2.0 * torch.sigmoid(state.inj.float() / hc)
-    out = state.res.float().view(M, hc, -1) + block_output.float()[:, None, :] * g[:, :, None]
-    return out.to(state.res.dtype).view(M, -1)
+    out = res.float().view(M, hc, -1) + block_output.float()[:, None, :] * g[:, :, None]
+    return out.to(res.dtype).view(M, -1)

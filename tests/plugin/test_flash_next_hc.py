@@ -68,10 +68,12 @@ def _set_ops(m, mix: str | None, combine_norm: bool):
 
 
 def _run(pair, x, blk):
+    from r9k.kernels.decode_step.schedule import hc_module
+
     (a, _), (b, _) = pair
     with torch.no_grad():
-        block_a, st = a.enter(x, None)
-        block_b, _ = b.enter(None, (a, blk, st))
+        res, block_a, carry = hc_module(a, x)
+        _, block_b, _ = hc_module(b, res, (blk, carry))
     return block_a, block_b
 
 
@@ -118,6 +120,7 @@ def test_fused_halves_match_an_fp64_reference(rows, mix, combine_norm):
 
 def test_a_wrong_fold_fails_this_check():
     """The check can fail: module B folding A's output with a 1% error in the injected term is caught."""
+    from r9k.kernels.decode_step.schedule import hc_module
     from r9k.plugin.models import hc
 
     pair = _pair(seed=3)
@@ -129,10 +132,10 @@ def test_a_wrong_fold_fails_this_check():
     for m, _ in pair:
         _set_ops(m, "hc_mix", False)
     with torch.no_grad():
-        _, st = a.enter(x, None)
-        good = hc.fold(a, blk, st)
-        wrong = (st.res.double() + (good.double() - st.res.double()) * 1.01).to(torch.bfloat16)
-        block_b, _ = b.enter(wrong, None)
+        res, _, carry = hc_module(a, x)
+        good = hc.fold(carry, res, blk)
+        wrong = (res.double() + (good.double() - res.double()) * 1.01).to(torch.bfloat16)
+        _, block_b, _ = hc_module(b, wrong)
     assert _err(block_b, ref_b) > 1.5 * _err(stock_b, ref_b) + 5e-4, (_err(block_b, ref_b), _err(stock_b, ref_b))
 
 
@@ -141,12 +144,14 @@ def test_fp8_mix_matches_the_dequantized_fp64_reference(rows):
     """R9K_HC_FP8_DECODE's mix (W8A16 on fp8 copies with per-row scales, after the fused combine + norm)
     against transformers' module in fp64 on the exactly dequantized weights: relative L2 error of the block
     input < 1e-2 (bf16 roundings only; the original's gate allowed 2e-2)."""
+    from r9k.kernels.decode_step.schedule import hc_module
+
     pair = _pair(seed=5)
     (a, ra), _ = pair
     x = torch.randn(rows, HC * HIDDEN).to(torch.bfloat16)
     _set_ops(a, "hc_mix_fp8", True)
     with torch.no_grad():
-        block, _ = a.enter(x, None)
+        block = hc_module(a, x)[1]
         dq, ds, uq, us = a._hc_weights
         down = dq.double() * ds.double()[:, None]
         sd = ra.state_dict()
@@ -193,3 +198,78 @@ def test_the_fp8_copies_the_model_allocates_are_what_the_registry_charges():
     charged = {c.knob: c.bytes for c in b.costs}["R9K_HC_FP8_DECODE"]
     assert charged == 9 * _fp8_bytes(256, 32) == 775_872, charged
     assert _fp8_bytes(2560, 320) == 336 * (10240 + 4) + 10240 * (320 + 4) == 6_759_744
+
+
+def _trace_vllm_model(kinds):
+    """What ``FlashNextModel.forward`` runs, at the schedule's level (as the decode step's trace: ``("hc",
+    module index)``, ``("gdn"|"qsa", layer)``, ``("moe", layer)``): the model's own forward and layer
+    forward over real hyper-connection modules (vLLM's path), with recording stand-ins for GDN, QSA and MoE."""
+    from torch import nn
+    from vllm.models.qwen4_exp.common.hyperconnection import HyperConnectionConfig
+
+    from r9k.kernels.decode_step import schedule
+    from r9k.plugin.models import flash_next
+    from r9k.plugin.models.checkpoint import GDN
+
+    hcc = HyperConnectionConfig(hc_count=HC, hidden_size=HIDDEN, params_dtype=torch.bfloat16, hc_lowrank=LORA,
+                                rms_norm_eps=1e-6, hc_per_branch_norm=True)
+    log = []
+
+    class Block(nn.Module):
+        def __init__(self, name, i):
+            super().__init__()
+            self.name, self.i = name, i
+
+        def forward(self, hidden_states, positions=None):
+            log.append((self.name, self.i))
+            return torch.tanh(hidden_states)
+
+    class Layer(flash_next.FlashNextDecoderLayer):
+        def __init__(self, i, kind):
+            nn.Module.__init__(self)  # the modules a layer holds, without vLLM's config
+            self.layer_type = kind
+            if kind == GDN:
+                self.linear_attn = Block("gdn", i)
+            else:
+                self.self_attn = Block("qsa", i)
+            self.mlp = Block("moe", i)
+            self.attn_hyper_connection = flash_next.FlashNextHyperConnection(hcc, f"l{i}.attn_hyper_connection")
+            self.mlp_hyper_connection = flash_next.FlashNextHyperConnection(hcc, f"l{i}.mlp_hyper_connection")
+
+    class Model(flash_next.FlashNextModel):
+        def __init__(self):
+            nn.Module.__init__(self)
+            self.hc_count, self.start_layer, self.end_layer = HC, 0, len(kinds)
+            self.layers = nn.ModuleList(Layer(i, k) for i, k in enumerate(kinds))
+            self.hyper_connection_mixer = flash_next.FlashNextHyperConnection(hcc, "mixer", use_combine=False)
+
+    model = Model()
+    modules = [m for layer in model.layers for m in (layer.attn_hyper_connection, layer.mlp_hyper_connection)]
+    modules.append(model.hyper_connection_mixer)
+    real = schedule.hc_module
+
+    def hc_module(mod, res, pending=None):
+        log.append(("hc", next(i for i, m in enumerate(modules) if m is mod)))
+        return real(mod, res, pending)
+
+    x = torch.randn(3, HIDDEN).to(torch.bfloat16)
+    with torch.no_grad(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(schedule, "hc_module", hc_module)
+        y = model(None, torch.arange(3), inputs_embeds=x)
+    assert y.shape == (3, HIDDEN)
+    return log
+
+
+def test_the_vllm_model_and_the_decode_step_run_one_schedule():
+    """The plugin's model and the decode-step benchmark, for the same layer kinds, run the same sequence of HC
+    modules, token mixers and MoE, all HC modules through the shared ``schedule.hc_module``: the documented
+    order (docs/semantics.md 2)."""
+    from r9k.kernels.decode_step.config import TINY
+    from r9k.kernels.decode_step.test_decode_step import trace_decode_step
+    from r9k.plugin.models.checkpoint import GDN
+
+    assert TINY.layer_kinds() == ["gdn", "attn"]
+    documented = [("hc", 0), ("gdn", 0), ("hc", 1), ("moe", 0), ("hc", 2), ("qsa", 1), ("hc", 3), ("moe", 1),
+                  ("hc", 4)]
+    assert _trace_vllm_model([GDN, "full_attention"]) == documented
+    assert trace_decode_step() == documented
