@@ -4,12 +4,16 @@
   (Triton decides at decoration time whether a kernel runs on a GPU or in its CPU interpreter).
 * ``plugin_env``: an environment without any ``R9K_*`` variable, a private cache directory, and a
   plugin that has not registered yet in this process (undone after the test).
+* ``vllm_ctx``: a one-rank vLLM distributed context on the CPU, once per test module.
 """
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
+
+from r9k.registry import envvars
 
 try:
     import torch
@@ -27,7 +31,7 @@ def plugin_env(monkeypatch, tmp_path):
     for k in list(os.environ):
         if k.startswith(("R9K_", "_R9K_")):
             monkeypatch.delenv(k)
-    monkeypatch.setenv("R9K_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv(envvars.CACHE_DIR.name, str(tmp_path / "cache"))
     import vllm.envs as envs
     from vllm.model_executor.custom_op import op_registry_oot
 
@@ -45,6 +49,26 @@ def plugin_env(monkeypatch, tmp_path):
     HOOKS.pending.clear()
 
 
+@pytest.fixture(scope="module")
+def vllm_ctx():
+    """A one-rank vLLM distributed context (the layers need a TP group), on the CPU."""
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed.parallel_state import model_parallel_is_initialized
+
+    cfg = VllmConfig()
+    with set_current_vllm_config(cfg):
+        if not model_parallel_is_initialized():
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+            s.close()
+            init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                         distributed_init_method=f"tcp://127.0.0.1:{port}")
+            initialize_model_parallel(1, 1)
+        yield cfg
+
+
 @pytest.fixture(scope="session")
 def registry():
     from r9k.registry import load_registry
@@ -54,9 +78,9 @@ def registry():
 
 @pytest.fixture
 def seed() -> int:
-    """A fresh seed per test (``R9K_TEST_SEED`` replays one); printed with a failing test's output."""
+    """A fresh seed per test (``envvars.TEST_SEED`` replays one); printed with a failing test's output."""
     import random
 
-    s = int(os.environ.get("R9K_TEST_SEED") or random.SystemRandom().randrange(2**31))
+    s = int(envvars.TEST_SEED.get() or random.SystemRandom().randrange(2**31))
     print(f"seed={s}")
     return s

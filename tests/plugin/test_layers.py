@@ -3,32 +3,11 @@ dispatch table says so, computes what vLLM's path computes (within the stated bo
 its layers and calls in plugin/counters.py. The served end to end: tests/plugin/test_e2e_adapters.py."""
 from __future__ import annotations
 
-import socket
 from types import SimpleNamespace
 
 import pytest
 
 torch = pytest.importorskip("torch")
-
-
-@pytest.fixture(scope="module")
-def vllm_ctx():
-    """A one-rank vLLM distributed context (the layers need a TP group), on the CPU."""
-    from vllm.config import VllmConfig, set_current_vllm_config
-    from vllm.distributed import init_distributed_environment, initialize_model_parallel
-    from vllm.distributed.parallel_state import model_parallel_is_initialized
-
-    cfg = VllmConfig()
-    with set_current_vllm_config(cfg):
-        if not model_parallel_is_initialized():
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-            s.close()
-            init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                         distributed_init_method=f"tcp://127.0.0.1:{port}")
-            initialize_model_parallel(1, 1)
-        yield cfg
 
 
 @pytest.fixture
