@@ -42,19 +42,14 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from .common import child_env, load_with_sets, report_errors
+    from .common import child_env, load_for_profile, report_errors
     from .launch import exec_plan, plan_launch
     from .output import diagnostics, print_json
 
-    loaded = load_with_sets(args)
+    loaded = load_for_profile(args, "r9kctl launch")
     if loaded is None:
         return 2
     reg, sets = loaded
-    from .common import tp_problem, usage_error
-
-    problem = tp_problem(reg, args.tp, args.profile)
-    if problem:
-        return usage_error("r9kctl launch", problem)
     # --dry-run writes the manifest and builds a tiny model too: what it prints starts the server as pasted.
     plan = plan_launch(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict, extra_args=args.extra)
     if not plan.ok or (args.strict and plan.report.warnings):

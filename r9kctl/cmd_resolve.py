@@ -22,18 +22,13 @@ def run(args) -> int:
 
     from r9k.registry.resolve import resolve
 
-    from .common import load_with_sets, report_errors
+    from .common import load_for_profile, report_errors
     from .output import diagnostics, print_json, table
 
-    loaded = load_with_sets(args)
+    loaded = load_for_profile(args, "r9kctl resolve")
     if loaded is None:
         return 2
     reg, sets = loaded
-    from .common import tp_problem, usage_error
-
-    problem = tp_problem(reg, args.tp, args.profile)
-    if problem:
-        return usage_error("r9kctl resolve", problem)
     rs = resolve(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict or None)
     if not rs.ok:
         report_errors(rs.diagnostics, args.format)

@@ -109,6 +109,20 @@ def load_with_sets(args) -> Optional[tuple[Registry, dict[str, str]]]:
     return None if reg is None else (reg, sets)
 
 
+def load_for_profile(args, command: str) -> Optional[tuple[Registry, dict[str, str]]]:
+    """For a command that resolves ``args.profile`` at ``args.tp``: :func:`load_with_sets`, then the
+    ``--tp`` check (:func:`tp_problem`, reported as ``<command>: error[usage]: ...``); None after printing
+    what is wrong (exit 2)."""
+    loaded = load_with_sets(args)
+    if loaded is None:
+        return None
+    problem = tp_problem(loaded[0], args.tp, args.profile)
+    if problem:
+        usage_error(command, problem)
+        return None
+    return loaded
+
+
 def add_set_option(p) -> None:
     p.add_argument("--set", dest="sets", action="append", metavar="KNOB=VALUE",
                    help="override a knob (by knob or variant id); repeatable; highest precedence")
