@@ -9,6 +9,7 @@ import pytest
 import r9k.plugin as plugin
 from r9k.plugin import applied
 from r9k.plugin.startup import StartupError
+from r9k.registry import envvars
 
 
 def _cfg(max_num_seqs=16, cudagraph_sizes=(1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256), tp=4, util=0.98,
@@ -57,7 +58,7 @@ def test_requests_are_compared_with_the_final_config(registry):
 
 def test_strict_mode_stops_on_a_mismatch(plugin_env, monkeypatch):
     monkeypatch.setattr(plugin, "_emit", lambda level, line: None)
-    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin.register()
     plugin.active_set().strict = True  # a strict launch (R9K_STRICT=1 would also make stale gates errors)
     with pytest.raises(StartupError) as ei:

@@ -62,8 +62,9 @@ def test_launch_refuses_a_bad_checkpoint_before_anything_starts(tmp_path, capsys
 extends = "cpu-flash-next"
 model_path = "{ckpt}"
 ''')
-    monkeypatch.setenv("R9K_CACHE_DIR", str(tmp_path / "cache"))
     from r9k.registry import envvars
+
+    monkeypatch.setenv(envvars.CACHE_DIR.name, str(tmp_path / "cache"))
 
     profiles_dirs = [str(prof), str(envvars.repo_root() / "profiles")] if hasattr(envvars, "repo_root") else None
     rc = cli.main(["launch", "--profile", "fn-bad", "--profiles-dir", str(prof), "--dry-run"])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from r9k.registry import envvars
+
 torch = pytest.importorskip("torch")
 
 
@@ -26,7 +28,7 @@ def test_vllm_builds_the_adapter_and_it_runs_the_chosen_kernel(plugin_env, vllm_
     from r9k.plugin.dispatch import get_table
     from r9k.plugin.layers.gate_linear import R9kGateLinear
 
-    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin_env.setattr(plugin, "_emit", lambda level, line: None)
     plugin.register()
     assert get_table().plans["router_gemm"].mode == "fused", get_table().plans["router_gemm"].reason
@@ -56,7 +58,7 @@ def test_stock_value_leaves_vllms_layer_alone(plugin_env, vllm_ctx):
     import r9k.plugin as plugin
     from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
 
-    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin_env.setenv("R9K_ROUTER", "stock")
     plugin_env.setattr(plugin, "_emit", lambda level, line: None)
     plugin.register()

@@ -3,7 +3,7 @@ from types import SimpleNamespace
 
 from r9k.plugin import kvcache
 from r9k.plugin.status import merged_status
-from r9k.registry import load_registry
+from r9k.registry import envvars, load_registry
 from r9k.registry.memory import budget
 from r9k.registry.resolve import resolve
 
@@ -53,7 +53,7 @@ def test_init_state_records_it_in_the_route_and_the_log(plugin_env):
     from r9k.plugin import status
 
     lines = []
-    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin_env.setattr(plugin, "_emit", lambda level, line: lines.append(line))
     plugin_env.setattr(kvcache, "_report", None)
     plugin.register()

@@ -7,6 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from r9k.registry import envvars
+
 torch = pytest.importorskip("torch")
 
 
@@ -17,7 +19,7 @@ def active(plugin_env):
     from r9k.plugin import counters
 
     counters.reset()
-    plugin_env.setenv("R9K_PROFILE", "cpu-qwen2-moe")
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-qwen2-moe")
     plugin_env.setattr(plugin, "_emit", lambda level, line: None)
     plugin.register()
     yield plugin_env

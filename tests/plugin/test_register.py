@@ -8,6 +8,7 @@ import pytest
 
 import r9k.plugin as plugin
 from r9k.plugin.startup import LAUNCH_HASH_VAR, StartupError
+from r9k.registry import envvars
 
 
 @pytest.fixture
@@ -30,7 +31,7 @@ def test_inactive_without_any_r9k_variable(emitted):
 def test_register_twice_is_idempotent(plugin_env, emitted):
     from vllm.model_executor.custom_op import op_registry_oot
 
-    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin.register()
     rs = plugin.active_set()
     assert rs is not None and rs.profile == "cpu-smoke"
@@ -60,7 +61,7 @@ def test_register_twice_is_idempotent(plugin_env, emitted):
 def test_invalid_override_fails_with_the_validators_located_message(plugin_env, emitted):
     from r9k.registry.validate import validate
 
-    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin_env.setenv("R9K_ROUTER", "bogus")
     with pytest.raises(StartupError) as ei:
         plugin.register()
@@ -79,8 +80,8 @@ def test_error_in_a_profile_file_is_located(plugin_env, emitted, tmp_path):
     pdir = tmp_path / "profiles"
     pdir.mkdir()
     (pdir / "broken.toml").write_text('description = "test"\nextends = "cpu-smoke"\n\n[knobs]\nR9K_ROUTER = "fast"\n')
-    plugin_env.setenv("R9K_PROFILES_DIR", str(pdir))
-    plugin_env.setenv("R9K_PROFILE", "broken")
+    plugin_env.setenv(envvars.PROFILES_DIR.name, str(pdir))
+    plugin_env.setenv(envvars.PROFILE.name, "broken")
     with pytest.raises(StartupError) as ei:
         plugin.register()
     msg = str(ei.value)
@@ -88,7 +89,7 @@ def test_error_in_a_profile_file_is_located(plugin_env, emitted, tmp_path):
 
 
 def test_worker_that_disagrees_with_the_engine_refuses_to_start(plugin_env, emitted):
-    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin_env.setenv(LAUNCH_HASH_VAR, "0123456789ab")  # what the engine exported
     with pytest.raises(StartupError) as ei:
         plugin.register()
@@ -104,11 +105,11 @@ def test_manifest_from_launch_and_drift(plugin_env, emitted, tmp_path, registry)
     manifest.write_text(json.dumps(rs.to_manifest()))
     for k, v in rs.env().items():  # what r9kctl launch exports
         plugin_env.setenv(k, v)
-    plugin_env.setenv("R9K_MANIFEST", str(manifest))
+    plugin_env.setenv(envvars.MANIFEST.name, str(manifest))
     plugin.register()
     assert plugin.active_set().hash == rs.hash
     assert any(f"manifest {manifest}" in ln for ln in emitted)
-    assert os.environ["R9K_STATUS_FILE"] == str(tmp_path / "run" / "manifest.status.json")
+    assert os.environ[envvars.STATUS_FILE.name] == str(tmp_path / "run" / "manifest.status.json")
     status = json.loads((tmp_path / "run" / "manifest.status.json").read_text())
     assert status["hash"] == rs.hash and "MainProcess" in status["processes"]
 
@@ -139,7 +140,7 @@ def test_later_processes_reuse_the_launch_snapshot_only_with_the_same_inputs(plu
 
     from r9k.plugin.snapshot import INPUTS_VAR, SNAPSHOT_VAR
 
-    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin.register()  # the first process of the launch
     h = plugin.active_set().hash
     assert os.environ[LAUNCH_HASH_VAR] == h and os.environ[SNAPSHOT_VAR] and os.environ[INPUTS_VAR]

@@ -7,6 +7,7 @@ import pytest
 
 import r9k.plugin as plugin
 from r9k.plugin import status
+from r9k.registry import envvars
 
 
 def _section(name, role, rank, h, in_use=None):
@@ -57,7 +58,7 @@ def test_route_answers_the_active_set(plugin_env):
     from fastapi.testclient import TestClient
     from vllm.plugins.endpoint_plugins.interface import EndpointPlugin
 
-    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin_env.setattr(plugin, "_emit", lambda level, line: None)
     plugin.register()
     ep = status.endpoint_plugin()
@@ -106,8 +107,8 @@ def test_counters_of_the_workers_reach_the_merged_status_and_r9kctl_status(tmp_p
 def test_the_flusher_writes_only_when_the_counters_change(plugin_env, tmp_path, monkeypatch):
     from r9k.plugin import counters
 
-    plugin_env.setenv("R9K_PROFILE", "cpu-smoke")
-    plugin_env.setenv("R9K_STATUS_FILE", str(tmp_path / "st.json"))
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
+    plugin_env.setenv(envvars.STATUS_FILE.name, str(tmp_path / "st.json"))
     monkeypatch.setattr(plugin, "_emit", lambda level, line: None)
     monkeypatch.setattr(plugin, "FLUSH_INTERVAL_S", 3600.0)  # drive the flusher by hand
     counters.reset()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from r9k.registry import availability
+from r9k.registry import availability, envvars
 
 PROBE = {"cpu": "interpret", "cuda": "cuda", "rocm": "rocm"}
 
@@ -24,7 +24,7 @@ def _plugin_strict_verdict(name: str, platform) -> tuple[bool, object]:
     from r9k.plugin.dispatch import DispatchTable
 
     try:
-        active = startup.resolve_active({"R9K_PROFILE": name, "R9K_STRICT": "1"})
+        active = startup.resolve_active({envvars.PROFILE.name: name, envvars.STRICT.name: "1"})
         table = DispatchTable(active.rs, strict=True,
                               platform_probe=lambda: PROBE.get(availability.platform_family(platform)))
         table.plan()
@@ -50,7 +50,7 @@ def test_validate_launch_and_plugin_agree_in_strict_mode(name, registry, plugin_
     from r9k.plugin import startup
     from r9k.plugin.dispatch import DispatchTable
 
-    active = startup.resolve_active({"R9K_PROFILE": name})
+    active = startup.resolve_active({envvars.PROFILE.name: name})
     t = DispatchTable(active.rs, platform_probe=lambda: PROBE.get(availability.platform_family(rs.platform)))
     t.plan()
     c = availability.counts(report.availability[name])

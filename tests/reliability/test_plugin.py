@@ -8,6 +8,8 @@ import re
 
 import pytest
 
+from r9k.registry import envvars
+
 from .test_files import NEW_VARIANT
 
 MANIFESTS = [
@@ -45,7 +47,7 @@ def plugin(monkeypatch, tmp_path):
     for k in list(os.environ):
         if k.startswith("R9K_") or k.startswith("_R9K_"):
             monkeypatch.delenv(k)
-    monkeypatch.setenv("R9K_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv(envvars.CACHE_DIR.name, str(tmp_path / "cache"))
     P._reset_for_tests()
     yield P
     P._reset_for_tests()
@@ -65,7 +67,7 @@ def _register(P):
 def test_bad_manifest(plugin, monkeypatch, tmp_path, name, data, line, kind):
     path = tmp_path / "manifest.json"
     path.write_bytes(data)
-    monkeypatch.setenv("R9K_MANIFEST", str(path))
+    monkeypatch.setenv(envvars.MANIFEST.name, str(path))
     exc = _register(plugin)
     assert exc is not None, "register() accepted a bad manifest"
     text = str(exc)
@@ -80,10 +82,11 @@ def test_bad_manifest(plugin, monkeypatch, tmp_path, name, data, line, kind):
 
 
 @pytest.mark.parametrize("env", [
-    {"R9K_NO_CACHE": "1"}, {"R9K_LOG_LEVEL": "debug"}, {"R9K_CACHE_DIR": "/tmp"}, {"R9K_DEBUG": "1"},
-    {"R9K_PLAIN": "1"}, {"R9K_STATUS_FILE": "/tmp/r9k-status.json"}, {"R9K_NO_REGISTRY_CACHE": "1"},
-    {"R9K_REGISTRY": "/nonexistent"}, {"R9K_PROFILES_DIR": "/nonexistent"}, {"R9K_LEDGER": "/x"},
-    {"R9K_NO_CACHE": "1", "R9K_LOG_LEVEL": "info", "R9K_DEBUG": "1"}, {"R9K_VERBOSE": "1"},
+    {envvars.NO_CACHE.name: "1"}, {"R9K_LOG_LEVEL": "debug"}, {envvars.CACHE_DIR.name: "/tmp"},
+    {envvars.DEBUG.name: "1"}, {envvars.PLAIN.name: "1"}, {envvars.STATUS_FILE.name: "/tmp/r9k-status.json"},
+    {envvars.NO_REGISTRY_CACHE.name: "1"}, {envvars.REGISTRY.name: "/nonexistent"},
+    {envvars.PROFILES_DIR.name: "/nonexistent"}, {envvars.LEDGER.name: "/x"},
+    {envvars.NO_CACHE.name: "1", "R9K_LOG_LEVEL": "info", envvars.DEBUG.name: "1"}, {"R9K_VERBOSE": "1"},
 ], ids=lambda e: "+".join(e))
 def test_control_variables_alone_leave_it_inactive(plugin, monkeypatch, env):
     for k, v in env.items():
@@ -93,15 +96,15 @@ def test_control_variables_alone_leave_it_inactive(plugin, monkeypatch, env):
 
 
 @pytest.mark.parametrize("env,kind", [
-    ({"R9K_TP": "four"}, "bad-value"),
-    ({"R9K_PROFILE": "nope"}, "unknown-profile"),
-    ({"R9K_PROFILE": "tp4-default", "R9K_TP": "3"}, "unsupported-tp"),
-    ({"R9K_PROFILE": "tp4-default", "R9K_ROUTER": "fast"}, "bad-value"),
-    ({"R9K_PROFILE": "tp4-default", "R9K_REGISTRY": "/nonexistent"}, "io"),
-    ({"R9K_MANIFEST": "/nonexistent/manifest.json"}, "not-found"),
-    ({"R9K_PROFILE": "tp4-default", "KVMEM": "1e300"}, "memory"),
-    ({"R9K_PROFILE": "tp4-default", "KVMEM": "100"}, "memory"),
-    ({"R9K_PROFILE": "tp4-default", "KVMEM": "inf"}, "bad-value"),
+    ({envvars.TP.name: "four"}, "bad-value"),
+    ({envvars.PROFILE.name: "nope"}, "unknown-profile"),
+    ({envvars.PROFILE.name: "tp4-default", envvars.TP.name: "3"}, "unsupported-tp"),
+    ({envvars.PROFILE.name: "tp4-default", "R9K_ROUTER": "fast"}, "bad-value"),
+    ({envvars.PROFILE.name: "tp4-default", envvars.REGISTRY.name: "/nonexistent"}, "io"),
+    ({envvars.MANIFEST.name: "/nonexistent/manifest.json"}, "not-found"),
+    ({envvars.PROFILE.name: "tp4-default", "KVMEM": "1e300"}, "memory"),
+    ({envvars.PROFILE.name: "tp4-default", "KVMEM": "100"}, "memory"),
+    ({envvars.PROFILE.name: "tp4-default", "KVMEM": "inf"}, "bad-value"),
 ], ids=lambda e: "+".join(f"{k}={v}" for k, v in e.items()) if isinstance(e, dict) else e)
 def test_bad_environment(plugin, monkeypatch, env, kind):
     for k, v in env.items():
@@ -124,8 +127,8 @@ def test_bad_registry(plugin, monkeypatch, tmp_path, content, kind):
         shutil.copytree(REPO / "registry" / part, root / part)
     shutil.copy(REPO / "registry" / "models.toml", root / "models.toml")
     (root / "variants" / "zz.toml").write_bytes(content)
-    monkeypatch.setenv("R9K_REGISTRY", str(root))
-    monkeypatch.setenv("R9K_PROFILE", "tp4-default")
+    monkeypatch.setenv(envvars.REGISTRY.name, str(root))
+    monkeypatch.setenv(envvars.PROFILE.name, "tp4-default")
     exc = _register(plugin)
     assert exc is not None
     m = LINE.match(exc.lines[0])
@@ -138,7 +141,7 @@ def test_an_unexpected_exception_is_one_startup_line(plugin, monkeypatch):
     def boom(environ=None):
         raise ZeroDivisionError("division by zero")
     monkeypatch.setattr(startup, "resolve_active", boom)
-    monkeypatch.setenv("R9K_PROFILE", "tp4-default")
+    monkeypatch.setenv(envvars.PROFILE.name, "tp4-default")
     exc = _register(plugin)
     assert exc is not None and "error[internal]" in exc.lines[0] and "R9K_DEBUG=1" in exc.lines[0]
 
