@@ -217,6 +217,35 @@ def test_every_project_variable_the_code_names_is_declared():
     assert not undeclared, "declare these in registry/envvars.py (or as a knob):\n" + "\n".join(undeclared)
 
 
+def test_the_kernels_name_only_variables_declared_for_them():
+    """The one deliberate exception to the spelling rule: ``kernels/`` reads its own variables by name
+    (``envvars.TUNED_DEVICE``, ``envvars.VLLM_SRC``, the tests' ``envvars.TEST_SEED``). Importing
+    ``r9k.registry`` there would put the registry's loader (``registry/__init__``'s lazy import) into every
+    kernel gate's hashed closure, so any registry edit would stale every GPU gate. Each name a kernel file
+    spells must be declared in envvars with that very module among its readers."""
+    import re
+
+    from r9k.registry import envvars
+
+    knobs_pat = re.compile(r"(?<![A-Za-z0-9_])R9K_[A-Z0-9_]*[A-Z0-9]")
+    by_name = {v.name: v for v in vars(envvars).values() if isinstance(v, envvars.EnvVar)}
+    bad, seen = [], set()
+    for path in _py_files(ROOT / "kernels"):
+        if path.name.startswith("test_"):
+            continue
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for line, s in _code_strings(path):
+            for m in knobs_pat.finditer(s):
+                var = by_name.get(m.group(0))
+                if var is None:
+                    continue  # a knob (R9K_PDL, ...): registry data, not a control variable
+                seen.add(var.name)
+                if module not in var.readers:
+                    bad.append(f"{path.relative_to(ROOT)}:{line}: {var.name} (readers: {', '.join(var.readers)})")
+    assert not bad, "declare the kernel module as a reader in registry/envvars.py:\n" + "\n".join(bad)
+    assert {"R9K_TUNED_DEVICE", "R9K_VLLM_SRC", "R9K_TEST_SEED"} <= seen  # the scan sees the three
+
+
 def test_semantics_citations_point_at_sections_that_exist():
     import re
 
