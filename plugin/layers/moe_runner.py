@@ -123,8 +123,16 @@ def attach_routing(runner, layer: str) -> None:
 
 
 class _SharedState:
+    """One shared-expert layer. Under TP the layer holds one rank's shard (``gate_up_proj`` column-parallel:
+    this rank's slice of the intermediate, gate and up; ``down_proj`` row-parallel), and the kernel computes
+    this rank's partial sum ``sigmoid(x wg) * W2_r(silu(x W1g_r) * (x W1u_r))``: the per-rank shared expert
+    of the original at TP2. The sum over ranks is vLLM's all-reduce, where the module's ``down_proj`` does it
+    (``reduce_results``), or the caller's (Qwen3-Next's MoE block sums it with the routed experts first)."""
+
     def __init__(self, module, fn, layer: str):
         self.module = module  # the vLLM MLP
+        down = module.down_proj
+        self.all_reduce = getattr(down, "tp_size", 1) > 1 and bool(getattr(down, "reduce_results", False))
         self.vllm_forward = type(module).forward  # vLLM's own forward: the fallback inside the op
         self.fn = fn
         self.layer = layer
@@ -169,7 +177,12 @@ def _shared_op():
             counters.hit(SHARED, f"fallback:rows>{st.max_rows}")
             return st.vllm_forward(st.module, x).clone()
         counters.hit(SHARED, "fused")
-        return st.fn(x.contiguous(), st.weights)
+        out = st.fn(x.contiguous(), st.weights)
+        if st.all_reduce:
+            from vllm.distributed import tensor_model_parallel_all_reduce
+
+            out = tensor_model_parallel_all_reduce(out)
+        return out
 
     def fake(x: torch.Tensor, key: str) -> torch.Tensor:
         return torch.empty_like(x)
@@ -202,14 +215,14 @@ def shared_ineligible(m) -> str:
             return f"{name} has a bias"
         if lin.weight.dtype != torch.bfloat16:
             return f"{name} weights in {lin.weight.dtype}"
-        if getattr(lin, "tp_size", 1) != 1:
-            return f"{name} sharded over TP {lin.tp_size} (the kernel takes the whole expert)"
+    if getattr(m.gate_up_proj, "tp_size", 1) != getattr(m.down_proj, "tp_size", 1):
+        return "gate_up_proj and down_proj sharded differently"
     H = m.down_proj.weight.shape[0]
     inter = m.down_proj.weight.shape[1]
     if H % 32 or inter % 32:
         return f"H {H} / I {inter} not multiples of 32 (MXFP4 blocks)"
-    if gate.weight.shape[0] != 1:
-        return "expert gate is not Linear(H -> 1)"
+    if tuple(gate.weight.shape) != (1, H):
+        return f"expert gate is not Linear(H -> 1) whole on this rank (weight {tuple(gate.weight.shape)})"
     return ""
 
 

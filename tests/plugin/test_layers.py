@@ -154,3 +154,53 @@ def test_gate_linear_counts_fused_and_fallback_calls(active, vllm_ctx, seed):
     assert layer2._r9k_op is None
     kept = counters.snapshot()["router_gemm"]["kept"]
     assert kept == {"router logits requested in torch.float32, the kernel writes bf16": ["model.layers.1.mlp.gate"]}
+
+
+@pytest.mark.parametrize("reduce_results", [False, True])
+def test_shared_expert_on_tp_shards_sums_to_the_whole_and_reduces_only_where_vllm_would(
+        active, vllm_ctx, seed, monkeypatch, reduce_results):
+    """At TP 2 each rank holds half of the intermediate (gate_up column-parallel, down row-parallel): the
+    kernel computes that rank's partial ``sigmoid(x wg) * W2_r(act_r)``; the two partials add up to the
+    whole expert, and the adapter all-reduces only where the module's own ``down_proj`` would
+    (``reduce_results``; Qwen3-Next's MoE block passes False and sums shared + routed itself). Two shard
+    modules in one process stand for the two ranks; the all-reduce is recorded, not run."""
+    import vllm.distributed as dist
+    from vllm.model_executor.models.qwen2_moe import Qwen2MoeMLP
+
+    from r9k.plugin.layers.moe_runner import attach_shared_expert
+    from r9k.plugin.tiny_model import mxfp4_snap
+
+    calls = []
+    monkeypatch.setattr(dist, "tensor_model_parallel_all_reduce", lambda t: calls.append(t.shape) or t)
+    g = torch.Generator().manual_seed(seed)
+    H, inter = 128, 128
+    full = _shared_mlp(vllm_ctx, H, inter)
+    for lin in (full.gate_up_proj, full.down_proj, full.expert_gate):
+        lin._cpu_skip_gemm_dispatch = True  # plain weights, as the adapter keeps them (F.linear in vLLM's path)
+    _load(full, g, on_grid=True)
+    wgu, wd = full.gate_up_proj.weight.data, full.down_proj.weight.data
+    x = torch.randn(4, H, generator=g).to(torch.bfloat16)
+    parts = []
+    for r in range(2):
+        m = _shared_mlp(vllm_ctx, H, inter // 2)
+        m.gate_up_proj.tp_size = m.down_proj.tp_size = 2
+        m.down_proj.reduce_results = reduce_results
+        half = slice(r * inter // 2, (r + 1) * inter // 2)
+        with torch.no_grad():
+            m.gate_up_proj.weight.copy_(torch.cat((wgu[:inter][half], wgu[inter:][half])))
+            m.down_proj.weight.copy_(wd[:, half])
+            m.expert_gate.weight.copy_(full.expert_gate.weight)
+        assert torch.equal(m.down_proj.weight, mxfp4_snap(m.down_proj.weight.float()))
+        attach_shared_expert(m, f"model.layers.{r}.mlp.shared_expert")
+        assert type(m).__name__ == "R9kQwen2MoeMLP", "a shard is eligible"
+        with torch.no_grad():
+            parts.append(m(x))
+    assert len(calls) == (2 if reduce_results else 0), calls
+    with torch.no_grad():
+        ref = Qwen2MoeMLP.forward(full, x)  # vLLM's whole expert on the same weights
+    total = parts[0].float() + parts[1].float()
+    # each rank quantizes its half of the activation on its own (fp8 a row): the same 8% RMS bound as above
+    err = (total - ref.float()).pow(2).mean().sqrt() / ref.float().pow(2).mean().sqrt()
+    assert err < 0.08, err
+    one = (parts[0].float() - ref.float()).pow(2).mean().sqrt() / ref.float().pow(2).mean().sqrt()
+    assert one > 0.2, "one rank's partial alone is not the whole expert"
