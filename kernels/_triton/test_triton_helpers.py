@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from r9k.kernels._testing import rel_l2
 from r9k.kernels._triton import tuned, vllm_peer
@@ -60,6 +61,31 @@ def test_vllm_hc_combine_norm_is_one_launch(combine, device, rng):
     assert sum(c.triton.values()) == 1 and sum(c.aten.values()) == 0, (c.triton, c.aten)
     o64, y64 = reference.hc_combine_norm_fp64(res, blk, inj, w, 1e-6, 4)
     assert rel_l2(o, o64) < 1e-2 and rel_l2(y, y64) < 1e-2
+
+
+@needs_peer
+def test_vllm_hc_mix_is_two_gemms_and_vllms_two_launches(device, rng):
+    """The hc mix's stock (vLLM's unfused path): cuBLAS down, vLLM's _hc_silu_kernel written into the lora columns,
+    cuBLAS up, vLLM's _hc_gate_mix; same contract as the op table's stock (buf's lora columns SiLU'd, injection
+    logits raw) and within the gate's bound of the fp64 mix."""
+    _need_triton(device)
+    from r9k.kernels._testing import randn
+    from r9k.kernels.hc_mix import reference
+
+    M, hd, lora, hc = 3, 128, 64, 4
+    xn = randn((M, hc * hd), rng, device)
+    w_down = randn((lora + hc + 12, hc * hd), rng, device, scale=(hc * hd) ** -0.5)
+    w_up = randn((hc * hd, lora), rng, device, scale=lora ** -0.5)
+    c, (buf, block) = _count(lambda: vllm_peer.hc_mix(xn, w_down, w_up, lora_rank=lora, hc_count=hc))
+    assert dict(c.triton) == {"_hc_silu_kernel": 1, "_hc_gate_mix_kernel": 1}, c.triton
+    assert sum(c.aten.values()) == 2, c.aten  # the two GEMMs
+    raw = (xn.double() @ w_down.double().t())
+    a = raw[:, :lora] / hc
+    assert rel_l2(buf[:, :lora], a * torch.sigmoid(a)) < 1e-2  # SiLU'd in place (a missing store fails here)
+    assert rel_l2(buf[:, lora:], raw[:, lora:]) < 1e-2
+    assert rel_l2(block, reference.mix_fp64(xn, buf[:, :lora], w_up, hc_count=hc)) < 1e-2
+    sb, sblk = reference.hc_mix(xn, w_down, w_up, lora_rank=lora, hc_count=hc)
+    assert rel_l2(buf, sb) < 1e-2 and rel_l2(block, sblk) < 1e-2
 
 
 def test_peer_missing_is_a_clear_error(monkeypatch, tmp_path):

@@ -6,7 +6,12 @@ What stock vLLM runs at decode for the ops this project fuses, launch for launch
   launch, q/k l2-norm and gating inside) after the q/k/v/a/b ``.contiguous()`` copies of its wrapper, then
   the gated RMS norm (``RMSNormGated.forward_cuda`` -> ``rmsnorm_fn`` -> ``layer_norm_fwd_kernel``, one launch);
 * hyper-connection combine + grouped norm: Qwen4Exp's ``_hc_combine_norm`` (one launch), and for a module with no
-  pending block output ``_grouped_gemma_rmsnorm`` (one launch), from ``vllm/models/qwen4_exp/nvidia/ops/hc.py``.
+  pending block output ``_grouped_gemma_rmsnorm`` (one launch), from ``vllm/models/qwen4_exp/nvidia/ops/hc.py``;
+* hyper-connection input mix (:func:`hc_mix`): ``GatedResidual``'s unfused path (``hyperconnection.py``): the
+  merged down+inject GEMM (a bf16 ``F.linear``, cuBLAS), ``_hc_silu_kernel`` (one launch), the up GEMM (cuBLAS),
+  ``_hc_gate_mix`` (one launch). vLLM runs this path above 48 rows; at 1..48 rows on SM90 it runs the down GEMM +
+  SiLU as one CuTe DSL kernel (``ops/cute_dsl/hc_down_silu.py``), which needs the CUTLASS DSL (not on the H200
+  image): that part is a stand-in (:data:`r9k.kernels.decode_step.dispatch.STOCK_SOURCE` says so per op).
 
 vLLM's CUDA default for the GDN core is its fused post-conv MTP kernel (CUDA C++, one launch with the norm):
 not loadable from Python sources, so it is an anchor this project has not measured.
@@ -131,6 +136,30 @@ def gdn_two_launches(q, k, v, a, b, z2, A_log, dt_bias, norm_weight, state, cu_s
         use_qk_l2norm_in_kernel=True)
     return norm.rmsnorm_fn(o.reshape(-1, v.shape[-1]), norm_weight, None, z=z2, eps=eps, group_size=None,
                            norm_before_gate=True, activation=gate)
+
+
+def hc_mix(xn, w_down, w_up, out_buf=None, out_block=None, *, lora_rank: int = 320, hc_count: int = 4):
+    """vLLM's Qwen4Exp hyper-connection input mix on its unfused path, with the signature of
+    :func:`r9k.kernels.hc_mix.reference.hc_mix`: ``(buf [M, N_down], block_input [M, HD])``, ``buf[:, :lora_rank]``
+    the SiLU'd lora, ``buf[:, lora_rank:lora_rank + hc_count]`` the injection logits. Four launches: cuBLAS down,
+    vLLM's ``_hc_silu_kernel`` (written into ``buf``'s lora columns: the kernel takes separate in/out pointers, so
+    no copy is added), cuBLAS up, vLLM's ``_hc_gate_mix``."""
+    import torch.nn.functional as F
+
+    m = load("hc")
+    buf = F.linear(xn, w_down)
+    if out_buf is not None:
+        out_buf.copy_(buf)
+        buf = out_buf
+    lora = buf[:, :lora_rank]
+    m._hc_silu_kernel[(buf.shape[0],)](lora, lora, buf.stride(0), buf.stride(0), DIM=lora_rank, HC=hc_count,
+                                       launch_pdl=m.current_platform.is_arch_support_pdl())
+    gate = F.linear(lora, w_up)
+    block = m._hc_gate_mix(xn, gate, hc_count)
+    if out_block is not None:
+        out_block.copy_(block)
+        block = out_block
+    return buf, block
 
 
 def hc_combine_norm(res, blk, inj, weight, eps, hc):

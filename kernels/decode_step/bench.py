@@ -40,7 +40,7 @@ from r9k.kernels._triton import timing
 
 from . import counter
 from .config import get_config
-from .dispatch import STEP_OPS, Pick, describe, values_chooser
+from .dispatch import REAL_VLLM_OPS, STEP_OPS, STOCK_SOURCE, Pick, describe, real_ops_values, values_chooser
 from .model import DecodeStepModel, StepInputs, Weights
 
 #: Default in-situ tolerance for an op without an entry in OP_TOL (the loosest bound among the gates:
@@ -206,15 +206,27 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
     P, against = plan["profile"], plan.get("against") or []
     if isinstance(against, str):  # a plan of schema 1
         against = [against]
-    names = [P] + list(against)
-    profs = plan["profiles"]
+    against = list(against)
+    profs = dict(plan["profiles"])
+    # The headline over the ops whose stock is vLLM's real path: a baseline that differs from the profile only there
+    # (REAL_VLLM_OPS at their stock values, every stand-in op as the profile has it). Derived from the first baseline
+    # with vLLM's stock unless the plan says "real_ops": false.
+    vq = next((q for q in against if profs[q].get("stock", "vllm") == "vllm" and q != P), None)
+    if plan.get("real_ops", True) and vq is not None and real_ops_label(vq) not in against:
+        rq = real_ops_label(vq)
+        profs[rq] = {"profile": profs[vq].get("profile", vq), "stock": "vllm", "hash": None, "derived_from": vq,
+                     "values": real_ops_values(profs[P]["values"], profs[vq]["values"]), "non_stock": []}
+        against.append(rq)
+    names = [P] + against
     replays = int(plan.get("replays", 50))
     t0 = time.time()
     w = Weights.build(cfg, device=device, seed=int(plan.get("seed", 0)))
     log(f"weights built in {time.time() - t0:.1f} s on {device}")
     result = {"schema": "r9k-decode-step-result/1", "config": cfg.name, "device": device,
               "gpu": torch.cuda.get_device_name() if cuda else None, "torch": torch.__version__,
-              "context": plan["context"], "profiles": {}, "rows": [], "checks": [], "ablation": [], "memory": {}}
+              "context": plan["context"], "profiles": {}, "rows": [], "checks": [], "ablation": [], "memory": {},
+              "stock_source": {op: {"kind": STOCK_SOURCE[op][0], "text": STOCK_SOURCE[op][1]} for op in STEP_OPS},
+              "real_vllm_ops": list(REAL_VLLM_OPS)}
     try:
         import triton
 
@@ -226,7 +238,12 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
     for name in names:
         result["profiles"][name] = {"hash": profs[name].get("hash"), "profile": profs[name].get("profile", name),
                                     "stock": profs[name].get("stock", "vllm"),
-                                    "ops": describe({op: choosers[name](op) for op in STEP_OPS})}
+                                    "ops": describe({op: choosers[name](op) for op in STEP_OPS},
+                                                    profs[name].get("stock", "vllm"))}
+        if profs[name].get("derived_from"):
+            result["profiles"][name]["derived_from"] = profs[name]["derived_from"]
+            result["profiles"][name]["note"] = (f"{P} with only {', '.join(REAL_VLLM_OPS)} back to vLLM's stock "
+                                                f"(the ops whose stock is vLLM's real path)")
     try:
         from r9k.kernels._triton import vllm_peer
 
@@ -332,7 +349,7 @@ def ablation(w, inp, prof: dict, replays: int, cuda: bool, log) -> list[dict]:
         alt[v["id"]] = v["stock"]
         m = DecodeStepModel(w, inp, values_chooser(alt), flags=alt)
         picks = {k: p.impl for k, p in m.picks.items()}
-        row = {"variant": v["id"], "knob": f"{v['knob']}={v['value']}->{v['stock']}"}
+        row = {"variant": v["id"], "knob": f"{v['knob']}={v['value']}->{v['stock']}", **variant_stock(v["id"])}
         if picks == base_picks and v["id"] not in MEMORY_ONLY | LAUNCH_FLAGS:
             row["note"] = "same implementations as the profile (another variant takes precedence)"
         elif v["id"] in MEMORY_ONLY:
@@ -351,6 +368,21 @@ def ablation(w, inp, prof: dict, replays: int, cuda: bool, log) -> list[dict]:
         del m
         gc.collect()
     return rows
+
+
+def real_ops_label(baseline: str) -> str:
+    return f"{baseline}-real" if "@" in baseline else f"{baseline}@vllm-real"
+
+
+def variant_stock(vid: str) -> dict:
+    """Which stock a variant's ablation row was measured against: its op's :data:`STOCK_SOURCE` entry."""
+    for op in STEP_OPS:
+        if ops.get(op).variant == vid:
+            kind, text = STOCK_SOURCE[op]
+            if op == "hc_mix_fp8":  # back to stock the model runs the bf16 mix: its stock is hc_mix's, or fused
+                kind, text = "stand-in", text + "; the bf16 mix runs as the profile chooses it"
+            return {"op": op, "stock_kind": kind, "stock_source": text}
+    return {"op": None, "stock_kind": "-", "stock_source": "not an op (a launch flag or what the model holds)"}
 
 
 def memory_report(m: DecodeStepModel, prof: dict, cfg) -> dict:

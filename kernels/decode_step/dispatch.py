@@ -17,10 +17,12 @@ not have yet).
 
 **Stock is what stock vLLM runs.** Where a knob selects the stock path of an op whose stock vLLM runs as
 its own Triton launches (:data:`VLLM_STOCK`: the GDN core, one recurrent launch + one gated-norm launch; the
-hyper-connection combine + grouped norm, one launch), the chooser's ``stock`` argument decides what runs:
+hyper-connection combine + grouped norm, one launch; the hyper-connection mix, cuBLAS + two vLLM launches), the
+chooser's ``stock`` argument decides what runs:
 ``"vllm"`` (default) vLLM's own kernels, loaded from its sources (:mod:`r9k.kernels._triton.vllm_peer`);
 ``"plain"`` the op table's plain composition (the measuring stick of the first H200 runs, kept to show what
-the correction changes). ``"vllm"`` where vLLM's sources are not on the machine raises
+the correction changes). :data:`STOCK_SOURCE` says per op whether the stock is vLLM's real path or a labelled
+stand-in (vLLM's path is compiled code). ``"vllm"`` where vLLM's sources are not on the machine raises
 :class:`~r9k.kernels._triton.vllm_peer.PeerUnavailable` at construction: a stock is never silently replaced.
 """
 from __future__ import annotations
@@ -36,8 +38,61 @@ STEP_OPS: tuple[str, ...] = (
     "router_gemm", "moe_route", "shared_expert",
 )
 
-#: Ops whose stock path is vLLM's own Triton launches: op -> the vllm_peer function with the op's signature.
-VLLM_STOCK = {"gdn_decode": "gdn_core", "hc_combine_norm": "hc_combine_norm"}
+#: Ops whose stock path runs vLLM's own Triton launches, loaded from its sources: op -> the vllm_peer function with
+#: the op's signature.
+VLLM_STOCK = {"gdn_decode": "gdn_core", "hc_combine_norm": "hc_combine_norm", "hc_mix": "hc_mix"}
+
+_QSA_PREPARE = ("stand-in: vLLM runs this op, the other QSA glue op and both cache writes as one Triton launch "
+                "(qsa_prepare, ops/qsa_prepare.py) over its own cache layout, not loaded yet; runs the op table's "
+                "composition")
+
+#: What stock vLLM 0.32 runs on CUDA (SM90) for each op of the step, and what the benchmark's stock runs:
+#: ``(kind, text)``. ``"vllm"``: vLLM's real path ran (its kernels from its sources, or the same library call);
+#: ``"stand-in"``: vLLM's path is compiled code that cannot be loaded here (or is not loaded yet); the text names
+#: it and what runs in its place. Every table of the decode step shows this per op, and the headline is given
+#: over the ``"vllm"`` ops alone (:func:`real_ops_values`) and in total.
+STOCK_SOURCE: dict[str, tuple[str, str]] = {
+    "hc_combine_norm": ("vllm", "vLLM's _hc_combine_norm / _grouped_gemma_rmsnorm (Triton, from its sources)"),
+    "router_gemm": ("vllm", "vLLM's path on SM90: bf16 F.linear (cuBLAS; its low-latency CuTe GEMM has no SM90 "
+                            "plan for 512x2560)"),
+    "hc_mix": ("stand-in", "stand-in: vLLM fuses the down GEMM + SiLU in compiled code (CuTe DSL hc_down_silu, "
+                           "1-48 rows); runs vLLM's path above 48 rows: cuBLAS, its _hc_silu_kernel, cuBLAS, its "
+                           "_hc_gate_mix"),
+    "hc_mix_fp8": ("stand-in", "no vLLM counterpart (the fp8 HC copies are this project's): stock is the bf16 mix "
+                               "(hc_mix)"),
+    "gdn_decode": ("stand-in", "stand-in: vLLM fuses this in compiled code (torch.ops._C."
+                               "fused_gdn_decode_post_conv_mtp); runs vLLM's Triton fallback: "
+                               "fused_sigmoid_gating_delta_rule_update + layer_norm_fwd_kernel"),
+    "fp8_block_linear": ("stand-in", "stand-in: vLLM fuses this in compiled code (CUTLASS block-scaled fp8 GEMM, "
+                                     "cutlass_scaled_mm); runs the op table's quant + Triton GEMM"),
+    "qk_norm_rope": ("stand-in", _QSA_PREPARE),
+    "qsa_glue": ("stand-in", _QSA_PREPARE),
+    "moe_route": ("stand-in", "stand-in: vLLM fuses this in compiled code (topk_softmax); runs the op table's "
+                              "composition"),
+    "shared_expert": ("stand-in", "stand-in: vLLM fuses the shared expert into its MoE in compiled code (fused MoE "
+                                  "with the shared expert); runs the op table's MXFP4 composition"),
+}
+
+#: The ops whose stock is vLLM's real path.
+REAL_VLLM_OPS = tuple(op for op in STEP_OPS if STOCK_SOURCE[op][0] == "vllm")
+
+
+def stock_source(op: str, stock: str = "vllm") -> str:
+    """What the stock of ``op`` is, in words (``stock="plain"``: the op table's composition)."""
+    if stock == "plain":
+        return "the op table's plain composition"
+    return STOCK_SOURCE[op][1]
+
+
+def real_ops_values(profile_values: Mapping[str, Optional[str]], stock_values: Mapping[str, Optional[str]]) -> dict:
+    """The baseline of the headline over real-vLLM ops: the profile's values, with the variant of every op of
+    :data:`REAL_VLLM_OPS` set to its stock value. Against it, only the ops whose stock is vLLM's real path differ
+    (stand-in ops, launch flags and memory variants are the profile's own on both sides)."""
+    vals = dict(profile_values)
+    for op in REAL_VLLM_OPS:
+        vid = ops.get(op).variant
+        vals[vid] = stock_values.get(vid)
+    return vals
 
 STOCK_KINDS = ("vllm", "plain")
 
@@ -117,6 +172,9 @@ def plugin_chooser(rs, strict: bool = False, stock: str = "vllm") -> Chooser:
     return choose
 
 
-def describe(picks: Mapping[str, Pick]) -> list[dict]:
-    return [{"op": p.op, "variant": p.variant, "value": p.value, "impl": p.impl, "via": p.via}
+def describe(picks: Mapping[str, Pick], stock: str = "vllm") -> list[dict]:
+    """One row per op; ``stock_source``: what its stock is (:data:`STOCK_SOURCE`), for every op (fused or not)."""
+    return [{"op": p.op, "variant": p.variant, "value": p.value, "impl": p.impl, "via": p.via,
+             "stock_kind": "plain" if stock == "plain" else STOCK_SOURCE[p.op][0],
+             "stock_source": stock_source(p.op, stock)}
             for p in picks.values()]

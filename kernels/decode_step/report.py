@@ -25,6 +25,14 @@ def render(res: dict) -> str:
         out.append(f"  {name} ({p.get('hash')}): fused {', '.join(fused) or 'none'}"
                    + (f"; vLLM's own kernels: {', '.join(peer)}" if peer else "")
                    + ("; stock paths: the op table's plain compositions" if p.get("stock") == "plain" else ""))
+        if p.get("note"):
+            out.append(f"    ({p['note']})")
+    if res.get("stock_source"):
+        out.append("")
+        out.append("stock of each op (what stock@vllm runs; 'stand-in' where vLLM's path is compiled code or not loaded):")
+        out.append(_table(["op", "stock", "what runs as stock"],
+                          [[op, "vLLM's path" if v["kind"] == "vllm" else "stand-in", v["text"]]
+                           for op, v in res["stock_source"].items()]))
     out.append("")
     out.append("checks (relative L2 of the step output):")
     out.append(_table(["requests", "what", "rel_l2", "tol", "ok"],
@@ -51,6 +59,7 @@ def render(res: dict) -> str:
     for q in res.get("ratios", []):
         out.append(f"  requests {q['requests']}: speedup {q['speedup']:.3f}x" + (f" over {q['against']}" if q.get("against") else "")
                    + (f", nodes {q['nodes_ratio']:.3f} of the baseline's" if q.get("nodes_ratio") else ""))
+    out += headline(res)
     first = [r for r in res["rows"] if r["requests"] == res["rows"][0]["requests"] and r.get("launch_parts")]
     if first:
         out.append("")
@@ -79,9 +88,9 @@ def render(res: dict) -> str:
             g = a.get("graph") or {}
             ar.append([a["variant"], a.get("knob", ""), _f(a.get("ms"), 3), _f(a.get("worth_ms"), 3),
                        _f(g.get("nodes")), _f(a.get("worth_nodes")), _f(a.get("worth_launch_sites")),
-                       a.get("note", "") or a.get("error", "")])
-        out.append(_table(["variant", "knob", "ms/step", "worth ms", "nodes", "worth nodes", "worth sites", "note"],
-                          ar))
+                       stock_label(a), a.get("note", "") or a.get("error", "")])
+        out.append(_table(["variant", "knob", "ms/step", "worth ms", "nodes", "worth nodes", "worth sites",
+                           "measured against", "note"], ar))
     if res.get("memory"):
         out.append("")
         out.append("memory per rank (the registry declares whole-model costs; compared per HC module):")
@@ -102,6 +111,33 @@ def render(res: dict) -> str:
     return "\n".join(out)
 
 
+def stock_label(a: dict) -> str:
+    """An ablation row's stock, short: "vLLM's path (op)", or the stand-in's label (the text before its ';')."""
+    if a.get("stock_kind") == "vllm":
+        return f"vLLM's path ({a.get('op')})"
+    if a.get("stock_kind") == "stand-in":
+        return a.get("stock_source", "").split(";")[0]
+    return "" if a.get("variant") == "(profile)" else (a.get("stock_source") or "")
+
+
+def headline(res: dict) -> list[str]:
+    """The speedup twice per request count: over the ops whose stock is vLLM's real path (against the derived
+    ``*-real`` baseline) and in total (against the baseline it was derived from, stand-ins included)."""
+    derived = {n: p["derived_from"] for n, p in res.get("profiles", {}).items() if p.get("derived_from")}
+    if not derived:
+        return []
+    out = []
+    by = {(q["requests"], q["against"]): q for q in res.get("ratios", [])}
+    for real, total in derived.items():
+        reqs = sorted({q["requests"] for q in res.get("ratios", []) if q["against"] == real})
+        for R in reqs:
+            a, b = by.get((R, real)), by.get((R, total))
+            out.append(f"  headline, requests {R}: {a['speedup']:.3f}x over the ops where vLLM's real path ran "
+                       f"({', '.join(res.get('real_vllm_ops', []))}; against {real})"
+                       + (f"; {b['speedup']:.3f}x in total (against {total}, stand-ins included)" if b else ""))
+    return out
+
+
 def release_records(res: dict, command: str, platform: str = "h200") -> list[dict]:
     """``[[bench]]`` records (registry BenchRecord fields) for a release manifest, one config per profile
     (``h200_tp4_shard.<profile>``): ms per step and graph nodes per request count (``@r<requests>``), and the
@@ -111,8 +147,14 @@ def release_records(res: dict, command: str, platform: str = "h200") -> list[dic
         if "ms" not in r:
             continue
         kind = (res["profiles"].get(r["profile"]) or {}).get("stock", "vllm")
-        stock_note = ("; stock paths of the GDN core and the hc combine + norm: vLLM's own kernels" if kind == "vllm"
+        p = res["profiles"].get(r["profile"]) or {}
+        stock_note = ("; stock paths: vLLM's real path for " + ", ".join(res.get("real_vllm_ops") or ["?"])
+                      + ", labelled stand-ins for the rest (result's stock_source)" if kind == "vllm" and
+                      res.get("stock_source") else
+                      "; stock paths of the GDN core and the hc combine + norm: vLLM's own kernels" if kind == "vllm"
                       else "; stock paths: the op table's plain compositions (the first runs' measuring stick)")
+        if p.get("derived_from"):
+            stock_note += f"; {p.get('note')}"
         base = {"config": f"h200_tp4_shard.{r['profile'].replace('@vllm', '').replace('@', '_')}", "stack": "ours",
                 "platform": platform, "command": command, "method": "r9kctl-bench",
                 "source": f"r9kctl bench decode-step: one TP4-rank decode step, MTP-3, context {res['context']}, "
@@ -124,7 +166,8 @@ def release_records(res: dict, command: str, platform: str = "h200") -> list[dic
     profiles = list(res["profiles"])
     for q in res.get("ratios", []):
         against = q.get("against", profiles[-1])
-        suffix = "" if against in ("stock", "stock@vllm") else "_vs_" + against.replace("@", "_")
+        suffix = ("" if against in ("stock", "stock@vllm") else "_real_vllm_ops" if against.endswith("-real")
+                  else "_vs_" + against.replace("@", "_"))
         recs.append({"config": f"h200_tp4_shard.{profiles[0]}", "stack": "ours", "platform": platform,
                      "command": command, "method": "r9kctl-bench",
                      "metric": f"decode_step_speedup{suffix}@r{q['requests']}",

@@ -18,9 +18,10 @@ from r9k.kernels.decode_step import plain
 from r9k.kernels.decode_step.bench import IMPL_TOL, run_plan, stock_impl_chooser
 from r9k.kernels.decode_step.config import TINY
 from r9k.kernels.decode_step.counter import count_launches
-from r9k.kernels.decode_step.dispatch import STEP_OPS, VLLM_STOCK, plugin_chooser, stock_fn, values_chooser
+from r9k.kernels.decode_step.dispatch import (REAL_VLLM_OPS, STEP_OPS, STOCK_SOURCE, VLLM_STOCK, plugin_chooser,
+                                              real_ops_values, stock_fn, values_chooser)
 from r9k.kernels.decode_step.model import DecodeStepModel, StepInputs, Weights
-from r9k.kernels.decode_step.report import release_records, render
+from r9k.kernels.decode_step.report import headline, release_records, render
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.toml"))
@@ -329,14 +330,43 @@ def test_run_plan_tiny_reports_checks_launches_and_memory(reg):
     assert mem["hc_fp8_decode"]["model_bytes"] > 0 and mem["hc_free_bf16"]["model_bytes"] < 0
     text = render(res)
     assert "tp4-default" in text and "launch sites" in text
+    # every op's stock is named, and the headline's second baseline differs from the profile only at real-vLLM ops
+    assert set(res["stock_source"]) == set(STEP_OPS)
+    real = res["profiles"]["stock@vllm-real"]
+    assert real["derived_from"] == "stock"
+    picks = {o["op"]: o["impl"] for o in real["ops"]}
+    prof = {o["op"]: o["impl"] for o in res["profiles"]["tp4-default"]["ops"]}
+    assert {op for op in STEP_OPS if picks[op] != prof[op]} == set(REAL_VLLM_OPS) - {
+        op for op in REAL_VLLM_OPS if prof[op] != "fused"}
+    for op in STEP_OPS:
+        assert op in text and STOCK_SOURCE[op][1] in text
     # a GPU result becomes release records the registry's schema accepts
     for r in res["rows"]:
         r.update(ms=10.0, p10=9.9, p90=10.1, graph={"nodes": 100, "kernels": 90})
-    res["ratios"] = [{"requests": 1, "speedup": 1.5, "nodes_ratio": 0.5}]
+    res["ratios"] = [{"requests": 1, "against": "stock", "speedup": 1.5, "nodes_ratio": 0.5},
+                     {"requests": 1, "against": "stock@vllm-real", "speedup": 1.1, "nodes_ratio": 0.9}]
+    assert any("1.100x over the ops where vLLM's real path ran" in h and "1.500x in total" in h
+               for h in headline(res))
     recs = release_records(res, "r9kctl bench decode-step")
-    assert len(recs) == 5
+    assert len(recs) == 8 and {r["metric"] for r in recs} >= {"decode_step_speedup@r1",
+                                                               "decode_step_speedup_real_vllm_ops@r1"}
     for rec in recs:
         BenchRecord(**rec)
+
+
+def test_every_step_op_names_its_stock():
+    """Each op's stock is vLLM's real path or a labelled stand-in; the ops whose stock is loaded from vLLM's sources
+    are among them, and the real-ops baseline moves exactly the real ops' variants to stock."""
+    assert set(STOCK_SOURCE) == set(STEP_OPS)
+    for op, (kind, text) in STOCK_SOURCE.items():
+        assert kind in ("vllm", "stand-in")
+        assert kind == "vllm" or text.startswith(("stand-in: vLLM fuses", "stand-in: vLLM runs", "no vLLM")), op
+    assert set(REAL_VLLM_OPS) == {"hc_combine_norm", "router_gemm"}
+    prof = {"a": "1", "b": "2", ops.get("router_gemm").variant: "r9k", ops.get("hc_combine_norm").variant: "1"}
+    stock = {"a": "0", ops.get("router_gemm").variant: "stock"}
+    vals = real_ops_values(prof, stock)
+    assert vals == {"a": "1", "b": "2", ops.get("router_gemm").variant: "stock",
+                    ops.get("hc_combine_norm").variant: None}
 
 
 def test_shadow_check_catches_a_wrong_fused_op(rng, tiny_weights):
