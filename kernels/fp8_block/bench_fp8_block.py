@@ -34,6 +34,10 @@ SWEEP = (
     + [(bn, sp, 4, 2, 1) for bn, sp in ((16, 2), (32, 4), (32, 8), (64, 4), (64, 8))]
     + [(bn, sp, 2, 2, 1) for bn, sp in ((16, 4), (32, 4))]
     + [(16, 2, 1, 3, 0), (16, 4, 1, 2, 1), (32, 4, 1, 3, 0)]
+    # issue 28 (streaming at decode widths): finer splits with every load of a split issued up front, and wider
+    # tiles with more warps
+    + [(bn, sp, 4, 2, 1) for bn, sp in ((16, 5), (32, 5), (64, 5), (16, 10), (32, 10), (64, 10), (32, 20))]
+    + [(128, 8, 4, 3, 0), (128, 16, 8, 3, 0), (64, 16, 4, 3, 0), (64, 8, 8, 3, 0), (32, 16, 4, 3, 0)]
 )
 SWEEP_SHAPES = {"gdn_in_proj tp4": 2560, "gdn_out_proj/o_proj tp4": 1536}
 
