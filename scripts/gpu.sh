@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one GPU entry point (run on the device machine, from the repository root; results under $OUT):
-#   bash scripts/gpu.sh gates                  every kernel gate test, JUnit XML + the tree/toolchain provenance
+#   bash scripts/gpu.sh gates [PATH ...]       every kernel gate test (or those under PATHs), JUnit XML + provenance
 #   bash scripts/gpu.sh bench [OP ...]         every kernel benchmark (python -m r9k.kernels._triton.bench)
 #   bash scripts/gpu.sh sweep [OP ...]         the same with the GEMM tile sweeps (writes tuned_<device>.json)
 #   bash scripts/gpu.sh decode-step [PLAN]     the decode-step plan (tp4-default against its baselines)
@@ -32,7 +32,7 @@ gates() {
   if [ -f registry/provenance.py ]; then
     python3 registry/provenance.py --out "$OUT/provenance.json" >"$LOGS/provenance.log" 2>&1 || { echo "provenance failed"; tail -3 "$LOGS/provenance.log"; }
   fi
-  timeout "${T_GATES:-240}" python3 -m pytest -q -p no:cacheprovider kernels -o junit_family=xunit1 \
+  timeout "${T_GATES:-240}" python3 -m pytest -q -p no:cacheprovider "${@:-kernels}" -o junit_family=xunit1 \
     --junitxml="$OUT/gates-h200.xml" >"$OUT/gates.log" 2>&1
   echo "gates rc=$? in $(( $(date +%s) - t0 )) s"; tail -n 3 "$OUT/gates.log"; grep -E "^(FAILED|ERROR) " "$OUT/gates.log" | head -10
 }
@@ -61,7 +61,7 @@ ncu_calls() {
 cmd=${1:-all}; shift || true
 setup
 case "$cmd" in
-  gates) gates ;;
+  gates) gates "$@" ;;
   bench) bench "$@" ;;
   sweep) bench --sweep "$@" ;;
   decode-step) decode_step "$@" ;;

@@ -98,7 +98,9 @@ def skinny_gemm_kernel(
         # Only the last program to arrive finishes the tile (masks, not a branch).
         out_mask = out_mask & ((tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32) + arrived) == SPLIT_K - 1)
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for s in range(SPLIT_K):  # fixed order: deterministic bits
+        # fixed order: deterministic bits; unrolled so the last arriver issues every partial's load at once
+        # (issue 28: a runtime loop waited for each L2 round trip in turn)
+        for s in tl.static_range(SPLIT_K):
             part = tl.load(ws_ptr + (s * BLOCK_M + offs_m[:, None]) * N + offs_n[None, :],
                            mask=out_mask, other=0.0, cache_modifier=".cg")
             acc += part
