@@ -51,6 +51,12 @@ def _part(mod, extra_cols=()):
     return run
 
 
+def _qsa_prepare(bw, sweep):
+    from r9k.kernels.decode_step import qsa_peer as b
+
+    return b.run(bw), {}, b.COLS
+
+
 BENCHES = {
     "fp8_block": _fp8,
     "hc_mix": _hc_mix,
@@ -61,6 +67,7 @@ BENCHES = {
     "qsa_glue": _part("qsa_glue"),
     "qk_rope": _part("qk_rope"),
     "shared_expert": _part("shared_expert"),
+    "qsa_prepare": _qsa_prepare,  # vLLM's one-launch QSA prepare beside the project's attention glue
 }
 
 #: The summary printed last: (op prefix, columns).

@@ -88,6 +88,51 @@ def test_vllm_hc_mix_is_two_gemms_and_vllms_two_launches(device, rng):
     assert rel_l2(buf, sb) < 1e-2 and rel_l2(block, sblk) < 1e-2
 
 
+@needs_peer
+def test_vllm_qsa_prepare_on_the_decode_batch(device, rng):
+    """vLLM's one-launch QSA prepare on the metadata ``qsa_decode_caches`` builds for a uniform decode batch does
+    what its unfused path does: the main q/k norm + rotary (the qk_rope reference), the gate copied, K and V in
+    their slots' rows, the indexer q and the completed group's pooled key normed and roped (the qsa_glue
+    reference, 64 rotary dims as vLLM), the raw keys in the ring; nothing else written."""
+    _need_triton(device)
+    if INTERPRETED:
+        pytest.skip("Triton's interpreter rejects vLLM's qsa_prepare (a tl.where over bool masks: 'mask has "
+                    "unsupported dtype'); the test runs on the GPU (scripts/gpu.sh gates kernels/_triton)")
+    from r9k.kernels._testing import randn
+    from r9k.kernels.decode_step.model import rope_cache
+    from r9k.kernels.qk_rope import reference as qk
+    from r9k.kernels.qsa_glue import reference as gl
+
+    R, S, N, grp, hq, hkv, D, ih, idd, page = 2, 4, 32, 4, 2, 1, 256, 2, 128, 16
+    T, G = R * S, N // grp
+    c = vllm_peer.qsa_decode_caches(R, S, N, grp, idd, page, hkv, D, device, gen=rng)
+    kv0, ck0 = c["kv"].clone(), c["ckeys"].clone()
+    qkv = randn((T, 2 * (hq + hkv) * D), rng, device)
+    ix = randn((T, (ih + 1) * idd), rng, device)
+    wiq, wik, wq, wk = (randn((n,), rng, device, scale=0.1) for n in (idd, idd, D, D))
+    rope = rope_cache(N, idd // 2, 1e7, device)
+    cnt, (mq, mg, iq) = _count(lambda: vllm_peer.qsa_prepare(ix, qkv, c, rope, wiq, wik, wq, wk, 1e-6, ih, grp))
+    assert dict(cnt.triton) == {"_qsa_prepare_kernel": 1}, cnt.triton
+    pos = c["positions"]
+    q_ref, k_ref, g_ref = qk.qk_norm_rope_gate(qkv, wq, wk, pos, rope, hq, hkv, D, 1e-6)
+    assert rel_l2(mq.reshape(T, -1), q_ref) < 2e-2 and torch.equal(mg.reshape(T, -1), g_ref)
+    rows = c["kv"].view(-1, hkv, 2 * D)
+    assert rel_l2(rows[c["slots"], :, :D].reshape(T, -1), k_ref) < 2e-2
+    assert torch.equal(rows[c["slots"], :, D:].reshape(T, -1), qkv[:, (2 * hq + hkv) * D:])
+    untouched = torch.ones(rows.shape[0], dtype=torch.bool, device=rows.device)
+    untouched[c["slots"]] = False
+    assert torch.equal(rows[untouched], kv0.view(-1, hkv, 2 * D)[untouched])
+    iq_ref = gl.gemma_norm_rope(ix[:, : ih * idd].reshape(T, ih, idd), wiq, positions=pos, cos_sin_cache=rope,
+                                eps=1e-6)
+    assert rel_l2(iq, iq_ref) < 1e-2
+    raw = ix[:, ih * idd:]
+    pooled = raw.float().view(R, S // grp, grp, idd).mean(2).to(torch.bfloat16).reshape(-1, 1, idd)
+    kn = gl.gemma_norm_rope(pooled, wik, positions=pos.view(R, S)[:, 0].contiguous(), cos_sin_cache=rope, eps=1e-6)
+    assert rel_l2(c["ckeys"][:, G - 1], kn.view(R, idd)) < 1e-2
+    assert torch.equal(c["ckeys"][:, : G - 1], ck0[:, : G - 1])
+    assert torch.equal(c["ring"].view(-1, idd)[c["state_slots"]], raw)
+
+
 def test_peer_missing_is_a_clear_error(monkeypatch, tmp_path):
     monkeypatch.setenv("R9K_VLLM_SRC", str(tmp_path))
     vllm_peer.load.cache_clear()

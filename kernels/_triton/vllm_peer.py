@@ -7,6 +7,9 @@ What stock vLLM runs at decode for the ops this project fuses, launch for launch
   the gated RMS norm (``RMSNormGated.forward_cuda`` -> ``rmsnorm_fn`` -> ``layer_norm_fwd_kernel``, one launch);
 * hyper-connection combine + grouped norm: Qwen4Exp's ``_hc_combine_norm`` (one launch), and for a module with no
   pending block output ``_grouped_gemma_rmsnorm`` (one launch), from ``vllm/models/qwen4_exp/nvidia/ops/hc.py``;
+* QSA prepare (:func:`qsa_prepare`, ``ops/qsa_prepare.py``): one launch for the main q/k norm + rotary + gate and
+  K/V cache write and the indexer's q, compressed key and raw-key ring -- for side-by-side timing only (its
+  indexer rotary is 64 dims, this project's model ropes 32: notes/decode-step.md);
 * hyper-connection input mix (:func:`hc_mix`): ``GatedResidual``'s unfused path (``hyperconnection.py``): the
   merged down+inject GEMM (a bf16 ``F.linear``, cuBLAS), ``_hc_silu_kernel`` (one launch), the up GEMM (cuBLAS),
   ``_hc_gate_mix`` (one launch). vLLM runs this path above 48 rows; at 1..48 rows on SM90 it runs the down GEMM +
@@ -38,6 +41,7 @@ FILES = {
     "fla_gating": "vllm/third_party/flash_linear_attention/ops/fused_sigmoid_gating.py",
     "fla_norm": "vllm/third_party/flash_linear_attention/ops/layernorm_guard.py",
     "hc": "vllm/models/qwen4_exp/nvidia/ops/hc.py",
+    "qsa_prepare": "vllm/models/qwen4_exp/nvidia/ops/qsa_prepare.py",
 }
 
 _IMPORT = re.compile(r"^(\s*)from (vllm\.[\w.]+|einops|\.[\w.]*) import ", re.M)
@@ -169,3 +173,55 @@ def hc_combine_norm(res, blk, inj, weight, eps, hc):
     if blk is None:
         return res, m._grouped_gemma_rmsnorm(res, weight, eps, hc)
     return m._hc_combine_norm(res, blk, inj, weight, eps, hc)
+
+
+def qsa_decode_caches(requests: int, spec: int, context: int, group: int, idx_head: int, page: int, kv_heads: int,
+                      head_dim: int, device, ring: int = 4, gen=None) -> dict:
+    """vLLM's caches and metadata for a uniform decode batch (``requests`` x ``spec`` new tokens at positions
+    ``context - spec .. context - 1``, one completed indexer group a request), as its QSA metadata builders
+    hand them to ``qsa_prepare``: the main K/V cache [pages, page, kv_heads, 2 * head_dim] (K | V in one row),
+    the raw-key ring [requests, ring, idx_head], the compressed-key cache [requests, context / group, idx_head]
+    (one block a request), the slots and one K work item (request, 0) a request."""
+    import torch
+
+    R, S = requests, spec
+    T, G, pages = R * S, context // group, -(-context // page)
+    r = torch.arange(R, device=device)
+    pos = (context - S + torch.arange(S, device=device))[None, :].expand(R, S).reshape(-1)
+    tok_req = r.repeat_interleave(S)
+    bf = dict(dtype=torch.bfloat16, device=device)
+    rnd = (lambda shape: torch.randn(shape, generator=gen, device=device).to(torch.bfloat16))
+    boundary = (pos % group) == group - 1
+    return dict(
+        kv=rnd((R * pages, page, kv_heads, 2 * head_dim)), ring=torch.zeros((R, ring, idx_head), **bf),
+        ckeys=rnd((R, G, idx_head)), positions=pos.contiguous(),
+        slots=(tok_req * pages * page + pos).contiguous(),
+        state_slots=(tok_req * ring + pos % ring).contiguous(),
+        state_table=r.to(torch.int32)[:, None].contiguous(),
+        query_start_loc=(torch.arange(R + 1, device=device) * S).to(torch.int32),
+        logical=pos.contiguous(),
+        comp_slots=torch.where(boundary, tok_req * G + pos // group, torch.full_like(pos, -1)).contiguous(),
+        k_work=torch.stack([r, torch.zeros_like(r)], 1).to(torch.int32).contiguous())
+
+
+def qsa_prepare(ix, qkv, caches: dict, cos_sin, idx_q_norm, idx_k_norm, q_norm, k_norm, eps, idx_heads: int,
+                group: int):
+    """vLLM's one-launch QSA prepare (``ops/qsa_prepare.py``) on the decode batch of :func:`qsa_decode_caches`:
+    the main q/k Gemma norm + rotary, the gate copy and the K/V cache write, the indexer q norm + rotary, the
+    pooled + normed + roped key of each completed group into the compressed cache, the raw keys into the ring.
+    ``ix`` [T, (idx_heads + 1) * idx_head] (indexer q heads, then the raw key), ``qkv`` [T, 2 (hq + hkv) D].
+    Returns ``(q [T, hq, D], gate [T, hq, D], indexer q [T, idx_heads, idx_head])``. vLLM ropes the first
+    ``idx_head / 2`` dims of both with one table (``cos_sin`` [positions, idx_head / 2])."""
+    import torch
+
+    m = load("qsa_prepare")
+    T, idd = ix.shape[0], ix.shape[1] // (idx_heads + 1)
+    q_out = torch.empty((T, idx_heads, idd), dtype=torch.bfloat16, device=ix.device)
+    c = caches
+    mq, mg = m.qsa_prepare(
+        ix[:, : idx_heads * idd], ix[:, idx_heads * idd:], c["positions"], cos_sin, idx_q_norm, idx_k_norm, eps,
+        q_out, c["ring"], c["state_slots"], c["state_table"], c["query_start_loc"], c["logical"], c["ckeys"],
+        c["comp_slots"], c["k_work"], compress_ratio=group, mrope_section=None, rope_pos_offset=None,
+        main_qkv=qkv, main_q_norm_weight=q_norm, main_k_norm_weight=k_norm, main_eps=eps, main_kv_cache=c["kv"],
+        main_slot_mapping=c["slots"], main_k_scale=1.0, main_v_scale=1.0)
+    return mq, mg, q_out

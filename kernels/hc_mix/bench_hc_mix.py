@@ -101,6 +101,13 @@ def run(sweep: bool = False):
         r["r9k down us"] = _bench.graph_time_us(lambda x, wd, wu: rk.skinny_gemm(x, wd, epi_cols=R), a16)["us"]
         lo = rk.skinny_gemm(x, mods[0][0], epi_cols=R)[:, :R]
         r["r9k up+mix us"] = _bench.graph_time_us(lambda x, wd, wu: tk._up_mix(lo, wu, None, x, None, 4), a16)["us"]
+        try:  # vLLM's own path (its hc_silu and gate-mix kernels from its sources; above 48 rows on the H200)
+            from r9k.kernels._triton import vllm_peer
+
+            r["vllm us"] = _bench.graph_time_us(
+                lambda x, wd, wu: vllm_peer.hc_mix(x, wd, wu, lora_rank=R, hc_count=4), a16)["us"]
+        except Exception as exc:  # noqa: BLE001 - vLLM's sources absent: reported, not guessed
+            r["vllm us"] = f"n/a ({type(exc).__name__})"
         rows.append(r)
         print(r, flush=True)
         # fp8 W8A16 against the same stock (bf16, 4 launches): what turning R9K_HC_FP8_DECODE on buys
@@ -114,5 +121,5 @@ def run(sweep: bool = False):
     return rows, sweep_rows
 
 
-COLS = ["op", "M", "stock us", "fused us", "speedup", "launches s/f", "floor us", "bw frac", "cuBLAS down us",
+COLS = ["op", "M", "stock us", "fused us", "vllm us", "speedup", "launches s/f", "floor us", "bw frac", "cuBLAS down us",
         "cuBLAS up us", "r9k down us", "r9k up+mix us", "fused bf16 us", "cfg"]
