@@ -323,7 +323,10 @@ def apply_profile_env(active: Active, environ=None) -> list[str]:
         if cur is None:
             environ[k] = v
         elif cur != v:
-            notes.append(f"profile '{active.rs.profile}' sets {k}={v}, but the environment has {k}={cur} (kept)")
+            from r9k.registry.redact import mask
+
+            notes.append(f"profile '{active.rs.profile}' sets {k}={mask(k, v)}, but the environment has "
+                         f"{k}={mask(k, cur)} (kept)")
     return notes
 
 

@@ -253,9 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     d = build(a.root, use_torch=not a.no_torch)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(str(a.out) + ".tmp")
-    tmp.write_text(json.dumps(d, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    os.replace(tmp, a.out)
+    from . import fileio
+
+    fileio.atomic_write(a.out, json.dumps(d, indent=1, sort_keys=True) + "\n", "provenance file")
     tc = d["toolchain"]
     print(f"provenance: {len(d['files'])} files, {d['platform']}, "
           + ", ".join(f"{k} {tc[k]}" for k in TOOLCHAIN_KEYS if k != "device") + f" -> {a.out}")
