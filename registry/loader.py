@@ -16,6 +16,7 @@ text for the line and column of the offending key, so the happy path stays cheap
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -385,6 +386,11 @@ class Registry:
                 self.texts[file] = fileio.read_text(file)
             except fileio.FileError:
                 self.texts.pop(file)
+        if loc and file in self.texts and kind not in ("variant", "model") and len(loc) == 2 \
+                and all(isinstance(x, str) for x in loc):  # a key of a table: indexed
+            hit = self._key_index(file).get(loc)
+            if hit:
+                return file, hit[0], hit[1]
         if loc and file in self.texts:
             lines = self.texts[file].splitlines()
             if kind in ("variant", "model"):
@@ -401,6 +407,35 @@ class Registry:
                 if ln:
                     return file, ln, col
         return file, line, None
+
+    def _key_index(self, file: str) -> dict:
+        """(table, key) -> (line, col) of every ``key = ...`` line under a plain ``[table]`` header of a file,
+        built in one pass (locating each of N keys by a scan of the text would take N x lines)."""
+        memo = ("key-index", file)
+        if memo not in self._memo:
+            index: dict = {}
+            table = None
+            for n, ln in enumerate(self.texts[file].splitlines(), 1):
+                h = _HEADER.match(ln)
+                if h:
+                    table = None if ln.lstrip().startswith("[[") else h.group(1).strip()
+                    continue
+                if table is None:
+                    continue
+                m = _KEY_LINE.match(ln)
+                if m:
+                    key = m.group(2)
+                    if key is None:
+                        try:
+                            key = json.loads(m.group(1))
+                        except ValueError:
+                            continue
+                    index.setdefault((table, key), (n, len(ln) - len(ln.lstrip()) + 1))
+            self._memo[memo] = index
+        return self._memo[memo]
+
+
+_KEY_LINE = re.compile(r'^\s*(?:("(?:[^"\\]|\\.)*")|([A-Za-z0-9_-]+))\s*=')
 
 
 def _vkey(v: str) -> tuple:

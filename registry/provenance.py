@@ -227,10 +227,16 @@ class ProvenanceError(ValueError):
 
 def read(path: str | Path) -> dict[str, Any]:
     """The provenance file, checked; raises ProvenanceError (message without the file name) or OSError."""
-    try:
-        d = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ProvenanceError(f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    from . import fileio
+
+    try:  # the project's one reader: UTF-8, syntax, nesting depth, size (never an internal error)
+        d = fileio.read_json(path, "provenance file")
+    except fileio.FileError as exc:
+        dg = exc.diagnostic
+        if dg.code in ("not-found", "permission", "is-directory", "io"):
+            raise OSError(dg.message) from None
+        where = f"line {dg.line}, column {dg.col}: " if dg.line else ""
+        raise ProvenanceError(f"not usable ({where}{dg.message})") from None
     if not isinstance(d, dict) or d.get(KEY) != FORMAT:
         raise ProvenanceError(f"not a provenance file (no \"{KEY}\": {FORMAT})")
     files, tc = d.get("files"), d.get("toolchain")
