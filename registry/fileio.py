@@ -63,13 +63,20 @@ class WriteError(FileError, OSError):
 
 
 def display_path(p: PathLike) -> str:
-    """A path as a person reads it: relative to the working directory when below it."""
+    """A path as a person reads it: relative to the working directory when below it; control characters
+    (a newline or an escape sequence in a file name) shown escaped, so a name cannot forge a line."""
     p = Path(p)
     try:
         absolute = Path(os.path.abspath(p))
-        return str(absolute.relative_to(Path.cwd()))
+        shown = str(absolute.relative_to(Path.cwd()))
     except (ValueError, OSError):
-        return str(p)
+        shown = str(p)
+    if _CONTROL.search(shown):
+        shown = _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), shown)
+    return shown
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def error(path: Optional[PathLike], kind: str, message: str, line: Optional[int] = None,
