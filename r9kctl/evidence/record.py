@@ -79,11 +79,16 @@ class Client:
                 resp = self._request("POST", "/chat/completions",
                                      {**common, "messages": [{"role": "user", "content": prompt}]})
                 text = netclient.dig(resp, "choices", 0, "message", what=f"{self.base}/chat/completions")
-                text = text.get("content") if isinstance(text, dict) else None
+                if not isinstance(text, dict):
+                    raise netclient.ClientError("json", f"{self.base}/chat/completions: choices[0].message is "
+                                                        "not an object (a server answering in another shape?)")
+                text = text.get("content")
             elif api == "completions":
                 resp = self._request("POST", "/completions", {**common, "prompt": prompt})
                 text = netclient.dig(resp, "choices", 0, what=f"{self.base}/completions")
-                text = text.get("text") if isinstance(text, dict) else None
+                if not isinstance(text, dict):
+                    raise netclient.ClientError("json", f"{self.base}/completions: choices[0] is not an object")
+                text = text.get("text")
             else:
                 raise ValueError(f"unknown api {api!r} (chat, completions)")
         except netclient.ClientError as exc:
