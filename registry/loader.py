@@ -168,7 +168,10 @@ def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_lo
         if keyed and err["type"] == "value_error":  # an [env] key or value: point at its line
             import ast
 
-            kl, kc = locate(text, loc + (ast.literal_eval(keyed.group(1)),))
+            key = ast.literal_eval(keyed.group(1))
+            kl, kc = key_index(text).get((loc[-1], key), (None, None)) if loc else (None, None)
+            if not kl:
+                kl, kc = locate(text, loc + (key,))
             if kl:
                 line, col = kl, kc
         if err["type"] == "extra_forbidden":
@@ -413,26 +416,32 @@ class Registry:
         built in one pass (locating each of N keys by a scan of the text would take N x lines)."""
         memo = ("key-index", file)
         if memo not in self._memo:
-            index: dict = {}
-            table = None
-            for n, ln in enumerate(self.texts[file].splitlines(), 1):
-                h = _HEADER.match(ln)
-                if h:
-                    table = None if ln.lstrip().startswith("[[") else h.group(1).strip()
-                    continue
-                if table is None:
-                    continue
-                m = _KEY_LINE.match(ln)
-                if m:
-                    key = m.group(2)
-                    if key is None:
-                        try:
-                            key = json.loads(m.group(1))
-                        except ValueError:
-                            continue
-                    index.setdefault((table, key), (n, len(ln) - len(ln.lstrip()) + 1))
-            self._memo[memo] = index
+            self._memo[memo] = key_index(self.texts[file])
         return self._memo[memo]
+
+
+def key_index(text: str) -> dict:
+    """(table, key) -> (line, col) of every ``key = ...`` line under a plain ``[table]`` header, in one pass;
+    quoted keys are unescaped (``"\\u00c9" = 1`` is the key 'É')."""
+    index: dict = {}
+    table = None
+    for n, ln in enumerate(text.splitlines(), 1):
+        h = _HEADER.match(ln)
+        if h:
+            table = None if ln.lstrip().startswith("[[") else h.group(1).strip()
+            continue
+        if table is None:
+            continue
+        m = _KEY_LINE.match(ln)
+        if m:
+            key = m.group(2)
+            if key is None:
+                try:
+                    key = json.loads(m.group(1))
+                except ValueError:
+                    continue
+            index.setdefault((table, key), (n, len(ln) - len(ln.lstrip()) + 1))
+    return index
 
 
 _KEY_LINE = re.compile(r'^\s*(?:("(?:[^"\\]|\\.)*")|([A-Za-z0-9_-]+))\s*=')
