@@ -130,7 +130,9 @@ def _run(args) -> int:
           [[n, p.get("pid"), p.get("role"), p.get("rank"), p.get("hash")] for n, p in procs.items()],
           title="processes")
     in_use = data.get("in_use", {})
-    rows = [[r["knob"], r["value"], f"{r['layer']}: {r['source']}", in_use.get(r["variant"], r.get("implementation"))]
+    from r9k.registry.redact import mask
+
+    rows = [[r["knob"], mask(r["knob"], r["value"]), f"{r['layer']}: {r['source']}", in_use.get(r["variant"], r.get("implementation"))]
             for r in data.get("non_stock", [])]
     table(["KNOB", "VALUE", "FROM", "IMPLEMENTATION IN USE"], rows,
           title=f"not at stock (implementation as reported by {data.get('in_use_from')})")

@@ -8,11 +8,18 @@ line and column of the first bad byte), parses, and nests at most :data:`MAX_DEP
 raises :class:`FileError`, a :class:`~r9k.registry.errors.RegistryError` holding exactly one located
 diagnostic (``file:line:col: error[kind]: ...``); the command line prints it and exits 2.
 
-Writing (:func:`atomic_write`, :func:`atomic_append`) goes through a temporary file in the target's own
-folder, fsync and a rename, so a reader sees the old file or the new one, never a part: on any failure
-(disk full, permission, an exception, Ctrl-C) the temporary file is removed and the old file is left as it
-was. Writing to a symlink updates the file it points to (the link stays a link). Temporary files carry the
-writer's pid; one left by a killed writer is removed by the next write to the same file.
+Writing (:func:`atomic_write`, :func:`atomic_append`, :func:`update`, :func:`open_for_writing`) is the one
+writer of the project. It replaces only regular files: a FIFO, socket or device node (directly or through a
+symlink) is refused with one located line and left alone, and with ``within`` a symlink resolving outside
+that folder is refused; ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` name this process's open
+streams and are written to (what ``--out /dev/stdout`` means), never replaced, so a redirected file keeps
+what it had. A replace goes through a temporary file in the target's own folder, fsync and a rename, so a
+reader sees the old file or the new one, never a part: on any failure (disk full, permission, read-only,
+an exception, Ctrl-C) the temporary file is removed and the old file is left as it was. Writing to a
+symlink updates the file it points to (the link stays a link). Temporary files carry the writer's pid; one
+left by a killed writer is removed by the next write to the same file. Every append and read-modify-write
+(:func:`update`) holds :func:`locked`, an ``fcntl`` advisory lock on the target's folder, so concurrent
+writer processes lose nothing.
 
 Imports only the standard library (plus :mod:`.errors`): the plugin uses it on its startup path.
 """
