@@ -137,7 +137,6 @@ def test_profile_and_file_names_with_control_characters(tmp_path):
     (folder / "trailing\n.toml").write_text('extends = "stock"\n')
     code, out, err = run_main(["--profiles-dir", str(folder), "validate", "--all"])
     assert code == 2 and "trailing\\n" in err and "\ntrailing" not in err.replace("trailing\\n", ""), err
-    assert 'name = "x\\n"' or True
     (folder / "named.toml").write_text('name = "named\\n"\nextends = "stock"\n')
     code, out, err = run_main(["--profiles-dir", str(folder), "validate", "-p", "named"])
     assert code == 2 and "profile name" in err, err
