@@ -39,15 +39,6 @@ def masked(env: Mapping[str, str]) -> dict[str, str]:
     return {k: mask(k, v) for k, v in env.items()}
 
 
-def mask_text(text: str, env: Mapping[str, str]) -> str:
-    """``text`` with the value of every credential variable of ``env`` replaced by :data:`MASK` (for a
-    free-form line that may quote one)."""
-    for k, v in env.items():
-        if v and len(str(v)) >= 4 and is_secret(k):
-            text = text.replace(str(v), MASK)
-    return text
-
-
 def export_line(name: str, value: str) -> str:
     """``export NAME='value'`` for a POSIX shell; a credential is named in a comment (its value masked,
     nothing exported); a name a shell would not take as a variable raises ValueError (validation refuses
