@@ -100,8 +100,10 @@ def main() -> int:
         from r9k.registry.resolve import resolve
 
         rs = resolve(load_registry(), "cpu-smoke", env={})
+        from r9k.registry import fileio
+
         mpath = Path(tmp) / "manifest.json"
-        mpath.write_text(json.dumps(rs.to_manifest()))
+        fileio.atomic_write(mpath, json.dumps(rs.to_manifest()), "manifest")
         menv = dict(base, **{CACHE: str(cache), MANIFEST: str(mpath), PROFILE: "cpu-smoke", TP: "1"})
         menv.update(rs.env())
         f, s, ui = run_case(menv, args.runs)

@@ -3,9 +3,13 @@
 ``register()`` runs in every vLLM process (API server, engine core, every worker). Parsing the ~30
 TOML files of the registry costs ~40 ms per process (tomllib is pure Python), more than the plugin's
 whole startup budget. The parsed :class:`~r9k.registry.loader.Registry` (schema-checked by the core
-loader) is therefore pickled once into the user's cache directory, keyed by a fingerprint of every
-input file (path, size, mtime) and of the registry's own Python sources. A changed file changes the
-key, so a stale snapshot is never used; a snapshot that cannot be read is rebuilt.
+loader) is therefore pickled once into the user's cache directory, keyed by a fingerprint of the content
+(SHA-256) of every input file and of the registry's own Python sources. A changed file changes the key,
+even one edited with its size and mtime kept (``cp -p``, ``rsync -a``), so a stale snapshot is never
+used. The cache is an optimisation only: a snapshot is stored with the stamp of the code that wrote it and
+a hash of its bytes, and one that is truncated, corrupted, of another version or not readable at all is
+ignored and rebuilt; a cache folder that cannot be written only costs speed. The plugin never refuses to
+start because of this cache.
 
 Only successful loads are cached: a registry with errors raises ``RegistryError`` every time, with
 its located diagnostics.
@@ -15,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import stat
 from pathlib import Path
 from typing import Optional
 
@@ -39,8 +44,8 @@ def default_dirs(environ=None) -> tuple[Path, list[Path]]:
 
 
 def _fingerprint(root: Path, profile_dirs: list[Path]) -> str:
-    """Stat-based fingerprint of everything a load (and a validation) reads: the registry's TOML and
-    gate ledger files, the profiles, and the registry's Python code."""
+    """Content fingerprint of everything a load (and a validation) reads: the registry's TOML and gate
+    ledger files, the profiles, and the registry's Python code (each file's path and SHA-256)."""
     h = hashlib.sha256()
     h.update(str(root.resolve()).encode())
     files: list[Path] = sorted(package_dir("r9k.registry").glob("*.py"))
@@ -50,11 +55,34 @@ def _fingerprint(root: Path, profile_dirs: list[Path]) -> str:
             files += sorted(Path(d).rglob("*.toml")) + sorted(Path(d).rglob("*.jsonl"))
     for f in files:
         try:
-            st = f.stat()
+            with open(f, "rb") as fh:  # a FIFO or device here would block: regular files only
+                if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                    continue
+                digest = hashlib.sha256(fh.read()).hexdigest()
         except OSError:
             continue
-        h.update(f"{f}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+        h.update(f"{f}:{digest}\n".encode())
     return h.hexdigest()[:20]
+
+
+MAGIC = b"r9k-registry-snapshot/2\n"
+
+
+def _decode(raw: bytes, stamp: str):
+    """The registry of a snapshot file's bytes, or None unless it is intact and of this very code."""
+    head = MAGIC + stamp.encode() + b"\n"
+    if not raw.startswith(head) or len(raw) < len(head) + 65:
+        return None
+    digest, payload = raw[len(head): len(head) + 64], raw[len(head) + 65:]
+    if hashlib.sha256(payload).hexdigest().encode() != digest:
+        return None
+    try:
+        reg = pickle.loads(payload)
+    except Exception:  # noqa: BLE001 - any unreadable snapshot is rebuilt
+        return None
+    from r9k.registry.loader import Registry
+
+    return reg if isinstance(reg, Registry) else None
 
 
 def cache_dir() -> Path:
@@ -72,18 +100,22 @@ def load_registry_cached(root: Optional[Path] = None, profile_dirs: Optional[lis
     dirs = list(profile_dirs) if profile_dirs is not None else default_profile_dirs()
     if envvars.NO_REGISTRY_CACHE.on():
         return load_registry(root, dirs)
-    path = cache_dir() / f"{_fingerprint(root, dirs)}.pickle"
+    stamp = _fingerprint(root, dirs)
+    path = cache_dir() / f"{stamp}.pickle"
+    from r9k.registry import fileio
+
     try:
-        with open(path, "rb") as fh:
-            return pickle.load(fh)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError, TypeError):
-        pass
+        reg = _decode(fileio.read_bytes(path, "registry snapshot"), stamp)
+    except Exception:  # noqa: BLE001 - missing, not a file, unreadable: rebuilt
+        reg = None
+    if reg is not None:
+        return reg
     reg = load_registry(root, dirs)  # raises RegistryError with located diagnostics
     try:
-        from r9k.registry import fileio
-
+        payload = pickle.dumps(reg, protocol=pickle.HIGHEST_PROTOCOL)
+        blob = MAGIC + stamp.encode() + b"\n" + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
         path.parent.mkdir(parents=True, exist_ok=True)
-        fileio.atomic_write(path, pickle.dumps(reg, protocol=pickle.HIGHEST_PROTOCOL), "registry snapshot")
-    except OSError:  # a read-only cache directory only costs speed (and leaves no temporary file)
+        fileio.atomic_write(path, blob, "registry snapshot", within=cache_dir())
+    except Exception:  # noqa: BLE001 - a full, read-only or odd cache folder only costs speed
         pass
     return reg

@@ -255,7 +255,10 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
                      for vid, r in sorted(here.items.items())
                      if vid in from_launch.items and from_launch.items[vid].value != r.value]
             if from_launch.extra_env != here.extra_env:
-                diffs.append(f"profile env: manifest {from_launch.extra_env}, this process {here.extra_env}")
+                from r9k.registry.redact import masked
+
+                diffs.append(f"profile env: manifest {masked(from_launch.extra_env)}, this process "
+                             f"{masked(here.extra_env)}")
             raise StartupError(
                 [f"{manifest_path}: error[manifest-drift]: the active set resolved here ({here.hash}) differs "
                  f"from the one r9kctl launch validated ({from_launch.hash})"] + diffs)
@@ -323,7 +326,10 @@ def apply_profile_env(active: Active, environ=None) -> list[str]:
         if cur is None:
             environ[k] = v
         elif cur != v:
-            notes.append(f"profile '{active.rs.profile}' sets {k}={v}, but the environment has {k}={cur} (kept)")
+            from r9k.registry.redact import mask
+
+            notes.append(f"profile '{active.rs.profile}' sets {k}={mask(k, v)}, but the environment has "
+                         f"{k}={mask(k, cur)} (kept)")
     return notes
 
 

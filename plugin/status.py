@@ -11,9 +11,7 @@ resolved set, merged with the file's per-process sections.
 """
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -93,9 +91,9 @@ def write_section(path: str, section: dict) -> None:
     """Merge this process's section into the status file (locked read-modify-write, atomic replace)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    lock = p.with_name(p.name + ".lock")
-    with open(lock, "a+") as lf:
-        fcntl.flock(lf, fcntl.LOCK_EX)
+    from r9k.registry import fileio
+
+    with fileio.locked(p):  # the writers' one advisory lock
         try:
             data = json.loads(p.read_text()) if p.exists() else {}
         except (OSError, ValueError):
@@ -107,8 +105,6 @@ def write_section(path: str, section: dict) -> None:
                      "tp": section["tp"], "model": section["model"]})
         procs = data.setdefault("processes", {})
         procs[section["process"]["name"]] = section
-        from r9k.registry import fileio
-
         fileio.atomic_write(p, json.dumps(data, indent=1, sort_keys=True), "status file")  # OSError on failure
 
 
@@ -120,10 +116,10 @@ def counters_path(path: str, process: str) -> Path:
 def write_counters(path: str, process: str, snap: dict) -> None:
     """One process's counters (:func:`r9k.plugin.counters.snapshot`) in its own file: compact JSON,
     atomic replace, no lock (one writer per file). Merged into its section by :func:`merged_status`."""
-    target = counters_path(path, process)
-    tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"time": time.time(), "counters": snap}, separators=(",", ":")))
-    os.replace(tmp, target)
+    from r9k.registry import fileio
+
+    fileio.atomic_write(counters_path(path, process), json.dumps({"time": time.time(), "counters": snap},
+                                                                 separators=(",", ":")), "counters file")
 
 
 def _with_counter_files(procs: dict, path: Optional[str]) -> dict:

@@ -237,7 +237,9 @@ def _serve(args) -> int:
         return 1
     summary = SB.summarize(ms, profiles)
     summary["settings"] = s.__dict__
-    (Path(args.out) / "summary.json").write_text(json.dumps(summary, indent=1))
+    from r9k.registry import fileio
+
+    fileio.atomic_write(Path(args.out) / "summary.json", json.dumps(summary, indent=1), "summary")
     if args.plot:
         why = SB.plot(summary, Path(args.plot))
         say(f"plot: {args.plot}" if why is None else f"no plot: {why}")

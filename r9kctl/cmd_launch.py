@@ -51,7 +51,21 @@ def run(args) -> int:
         return 2
     reg, sets = loaded
     # --dry-run writes the manifest and builds a tiny model too: what it prints starts the server as pasted.
-    plan = plan_launch(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict, extra_args=args.extra)
+    try:
+        plan = plan_launch(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict, extra_args=args.extra)
+    except OSError as exc:  # a full, read-only or odd cache folder: one located line, not an internal error
+        import sys
+
+        from r9k.registry import envvars, fileio
+
+        if isinstance(exc, fileio.FileError):  # the writer's own located line (disk full, read-only, ...)
+            sys.stderr.write(exc.diagnostic.format() + "\n")
+            return 2
+        where = fileio.display_path(getattr(exc, "filename", None) or envvars.cache_dir())
+        sys.stderr.write(f"{where}: error[cache]: cannot write the launch files (manifest, tiny model) in the "
+                         f"cache folder: {exc.strerror or exc}; nothing was started (set {envvars.CACHE_DIR.name} "
+                         "to a writable folder)\n")
+        return 2
     if not plan.ok or (args.strict and plan.report.warnings):
         report_errors(plan.report.diagnostics, args.format)
         import sys

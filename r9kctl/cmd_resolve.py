@@ -18,8 +18,6 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    import shlex
-
     from r9k.registry.resolve import resolve
 
     from .common import load_for_profile, report_errors
@@ -39,8 +37,10 @@ def run(args) -> int:
         return 0
     if args.format == "env":
         print(f"# r9k profile {rs.profile} tp{rs.tp} hash {rs.hash}")
+        from r9k.registry.redact import export_line
+
         for k, v in rs.env().items():
-            print(f"export {k}={shlex.quote(v)}")
+            print(export_line(k, v))  # quoted for POSIX shells; a credential masked (a comment, not exported)
         return 0
     items = rs.non_stock() if args.non_stock else [r for r in rs.items.values() if r.value is not None]
     items.sort(key=lambda r: (r.variant.area, r.variant.knob))

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 import sys
-import urllib.error
-import urllib.request
 
 from r9k.registry import envvars
+
+from . import netclient
 
 ROUTE = "/r9k/status"  # same as r9k.plugin.status.ROUTE (not imported: keep this command light)
 
@@ -32,10 +32,12 @@ def add_parser(sub) -> None:
 
 def fetch(url: str, timeout: float = 10.0) -> dict:
     full = url.rstrip("/") + ROUTE
-    with urllib.request.urlopen(full, timeout=timeout) as resp:  # noqa: S310 - a user-given server URL
-        data = json.loads(resp.read().decode("utf-8", errors="replace"))
+    data = netclient.get_json(full, timeout_s=timeout, expect=(dict, list, str, int, float, bool, type(None)))
     if not isinstance(data, dict):
         raise ValueError(f"{full}: the answer is not a JSON object (is this an r9k server?)")
+    problem = _shape_problem(data) if "in_use" not in data else None
+    if problem:
+        raise ValueError(f"{full}: not a usable status: {problem}")
     return data
 
 
@@ -74,19 +76,36 @@ def read(args) -> dict:
 
 
 def run(args) -> int:
+    """:func:`_run`; a status of another shape than the plugin writes (a server or file answering something
+    else) is one line and exit 2, not an internal error."""
+    try:
+        return _run(args)
+    except (KeyError, TypeError, AttributeError, IndexError) as exc:
+        where = args.url or args.file or envvars.STATUS_FILE.get()
+        print(f"r9kctl status: error[status]: {where}: the status has an unexpected shape "
+              f"({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
+
+
+def _run(args) -> int:
     if args.timeout is not None and not args.timeout > 0:
         print(f"r9kctl status: error[usage]: --timeout {args.timeout:g}: must be a positive number of seconds",
               file=sys.stderr)
         return 2
     try:
         data = read(args)
-    except urllib.error.HTTPError as exc:
-        hint = " (the server runs without the plugin's route: VLLM_PLUGINS must name r9k)" if exc.code == 404 else ""
-        print(f"r9kctl status: error[http]: {args.url}{ROUTE}: HTTP {exc.code}{hint}", file=sys.stderr)
-        return 2
-    except urllib.error.URLError as exc:
-        reason = getattr(exc.reason, "strerror", None) or str(exc.reason)
-        print(f"r9kctl status: error[connection]: {args.url}: {reason} (is the server running?)", file=sys.stderr)
+    except netclient.ClientError as exc:
+        if exc.kind == "http":
+            hint = " (the server runs without the plugin's route: VLLM_PLUGINS must name r9k)" \
+                if exc.status == 404 else ""
+            print(f"r9kctl status: error[http]: {args.url}{ROUTE}: HTTP {exc.status}{hint}", file=sys.stderr)
+        elif exc.kind == "connection":
+            print(f"r9kctl status: error[connection]: {exc} (is the server running?)", file=sys.stderr)
+        elif exc.kind == "timeout":
+            print(f"r9kctl status: error[connection]: {args.url}: no answer within {args.timeout:g} s",
+                  file=sys.stderr)
+        else:
+            print(f"r9kctl status: error[{exc.kind}]: {exc}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as exc:
         if isinstance(exc, TimeoutError) or "timed out" in str(exc):
@@ -111,7 +130,9 @@ def run(args) -> int:
           [[n, p.get("pid"), p.get("role"), p.get("rank"), p.get("hash")] for n, p in procs.items()],
           title="processes")
     in_use = data.get("in_use", {})
-    rows = [[r["knob"], r["value"], f"{r['layer']}: {r['source']}", in_use.get(r["variant"], r.get("implementation"))]
+    from r9k.registry.redact import mask
+
+    rows = [[r["knob"], mask(r["knob"], r["value"]), f"{r['layer']}: {r['source']}", in_use.get(r["variant"], r.get("implementation"))]
             for r in data.get("non_stock", [])]
     table(["KNOB", "VALUE", "FROM", "IMPLEMENTATION IN USE"], rows,
           title=f"not at stock (implementation as reported by {data.get('in_use_from')})")

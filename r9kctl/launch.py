@@ -41,8 +41,10 @@ class LaunchPlan:
         lines = [f"# profile {self.manifest.get('profile')} tp{self.manifest.get('tp')} hash {self.manifest.get('hash')}"]
         for n in self.notes:
             lines.append(f"# {n}")
+        from r9k.registry.redact import export_line
+
         for k in sorted(self.env):
-            lines.append(f"export {k}={shlex.quote(self.env[k])}")
+            lines.append(export_line(k, self.env[k]))  # quoted; a credential's value masked
         lines.append(" ".join(shlex.quote(a) for a in self.argv))
         return "\n".join(lines)
 

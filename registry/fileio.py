@@ -8,25 +8,39 @@ line and column of the first bad byte), parses, and nests at most :data:`MAX_DEP
 raises :class:`FileError`, a :class:`~r9k.registry.errors.RegistryError` holding exactly one located
 diagnostic (``file:line:col: error[kind]: ...``); the command line prints it and exits 2.
 
-Writing (:func:`atomic_write`, :func:`atomic_append`) goes through a temporary file in the target's own
-folder, fsync and a rename, so a reader sees the old file or the new one, never a part: on any failure
-(disk full, permission, an exception, Ctrl-C) the temporary file is removed and the old file is left as it
-was. Writing to a symlink updates the file it points to (the link stays a link). Temporary files carry the
-writer's pid; one left by a killed writer is removed by the next write to the same file.
+Writing (:func:`atomic_write`, :func:`atomic_append`, :func:`update`, :func:`open_for_writing`) is the one
+writer of the project. It replaces only regular files: a FIFO, socket or device node (directly or through a
+symlink) is refused with one located line and left alone, and with ``within`` a symlink resolving outside
+that folder is refused; ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` name this process's open
+streams and are written to (what ``--out /dev/stdout`` means), never replaced, so a redirected file keeps
+what it had. A replace goes through a temporary file in the target's own folder, fsync and a rename, so a
+reader sees the old file or the new one, never a part: on any failure (disk full, permission, read-only,
+an exception, Ctrl-C) the temporary file is removed and the old file is left as it was. Writing to a
+symlink updates the file it points to (the link stays a link). Temporary files carry the writer's pid; one
+left by a killed writer is removed by the next write to the same file. Every append and read-modify-write
+(:func:`update`) holds :func:`locked`, an ``fcntl`` advisory lock on the target's folder, so concurrent
+writer processes lose nothing.
 
 Imports only the standard library (plus :mod:`.errors`): the plugin uses it on its startup path.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import re
 import stat
 import tempfile
+import threading
 import tomllib
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: writes go without the advisory lock
+    fcntl = None  # type: ignore[assignment]
 
 from .errors import Diagnostic, RegistryError
 
@@ -56,13 +70,20 @@ class WriteError(FileError, OSError):
 
 
 def display_path(p: PathLike) -> str:
-    """A path as a person reads it: relative to the working directory when below it."""
+    """A path as a person reads it: relative to the working directory when below it; control characters
+    (a newline or an escape sequence in a file name) shown escaped, so a name cannot forge a line."""
     p = Path(p)
     try:
         absolute = Path(os.path.abspath(p))
-        return str(absolute.relative_to(Path.cwd()))
+        shown = str(absolute.relative_to(Path.cwd()))
     except (ValueError, OSError):
-        return str(p)
+        shown = str(p)
+    if _CONTROL.search(shown):
+        shown = _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), shown)
+    return shown
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def error(path: Optional[PathLike], kind: str, message: str, line: Optional[int] = None,
@@ -375,18 +396,109 @@ def parse_xml(text: str, path: Optional[PathLike] = None, what: str = "XML file"
 
 # --------------------------------------------------------------------------------------------- writing
 
+#: Paths that name an open stream of this process, not a file: writing to them writes to the stream (what
+#: ``--out /dev/stdout`` means), it never replaces the file or pipe the stream is redirected to.
+_STREAM = re.compile(r"^/(?:dev/(?:std(?P<std>out|err)|fd/(?P<fd>\d+))|proc/(?:self|\d+)/fd/(?P<pfd>\d+))$")
 
-def _write_target(p: Path) -> Path:
-    """The file a write to ``p`` must replace: the end of its symlink chain, if it is one."""
-    if not os.path.islink(p):
-        return p
+
+def _stream_fd(p: Path) -> Optional[int]:
+    """The file descriptor a path such as ``/dev/stdout`` or ``/dev/fd/3`` names, or None."""
+    m = _STREAM.match(os.path.abspath(p))
+    if not m:
+        return None
+    if m.group("std"):
+        return 1 if m.group("std") == "out" else 2
+    if m.group(0).startswith("/proc/") and not m.group(0).startswith(("/proc/self/", f"/proc/{os.getpid()}/")):
+        return None  # another process's descriptor: an ordinary (refused) path
+    return int(m.group("fd") or m.group("pfd"))
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def _not_regular(mode: int) -> Optional[str]:
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return None
+
+
+def _write_target(p: Path, what: str = "file", within: Optional[PathLike] = None) -> Path:
+    """The file a write to ``p`` must replace: the end of its symlink chain, if it is one. Refuses (located
+    FileError) a link loop, a target that exists and is not a regular file (FIFO, socket, device), and,
+    with ``within``, a link that resolves outside that folder."""
+    target = p
+    if os.path.islink(p):
+        try:
+            os.stat(p)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise error(p, "symlink-loop", "cannot write: the path is a symlink loop") from None
+            # a dangling link: create the file it names
+        target = Path(os.path.realpath(p))
+        if within is not None:
+            root = os.path.realpath(within)
+            if os.path.commonpath([root, str(target)]) != root:
+                raise error(p, "not-a-file", f"cannot write: this {what} is a symlink to {display_path(target)}, "
+                                             f"outside {display_path(within)}")
     try:
-        os.stat(p)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise error(p, "symlink-loop", "cannot write: the path is a symlink loop") from None
-        # a dangling link: create the file it names
-    return Path(os.path.realpath(p))
+        st = os.stat(target)
+    except OSError:
+        return target
+    kind = _not_regular(st.st_mode)
+    if kind:
+        raise error(p, "not-a-file", f"cannot write: this {what} is {kind}, not a regular file; it was left "
+                                     "alone", hint="name a regular file, or /dev/stdout to print it")
+    return target
+
+
+# ---- the advisory lock: one per folder, so that a lock never needs a file of its own (nothing is left
+# behind) and a lock survives the rename of the file it guards. Re-entrant within a process.
+_locks_guard = threading.Lock()
+_held: dict[str, list] = {}  # folder -> [RLock, depth, fd or None]
+
+
+@contextlib.contextmanager
+def locked(path: PathLike):
+    """An exclusive advisory lock (``fcntl.flock`` on the folder of ``path``'s target) for a
+    read-modify-write or an append: concurrent writers (processes or threads) of the same folder take
+    turns. Re-entrant in one process. A folder that cannot be opened is written without a lock (the
+    write itself then reports the problem)."""
+    try:
+        folder = os.path.realpath(_write_target(Path(path)).parent)
+    except FileError:
+        folder = os.path.realpath(Path(path).parent)
+    with _locks_guard:
+        entry = _held.setdefault(folder, [threading.RLock(), 0, None])
+    entry[0].acquire()
+    try:
+        if entry[1] == 0:
+            entry[2] = None
+            if fcntl is not None:
+                try:
+                    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+                except OSError:
+                    fd = None
+                if fd is not None:
+                    try:
+                        fcntl.flock(fd, fcntl.LOCK_EX)
+                        entry[2] = fd
+                    except OSError:
+                        os.close(fd)
+        entry[1] += 1
+        try:
+            yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0 and entry[2] is not None:
+                try:
+                    fcntl.flock(entry[2], fcntl.LOCK_UN)
+                finally:
+                    os.close(entry[2])
+                    entry[2] = None
+    finally:
+        entry[0].release()
 
 
 def _pid_alive(pid: int) -> bool:
@@ -425,16 +537,47 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def atomic_write(path: PathLike, data: Union[str, bytes], what: str = "file", mode: Optional[int] = None) -> Path:
+def _write_error(p: Path, what: str, exc: OSError) -> WriteError:
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        reason = "permission denied" if exc.errno != errno.EROFS else "read-only file system"
+    return WriteError(Diagnostic("error", "write", f"cannot write this {what}: {reason}; the file is unchanged",
+                                 display_path(p)))
+
+
+def _write_stream(p: Path, fd: int, data: bytes, what: str) -> Path:
+    """Write to an open stream of this process (``/dev/stdout``): appended to it, nothing replaced."""
+    import sys
+
+    for s in (sys.stdout, sys.stderr):
+        try:
+            s.flush()
+        except Exception:  # a closed or replaced stream: nothing to flush
+            pass
+    try:
+        _write_all(fd, data)
+    except OSError as exc:
+        raise _write_error(p, what, exc) from None
+    return p
+
+
+def atomic_write(path: PathLike, data: Union[str, bytes], what: str = "file", mode: Optional[int] = None,
+                 within: Optional[PathLike] = None) -> Path:
     """Replace ``path``'s content with ``data`` atomically (see the module text); returns the file written
     (the symlink's target when ``path`` is a link). Raises a located FileError (kind ``write``) when it cannot;
-    the old file is then unchanged and no temporary file remains."""
+    the old file is then unchanged and no temporary file remains. Only regular files are replaced: a FIFO,
+    socket or device is refused (kind ``not-a-file``); ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N``
+    name this process's streams and are written to, not replaced. ``within``: a folder the file must be in
+    (a symlink resolving elsewhere is refused)."""
     p = Path(path)
-    target = _write_target(p)
-    if target.is_dir():
-        raise error(p, "is-directory", f"cannot write: {what} is a folder")
     if isinstance(data, str):
         data = data.encode("utf-8")
+    fd = _stream_fd(p)
+    if fd is not None:
+        return _write_stream(p, fd, data, what)
+    target = _write_target(p, what, within)
+    if target.is_dir():
+        raise error(p, "is-directory", f"cannot write: {what} is a folder")
     folder = target.parent
     if not folder.is_dir():
         raise error(p, "not-found", f"cannot write: the folder {display_path(folder)} does not exist")
@@ -455,6 +598,7 @@ def atomic_write(path: PathLike, data: Union[str, bytes], what: str = "file", mo
             os.fsync(fd)
         finally:
             os.close(fd)
+        _write_target(p, what, within)  # still a regular file (or none) at the moment of the rename
         os.replace(tmp, target)
         tmp = None
         try:  # make the rename itself durable
@@ -466,11 +610,7 @@ def atomic_write(path: PathLike, data: Union[str, bytes], what: str = "file", mo
         except OSError:
             pass
     except OSError as exc:
-        reason = exc.strerror or str(exc)
-        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
-            reason = "permission denied" if exc.errno != errno.EROFS else "read-only file system"
-        raise WriteError(Diagnostic("error", "write", f"cannot write this {what}: {reason}; the file is unchanged",
-                                    display_path(p))) from None
+        raise _write_error(p, what, exc) from None
     finally:
         if tmp is not None:
             try:
@@ -480,18 +620,60 @@ def atomic_write(path: PathLike, data: Union[str, bytes], what: str = "file", mo
     return target
 
 
-def atomic_append(path: PathLike, data: Union[str, bytes], what: str = "file") -> Path:
-    """Append ``data`` to ``path`` (created if missing) by writing old + new content atomically: a failed
-    append leaves the file exactly as it was, never a partial last line."""
-    p = Path(path)
+def _read_old(p: Path, what: str) -> Optional[bytes]:
     try:
-        old = read_bytes(p, what)
+        return read_bytes(p, what)
     except FileError as exc:
         if exc.kind != "not-found" or os.path.islink(p):
             raise
-        old = b""
+        return None
+
+
+def update(path: PathLike, change: Callable[[Optional[bytes]], Union[str, bytes]], what: str = "file",
+           within: Optional[PathLike] = None) -> Path:
+    """A read-modify-write under :func:`locked`: ``change(old bytes or None when missing)`` returns the new
+    content, written atomically. Concurrent updates of the same file by several processes lose nothing."""
+    p = Path(path)
+    if _stream_fd(p) is not None:
+        return atomic_write(p, change(None), what)
+    with locked(p):
+        _write_target(p, what, within)
+        return atomic_write(p, change(_read_old(p, what)), what, within=within)
+
+
+def atomic_append(path: PathLike, data: Union[str, bytes], what: str = "file",
+                  within: Optional[PathLike] = None) -> Path:
+    """Append ``data`` to ``path`` (created if missing) by writing old + new content atomically under the
+    lock: a failed append leaves the file exactly as it was, never a partial last line, and concurrent
+    appends by several processes are all kept."""
     if isinstance(data, str):
         data = data.encode("utf-8")
-    if old and not old.endswith(b"\n"):
-        old += b"\n"
-    return atomic_write(p, old + data, what)
+
+    def add(old: Optional[bytes]) -> bytes:
+        old = old or b""
+        if old and not old.endswith(b"\n"):
+            old += b"\n"
+        return old + data
+
+    return update(path, add, what, within)
+
+
+def open_for_writing(path: PathLike, append: bool = False, what: str = "file"):
+    """A text stream for a file written piece by piece (a log, a result file written as answers arrive):
+    the same target checks as :func:`atomic_write` (regular files only; ``/dev/stdout`` is the stream
+    itself). Appends use ``O_APPEND`` so that each line lands whole."""
+    p = Path(path)
+    fd = _stream_fd(p)
+    if fd is not None:
+        return os.fdopen(os.dup(fd), "w", encoding="utf-8")
+    target = _write_target(p, what)
+    flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    flags |= os.O_APPEND if append else os.O_TRUNC
+    try:
+        fd = os.open(target, flags, 0o666)
+    except OSError as exc:
+        raise _write_error(p, what, exc) from None
+    if _not_regular(os.fstat(fd).st_mode):  # replaced by a FIFO or device between the check and the open
+        os.close(fd)
+        raise error(p, "not-a-file", f"cannot write: this {what} is not a regular file; it was left alone")
+    return os.fdopen(fd, "a" if append else "w", encoding="utf-8")

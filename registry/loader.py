@@ -15,6 +15,8 @@ text for the line and column of the offending key, so the happy path stays cheap
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -162,6 +164,16 @@ def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_lo
             kl, kc = locate(text, loc + tuple(named.group(1).split(".")))
             if kl and kl != line:
                 line, col = kl, kc
+        keyed = re.match(r"""^Value error, env (?:key|value of) ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""", msg)
+        if keyed and err["type"] == "value_error":  # an [env] key or value: point at its line
+            import ast
+
+            key = ast.literal_eval(keyed.group(1))
+            kl, kc = key_index(text).get((loc[-1], key), (None, None)) if loc else (None, None)
+            if not kl:
+                kl, kc = locate(text, loc + (key,))
+            if kl:
+                line, col = kl, kc
         if err["type"] == "extra_forbidden":
             msg = f"unknown field '{loc[-1]}'"
         elif msg.startswith("Value error, "):
@@ -171,12 +183,18 @@ def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_lo
 
 
 class _ParseCache:
-    """Parsed TOML by (path, mtime, size), pickled in the user's cache directory.
+    """Parsed TOML by (path, SHA-256 of the file's bytes), pickled in the user's cache directory.
 
     The standard library's TOML parser is pure Python (~45 ms for the whole registry); unpickling the
-    parsed data is ~3 ms. Any problem with the cache file just means parsing again;
-    ``envvars.NO_CACHE`` set to 1 turns it off. Only files that parse cleanly are cached.
+    parsed data is ~3 ms. The cache is an optimisation only: an entry is used only for the exact bytes it
+    was parsed from (an edit that keeps size and mtime, ``cp -p``, ``rsync -a``, is seen), and the file is
+    written as ``MAGIC``, the stamp of the code that wrote it (:func:`_stamp`), the SHA-256 of the pickle,
+    then the pickle: a cache of another version of this project, a truncated or corrupted file (one flipped
+    byte) or one that cannot be read is ignored and rebuilt, never trusted. ``envvars.NO_CACHE`` set to 1
+    turns it off. Only files that parse cleanly are cached.
     """
+
+    MAGIC = b"r9k-parse-cache/2\n"
 
     def __init__(self) -> None:
         self.enabled = not envvars.NO_CACHE.on()
@@ -184,23 +202,49 @@ class _ParseCache:
         self.data: dict = {}
         self.dirty = False
         if self.enabled:
-            try:
-                import pickle
+            self.data = self._load(self.path)
 
-                with open(self.path, "rb") as f:
-                    self.data = pickle.load(f)
-            except Exception:  # missing, corrupt or from another version: start empty
-                self.data = {}
+    @classmethod
+    def _load(cls, path: Path) -> dict:
+        try:
+            raw = fileio.read_bytes(path, "parse cache")
+        except fileio.FileError:  # missing, not a file, unreadable: start empty
+            return {}
+        return cls.decode(raw)
 
-    def get(self, path: Path, st: os.stat_result):
+    @classmethod
+    def decode(cls, raw: bytes) -> dict:
+        """The entries of a cache file's bytes; {} for anything but an intact file of this very code."""
+        head = cls.MAGIC + _stamp() + b"\n"
+        if not raw.startswith(head) or len(raw) < len(head) + 65:
+            return {}
+        digest, payload = raw[len(head): len(head) + 64], raw[len(head) + 65:]
+        if hashlib.sha256(payload).hexdigest().encode() != digest:
+            return {}
+        try:
+            import pickle
+
+            data = pickle.loads(payload)
+        except Exception:  # noqa: BLE001 - a cache that cannot be read only costs speed
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    @classmethod
+    def encode(cls, data: dict) -> bytes:
+        import pickle
+
+        payload = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
+        return cls.MAGIC + _stamp() + b"\n" + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
+
+    def get(self, path: Path, digest: str):
         hit = self.data.get(str(path)) if self.enabled else None
-        if hit and hit[0] == st.st_mtime_ns and hit[1] == st.st_size:
-            return hit[2], hit[3]
+        if isinstance(hit, tuple) and len(hit) == 3 and hit[0] == digest:
+            return hit[1], hit[2]
         return None
 
-    def put(self, path: Path, st: os.stat_result, data: dict, heads: list[int]) -> None:
+    def put(self, path: Path, digest: str, data: dict, heads: list[int]) -> None:
         if self.enabled:
-            self.data[str(path)] = (st.st_mtime_ns, st.st_size, data, heads)
+            self.data[str(path)] = (digest, data, heads)
             self.dirty = True
 
     MAX_ENTRIES = 200
@@ -213,12 +257,31 @@ class _ParseCache:
         while len(self.data) > self.MAX_ENTRIES:
             self.data.pop(next(iter(self.data)))
         try:
-            import pickle
-
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fileio.atomic_write(self.path, pickle.dumps(self.data, protocol=pickle.HIGHEST_PROTOCOL), "parse cache")
+            fileio.atomic_write(self.path, self.encode(self.data), "parse cache", within=self.path.parent)
         except (OSError, fileio.FileError):
-            pass  # a cache that cannot be written only costs speed (and leaves no temporary file)
+            pass  # a cache that cannot be written (full, read-only, not a file) only costs speed
+
+
+_STAMP: list[bytes] = []
+
+
+def _stamp() -> bytes:
+    """What a cache file must have been written by: this project's version, the Python version and a hash
+    of the code that reads and parses the files (a cache of another version is ignored)."""
+    if not _STAMP:
+        import sys
+
+        from r9k import __version__
+
+        h = hashlib.sha256(f"{__version__}:{sys.version_info[:2]}".encode())
+        for mod in (__file__, fileio.__file__):
+            try:
+                h.update(Path(mod).read_bytes())
+            except OSError:
+                h.update(mod.encode())
+        _STAMP.append(h.hexdigest()[:16].encode())
+    return _STAMP[0]
 
 
 def _heads(text: str, header: str) -> list[int]:
@@ -227,23 +290,22 @@ def _heads(text: str, header: str) -> list[int]:
 
 def _read(path: Path, diags: list[Diagnostic], cache: Optional[_ParseCache] = None,
           header: str = "[[variant]]") -> tuple[Optional[dict], Optional[str], list[int]]:
-    """Parsed data, the text (None when served from the cache) and the lines of ``header`` tables."""
+    """Parsed data, the text and the lines of ``header`` tables (parsed data from the cache when it holds
+    these exact bytes)."""
     try:
-        st = path.stat()
-    except OSError:
-        st = None
-    hit = cache.get(path, st) if cache and st else None
-    if hit is not None:
-        return hit[0], None, hit[1]
-    try:
-        text = fileio.read_text(path, "TOML file")
+        raw = fileio.read_bytes(path, "TOML file")
+        text = fileio.decode(raw, path, "TOML file")
+        digest = hashlib.sha256(raw).hexdigest() if cache else ""
+        hit = cache.get(path, digest) if cache else None
+        if hit is not None:
+            return hit[0], text, hit[1]
         data = fileio.parse_toml(text, path)
     except fileio.FileError as exc:
         diags.append(exc.diagnostic)
         return None, "", []
     heads = _heads(text, header)
-    if cache and st:
-        cache.put(path, st, data, heads)
+    if cache:
+        cache.put(path, digest, data, heads)
     return data, text, heads
 
 
@@ -327,6 +389,11 @@ class Registry:
                 self.texts[file] = fileio.read_text(file)
             except fileio.FileError:
                 self.texts.pop(file)
+        if loc and file in self.texts and kind not in ("variant", "model") and len(loc) == 2 \
+                and all(isinstance(x, str) for x in loc):  # a key of a table: indexed
+            hit = self._key_index(file).get(loc)
+            if hit:
+                return file, hit[0], hit[1]
         if loc and file in self.texts:
             lines = self.texts[file].splitlines()
             if kind in ("variant", "model"):
@@ -343,6 +410,41 @@ class Registry:
                 if ln:
                     return file, ln, col
         return file, line, None
+
+    def _key_index(self, file: str) -> dict:
+        """(table, key) -> (line, col) of every ``key = ...`` line under a plain ``[table]`` header of a file,
+        built in one pass (locating each of N keys by a scan of the text would take N x lines)."""
+        memo = ("key-index", file)
+        if memo not in self._memo:
+            self._memo[memo] = key_index(self.texts[file])
+        return self._memo[memo]
+
+
+def key_index(text: str) -> dict:
+    """(table, key) -> (line, col) of every ``key = ...`` line under a plain ``[table]`` header, in one pass;
+    quoted keys are unescaped (``"\\u00c9" = 1`` is the key 'É')."""
+    index: dict = {}
+    table = None
+    for n, ln in enumerate(text.splitlines(), 1):
+        h = _HEADER.match(ln)
+        if h:
+            table = None if ln.lstrip().startswith("[[") else h.group(1).strip()
+            continue
+        if table is None:
+            continue
+        m = _KEY_LINE.match(ln)
+        if m:
+            key = m.group(2)
+            if key is None:
+                try:
+                    key = json.loads(m.group(1))
+                except ValueError:
+                    continue
+            index.setdefault((table, key), (n, len(ln) - len(ln.lstrip()) + 1))
+    return index
+
+
+_KEY_LINE = re.compile(r'^\s*(?:("(?:[^"\\]|\\.)*")|([A-Za-z0-9_-]+))\s*=')
 
 
 def _vkey(v: str) -> tuple:

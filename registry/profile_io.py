@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 # tomlkit is imported where a document is parsed or written, not with this module: the control panel
 # imports this module at start-up (find_profile_file) and tomlkit costs ~15 ms to import.
 
-PROFILE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+PROFILE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")  # \Z: a trailing newline is refused
 
 
 class ProfileConflict(Exception):

@@ -227,10 +227,18 @@ class ProvenanceError(ValueError):
 
 def read(path: str | Path) -> dict[str, Any]:
     """The provenance file, checked; raises ProvenanceError (message without the file name) or OSError."""
-    try:
-        d = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ProvenanceError(f"not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    from . import fileio
+
+    try:  # the project's one reader: UTF-8, syntax, nesting depth, size (never an internal error)
+        d = fileio.read_json(path, "provenance file")
+    except fileio.FileError as exc:
+        dg = exc.diagnostic
+        if dg.code in ("not-found", "permission", "is-directory", "io"):
+            raise OSError(dg.message) from None
+        where = f"line {dg.line}, column {dg.col}: " if dg.line else ""
+        if dg.code == "json-syntax":
+            raise ProvenanceError(f"not JSON ({where}{dg.message.replace('JSON syntax error: ', '')})") from None
+        raise ProvenanceError(f"not usable ({where}{dg.message})") from None
     if not isinstance(d, dict) or d.get(KEY) != FORMAT:
         raise ProvenanceError(f"not a provenance file (no \"{KEY}\": {FORMAT})")
     files, tc = d.get("files"), d.get("toolchain")
@@ -253,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     d = build(a.root, use_torch=not a.no_torch)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    # this script runs alone on the GPU machine (python -S -I registry/provenance.py): no package, so not
+    # registry/fileio.py; a FIFO or device named by --out is refused all the same, never replaced
+    if os.path.exists(a.out) and not os.path.isfile(a.out):
+        print(f"{a.out}: error[not-a-file]: cannot write: not a regular file; it was left alone", file=sys.stderr)
+        return 2
     tmp = Path(str(a.out) + ".tmp")
     tmp.write_text(json.dumps(d, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, a.out)

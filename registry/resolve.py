@@ -223,6 +223,11 @@ def manifest_problem(data: object) -> Optional[str]:
     return None
 
 
+#: Unknown knobs of one resolve that get a did-you-mean hint (each is a fuzzy match against every name;
+#: a profile with 100k unknown knobs still resolves in seconds).
+MAX_HINTS = 100
+
+
 def suggest(name: str, candidates: Iterable[str]) -> Optional[str]:
     """A did-you-mean hint, or None. Names that start with what was typed come first (a profile's short
     prefix means that profile, not one that merely contains it, which difflib may rate closer)."""
@@ -388,13 +393,16 @@ def resolve(
             r.origin = Origin("release", file, line or None, f"release {base}")
         items[vid] = r
 
+    unknown: list[int] = [0]
+
     def apply(key: str, raw: object, origin: Origin, where=(None, None, None)) -> None:
         source = str(origin)
         v = reg.find_variant(key)
         if v is None:
+            unknown[0] += 1  # a did-you-mean costs a fuzzy match against every name: the first ones only
+            hint = suggest(key, list(reg.knobs()) + list(reg.variants)) if unknown[0] <= MAX_HINTS else None
             diags.append(Diagnostic("error", "unknown-variant", f"unknown knob or variant '{key}' ({source})",
-                                    where[0], where[1], where[2], [key],
-                                    hint=suggest(key, list(reg.knobs()) + list(reg.variants))))
+                                    where[0], where[1], where[2], [key], hint=hint))
             return
         try:
             val = v.normalize(raw)

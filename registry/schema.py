@@ -13,6 +13,9 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+#: A variable name that POSIX shells and ``execve`` both accept (``[env]`` keys of a profile).
+ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
 ValueType = Literal["bool", "enum", "int", "float", "string", "path"]
 Category = Literal["fusion", "kernel", "comm", "tuning", "diagnostic", "launcher"]
 Status = Literal["default-on", "opt-in", "rejected", "removed"]
@@ -554,6 +557,19 @@ class Profile(Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not re.match(r"^[a-z0-9][a-z0-9._-]*$", v):
+        if not re.fullmatch(r"[a-z0-9][a-z0-9._-]*", v):  # fullmatch: no trailing newline slips through
             raise ValueError(f"profile name {v!r} must be lower-case letters, digits, '.', '_' or '-'")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        """Keys a shell and ``execve`` accept as variable names; values without NUL (an environment string
+        cannot hold one): nothing printed from a profile can run code when sourced."""
+        for k, val in v.items():
+            if not ENV_NAME_RE.fullmatch(k):
+                raise ValueError(f"env key {k!r} is not an environment variable name (letters, digits and '_', "
+                                 "not starting with a digit)")
+            if "\x00" in val:
+                raise ValueError(f"env value of {k!r} holds a NUL character, which no environment can carry")
         return v

@@ -48,9 +48,18 @@ class Report:
         return 0
 
     def add(self, d: Diagnostic) -> None:
+        """Append ``d`` unless the same diagnostic is there (a set of keys: N diagnostics cost N, not N^2;
+        rebuilt when the list was changed by someone else)."""
         key = (d.level, d.code, d.message, d.file, d.line)
-        if not any((x.level, x.code, x.message, x.file, x.line) == key for x in self.diagnostics):
+        seen = self.__dict__.get("_seen")
+        if seen is None or seen[0] is not self.diagnostics or seen[1] != len(self.diagnostics):
+            seen = [self.diagnostics, len(self.diagnostics),
+                    {(x.level, x.code, x.message, x.file, x.line) for x in self.diagnostics}]
+            self.__dict__["_seen"] = seen
+        if key not in seen[2]:
             self.diagnostics.append(d)
+            seen[2].add(key)
+            seen[1] += 1
 
     def to_dict(self) -> dict:
         return {
@@ -148,6 +157,22 @@ def check_registry(reg: Registry, report: Report) -> None:
 # ----------------------------------------------------------------------------------- per profile
 
 
+def _platform_summary(rs: ResolvedSet, fallbacks: list[Diagnostic], strict: bool) -> list[Diagnostic]:
+    """The "cannot run on this platform" diagnostics of a profile: one per variant as warnings; under strict
+    mode, where they are errors, one line for the profile (they are one fault: the platform), so that a
+    real fault of the profile is not buried under them."""
+    if not strict or len(fallbacks) <= 1:
+        return fallbacks
+    first = fallbacks[0]
+    knobs = ", ".join(d.message.split(":", 1)[0] for d in fallbacks)
+    items = list(dict.fromkeys(i for d in fallbacks for i in d.items))
+    return [Diagnostic("error", "no-implementation",
+                       f"profile '{rs.profile}' is strict and {len(fallbacks)} of its variants cannot run on platform "
+                       f"'{rs.platform or 'unknown'}': {knobs} (without strict mode the plugin keeps vLLM's own "
+                       f"path for each; `r9kctl validate -p {rs.profile}` lists why)",
+                       first.file, first.line, first.col, items)]
+
+
 def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Budget]:
     for d in rs.diagnostics:
         report.add(d)
@@ -165,6 +190,7 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
         report.add(Diagnostic("error", "unsupported-tp", f"profile '{name}': model '{rs.model}' is not described at "
                               f"TP{rs.tp} (known: {', '.join(sorted(m.kv_bytes_per_token))})", f, ln, col, [name]))
 
+    fallbacks: list[Diagnostic] = []
     for vid, r in items.items():
         v = r.variant
         where = _where(reg, r)
@@ -180,9 +206,9 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
                                   f"to model {rs.model} (applies to: {', '.join(v.models) or 'all but ' + ', '.join(v.excluded_models)})", *where, [vid, name]))
         av = verdicts[vid]
         if av.state == "fallback":
-            report.add(Diagnostic("error" if strict else "warning", "no-implementation",
-                                  f"{v.knob}={r.value}: variant '{vid}' cannot run here: {av.reason}; the plugin "
-                                  f"keeps vLLM's own path ({v.knob}={v.stock})", *where, [vid, name]))
+            fallbacks.append(Diagnostic("error" if strict else "warning", "no-implementation",
+                                        f"{v.knob}={r.value}: variant '{vid}' cannot run here: {av.reason}; the "
+                                        f"plugin keeps vLLM's own path ({v.knob}={v.stock})", *where, [vid, name]))
         if r.value is not None and r.active:
             for req in v.requires:
                 other = items.get(req)
@@ -201,6 +227,9 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
                     report.add(Diagnostic("error", "conflicts", f"{v.knob}={r.value} conflicts with "
                                           f"{other.variant.knob}={other.value} (variant '{con}')", *where,
                                           [vid, con, name]))
+
+    for d in _platform_summary(rs, fallbacks, strict):
+        report.add(d)
 
     prof = reg.profiles.get(name)
     if prof:

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from r9k.registry import envvars
+from r9k.registry import envvars, fileio
 from r9k.registry.origin import Origin
 
 from . import mcnemar, results
@@ -373,7 +373,7 @@ def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template
         env.update({envvars.MANIFEST.name: str(manifest), envvars.PROFILE.name: plan.good, envvars.TP.name: str(plan.tp)})
         cmd = launch.format(manifest=shlex.quote(str(manifest)), port=port, profile=plan.good, tp=plan.tp)
         say(f"[{step}] launch: {cmd}")
-        log = (d / "results" / f"{step}.launch.log").open("w")
+        log = fileio.open_for_writing(d / "results" / f"{step}.launch.log", what="log file")
         proc = subprocess.Popen(shlex.split(cmd), env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from r9k.registry import envvars
+from r9k.registry import envvars, fileio
 from r9k.registry import ledger as L
 
 from .pytest_plugin import matches
@@ -131,7 +131,7 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
                    "-p", "no:cacheprovider", "--rootdir", str(root), "-q", "-rfE", "--continue-on-collection-errors", *pytest_args, *files]
             say(f"running {len(existing)} gate test id(s) of {len(gate_plan.variants)} variant(s): "
                 f"{' '.join(cmd[1:4])} ... {len(files)} file(s)")
-            with logf.open("w") as log:
+            with fileio.open_for_writing(logf, what="log file") as log:
                 proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
                 pos, total, done = 0, None, 0
                 while True:

@@ -25,6 +25,7 @@ import ast
 import datetime as _dt
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,9 @@ def read_junit(path: str | Path) -> dict[str, str]:
     return {nid: o for nid, (o, _line) in _read_cases(path).items()}
 
 
+_NAME_ATTR = re.compile(r'name="([^"]*)"')
+
+
 def _read_cases(path: str | Path) -> dict[str, tuple[str, int | None]]:
     from r9k.registry import fileio
 
@@ -60,7 +64,10 @@ def _read_cases(path: str | Path) -> dict[str, tuple[str, int | None]]:
     if root.tag not in ("testsuites", "testsuite"):
         raise fileio.error(path, "junit", f"not a JUnit XML file: the root element is <{root.tag}>, not "
                            "<testsuites> or <testsuite>", 1, 1)
-    lines = text.splitlines()
+    first_line: dict[str, int] = {}  # name="..." -> the first line holding it (one pass: linear in the file)
+    for i, ln in enumerate(text.splitlines(), 1):
+        for m in _NAME_ATTR.finditer(ln):
+            first_line.setdefault(m.group(1), i)
     out: dict[str, tuple[str, int | None]] = {}
     for case in root.iter("testcase"):
         name = case.get("name", "")
@@ -82,8 +89,7 @@ def _read_cases(path: str | Path) -> dict[str, tuple[str, int | None]]:
             outcome = L.NEEDS_GPU if "gpu" in msg else L.SKIPPED
         else:
             outcome = L.PASSED
-        needle = f'name="{name}"'
-        line = next((i for i, ln in enumerate(lines, 1) if needle in ln), None)
+        line = first_line.get(name)
         out[nodeid] = (outcome, line)
     return out
 

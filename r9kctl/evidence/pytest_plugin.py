@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from r9k.registry import envvars
+from r9k.registry import envvars, fileio
 
 _events_path = envvars.GATE_EVENTS.get()
 _select = json.loads(envvars.GATE_SELECT.get()) if envvars.GATE_SELECT.get() else None
@@ -26,7 +26,7 @@ _RANK = {"passed": 0, "skipped": 1, "needs-gpu": 1, "failed": 2, "error": 3}
 
 def _emit(obj: dict) -> None:
     if _events_path:
-        with open(_events_path, "a", encoding="utf-8") as fh:
+        with fileio.open_for_writing(_events_path, append=True, what="event file") as fh:
             fh.write(json.dumps(obj) + "\n")
 
 

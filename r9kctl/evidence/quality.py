@@ -63,9 +63,16 @@ def validate_record(rec: dict[str, Any]) -> None:
 
 
 def append_quality_record(manifest: str | Path, rec: dict[str, Any]) -> None:
-    """Append ``rec`` as a ``[[quality]]`` table to a release manifest, keeping its comments and layout."""
+    """Append ``rec`` as a ``[[quality]]`` table to a release manifest, keeping its comments and layout.
+    The read-modify-write holds the writer's lock: concurrent ``--into`` runs keep every record."""
     validate_record(rec)
-    path = Path(manifest)
+    from r9k.registry import fileio
+
+    with fileio.locked(manifest):
+        _append_locked(Path(manifest), rec)
+
+
+def _append_locked(path: Path, rec: dict[str, Any]) -> None:
     from r9k.registry import fileio
 
     text = fileio.read_text(path, "release manifest")

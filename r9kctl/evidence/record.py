@@ -7,7 +7,8 @@ paired comparison of two configurations would mostly measure that noise. Decodin
 
 Results are written line by line as they arrive (see ``results`` for the format), so an interrupted run
 keeps what it has; ``resume=True`` continues such a file, refusing one made from a different question set.
-Only the standard library is used for HTTP.
+HTTP goes through :mod:`r9k.r9kctl.netclient`: a total deadline per request (``timeout_s``), a bounded
+answer size, no redirects (the API key is never sent to another origin), checked JSON.
 """
 from __future__ import annotations
 
@@ -15,12 +16,11 @@ import datetime as _dt
 import json
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, TextIO
 
+from .. import netclient
 from .dataset import Dataset, Question, grade
 from .results import FORMAT_VERSION, ResultFileError, parse_lines, sha256_text
 
@@ -42,45 +42,61 @@ class Client:
     timeout_s: float = 600.0
     retries: int = 3
 
+    max_bytes: int = netclient.MAX_BODY
+
     def _request(self, method: str, path: str, body: dict | None = None) -> dict:
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        headers = {"Content-Type": "application/json"}
+        headers = {}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
         last: Exception | None = None
         for attempt in range(self.retries + 1):
-            req = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
             try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    return json.loads(resp.read().decode("utf-8"))
-            except urllib.error.HTTPError as exc:
-                detail = exc.read().decode("utf-8", "replace")[:300]
-                if exc.code < 500:  # the request itself is wrong: retrying will not help
-                    raise ServerError(f"{method} {self.base + path}: HTTP {exc.code}: {detail}") from None
-                last = ServerError(f"HTTP {exc.code}: {detail}")
-            except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+                return netclient.get_json(self.base + path, method, body, headers, self.timeout_s, self.max_bytes)
+            except netclient.ClientError as exc:
+                # a wrong request (4xx), a redirect, an oversized or malformed answer: retrying will not help
+                if exc.kind in ("redirect", "too-large", "json") or (exc.kind == "http" and exc.status < 500):
+                    raise ServerError(str(exc)) from None
                 last = exc
             if attempt < self.retries:
                 time.sleep(min(2.0 ** attempt, 10.0))
         raise ServerError(f"{method} {self.base + path}: failed after {self.retries + 1} attempts: {last}")
 
     def models(self) -> list[str]:
-        return [m["id"] for m in self._request("GET", "/models").get("data", [])]
+        try:
+            data = netclient.dig(self._request("GET", "/models"), "data", what=f"{self.base}/models")
+            if not isinstance(data, list):
+                raise netclient.ClientError("json", f"{self.base}/models: 'data' is not a list")
+            return [str(netclient.dig(m, "id", what=f"{self.base}/models")) for m in data]
+        except netclient.ClientError as exc:
+            raise ServerError(str(exc)) from None
 
     def generate(self, model: str, prompt: str, max_tokens: int, api: str = "chat") -> tuple[str, dict]:
         """Greedy generation; returns (text, usage)."""
         common = {"model": model, "max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0, "n": 1,
                   "stream": False}
-        if api == "chat":
-            resp = self._request("POST", "/chat/completions",
-                                 {**common, "messages": [{"role": "user", "content": prompt}]})
-            text = resp["choices"][0]["message"].get("content") or ""
-        elif api == "completions":
-            resp = self._request("POST", "/completions", {**common, "prompt": prompt})
-            text = resp["choices"][0].get("text") or ""
-        else:
-            raise ValueError(f"unknown api {api!r} (chat, completions)")
-        return text, resp.get("usage") or {}
+        try:
+            if api == "chat":
+                resp = self._request("POST", "/chat/completions",
+                                     {**common, "messages": [{"role": "user", "content": prompt}]})
+                text = netclient.dig(resp, "choices", 0, "message", what=f"{self.base}/chat/completions")
+                if not isinstance(text, dict):
+                    raise netclient.ClientError("json", f"{self.base}/chat/completions: choices[0].message is "
+                                                        "not an object (a server answering in another shape?)")
+                text = text.get("content")
+            elif api == "completions":
+                resp = self._request("POST", "/completions", {**common, "prompt": prompt})
+                text = netclient.dig(resp, "choices", 0, what=f"{self.base}/completions")
+                if not isinstance(text, dict):
+                    raise netclient.ClientError("json", f"{self.base}/completions: choices[0] is not an object")
+                text = text.get("text")
+            else:
+                raise ValueError(f"unknown api {api!r} (chat, completions)")
+        except netclient.ClientError as exc:
+            raise ServerError(str(exc)) from None
+        if text is not None and not isinstance(text, str):
+            raise ServerError(f"{self.base}: the answer's text is {type(text).__name__}, not a string")
+        usage = resp.get("usage")
+        return text or "", usage if isinstance(usage, dict) else {}
 
 
 def server_status(base: str, timeout_s: float = 5.0) -> dict | None:
@@ -91,8 +107,7 @@ def server_status(base: str, timeout_s: float = 5.0) -> dict | None:
     """
     root = base[: -len("/v1")] if base.endswith("/v1") else base
     try:
-        with urllib.request.urlopen(root + "/r9k/status", timeout=timeout_s) as resp:
-            data = json.loads(resp.read().decode("utf-8"))
+        data = netclient.get_json(root + "/r9k/status", timeout_s=timeout_s)
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or "hash" not in data:
@@ -151,7 +166,9 @@ def record(dataset: Dataset, url: str, out: str | Path, *, model: str | None = N
     mode = "a" if done else "w"
     t0 = time.monotonic()
     correct = 0
-    with out.open(mode, encoding="utf-8") as fh:
+    from r9k.registry import fileio
+
+    with fileio.open_for_writing(out, append=mode == "a", what="result file") as fh:
         if not done:
             fh.write(json.dumps(header) + "\n")
             fh.flush()

@@ -24,11 +24,11 @@ import statistics
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+from r9k.registry import fileio
 
 # (key in our summary, key in vLLM's result JSON, label, unit, higher is better)
 METRICS = [
@@ -79,15 +79,17 @@ def launch_command(profile: str, port: int, serve_args: list[str]) -> list[str]:
 
 
 def _get(url: str, timeout: float = 5.0) -> Optional[dict]:
+    """The JSON object at ``url`` (bounded: :mod:`r9k.r9kctl.netclient`), or None."""
+    from .. import netclient
+
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:  # noqa: S310 - a local server we started
-            return json.loads(r.read())
-    except (urllib.error.URLError, OSError, ValueError):
+        return netclient.get_json(url, timeout_s=timeout, max_bytes=1 << 20)
+    except (OSError, ValueError):
         return None
 
 
 def start(profile: str, port: int, log: Path, serve_args: list[str]) -> subprocess.Popen:
-    fh = log.open("w")
+    fh = fileio.open_for_writing(log, what="log file")
     return subprocess.Popen(launch_command(profile, port, serve_args), stdout=fh, stderr=subprocess.STDOUT,
                             start_new_session=True)  # its own process group: stopped as a whole
 
@@ -100,8 +102,9 @@ def wait_ready(proc: subprocess.Popen, port: int, timeout_s: float, log: Path) -
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
             raise BenchError(f"the server exited with status {proc.returncode} before answering ({log}):\n{tail}")
         d = _get(f"http://127.0.0.1:{port}/v1/models")
-        if d and d.get("data"):
-            return d["data"][0]["id"]
+        data = d.get("data") if d else None
+        if data and isinstance(data, list) and isinstance(data[0], dict) and isinstance(data[0].get("id"), str):
+            return data[0]["id"]
         time.sleep(2)
     raise BenchError(f"the server did not answer /v1/models within {timeout_s:.0f} s ({log})")
 
@@ -162,7 +165,7 @@ def run(profiles: list[str], s: BenchSettings, out_dir: Path, say: Callable[[str
                 for c in s.concurrency:
                     name = f"{prof}-c{c}-r{r}.json"
                     cmd = client_command(s.port, model, c, s, s.seed + r, out_dir, name)
-                    with (out_dir / f"client-{prof}-c{c}-r{r}.log").open("w") as fh:
+                    with fileio.open_for_writing(out_dir / f"client-{prof}-c{c}-r{r}.log", what="log file") as fh:
                         rc = runner(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=s.run_timeout_s).returncode
                     if rc != 0 or not (out_dir / name).is_file():
                         raise BenchError(f"vllm bench serve exited with status {rc} "

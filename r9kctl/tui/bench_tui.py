@@ -31,7 +31,7 @@ import os  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 
-from r9k.registry import envvars  # noqa: E402
+from r9k.registry import envvars, fileio  # noqa: E402
 
 
 def _stats(xs: list[float]) -> dict:
@@ -106,7 +106,7 @@ def child(out: str, profile: str, toggles: int) -> None:
     result["core_ms"] = core
     result["variants"] = len(s.reg.variants)
     result["kv_tokens"] = s.budget.kv_tokens if s.budget else None
-    with open(out, "w") as f:
+    with fileio.open_for_writing(out) as f:
         json.dump(result, f)
 
 
@@ -130,7 +130,7 @@ def hello_child(out: str) -> None:
             self.exit()
 
     Hello().run()
-    with open(out, "w") as f:
+    with fileio.open_for_writing(out) as f:
         json.dump(result, f)
 
 

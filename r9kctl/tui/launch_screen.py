@@ -24,7 +24,9 @@ def command_text(plan) -> str:
 
 def env_text(plan) -> str:
     lines = [f"# {n}" for n in plan.notes]
-    lines += [f"export {k}={shlex.quote(plan.env[k])}" for k in sorted(plan.env)]
+    from r9k.registry.redact import export_line
+
+    lines += [export_line(k, plan.env[k]) for k in sorted(plan.env)]  # quoted; a credential masked
     return "\n".join(lines)
 
 

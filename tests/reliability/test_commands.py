@@ -70,10 +70,10 @@ def _options():
         (["bench", "decode-step", "--profile", "nope"], "nope"),
         (["bench", "decode-step", "--against", "nope"], "nope"),
         (["eval", "record", "--url", "not a url", "--dataset", "arith-smoke", "--out", "{T}/x/o.jsonl", "--timeout",
-          "1"], "unknown url type"),
+          "1"], "not an http:// or https:// URL"),
         (["eval", "record", "--url", "http://127.0.0.1:9", "--dataset", "nope", "--out", "{T}/x/o.jsonl"],
          "no such file"),
-        (["status", "--url", "not a url"], "unknown url type"),
+        (["status", "--url", "not a url"], "not an http:// or https:// URL"),
         (["status", "--url", "http://[::1"], "IPv6"),
     ]:
         yield Case("options/" + " ".join(a for a in argv if "{T}" not in a), REG + argv, {}, 2, contains=(contains,))
