@@ -194,6 +194,10 @@ def layers_table(active, snap: dict, proc) -> list[str]:
         kept = "; ".join(f"{len(v)} {r}" for r, v in sorted(c["kept"].items())) or "none"
         first = ", ".join(c["installed"][:3]) + (", ..." if len(c["installed"]) > 3 else "")
         lines.append(f"r9k {active.hash}:   {op}: {len(c['installed'])} run r9k ({first or '-'}); kept vLLM's: {kept}")
+    from . import selfcheck
+
+    if selfcheck.SPENT:
+        lines.append(f"r9k {active.hash}: {selfcheck.summary()}")
     return lines
 
 

@@ -65,6 +65,10 @@ TP = _v("R9K_TP", "int", "the profile's TP size", "the TP size to resolve R9K_PR
         ("plugin.startup",), vllm=True)
 STRICT = _v("R9K_STRICT", "bool", "0", "warnings count as errors (resolver, plugin start-up)",
             ("registry.resolve", "plugin.startup"), vllm=True)
+SELFCHECK = _v("R9K_SELFCHECK", "bool", "on in strict mode, else off",
+               "1: each installed kernel runs once at start-up on a probe at its layer's shapes against its stock "
+               "path (a failure keeps vLLM's path for that op, or refuses the start in strict mode); 0: never",
+               ("plugin.selfcheck",), vllm=True)
 STATUS_FILE = _v("R9K_STATUS_FILE", "path", "a file under the cache directory, chosen by the plugin",
                  "where the plugin writes what it installed and counted; r9kctl status reads it",
                  ("plugin.startup", "plugin.status", "r9kctl.cmd_status"), vllm=True)

@@ -400,6 +400,8 @@ def resolve(
             if val != r.value:
                 rfile = reg.origins.get(("release", base), (None, 0))[0]
                 r.override(val, Origin("release", rfile, detail=release_credit(reg, v, base, model, tp, val)))
+            else:  # the release's value is the registry's default: still the release's
+                r.origin = Origin("release", file, line or None, release_credit(reg, v, base, model, tp, val))
         elif base is not None:  # the latest release: its defaults are the registry's
             r.origin = Origin("release", file, line or None, release_credit(reg, v, base, model, tp, r.value))
         items[vid] = r
