@@ -84,7 +84,8 @@ LEDGER = _v("R9K_LEDGER", "path", "registry/gates/ledger.jsonl of the tree in us
             "the gate ledger to read and append to", ("registry.ledger",))
 REPO_ROOT = _v("R9K_REPO_ROOT", "path", "the package's parent folder",
                "the root that a variant's implementation sources are relative to", ("registry.ledger",))
-NO_CACHE = _v("R9K_NO_CACHE", "bool", "0", "1: parse every TOML file again (no parse cache)", ("registry.loader",))
+NO_CACHE = _v("R9K_NO_CACHE", "bool", "0", "1: parse every TOML file and gate module again (no parse cache)",
+              ("registry.loader", "registry.gatedeps"))
 NO_REGISTRY_CACHE = _v("R9K_NO_REGISTRY_CACHE", "bool", "0",
                        "1: the plugin loads the registry instead of its pickled snapshot", ("plugin.regcache",))
 DEBUG = _v("R9K_DEBUG", "bool", "0", "1: r9kctl shows the traceback of an unexpected error instead of one line",

@@ -193,9 +193,11 @@ def dependencies(reg_or_root: Any, variant: Any) -> tuple[list[str], list[str]]:
 
 def file_hashes(reg_or_root: Any, variant: Any) -> tuple[dict[str, str], list[str]]:
     """(repo-relative path -> sha256 of every file the gate depends on, declared paths that are missing)."""
+    from .gatedeps import content_hash
+
     root = repo_root(reg_or_root)
     files, missing = dependencies(reg_or_root, variant)
-    return {rel: hashlib.sha256((root / rel).read_bytes()).hexdigest() for rel in files}, missing
+    return {rel: content_hash(root / rel)[0] for rel in files}, missing
 
 
 def hash_of(files: Mapping[str, str], missing: Iterable[str] = ()) -> str:
@@ -536,6 +538,9 @@ def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list
 
 def gate_states(reg: Any, ledger: str | Path | None = None) -> dict[str, GateState]:
     """Gate state of every variant that declares gate tests, by variant id (see the module doc)."""
+    from .gatedeps import fresh_lookups
+
+    fresh_lookups()  # every gate of this pass shares the file-system lookups; a file changed since is seen
     records, _problems = read_ledger(ledger or ledger_path(reg))
     tcs = Toolchains(records)
     return {vid: state_of(reg, v, records, tcs) for vid, v in reg.variants.items() if declared_tests(v)}
