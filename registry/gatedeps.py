@@ -82,6 +82,72 @@ def save_cache() -> None:
         pass
 
 
+def closure_cached(root: Path, declaration: list, compute) -> tuple[dict[str, str], list[str]]:
+    """``compute()`` (file -> sha256, missing declared paths) of one gate, or its cached result while still
+    valid (see :func:`r9k.registry.ledger.file_hashes`). The entry lives in the same cache file as the parses."""
+    import time
+
+    cache = _cache()
+    key = "closure:" + hashlib.sha256(json.dumps(declaration, sort_keys=True).encode()).hexdigest()
+    entry = cache.get(key)
+    if entry is not None:
+        hashes = _still_valid(root, entry)
+        if hashes is not None:
+            return hashes, list(entry["missing"])
+    t0 = time.time()
+    files, missing = compute()
+    stats: dict[str, list] = {}
+    dirs = {".": _mtime(root)}
+    for rel, sha in files.items():
+        try:
+            st = (root / rel).stat()
+        except OSError:
+            return files, missing
+        stats[rel] = [st.st_mtime_ns, st.st_size, sha]
+        d = Path(rel).parent
+        while d.as_posix() not in dirs:  # the folder and every folder above it (lookups walk them)
+            dirs[d.as_posix()] = _mtime(root / d)
+            d = d.parent
+    for rel in missing:  # a declared path that is not there: its nearest folder that is
+        d = Path(rel).parent
+        while not (root / d).is_dir():
+            d = d.parent
+        dirs.setdefault(d.as_posix(), _mtime(root / d))
+    global _dirty
+    cache[key] = {"files": stats, "dirs": dirs, "missing": list(missing), "at": int(t0 * 1e9)}
+    _dirty = True
+    save_cache()
+    return files, missing
+
+
+RACY_NS = 2_000_000_000  # a file modified this close to the recording is compared by content, not stat
+
+
+def _mtime(p: Path) -> int | None:
+    try:
+        return p.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _still_valid(root: Path, entry: dict) -> dict[str, str] | None:
+    for rel, m in entry["dirs"].items():
+        if _mtime(root / rel) != m:
+            return None
+    out = {}
+    for rel, (mtime, size, sha) in entry["files"].items():
+        try:
+            st = (root / rel).stat()
+        except OSError:
+            return None
+        if st.st_mtime_ns != mtime or st.st_size != size:
+            return None
+        if mtime >= entry["at"] - RACY_NS and content_hash(root / rel)[0] != sha:
+            return None
+        out[rel] = sha
+    return out
+
+
 def _facts_of(path: Path) -> dict:
     key, data = content_hash(path)
     hit = _cache().get(key)

@@ -192,12 +192,23 @@ def dependencies(reg_or_root: Any, variant: Any) -> tuple[list[str], list[str]]:
 
 
 def file_hashes(reg_or_root: Any, variant: Any) -> tuple[dict[str, str], list[str]]:
-    """(repo-relative path -> sha256 of every file the gate depends on, declared paths that are missing)."""
-    from .gatedeps import content_hash
+    """(repo-relative path -> sha256 of every file the gate depends on, declared paths that are missing).
+
+    Cached on disk per gate (:mod:`r9k.registry.gatedeps`: :func:`~r9k.registry.gatedeps.closure_cached`):
+    the closure and the hashes are reused only while every file in it and every folder it was looked up in
+    has the size and modification time recorded (a file created or removed changes its folder's), and a file
+    modified within two seconds of the recording is hashed again (a same-size edit in the same clock tick)."""
+    from .gatedeps import closure_cached, content_hash
 
     root = repo_root(reg_or_root)
-    files, missing = dependencies(reg_or_root, variant)
-    return {rel: content_hash(root / rel)[0] for rel in files}, missing
+    impl = getattr(variant, "implementation", None)
+    key = [str(root), hashed_paths(variant), declared_tests(variant), getattr(impl, "module", None)]
+
+    def compute() -> tuple[dict[str, str], list[str]]:
+        files, missing = dependencies(reg_or_root, variant)
+        return {rel: content_hash(root / rel)[0] for rel in files}, missing
+
+    return closure_cached(root, key, compute)
 
 
 def hash_of(files: Mapping[str, str], missing: Iterable[str] = ()) -> str:

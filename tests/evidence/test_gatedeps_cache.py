@@ -49,7 +49,10 @@ def test_a_cold_run_parses_nothing_it_parsed_before_and_edits_still_stale(repo, 
     first = L.gate_states(load_registry())
     assert first["evdep_neg"].state == "fresh"
     stored = json.loads((cache / f"gatedeps-{gatedeps._CACHE_FORMAT}.json").read_text())
-    assert stored and all({"imports", "consts", "script"} <= set(v) for v in stored.values())
+    parsed = {k: v for k, v in stored.items() if not k.startswith("closure:")}
+    closures = {k: v for k, v in stored.items() if k.startswith("closure:")}
+    assert parsed and all({"imports", "consts", "script"} <= set(v) for v in parsed.values())
+    assert len(closures) >= 2 and all({"files", "dirs", "missing", "at"} <= set(v) for v in closures.values())
 
     _cold(monkeypatch)
     parses = _count_parses(monkeypatch)
@@ -81,3 +84,18 @@ def test_no_cache_parses_again(repo, cache, monkeypatch):  # noqa: F811
     parses = _count_parses(monkeypatch)
     L.gate_states(load_registry())
     assert parses
+
+
+def test_a_created_module_joins_the_closure_at_once(repo, cache, monkeypatch):  # noqa: F811
+    """The per-gate closure cache is checked against the folders it looked in: a module created where an
+    import already points (it did not resolve before) joins the closure without any edit of the importer."""
+    (repo / "kernels/evneg/impl.py").write_text("import evlib.later  # not there yet\n" + FILES["kernels/evneg/impl.py"])
+    reg = load_registry()
+    deps = lambda: L.dependencies(reg, reg.variants["evdep_neg"])[0]  # noqa: E731
+    before = L.gate_states(reg)["evdep_neg"].source_hash
+    assert "evlib/later.py" not in deps()
+    _cold(monkeypatch)
+    assert L.gate_states(reg)["evdep_neg"].source_hash == before  # from the cache, same answer
+    (repo / "evlib/later.py").write_text("Z = 1\n")
+    after = L.gate_states(reg)["evdep_neg"].source_hash
+    assert after != before and "evlib/later.py" in deps()
