@@ -103,13 +103,14 @@ def gate_labels(active) -> dict[str, str]:
     non-stock variants with gate tests. From the launch snapshot when it carries them, else from the
     ledger (computed once per registry: the validation above already did)."""
     carried = getattr(active.rs, "gates", None)
-    if carried or active.reg is None:
+    reg = getattr(active, "reg", None)
+    if carried or reg is None:
         return dict(carried or {})
     from r9k.registry.ledger import platform_matches
     from r9k.registry.validate import gate_states
 
     try:
-        states = gate_states(active.reg)
+        states = gate_states(reg)
     except Exception:  # noqa: BLE001 - an unreadable ledger is already a validation warning
         return {}
     plat = active.rs.platform
