@@ -364,7 +364,10 @@ class GateState:
         return "; ".join(f"{p}: {e}" for p, e in self.evidence.items())
 
     def line(self) -> str:
-        """One state line: ``fresh (imported from cuda-h200, 2026-12-01, unverified): 4/4 passed ...``."""
+        """One state line: ``fresh (imported from cuda-h200, 2026-12-01, unverified): 4/4 passed ...``
+        (a gate never run anywhere: ``missing: never run``)."""
+        if not self.per_platform:
+            return f"{self.state}: {self.detail}"
         return f"{self.state} ({self.label()}): {self.detail}"
 
     def on(self, platform: str | None) -> tuple[str, str]:

@@ -11,7 +11,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 ABOUT = """\
-Columns: the value here (● on, bold = not at stock), the stock value (vLLM's own path), where the value comes from (registry < release < profile < env < override; profile* = an unsaved edit), the variant's status, its gate state from the evidence ledger on the profile's platform (fresh, stale, missing, failed; fresh* only on evidence imported from another machine, unverified; none: no record on that platform; - no runnable gate) and its KV-cache cost in tokens at this TP size (in brackets: what it would cost if switched on).
+Columns: the value here (● on, bold = not at stock), the stock value (vLLM's own path), where the value comes from (registry < release < profile < env < override; profile* = an unsaved edit), the variant's status, its gate state from the evidence ledger (fresh, stale, missing, failed; - no runnable gate) and its KV-cache cost in tokens at this TP size (in brackets: what it would cost if switched on).
 
 Marks: ✗ named by an error, ! by a warning, * changed and not saved.
 

@@ -472,8 +472,9 @@ class Session:
 
         plat = self.rs.platform
         state, _ = st.on(plat)
-        if state == "missing" and plat and not any(platform_matches(p, plat) for p in st.per_platform):
-            return "none"
+        if state == "missing" and plat and st.per_platform and \
+                not any(platform_matches(p, plat) for p in st.per_platform):
+            return "none"  # records elsewhere, none on this platform (never run at all: "missing")
         ev = [e for p, e in st.evidence.items() if plat is None or platform_matches(p, plat)]
         return state + ("*" if state == "fresh" and ev and "ran here" not in ev else "")
 
