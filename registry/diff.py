@@ -324,18 +324,30 @@ def diff(reg: Registry, a: str, b: str, tp: Optional[int] = None, all_numbers: b
                 d.fields.append((fname, x, y))
 
     rel_a, rel_b = _release_of(reg, sa), _release_of(reg, sb)
-    d.rel_a, d.rel_b = rel_a, rel_b
     if sb.kind == "release":
         d.headline = reg.releases[sb.name].headline
         if reg.releases[sb.name].notes:
             d.notes.append((sb.name, reg.releases[sb.name].notes))
     d.projects = {r: reg.releases[r].project for r in (rel_a, rel_b) if r and reg.releases[r].project}
+    # numbers are those of the release that measured them: a project release without records of its own
+    # shows the figures of the release it extends, under that release's name
+    rel_a, rel_b = _numbers_release(reg, rel_a), _numbers_release(reg, rel_b)
+    d.rel_a, d.rel_b = rel_a, rel_b
     d.knobs = {v: (reg.variants[v].knob, reg.variants[v].summary) for v in d.added + d.removed + d.left_off}
     if rel_a and rel_b and rel_a != rel_b:
         d.bench, d.texts = _bench(reg, rel_a, rel_b, all_numbers)
         d.vs_reference = [x for r in (rel_a, rel_b) for x in _vs_reference(reg, r, {rel_a, rel_b}, all_numbers)]
         d.quality = _quality(reg, rel_a, rel_b)
     return d
+
+
+def _numbers_release(reg: Registry, rel: Optional[str]) -> Optional[str]:
+    seen = set()
+    while rel and rel not in seen and reg.releases[rel].project and not reg.releases[rel].bench \
+            and not reg.releases[rel].quality and reg.releases[rel].previous in reg.releases:
+        seen.add(rel)
+        rel = reg.releases[rel].previous
+    return rel
 
 
 def _shown(r: BenchRecord, sides: set, all_numbers: bool) -> bool:
