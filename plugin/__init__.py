@@ -194,6 +194,10 @@ def layers_table(active, snap: dict, proc) -> list[str]:
         kept = "; ".join(f"{len(v)} {r}" for r, v in sorted(c["kept"].items())) or "none"
         first = ", ".join(c["installed"][:3]) + (", ..." if len(c["installed"]) > 3 else "")
         lines.append(f"r9k {active.hash}:   {op}: {len(c['installed'])} run r9k ({first or '-'}); kept vLLM's: {kept}")
+    from . import selfcheck
+
+    if selfcheck.SPENT:
+        lines.append(f"r9k {active.hash}: {selfcheck.summary()}")
     return lines
 
 
@@ -272,10 +276,13 @@ def startup_table(active, table, proc) -> list[str]:
     # also says which implementation, e.g. of the router, it uses).
     shown = [r for r in rs.items.values()
              if not r.is_stock or table.plans.get(r.variant.id) and table.plans[r.variant.id].pluggable]
+    from .startup import gate_labels
+
+    gates = gate_labels(active)
     for r in sorted(shown, key=lambda r: r.variant.knob):
         p = table.plans.get(r.variant.id)
         rows.append((r.variant.knob, "(unset)" if r.value is None else r.value, f"{r.layer}: {r.source}",
-                     p.describe() if p else "?"))
+                     (p.describe() if p else "?") + (f"; gate {gates[r.variant.id]}" if r.variant.id in gates else "")))
     n = len(rs.non_stock())
     modes = [p.mode for p in table.plans.values()]
     lines = [head + f"; {n} variant(s) not at stock: {modes.count('fused')} installed, {modes.count('fallback')} "

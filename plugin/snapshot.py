@@ -120,9 +120,16 @@ class LightSet:
     strict: bool
     extra_env: dict[str, str]
     items: dict[str, LightResolved] = field(default_factory=dict)
+    gates: dict[str, str] = field(default_factory=dict)  # startup.gate_labels at the launch
 
     def non_stock(self) -> list[LightResolved]:
         return [r for r in self.items.values() if not r.is_stock]
+
+
+def _gate_labels(active) -> dict:
+    from .startup import gate_labels
+
+    return gate_labels(active)
 
 
 def dump(active) -> dict:
@@ -140,7 +147,8 @@ def dump(active) -> dict:
                       "is_stock": bool(r.is_stock), "active": bool(r.active)}
     return {"schema": SCHEMA, "profile": rs.profile, "hash": rs.hash, "tp": rs.tp, "model": rs.model,
             "platform": rs.platform, "strict": bool(rs.strict), "extra_env": dict(rs.extra_env),
-            "origin": active.origin, "warnings": list(active.warnings), "items": items}
+            "origin": active.origin, "warnings": list(active.warnings), "items": items,
+            "gates": _gate_labels(active)}
 
 
 def load(data: dict) -> tuple[LightSet, str, list[str]]:
@@ -154,6 +162,7 @@ def load(data: dict) -> tuple[LightSet, str, list[str]]:
         v = LightVariant(vid, d["knob"], d["stock"], d["category"], d["graph_affecting"], impl,
                          list(d.get("gate_tests", [])), sets)
         ls.items[vid] = LightResolved(v, d["value"], Origin.from_dict(d["origin"]), d["is_stock"], d["active"])
+    ls.gates = dict(data.get("gates") or {})
     return ls, data.get("origin", "launch snapshot"), list(data.get("warnings", []))
 
 

@@ -97,6 +97,37 @@ class Active:
         return self.rs.hash
 
 
+def gate_labels(active) -> dict[str, str]:
+    """Variant id -> its gate's state on the profile's platform and where the evidence came from (``fresh
+    (ran here)``, ``fresh (imported from cuda-h200, <date>, unverified)``, ``none on rocm-gfx1201``), for the
+    non-stock variants with gate tests. From the launch snapshot when it carries them, else from the
+    ledger (computed once per registry: the validation above already did)."""
+    carried = getattr(active.rs, "gates", None)
+    reg = getattr(active, "reg", None)
+    if carried or reg is None:
+        return dict(carried or {})
+    from r9k.registry.ledger import platform_matches
+    from r9k.registry.validate import gate_states
+
+    try:
+        states = gate_states(reg)
+    except Exception:  # noqa: BLE001 - an unreadable ledger is already a validation warning
+        return {}
+    plat = active.rs.platform
+    out = {}
+    for r in active.rs.non_stock():
+        st = states.get(r.variant.id)
+        if st is None:
+            continue
+        state, _ = st.on(plat)
+        if plat and not any(platform_matches(p, plat) for p in st.per_platform):
+            out[r.variant.id] = f"none on {plat}"
+            continue
+        ev = [e for p, e in st.evidence.items() if not plat or platform_matches(p, plat)]
+        out[r.variant.id] = f"{state} ({'; '.join(dict.fromkeys(ev)) or 'nothing counts'})"
+    return out
+
+
 #: The control variables that ask for the stack; the others (cache, registry location, log and debug
 #: switches...) only say how, and alone leave the plugin inactive.
 ACTIVATORS = (envvars.MANIFEST, envvars.MANIFEST_DATA, envvars.PROFILE, envvars.TP)

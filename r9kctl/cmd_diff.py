@@ -240,10 +240,18 @@ def run(args) -> int:
     if args.format == "markdown":
         print(render_markdown(reg, d, A, B))
         return 0
+    if d.headline:
+        heading(f"{B}: {d.headline}")
+    for rel, proj in d.projects.items():
+        heading(f"{rel} is a release of {proj} (this project), not of the original stack; it extends "
+                f"{reg.releases[rel].previous}")
     if d.added or d.removed or d.left_off:
         table(["change", "variant", "knob"], [["added", v, reg.variants[v].knob] for v in d.added] +
               [["removed", v, reg.variants[v].knob] for v in d.removed] +
               [["measured, left off", v, reg.variants[v].knob] for v in d.left_off], title="Variants")
+        for v in d.left_off:  # what was measured and left off, as the markdown says it
+            heading(f"Measured and left off (rejected, not a default): {reg.variants[v].knob} "
+                    f"({reg.variants[v].summary.rstrip('.')})")
     if d.fields:
         table(["field", A, B], [[f, a, b] for f, a, b in d.fields], title="Profile fields")
     if d.changed:
@@ -258,7 +266,7 @@ def run(args) -> int:
         if ka is not None and kb is not None:
             heading(f"KV cache at {key}: {ka:,} -> {kb:,} tokens ({kb - ka:+,})")
     RA, RB = side_names(d, A, B)
-    rows = [r for r in d.bench if r.stack == "ours" and (args.all_numbers or r.delta != 0 or r.note)]
+    rows = [r for r in d.bench if r.stack == "ours"]  # every figure the markdown gives (a 0 change is a fact)
     if rows:
         table(["config", "metric", "source", RA, RB, "change"],
               [[r.config + (f" {r.setting}" if r.setting else ""), row_label(r), method_label(r.method), cell(r.a, r.a_alt),
@@ -276,13 +284,18 @@ def run(args) -> int:
         table(["", eval_label(q), "HumanEval", "strict sanity"], quality_rows(q),
               title=f"Quality gate ({config_label(q.config)})")
         heading(f"Paired: {quality_text(q)}")
+    for rel, text in d.notes:
+        heading(f"Notes ({rel}): {text}")
     return 0
 
 
 def render_markdown(reg, d, A: str, B: str) -> str:
     out = [f"## {A} -> {B}", ""]
-    if d.b.kind == "release" and B in reg.releases:
-        out += [reg.releases[B].headline, ""]
+    if d.headline:
+        out += [d.headline, ""]
+    for rel, proj in d.projects.items():
+        out += [f"{rel} is a release of {proj} (this project), not of the original stack; it extends "
+                f"{reg.releases[rel].previous}.", ""]
     if d.changed:
         out += ["**What changed for someone running it**", "", f"| knob | TP | {A} | {B} |", "|---|---|---|---|"]
         for c in d.changed:
@@ -323,6 +336,6 @@ def render_markdown(reg, d, A: str, B: str) -> str:
                 f"| | {eval_label(q)} | HumanEval | strict sanity |", "|---|---|---|---|"]
         out += ["| " + " | ".join(r) + " |" for r in quality_rows(q)]
         out += ["", f"Paired per question: {quality_text(q)}.", ""]
-    if d.b.kind == "release" and B in reg.releases and reg.releases[B].notes:
-        out += [f"Notes ({B}): {reg.releases[B].notes}", ""]
+    for rel, text in d.notes:
+        out += [f"Notes ({rel}): {text}", ""]
     return "\n".join(out).rstrip() + "\n"

@@ -78,9 +78,18 @@ def _pairs(reg, args) -> int:
     return 1 if rep.flagged else 0
 
 
-def _state_rows(states) -> list[str]:
+def _state_rows(states, platform: str | None = None) -> list[str]:
+    """One line per gate: its state and where the evidence came from (ran here / imported, unverified); with
+    a profile's platform, the state on that platform (a platform with no record says so)."""
     width = max((len(v) for v in states), default=10)
-    return [f"  {vid:<{width}}  {st.state:<8} {st.detail}" for vid, st in states.items()]
+    rows = []
+    for vid, st in states.items():
+        if platform:
+            state, detail = st.on(platform)
+            rows.append(f"  {vid:<{width}}  {state:<8} on {platform}: {detail}")
+        else:
+            rows.append(f"  {vid:<{width}}  {st.state:<8} {st.label()}: {st.detail}")
+    return rows
 
 
 def run(args) -> int:
@@ -110,7 +119,7 @@ def run(args) -> int:
         for r in recs:
             st = L.state_of(reg, reg.variants[r.variant], records, tcs)
             print(f"  {r.variant:<28} {r.result:<8} {len(r.outcomes):>4} item(s) on {r.platform}; gate now: "
-                  f"{st.state} ({st.detail})")
+                  f"{st.line()}")
         print(f"imported {len(recs)} gate record(s) from {args.import_junit} into {L.ledger_path(reg)}")
         return 1 if any(r.result == "fail" for r in recs) else 0
     if args.pairs:
@@ -138,12 +147,26 @@ def run(args) -> int:
     if args.status or args.dry_run:
         states = {v.id: L.state_of(reg, v, records) for v in plan.variants}
         if args.format == "json":
+            plat = None
+            if args.profile:
+                from r9k.registry.resolve import resolve
+
+                plat = resolve(reg, args.profile, tp=args.tp).platform
             print(json.dumps({"states": {k: s.to_dict() for k, s in states.items()},
+                              "platform": plat,
+                              "on_platform": {k: dict(zip(("state", "detail"), s.on(plat)))
+                                              for k, s in states.items()} if plat else None,
                               "no_gate_tests": [v.id for v in plan.no_tests],
                               "would_run": plan.test_ids if args.dry_run else None}, indent=2))
             return 0
-        print(f"gate states ({L.ledger_path(reg)}):", file=out)
-        for row in _state_rows(states):
+        platform = None
+        if args.profile:
+            from r9k.registry.resolve import resolve
+
+            platform = resolve(reg, args.profile, tp=args.tp).platform
+        print(f"gate states ({L.ledger_path(reg)}){f' for {args.profile} on {platform}' if platform else ''}:",
+              file=out)
+        for row in _state_rows(states, platform):
             print(row, file=out)
         if args.dry_run:
             print(f"would run {len(plan.test_ids)} test id(s):", file=out)
@@ -185,7 +208,8 @@ def run(args) -> int:
             for o in r.outcomes.values():
                 counts[o] = counts.get(o, 0) + 1
             summary = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
-            print(f"  {r.variant:<{width}}  {r.result:<8} {summary:<40} gate now: {states[r.variant].state}")
+            print(f"  {r.variant:<{width}}  {r.result:<8} {summary:<40} gate now: {states[r.variant].state} "
+                  f"({states[r.variant].label()})")
         if gpu:
             print(f"\n{sum(len(v) for v in gpu.values())} test item(s) need a GPU (skipped here; such a gate is "
                   "not complete until they pass on one):")

@@ -68,7 +68,10 @@ def describe(reg, v) -> list[tuple[str, str]]:
         add("gate eval", g.eval)
         st = gate_state(reg, v.id)
         if st is not None:
-            add("gate state", f"{st.state}: {st.detail}" if hasattr(st, "detail") else str(st))
+            add("gate state", st.line() if hasattr(st, "line") else str(st))
+            if getattr(st, "per_platform", None):
+                add("gate by platform", "\n".join(f"{p}: {s} ({st.evidence.get(p, 'nothing counts')})"
+                                                   for p, s in st.per_platform.items()))
     add("requires", ", ".join(v.requires))
     add("conflicts", ", ".join(v.conflicts))
     if v.history:
@@ -113,6 +116,10 @@ def run(args) -> int:
         st = gate_state(reg, v.id)
         if st is not None:
             d["gate_state"] = getattr(st, "state", str(st))
+            if hasattr(st, "label"):
+                d["gate_evidence"] = st.label()
+                d["gate_by_platform"] = {p: {"state": s, "evidence": st.evidence.get(p)}
+                                         for p, s in st.per_platform.items()}
         print_json(d)
         return 0
     table(["field", "value"], describe(reg, v), title=f"{v.id} ({v.knob})")

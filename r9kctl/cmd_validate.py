@@ -72,6 +72,8 @@ def run(args) -> int:
             for v in verdicts.values():
                 if v.state == "fallback":
                     print(f"    falls back: {v.knob}={v.value}: {v.reason}")
+        if report.gates.get(name):
+            print(f"  {name}: {report.gates[name]}")
     n_err, n_warn = len(report.errors), len(report.warnings)
     status = "ok" if code == 0 else "failed"
     print(f"{status}: {n_err} error(s), {n_warn} warning(s)")

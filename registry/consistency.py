@@ -204,7 +204,8 @@ def _releases(reg: Registry, report) -> None:
             cur = reg.releases[cur].previous
     # previous must be the release just before by date (when dates are all valid)
     if all(dates.values()) and len(reg.releases) > 1:
-        order = reg.release_order()
+        # within one lineage: the original's releases follow each other; this project's extend one of them
+        order = [v for v in reg.release_order() if not reg.releases[v].project]
         for i, ver in enumerate(order):
             rel = reg.releases[ver]
             want = order[i - 1] if i else None

@@ -107,6 +107,7 @@ class BenchRow:
         return {"config": self.config, "setting": self.setting, "metric": self.metric, "unit": self.unit,
                 "stack": self.stack, "method": self.method, "launch": self.launch, "platform": self.platform,
                 "a": rec(self.a), "b": rec(self.b), "a_text": figure_text(self.a), "b_text": figure_text(self.b),
+                "a_alt_text": [figure_text(r) for r in self.a_alt], "b_alt_text": [figure_text(r) for r in self.b_alt],
                 "a_alt": [rec(r) for r in self.a_alt], "b_alt": [rec(r) for r in self.b_alt],
                 "only": self.only, "note": self.note, "delta": self.delta, "pct": self.pct}
 
@@ -206,6 +207,11 @@ class Diff:
     quality: list[QualityRow] = field(default_factory=list)
     texts: list[tuple[str, str, str]] = field(default_factory=list)  # (release, config, the notes' words)
     fields: list[tuple[str, object, object]] = field(default_factory=list)  # profile-level fields that differ
+    headline: Optional[str] = None  # B's release headline (B a release)
+    notes: list[tuple[str, str]] = field(default_factory=list)  # (release, its notes): B's, when B is a release
+    knobs: dict[str, tuple[str, str]] = field(default_factory=dict)  # added/removed/left-off id -> (knob, summary)
+    projects: dict[str, str] = field(default_factory=dict)  # release -> project, for the sides' releases of this
+    # project (not the original's): 'v0.3.2-r9k.1' -> 'r9k-stack'
 
     def to_dict(self) -> dict:
         def rec(r):
@@ -224,6 +230,11 @@ class Diff:
             "vs_reference": [v.to_dict() for v in self.vs_reference],
             "quality": [q.to_dict() for q in self.quality],
             "texts": [{"release": r, "config": c, "text": t} for r, c, t in self.texts],
+            "variants": {v: {"knob": self.knobs.get(v, (None, None))[0], "summary": self.knobs.get(v, (None, None))[1]}
+                         for v in self.added + self.removed + self.left_off},
+            "headline": self.headline,
+            "notes": [{"release": r, "text": t} for r, t in self.notes],
+            "projects": self.projects,
         }
 
 
@@ -313,12 +324,30 @@ def diff(reg: Registry, a: str, b: str, tp: Optional[int] = None, all_numbers: b
                 d.fields.append((fname, x, y))
 
     rel_a, rel_b = _release_of(reg, sa), _release_of(reg, sb)
+    if sb.kind == "release":
+        d.headline = reg.releases[sb.name].headline
+        if reg.releases[sb.name].notes:
+            d.notes.append((sb.name, reg.releases[sb.name].notes))
+    d.projects = {r: reg.releases[r].project for r in (rel_a, rel_b) if r and reg.releases[r].project}
+    # numbers are those of the release that measured them: a project release without records of its own
+    # shows the figures of the release it extends, under that release's name
+    rel_a, rel_b = _numbers_release(reg, rel_a), _numbers_release(reg, rel_b)
     d.rel_a, d.rel_b = rel_a, rel_b
+    d.knobs = {v: (reg.variants[v].knob, reg.variants[v].summary) for v in d.added + d.removed + d.left_off}
     if rel_a and rel_b and rel_a != rel_b:
         d.bench, d.texts = _bench(reg, rel_a, rel_b, all_numbers)
         d.vs_reference = [x for r in (rel_a, rel_b) for x in _vs_reference(reg, r, {rel_a, rel_b}, all_numbers)]
         d.quality = _quality(reg, rel_a, rel_b)
     return d
+
+
+def _numbers_release(reg: Registry, rel: Optional[str]) -> Optional[str]:
+    seen = set()
+    while rel and rel not in seen and reg.releases[rel].project and not reg.releases[rel].bench \
+            and not reg.releases[rel].quality and reg.releases[rel].previous in reg.releases:
+        seen.add(rel)
+        rel = reg.releases[rel].previous
+    return rel
 
 
 def _shown(r: BenchRecord, sides: set, all_numbers: bool) -> bool:

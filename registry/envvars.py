@@ -65,6 +65,10 @@ TP = _v("R9K_TP", "int", "the profile's TP size", "the TP size to resolve R9K_PR
         ("plugin.startup",), vllm=True)
 STRICT = _v("R9K_STRICT", "bool", "0", "warnings count as errors (resolver, plugin start-up)",
             ("registry.resolve", "plugin.startup"), vllm=True)
+SELFCHECK = _v("R9K_SELFCHECK", "bool", "on in strict mode, else off",
+               "1: each installed kernel runs once at start-up on a probe at its layer's shapes against its stock "
+               "path (a failure keeps vLLM's path for that op, or refuses the start in strict mode); 0: never",
+               ("plugin.selfcheck",), vllm=True)
 STATUS_FILE = _v("R9K_STATUS_FILE", "path", "a file under the cache directory, chosen by the plugin",
                  "where the plugin writes what it installed and counted; r9kctl status reads it",
                  ("plugin.startup", "plugin.status", "r9kctl.cmd_status"), vllm=True)
@@ -80,7 +84,8 @@ LEDGER = _v("R9K_LEDGER", "path", "registry/gates/ledger.jsonl of the tree in us
             "the gate ledger to read and append to", ("registry.ledger",))
 REPO_ROOT = _v("R9K_REPO_ROOT", "path", "the package's parent folder",
                "the root that a variant's implementation sources are relative to", ("registry.ledger",))
-NO_CACHE = _v("R9K_NO_CACHE", "bool", "0", "1: parse every TOML file again (no parse cache)", ("registry.loader",))
+NO_CACHE = _v("R9K_NO_CACHE", "bool", "0", "1: parse every TOML file and gate module again (no parse cache)",
+              ("registry.loader", "registry.gatedeps"))
 NO_REGISTRY_CACHE = _v("R9K_NO_REGISTRY_CACHE", "bool", "0",
                        "1: the plugin loads the registry instead of its pickled snapshot", ("plugin.regcache",))
 DEBUG = _v("R9K_DEBUG", "bool", "0", "1: r9kctl shows the traceback of an unexpected error instead of one line",

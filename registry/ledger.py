@@ -58,6 +58,7 @@ CONCLUSIVE = {PASSED, FAILED, ERROR, NOT_FOUND}
 FAILING = {FAILED, ERROR, NOT_FOUND}
 
 STATES = ("fresh", "stale", "missing", "failed")
+RAN_HERE = "ran here"
 
 # Never part of a source hash: caches and bytecode that change without a source edit.
 _IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
@@ -191,10 +192,23 @@ def dependencies(reg_or_root: Any, variant: Any) -> tuple[list[str], list[str]]:
 
 
 def file_hashes(reg_or_root: Any, variant: Any) -> tuple[dict[str, str], list[str]]:
-    """(repo-relative path -> sha256 of every file the gate depends on, declared paths that are missing)."""
+    """(repo-relative path -> sha256 of every file the gate depends on, declared paths that are missing).
+
+    Cached on disk per gate (:mod:`r9k.registry.gatedeps`: :func:`~r9k.registry.gatedeps.closure_cached`):
+    the closure and the hashes are reused only while every file in it and every folder it was looked up in
+    has the size and modification time recorded (a file created or removed changes its folder's), and a file
+    modified within two seconds of the recording is hashed again (a same-size edit in the same clock tick)."""
+    from .gatedeps import closure_cached, content_hash
+
     root = repo_root(reg_or_root)
-    files, missing = dependencies(reg_or_root, variant)
-    return {rel: hashlib.sha256((root / rel).read_bytes()).hexdigest() for rel in files}, missing
+    impl = getattr(variant, "implementation", None)
+    key = [str(root), hashed_paths(variant), declared_tests(variant), getattr(impl, "module", None)]
+
+    def compute() -> tuple[dict[str, str], list[str]]:
+        files, missing = dependencies(reg_or_root, variant)
+        return {rel: content_hash(root / rel)[0] for rel in files}, missing
+
+    return closure_cached(root, key, compute)
 
 
 def hash_of(files: Mapping[str, str], missing: Iterable[str] = ()) -> str:
@@ -241,6 +255,9 @@ class GateRecord:
     note: str | None = None
     deps: dict[str, str] | None = None  # repo-relative path -> sha256 of every file the gate depends on
     toolchain: dict[str, str | None] | None = None  # r9k.registry.provenance.toolchain() of the run
+    # Set on a record made by ``r9kctl gate --import-junit`` (the run was elsewhere; nothing here re-ran it):
+    # {"file": the JUnit file's name, "created": the provenance's date, "checks": what the import checked}
+    imported: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -252,6 +269,20 @@ class GateRecord:
         if missing:
             raise ValueError(f"missing {', '.join(sorted(missing))}")
         return cls(**{k: v for k, v in d.items() if k in known})
+
+    @property
+    def was_imported(self) -> bool:
+        """Made by an import (also the records written before imports were marked: their note says so)."""
+        return self.imported is not None or (self.note or "").startswith("imported from")
+
+    def evidence(self) -> str:
+        """``ran here`` (``r9kctl gate`` ran the tests) or ``imported from <platform>, <date>, unverified``."""
+        if not self.was_imported:
+            return RAN_HERE
+        created = (self.imported or {}).get("created") or ""
+        if not created and "(provenance of " in (self.note or ""):
+            created = self.note.split("(provenance of ", 1)[1]
+        return f"imported from {self.platform}, {(created or self.date)[:10]}, unverified"
 
     def outcomes_for(self, test_id: str) -> list[str]:
         """Outcomes of the items a declared id covers (the id itself, or items under a file / class id)."""
@@ -308,13 +339,65 @@ class GateState:
     needs_gpu: list[str] = field(default_factory=list)
     changes: list[str] = field(default_factory=list)  # what changed since the newest record that no longer counts
     toolchains: dict[str, dict] = field(default_factory=dict)  # platform -> toolchain of the passes counted
+    # platform -> "ran here" | "imported from <platform>, <date>, unverified": the newest counted record there
+    evidence: dict[str, str] = field(default_factory=dict)
+    # platform -> the state from that platform's records alone (every platform with a record of this variant)
+    per_platform: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return self.state == "fresh"
 
+    @property
+    def imported_only(self) -> bool:
+        """Fresh, and only on imported evidence (nothing that counts ran here)."""
+        return bool(self.evidence) and RAN_HERE not in self.evidence.values()
+
+    def label(self) -> str:
+        """Where the counted evidence came from: ``ran here`` / ``imported from cuda-h200, <date>, unverified``
+        (per platform when there are several), or ``no record`` without any."""
+        if not self.evidence:
+            return "no record" if not self.per_platform else "nothing counts"
+        vals = list(dict.fromkeys(self.evidence.values()))
+        if len(self.evidence) == 1 or len(vals) == 1 and vals[0] == RAN_HERE:
+            return vals[0]
+        return "; ".join(f"{p}: {e}" for p, e in self.evidence.items())
+
+    def line(self) -> str:
+        """One state line: ``fresh (imported from cuda-h200, 2026-12-01, unverified): 4/4 passed ...``
+        (a gate never run anywhere: ``missing: never run``)."""
+        if not self.per_platform:
+            return f"{self.state}: {self.detail}"
+        return f"{self.state} ({self.label()}): {self.detail}"
+
+    def on(self, platform: str | None) -> tuple[str, str]:
+        """(state, detail) for a profile's platform: only records made on that platform (or one of its family's
+        names: ``cpu`` takes ``cpu-triton-interpret``) count; a platform with no record says so."""
+        if not platform:
+            return self.state, f"{self.label()}: {self.detail}"
+        mine = {p: st for p, st in self.per_platform.items() if platform_matches(p, platform)}
+        others = ", ".join(f"{st} on {p} ({self.evidence.get(p, 'nothing counts')})"
+                           for p, st in self.per_platform.items() if p not in mine)
+        if not mine:
+            return "missing", f"no record on {platform}" + (f" (only: {others})" if others else "")
+        states = set(mine.values())
+        state = next(s for s in ("failed", "fresh", "stale", "missing") if s in states)
+        where = "; ".join(f"{p}: {self.evidence.get(p, 'nothing counts')}" for p in mine)
+        return state, f"{where}" + (f"; elsewhere: {others}" if others else "")
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["label"] = self.label()
+        return d
+
+
+def platform_matches(recorded: str, wanted: str) -> bool:
+    """Whether a record made on ``recorded`` is evidence for a profile on ``wanted``: the same name, one a
+    refinement of the other (``cuda`` / ``cuda-h200``), or both on the CPU (``cpu`` / ``cpu-triton-interpret``)."""
+    if recorded == wanted or recorded.startswith(wanted + "-") or wanted.startswith(recorded + "-"):
+        return True
+    cpu = lambda p: p in ("cpu", "interpret", "triton-interpret") or p.startswith("cpu-")
+    return cpu(recorded) and cpu(wanted)
 
 
 def _record_outcome(rec: GateRecord, test_id: str) -> str | None:
@@ -356,8 +439,10 @@ class Toolchains:
         return rec.toolchain is not None and cur is not None and dict(rec.toolchain) == dict(cur)
 
 
-def _test_status(test_id: str, records: list[GateRecord], current: str, tcs: Toolchains) -> tuple[str, set[str]]:
+def _test_status(test_id: str, records: list[GateRecord], current: str,
+                 tcs: Toolchains) -> tuple[str, set[str], dict[str, GateRecord]]:
     latest: dict[str, str] = {}  # platform -> latest conclusive outcome of a valid record
+    deciding: dict[str, GateRecord] = {}  # platform -> the record that gave it
     passed_before = False
     needs_gpu = False
     for rec in records:  # file order = time order
@@ -367,16 +452,17 @@ def _test_status(test_id: str, records: list[GateRecord], current: str, tcs: Too
             continue
         if outcome is not None:
             latest[rec.platform] = outcome
+            deciding[rec.platform] = rec
         elif NEEDS_GPU in rec.outcomes_for(test_id):
             needs_gpu = True
     if any(v == FAILED for v in latest.values()):
-        return "failed", set()
+        return "failed", set(), deciding
     passed_on = {p for p, v in latest.items() if v == PASSED}
     if passed_on:
-        return "passed", passed_on
+        return "passed", passed_on, deciding
     if passed_before:
-        return "stale", set()
-    return ("needs-gpu" if needs_gpu else "missing"), set()
+        return "stale", set(), deciding
+    return ("needs-gpu" if needs_gpu else "missing"), set(), deciding
 
 
 def _changes(rec: GateRecord, current: str, files: Mapping[str, str], tcs: Toolchains) -> list[str]:
@@ -392,6 +478,18 @@ def _changes(rec: GateRecord, current: str, files: Mapping[str, str], tcs: Toolc
     return out
 
 
+def _platform_state(statuses: Mapping[str, str], platform: str) -> str:
+    """The state from one platform's records alone. A test that needs a GPU proves nothing about a CPU
+    platform, so there the gate is fresh when every other test passed."""
+    vals = set(statuses.values())
+    if "failed" in vals:
+        return "failed"
+    cpu = platform_matches(platform, "cpu")
+    if vals == {"passed"} or (cpu and "passed" in vals and vals <= {"passed", "needs-gpu"}):
+        return "fresh"
+    return "stale" if "stale" in vals else "missing"
+
+
 def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord], tcs: Toolchains | None = None) -> GateState:
     files, missing = file_hashes(reg_or_root, variant)
     current = hash_of(files, missing)
@@ -400,10 +498,18 @@ def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord], tcs: Too
     tests = declared_tests(variant)
     statuses: dict[str, str] = {}
     platforms: set[str] = set()
+    deciding: dict[str, GateRecord] = {}
     for t in tests:
-        st, on = _test_status(t, mine, current, tcs)
+        st, on, dec = _test_status(t, mine, current, tcs)
         statuses[t] = st
         platforms |= on
+        for p, rec in dec.items():  # the newest record that decided a test there
+            if p not in deciding or rec.date > deciding[p].date:
+                deciding[p] = rec
+    per_platform = {}
+    for p in dict.fromkeys(r.platform for r in mine):
+        on_p = [r for r in mine if r.platform == p]
+        per_platform[p] = _platform_state({t: _test_status(t, on_p, current, tcs)[0] for t in tests}, p)
     counts = {s: sum(1 for v in statuses.values() if v == s) for s in set(statuses.values())}
     n = len(tests)
     needs_gpu = [t for t, s in statuses.items() if s == "needs-gpu"]
@@ -424,9 +530,10 @@ def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord], tcs: Too
         detail = "never run" if not mine else f"{counts.get('passed', 0)}/{n} passed at the current sources"
     if needs_gpu and state != "failed":
         detail += f"; {len(needs_gpu)} need a GPU (only skipped so far)"
+    evidence = {p: deciding[p].evidence() for p in sorted(deciding) if p in platforms or state == "failed"}
     return GateState(variant.id, state, detail, statuses, current, mine[-1].source_hash if mine else None,
                      mine[-1].date if mine else None, sorted(platforms), needs_gpu, changes,
-                     {p: dict(tcs.current(p) or {}) for p in sorted(platforms)})
+                     {p: dict(tcs.current(p) or {}) for p in sorted(platforms)}, evidence, per_platform)
 
 
 def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -445,17 +552,23 @@ def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list
 
 def gate_states(reg: Any, ledger: str | Path | None = None) -> dict[str, GateState]:
     """Gate state of every variant that declares gate tests, by variant id (see the module doc)."""
+    from .gatedeps import fresh_lookups
+
+    fresh_lookups()  # every gate of this pass shares the file-system lookups; a file changed since is seen
     records, _problems = read_ledger(ledger or ledger_path(reg))
     tcs = Toolchains(records)
     return {vid: state_of(reg, v, records, tcs) for vid, v in reg.variants.items() if declared_tests(v)}
 
 
 def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
-                  local_toolchain: Mapping[str, Any] | None = None) -> list[tuple[str, Any, tuple, str]]:
+                  local_toolchain: Mapping[str, Any] | None = None,
+                  platform: str | None = None) -> list[tuple[str, Any, tuple, str]]:
     """The gate rule for a launch, over the variants it switches on: (code, variant, TOML key, message) for
 
     * ``gate``: every default-on variant with this project's code (``implementation.module``) or declared
-      gate tests whose gate is not fresh: no gate tests, never run, stale (with what changed), failed;
+      gate tests whose gate is not fresh: no gate tests, never run, stale (with what changed), failed; with
+      ``platform`` (the profile's), for a variant whose implementation runs there, not fresh *on that
+      platform* (a pass on cuda-h200 is no evidence for rocm-gfx1201);
     * ``known-bad``: every variant whose ``gate.known_bad`` range holds the toolchain installed here or one
       its counted gate passes ran on.
 
@@ -478,9 +591,55 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
                 out.append(("gate", v, ("implementation",), f"default-on variant '{v.id}' ({v.knob}): no gate: it "
                             "runs this project's code but declares no gate tests ([variant.gate] tests)"))
             continue
+        runs_there = platform is not None and _admits(v, platform)
+        if st is not None and runs_there:
+            state, detail = st.on(platform)
+            if state != "fresh":
+                out.append(("gate", v, ("gate",), f"default-on variant '{v.id}' ({v.knob}): gate {state} on "
+                            f"{platform} ({detail}); run `r9kctl gate {v.id}` there"))
+            continue
         if st is None or st.state != "fresh":
             state = st.state if st else "missing"
-            detail = st.detail if st else "no recorded result"
+            detail = f"{st.label()}: {st.detail}" if st else "no recorded result"
             out.append(("gate", v, ("gate",), f"default-on variant '{v.id}' ({v.knob}): gate {state} ({detail}); "
                         f"run `r9kctl gate {v.id}`"))
     return out
+
+
+def _admits(variant: Any, platform: str) -> bool:
+    """Whether the variant's implementation runs on ``platform`` (its declared platforms admit it)."""
+    from .availability import platform_admits
+
+    impl = getattr(variant, "implementation", None)
+    return bool(getattr(impl, "module", None)) and platform_admits(list(getattr(impl, "platforms", None) or []),
+                                                                   platform)
+
+
+def summary(variants: Iterable[Any], states: Mapping[str, GateState], platform: str | None) -> str:
+    """One line over the gated variants a profile switches on, for its platform: how many are fresh with
+    evidence that ran here, fresh on imported evidence only (unverified), not fresh, and with no record on
+    that platform at all."""
+    here, imported, other, none = [], [], [], []
+    for v in variants:
+        st = states.get(v.id)
+        if st is None:
+            continue
+        state, _ = st.on(platform)
+        on_p = {p: e for p, e in st.evidence.items() if platform is None or platform_matches(p, platform)}
+        if platform is not None and not any(platform_matches(p, platform) for p in st.per_platform):
+            none.append(v.id)
+        elif state == "fresh" and RAN_HERE in on_p.values():
+            here.append(v.id)
+        elif state == "fresh":
+            imported.append(v.id)
+        else:
+            other.append(f"{v.id} {state}")
+    parts = [f"{len(here)} fresh (ran here)"]
+    if imported:
+        kinds = sorted({e for v in imported for e in states[v].evidence.values() if e != RAN_HERE})
+        parts.append(f"{len(imported)} fresh only on imported evidence ({'; '.join(kinds)}): {', '.join(imported)}")
+    if other:
+        parts.append(f"not fresh: {', '.join(other)}")
+    if none:
+        parts.append(f"{len(none)} with no record on {platform}: {', '.join(none)}")
+    return f"gates{f' on {platform}' if platform else ''}: " + "; ".join(parts)

@@ -13,6 +13,11 @@ which writes (format 1)::
      "platform": "cuda-h200",
      "files": {"kernels/router/tl_common.py": "<sha256 hex>", ...}}
 
+The same file is a pytest plugin (``PYTHONPATH=registry python3 -m pytest -p provenance --junitxml=...``):
+it stamps the JUnit XML with the tree hash (:func:`tree_hash` of the tree pytest ran in), the toolchain and
+the platform as ``<property>`` elements of the test suite, so an import can check that the XML and the
+provenance file describe the same run (a hand-written XML carries no stamp and says so).
+
 ``files`` covers every file of the tree (not ``.git``, virtual environments, caches, ``shared/``,
 ``*.egg-info``, bytecode). ``r9kctl gate --import-junit`` compares, for every gate the XML covers, these
 hashes with the local files the gate depends on and refuses the import on the first difference.
@@ -69,6 +74,35 @@ def tree_hashes(root: str | Path) -> dict[str, str]:
                 continue
             out[p.relative_to(root).as_posix()] = file_sha256(p)
     return dict(sorted(out.items()))
+
+
+def tree_hash(files: Mapping[str, str]) -> str:
+    """One sha256 over (path, file sha256) of a tree's files: what the JUnit stamp carries."""
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        h.update(rel.encode() + b"\0" + files[rel].encode() + b"\n")
+    return h.hexdigest()
+
+
+# JUnit <property> names of the stamp (see the module doc)
+STAMP_TREE, STAMP_TOOLCHAIN, STAMP_PLATFORM = "r9k_tree_hash", "r9k_toolchain", "r9k_platform"
+
+
+def pytest_sessionstart(session) -> None:  # the pytest plugin (see the module doc); after junitxml's configure
+    config = session.config
+    xml = None
+    try:
+        from _pytest.junitxml import xml_key  # noqa: PLC0415 - only under pytest
+
+        xml = config.stash.get(xml_key, None)
+    except Exception:  # noqa: BLE001 - another pytest: no stamp, and the import says so
+        return
+    if xml is None:
+        return
+    d = build(str(config.rootpath), use_torch=True, with_commit=False)
+    xml.add_global_property(STAMP_TREE, tree_hash(d["files"]))
+    xml.add_global_property(STAMP_TOOLCHAIN, json.dumps(d["toolchain"], sort_keys=True))
+    xml.add_global_property(STAMP_PLATFORM, d["platform"])
 
 
 # ------------------------------------------------------------------------------------------ toolchain
@@ -205,7 +239,7 @@ def _git_commit(root: Path) -> str | None:
     return r.stdout.strip() if r.returncode == 0 else None
 
 
-def build(root: str | Path, use_torch: bool = True) -> dict[str, Any]:
+def build(root: str | Path, use_torch: bool = True, with_commit: bool = True) -> dict[str, Any]:
     root = Path(root)
     tc = toolchain(use_torch=use_torch)
     kind = "cuda"
@@ -217,7 +251,7 @@ def build(root: str | Path, use_torch: bool = True) -> dict[str, Any]:
         except Exception:  # noqa: BLE001
             pass
     return {KEY: FORMAT, "created": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "commit": _git_commit(root), "toolchain": tc, "platform": platform_name(tc["device"], kind),
+            "commit": _git_commit(root) if with_commit else None, "toolchain": tc, "platform": platform_name(tc["device"], kind),
             "files": tree_hashes(root)}
 
 

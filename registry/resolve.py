@@ -289,6 +289,22 @@ def value_at_release(reg: Registry, v: Variant, release: str, model: Optional[st
     return cur
 
 
+def release_credit(reg: Registry, v: Variant, base: str, model: Optional[str], tp: int, value: Optional[str]) -> str:
+    """``release X`` for a value a profile takes from release ``base``: a release of this project
+    (``Release.project``) is named only when it set the value (else the release it extends, recursively), so
+    a default the original never had is never credited to one of the original's releases, and one it had
+    is never credited to this project's: ``release v0.3.2-r9k.1 (r9k-stack, extends v0.3.2)``."""
+    rel = reg.releases.get(base)
+    seen = {base}
+    while rel is not None and rel.project and rel.previous in reg.releases and rel.previous not in seen:
+        if value_at_release(reg, v, rel.previous, model, tp) != value:
+            return f"release {base} ({rel.project}, extends {rel.previous})"
+        base = rel.previous
+        seen.add(base)
+        rel = reg.releases[base]
+    return f"release {base}"
+
+
 def profile_chain(reg: Registry, name: str) -> tuple[list[Profile], Optional[str], list[Diagnostic]]:
     """The extends chain of a profile, base first, and the release (or 'stock') at its root."""
     chain: list[Profile] = []
@@ -388,9 +404,11 @@ def resolve(
             val = value_at_release(reg, v, base, model, tp)
             if val != r.value:
                 rfile = reg.origins.get(("release", base), (None, 0))[0]
-                r.override(val, Origin("release", rfile, detail=f"release {base}"))
+                r.override(val, Origin("release", rfile, detail=release_credit(reg, v, base, model, tp, val)))
+            else:  # the release's value is the registry's default: still the release's
+                r.origin = Origin("release", file, line or None, release_credit(reg, v, base, model, tp, val))
         elif base is not None:  # the latest release: its defaults are the registry's
-            r.origin = Origin("release", file, line or None, f"release {base}")
+            r.origin = Origin("release", file, line or None, release_credit(reg, v, base, model, tp, r.value))
         items[vid] = r
 
     unknown: list[int] = [0]

@@ -460,6 +460,9 @@ class Release(Strict):
     vllm_base: Optional[str] = None
     power_cap: Optional[str] = None
     previous: Optional[str] = None  # the release before this one (the chain used to derive defaults)
+    # None: a release of the original stack (registry/releases/v*.toml imported from its record); a name
+    # (``r9k-stack``): a release of this project, extending ``previous`` with defaults the original never had
+    project: Optional[str] = None
     default_changes: list[ReleaseChange] = Field(default_factory=list)
     initial_defaults: list[str] = Field(default_factory=list)
     bench: list[BenchRecord] = Field(default_factory=list)

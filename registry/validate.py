@@ -31,6 +31,7 @@ class Report:
     budgets: dict[str, Optional[Budget]] = field(default_factory=dict)
     registry: Optional[Registry] = None
     availability: dict[str, dict] = field(default_factory=dict)  # profile -> variant id -> availability.Verdict
+    gates: dict[str, str] = field(default_factory=dict)  # profile -> gate summary line (ledger.summary)
 
     @property
     def errors(self) -> list[Diagnostic]:
@@ -69,7 +70,8 @@ class Report:
             "profiles": {
                 name: {"hash": rs.hash, "tp": rs.tp, "model": rs.model, "active": len(rs.active()),
                        "budget": self.budgets[name].to_dict() if self.budgets.get(name) else None,
-                       "availability": availability_dict(self.availability.get(name, {}))}
+                       "availability": availability_dict(self.availability.get(name, {})),
+                       "gates": self.gates.get(name)}
                 for name, rs in self.profiles.items()
             },
         }
@@ -276,9 +278,11 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
         return
     from . import ledger
 
-    for code, v, key, msg in ledger.gate_findings([r.variant for r in rs.active()], states):
+    active = [r.variant for r in rs.active()]
+    for code, v, key, msg in ledger.gate_findings(active, states, platform=rs.platform):
         f, ln, col = reg.locate("variant", v.id, key)
         report.add(Diagnostic("warning", code, msg, f, ln, col, [v.id, rs.profile]))
+    report.gates[rs.profile] = ledger.summary(active, states, rs.platform)
 
 
 def _where(reg: Registry, r) -> tuple:

@@ -32,7 +32,9 @@ gates() {
   if [ -f registry/provenance.py ]; then
     python3 registry/provenance.py --out "$OUT/provenance.json" >"$LOGS/provenance.log" 2>&1 || { echo "provenance failed"; tail -3 "$LOGS/provenance.log"; }
   fi
-  timeout "${T_GATES:-240}" python3 -m pytest -q -p no:cacheprovider "${@:-kernels}" -o junit_family=xunit1 \
+  # -p provenance (registry/provenance.py as a plugin) stamps the XML with the tree hash and toolchain
+  timeout "${T_GATES:-240}" env PYTHONPATH="registry${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q \
+    -p no:cacheprovider -p provenance "${@:-kernels}" -o junit_family=xunit1 \
     --junitxml="$OUT/gates-h200.xml" >"$OUT/gates.log" 2>&1
   echo "gates rc=$? in $(( $(date +%s) - t0 )) s"; tail -n 3 "$OUT/gates.log"; grep -E "^(FAILED|ERROR) " "$OUT/gates.log" | head -10
 }

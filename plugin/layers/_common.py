@@ -60,13 +60,20 @@ def installed(op: str, layer: str) -> None:
     counters.layer(op, layer, True)
 
 
-def eligible_choice(op: str, layer: str, ineligible: Callable[[], str]) -> Optional[Choice]:
+def eligible_choice(op: str, layer: str, ineligible: Callable[[], str],
+                    probe: Optional[Callable[[], tuple]] = None, bound: Optional[Callable] = None) -> Optional[Choice]:
     """The table's choice of ``op`` for this layer, or None: when the table leaves the layer to vLLM, or
-    when ``ineligible()`` (asked only after a choice) gives a reason, recorded with :func:`keep`."""
+    when ``ineligible()`` (asked only after a choice) gives a reason, recorded with :func:`keep`, or when the
+    startup self-check (:mod:`r9k.plugin.selfcheck`; ``probe``: the op's arguments at this layer's shapes,
+    ``bound``: optional, see there) finds the fused kernel off its stock path."""
     choice = choose(op, layer)
     if choice is None:
         return None
     reason = ineligible()
+    if not reason and probe is not None:
+        from .. import selfcheck
+
+        reason = selfcheck.verify(choice, layer, probe, bound)
     if reason:
         keep(op, layer, reason)
         return None

@@ -52,6 +52,13 @@ def torch_op(choice: Choice):
     return _common.opaque(f"{choice.op}_{choice.impl}", "(Tensor x, Tensor w) -> Tensor", impl, fake)
 
 
+def _probe(weight):
+    """The self-check's arguments: 4 rows (a decode width) at this gate's hidden size and expert count."""
+    from ..selfcheck import probe_linear
+
+    return probe_linear(weight, rows=4)
+
+
 class R9kGateLinear(GateLinear):
     """GateLinear whose unquantized bf16 GEMM runs the op the dispatch table chose."""
 
@@ -59,7 +66,8 @@ class R9kGateLinear(GateLinear):
         super().__init__(*args, **kwargs)
         self._r9k_op = None
         self._r9k_choice: Optional[Choice] = None
-        choice = _common.eligible_choice(OP, self.prefix, lambda: self._ineligible(self.out_dtype))
+        choice = _common.eligible_choice(OP, self.prefix, lambda: self._ineligible(self.out_dtype),
+                                         probe=lambda: _probe(self.weight))
         if choice is None:
             return
         self._r9k_choice = choice

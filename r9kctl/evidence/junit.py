@@ -25,11 +25,12 @@ import ast
 import datetime as _dt
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
+import re
 import xml.etree.ElementTree as ET
+from xml.sax.saxutils import escape as xml_escape
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -53,10 +54,26 @@ def read_junit(path: str | Path) -> dict[str, str]:
     return {nid: o for nid, (o, _line) in _read_cases(path).items()}
 
 
-_NAME_ATTR = re.compile(r'name="([^"]*)"')
+_NAME_ATTR = re.compile(r'<testcase\b[^>]*?\sname="([^"]*)"')
+
+
+def _case_lines(text: str) -> dict[str, int]:
+    """Test case name (as written, XML-escaped) -> the line of its first <testcase>: one pass over the text
+    (a search per case made a 100k-case file quadratic)."""
+    out: dict[str, int] = {}
+    for lineno, ln in enumerate(text.splitlines(), 1):
+        if "<testcase" in ln:
+            for m in _NAME_ATTR.finditer(ln):
+                out.setdefault(m.group(1), lineno)
+    return out
 
 
 def _read_cases(path: str | Path) -> dict[str, tuple[str, int | None]]:
+    return _read(path)[0]
+
+
+def _read(path: str | Path) -> tuple[dict[str, tuple[str, int | None]], dict[str, str]]:
+    """(pytest node id -> (outcome, line), the suites' <property> name -> value)."""
     from r9k.registry import fileio
 
     text = fileio.read_text(path, "JUnit XML file")  # located errors: missing, binary, not UTF-8, ...
@@ -64,10 +81,8 @@ def _read_cases(path: str | Path) -> dict[str, tuple[str, int | None]]:
     if root.tag not in ("testsuites", "testsuite"):
         raise fileio.error(path, "junit", f"not a JUnit XML file: the root element is <{root.tag}>, not "
                            "<testsuites> or <testsuite>", 1, 1)
-    first_line: dict[str, int] = {}  # name="..." -> the first line holding it (one pass: linear in the file)
-    for i, ln in enumerate(text.splitlines(), 1):
-        for m in _NAME_ATTR.finditer(ln):
-            first_line.setdefault(m.group(1), i)
+    lines = _case_lines(text)
+    props = {p.get("name", ""): p.get("value", "") for p in root.iter("property")}
     out: dict[str, tuple[str, int | None]] = {}
     for case in root.iter("testcase"):
         name = case.get("name", "")
@@ -89,9 +104,9 @@ def _read_cases(path: str | Path) -> dict[str, tuple[str, int | None]]:
             outcome = L.NEEDS_GPU if "gpu" in msg else L.SKIPPED
         else:
             outcome = L.PASSED
-        line = first_line.get(name)
+        line = lines.get(xml_escape(name, {'"': "&quot;"})) or lines.get(name)
         out[nodeid] = (outcome, line)
-    return out
+    return out, props
 
 
 def _functions(path: Path) -> set[str]:
@@ -136,7 +151,7 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
     from r9k.registry import fileio
 
     try:
-        cases = _read_cases(xml)
+        cases, props = _read(xml)
     except fileio.FileError as exc:  # already one located line
         raise ImportRefused(exc.diagnostic.format()) from None
     except OSError as exc:
@@ -158,6 +173,20 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
     there: dict[str, str] = prov["files"]
     if platform and platform != prov["platform"]:
         raise _refuse(prov_path, "platform", f"the run was on {prov['platform']}, not {platform}")
+    device = prov["toolchain"].get("device") or "cpu"
+    if P.platform_name(device, "cuda", interpret=False) != prov["platform"] and \
+            P.platform_name(device, "rocm", interpret=False) != prov["platform"] and \
+            not (device == "cpu" and prov["platform"] in ("cpu", "cpu-triton-interpret")):
+        raise _refuse(prov_path, "provenance", f"platform {prov['platform']} does not match the toolchain's "
+                      f"device {device}")
+    checks = _check_stamp(xml, prov, props)
+
+    # Every test case names a file inside this tree (no absolute path, no way out through '..').
+    for nid, (_o, line) in cases.items():
+        f = L.test_file(nid)
+        if f.startswith(("/", "\\")) or ".." in Path(f).parts or ":" in f.split("/", 1)[0] \
+                or not (root / f).resolve().is_relative_to(root.resolve()):
+            raise _refuse(xml, "outside-tree", f"{nid}: file {f} is not a path inside the tree", line)
 
     # Every test case: a test file of this tree, unchanged, and a function it defines.
     local_hash: dict[str, str | None] = {}
@@ -178,10 +207,17 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
         if func not in funcs[f]:
             raise _refuse(xml, "unknown-test", f"{nid}: {f} defines no test {func}", line)
 
+    by_file: dict[str, list[str]] = {}  # test file -> its cases: the matching below stays linear
+    for n in cases:
+        by_file.setdefault(L.test_file(n), []).append(n)
+
+    def cases_of(t: str) -> list[str]:
+        return [n for n in by_file.get(L.test_file(t), []) if matches(n, t)]
+
     covered = []
     for vid, v in sorted(reg.variants.items()):
         tests = L.declared_tests(v)
-        if tests and any(matches(n, t) for n in cases for t in tests):
+        if tests and any(cases_of(t) for t in tests):
             covered.append(v)
     if not covered:
         raise _refuse(xml, "unknown-test", "covers no declared gate test of the registry")
@@ -198,17 +234,17 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
         deps[v.id] = ({rel: there[rel] for rel in files}, missing)
 
     # Every test case is an item collected here; every collected item of a covered test is accounted for.
-    wanted = list(dict.fromkeys(t for v in covered for t in L.declared_tests(v)
-                                if any(matches(n, t) for n in cases)))
+    wanted = list(dict.fromkeys(t for v in covered for t in L.declared_tests(v) if cases_of(t)))
     if collected is None:
         try:
             collected = collect(root, wanted)
         except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
             raise _refuse(xml, "unverified", f"cannot check the test ids: {exc}") from None
     known = {i for t in wanted for i in collected.get(t, [])}
-    for nid, (_o, line) in cases.items():
-        if any(matches(nid, t) for t in wanted) and nid not in known:
-            raise _refuse(xml, "unknown-test", f"{nid}: pytest collects no such item here", line)
+    for t in wanted:
+        for nid in cases_of(t):
+            if nid not in known:
+                raise _refuse(xml, "unknown-test", f"{nid}: pytest collects no such item here", cases[nid][1])
 
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     records = []
@@ -231,5 +267,30 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
             variant=v.id, tests=L.declared_tests(v), result=result, outcomes=mine, platform=prov["platform"],
             date=date, source_hash=L.hash_of(files, missing), files=len(files), commit=prov.get("commit"),
             note=f"imported from {xml.name} (provenance of {prov.get('created')})", deps=files,
-            toolchain={k: prov["toolchain"].get(k) for k in P.TOOLCHAIN_KEYS}))
+            toolchain={k: prov["toolchain"].get(k) for k in P.TOOLCHAIN_KEYS},
+            imported={"file": xml.name, "created": prov.get("created"), "checks": checks}))
     return records
+
+
+def _check_stamp(xml: Path, prov: dict, props: dict[str, str]) -> str:
+    """The JUnit stamp (registry/provenance.py as a pytest plugin) against the provenance: the same tree
+    hash, toolchain and platform, else the import is refused. Returns what was checked (for the record):
+    a file without a stamp (hand-written, or an older run) is accepted but says so; it stays unverified
+    either way, since nothing here re-ran the tests."""
+    if P.STAMP_TREE not in props:
+        return "no stamp in the JUnit file: nothing ties it to the provenance"
+    want = P.tree_hash(prov["files"])
+    if props[P.STAMP_TREE] != want:
+        raise _refuse(xml, "provenance-mismatch", f"the JUnit file's tree hash {props[P.STAMP_TREE][:12]} is not the "
+                      f"provenance's ({want[:12]}): they are not of one run")
+    try:
+        tc = json.loads(props.get(P.STAMP_TOOLCHAIN) or "null")
+    except json.JSONDecodeError:
+        tc = None
+    if not isinstance(tc, dict) or any(tc.get(k) != prov["toolchain"].get(k) for k in P.TOOLCHAIN_KEYS):
+        raise _refuse(xml, "provenance-mismatch", f"the JUnit file's toolchain {tc} is not the provenance's "
+                      f"({prov['toolchain']})")
+    if props.get(P.STAMP_PLATFORM) != prov["platform"]:
+        raise _refuse(xml, "provenance-mismatch", f"the JUnit file says {props.get(P.STAMP_PLATFORM)}, the "
+                      f"provenance {prov['platform']}")
+    return "stamp: tree hash, toolchain and platform equal the provenance's"

@@ -464,7 +464,19 @@ class Session:
         st = self.gates.get(vid)
         if st is None:
             return "-" if not (self.reg.variants[vid].gate and self.reg.variants[vid].gate.tests) else "?"
-        return getattr(st, "state", str(st))
+        if not hasattr(st, "on"):
+            return getattr(st, "state", str(st))
+        # The state on the profile's platform; "fresh*": only imported evidence (unverified), "none": no
+        # record on that platform (the detail pane has the full line)
+        from r9k.registry.ledger import platform_matches
+
+        plat = self.rs.platform
+        state, _ = st.on(plat)
+        if state == "missing" and plat and st.per_platform and \
+                not any(platform_matches(p, plat) for p in st.per_platform):
+            return "none"  # records elsewhere, none on this platform (never run at all: "missing")
+        ev = [e for p, e in st.evidence.items() if plat is None or platform_matches(p, plat)]
+        return state + ("*" if state == "fresh" and ev and "ran here" not in ev else "")
 
     def diagnostics(self) -> list[Diagnostic]:
         order = {"error": 0, "warning": 1, "info": 2}

@@ -109,7 +109,7 @@ def row_cells(s: Session, vid: str, problems: dict[str, str]) -> tuple:
         ctext = Text(tokens_text(-cost.tokens), "red" if cost.tokens > 0 else "green")
     else:
         ctext = Text(f"({tokens_text(-cost.tokens)})", "dim")
-    return (mark, Text(v.knob, "bold" if edited else ""), value, src, Text(gate, GATE_STYLE.get(gate, "dim")), ctext,
+    return (mark, Text(v.knob, "bold" if edited else ""), value, src, Text(gate, GATE_STYLE.get(gate.rstrip("*"), "dim")), ctext,
             Text(show_value(v.stock, 8)), Text(v.status.state, STATUS_STYLE[v.status.state]), Text(vid))
 
 

@@ -80,7 +80,8 @@ def _expected(knob: dict, release: str, tp: int, order: list[str]):
 
 
 def test_every_release_default_matches_the_reference_catalog(reg):
-    order = reg.release_order()
+    # the original's releases are exactly the reference's; this project's own (Release.project) are apart
+    order = [r for r in reg.release_order() if not reg.releases[r].project]
     assert order == [r["version"] for r in RELEASES["release"]]
     bad = []
     for knob in CATALOG["variant"]:
@@ -108,7 +109,10 @@ def test_the_issue_12_values(reg):
     assert value_at_release(reg, var["CGSIZES"], "v0.3.0", FN, 4).split(",")[-1] == "256"
     assert value_at_release(reg, var["R9K_MOE_PREFILL_CFG"], "v0.1.0", FN, 4) == "11"
     assert value_at_release(reg, var["R9K_MOE_PREFILL_CFG1"], "v0.1.0", FN, 2) == "15"
-    assert value_at_release(reg, var["R9K_HC_FP8_DECODE_MAXM"], "v0.3.1", FN, 4) == "16"
+    # issue 24: the variable is new in v0.3.2 (the reference catalog's since); before it the cap was fixed
+    assert var["R9K_HC_FP8_DECODE_MAXM"].since == "v0.3.2"
+    assert value_at_release(reg, var["R9K_HC_FP8_DECODE_MAXM"], "v0.3.1", FN, 4) is None
+    assert value_at_release(reg, var["R9K_HC_FP8_DECODE_MAXM"], "v0.3.2", FN, 4) == "255"
     kv = [b for b in reg.releases["v0.2.1"].bench if b.config == "fn_tp2" and b.metric == "kv_cache_tokens"]
     assert kv and all((b.value or b.low) >= 90_000 for b in kv), kv
 
@@ -199,6 +203,124 @@ def test_diff_formats_agree(reg):
     js = json.dumps(d.to_dict())
     for n in (567, 898, 6743, 103517, 133306, 161, 1040, 25.5):
         assert n in numbers(js), n
+
+
+def test_the_issue_24_values(reg):
+    """The data errors issue 24 lists, one by one."""
+    from r9k.registry.diff import diff
+
+    d = diff(reg, "v0.3.0", "v0.3.1")
+    assert "hc_fp8_decode_maxm" not in d.added and "R9K_HC_FP8_DECODE_MAXM" not in {c.knob for c in d.changed}
+    assert "hc_fp8_decode_maxm" in diff(reg, "v0.3.1", "v0.3.2").added
+    # 133,306 (Flash-Next TP2, v0.3.0) is a warm-cache figure (reference releases.toml); nothing calls it cold
+    ref = next(b for r in RELEASES["release"] if r["version"] == "v0.3.0" for b in r["bench"]
+               if b["config"] == "fn_tp2" and b.get("kv_cache_tokens") == 133306)
+    assert "warm" in ref["note"]
+    recs = [b for r in reg.releases.values() for b in r.bench if 133306.0 in (b.value, b.before)]
+    assert recs and all(b.launch != "cold" for b in recs), [(b.config, b.launch) for b in recs]
+    assert any(b.launch == "warm" and b.value == 133306.0 for b in reg.releases["v0.3.0"].bench)
+    # the v0.3.1 notes: the bf16 hc decode kernels were the step's largest stream, 1.29 GB a step
+    assert any(b.value == 1.29 and "GB" in (b.unit or "") for b in reg.releases["v0.3.1"].bench)
+    assert "1.29" in diff_markdown(reg, "v0.3.0", "v0.3.1")
+    # round2-numerics: the v0.2.0 notes' recipe on v0.2.0 (round-2 numerics), not the trio on the latest release
+    from r9k.registry.resolve import resolve
+
+    rs = resolve(reg, "round2-numerics", env={})
+    assert rs.release == "v0.2.0"
+    for knob, want in (("R9K_ROUTER", "stock"), ("R9K_QSA_GLUE", "stock"), ("R9K_HC_MIX", "stock"),
+                       ("R9K_HC_FP8_DECODE", "0"), ("R9K_HC_FP8_DOWN", "0"), ("R9K_HC_COMBINE_NORM", "stock")):
+        assert rs.value(knob) == want, knob
+
+
+def diff_markdown(reg, a, b):
+    from r9k.r9kctl.cmd_diff import render_markdown
+    from r9k.registry.diff import diff
+
+    return render_markdown(reg, diff(reg, a, b), a, b)
+
+
+def test_project_defaults_enter_through_a_project_release(reg):
+    """A knob the original never had, or a default it never shipped, is credited to a release of this project
+    (Release.project), never to one of the original's: in the records, in `resolve` and in `diff`."""
+    from r9k.registry.diff import diff
+    from r9k.registry.resolve import resolve
+
+    catalog = {k["knob"] for k in CATALOG["variant"]}
+    original = {r["version"] for r in RELEASES["release"]}
+    project = {v for v, r in reg.releases.items() if r.project}
+    assert set(reg.releases) - project == original and project
+    new = {v.knob: v for v in reg.variants.values() if v.knob not in catalog}
+    assert {"R9K_HC_COMBINE_NORM", "R9K_PDL"} <= set(new)
+    for knob, v in new.items():
+        assert v.since in project, (knob, v.since)
+    for ver in original:  # the original's records name only the original's knobs
+        assert all(ch.knob in catalog for ch in reg.releases[ver].default_changes), ver
+    for prof in ("tp4-default", "tp2-default"):
+        rs = resolve(reg, prof, env={})
+        for knob in new:
+            src = rs.items[new[knob].id].source
+            if rs.items[new[knob].id].layer == "release":
+                assert not any(f"release {o}" in src and f"release {o}-" not in src for o in original), (knob, src)
+                assert "r9k-stack" in src, (knob, src)
+        # a default the original shipped keeps the original's name
+        assert rs.items[reg.find_variant("R9K_ROUTER").id].source.startswith("release v0.3.2 ")
+    d = diff(reg, "v0.3.2", "v0.3.2-r9k.1")
+    assert set(d.added) == {v.id for v in new.values()} and d.projects == {"v0.3.2-r9k.1": "r9k-stack"}
+    # extending the original's v0.3.2 gives the original's set: no project knob on
+    rs = resolve(reg, "tp4-default", env={}, sets={})
+    assert rs.value("R9K_HC_COMBINE_NORM") == "r9k"
+    from r9k.registry.resolve import value_at_release as at
+
+    assert at(reg, new["R9K_HC_COMBINE_NORM"], "v0.3.2", FN, 4) == "stock"
+    assert at(reg, new["R9K_PDL"], "v0.3.2", FN, 4) == "0"
+
+
+@pytest.mark.parametrize("a, b", [("v0.3.0", "v0.3.1"), ("v0.1.0", "v0.2.0"), ("v0.3.2", "v0.3.2-r9k.1")])
+def test_every_diff_format_carries_the_same_facts(reg, a, b, capsys, monkeypatch):
+    """Table, markdown and JSON of one diff: every fact of the Diff (each changed / added / left-off knob,
+    each figure with the other source's, the headline, the notes, the quality figures) is in all three."""
+    import json
+
+    from r9k.r9kctl import cli
+    from r9k.r9kctl.cmd_diff import cell, quality_rows, quality_text
+    from r9k.registry.diff import diff
+
+    d = diff(reg, a, b)
+    facts = {reg.variants[v].knob for v in d.added + d.left_off + d.removed} | {c.knob for c in d.changed}
+    facts |= {reg.variants[v].summary.rstrip(".") for v in d.left_off}
+    facts |= {cell(r.a, r.a_alt) for r in d.bench if r.stack == "ours"}
+    facts |= {cell(r.b, r.b_alt) for r in d.bench if r.stack == "ours"}
+    facts |= {t for _, t in d.notes} | ({d.headline} if d.headline else set())
+    facts |= {c for q in d.quality for row in quality_rows(q) for c in row[1:]} | {quality_text(q) for q in d.quality}
+    facts.discard("-")
+    assert d.notes or a == "v0.1.0"
+    outs = {}
+    monkeypatch.setenv("COLUMNS", "1000")
+    for fmt in ("table", "markdown", "json"):
+        assert cli.main(["--plain", "diff", a, b] + ([] if fmt == "table" else ["--format", fmt])) == 0
+        outs[fmt] = capsys.readouterr().out
+    js = json.loads(outs["json"])
+    # JSON: the same facts as data (figures as the text the other formats show, the alt figures beside them)
+    flat = json.dumps(js, ensure_ascii=False)
+    for r in js["bench"]:
+        if r["stack"] == "ours":
+            for side in ("a", "b"):
+                alts = r[f"{side}_alt_text"]
+                shown = r[f"{side}_text"]
+                if alts and shown != "-":
+                    other = "reference" if (r[side] or {}).get("origin", "reference") == "seed" else "seed"
+                    flat += "\n" + shown + " [" + other + ": " + ", ".join(alts) + "]"
+    missing = {fmt: sorted(f for f in facts if f not in (flat if fmt == "json" else out))
+               for fmt, out in outs.items()}
+    if "json" in missing:  # quality rows are numbers there: the row texts are rendered, the numbers held
+        q = [str(x) for q in js["quality"] for x in (q["a_correct"], q["b_correct"], q["a_pct"], q["b_pct"],
+                                                     q["a_humaneval"], q["b_humaneval"]) if x]
+        missing["json"] = [f for f in missing["json"] if not any(n in f for n in q)
+                           and f not in {quality_text(x) for x in d.quality}
+                           and not any(t in f for t in (js["quality"][0].get("a_sanity") or "-",
+                                                        js["quality"][0].get("b_sanity") or "-")
+                                       if js["quality"])]
+    assert missing == {"table": [], "markdown": [], "json": []}
 
 
 # ----------------------------------------------------------------------------------------- bad records

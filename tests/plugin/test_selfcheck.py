@@ -1,0 +1,101 @@
+"""The startup self-check (plugin/selfcheck.py): its bound, the hook, strict refusal and the fallback.
+
+Unit level, no vLLM server: the router's real kernel (Triton interpreter) against its stock path at a tiny
+gate's shapes, and broken stand-ins (zeros, noise, 1% off). The served end-to-end case is
+tests/plugin/test_e2e_selfcheck.py.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from r9k.plugin import selfcheck
+from r9k.registry import envvars
+
+
+@pytest.fixture(autouse=True)
+def fresh(monkeypatch):
+    selfcheck._reset_for_tests()
+    monkeypatch.delenv(envvars.SELFCHECK.name, raising=False)
+    yield
+    selfcheck._reset_for_tests()
+
+
+def _router():
+    from r9k.kernels import ops
+
+    return ops.get("router_gemm")
+
+
+@pytest.mark.parametrize("broken, passes", [
+    (None, True),
+    (lambda f: lambda x, w: f(x, w).zero_(), False),                      # the issue's zeros
+    (lambda f: lambda x, w: torch.randn_like(f(x, w)), False),            # noise
+    (lambda f: lambda x, w: (f(x, w).float() * 1.01).to(torch.bfloat16), False),  # 1% off
+])
+def test_the_router_kernel_against_its_stock_path(monkeypatch, broken, passes):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    op = _router()
+    fused = op.fused if broken is None else broken(op.fused)
+    w = torch.empty((48, 64), dtype=torch.bfloat16)  # a tiny gate: 48 experts, hidden 64
+    why = selfcheck.check(op.name, fused, op.stock, selfcheck.probe_linear(w))
+    assert (why is None) == passes, why
+    if not passes:
+        assert "relative L2 error" in why
+
+
+def test_bound_catches_shape_and_nan():
+    r = torch.ones(4, 8, dtype=torch.bfloat16)
+    assert "shape" in selfcheck.default_bound(torch.ones(4, 9, dtype=torch.bfloat16), r)
+    assert "non-finite" in selfcheck.default_bound(torch.full((4, 8), float("nan"), dtype=torch.bfloat16), r)
+    assert selfcheck.default_bound(r.clone(), r) is None
+
+
+class _Table:
+    def __init__(self, strict):
+        self.strict, self.plans, self.on_change = strict, {}, None
+
+
+def _choice(fn):
+    from r9k.plugin.dispatch import Choice
+
+    return Choice("router_gemm", "router_gemm", "fused", fn, "test")
+
+
+@pytest.mark.parametrize("strict, env, runs", [(False, None, False), (True, None, True), (False, "1", True),
+                                               (True, "0", False)])
+def test_when_it_runs_and_what_a_failure_does(monkeypatch, strict, env, runs):
+    from r9k.plugin import dispatch
+    from r9k.plugin.startup import StartupError
+
+    if env is not None:
+        monkeypatch.setenv(envvars.SELFCHECK.name, env)
+    monkeypatch.setattr(dispatch, "get_table", lambda: _Table(strict))
+    zeros = _choice(lambda x, w: torch.zeros((x.shape[0], w.shape[0]), dtype=x.dtype))
+    probe = lambda: selfcheck.probe_linear(torch.empty((8, 16), dtype=torch.bfloat16))  # noqa: E731
+    if runs and strict:
+        with pytest.raises(StartupError, match=r"self-check.*router_gemm.*relative L2 error"):
+            selfcheck.verify(zeros, "model.layers.0.mlp.gate", probe)
+    elif runs:
+        why = selfcheck.verify(zeros, "model.layers.0.mlp.gate", probe)
+        assert why.startswith("self-check failed: relative L2 error")
+    else:
+        assert selfcheck.verify(zeros, "model.layers.0.mlp.gate", probe) is None
+
+
+def test_the_hook_keeps_vllms_path_for_a_failing_layer(monkeypatch):
+    """eligible_choice with a probe: a failing kernel -> no choice; the counters record why."""
+    from r9k.plugin import counters, dispatch
+    from r9k.plugin.layers import _common
+
+    monkeypatch.setenv(envvars.SELFCHECK.name, "1")
+    zeros = _choice(lambda x, w: torch.zeros((x.shape[0], w.shape[0]), dtype=x.dtype))
+    monkeypatch.setattr(dispatch, "get_table", lambda: _Table(False))
+    monkeypatch.setattr(_common, "choose", lambda op, layer: zeros)
+    kept = []
+    monkeypatch.setattr(counters, "layer", lambda op, layer, installed, reason=None: kept.append((installed, reason)))
+    probe = lambda: selfcheck.probe_linear(torch.empty((8, 16), dtype=torch.bfloat16))  # noqa: E731
+    assert _common.eligible_choice("router_gemm", "m.gate", lambda: "", probe=probe) is None
+    assert kept and kept[0][0] is False and kept[0][1].startswith("self-check failed")
