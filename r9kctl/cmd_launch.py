@@ -8,6 +8,10 @@ from r9k.registry import envvars
 from .common import add_set_option
 
 EPILOG = f"""\
+exit codes (one rule, as validate): 0 started or printed; 1 valid without --strict but refused by it; 2 refused:
+  invalid profile, a flag or variable the target vLLM does not take, a failed pre-flight (model path or hub id,
+  platform and device count, vLLM version a release was validated on; --no-preflight skips it); 3 a bug.
+
 more than one process, more than one node:
   --tp N starts vLLM with --tensor-parallel-size N. Every vLLM process (API server, engine core, each
   worker) checks the resolved set's hash; the resolved set also travels in the environment
@@ -57,14 +61,21 @@ def run(args) -> int:
     reg, sets = loaded
     # --dry-run writes the manifest and builds a tiny model too: what it prints starts the server as pasted.
     dry = args.dry_run or args.format == "vllm-config"
+    from .launch import have_module
+
+    # A dry run in a core install (no torch) names the tiny model it would build instead of building it.
     plan = plan_launch(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict, extra_args=args.extra,
-                       preflight=not args.no_preflight and not dry)
+                       preflight=not args.no_preflight and not dry, build_model=not dry or have_module("torch"))
     if not plan.ok or (args.strict and plan.report.warnings):
         report_errors(plan.report.diagnostics, "json" if args.format == "json" else "text")
         import sys
 
         sys.stderr.write(f"refusing to launch profile '{args.profile}'\n")
-        return 2
+        from .cmd_validate import strict_exit_code
+
+        return strict_exit_code(plan.report, args.strict, lambda: plan_launch(
+            reg, args.profile, tp=args.tp, sets=sets, extra_args=args.extra, write_manifest=False,
+            build_model=False, preflight=not args.no_preflight and not dry).report) if args.strict else 2
     diagnostics(plan.report.diagnostics)
     plan.env.update(child_env(args))  # --registry / --profiles-dir: vLLM's processes load the same ones
     if dry and plan.rs is not None and not args.no_preflight:  # what a real launch would refuse, said now

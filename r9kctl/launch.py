@@ -48,6 +48,16 @@ class LaunchPlan:
         return "\n".join(lines)
 
 
+def have_module(name: str) -> bool:
+    """Whether ``name`` can be imported here (without importing it)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def vllm_cli() -> Path:
     """The ``vllm`` console script of the interpreter that has this package (an absolute path, so the
     printed command and ``execve`` run the same program)."""
@@ -124,9 +134,18 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     model = rs.model_path or rs.model or ""
     if model.startswith(TINY_PREFIX):
         if build_model:
-            from r9k.plugin.tiny_model import resolve_model_ref
+            try:
+                from r9k.plugin.tiny_model import resolve_model_ref
 
-            model = resolve_model_ref(model)
+                model = resolve_model_ref(model)
+            except ImportError as exc:  # a core install (no torch): the model cannot be built here
+                from r9k.registry.errors import Diagnostic
+
+                f, ln, col = reg.locate("profile", profile, ("model_path",)) if profile in reg.profiles else (None,) * 3
+                report.add(Diagnostic("error", "preflight", f"{model} is built with torch, which this environment "
+                                      f"lacks ({exc}); install the project with torch (scripts/setup.sh)",
+                                      file=f, line=ln, col=col, items=[profile]))
+                return plan
         else:
             plan.notes.append(f"{model} is built in the user's cache at launch (r9k.plugin.tiny_model)")
     if rs.platform == "cpu":  # architectures this plugin builds there: the checkpoint is checked before anything starts
@@ -156,7 +175,9 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
             report.add(d)
         if report.errors:
             return plan
-    sargs, penv, plan.requests, _conflicts = serve_argv(rs, extra_args)
+    from r9k.registry.vllm_interface import target
+
+    sargs, penv, plan.requests, _conflicts = serve_argv(rs, extra_args, target()[0])
     argv = serve_command(model) + sargs
     for q in plan.requests:
         if q.kind == "none":

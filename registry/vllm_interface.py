@@ -43,8 +43,8 @@ class Flag:
 
     @property
     def takes_value(self) -> bool:
-        return self.action not in ("storetrue", "storefalse", "booleanoptional", "help", "version", "count",
-                                   "storeconst") and self.nargs != 0
+        return self.action not in ("storetrue", "storefalse", "booleanoptional", "enabledisable", "help", "version",
+                                   "count", "storeconst") and self.nargs != 0
 
 
 @dataclass(frozen=True)

@@ -103,8 +103,20 @@ def _active(r) -> bool:
     return not (r.variant.sets is None or r.value in (None, "") or r.value == r.variant.stock)
 
 
-def requests(rs) -> list[Request]:
-    """One request per launcher knob away from stock (at stock: vLLM's own default applies)."""
+def negative_option(name: str, iface=None) -> str:
+    """The option that turns a boolean flag off: the description's own (``--disable-x`` in 0.33,
+    ``--no-x`` in 0.32), else ``--no-x``."""
+    fl = iface.flag(name) if iface is not None else None
+    if fl is not None:
+        for o in fl.options:
+            if o != name and o.startswith("--") and (o.startswith("--no-") or o.startswith("--disable-")):
+                return o
+    return "--no-" + name.removeprefix("--")
+
+
+def requests(rs, iface=None) -> list[Request]:
+    """One request per launcher knob away from stock (at stock: vLLM's own default applies); ``iface``: the
+    target vLLM's description, for the spellings that differ between versions."""
     out: list[Request] = []
     for r in sorted(rs.items.values(), key=lambda r: r.variant.knob):
         if not _active(r):
@@ -116,7 +128,7 @@ def requests(rs) -> list[Request]:
             if val == "1":
                 out.append(Request(knob, "flag", m.name, None, val))
             elif r.variant.stock == "1":  # vLLM's own default is on
-                out.append(Request(knob, "flag", "--no-" + m.name.removeprefix("--"), None, val))
+                out.append(Request(knob, "flag", negative_option(m.name, iface), None, val))
         elif m.kind == "json-field":
             out.append(Request(knob, "json", f"{m.name}.{m.field}", convert(val, m), val))
             for k, c in sorted(m.fields.items()):
@@ -131,9 +143,9 @@ def requests(rs) -> list[Request]:
     return out
 
 
-def launch_args(rs) -> tuple[list[str], dict[str, str], list[Request], list[str]]:
+def launch_args(rs, iface=None) -> tuple[list[str], dict[str, str], list[Request], list[str]]:
     """(vLLM arguments, variables, the requests, conflicts). JSON fields of one flag become one object."""
-    reqs = requests(rs)
+    reqs = requests(rs, iface)
     args: list[str] = []
     env: dict[str, str] = {}
     objs: dict[str, dict] = {}
@@ -250,11 +262,12 @@ def check_launch(reg, rs, report, iface, argv: list[str], env: dict[str, str]) -
                               col=where[2], items=items))
 
 
-def serve_argv(rs, extra_args: Optional[list[str]] = None) -> tuple[list[str], dict[str, str], list[Request], list[str]]:
+def serve_argv(rs, extra_args: Optional[list[str]] = None,
+               iface=None) -> tuple[list[str], dict[str, str], list[Request], list[str]]:
     """What follows ``vllm serve MODEL`` for a resolved set, and the variables it adds (launcher knobs and
     the profile's own ``[env]``; not the plugin's hand-over variables, which launch adds): (argv, env,
     requests, conflicts). The launch path extends this (more processes, more nodes) rather than re-deriving it."""
-    largs, lenv, reqs, conflicts = launch_args(rs)
+    largs, lenv, reqs, conflicts = launch_args(rs, iface)
     argv: list[str] = []
     if rs.tp > 1:
         argv += ["--tensor-parallel-size", str(rs.tp)]
@@ -275,7 +288,7 @@ def check_profile_launch(reg, rs, report, iface=None, extra_args: Optional[list[
                                   "ships in registry/vllm/: the launch is not checked against its parser (generate "
                                   "one: scripts/vllm_interface.py)", items=[rs.profile]))
             return
-    argv, env, _reqs, conflicts = serve_argv(rs, extra_args)
+    argv, env, _reqs, conflicts = serve_argv(rs, extra_args, iface)
     f, ln, col = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
     for c in conflicts:
         report.add(Diagnostic("error", "vllm-mapping", f"profile {rs.profile}: {c}", file=f, line=ln, col=col,

@@ -152,8 +152,8 @@ def describe_parser(parser) -> list[dict]:
              "nargs": a.nargs if not isinstance(a.nargs, int) else a.nargs,
              "required": bool(a.required)}
         if a.option_strings:
-            d.update(_type_of(a.type) if kind not in ("storetrue", "storefalse", "booleanoptional", "help",
-                                                      "version", "count", "storeconst") else {"type": "bool"})
+            d.update(_type_of(a.type) if kind not in ("storetrue", "storefalse", "booleanoptional", "enabledisable",
+                                                      "help", "version", "count", "storeconst") else {"type": "bool"})
         else:
             d.update(_type_of(a.type))
             d["positional"] = True
