@@ -108,6 +108,9 @@ def _register() -> None:
     from . import models
 
     install.HOOKS.add(models.REGISTRY_MODULE, models.register_architectures)
+    from . import applied  # strict: the launch's requests are compared with vLLM's final config before weights load
+
+    install.HOOKS.add("vllm.config.vllm", applied.hook_final_config)
     # A "MainProcess" that is not the first plugin process of the launch is a helper vLLM runs as a
     # plain subprocess (e.g. the model inspection of vllm.model_executor.models.registry): it checks
     # agreement like every process, but does not speak for the server in the status file.

@@ -305,7 +305,7 @@ def preflight_problems(reg: Registry, rs, model: str) -> list:
 def vllm_config_files(plan: LaunchPlan) -> tuple[str, str]:
     """(``config.yaml`` for ``vllm serve --config``, an env file) of a plan: vLLM's own formats.
 
-    Each flag is a key without its dashes; a flag without a value is ``true`` (``--no-x``: ``x: false``); JSON
+    Each flag is a key without its dashes; a flag without a value is ``true`` (``--no-x``: ``no-x: true``); JSON
     flags stay JSON text; every value is a double-quoted YAML string, which vLLM passes on as ``--key value``
     (its ``load_config_file``). The env file's values are shell-quoted (``set -a; . ./vllm.env; set +a``)."""
     import shlex
@@ -326,9 +326,7 @@ def vllm_config_files(plan: LaunchPlan) -> tuple[str, str]:
         elif i < len(argv) and not argv[i].startswith("--"):
             lines.append(f"{key}: {json.dumps(argv[i])}")
             i += 1
-        elif key.startswith("no-"):
-            lines.append(f"{key[3:]}: false")
-        else:
+        else:  # a switch, --no-x included (vLLM turns "x: false" into --no-x only for its top-level parser's flags)
             lines.append(f"{key}: true")
     env_lines = [head, "# set -a; . ./vllm.env; set +a"]
     env_lines += [f"{k}={shlex.quote(plan.env[k])}" for k in sorted(plan.env)]
