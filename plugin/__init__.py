@@ -108,6 +108,9 @@ def _register() -> None:
     from . import models
 
     install.HOOKS.add(models.REGISTRY_MODULE, models.register_architectures)
+    from . import applied  # strict: the launch's requests are compared with vLLM's final config before weights load
+
+    install.HOOKS.add("vllm.config.vllm", applied.hook_final_config)
     # A "MainProcess" that is not the first plugin process of the launch is a helper vLLM runs as a
     # plain subprocess (e.g. the model inspection of vllm.model_executor.models.registry): it checks
     # agreement like every process, but does not speak for the server in the status file.
@@ -201,7 +204,7 @@ def layers_table(active, snap: dict, proc) -> list[str]:
     return lines
 
 
-def check_applied(vllm_config) -> Optional[dict]:
+def check_applied(vllm_config, server_args=None) -> Optional[dict]:
     """Compare the launch's launcher-knob requests with vLLM's final config (called by the status
     endpoint's ``init_state`` in the API server); log the result, record it in the status, and stop the
     start on a mismatch in strict mode."""
@@ -211,7 +214,7 @@ def check_applied(vllm_config) -> Optional[dict]:
     from . import applied, dispatch
     from .startup import StartupError
 
-    result = applied.compare(_active.rs, vllm_config)
+    result = applied.compare(_active.rs, vllm_config, None, server_args)
     _applied = result
     level = logging.WARNING if result["mismatches"] else logging.INFO
     for line in applied.table_lines(result, f"r9k {_active.hash}:"):

@@ -30,7 +30,7 @@ class Row:
     requested: str  # "--max-num-seqs 16", "compilation_config.cudagraph_mode=FULL", "env HSA_ENABLE_MWAITX=1"
     applied: Optional[str]  # what the final config (or the server's environment) holds; None: not observable
     where: str  # "scheduler_config.max_num_seqs", "environment", ...
-    state: str  # "applied" | "mismatch" | "unverified"
+    state: str  # "applied" | "mismatch" | "unverified" | "not-applied" (a knob no launched program reads)
     note: str = ""
 
 
@@ -73,70 +73,123 @@ def _find(cfg, attr: str) -> tuple[Optional[str], Any]:
     return None, None
 
 
-def _row_for(r, cfg, environ) -> Optional[Row]:
-    v, s = r.variant, r.variant.sets
-    val = r.value
-    if s.kind == "vllm-arg":
-        dest = s.name.lstrip("-").replace("-", "_")
-        want = val
-        if dest == "kv_cache_memory":  # the knob is in GiB, vLLM keeps bytes
-            dest, want = "kv_cache_memory_bytes", str(int(float(val) * 2**30))
-        where, got = _find(cfg, dest)
-        req = f"{s.name} {val}"
-    elif s.kind == "vllm-flag":
-        dest = s.name.lstrip("-").replace("-", "_")
-        want = val
-        where, got = _find(cfg, dest)
-        req = s.name if val == "1" else "--no-" + s.name.lstrip("-")
-    elif s.kind == "speculative-config":
-        spec = getattr(cfg, "speculative_config", None)
-        req = f"--speculative-config method={s.name} num_speculative_tokens={val}"
-        if spec is None:
-            return Row(v.knob, req, "None", "speculative_config", "mismatch", "vLLM runs no speculative decoding")
-        got_m, got_n = getattr(spec, "method", None), getattr(spec, "num_speculative_tokens", None)
-        ok = _norm(got_m) == s.name and _same(val, got_n)
-        return Row(v.knob, req, f"method={_norm(got_m)} num_speculative_tokens={_norm(got_n)}",
-                   "speculative_config", "applied" if ok else "mismatch")
-    elif s.kind == "compilation-config":
-        comp = getattr(cfg, "compilation_config", None)
-        where, got = f"compilation_config.{s.name}", getattr(comp, s.name, None)
-        want = val
-        req = f"--compilation-config {s.name}={val}"
-    elif s.kind == "attention-backend":
-        att = getattr(cfg, "attention_config", None)
-        where, got = "attention_config.backend", getattr(att, "backend", None)
-        want = val
-        req = f"attention backend {val} (VLLM_ATTENTION_BACKEND)"
-    elif s.kind == "env":
-        got = environ.get(s.name)
-        req = f"env {s.name}={val}"
-        note = "" if got == val else "the server's environment differs"
-        return Row(v.knob, req, got, "environment", "applied" if got == val else "mismatch", note)
+#: Flags whose destination is not the attribute of the same name in VllmConfig.
+DEST = {"attention_backend": ("attention_config", "backend")}
+#: Flags the API server keeps to itself (not in VllmConfig): read back from its parsed arguments.
+SERVER_ARGS = {"chat_template"}
+
+
+def _dest(option: str) -> str:
+    o = option.lstrip("-")
+    for neg in ("no-", "disable-"):
+        if o.startswith(neg):
+            o = o[len(neg):]
+            if neg == "disable-":
+                o = "enable-" + o
+    return o.replace("-", "_")
+
+
+def _row_for_request(q, cfg, environ, server_args=None) -> Row:
+    """One launcher request compared with the final config (or the server's environment)."""
+    req = q.text()
+    if q.kind == "none":
+        return Row(q.knob, f"{q.knob}={q.knob_value}", None, q.target, "not-applied", q.note)
+    if q.kind == "env":
+        got = environ.get(q.target)
+        ok = got == str(q.value)
+        reader = "vLLM" if q.program == "vllm" else q.program
+        return Row(q.knob, req, got, "environment", "applied" if ok else "mismatch",
+                   f"exported for {reader}" if ok else "the server's environment differs")
+    if q.kind == "json":
+        flag, _, key = q.target.partition(".")
+        sec = getattr(cfg, flag.lstrip("-").replace("-", "_"), None)
+        where = f"{flag.lstrip('-').replace('-', '_')}.{key}"
+        if sec is None:
+            return Row(q.knob, req, "None", where, "mismatch", f"vLLM has no {flag} section (it ignored {flag})")
+        got = sec.get(key) if isinstance(sec, dict) else getattr(sec, key, None)
+        want = q.value
+        if isinstance(want, list):
+            ok = _norm(sorted(want)) == _norm(sorted(got or [])) if got is not None else False
+        else:
+            ok = _same(_norm(want), got)
+        return Row(q.knob, req, _norm(got), where, "applied" if ok else "mismatch")
+    dest = _dest(q.target)
+    if dest in SERVER_ARGS:
+        got = getattr(server_args, dest, None) if server_args is not None else None
+        if server_args is None:
+            return Row(q.knob, req, None, f"server args.{dest}", "unverified", "the server's arguments are not at hand")
+        return Row(q.knob, req, _norm(got), f"server args.{dest}", "applied" if _same(str(q.value), got) else "mismatch")
+    if dest in DEST:
+        sec, attr = DEST[dest]
+        where, got = f"{sec}.{attr}", getattr(getattr(cfg, sec, None), attr, None)
     else:
-        return Row(v.knob, f"{s.kind} {s.name}={val}", None, "-", "unverified", "no way to read it back")
+        where, got = _find(cfg, dest)
     if where is None:
-        return Row(v.knob, req, None, "-", "unverified", f"vLLM's config has no field {dest}")
-    return Row(v.knob, req, _norm(got), where, "applied" if _same(want, got) else "mismatch")
+        return Row(q.knob, req, None, "-", "unverified", f"vLLM's config has no field {dest}")
+    if q.kind == "flag":
+        want = "0" if q.target.startswith(("--no-", "--disable-")) else "1"
+    else:
+        want = _norm(q.value)
+    return Row(q.knob, req, _norm(got), where, "applied" if _same(want, got) else "mismatch")
 
 
-def requested_rows(rs, cfg, environ=None) -> list[Row]:
-    """One row per launcher knob the launch turned into a vLLM flag or variable (values not at stock)."""
+def validated_versions(root=None) -> tuple[Optional[str], list[str]]:
+    """(the newest release, the vLLM versions it was validated on): read from the registry's release files
+    (the plugin may hold only a light copy of the set, without the registry)."""
+    import tomllib
+
+    from r9k.registry.loader import default_registry_root
+
+    best = None
+    for f in sorted((root or default_registry_root()).joinpath("releases").glob("*.toml")):
+        try:
+            d = tomllib.loads(f.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+        key = (str(d.get("date", "")), str(d.get("version", "")))
+        if best is None or key > best[0]:
+            best = (key, d.get("version"), list(d.get("vllm_validated") or []))
+    return (best[1], best[2]) if best else (None, [])
+
+
+def version_row(version: Optional[str] = None, root=None) -> Optional[Row]:
+    """The running vLLM against the versions the newest release was validated on (a mismatch row when it
+    is none of them: logged, and refused in strict mode like any mismatch)."""
+    from r9k.registry.vllm_interface import installed_version, series
+
+    version = version or installed_version()
+    release, validated = validated_versions(root)
+    if not version or not validated:
+        return None
+    ok = series(version) in validated
+    return Row("(vllm)", f"a vLLM release {release} was validated on ({', '.join(validated)})", version,
+               "vLLM version", "applied" if ok else "mismatch",
+               "" if ok else f"vLLM {version} is not among them: r9kctl doctor lists what breaks")
+
+
+def requested_rows(rs, cfg, environ=None, server_args=None, iface=None) -> list[Row]:
+    """One row per launcher request of the set (registry/vllm_map.py: every launcher knob away from stock),
+    plus the tensor-parallel size."""
+    from r9k.registry.vllm_map import requests
+
     environ = os.environ if environ is None else environ
     rows = []
     tp = getattr(getattr(cfg, "parallel_config", None), "tensor_parallel_size", None)
     rows.append(Row("(tp)", f"--tensor-parallel-size {rs.tp}", _norm(tp), "parallel_config.tensor_parallel_size",
                     "applied" if _same(str(rs.tp), tp) else "mismatch"))
-    for r in sorted(rs.items.values(), key=lambda r: r.variant.knob):
-        s = getattr(r.variant, "sets", None)
-        if s is None or r.value in (None, "") or r.value == r.variant.stock:
-            continue
+    if iface is None:
+        from r9k.registry.vllm_interface import target
+
+        iface = target()[0]
+    row = version_row()
+    if row is not None:
+        rows.append(row)
+    for q in requests(rs, iface):
         try:
-            row = _row_for(r, cfg, environ)
+            row = _row_for_request(q, cfg, environ, server_args)
         except Exception as exc:  # noqa: BLE001 - a config shape this code does not know: say so, go on
-            row = Row(r.variant.knob, f"{s.kind} {s.name}={r.value}", None, "-", "unverified",
-                      f"cannot read it back: {type(exc).__name__}: {exc}")
-        if row is not None:
-            rows.append(row)
+            row = Row(q.knob, q.text(), None, "-", "unverified", f"cannot read it back: {type(exc).__name__}: {exc}")
+        rows.append(row)
     return rows
 
 
@@ -156,8 +209,8 @@ def backends(cfg) -> dict[str, str]:
     return out
 
 
-def compare(rs, cfg, environ=None) -> dict:
-    rows = requested_rows(rs, cfg, environ)
+def compare(rs, cfg, environ=None, server_args=None) -> dict:
+    rows = requested_rows(rs, cfg, environ, server_args)
     return {"rows": [asdict(r) for r in rows], "mismatches": [asdict(r) for r in rows if r.state == "mismatch"],
             "backends": backends(cfg)}
 
@@ -165,10 +218,12 @@ def compare(rs, cfg, environ=None) -> dict:
 def table_lines(result: dict, prefix: str) -> list[str]:
     """The startup table's part: each request with what vLLM applied, then the backends."""
     rows = result["rows"]
-    lines = [f"{prefix} vLLM applied: {len(rows) - len(result['mismatches'])} of {len(rows)} launcher request(s), "
+    n_ok = sum(r["state"] == "applied" for r in rows)
+    lines = [f"{prefix} vLLM applied: {n_ok} of {len(rows)} launcher request(s), "
              f"{len(result['mismatches'])} mismatch(es)"]
     for r in rows:
-        mark = {"applied": "ok", "mismatch": "MISMATCH", "unverified": "unverified"}[r["state"]]
+        mark = {"applied": "ok", "mismatch": "MISMATCH", "unverified": "unverified",
+                "not-applied": "not applied"}[r["state"]]
         lines.append(f"{prefix}   {mark:<10} {r['knob']:<12} requested {r['requested']}; applied "
                      f"{r['applied'] if r['applied'] is not None else '?'} ({r['where']})"
                      + (f": {r['note']}" if r["note"] else ""))
@@ -176,3 +231,25 @@ def table_lines(result: dict, prefix: str) -> list[str]:
     if b:
         lines.append(f"{prefix}   backends: " + ", ".join(f"{k} {v}" for k, v in b.items()))
     return lines
+
+
+def hook_final_config(module) -> None:
+    """Wrap ``VllmConfig.__post_init__`` (module ``vllm.config.vllm``): once vLLM has finished its configuration
+    (platform overrides included) and before it starts the engine, compare it with the launch's requests; in
+    strict mode a mismatch stops the start there, before any weights load (``r9k.plugin.check_applied``)."""
+    cls = getattr(module, "VllmConfig", None)
+    orig = getattr(cls, "__post_init__", None)
+    if orig is None or getattr(orig, "_r9k", False):
+        return
+
+    def __post_init__(self, *a, **k):
+        orig(self, *a, **k)
+        from r9k import plugin
+
+        rs = plugin.active_set()
+        if rs is not None and rs.strict:
+            plugin.check_applied(self)
+
+    __post_init__._r9k = True  # type: ignore[attr-defined]
+    __post_init__.__wrapped__ = orig  # type: ignore[attr-defined]
+    cls.__post_init__ = __post_init__

@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
+from dataclasses import field as _dc_field, fields as _dc_fields
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -95,8 +96,19 @@ class LightVariant:
 
 @dataclass
 class LightSets:
+    """A launcher knob's declared mapping (schema ``Sets``; registry/vllm_map.py reads it)."""
     kind: str
     name: str
+    text: Optional[str] = None
+    field: Optional[str] = None
+    fields: dict = _dc_field(default_factory=dict)
+    encode: str = "str"
+    unit: Optional[str] = None
+    target_unit: Optional[str] = None
+    program: str = "vllm"
+    env: dict = _dc_field(default_factory=dict)
+    path: bool = False
+    reason: Optional[str] = None
 
 
 @dataclass
@@ -132,6 +144,15 @@ def _gate_labels(active) -> dict:
     return gate_labels(active)
 
 
+def _sets_dict(s) -> dict:
+    """Every field of a launcher knob's mapping (the applied-check needs units and JSON fields too)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(s):
+        return dataclasses.asdict(s)
+    return s.model_dump() if hasattr(s, "model_dump") else {"kind": s.kind, "name": s.name}
+
+
 def dump(active) -> dict:
     rs = active.rs
     items = {}
@@ -142,7 +163,7 @@ def dump(active) -> dict:
                       "implementation": {"module": impl.module, "op": impl.op, "platforms": list(impl.platforms),
                                          "extension_point": impl.extension_point},
                       "gate_tests": list(v.gate.tests) if getattr(v, "gate", None) else list(getattr(v, "gate_tests", [])),
-                      "sets": {"kind": v.sets.kind, "name": v.sets.name} if getattr(v, "sets", None) else None,
+                      "sets": _sets_dict(v.sets) if getattr(v, "sets", None) else None,
                       "value": r.value, "origin": r.origin.to_dict(),
                       "is_stock": bool(r.is_stock), "active": bool(r.active)}
     return {"schema": SCHEMA, "profile": rs.profile, "hash": rs.hash, "tp": rs.tp, "model": rs.model,
@@ -158,7 +179,8 @@ def load(data: dict) -> tuple[LightSet, str, list[str]]:
                   bool(data.get("strict")), dict(data.get("extra_env", {})))
     for vid, d in data["items"].items():
         impl = LightImplementation(**d["implementation"])
-        sets = LightSets(**d["sets"]) if d.get("sets") else None
+        known = {f.name for f in _dc_fields(LightSets)}
+        sets = LightSets(**{k: x for k, x in d["sets"].items() if k in known}) if d.get("sets") else None
         v = LightVariant(vid, d["knob"], d["stock"], d["category"], d["graph_affecting"], impl,
                          list(d.get("gate_tests", [])), sets)
         ls.items[vid] = LightResolved(v, d["value"], Origin.from_dict(d["origin"]), d["is_stock"], d["active"])

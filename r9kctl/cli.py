@@ -22,7 +22,7 @@ from .help_text import EXAMPLES
 
 # Subcommand modules, in the order ``--help`` lists them.
 COMMANDS = [
-    "list", "show", "resolve", "validate", "diff", "profiles", "releases", "launch", "tui", "status", "gate",
+    "list", "show", "resolve", "validate", "diff", "profiles", "releases", "launch", "doctor", "tui", "status", "gate",
     "eval", "bisect", "bench", "schema", "completion",
 ]
 

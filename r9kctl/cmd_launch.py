@@ -8,6 +8,10 @@ from r9k.registry import envvars
 from .common import add_set_option
 
 EPILOG = f"""\
+exit codes (one rule, as validate): 0 started or printed; 1 valid without --strict but refused by it; 2 refused:
+  invalid profile, a flag or variable the target vLLM does not take, a failed pre-flight (model path or hub id,
+  platform and device count, vLLM version a release was validated on; --no-preflight skips it); 3 a bug.
+
 more than one process, more than one node:
   --tp N starts vLLM with --tensor-parallel-size N. Every vLLM process (API server, engine core, each
   worker) checks the resolved set's hash; the resolved set also travels in the environment
@@ -35,7 +39,12 @@ def add_parser(sub):
     add_set_option(p)
     p.add_argument("--dry-run", action="store_true", help="print the command and environment, start nothing")
     p.add_argument("--strict", action="store_true", help="refuse on warnings too; the plugin runs strict")
-    p.add_argument("--format", choices=("text", "json"), default="text", help="with --dry-run")
+    p.add_argument("--format", choices=("text", "json", "vllm-config"), default="text",
+                   help="with --dry-run: text (the command), json; vllm-config writes config.yaml for "
+                        "'vllm serve --config' and vllm.env (to --out) and starts nothing")
+    p.add_argument("--out", default=".", metavar="DIR", help="with --format vllm-config: where to write (default .)")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="skip the pre-flight (model path or hub id, platform and device count, validated vLLM version)")
     p.add_argument("extra", nargs="*", metavar="-- VLLM_ARGS", help="extra arguments for vllm serve, after --")
     p.set_defaults(func=run)
     return p
@@ -51,8 +60,13 @@ def run(args) -> int:
         return 2
     reg, sets = loaded
     # --dry-run writes the manifest and builds a tiny model too: what it prints starts the server as pasted.
+    dry = args.dry_run or args.format == "vllm-config"
+    from .launch import have_module
+
+    # A dry run in a core install (no torch) names the tiny model it would build instead of building it.
     try:
-        plan = plan_launch(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict, extra_args=args.extra)
+        plan = plan_launch(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict, extra_args=args.extra,
+                           preflight=not args.no_preflight and not dry, build_model=not dry or have_module("torch"))
     except OSError as exc:  # a full, read-only or odd cache folder: one located line, not an internal error
         import sys
 
@@ -67,16 +81,43 @@ def run(args) -> int:
                          "to a writable folder)\n")
         return 2
     if not plan.ok or (args.strict and plan.report.warnings):
-        report_errors(plan.report.diagnostics, args.format)
+        report_errors(plan.report.diagnostics, "json" if args.format == "json" else "text")
         import sys
 
         sys.stderr.write(f"refusing to launch profile '{args.profile}'\n")
-        return 2
+        from .cmd_validate import strict_exit_code
+
+        return strict_exit_code(plan.report, args.strict, lambda: plan_launch(
+            reg, args.profile, tp=args.tp, sets=sets, extra_args=args.extra, write_manifest=False,
+            build_model=False, preflight=not args.no_preflight and not dry).report) if args.strict else 2
     diagnostics(plan.report.diagnostics)
     plan.env.update(child_env(args))  # --registry / --profiles-dir: vLLM's processes load the same ones
+    if dry and plan.rs is not None and not args.no_preflight:  # what a real launch would refuse, said now
+        from .launch import preflight_problems
+
+        for d in preflight_problems(reg, plan.rs, plan.argv[2] if len(plan.argv) > 2 else ""):
+            plan.notes.append(f"pre-flight (a launch refuses this): {d.format()}")
+    if args.format == "vllm-config":
+        from pathlib import Path
+
+        from r9k.registry import fileio
+
+        from .launch import vllm_config_files
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        cfg, envf = vllm_config_files(plan)
+        fileio.atomic_write(out / "config.yaml", cfg, "vLLM config")
+        fileio.atomic_write(out / "vllm.env", envf, "vLLM env file")
+        for n in plan.notes:
+            print(f"# {n}")
+        print(f"wrote {out / 'config.yaml'} and {out / 'vllm.env'}; start the same server with:\n"
+              f"  set -a; . {out / 'vllm.env'}; set +a; {plan.argv[0]} serve --config {out / 'config.yaml'}")
+        return 0
     if args.dry_run:
         if args.format == "json":
-            print_json({"argv": plan.argv, "env": plan.env, "manifest": plan.manifest})
+            print_json({"argv": plan.argv, "env": plan.env, "manifest": plan.manifest, "notes": plan.notes,
+                        "requests": [{"knob": q.knob, "sends": q.text(), "program": q.program} for q in plan.requests]})
         else:
             print(plan.display())
         return 0

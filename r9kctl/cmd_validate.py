@@ -1,6 +1,8 @@
-"""``r9kctl validate``: schema, then references and semantics, with located messages.
+"""``r9kctl validate``: schema, then references and semantics, then each profile's launch against the vLLM
+interface description (its flags and variables, abbreviations off), with located messages.
 
-Exit 0 clean, 1 warnings under --strict, 2 errors.
+Exit codes (one rule for validate and launch): 0 valid; 1 valid without --strict but refused by it (warnings,
+and the warnings --strict turns into errors); 2 invalid (errors without --strict); 3 a bug.
 """
 from __future__ import annotations
 
@@ -8,13 +10,19 @@ from .common import add_set_option
 
 
 def add_parser(sub):
-    p = sub.add_parser("validate", help="validate the registry and a profile (or all profiles)")
+    import argparse
+
+    p = sub.add_parser("validate", help="validate the registry and a profile (or all profiles)", description=__doc__,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--profile", "-p")
     g.add_argument("--all", action="store_true", help="every profile")
     p.add_argument("--tp", type=int)
     add_set_option(p)
-    p.add_argument("--strict", action="store_true", help="warnings fail (exit 1); undeclared R9K_ variables are errors")
+    p.add_argument("--strict", action="store_true",
+                   help="warnings fail (exit 1 when the input is otherwise valid); undeclared R9K_ variables are errors")
+    p.add_argument("--vllm-version", metavar="X.Y",
+                   help="check launches against this vLLM's interface description (default: the installed vLLM's)")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=run)
     return p
@@ -50,8 +58,10 @@ def run(args) -> int:
         if problem:
             return usage_error("r9kctl validate", problem)
         report = validate(reg, profile=args.profile, all_profiles=args.all, tp=args.tp, sets=sets,
-                          strict=args.strict)
-    code = report.exit_code(args.strict)
+                          strict=args.strict, vllm_version=args.vllm_version)
+    code = strict_exit_code(report, args.strict, lambda: validate(
+        reg, profile=args.profile, all_profiles=args.all, tp=args.tp, sets=sets, vllm_version=args.vllm_version)
+        if reg is not None else report)
     if args.format == "json":
         d = report.to_dict()
         d["exit_code"] = code
@@ -77,4 +87,14 @@ def run(args) -> int:
     n_err, n_warn = len(report.errors), len(report.warnings)
     status = "ok" if code == 0 else "failed"
     print(f"{status}: {n_err} error(s), {n_warn} warning(s)")
+    return code
+
+
+def strict_exit_code(report, strict: bool, lenient) -> int:
+    """The exit-code rule: 2 when the input is invalid, 1 when only --strict refuses it, 0 when valid.
+    ``lenient()`` gives the same check without --strict (run only when strict found errors: strictness turns
+    some warnings into errors at their source)."""
+    code = report.exit_code(strict)
+    if strict and code == 2 and not lenient().errors:
+        return 1
     return code

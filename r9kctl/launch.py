@@ -29,6 +29,7 @@ class LaunchPlan:
     report: Report
     notes: list[str] = field(default_factory=list)
     rs: Optional[object] = None  # the validated ResolvedSet
+    requests: list = field(default_factory=list)  # registry.vllm_map.Request: each launcher knob's request
 
     @property
     def ok(self) -> bool:
@@ -47,6 +48,16 @@ class LaunchPlan:
             lines.append(export_line(k, self.env[k]))  # quoted; a credential's value masked
         lines.append(" ".join(shlex.quote(a) for a in self.argv))
         return "\n".join(lines)
+
+
+def have_module(name: str) -> bool:
+    """Whether ``name`` can be imported here (without importing it)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def vllm_cli() -> Path:
@@ -77,36 +88,10 @@ def serve_problem() -> Optional[str]:
 
 
 def launcher_args(rs) -> tuple[list[str], dict[str, str]]:
-    """vLLM arguments and variables set by launcher knobs (``sets`` in the registry)."""
-    args: list[str] = []
-    env: dict[str, str] = {}
-    comp: dict = {}
-    for r in sorted(rs.items.values(), key=lambda r: r.variant.knob):
-        s = r.variant.sets
-        if s is None or r.value in (None, "") or r.value == r.variant.stock:
-            continue  # at stock: vLLM's own default applies
-        if s.kind == "vllm-arg":
-            args += [s.name, r.value]
-        elif s.kind == "vllm-flag":
-            if r.value == "1":
-                args.append(s.name)
-            elif r.variant.stock == "1":  # vLLM's own default is on
-                args.append("--no-" + s.name.removeprefix("--"))
-        elif s.kind == "speculative-config":
-            spec = {"method": s.name, "num_speculative_tokens": int(r.value)}
-            args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
-        elif s.kind == "env":
-            env[s.name] = r.value
-        elif s.kind == "compilation-config":
-            val = r.value
-            if s.name == "cudagraph_capture_sizes":
-                comp[s.name] = [int(x) for x in val.split(",") if x.strip().isdigit()]
-            else:
-                comp[s.name] = val
-        elif s.kind == "attention-backend":
-            env["VLLM_ATTENTION_BACKEND"] = r.value
-    if comp:
-        args += ["--compilation-config", json.dumps(comp, separators=(",", ":"))]
+    """vLLM arguments and variables set by launcher knobs: their declared mappings (registry/vllm_map.py)."""
+    from r9k.registry.vllm_map import launch_args
+
+    args, env, _reqs, _conflicts = launch_args(rs)
     return args, env
 
 
@@ -141,7 +126,7 @@ def _max_model_len(args: list[str]) -> Optional[int]:
 
 def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Optional[Mapping] = None,
                 env: Optional[Mapping[str, str]] = None, strict: bool = False, extra_args: Optional[list[str]] = None,
-                write_manifest: bool = True, build_model: bool = True) -> LaunchPlan:
+                write_manifest: bool = True, build_model: bool = True, preflight: bool = False) -> LaunchPlan:
     report = validate(reg, profile=profile, tp=tp, env=env, sets=sets, strict=strict)
     rs = report.profiles.get(profile)
     manifest = rs.to_manifest() if rs is not None else {"profile": profile}
@@ -151,9 +136,18 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     model = rs.model_path or rs.model or ""
     if model.startswith(TINY_PREFIX):
         if build_model:
-            from r9k.plugin.tiny_model import resolve_model_ref
+            try:
+                from r9k.plugin.tiny_model import resolve_model_ref
 
-            model = resolve_model_ref(model)
+                model = resolve_model_ref(model)
+            except ImportError as exc:  # a core install (no torch): the model cannot be built here
+                from r9k.registry.errors import Diagnostic
+
+                f, ln, col = reg.locate("profile", profile, ("model_path",)) if profile in reg.profiles else (None,) * 3
+                report.add(Diagnostic("error", "preflight", f"{model} is built with torch, which this environment "
+                                      f"lacks ({exc}); install the project with torch (scripts/setup.sh)",
+                                      file=f, line=ln, col=col, items=[profile]))
+                return plan
         else:
             plan.notes.append(f"{model} is built in the user's cache at launch (r9k.plugin.tiny_model)")
     if rs.platform == "cpu":  # architectures this plugin builds there: the checkpoint is checked before anything starts
@@ -172,13 +166,24 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     problem = serve_problem()
     if problem:
         plan.notes.append(f"warning: {problem}")
-    largs, lenv = launcher_args(rs)
-    argv = serve_command(model)
-    if rs.tp > 1:
-        argv += ["--tensor-parallel-size", str(rs.tp)]
-    argv += list(rs.serve_args) + largs + list(extra_args or [])
-    penv = dict(rs.env())
-    penv.update(lenv)
+    from r9k.registry.vllm_map import check_profile_launch, serve_argv
+
+    # The launch as vLLM will parse it, with the extra arguments: the same check validate runs.
+    check_profile_launch(reg, rs, report, extra_args=extra_args)
+    if report.errors:
+        return plan
+    if preflight:
+        for d in preflight_problems(reg, rs, model):
+            report.add(d)
+        if report.errors:
+            return plan
+    from r9k.registry.vllm_interface import target
+
+    sargs, penv, plan.requests, _conflicts = serve_argv(rs, extra_args, target()[0])
+    argv = serve_command(model) + sargs
+    for q in plan.requests:
+        if q.kind == "none":
+            plan.notes.append(f"{q.knob}={q.knob_value} is not applied by this launch: {q.note}")
     penv["VLLM_PLUGINS"] = plugins_allowlist((env if env is not None else os.environ).get("VLLM_PLUGINS"))
     penv[envvars.PROFILE.name] = rs.profile
     penv[envvars.TP.name] = str(rs.tp)
@@ -221,3 +226,110 @@ def exec_plan(plan: LaunchPlan) -> None:
     sys.stderr.flush()
     os.execve(plan.argv[0], plan.argv, env)
 
+
+
+HUB_ID = r"^[A-Za-z0-9][\w.-]*/[\w.-]+$"
+
+
+def _gpu_count(platform: str) -> Optional[int]:
+    """Devices of the profile's kind visible here (None: this code cannot tell), without importing torch."""
+    import glob
+
+    if platform.startswith("rocm"):
+        return len(glob.glob("/dev/dri/renderD*")) if os.path.exists("/dev/kfd") else 0
+    if platform.startswith("cuda"):
+        return len(glob.glob("/proc/driver/nvidia/gpus/*"))
+    return None
+
+
+def preflight_problems(reg: Registry, rs, model: str) -> list:
+    """What would make vLLM fail after it started (or run something else), found before exec: the model
+    path or hub id, the platform and device count, the vLLM version against the releases' validated ones, the
+    files launcher knobs name. One located error each."""
+    import re
+
+    from r9k.registry.errors import Diagnostic
+    from r9k.registry.vllm_interface import installed_version, series
+    from r9k.registry.vllm_map import mapping
+
+    out = []
+    pf, pl, pc = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
+
+    def at(key):
+        if rs.profile not in reg.profiles:
+            return None, None, None
+        f, ln, col = reg.locate("profile", rs.profile, (key,))
+        return (f, ln, col) if ln else (pf, pl, pc)
+
+    if model and not model.startswith(TINY_PREFIX):
+        looks_path = model.startswith(("/", ".", "~")) or os.sep in model.strip("/").split("/", 1)[-1]
+        if os.path.exists(os.path.expanduser(model)):
+            pass
+        elif looks_path or not re.match(HUB_ID, model):
+            f, ln, col = at("model_path")
+            out.append(Diagnostic("error", "preflight", f"profile {rs.profile}: model {model!r} is neither a path that "
+                                  "exists here nor a hub id (org/name)", file=f, line=ln, col=col, items=[rs.profile]))
+    version = installed_version()
+    if version is not None:
+        cpu_build = "+cpu" in version
+        platform = rs.platform or ""
+        f, ln, col = at("platform")
+        if cpu_build and platform and platform != "cpu":
+            out.append(Diagnostic("error", "preflight", f"profile {rs.profile} is for {platform} ({rs.tp} device(s)); "
+                                  f"the installed vLLM {version} is the CPU build (use a cpu-* profile)",
+                                  file=f, line=ln, col=col, items=[rs.profile]))
+        elif not cpu_build and platform == "cpu":
+            out.append(Diagnostic("error", "preflight", f"profile {rs.profile} is for vLLM's CPU backend; the installed "
+                                  f"vLLM {version} is not the CPU build", file=f, line=ln, col=col, items=[rs.profile]))
+        elif platform and platform != "cpu":
+            n = _gpu_count(platform)
+            if n is not None and n < rs.tp:
+                out.append(Diagnostic("error", "preflight", f"profile {rs.profile} needs {rs.tp} {platform} device(s); "
+                                      f"{n} visible here", file=f, line=ln, col=col, items=[rs.profile]))
+        rel = rs.release or reg.latest_release()
+        r = reg.releases.get(rel) if rel else None
+        if r is not None and r.vllm_validated and series(version) not in r.vllm_validated:
+            rf, rl, rc = reg.locate("release", rel, ("vllm_validated",))
+            out.append(Diagnostic("error", "preflight", f"vLLM {version} is not a version release {rel} was validated "
+                                  f"on ({', '.join(r.vllm_validated)})", file=rf, line=rl, col=rc, items=[rel]))
+    for it in sorted(rs.items.values(), key=lambda r: r.variant.knob):
+        s = it.variant.sets
+        if s is None or not getattr(s, "path", False) or it.value in (None, "") or it.value == it.variant.stock:
+            continue
+        if not os.path.isfile(os.path.expanduser(it.value)):
+            f, ln, col = reg.locate("variant", it.variant.id, ("sets", "path"))
+            out.append(Diagnostic("error", "preflight", f"{it.variant.knob}={it.value!r}: {mapping(s).name} takes a file "
+                                  "and there is none at that path (vLLM would read the value as the template text "
+                                  "itself)", file=f, line=ln, col=col, items=[it.variant.id, rs.profile]))
+    return out
+
+
+def vllm_config_files(plan: LaunchPlan) -> tuple[str, str]:
+    """(``config.yaml`` for ``vllm serve --config``, an env file) of a plan: vLLM's own formats.
+
+    Each flag is a key without its dashes; a flag without a value is ``true`` (``--no-x``: ``no-x: true``); JSON
+    flags stay JSON text; every value is a double-quoted YAML string, which vLLM passes on as ``--key value``
+    (its ``load_config_file``). The env file's values are shell-quoted (``set -a; . ./vllm.env; set +a``)."""
+    import shlex
+
+    head = (f"# r9k-stack profile {plan.manifest.get('profile')} tp{plan.manifest.get('tp')} "
+            f"hash {plan.manifest.get('hash')}")
+    argv = plan.argv[3:]  # after "vllm serve MODEL"
+    lines = [head, "# vllm serve --config config.yaml (with the variables of vllm.env exported)",
+             f"model: {json.dumps(plan.argv[2])}"]
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        i += 1
+        opt, eq, inline = tok.partition("=")
+        key = opt.lstrip("-")
+        if eq:
+            lines.append(f"{key}: {json.dumps(inline)}")
+        elif i < len(argv) and not argv[i].startswith("--"):
+            lines.append(f"{key}: {json.dumps(argv[i])}")
+            i += 1
+        else:  # a switch, --no-x included (vLLM turns "x: false" into --no-x only for its top-level parser's flags)
+            lines.append(f"{key}: true")
+    env_lines = [head, "# set -a; . ./vllm.env; set +a"]
+    env_lines += [f"{k}={shlex.quote(plan.env[k])}" for k in sorted(plan.env)]
+    return "\n".join(lines) + "\n", "\n".join(env_lines) + "\n"

@@ -179,14 +179,28 @@ class Sets(Strict):
     """A launcher knob sets something of vLLM's rather than an R9K_ variable of the plugin.
 
     ``vllm-arg``: ``NAME VALUE``; ``vllm-flag`` (a bool knob): ``NAME`` at 1, ``--no-NAME`` at 0;
-    ``speculative-config``: ``--speculative-config`` with method NAME and VALUE speculative tokens;
-    ``env``: the variable NAME; ``compilation-config``: the key NAME of ``--compilation-config``;
-    ``attention-backend``: ``VLLM_ATTENTION_BACKEND``."""
+    ``json-field``: the key ``field`` of the JSON flag NAME (``--compilation-config``, ``--speculative-config``),
+    with the constant keys ``fields``; ``env``: the variable NAME (or the variables ``env`` gives per value),
+    read by ``program``; ``none``: nothing launched here reads it (``reason`` says why). ``unit`` /
+    ``target_unit`` convert the value (GiB -> bytes). Each mapping is checked against the vLLM interface
+    description of the target version (registry/vllm_map.py)."""
 
-    kind: Literal["vllm-arg", "vllm-flag", "speculative-config", "env", "compilation-config", "attention-backend",
-                  "other"]
-    name: str
+    # (compilation-config, speculative-config, attention-backend: the older spellings, read as json-field /
+    # vllm-arg by registry/vllm_map.py)
+    kind: Literal["vllm-arg", "vllm-flag", "json-field", "env", "none", "compilation-config", "speculative-config",
+                  "attention-backend", "other"]
+    name: str  # the flag (``--max-num-seqs``), the JSON flag of a json-field, the variable, or what reads it (none)
     text: Optional[str] = None
+    # The declared mapping, checked against the vLLM interface description (registry/vllm_interface.py):
+    field: Optional[str] = None  # json-field: the key of the JSON flag's object (``cudagraph_mode``)
+    fields: dict[str, Union[str, int, float, bool]] = Field(default_factory=dict)  # json-field: constant keys sent with it
+    encode: Literal["str", "int", "float", "int-list", "bool"] = "str"  # how the value is written (int-list: "1,2" -> [1, 2])
+    unit: Optional[str] = None  # the knob's unit ("GiB") when the target's differs
+    target_unit: Optional[str] = None  # the unit vLLM's flag takes ("bytes"); must match the description's
+    program: str = "vllm"  # env: the program that reads the variable (vllm, rccl, hip, ...)
+    env: dict[str, dict[str, str]] = Field(default_factory=dict)  # env: value -> variables set (instead of NAME=value)
+    path: bool = False  # the value names a file that must exist at launch (pre-flight)
+    reason: Optional[str] = None  # none: why the knob reaches no program launched here
 
 
 class Variant(Strict):
@@ -458,6 +472,9 @@ class Release(Strict):
     date: str
     headline: str
     vllm_base: Optional[str] = None
+    # vLLM versions (major.minor: "0.32") this release was validated on; launch's pre-flight and the plugin check
+    # the running vLLM against them
+    vllm_validated: list[str] = Field(default_factory=list)
     power_cap: Optional[str] = None
     previous: Optional[str] = None  # the release before this one (the chain used to derive defaults)
     # None: a release of the original stack (registry/releases/v*.toml imported from its record); a name

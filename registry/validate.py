@@ -303,6 +303,7 @@ def validate(
     platform: Optional[str] = None,
     strict: bool = False,
     root: Optional[Path] = None,
+    vllm_version: Optional[str] = None,
 ) -> Report:
     """Validate the registry and one profile (or all of them). Schema errors from loading are
     returned in the report (phase 1) and stop the semantic checks (phase 2)."""
@@ -324,10 +325,22 @@ def validate(
             for d in problems:
                 report.add(d)
     names = sorted(reg.profiles) if all_profiles else ([profile] if profile else [])
+    from .vllm_map import check_mappings, check_profile_launch
+    from .vllm_interface import target
+
+    iface, asked = target(vllm_version)  # the vLLM the launch goes to: its flags and variables are the judge
+    if iface is None:
+        report.add(Diagnostic("warning", "vllm-interface", f"no vLLM interface description for vLLM {asked} ships "
+                              "in registry/vllm/: launcher mappings and launches are not checked (generate one: "
+                              "scripts/vllm_interface.py)"))
+    else:
+        check_mappings(reg, report, iface)
     for name in names:
         rs = resolve(reg, name, tp=tp, env=env, sets=sets,
                      platform=platform, strict=strict or None)
         report.profiles[name] = rs
         report.budgets[name] = check_profile(reg, rs, report)
+        if iface is not None and not any(d.level == "error" and name in d.items for d in report.diagnostics):
+            check_profile_launch(reg, rs, report, iface)
     group_cascades(report, reg)
     return report

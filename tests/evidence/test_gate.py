@@ -156,7 +156,7 @@ def test_gate_profile_and_validate_warning(repo, capsys):
     # Consequences: launch warns, launch --strict refuses (before starting anything).
     assert cli.main(["launch", "--profile", "evfake", "--dry-run"]) == 0
     assert "warning[gate]: default-on variant 'evfake_add'" in capsys.readouterr().err
-    assert cli.main(["launch", "--profile", "evfake", "--dry-run", "--strict"]) == 2
+    assert cli.main(["launch", "--profile", "evfake", "--dry-run", "--strict"]) == 1  # refused by --strict only (exit-code rule)
     assert "warning[gate]: default-on variant 'evfake_add'" in capsys.readouterr().err
     assert cli.main(["gate", "--profile", "evfake", "--dry-run"]) == 0
     out = capsys.readouterr().out

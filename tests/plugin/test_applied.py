@@ -2,6 +2,7 @@
 vLLM 0.32's VllmConfig, checked here), mismatches listed, strict mode refuses."""
 from __future__ import annotations
 
+import enum
 from types import SimpleNamespace as NS
 
 import pytest
@@ -39,7 +40,7 @@ def test_requests_are_compared_with_the_final_config(registry):
     from r9k.registry.resolve import resolve
 
     rs = resolve(registry, "tp4-default", env={})
-    env = {"GPU_MAX_HW_QUEUES": "1", "HSA_ENABLE_MWAITX": "1"}
+    env = {"GPU_MAX_HW_QUEUES": "1", "HSA_ENABLE_MWAITX": "1", "NCCL_PROTO": "Simple"}
     res = applied.compare(rs, _cfg(), env)
     by = {r["knob"]: r for r in res["rows"]}
     assert by["NSEQ"]["state"] == "applied" and by["NSEQ"]["where"] == "scheduler_config.max_num_seqs"
@@ -48,12 +49,44 @@ def test_requests_are_compared_with_the_final_config(registry):
     assert res["mismatches"] == []
 
     # vLLM clamped the batch and dropped capture sizes; a variable did not reach the server
-    res = applied.compare(rs, _cfg(max_num_seqs=8, cudagraph_sizes=(1, 2, 4, 8)), {"HSA_ENABLE_MWAITX": "1"})
+    res = applied.compare(rs, _cfg(max_num_seqs=8, cudagraph_sizes=(1, 2, 4, 8)),
+                          {"HSA_ENABLE_MWAITX": "1", "NCCL_PROTO": "Simple"})
     bad = {m["knob"]: m for m in res["mismatches"]}
     assert set(bad) == {"NSEQ", "CGSIZES", "HWQ"}
     assert bad["NSEQ"]["applied"] == "8" and bad["NSEQ"]["requested"] == "--max-num-seqs 16"
     lines = applied.table_lines(res, "r9k x:")
     assert any("MISMATCH" in ln and "NSEQ" in ln for ln in lines) and "3 mismatch(es)" in lines[0]
+
+
+def test_every_launcher_knob_is_compared_units_json_fields_and_not_applied(registry):
+    """27b-tp2's KV budget goes in bytes (9 GiB), its drafter as --speculative-config fields; a knob no
+    launched program reads (OVERLAYS) is listed as not applied, never as exported."""
+    from r9k.registry.resolve import resolve
+
+    rs = resolve(registry, "27b-tp2", env={})
+    cfg = _cfg(tp=2, max_num_seqs=8, util=0.94)
+    cfg.cache_config.kv_cache_memory_bytes = 9 * 2**30
+    cfg.attention_config.backend = enum.Enum("AttentionBackendEnum", ["CUSTOM", "TRITON_ATTN"]).CUSTOM
+    cfg.speculative_config = NS(method="dflash", model="DFlash2-FP8", num_speculative_tokens=7)
+    cfg.cache_config.enable_prefix_caching = False
+    env = {"GPU_MAX_HW_QUEUES": "1", "HSA_ENABLE_MWAITX": "1", "NCCL_PROTO": "Simple", "VLLM_KV_CACHE_LAYOUT": "LBHNC"}
+    server = NS(chat_template="qwen-fixed")
+    res = applied.compare(rs, cfg, env, server)
+    rows = res["rows"]
+    kv = next(r for r in rows if r["knob"] == "KVMEM")
+    assert kv["state"] == "applied" and kv["applied"] == str(9 * 2**30) and kv["where"].endswith("kv_cache_memory_bytes")
+    draft = [r for r in rows if r["knob"] == "DRAFT"]
+    assert {r["where"] for r in draft} == {"speculative_config.model", "speculative_config.method",
+                                           "speculative_config.num_speculative_tokens"}
+    assert res["mismatches"] == [], res["mismatches"]
+    # the 9-byte budget of the issue (the abbreviation vLLM accepted) is a mismatch
+    cfg.cache_config.kv_cache_memory_bytes = 9
+    assert [m["knob"] for m in applied.compare(rs, cfg, env, server)["mismatches"]] == ["KVMEM"]
+    rs4 = resolve(registry, "tp4-default", env={})
+    res4 = applied.compare(rs4, _cfg(), {"GPU_MAX_HW_QUEUES": "1", "HSA_ENABLE_MWAITX": "1", "NCCL_PROTO": "Simple"})
+    ov = next(r for r in res4["rows"] if r["knob"] == "OVERLAYS")
+    assert ov["state"] == "not-applied" and ov not in res4["mismatches"]
+    assert any("not applied" in ln and "OVERLAYS" in ln for ln in applied.table_lines(res4, "r9k x:"))
 
 
 def test_strict_mode_stops_on_a_mismatch(plugin_env, monkeypatch):
@@ -66,3 +99,47 @@ def test_strict_mode_stops_on_a_mismatch(plugin_env, monkeypatch):
     assert "error[not-applied]" in str(ei.value) and "--tensor-parallel-size 1" in str(ei.value)
     st = plugin.current_status()
     assert st["applied"]["mismatches"][0]["knob"] == "(tp)"
+
+
+def test_strict_mismatch_stops_at_vllms_final_config_before_the_engine(plugin_env, monkeypatch):
+    """The hook on VllmConfig.__post_init__ (installed when vllm.config.vllm is imported) compares as soon as
+    vLLM's configuration is final: in strict mode a mismatch raises there, before any weights load."""
+    monkeypatch.setattr(plugin, "_emit", lambda level, line: None)
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
+    plugin.register()
+    cfg = _cfg(tp=2)  # the launch asked for TP 1
+
+    class FakeVllmConfig:
+        def __post_init__(self):
+            self.__dict__.update(vars(cfg))
+
+    mod = NS(VllmConfig=FakeVllmConfig)
+    applied.hook_final_config(mod)
+    applied.hook_final_config(mod)  # idempotent: wrapped once
+    assert FakeVllmConfig.__post_init__.__wrapped__.__name__ == "__post_init__"
+    FakeVllmConfig().__post_init__()  # not strict: no refusal here (init_state logs the table later)
+    plugin.active_set().strict = True
+    with pytest.raises(StartupError) as ei:
+        FakeVllmConfig().__post_init__()
+    assert "--tensor-parallel-size 1" in str(ei.value)
+
+
+def test_the_launch_snapshot_carries_the_whole_mapping(registry):
+    """Later vLLM processes read a light copy of the set (plugin/snapshot.py): the applied-check must see the
+    same mapping there (units, JSON fields), or KVMEM=9 would be compared as 9 bytes."""
+    from r9k.plugin import snapshot
+    from r9k.registry.resolve import resolve
+
+    rs = resolve(registry, "27b-tp2", env={})
+    light, _origin, _w = snapshot.load(snapshot.dump(NS(rs=rs, origin="test", warnings=[])))
+    env = {"GPU_MAX_HW_QUEUES": "1", "HSA_ENABLE_MWAITX": "1", "NCCL_PROTO": "Simple", "VLLM_KV_CACHE_LAYOUT": "LBHNC"}
+    full = applied.compare(rs, _cfg(tp=2), env)["rows"]
+    assert applied.compare(light, _cfg(tp=2), env)["rows"] == full
+    assert any(r["requested"] == f"--kv-cache-memory-bytes {9 * 2**30}" for r in full)
+
+
+def test_a_vllm_version_no_release_was_validated_on_is_a_mismatch_row():
+    ok = applied.version_row("0.32.0+cpu")
+    assert ok.state == "applied" and "v0.3.2" in ok.requested
+    bad = applied.version_row("0.33.0")
+    assert bad.state == "mismatch" and bad.applied == "0.33.0" and "0.32" in bad.requested

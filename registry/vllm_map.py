@@ -1,0 +1,310 @@
+"""Launcher knobs -> exactly what vLLM (or the named program) reads, and the check of a launch against the
+vLLM interface description (:mod:`registry.vllm_interface`).
+
+A launcher knob's ``[variant.sets]`` declares its mapping (schema ``Sets``). :func:`requests` turns a
+resolved set into one :class:`Request` per knob away from stock; :func:`launch_args` turns the requests into
+``vllm serve`` arguments and variables (JSON fields of one flag merged into one object);
+:func:`check_mappings` checks every declaration against a vLLM version and :func:`check_launch` the argv and
+environment a launch would produce. ``r9kctl validate``, ``r9kctl launch`` (and the control panel through it)
+and the plugin share these, so they give one verdict.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field as dc_field
+from typing import Any, Optional
+
+from .errors import Diagnostic
+
+#: (knob unit, vLLM's unit) -> factor. A pair not here is a unit mismatch.
+UNIT_FACTORS = {("GiB", "bytes"): 2**30, ("MiB", "bytes"): 2**20, ("GiB", "MiB"): 1024}
+
+
+@dataclass
+class Mapping:
+    """A declared mapping with the older spellings normalised."""
+    kind: str  # vllm-arg, vllm-flag, json-field, env, none, other
+    name: str
+    field: Optional[str] = None
+    fields: dict = dc_field(default_factory=dict)
+    encode: str = "str"
+    unit: Optional[str] = None
+    target_unit: Optional[str] = None
+    program: str = "vllm"
+    env: dict = dc_field(default_factory=dict)
+    path: bool = False
+    reason: Optional[str] = None
+
+
+def mapping(sets) -> Mapping:
+    k = sets.kind
+    common = dict(encode=getattr(sets, "encode", "str"), unit=getattr(sets, "unit", None),
+                  target_unit=getattr(sets, "target_unit", None), program=getattr(sets, "program", "vllm"),
+                  env=dict(getattr(sets, "env", {}) or {}), path=getattr(sets, "path", False),
+                  reason=getattr(sets, "reason", None))
+    if k == "compilation-config":
+        common["encode"] = "int-list" if sets.name == "cudagraph_capture_sizes" else common["encode"]
+        return Mapping("json-field", "--compilation-config", field=sets.name, **common)
+    if k == "speculative-config":
+        common["encode"] = "int"
+        return Mapping("json-field", "--speculative-config", field="num_speculative_tokens",
+                       fields={"method": sets.name}, **common)
+    if k == "attention-backend":  # the variable vLLM no longer reads: the flag carries the knob's value
+        return Mapping("vllm-arg", "--attention-backend", **common)
+    return Mapping(k, sets.name, field=getattr(sets, "field", None), fields=dict(getattr(sets, "fields", {}) or {}),
+                   **common)
+
+
+@dataclass
+class Request:
+    knob: str
+    kind: str  # arg, flag, json, env, none
+    target: str  # "--max-num-seqs", "--compilation-config.cudagraph_mode", "NCCL_PROTO", "container host"
+    value: Any  # what is sent (after unit conversion and encoding); None for a bare flag
+    knob_value: str
+    program: str = "vllm"
+    note: str = ""
+
+    def text(self) -> str:
+        if self.kind == "arg":
+            return f"{self.target} {self.value}"
+        if self.kind == "flag":
+            return self.target
+        if self.kind == "json":
+            return f"{self.target}={json.dumps(self.value)}"
+        if self.kind == "env":
+            return f"{self.target}={self.value} (read by {self.program})"
+        return f"not applied: {self.note}"
+
+
+def convert(value: str, m: Mapping) -> Any:
+    """The knob's value as vLLM takes it (unit conversion, then encoding). ValueError when impossible."""
+    v: Any = value
+    if m.unit and m.target_unit and m.unit != m.target_unit:
+        factor = UNIT_FACTORS.get((m.unit, m.target_unit))
+        if factor is None:
+            raise ValueError(f"no conversion from {m.unit} to {m.target_unit}")
+        x = float(value) * factor
+        if m.encode == "int" and x != int(x):
+            raise ValueError(f"{value} {m.unit} is not a whole number of {m.target_unit}")
+        v = x
+    if m.encode == "int":
+        return int(float(v))
+    if m.encode == "float":
+        return float(v)
+    if m.encode == "int-list":
+        return [int(x) for x in str(v).split(",") if x.strip()]
+    if m.encode == "bool":
+        return str(v) == "1"
+    return str(v) if not isinstance(v, float) else v
+
+
+def _active(r) -> bool:
+    return not (r.variant.sets is None or r.value in (None, "") or r.value == r.variant.stock)
+
+
+def negative_option(name: str, iface=None) -> str:
+    """The option that turns a boolean flag off: the description's own (``--disable-x`` in 0.33,
+    ``--no-x`` in 0.32), else ``--no-x``."""
+    fl = iface.flag(name) if iface is not None else None
+    if fl is not None:
+        for o in fl.options:
+            if o != name and o.startswith("--") and (o.startswith("--no-") or o.startswith("--disable-")):
+                return o
+    return "--no-" + name.removeprefix("--")
+
+
+def requests(rs, iface=None) -> list[Request]:
+    """One request per launcher knob away from stock (at stock: vLLM's own default applies); ``iface``: the
+    target vLLM's description, for the spellings that differ between versions."""
+    out: list[Request] = []
+    for r in sorted(rs.items.values(), key=lambda r: r.variant.knob):
+        if not _active(r):
+            continue
+        m, knob, val = mapping(r.variant.sets), r.variant.knob, r.value
+        if m.kind == "vllm-arg":
+            out.append(Request(knob, "arg", m.name, convert(val, m), val))
+        elif m.kind == "vllm-flag":
+            if val == "1":
+                out.append(Request(knob, "flag", m.name, None, val))
+            elif r.variant.stock == "1":  # vLLM's own default is on
+                out.append(Request(knob, "flag", negative_option(m.name, iface), None, val))
+        elif m.kind == "json-field":
+            out.append(Request(knob, "json", f"{m.name}.{m.field}", convert(val, m), val))
+            for k, c in sorted(m.fields.items()):
+                out.append(Request(knob, "json", f"{m.name}.{k}", c, val, note="constant of the mapping"))
+        elif m.kind == "env":
+            pairs = m.env.get(val) if m.env else {m.name: str(convert(val, m))}
+            for var, x in sorted((pairs or {}).items()):
+                out.append(Request(knob, "env", var, x, val, program=m.program))
+        else:
+            out.append(Request(knob, "none", m.name, None, val, program=m.name,
+                               note=m.reason or f"{m.kind} {m.name}: no program launched here reads it"))
+    return out
+
+
+def launch_args(rs, iface=None) -> tuple[list[str], dict[str, str], list[Request], list[str]]:
+    """(vLLM arguments, variables, the requests, conflicts). JSON fields of one flag become one object."""
+    reqs = requests(rs, iface)
+    args: list[str] = []
+    env: dict[str, str] = {}
+    objs: dict[str, dict] = {}
+    conflicts: list[str] = []
+    owner: dict[str, str] = {}
+    for q in reqs:
+        if q.kind == "arg":
+            args += [q.target, str(q.value)]
+        elif q.kind == "flag":
+            args.append(q.target)
+        elif q.kind == "json":
+            flag, _, key = q.target.partition(".")
+            obj = objs.setdefault(flag, {})
+            if key in obj and obj[key] != q.value:
+                conflicts.append(f"{q.knob} and {owner[q.target]} both set {q.target} ({q.value!r} vs {obj[key]!r})")
+                continue
+            obj[key] = q.value
+            owner.setdefault(q.target, q.knob)
+        elif q.kind == "env":
+            if q.target in env and env[q.target] != q.value:
+                conflicts.append(f"{q.knob} and another knob both set {q.target}")
+            env[q.target] = str(q.value)
+    for flag in sorted(objs):
+        args += [flag, json.dumps(objs[flag], separators=(",", ":"), sort_keys=True)]
+    return args, env, reqs, conflicts
+
+
+# --- checks against a vLLM version ---------------------------------------------------------------------
+
+def mapping_problems(m: Mapping, iface) -> list[tuple[str, str]]:
+    """(field of the sets table, message) for each way ``m`` does not exist in ``iface``'s vLLM."""
+    v = iface.version
+    out: list[tuple[str, str]] = []
+    if m.kind in ("vllm-arg", "vllm-flag", "json-field"):
+        fl = iface.flag(m.name)
+        if fl is None:
+            near = iface.nearest_flag(m.name)
+            how = "its parser would take it as an abbreviation of" if iface.abbreviation_of(m.name) else "nearest:"
+            out.append(("name", f"{m.name} is not a flag of vLLM {v}" + (f" ({how} {near})" if near else "")))
+            return out
+        if m.kind == "vllm-flag" and fl.takes_value:
+            out.append(("kind", f"{m.name} takes a value in vLLM {v} (declare kind = \"vllm-arg\")"))
+        if m.kind == "vllm-arg" and not fl.takes_value:
+            out.append(("kind", f"{m.name} takes no value in vLLM {v} (declare kind = \"vllm-flag\")"))
+        if m.kind == "json-field":
+            if fl.type != "json":
+                out.append(("name", f"{m.name} does not take JSON in vLLM {v}"))
+            elif fl.fields:
+                for k in [m.field] + sorted(m.fields):
+                    if k not in fl.fields:
+                        near = __import__("difflib").get_close_matches(k or "", sorted(fl.fields), n=1)
+                        out.append(("field", f"{fl.config_class or m.name} of vLLM {v} has no field {k}"
+                                    + (f" (nearest: {near[0]})" if near else "")))
+        have = m.target_unit or (m.unit if not m.target_unit else None)
+        if fl.unit and fl.unit != (m.target_unit or m.unit):
+            out.append(("unit", f"{m.name} takes {fl.unit} in vLLM {v}, the mapping sends "
+                        f"{have or 'the knob value unconverted'} (declare unit and target_unit = \"{fl.unit}\")"))
+        if m.unit and m.target_unit and m.unit != m.target_unit and (m.unit, m.target_unit) not in UNIT_FACTORS:
+            out.append(("unit", f"no conversion from {m.unit} to {m.target_unit}"))
+    elif m.kind == "env":
+        names = sorted({n for pairs in m.env.values() for n in pairs}) if m.env else [m.name]
+        for n in names:
+            reads_vllm = n.startswith("VLLM_")
+            if reads_vllm and m.program != "vllm":
+                out.append(("program", f"{n} is a vLLM variable but the mapping says {m.program} reads it"))
+            if m.program == "vllm" and iface.env(n) is None:
+                near = iface.nearest_env(n)
+                out.append(("name", f"{n} is not read by vLLM {v}" + (f" (nearest: {near})" if near else "")
+                            + ("" if reads_vllm else "; a variable for another program names it: program = \"...\"")))
+    elif m.kind == "other":
+        out.append(("kind", "kind \"other\" says nothing of who reads the knob: declare its mapping"))
+    return out
+
+
+def check_mappings(reg, report, iface, only: Optional[set[str]] = None) -> None:
+    """Every launcher knob's declared mapping against ``iface`` (a located error each)."""
+    for vid, var in sorted(reg.variants.items()):
+        if var.sets is None or (only is not None and vid not in only):
+            continue
+        m = mapping(var.sets)
+        for fld, msg in mapping_problems(m, iface):
+            f, ln, col = reg.locate("variant", vid, ("sets", fld))
+            if ln is None or f is None:
+                f, ln, col = reg.locate("variant", vid, ("sets",))
+            report.add(Diagnostic("error", "vllm-mapping", f"{var.knob}: {msg}", file=f, line=ln, col=col,
+                                  items=[vid, f"vllm {iface.version}"]))
+    for vid, var in sorted(reg.variants.items()):  # a launcher knob with no mapping would be silently dropped
+        if var.category == "launcher" and var.sets is None and (only is None or vid in only):
+            f, ln, col = reg.locate("variant", vid, ("category",))
+            report.add(Diagnostic("error", "vllm-mapping", f"launcher knob {var.knob} declares no mapping "
+                                  "([variant.sets]): its value would reach no program", file=f, line=ln, col=col,
+                                  items=[vid]))
+
+
+def check_launch(reg, rs, report, iface, argv: list[str], env: dict[str, str]) -> None:
+    """The argv (after ``vllm serve``) and environment of a launch against ``iface`` (located at the profile)."""
+    f, ln, col = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
+    items = [rs.profile, f"vllm {iface.version}"]
+    for p in iface.parse(argv):
+        where = (f, ln, col)
+        if p.token and f and rs.profile in reg.profiles:
+            sf, sl, sc = reg.locate("profile", rs.profile, ("serve_args",))
+            if p.token in rs.serve_args and sl:
+                where = (sf, sl, sc)
+        report.add(Diagnostic("error", p.kind, f"profile {rs.profile}: {p.message}", file=where[0], line=where[1],
+                              col=where[2], items=items))
+    for p in iface.check_env(env):
+        where = (f, ln, col)
+        if p.token in rs.extra_env and f:
+            ef, el, ec = reg.locate("profile", rs.profile, ("env", p.token))
+            if el:
+                where = (ef, el, ec)
+        report.add(Diagnostic("error", p.kind, f"profile {rs.profile}: {p.message}", file=where[0], line=where[1],
+                              col=where[2], items=items))
+
+
+def serve_argv(rs, extra_args: Optional[list[str]] = None,
+               iface=None) -> tuple[list[str], dict[str, str], list[Request], list[str]]:
+    """What follows ``vllm serve MODEL`` for a resolved set, and the variables it adds (launcher knobs and
+    the profile's own ``[env]``; not the plugin's hand-over variables, which launch adds): (argv, env,
+    requests, conflicts). The launch path extends this (more processes, more nodes) rather than re-deriving it."""
+    largs, lenv, reqs, conflicts = launch_args(rs, iface)
+    argv: list[str] = []
+    if rs.tp > 1:
+        argv += ["--tensor-parallel-size", str(rs.tp)]
+    argv += list(rs.serve_args) + largs + list(extra_args or [])
+    env = dict(rs.env())
+    env.update(lenv)
+    return argv, env, reqs, conflicts
+
+
+def check_profile_launch(reg, rs, report, iface=None, extra_args: Optional[list[str]] = None) -> None:
+    """The whole launch check of one resolved set (what ``validate`` runs per profile)."""
+    from .vllm_interface import target
+
+    if iface is None:
+        iface, asked = target()
+        if iface is None:
+            report.add(Diagnostic("warning", "vllm-interface", f"no vLLM interface description for vLLM {asked} "
+                                  "ships in registry/vllm/: the launch is not checked against its parser (generate "
+                                  "one: scripts/vllm_interface.py)", items=[rs.profile]))
+            return
+    argv, env, _reqs, conflicts = serve_argv(rs, extra_args, iface)
+    f, ln, col = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
+    for c in conflicts:
+        report.add(Diagnostic("error", "vllm-mapping", f"profile {rs.profile}: {c}", file=f, line=ln, col=col,
+                              items=[rs.profile]))
+    check_launch(reg, rs, report, iface, argv, env)
+
+
+def describe(sets) -> str:
+    """What a launcher knob's mapping sets, for tables: "vLLM's --max-num-seqs", "vLLM's --compilation-config
+    cudagraph_mode", "NCCL_PROTO / NCCL_P2P_DISABLE (read by rccl)", "not applied: <reason>"."""
+    m = mapping(sets)
+    if m.kind in ("vllm-arg", "vllm-flag"):
+        return f"vLLM's {m.name}" + (f" (knob {m.unit} -> {m.target_unit})" if m.unit and m.unit != m.target_unit else "")
+    if m.kind == "json-field":
+        return f"vLLM's {m.name} {m.field}"
+    if m.kind == "env":
+        names = sorted({n for pairs in m.env.values() for n in pairs}) if m.env else [m.name]
+        return f"{' / '.join(names)} (read by {'vLLM' if m.program == 'vllm' else m.program})"
+    return f"not applied: {m.reason or m.kind + ' ' + m.name}"

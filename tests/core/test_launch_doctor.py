@@ -1,0 +1,63 @@
+"""r9kctl doctor: the project checked against a vLLM source tree, read as source."""
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+
+def _installed_vllm_root():
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    if spec is None:
+        pytest.skip("vLLM is not installed")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _linked_tree(tmp_path, rename=None):
+    """A source tree of links to the installed vLLM's .py files; ``rename``: (relpath, old, new) edits one."""
+    src = _installed_vllm_root()
+    dst = tmp_path / "src" / "vllm"
+    for f in src.rglob("*.py"):
+        rel = f.relative_to(src)
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(f, dst / rel)
+    if rename:
+        rel, old, new = rename
+        p = dst / rel
+        text = p.read_text()
+        assert f"def {old}(" in text or f"class {old}(" in text
+        p.unlink()
+        p.write_text(text.replace(f"def {old}(", f"def {new}(").replace(f"class {old}(", f"class {new}("))
+    return tmp_path / "src"
+
+
+def test_doctor_is_clean_against_the_installed_vllm(r9kctl):
+    rc, out, err = r9kctl("doctor")
+    assert rc == 0, out + err
+    assert "nothing this project uses breaks" in out
+
+
+def test_doctor_lists_a_renamed_peer_kernel_and_exits_1(r9kctl, tmp_path):
+    """vLLM 0.33 renamed Qwen4Exp's _hc_combine_norm to hc_combine_norm (r9kctl doctor --vllm-src on 0.33's
+    wheel: notes/launch.md); the same rename made in a copy of the installed tree."""
+    root = _linked_tree(tmp_path, ("models/qwen4_exp/nvidia/ops/hc.py", "_hc_combine_norm", "hc_combine_norm"))
+    rc, out, err = r9kctl("doctor", "--vllm-src", str(root))
+    assert rc == 1, out + err
+    line = next(ln for ln in out.splitlines() if "_hc_combine_norm" in ln)
+    assert "error[peer-kernel]" in line and "nearest: hc_combine_norm" in line
+    assert line.startswith("kernels/_triton/vllm_peer.py:")
+
+
+def test_doctor_lists_a_missing_adapter_class(r9kctl, tmp_path):
+    root = _linked_tree(tmp_path, ("model_executor/layers/fused_moe/router/gate_linear.py", "GateLinear",
+                                   "GateLinearV2"))
+    rc, out, err = r9kctl("doctor", "--vllm-src", str(root))
+    assert rc == 1
+    assert any("error[adapter]" in ln and "GateLinear" in ln for ln in out.splitlines())
+
+
+def test_doctor_refuses_a_folder_that_is_no_vllm(r9kctl, tmp_path):
+    rc, out, err = r9kctl("doctor", "--vllm-src", str(tmp_path))
+    assert rc == 2 and "not a vLLM source tree" in err and "Traceback" not in err
