@@ -11,7 +11,7 @@ import importlib.abc
 import importlib.util
 import sys
 
-ALIASED = ("kernels",)  # top-level folders whose code is imported as r9k.<folder>
+ALIASED = ("kernels", "bench")  # top-level folders whose code is imported as r9k.<folder>
 
 
 class _NamespaceAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):

@@ -1,6 +1,10 @@
 """The op table: every fused op the project ships, with its named implementations.
 
-Each kernel subpackage declares one or more :class:`KernelOp` and calls :func:`register` at import.
+Each kernel subpackage declares one or more :class:`KernelOp` and calls :func:`register` at import. There is
+no central list: :func:`load_all` imports every subpackage of ``kernels/`` (a folder with an ``__init__.py``
+whose name does not start with ``_``), so adding a kernel is adding its folder, and no file in another kernel's
+gate closure changes (the import is dynamic, which :mod:`r9k.registry.gatedeps` does not follow). Registration
+checks that the fused implementation takes every call the stock one takes (:func:`check_signatures`).
 An op has a ``stock`` implementation (plain PyTorch, the unfused composition, runs anywhere) and a
 ``fused`` one (Triton). The dispatch layer (``r9k.plugin.dispatch``) asks :meth:`KernelOp.select` once,
 when a model is built, never per call.
@@ -10,21 +14,11 @@ This module imports neither torch nor triton, so the plugin's startup path stays
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
+import pkgutil
 from dataclasses import dataclass
 from typing import Callable
-
-# Kernel subpackages whose import registers ops. Listed here (not discovered) so the set is explicit.
-OP_MODULES: tuple[str, ...] = (
-    "r9k.kernels.fp8_block",
-    "r9k.kernels.hc_mix",
-    "r9k.kernels.router",
-    "r9k.kernels.qsa_glue",
-    "r9k.kernels.qk_rope",
-    "r9k.kernels.shared_expert",
-    "r9k.kernels.gdn_decode",
-    "r9k.kernels.hc_norm",
-)
 
 
 @dataclass(frozen=True)
@@ -34,7 +28,7 @@ class KernelOp:
     name:      the op's name, e.g. ``"fp8_block_linear"``.
     variant:   the registry variant id whose knob selects between the implementations.
     stock:     plain PyTorch reference (the unfused composition, launch for launch).
-    fused:     the Triton implementation, same signature.
+    fused:     the Triton implementation; takes every call the stock one takes (checked at registration).
     fused_values: knob values that select ``fused`` (every other value selects ``stock``).
     """
 
@@ -55,18 +49,54 @@ class KernelOp:
 _OPS: dict[str, KernelOp] = {}
 
 
+def check_signatures(op: KernelOp) -> None:
+    """Raise ``TypeError`` unless every call of ``op.stock`` is a call of ``op.fused`` too: the stock's
+    parameters (name, kind, default) come first in the fused one, in order, and the fused one's extra
+    parameters (tile sizes, warps) all have defaults. Annotations are not compared."""
+    try:
+        stock, fused = inspect.signature(op.stock), inspect.signature(op.fused)
+    except (TypeError, ValueError):  # a builtin without a signature: nothing to compare
+        return
+    s, f = list(stock.parameters.values()), list(fused.parameters.values())
+
+    def shape(p: inspect.Parameter):
+        return p.name, p.kind, p.default
+
+    for i, p in enumerate(s):
+        if i >= len(f) or shape(f[i]) != shape(p):
+            got = f"{f[i].name} ({f[i].kind.description}, default {f[i].default!r})" if i < len(f) else "nothing"
+            raise TypeError(f"kernel op {op.name!r}: the fused {op.fused.__qualname__}{fused} does not take the "
+                            f"stock {op.stock.__qualname__}{stock}'s calls: parameter {i + 1} is {got}, the stock's is "
+                            f"{p.name} ({p.kind.description}, default {p.default!r})")
+    extra = [p.name for p in f[len(s):] if p.default is inspect.Parameter.empty
+             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if extra:
+        raise TypeError(f"kernel op {op.name!r}: the fused {op.fused.__qualname__} needs {', '.join(extra)}, "
+                        f"which the stock {op.stock.__qualname__} does not take (give them defaults)")
+
+
 def register(op: KernelOp) -> KernelOp:
-    """Add an op to the table; registering the same op again (a re-import) is a no-op."""
+    """Add an op to the table after :func:`check_signatures`; registering the same op again (a re-import) is a
+    no-op."""
     prev = _OPS.get(op.name)
     if prev is not None and prev.variant != op.variant:
         raise ValueError(f"kernel op {op.name!r} is already registered for variant {prev.variant!r}")
+    check_signatures(op)
     _OPS[op.name] = op
     return op
 
 
+def discover() -> tuple[str, ...]:
+    """The kernel subpackages, by module name: every package in ``kernels/`` whose name does not start with
+    ``_`` (``_triton`` holds shared helpers, no op)."""
+    here = importlib.import_module(__package__)
+    return tuple(sorted(f"{__package__}.{m.name}" for m in pkgutil.iter_modules(here.__path__)
+                        if m.ispkg and not m.name.startswith("_")))
+
+
 def load_all() -> dict[str, KernelOp]:
     """Import every kernel subpackage (each registers its ops) and return the op table."""
-    for mod in OP_MODULES:
+    for mod in discover():
         importlib.import_module(mod)
     return dict(_OPS)
 

@@ -69,7 +69,7 @@ def read(args) -> dict:
     if problem:
         raise fileio.error(path, "status-file", f"not a usable status file: {problem}", 1, 1)
     if "in_use" not in data:  # the raw file: merge the processes' sections as the route does
-        from r9k.plugin.status import merged_status
+        from r9k.plugin.api import merged_status
 
         data = merged_status(None, path)
     return data
@@ -122,9 +122,9 @@ def _run(args) -> int:
 
     print(f"profile {data.get('profile')}  hash {data.get('hash')}  tp {data.get('tp')}  model {data.get('model')}")
     if data.get("kv_cache"):
-        from r9k.plugin.kvcache import line
+        from r9k.plugin.api import kv_cache_line
 
-        print(line(data["kv_cache"]))
+        print(kv_cache_line(data["kv_cache"]))
     procs = data.get("processes", {})
     table(["PROCESS", "PID", "ROLE", "RANK", "HASH"],
           [[n, p.get("pid"), p.get("role"), p.get("rank"), p.get("hash")] for n, p in procs.items()],

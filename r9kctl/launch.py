@@ -137,7 +137,7 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     if model.startswith(TINY_PREFIX):
         if build_model:
             try:
-                from r9k.plugin.tiny_model import resolve_model_ref
+                from r9k.plugin.api import resolve_model_ref
 
                 model = resolve_model_ref(model)
             except ImportError as exc:  # a core install (no torch): the model cannot be built here
@@ -151,7 +151,7 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         else:
             plan.notes.append(f"{model} is built in the user's cache at launch (r9k.plugin.tiny_model)")
     if rs.platform == "cpu":  # architectures this plugin builds there: the checkpoint is checked before anything starts
-        from r9k.plugin.models.checkpoint import ARCHITECTURE as ARCH_FLASH_NEXT, precheck
+        from r9k.plugin.api import ARCHITECTURE as ARCH_FLASH_NEXT, precheck
 
         refusal = precheck(model, _max_model_len(list(rs.serve_args) + list(extra_args or [])))
         if refusal:
@@ -200,8 +200,7 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         penv[envvars.MANIFEST.name] = str(path)
     else:
         penv[envvars.MANIFEST.name] = str(envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json")
-    from r9k.plugin.snapshot import encode_manifest
-    from r9k.plugin.startup import MANIFEST_DATA_VAR
+    from r9k.plugin.api import MANIFEST_DATA_VAR, encode_manifest
 
     # The manifest itself travels too: a worker that cannot read the file (another node) resolves from it.
     penv[MANIFEST_DATA_VAR] = encode_manifest(manifest)
@@ -217,7 +216,7 @@ def exec_plan(plan: LaunchPlan) -> None:
     # plugin checks a digest of this exact environment; anything else makes it resolve in full).
     if plan.rs is not None and plan.manifest_path is not None:
         try:
-            from r9k.plugin.snapshot import prepare_launch
+            from r9k.plugin.api import prepare_launch
 
             env.update(prepare_launch(plan.rs, [d.format() for d in plan.report.warnings], env))
         except Exception as exc:  # noqa: BLE001 - only an optimisation: the plugin then resolves in full

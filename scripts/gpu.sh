@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one GPU entry point (run on the device machine, from the repository root; results under $OUT):
-#   bash scripts/gpu.sh gates [PATH ...]       every kernel gate test (or those under PATHs), JUnit XML + provenance
-#   bash scripts/gpu.sh bench [OP ...]         every kernel benchmark (python -m r9k.kernels._triton.bench)
+#   bash scripts/gpu.sh gates [PATH ...]       every gate test under kernels/ and bench/ (or PATHs), JUnit XML + provenance
+#   bash scripts/gpu.sh bench [OP ...]         every kernel benchmark (python -m r9k.bench.kernels)
 #   bash scripts/gpu.sh sweep [OP ...]         the same with the GEMM tile sweeps (writes tuned_<device>.json)
 #   bash scripts/gpu.sh decode-step [PLAN]     the decode-step plan (tp4-default against its baselines)
 #   bash scripts/gpu.sh ncu                    one launch of each GEMM kernel under Nsight Compute
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/r9k-gpu-out}
 LOGS=${LOGS:-/tmp/r9k-gpu-logs}   # side logs stay on the machine: a device call returns at most 8 files of $OUT
 mkdir -p "$OUT" "$LOGS"
-PLAN_DEFAULT=kernels/decode_step/plans/h200_tp4-default_vs_stock.json
+PLAN_DEFAULT=bench/decode_step/plans/h200_tp4-default_vs_stock.json
 
 setup() {
   [ -n "${R9K_SETUP_DONE:-}" ] && return
@@ -32,22 +32,23 @@ gates() {
   if [ -f registry/provenance.py ]; then
     python3 registry/provenance.py --out "$OUT/provenance.json" >"$LOGS/provenance.log" 2>&1 || { echo "provenance failed"; tail -3 "$LOGS/provenance.log"; }
   fi
+  local paths=("$@"); [ ${#paths[@]} -eq 0 ] && paths=(kernels bench)
   # -p provenance (registry/provenance.py as a plugin) stamps the XML with the tree hash and toolchain
   timeout "${T_GATES:-240}" env PYTHONPATH="registry${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q \
-    -p no:cacheprovider -p provenance "${@:-kernels}" -o junit_family=xunit1 \
+    -p no:cacheprovider -p provenance "${paths[@]}" -o junit_family=xunit1 \
     --junitxml="$OUT/gates-h200.xml" >"$OUT/gates.log" 2>&1
   echo "gates rc=$? in $(( $(date +%s) - t0 )) s"; tail -n 3 "$OUT/gates.log"; grep -E "^(FAILED|ERROR) " "$OUT/gates.log" | head -10
 }
 
 bench() {
   local t0; t0=$(date +%s)
-  timeout "${T_BENCH:-300}" python3 -m r9k.kernels._triton.bench "$@" --json "$OUT/kernels.json" >"$OUT/bench.log" 2>&1
+  timeout "${T_BENCH:-300}" python3 -m r9k.bench.kernels "$@" --json "$OUT/kernels.json" >"$OUT/bench.log" 2>&1
   echo "bench rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "^FAILED|Error" "$OUT/bench.log" | head -5
 }
 
 decode_step() {
   local t0; t0=$(date +%s)
-  timeout "${T_STEP:-300}" python3 -m r9k.kernels.decode_step.bench --plan "${1:-$PLAN_DEFAULT}" \
+  timeout "${T_STEP:-300}" python3 -m r9k.bench.decode_step.bench --plan "${1:-$PLAN_DEFAULT}" \
     --out "$OUT/decode_step.json" 2>"$LOGS/decode_step.log" >"$OUT/decode_step.txt"
   echo "decode-step rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "Error|Traceback" -A3 "$LOGS/decode_step.log" | head -12
 }
@@ -56,7 +57,7 @@ ncu_calls() {
   local NCU; NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   [ -z "$NCU" ] && { echo "no ncu"; return; }
   timeout "${T_NCU:-60}" "$NCU" --clock-control none --profile-from-start off --section SpeedOfLight --section Occupancy \
-    --section LaunchStats python3 -m r9k.kernels._triton.ncu_calls >"$OUT/ncu.txt" 2>&1
+    --section LaunchStats python3 -m r9k.bench.ncu_calls >"$OUT/ncu.txt" 2>&1
   echo "ncu rc=$?"; grep -E "^  [a-z_]+.*\(|Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Grid Size" "$OUT/ncu.txt" | head -40
 }
 

@@ -5,7 +5,7 @@ Stock sequence (4 launches on a GPU, as vLLM runs it):
 2. ``hc_silu`` in place on ``buf[:, :320]``  ``bf16(silu(v / 4))`` (one Triton launch on a GPU)
 3. ``gate = F.linear(buf[:, :320], W_up)``   bf16 GEMM                                    [M, 10240]
 4. ``hc_gate_mix(xn, gate)``                 ``bf16(0.25 * sum_s sigmoid(gate_s) * xn_s)`` (one Triton launch)
-Steps 2 and 4 use the Triton elementwise kernels of ``triton_kernel`` where Triton runs (a GPU, or
+Steps 2 and 4 use the Triton elementwise kernels of ``elementwise`` where Triton runs (a GPU, or
 the interpreter), the PyTorch ops below elsewhere; the values are the same up to exp/divide ulps.
 
 fp8 weights (``R9K_HC_FP8_DECODE``): per output row ``s_n = max(amax_row, 1e-12) / 448``,
@@ -44,9 +44,10 @@ def hc_gate_mix_torch(xn: torch.Tensor, gate: torch.Tensor, hc_count: int = HC, 
 
 
 def _elementwise():
-    from . import triton_kernel
+    """The stock path's Triton elementwise kernels (imported on first use: that module imports this one)."""
+    from . import elementwise
 
-    return triton_kernel
+    return elementwise
 
 
 # ---------------------------------------------------------------------------------- stock paths

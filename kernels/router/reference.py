@@ -11,6 +11,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+#: the routing kernel's limits (one program holds a row of E logits and its top-k); the stock path checks them too
+MAX_TOPK = 16
+MAX_EXPERTS = 1024
+
 
 def router_gemm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Stock router logits: ``F.linear(x, w)``, x [M, K] bf16, w [E, K] bf16 -> [M, E] bf16."""
@@ -41,8 +45,6 @@ def router_gemm_fp64(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 def check_route_args(logits: torch.Tensor, top_k: int) -> tuple[int, int]:
-    from .triton_kernel import MAX_EXPERTS, MAX_TOPK
-
     if logits.dim() != 2:
         raise ValueError("logits must be [M, E]")
     M, E = logits.shape

@@ -17,6 +17,8 @@ from r9k.kernels._triton import tuned
 from r9k.kernels._triton.common import INTERPRETED, use_triton
 from r9k.kernels._triton.skinny_gemm import BLOCK_M, default_skinny_config, skinny_gemm  # noqa: F401 - re-exported
 
+from .reference import MAX_EXPERTS, MAX_TOPK  # noqa: F401 - the routing kernel's limits, re-exported
+
 
 MAX_M = 16  # above this the wrappers use the stock GEMM (fp32-out mm, one rounding)
 
@@ -75,9 +77,6 @@ def moe_route_kernel(
     tl.store(w_ptr + row * TOPK + jj, wv, mask=wm)
     tl.store(ids_ptr + row * TOPK + jj, iv, mask=wm)
 
-
-MAX_TOPK = 16
-MAX_EXPERTS = 1024
 
 
 TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (absent: default configs)

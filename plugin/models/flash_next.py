@@ -67,7 +67,7 @@ from vllm.model_executor.models.utils import (
 from vllm.models.qwen4_exp.common.hyperconnection import GatedResidual, HyperConnectionConfig
 from vllm.sequence import IntermediateTensors
 
-from r9k.kernels.decode_step import schedule
+from r9k.plugin.models import schedule
 
 from . import hc
 from .checkpoint import GDN, QSA, CheckpointError, check_config
@@ -80,7 +80,7 @@ class FlashNextHyperConnection(GatedResidual):
 
     Weight names are the checkpoint's (``hc_norm``, ``input_mix_weight_down``, ``input_mix_weight_up``,
     ``block_inject_weight``). Its two halves, :meth:`combine_norm` and :meth:`input_mix`, are run in the
-    order of the shared schedule (``r9k.kernels.decode_step.schedule.hc_module``).
+    order of the shared schedule (``r9k.plugin.models.schedule.hc_module``).
     """
 
     def __init__(self, config: HyperConnectionConfig, prefix: str, use_combine: bool = True):
@@ -138,7 +138,7 @@ class QsaIndexerWeights(nn.Module):
 
 class FlashNextDecoderLayer(Qwen3NextDecoderLayer):
     """One layer: hc module -> GDN or QSA -> hc module -> MoE (no per-block norms), in the shared schedule's
-    order (:func:`r9k.kernels.decode_step.schedule.decoder_layer`)."""
+    order (:func:`r9k.plugin.models.schedule.decoder_layer`)."""
 
     def __init__(self, vllm_config: VllmConfig, layer_type: str, prefix: str = "") -> None:
         nn.Module.__init__(self)  # the parent's __init__ builds Qwen3-Next's norms, which this layer has none of
@@ -165,7 +165,7 @@ class FlashNextDecoderLayer(Qwen3NextDecoderLayer):
 
     def forward(self, res: torch.Tensor, pending: Optional[tuple], positions: torch.Tensor) -> tuple:
         """The streams and the previous layer's pending MoE output (None: the first layer) -> this layer's
-        (:func:`r9k.kernels.decode_step.schedule.decoder_layer`)."""
+        (:func:`r9k.plugin.models.schedule.decoder_layer`)."""
         return schedule.decoder_layer(res, pending, self.attn_hyper_connection,
                                       functools.partial(self._token_mixer, positions=positions),
                                       self.mlp_hyper_connection, self.mlp)

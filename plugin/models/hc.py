@@ -14,7 +14,7 @@ A module has two halves, each chosen once at construction (:meth:`HcOps.choose`)
   ``GatedResidual.mix``.
 
 The order of the halves (and of the layer around them) is the shared schedule's,
-``r9k.kernels.decode_step.schedule``, which the decode-step benchmark runs too.
+``r9k.plugin.models.schedule``, which the decode-step benchmark runs too.
 
 Per op the counters record each module (installed, or kept vLLM's path and why) and each call (``fused``, or
 ``fallback:rows>16`` where the mix op ran its stock sequence).

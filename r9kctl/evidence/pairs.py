@@ -1,6 +1,6 @@
 """Pairwise composition gate: do two variants, each fine alone, interact?
 
-``r9kctl gate --pairs --profile P`` runs the CPU decode-step model (``r9k.kernels.decode_step``: one MTP verify
+``r9kctl gate --pairs --profile P`` runs the CPU decode-step model (``r9k.bench.decode_step``: one MTP verify
 step through every layer, the project's ops picked per variant value, Triton kernels in the CPU interpreter)
 at stock, with each of the profile's non-stock variants alone (every other variant at stock), and with every
 pair of them. For each run the difference from stock is the relative L2 distance of the step's output
@@ -75,10 +75,10 @@ def run_pairs(reg: Any, profile: str, tp: Optional[int] = None, config: str = "t
     import os
 
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported (no GPU here)
-    from r9k.kernels.decode_step.bench import model_ops
-    from r9k.kernels.decode_step.config import get_config
-    from r9k.kernels.decode_step.dispatch import values_chooser
-    from r9k.kernels.decode_step.model import DecodeStepModel, StepInputs, Weights
+    from r9k.bench.decode_step.bench import model_ops
+    from r9k.bench.decode_step.config import get_config
+    from r9k.bench.decode_step.dispatch import values_chooser
+    from r9k.bench.decode_step.model import DecodeStepModel, StepInputs, Weights
 
     t0 = time.monotonic()
     values, non_stock = _values(reg, profile, tp)

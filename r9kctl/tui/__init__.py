@@ -3,5 +3,4 @@
 app.py           the App (themes, keymap, command palette, the load or error screen)
 session.py       the editing state: profile, TP size, unsaved edits, resolved set, report, budget
 main_screen.py   the main screen; one widget or screen per module besides
-bench_tui.py     first-frame and toggle timings (``python -m r9k.r9kctl.tui.bench_tui``)
 """

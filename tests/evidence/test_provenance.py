@@ -48,7 +48,7 @@ FILES = {
     "kernels/evadd/__init__.py": "",
     "kernels/evadd/impl.py": "from evlib.common import combine\n\n\ndef add(xs, ys):\n"
                              "    return [combine(x, y) for x, y in zip(xs, ys)]\n",
-    "kernels/evadd/bench_evadd.py": "import evlib.benchtools\n\nif __name__ == '__main__':\n    pass\n",
+    "bench/kernels/bench_evadd.py": "import evlib.benchtools\n\nif __name__ == '__main__':\n    pass\n",
     "evlib/benchtools.py": "X = 1\n",
     "kernels/evadd/test_evadd.py": textwrap.dedent("""\
         import pytest
@@ -95,7 +95,7 @@ def test_dependencies_are_the_import_closure(repo):
     # (a program) is hashed as declared, but what only it imports is not a dependency.
     assert {"evlib/common.py", "evlib/__init__.py", "conftest.py", "kernels/__init__.py",
             "kernels/evadd/__init__.py", "kernels/evadd/impl.py", "kernels/evadd/test_evadd.py",
-            "kernels/evadd/bench_evadd.py"} == set(deps)
+            "bench/kernels/bench_evadd.py"} == set(deps)
     assert "evlib/common.py" not in L.dependencies(reg, reg.variants["evdep_neg"])[0]
 
 

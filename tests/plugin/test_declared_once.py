@@ -1,5 +1,5 @@
 """Declared once: the variants' TOML names module, op, gate tests and extension point; the op table
-(``r9k.kernels.ops``: ``OP_MODULES``, each op's ``fused_values``), the adapter table
+(``r9k.kernels.ops``: the kernel folders it discovers, each op's ``fused_values``), the adapter table
 (``registry/adapters.toml``) and the plugin's install code are checked against it here, and the check
 itself is shown to fail for each kind of missing piece."""
 from __future__ import annotations
@@ -33,7 +33,7 @@ def test_the_op_table_is_the_tomls(registry, op_table):
 
     declared = {v.implementation.op: v for v in registry.variants.values() if v.implementation.op}
     assert set(op_table) == set(declared), "an op without a variant, or a variant naming no registered op"
-    assert set(ops.OP_MODULES) == {v.implementation.module for v in declared.values()}
+    assert set(ops.discover()) == {v.implementation.module for v in declared.values()}
     for name, kop in op_table.items():
         v = declared[name]
         assert kop.variant == v.id

@@ -68,7 +68,7 @@ def _set_ops(m, mix: str | None, combine_norm: bool):
 
 
 def _run(pair, x, blk):
-    from r9k.kernels.decode_step.schedule import hc_module
+    from r9k.plugin.models.schedule import hc_module
 
     (a, _), (b, _) = pair
     with torch.no_grad():
@@ -120,7 +120,7 @@ def test_fused_halves_match_an_fp64_reference(rows, mix, combine_norm):
 
 def test_a_wrong_fold_fails_this_check():
     """The check can fail: module B folding A's output with a 1% error in the injected term is caught."""
-    from r9k.kernels.decode_step.schedule import hc_module
+    from r9k.plugin.models.schedule import hc_module
     from r9k.plugin.models import hc
 
     pair = _pair(seed=3)
@@ -144,7 +144,7 @@ def test_fp8_mix_matches_the_dequantized_fp64_reference(rows):
     """R9K_HC_FP8_DECODE's mix (W8A16 on fp8 copies with per-row scales, after the fused combine + norm)
     against transformers' module in fp64 on the exactly dequantized weights: relative L2 error of the block
     input < 1e-2 (bf16 roundings only; the original's gate allowed 2e-2)."""
-    from r9k.kernels.decode_step.schedule import hc_module
+    from r9k.plugin.models.schedule import hc_module
 
     pair = _pair(seed=5)
     (a, ra), _ = pair
@@ -207,7 +207,7 @@ def _trace_vllm_model(kinds):
     from torch import nn
     from vllm.models.qwen4_exp.common.hyperconnection import HyperConnectionConfig
 
-    from r9k.kernels.decode_step import schedule
+    from r9k.plugin.models import schedule
     from r9k.plugin.models import flash_next
     from r9k.plugin.models.checkpoint import GDN
 
@@ -264,8 +264,8 @@ def test_the_vllm_model_and_the_decode_step_run_one_schedule():
     """The plugin's model and the decode-step benchmark, for the same layer kinds, run the same sequence of HC
     modules, token mixers and MoE, all HC modules through the shared ``schedule.hc_module``: the documented
     order (docs/semantics.md 2)."""
-    from r9k.kernels.decode_step.config import TINY
-    from r9k.kernels.decode_step.test_decode_step import trace_decode_step
+    from r9k.bench.decode_step.config import TINY
+    from r9k.bench.decode_step.test_decode_step import trace_decode_step
     from r9k.plugin.models.checkpoint import GDN
 
     assert TINY.layer_kinds() == ["gdn", "attn"]

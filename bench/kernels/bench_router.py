@@ -1,7 +1,7 @@
 """Benchmark: router GEMM (fused split-K Triton vs cuBLAS F.linear) and fused routing (one launch vs
 PyTorch softmax + topk + renormalise), on a GPU.
 
-    python -m r9k.kernels._triton.bench router [--sweep] [--json FILE]
+    python -m r9k.bench.kernels router [--sweep] [--json FILE]
 
 ``--sweep`` times tile configs for the 512 x 2560 GEMM and warp counts for the routing kernel, checks
 each, and writes the winners into tuned_<device>.json (the gate tests then run on them).
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from r9k.kernels._triton import skinny_gemm as sk
-from r9k.kernels._triton import timing as _bench
+from r9k.bench import timing as _bench
 from r9k.kernels.router import reference as ref
 from r9k.kernels.router import triton_kernel as tk
 

@@ -1,7 +1,7 @@
 """The one benchmark driver of every kernel op: CUDA-graph replay over rotating inputs (``timing``), each op's
 table printed as it finishes, a short summary table last, everything in one JSON file.
 
-    python -m r9k.kernels._triton.bench [OP ...] [--sweep] [--json FILE]
+    python -m r9k.bench.kernels [OP ...] [--sweep] [--json FILE]
 
 OP: any of :data:`BENCHES` (default: all). ``--sweep`` also runs the tile sweeps of the GEMM ops and writes
 their winners to the device's tuned-config file (``tuned``). A bench that fails is reported and the others
@@ -17,21 +17,21 @@ import traceback
 
 
 def _fp8(bw, sweep):
-    from r9k.kernels.fp8_block import bench_fp8_block as b
+    from r9k.bench.kernels import bench_fp8_block as b
 
     rows, sw = b.run(sweep)
     return rows, {"sweep": sw}, b.COLS
 
 
 def _hc_mix(bw, sweep):
-    from r9k.kernels.hc_mix import bench_hc_mix as b
+    from r9k.bench.kernels import bench_hc_mix as b
 
     rows, sw = b.run(sweep)
     return rows, {"sweep": sw}, b.COLS
 
 
 def _router(bw, sweep):
-    from r9k.kernels.router import bench_router as b
+    from r9k.bench.kernels import bench_router as b
 
     rows, sw = b.run(sweep)
     return rows, {"sweep": sw}, b.COLS
@@ -41,7 +41,7 @@ def _part(mod, extra_cols=()):
     def run(bw, sweep):
         import importlib
 
-        from .timing import COLS
+        from r9k.bench.timing import COLS
 
         b = importlib.import_module(f"r9k.kernels.{mod}.bench_{mod}")
         r = b.run(bw)
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
     import torch
     import triton
 
-    from .timing import copy_bandwidth, fmt_table, node_overhead_us
+    from r9k.bench.timing import copy_bandwidth, fmt_table, node_overhead_us
 
     if not torch.cuda.is_available():
         print("no CUDA GPU here: the kernel benchmarks need one")

@@ -5,7 +5,7 @@ benchmark per profile (``r9kctl bench decode-step``).
 * :mod:`.dispatch` choosing each op's implementation once from a resolved profile;
 * :mod:`.model`    synthetic weights, the per-profile model, its memory accounting;
 * :mod:`.plain`    the parts the project does not fuse, one implementation shared by every profile;
-* :mod:`.counter`  launch counting (any machine) and CUDA-graph node counting (driver);
+* ``r9k.kernels._triton.launches``  launch counting (any machine) and CUDA-graph node counting (driver);
 * :mod:`.plan`, :mod:`.bench`, :mod:`.report`  the benchmark: plan (JSON), run, tables/release records.
 
 No op is registered here (this package uses the op table, it adds nothing to it).

@@ -1,6 +1,6 @@
 """Benchmark: cold wall time of ``r9kctl validate --profile tp4-default`` and of loading the registry.
 
-    python -m r9k.registry.bench_load [--runs 7]
+    python -m r9k.bench.bench_load [--runs 7]
 
 Prints medians (and min/max) for: a new process running the validate command, with and without the
 parse cache; and an in-process ``load_registry()`` with and without it. Targets (issue 2): validate

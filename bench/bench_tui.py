@@ -1,6 +1,6 @@
 """Benchmark of the control panel (not a test): first-frame time and toggle re-validate + redraw time.
 
-    python -m r9k.r9kctl.tui.bench_tui [--size 120x36] [--runs 5] [--toggles 60] [--profile tp2-default]
+    python -m r9k.bench.bench_tui [--size 120x36] [--runs 5] [--toggles 60] [--profile tp2-default]
                                        [--user-cache] [--phases]
 
 Each run starts a fresh interpreter on a pseudo-terminal (the real terminal driver, so writing the frame
@@ -190,7 +190,7 @@ def run_in_pty(size: tuple[int, int], profile: str, toggles: int, hello: bool = 
     if pid == 0:  # child: size the terminal, then a fresh interpreter
         fcntl.ioctl(1, termios.TIOCSWINSZ, struct.pack("HHHH", size[1], size[0], 0, 0))
         what = ["--hello-child", out] if hello else ["--child", out, "--profile", profile, "--toggles", str(toggles)]
-        os.execv(sys.executable, [sys.executable, "-m", "r9k.r9kctl.tui.bench_tui", *what])
+        os.execv(sys.executable, [sys.executable, "-m", "r9k.bench.bench_tui", *what])
     # parent: drain the terminal output until the child exits
     while True:
         try:
@@ -251,7 +251,7 @@ def main(argv=None) -> int:
 
         rows = []
         for _ in range(a.runs):
-            res = subprocess.run([sys.executable, "-m", "r9k.r9kctl.tui.bench_tui", "--phases-child", "--profile",
+            res = subprocess.run([sys.executable, "-m", "r9k.bench.bench_tui", "--phases-child", "--profile",
                                   a.profile], capture_output=True, text=True, check=True)
             rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None

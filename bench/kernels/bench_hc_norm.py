@@ -1,7 +1,7 @@
 """Benchmark of the hyper-connection combine + grouped norm (4 streams of 2560): the plain composition, vLLM's
 own one-launch kernel (``_hc_combine_norm`` from vLLM's sources, when they are here) and this project's kernel
 with and without programmatic dependent launch; CUDA-graph replay over 16 input copies. Run through
-``python -m r9k.kernels._triton.bench hc_norm``."""
+``python -m r9k.bench.kernels hc_norm``."""
 from __future__ import annotations
 
 MS = (1, 4, 8, 16, 64)
@@ -24,9 +24,9 @@ def _sets(M, copies=16):
 
 def run(bw):
     from r9k.kernels._triton import vllm_peer
-    from r9k.kernels._triton.timing import env, graph_time_us, row
+    from r9k.bench.timing import env, graph_time_us, row
 
-    from . import reference, triton_kernel
+    from r9k.kernels.hc_norm import reference, triton_kernel
 
     ok, why = vllm_peer.available()
     rows = []

@@ -1,8 +1,8 @@
 """Benchmark: block-fp8 linear, fused quant (1 launch) vs stock quant + GEMM (2 launches), on a GPU.
 
-    python -m r9k.kernels._triton.bench fp8_block [--sweep] [--json FILE]
+    python -m r9k.bench.kernels fp8_block [--sweep] [--json FILE]
 
-CUDA-graph replay over rotating weight copies (r9k.kernels._triton.timing), M = 1, 4, 8, 16, the Flash-Next
+CUDA-graph replay over rotating weight copies (r9k.bench.timing), M = 1, 4, 8, 16, the Flash-Next
 shards; in the same run: cuBLAS bf16 (F.linear on bf16 weights of the same shape), cuBLASLt fp8
 row-wise (torch._scaled_mm, M = 16), the fused kernel with L2-hot weights (one copy: the latency
 part), and the graph cost of an empty kernel node. ``--sweep`` times tile configs on the TP4 in_proj
@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from r9k.kernels._triton import timing as _bench
+from r9k.bench import timing as _bench
 from r9k.kernels.fp8_block import reference as ref
 from r9k.kernels.fp8_block import triton_kernel as tk
 

@@ -6,7 +6,7 @@ the router, the hyper-connection mixers and ``in_proj_ba``) and a plain format w
 experts: e4m3 with one scale per output row, read by the shared plain W8A16 GEMM). One :class:`Weights`
 can back several models (one per profile), so two profiles compare the same numbers.
 
-:class:`DecodeStepModel` is built from a :class:`Weights`, a chooser (``r9k.kernels.decode_step.dispatch``)
+:class:`DecodeStepModel` is built from a :class:`Weights`, a chooser (``r9k.bench.decode_step.dispatch``)
 and the request count; every op's implementation is picked once, in ``__init__``. ``step()`` runs one
 MTP-3 verify step (4 tokens a request) through the 48 layers and returns the final hyper-connection
 mixer's output [M, 2560] (what the LM head would read). Per layer:
@@ -15,7 +15,7 @@ mixer's output [M, 2560] (what the LM head would read). Per layer:
     HC module -> MoE (router, routing, routed experts, shared expert, sum)
 
 and a final HC module collapses the streams (2 x 48 + 1 = 97 modules). That order is
-:mod:`r9k.kernels.decode_step.schedule`'s, which the plugin's vLLM model of the architecture runs too. The
+:mod:`r9k.plugin.models.schedule`'s, which the plugin's vLLM model of the architecture runs too. The
 all-reduce after each token mixer and MoE is a no-op on one rank. Not modelled: the MTP draft passes, the LM
 head and sampling.
 """
@@ -30,7 +30,9 @@ from typing import Mapping, Optional
 import torch
 import torch.nn.functional as F
 
-from . import plain, schedule
+from r9k.plugin.models import schedule
+
+from . import plain
 from .config import StepConfig
 from .dispatch import STEP_OPS, Chooser, Pick
 
@@ -195,7 +197,7 @@ def _unique_bytes(tensors) -> int:
 
 class _HcModule:
     """HC module ``i`` of a :class:`DecodeStepModel`, as the shared schedule calls it
-    (:class:`r9k.kernels.decode_step.schedule.HcModule`); the carry is the injection logits [M, hc]."""
+    (:class:`r9k.plugin.models.schedule.HcModule`); the carry is the injection logits [M, hc]."""
 
     def __init__(self, model: "DecodeStepModel", i: int):
         self.model, self.i = model, i
@@ -366,7 +368,7 @@ class DecodeStepModel:
     def step(self, x0: Optional[torch.Tensor] = None) -> torch.Tensor:
         """One decode step; returns the final mixer output [M, HD] bf16. Updates this model's caches.
         The kernels read ``R9K_PDL`` when they launch: it is set to this model's value for the step only."""
-        from r9k.kernels._triton.timing import env
+        from r9k.bench.timing import env
 
         with env(R9K_PDL="1" if self.pdl else "0"):
             return self._step(x0)

@@ -14,14 +14,14 @@ import pytest
 import torch
 
 from r9k.kernels import ops
-from r9k.kernels.decode_step import plain
-from r9k.kernels.decode_step.bench import IMPL_TOL, run_plan, stock_impl_chooser
-from r9k.kernels.decode_step.config import TINY
-from r9k.kernels.decode_step.counter import count_launches
-from r9k.kernels.decode_step.dispatch import (REAL_VLLM_OPS, STEP_OPS, STOCK_SOURCE, VLLM_STOCK, plugin_chooser,
-                                              real_ops_values, stock_fn, values_chooser)
-from r9k.kernels.decode_step.model import DecodeStepModel, StepInputs, Weights
-from r9k.kernels.decode_step.report import headline, release_records, render
+from r9k.bench.decode_step import plain
+from r9k.bench.decode_step.bench import IMPL_TOL, run_plan, stock_impl_chooser
+from r9k.bench.decode_step.config import TINY
+from r9k.kernels._triton.launches import count_launches
+from r9k.bench.decode_step.dispatch import (REAL_VLLM_OPS, STEP_OPS, STOCK_SOURCE, VLLM_STOCK, plugin_chooser,
+                                            real_ops_values, stock_fn, values_chooser)
+from r9k.bench.decode_step.model import DecodeStepModel, StepInputs, Weights
+from r9k.bench.decode_step.report import headline, release_records, render
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.toml"))
@@ -75,7 +75,7 @@ def test_counter_counts_launch_sites(rng, device):
     assert c.total == 5, (dict(c.aten), dict(c.triton))
     assert sum(c.triton.values()) == 2 and sum(c.aten.values()) == 3
     # attribution to parts: the innermost scope wins, launches outside any scope go to None
-    from r9k.kernels.decode_step.counter import LaunchCounter
+    from r9k.kernels._triton.launches import LaunchCounter
 
     c = LaunchCounter()
     with c:
@@ -99,7 +99,7 @@ def test_counter_matches_the_ops_documented_launches(rng, device):
     for fn, n in ((hc.stock, 4), (hc.fused, 2)):
         fn(xn, wd, wu, **kw)  # warm (first calls may allocate split-K counters)
         assert count_launches(fn, xn, wd, wu, **kw).total == n
-    from r9k.kernels.decode_step.model import block_fp8
+    from r9k.bench.decode_step.model import block_fp8
 
     wq, ws = block_fp8(256, cfg.hidden, rng, device)
     x = torch.randn((4, cfg.hidden), generator=rng, device=device).to(torch.bfloat16)
@@ -111,7 +111,7 @@ def test_counter_matches_the_ops_documented_launches(rng, device):
 
 @pytest.mark.gpu
 def test_graph_node_counter_on_gpu():
-    from r9k.kernels.decode_step.counter import capture
+    from r9k.kernels._triton.launches import capture
 
     x = torch.randn(1024, device="cuda")
 
@@ -163,7 +163,7 @@ def test_moe_sum_matches_fp64(rng, device):
 
 def test_pair_gemm_matches_its_reference(rng, device, poison):
     E, N, K, M, k = 6, 96, 256, 3, 2
-    from r9k.kernels.decode_step.model import rowwise_fp8
+    from r9k.bench.decode_step.model import rowwise_fp8
 
     wq, ws = rowwise_fp8(E, N, K, rng, device)
     x = torch.randn((M, K), generator=rng, device=device).to(torch.bfloat16)
@@ -313,7 +313,7 @@ def test_tiny_step_fused_agrees_with_stock(reg, tiny_weights):
 
 
 def test_run_plan_tiny_reports_checks_launches_and_memory(reg):
-    from r9k.kernels.decode_step.plan import build_plan
+    from r9k.bench.decode_step.plan import build_plan
     from r9k.registry.schema import BenchRecord
 
     plan, diags = build_plan(reg, "tp4-default", "stock", [1], 32, ablate=False, config="tiny")
@@ -371,8 +371,8 @@ def test_every_step_op_names_its_stock():
 
 def test_shadow_check_catches_a_wrong_fused_op(rng, tiny_weights):
     """The in-situ check is not vacuous: a fused op that is off by 5% is reported above its tolerance."""
-    from r9k.kernels.decode_step.bench import OP_TOL, ShadowChooser
-    from r9k.kernels.decode_step.dispatch import Pick
+    from r9k.bench.decode_step.bench import OP_TOL, ShadowChooser
+    from r9k.bench.decode_step.dispatch import Pick
 
     good = ops.get("router_gemm")
 
@@ -392,10 +392,10 @@ def test_release_records_show_in_r9kctl_diff(tmp_path, capsys, reg):
     """Recorded into a release manifest (a copy of the registry), the numbers show in ``r9kctl diff``."""
     import shutil
 
-    from r9k.kernels.decode_step.report import records_toml
+    from r9k.bench.decode_step.report import records_toml
     from r9k.r9kctl.cli import main
 
-    res = json.loads((REPO / "kernels/decode_step/results/h200_tp4-default_vs_stock.json").read_text())
+    res = json.loads((REPO / "bench/decode_step/results/h200_tp4-default_vs_stock.json").read_text())
     root = tmp_path / "registry"
     shutil.copytree(REPO / "registry", root)
     latest = sorted((root / "releases").glob("v*.toml"), key=lambda p: [int(x) for x in p.stem[1:].split(".")])[-1]
@@ -409,7 +409,7 @@ def test_release_records_show_in_r9kctl_diff(tmp_path, capsys, reg):
 
 def test_memory_per_module_matches_the_registry(reg):
     """At the real HC dimensions the fp8 copies and the freed bf16 weights per module are the registry's."""
-    from r9k.kernels.decode_step.plan import profile_entry
+    from r9k.bench.decode_step.plan import profile_entry
 
     cfg = replace(TINY, hidden=2560, lora=320, down_rows=336)
     rs, vals = _values(reg, "tp4-default")
@@ -469,7 +469,7 @@ def test_baselines_name_their_stock_and_overrides(capsys, tmp_path, reg):
 def test_text_positions_mrope_equals_1d_rotary(impl, rng, device):
     """The model passes 1-D positions to q/k norm+rope: for text tokens (t = h = w) interleaved MRoPE is the
     same function, bit for bit, in both implementations."""
-    from r9k.kernels.decode_step.model import rope_cache
+    from r9k.bench.decode_step.model import rope_cache
 
     cfg = TINY
     T, hq, hkv, D = 8, cfg.attn_q_heads, cfg.attn_kv_heads, cfg.attn_head
@@ -518,7 +518,7 @@ def test_the_schedule_runs_the_documented_order():
     import contextlib
     import functools
 
-    from r9k.kernels.decode_step import schedule
+    from r9k.plugin.models import schedule
 
     log, parts = [], []
     hc = [_RecordingHc(log, f"hc{i}") for i in range(5)]
@@ -546,7 +546,7 @@ def trace_decode_step(cfg=TINY):
     """What a DecodeStepModel step runs, at the schedule's level: ``("hc", module index)``, ``("gdn"|"qsa",
     layer)``, ``("moe", layer)``; the HC modules are seen only where they pass through the shared
     ``schedule.hc_module`` (plain stock ops: no Triton, no registry)."""
-    from r9k.kernels.decode_step import schedule
+    from r9k.plugin.models import schedule
 
     m = DecodeStepModel(Weights.build(cfg, seed=0), StepInputs.build(cfg, 1, 32), values_chooser({}, stock="plain"))
     log, real = [], schedule.hc_module
@@ -573,3 +573,16 @@ def test_the_decode_step_runs_the_shared_schedule():
     """Every HC module of the step passes through ``schedule.hc_module``, in the documented order."""
     assert trace_decode_step() == [("hc", 0), ("gdn", 0), ("hc", 1), ("moe", 0),
                                               ("hc", 2), ("qsa", 1), ("hc", 3), ("moe", 1), ("hc", 4)]
+
+
+def test_a_missing_vllm_peer_is_a_clear_error_for_the_vllm_stock(monkeypatch, tmp_path):
+    from r9k.kernels._triton import vllm_peer
+
+    monkeypatch.setenv("R9K_VLLM_SRC", str(tmp_path))
+    vllm_peer.load.cache_clear()
+    try:
+        with pytest.raises(vllm_peer.PeerUnavailable):
+            stock_fn("gdn_decode", ops.get("gdn_decode"), "vllm")
+        assert stock_fn("gdn_decode", ops.get("gdn_decode"), "plain")[0] == "stock"
+    finally:
+        vllm_peer.load.cache_clear()

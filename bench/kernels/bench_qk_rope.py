@@ -1,6 +1,6 @@
 """Benchmark of the attention q/k norm + MRoPE + gate split at the TP4 shard (6 q heads + gate, 1 kv head,
 head dim 256, 64 rotary dims, interleaved MRoPE [11, 11, 10], theta 1e7), stock eager ops vs the fused kernel,
-CUDA-graph replay over 8 input copies. Run: ``python -m r9k.kernels._triton.bench qk_rope``."""
+CUDA-graph replay over 8 input copies. Run: ``python -m r9k.bench.kernels qk_rope``."""
 from __future__ import annotations
 
 MS = (1, 4, 8, 16)
@@ -12,7 +12,7 @@ def _sets(M, copies=8):
 
     from r9k.kernels.qsa_glue.reference import rope_cos_sin_cache
 
-    from .reference import ROPE_THETA, ROTARY_DIM
+    from r9k.kernels.qk_rope.reference import ROPE_THETA, ROTARY_DIM
 
     cache = rope_cos_sin_cache(ROTARY_DIM, 65536, ROPE_THETA, device="cuda")
     wq = (torch.randn(D, device="cuda") * 0.2).to(torch.bfloat16)
@@ -28,9 +28,9 @@ def _sets(M, copies=8):
 
 
 def run(bw):
-    from r9k.kernels._triton.timing import row
+    from r9k.bench.timing import row
 
-    from . import reference, triton_kernel
+    from r9k.kernels.qk_rope import reference, triton_kernel
 
     rows = []
     for M in MS:

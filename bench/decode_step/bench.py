@@ -22,7 +22,7 @@ hyper-connection combine + norm; ``stock@plain``: the same values with the op ta
 * on CUDA: the step captured in one graph, nodes and kernel nodes from the driver, replays timed with
   CUDA events (median, p10, p90 in ms).
 
-``python -m r9k.kernels.decode_step.bench --plan plan.json [--out result.json]`` runs a plan.
+``python -m r9k.bench.decode_step.bench --plan plan.json [--out result.json]`` runs a plan.
 """
 from __future__ import annotations
 
@@ -36,9 +36,9 @@ from typing import Optional
 import torch
 
 from r9k.kernels import ops
-from r9k.kernels._triton import timing
+from r9k.bench import timing
 
-from . import counter
+from r9k.kernels._triton import launches as counter
 from .config import get_config
 from .dispatch import REAL_VLLM_OPS, STEP_OPS, STOCK_SOURCE, Pick, describe, real_ops_values, values_chooser
 from .model import DecodeStepModel, StepInputs, Weights

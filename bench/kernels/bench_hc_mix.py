@@ -1,7 +1,7 @@
 """Benchmark: hyper-connection input mix, fused (2 launches, bf16 or fp8 W8A16 weights) vs the stock
 sequence (cuBLAS down, hc_silu, cuBLAS up, gated mean: 4 launches), on a GPU.
 
-    python -m r9k.kernels._triton.bench hc_mix [--sweep] [--json FILE]
+    python -m r9k.bench.kernels hc_mix [--sweep] [--json FILE]
 
 Also times the two cuBLAS GEMMs alone and our two kernels alone (the anchors' "hc down / hc up").
 ``--sweep`` times tile configs for the down GEMM (336 x 10240) and the up+mix kernel, checks each,
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from r9k.kernels._triton import timing as _bench
+from r9k.bench import timing as _bench
 from r9k.kernels.hc_mix import reference as ref
 from r9k.kernels.hc_mix import triton_kernel as tk
 from r9k.kernels._triton import skinny_gemm as rk

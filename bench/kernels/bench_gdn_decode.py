@@ -2,7 +2,7 @@
 replay rotating over 36 state pools (as the anchor in h200-anchors.md), Flash-Next TP4 (4 key / 12 value heads).
 
 M = tokens: 1 (one request, one candidate), 4, 8, 16, 32, 64 (1, 2, 4, 8, 16 requests x 4 MTP-3 candidates). Also a sweep of
-the fused kernel's value-row block and num_warps. Run: ``python -m r9k.kernels._triton.bench gdn_decode``.
+the fused kernel's value-row block and num_warps. Run: ``python -m r9k.bench.kernels gdn_decode``.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ CASES = [(1, [1], [1]), (4, [4], [2]), (8, [4, 4], [1, 3]), (16, [4] * 4, [1, 2,
 def _sets(M, lens, acc, seed=0):
     import torch
 
-    from ._cases import make_batch
+    from r9k.kernels.gdn_decode._cases import make_batch
 
     kw, states = make_batch(seed, "cuda", lens, acc, Hk=4, Hv=12, D=128, S=4, pools=POOLS, extra_slots=0)
     out = torch.empty((M, 12 * 128), dtype=torch.bfloat16, device="cuda")
@@ -40,9 +40,9 @@ def run(bw, sweep_cfgs=((128, 8), (128, 16), (64, 4), (64, 8), (32, 2), (32, 4),
     import torch
 
     from r9k.kernels._triton import vllm_peer
-    from r9k.kernels._triton.timing import env, graph_time_us, row
+    from r9k.bench.timing import env, graph_time_us, row
 
-    from . import reference, triton_kernel
+    from r9k.kernels.gdn_decode import reference, triton_kernel
 
     ok, why = vllm_peer.available()
     if not ok:

@@ -18,7 +18,7 @@ with ``time.perf_counter``. Cases:
 Python's bytecode cache is on for the children (``PYTHONDONTWRITEBYTECODE`` removed, one warm-up run),
 as in a normal installation; ``--no-bytecode`` keeps the caller's setting.
 
-Usage: ``python -m r9k.plugin.bench_register [--runs N]``; prints one line per case (median and
+Usage: ``python -m r9k.bench.bench_register [--runs N]``; prints one line per case (median and
 min over N fresh processes, milliseconds) and whether textual or rich got imported.
 """
 from __future__ import annotations

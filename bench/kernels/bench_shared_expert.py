@@ -1,7 +1,7 @@
 """Benchmark of the shared expert (MXFP4 weights, per-row fp8 activations, sigmoid gate) at the TP4 shard
 (gate_up 320 x 2560, down 2560 x 160) and TP2 (640 x 2560, 2560 x 320): stock 8 launches vs fused 4, CUDA-graph
 replay rotating over enough weight copies to exceed the L2 4x. Also a small sweep of the gate_up GEMM config.
-Run: ``python -m r9k.kernels._triton.bench shared_expert``."""
+Run: ``python -m r9k.bench.kernels shared_expert``."""
 from __future__ import annotations
 
 import functools
@@ -13,7 +13,7 @@ H = 2560
 def _weights(I, copies):
     import torch
 
-    from .reference import prepare_shared_expert
+    from r9k.kernels.shared_expert.reference import prepare_shared_expert
 
     out = []
     for _ in range(copies):
@@ -29,7 +29,7 @@ def _weights(I, copies):
 def _sets(M, I):
     import torch
 
-    from r9k.kernels._triton.timing import copies_for
+    from r9k.bench.timing import copies_for
 
     W0 = _weights(I, 1)[0]
     copies = copies_for(W0.nbytes())
@@ -42,9 +42,9 @@ def _sets(M, I):
 
 
 def run(bw, tps=((4, 160), (2, 320))):
-    from r9k.kernels._triton.timing import row
+    from r9k.bench.timing import row
 
-    from . import reference, triton_kernel
+    from r9k.kernels.shared_expert import reference, triton_kernel
 
     rows = []
     for tp, I in tps:
@@ -61,9 +61,9 @@ def sweep_gemm(configs=(None, (16, 16, 256, 4, 2, 1), (16, 16, 256, 4, 2, 10), (
     (None = the default heuristic), then the down GEMM."""
     import torch
 
-    from r9k.kernels._triton.timing import graph_time_us
+    from r9k.bench.timing import graph_time_us
 
-    from . import triton_kernel
+    from r9k.kernels.shared_expert import triton_kernel
 
     sets, _ = _sets(4, 160)
     q, s = triton_kernel.row_quant(sets[0][0])

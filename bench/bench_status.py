@@ -1,4 +1,4 @@
-"""What the truthful status costs (not a test): ``python -m r9k.plugin.bench_status [--calls N]``.
+"""What the truthful status costs (not a test): ``python -m r9k.bench.bench_status [--calls N]``.
 
 1. A counted call against the same call uncounted: two torch custom ops doing the router's stock GEMM
    (``F.linear`` of 4 x 128 by 8 x 128 bf16: the cheapest op an adapter wraps, so the most sensitive

@@ -1,6 +1,6 @@
 """Benchmark of the QSA indexer glue (Gemma norm + neox rope of the 4 indexer query heads x 128, 32 rotary dims,
 q a strided view of the [T, 640] projection row, positions a stride-3 column), stock ops vs the fused kernel,
-CUDA-graph replay over 8 input copies. Run: ``python -m r9k.kernels._triton.bench qsa_glue``."""
+CUDA-graph replay over 8 input copies. Run: ``python -m r9k.bench.kernels qsa_glue``."""
 from __future__ import annotations
 
 MS = (1, 4, 8, 16)
@@ -9,7 +9,7 @@ MS = (1, 4, 8, 16)
 def _sets(M, copies=8):
     import torch
 
-    from .reference import rope_cos_sin_cache
+    from r9k.kernels.qsa_glue.reference import rope_cos_sin_cache
 
     cache = rope_cos_sin_cache(32, 65536, 10000.0, device="cuda")
     w = (torch.randn(128, device="cuda") * 0.2).to(torch.bfloat16)
@@ -24,9 +24,9 @@ def _sets(M, copies=8):
 
 
 def run(bw):
-    from r9k.kernels._triton.timing import row
+    from r9k.bench.timing import row
 
-    from . import reference, triton_kernel
+    from r9k.kernels.qsa_glue import reference, triton_kernel
 
     rows = []
     for M in MS:

@@ -13,7 +13,7 @@ How a number is made (see notes/kernels-linear-routing.md for why):
   denominator of every "fraction of bandwidth" figure, measured in the same run.
 * ``copies_for(nbytes)``: how many argument sets to rotate over so their weights exceed the L2.
 
-Nothing here runs at import; torch is imported lazily so ``import r9k.kernels._triton.timing`` is cheap.
+Nothing here runs at import; torch is imported lazily so ``import r9k.bench.timing`` is cheap.
 """
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ def graph_nodes(fn, args) -> int | None:
     import torch
 
     try:
-        from r9k.kernels.decode_step.counter import capture
+        from r9k.kernels._triton.launches import capture
 
         _g, _out, nodes = capture(lambda: fn(*args))
         del _g
