@@ -5,7 +5,8 @@ importing this module loads no torch and no vLLM.
 * the launch hand-off: :func:`encode_manifest`, :data:`MANIFEST_DATA_VAR`, :func:`prepare_launch`;
 * models the plugin builds: :func:`resolve_model_ref` (a ``tiny:`` reference to a checkpoint in the cache),
   :data:`ARCHITECTURE` and :func:`precheck` (the Flash-Next checkpoint check before anything starts);
-* the status: :func:`merged_status` (one view of every process's section), :func:`kv_cache_line`.
+* the status: :func:`merged_status` (one view of every process's section), :func:`kv_cache_line`;
+* where vLLM's sources are (``r9kctl doctor``): :func:`vllm_source_root`, the folder the kernels' peer loader reads.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from .snapshot import encode_manifest, prepare_launch
 from .startup import MANIFEST_DATA_VAR
 from .status import merged_status
 from .tiny_model import resolve_model_ref
+from ..kernels._triton.vllm_peer import source_root as vllm_source_root
 
 __all__ = ["ARCHITECTURE", "MANIFEST_DATA_VAR", "encode_manifest", "kv_cache_line", "merged_status", "precheck",
-           "prepare_launch", "resolve_model_ref"]
+           "prepare_launch", "resolve_model_ref", "vllm_source_root"]

@@ -298,9 +298,9 @@ def run(args) -> int:
     if args.vllm_src:
         where = Path(args.vllm_src)
     else:
-        from r9k.kernels._triton.vllm_peer import source_root
+        from r9k.plugin.api import vllm_source_root
 
-        where = source_root()
+        where = vllm_source_root()
         if where is None:
             sys.stderr.write("r9kctl doctor: error[usage]: no installed vLLM found; name one with --vllm-src DIR\n")
             return 2

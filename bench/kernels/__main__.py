@@ -52,7 +52,7 @@ def _part(mod, extra_cols=()):
 
 
 def _qsa_prepare(bw, sweep):
-    from r9k.kernels.decode_step import qsa_peer as b
+    from r9k.bench.decode_step import qsa_peer as b
 
     return b.run(bw), {}, b.COLS
 

@@ -99,7 +99,6 @@ def test_vllm_qsa_prepare_on_the_decode_batch(device, rng):
         pytest.skip("Triton's interpreter rejects vLLM's qsa_prepare (a tl.where over bool masks: 'mask has "
                     "unsupported dtype'); the test runs on the GPU (scripts/gpu.sh gates kernels/_triton)")
     from r9k.kernels._testing import randn
-    from r9k.kernels.decode_step.model import rope_cache
     from r9k.kernels.qk_rope import reference as qk
     from r9k.kernels.qsa_glue import reference as gl
 
@@ -110,7 +109,7 @@ def test_vllm_qsa_prepare_on_the_decode_batch(device, rng):
     qkv = randn((T, 2 * (hq + hkv) * D), rng, device)
     ix = randn((T, (ih + 1) * idd), rng, device)
     wiq, wik, wq, wk = (randn((n,), rng, device, scale=0.1) for n in (idd, idd, D, D))
-    rope = rope_cache(N, idd // 2, 1e7, device)
+    rope = gl.rope_cos_sin_cache(idd // 2, N, 1e7, device)
     cnt, (mq, mg, iq) = _count(lambda: vllm_peer.qsa_prepare(ix, qkv, c, rope, wiq, wik, wq, wk, 1e-6, ih, grp))
     assert dict(cnt.triton) == {"_qsa_prepare_kernel": 1}, cnt.triton
     pos = c["positions"]
