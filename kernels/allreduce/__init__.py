@@ -11,3 +11,8 @@
 The GPU transport (peer memory through PyTorch symmetric memory or CUDA IPC, multicast never used) is not
 here yet: its kernels need a machine with several GPUs (notes/allreduce.md).
 """
+
+#: Why no registry variant names this folder as its implementation yet (tests/plugin/test_declared_once.py
+#: accepts a kernel folder without a variant only with such a reason): the schedules are not installed in vLLM.
+NOT_SERVED = ("not installed where vLLM all-reduces yet (its communicator classes); the registry's all-reduce "
+              "variants stay env-only, the original's HIP code (notes/allreduce.md)")

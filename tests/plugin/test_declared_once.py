@@ -33,7 +33,13 @@ def test_the_op_table_is_the_tomls(registry, op_table):
 
     declared = {v.implementation.op: v for v in registry.variants.values() if v.implementation.op}
     assert set(op_table) == set(declared), "an op without a variant, or a variant naming no registered op"
-    assert set(ops.discover()) == {v.implementation.module for v in declared.values()}
+    import importlib
+
+    # a kernel folder no variant serves yet says why (kernels/<op>/__init__.py: NOT_SERVED), and registers no op
+    unserved = {m for m in ops.discover() if getattr(importlib.import_module(m), "NOT_SERVED", None)}
+    assert all(len(importlib.import_module(m).NOT_SERVED) > 20 for m in unserved)
+    assert set(ops.discover()) - unserved == {v.implementation.module for v in declared.values()}
+    assert not unserved & {v.implementation.module for v in registry.variants.values()}
     for name, kop in op_table.items():
         v = declared[name]
         assert kop.variant == v.id
