@@ -39,8 +39,13 @@ def url_of(argv: list[str]) -> str:
     return f"http://{host}:{port}"
 
 
+#: vLLM's access-log lines of the screen's own polls: every 1.5 s they would push everything else out.
+OWN_POLLS = ('"GET /health HTTP', '"GET /r9k/status HTTP')
+
+
 def log_tail(path: Optional[Path], lines: int = 12) -> list[str]:
-    """The last ``lines`` lines of a log file (carriage-return progress bars kept to their last state)."""
+    """The last ``lines`` lines of a log file (carriage-return progress bars kept to their last state),
+    without the access-log lines of the server screen's own polls."""
     if path is None:
         return []
     try:
@@ -52,7 +57,7 @@ def log_tail(path: Optional[Path], lines: int = 12) -> list[str]:
     except OSError:
         return []
     out = [ln.rsplit("\r", 1)[-1].rstrip() for ln in data.splitlines()]
-    return [ln for ln in out if ln.strip()][-lines:]
+    return [ln for ln in out if ln.strip() and not any(p in ln for p in OWN_POLLS)][-lines:]
 
 
 @dataclass
