@@ -131,9 +131,9 @@ def total_calls(status: dict | None) -> int:
 def screen_text(screen) -> str:
     from rich.console import Console
 
-    c = Console(width=200, record=True, file=open(os.devnull, "w"))
+    c = Console(width=200, record=True, file=open(os.devnull, "w"), color_system=None)
     for w in screen.query("Static"):
-        c.print(w.render())
+        c.print(w.content)
     return c.export_text()
 
 
@@ -152,7 +152,8 @@ async def counters_move(pilot, scr, url: str) -> None:
     await wait_screen(pilot, lambda: scr.last is not None and scr.last.state == "healthy" and scr.last.status
                       and scr.last.status.get("in_use"), START_TIMEOUT_S, "a healthy server reporting its set")
     before = total_calls(scr.last.status)
-    assert "router_gemm" in screen_text(scr)  # the op and the implementation it uses
+    shown = screen_text(scr)
+    assert "router_gemm" in shown, shown  # the op and the implementation it uses
     await asyncio.to_thread(complete_once, url)
     await wait_screen(pilot, lambda: total_calls(scr.last.status) > before, 300, "the counters moving")
     assert re.search(r"router_gemm.*(fused|fallback)\S*=\d", screen_text(scr)), screen_text(scr)
