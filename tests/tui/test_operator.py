@@ -251,7 +251,7 @@ print(json.dumps(out, sort_keys=True))
 """
     def state() -> dict:
         return json.loads(subprocess.run([str(vpy), "-c", probe], capture_output=True, text=True, check=True,
-                                         timeout=300).stdout)
+                                         timeout=300, cwd=tmp_path).stdout)  # not the checkout's r9k/
 
     before = state()
     assert "torch" in before and "vllm" in before, before
@@ -271,7 +271,7 @@ print(json.dumps(out, sort_keys=True))
     assert installed and installed[0].split() == ["r9k-stack-0.1.0"], res.stdout[-3000:]
     assert state() == before, "installing the project changed torch or vLLM"
     where = subprocess.run([str(vpy), "-c", "import r9k.plugin, r9k.registry; print(r9k.plugin.__file__)"],
-                           capture_output=True, text=True, check=True, timeout=300).stdout.strip()
+                           capture_output=True, text=True, check=True, timeout=300, cwd=tmp_path).stdout.strip()
     assert where.startswith(str(vpure)), where  # the installed copy, not the test venv's editable one
 
     port = free_port()
