@@ -75,8 +75,12 @@ def read_keymap(path, explicit: bool) -> tuple[dict[str, str], str | None]:
 def panel_argv(args) -> list[str]:
     """The ``r9kctl tui`` command line that ``--serve`` runs for each browser (the same options, no --serve)."""
     import sys
+    from pathlib import Path
 
-    argv = [sys.executable, "-m", "r9k.r9kctl.cli", "tui"]
+    # the console script where there is one: "python -m" would put the working directory first on sys.path
+    script = Path(sys.executable).parent / "r9kctl"
+    argv = [str(script) if script.exists() else sys.executable, *([] if script.exists() else ["-m", "r9k.r9kctl.cli"]),
+            "tui"]
     if args.profile:
         argv += ["--profile", args.profile]
     if args.tp is not None:

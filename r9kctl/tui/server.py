@@ -105,7 +105,14 @@ class Server:
         from r9k.r9kctl.launch import process_env
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        from r9k.registry import envvars
+
         env = process_env(self.plan)
+        # process_env marks this process's pid as the launch's first vLLM process (r9kctl launch exec's into
+        # it: same pid). A child has another pid: let the API server claim it, or it takes itself for a
+        # helper and neither writes nor reads the status file (the route would show no worker's counters).
+        env.pop(envvars.LAUNCH_PID.name, None)
+        env.pop(envvars.LAUNCH_HASH.name, None)
         env.setdefault("PYTHONUNBUFFERED", "1")
         with open(self.log_path, "ab") as log:
             log.write(f"\n# r9kctl tui: {self.plan.display().splitlines()[-1]}\n".encode())
