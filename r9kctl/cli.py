@@ -18,7 +18,7 @@ import sys
 from r9k.registry import envvars
 from r9k.registry.errors import RegistryError
 
-from .help_text import EXAMPLES
+from .help_text import EXAMPLES, plain
 
 # Subcommand modules, in the order ``--help`` lists them.
 COMMANDS = [
@@ -61,8 +61,29 @@ def _subparsers(p: argparse.ArgumentParser):
             yield action
 
 
+#: The human-readable ``--format``: commands call it ``table`` or ``text``; every command accepts both.
+HUMAN_FORMATS = ("table", "text")
+
+
+def _one_format_vocabulary(p: argparse.ArgumentParser) -> None:
+    """A command's ``--format`` accepts both names of the human-readable form (``table`` and ``text``),
+    handing the command the one it knows; its help names both."""
+    for action in p._actions:
+        if "--format" not in action.option_strings or not action.choices:
+            continue
+        own = next((c for c in action.choices if c in HUMAN_FORMATS), None)
+        if own is None:
+            continue
+        choices = list(action.choices)
+        action.type = lambda v, own=own: own if v in HUMAN_FORMATS else v
+        action.metavar = "{" + ",".join(["table|text" if c == own else c for c in choices]) + "}"
+        if action.help and "%(choices)" in action.help:
+            action.help = action.help.replace("%(choices)s", action.metavar)
+
+
 def _finish(name: str, p: argparse.ArgumentParser, help_: str | None) -> None:
     """Every subcommand (and its own subcommands): a description, the examples, the global options."""
+    _one_format_vocabulary(p)
     if not p.description and help_:
         p.description = help_[0].upper() + help_[1:] + "."
     ex = EXAMPLES.get(name)
@@ -71,7 +92,10 @@ def _finish(name: str, p: argparse.ArgumentParser, help_: str | None) -> None:
     if p.formatter_class is argparse.HelpFormatter:
         p.formatter_class = argparse.RawDescriptionHelpFormatter
     # descriptions come from docstrings, which refer to a control variable as envvars.NAME: show its name
-    p.description, p.epilog = (envvars.spell(t) if t else t for t in (p.description, p.epilog))
+    p.description, p.epilog = (plain(envvars.spell(t)) if t else t for t in (p.description, p.epilog))
+    for action in p._actions:  # an option's help is plain text too
+        if isinstance(action.help, str):
+            action.help = plain(action.help)
     _add_globals(p, after=True)
     for action in _subparsers(p):
         helps = {a.dest: a.help for a in action._choices_actions}

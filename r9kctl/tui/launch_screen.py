@@ -1,9 +1,10 @@
-"""Launch: the dry run (the exact command and environment ``r9kctl launch`` would use), then a confirm.
-
-The ``vllm serve`` command comes first, the environment (about ninety ``export`` lines) is folded under
-it (expandable), and a field takes extra vLLM arguments (``--port 8001``), the same ones
-``r9kctl launch --profile P -- ARGS`` passes. An invalid profile is refused here with its errors; nothing
-starts. Cancel is focused: enter never launches by accident."""
+"""Launch: the exact command first, the same text as ``r9kctl launch --dry-run`` (:meth:`LaunchPlan.display`
+of the plan that will run: the manifest written, a built-in tiny model as its path), its environment and
+the validation's warnings folded under it, and the field for extra vLLM arguments (``--port 8001``, as
+``r9kctl launch --profile P -- ARGS`` takes them), focused on open. Enter in the field applies the
+arguments and stays there: it never launches or closes. ``ctrl+l`` (or ``y`` outside the field, or the
+button) launches: the server starts in the background and the server screen follows it. An invalid
+profile is refused here with its errors; nothing starts."""
 from __future__ import annotations
 
 import shlex
@@ -17,56 +18,57 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Collapsible, Input, Static
 
 
-def command_text(plan) -> str:
-    """The command line alone, as a person would type it."""
-    return " ".join(shlex.quote(a) for a in plan.argv)
-
-
-def env_text(plan) -> str:
-    lines = [f"# {n}" for n in plan.notes]
-    from r9k.registry.redact import export_line
-
-    lines += [export_line(k, plan.env[k]) for k in sorted(plan.env)]  # quoted; a credential masked
-    return "\n".join(lines)
-
-
 class LaunchScreen(ModalScreen[bool]):
     """Dismisses with True to launch (only offered when the plan is valid); the extra arguments typed
-    are kept in ``session.extra_args`` (the launch after the app exits uses them)."""
+    are kept in ``session.extra_args`` (the launch uses them)."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="r9k.cancel")]
-    AUTO_FOCUS = "#launch-cancel"
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="r9k.cancel"),
+                Binding("ctrl+l", "launch", "Launch", id="r9k.launch_go", priority=True)]
+    AUTO_FOCUS = "#launch-extra"
 
     def __init__(self, session, unsaved: int, **kw) -> None:
         super().__init__(**kw)
         self.session = session
         self.unsaved = unsaved
-        self.plan = session.plan_launch(final=False)
+        self.plan = self._plan()
+
+    def _plan(self):
+        """The plan that a launch runs (final: the manifest written, the model a path)."""
+        return self.session.plan_launch(final=True)
 
     def compose(self):
         p = self.plan
         with Vertical(id="launch-dialog"):
             yield Static(self._title(), id="dialog-title")
+            yield Input(value=shlex.join(self.session.extra_args), id="launch-extra", compact=True,
+                        placeholder="extra vllm serve arguments, e.g. --port 8001 (enter applies)")
             with VerticalScroll(id="launch-body"):
                 yield Static(self._command(), id="launch-command")
                 if p.ok:
-                    with Collapsible(title=f"environment: {len(p.env)} variable(s)", collapsed=True,
-                                     id="launch-env"):
+                    with Collapsible(title=self._env_title(), collapsed=True, id="launch-env"):
                         yield Static(self._env(), id="launch-env-text")
-            yield Input(value=shlex.join(self.session.extra_args), id="launch-extra", compact=True,
-                        placeholder="extra vllm serve arguments, e.g. --port 8001 (enter applies)")
+                    with Collapsible(title=self._warn_title(), collapsed=True, id="launch-warnings"):
+                        yield Static(self._warnings(), id="launch-warnings-text")
             with Horizontal(id="dialog-buttons"):
                 yield Button(Text("Cancel [esc]"), id="launch-cancel")
                 if p.ok:
-                    yield Button(Text("Launch [y]"), id="launch-go", variant="warning")
+                    yield Button(Text("Launch [ctrl+l]"), id="launch-go", variant="warning")
+
+    def on_mount(self) -> None:
+        for b in self.query(Button):
+            b.can_focus = False  # enter reaches no button: only ctrl+l, y or a click launches or closes
 
     def _title(self) -> Text:
         p = self.plan
         if p.ok:
             return Text.assemble(("Launch ", "bold"), (str(p.manifest.get("profile")), "bold cyan"),
-                                 f" at tp{p.manifest.get('tp')}: dry run")
+                                 f" at tp{p.manifest.get('tp')}: the exact command (r9kctl launch --dry-run)")
         return Text.assemble(("Refusing to launch ", "bold red"), (str(p.manifest.get("profile")), "bold"),
                              ": the profile does not validate")
+
+    def dry_run_lines(self) -> list[str]:
+        """``r9kctl launch --dry-run``'s text of this plan, line by line: comments, exports, the command."""
+        return self.plan.display().splitlines()
 
     def _command(self):
         p = self.plan
@@ -75,38 +77,41 @@ class LaunchScreen(ModalScreen[bool]):
         head = Text()
         if self.unsaved:
             head.append(f"includes {self.unsaved} unsaved edit(s)\n", "bold magenta")
-        head.append(f"profile {p.manifest.get('profile')} tp{p.manifest.get('tp')} hash {p.manifest.get('hash')}",
-                    "dim")
-        warn = [Text(f"! {d.format()}", "yellow") for d in p.report.warnings]
-        return Group(head, *warn, Syntax(command_text(p), "bash", word_wrap=True, background_color="default"))
+        return Group(head, Syntax(self.dry_run_lines()[-1], "bash", word_wrap=True, background_color="default"))
+
+    def _env_title(self) -> str:
+        return f"environment: {len(self.plan.env)} variable(s), and the plan's notes"
 
     def _env(self):
-        return Syntax(env_text(self.plan), "bash", word_wrap=True, background_color="default")
+        return Syntax("\n".join(self.dry_run_lines()[:-1]), "bash", word_wrap=True, background_color="default")
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        event.stop()
-        try:
-            args = shlex.split(event.value)
-        except ValueError as exc:
-            self.notify(f"extra arguments: {exc}", severity="error")
-            return
-        self.session.extra_args = args
-        self.plan = self.session.plan_launch(final=False)
+    def _warn_title(self) -> str:
+        return f"{len(self.plan.report.warnings)} warning(s) of the validation"
+
+    def _warnings(self):
+        w = self.plan.report.warnings
+        return Group(*[Text(f"! {d.format()}", "yellow") for d in w]) if w else Text("none")
+
+    def _refresh_plan(self) -> None:
+        self.plan = self._plan()
         self.query_one("#launch-command", Static).update(self._command())
         if self.query("#launch-env-text"):
+            self.query_one("#launch-env", Collapsible).title = self._env_title()
             self.query_one("#launch-env-text", Static).update(self._env())
-        self.query_one("#launch-cancel", Button).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()  # enter applies the arguments; the focus stays in the field
+        self._apply_extra()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        go = event.button.id == "launch-go"
-        if go and not self._apply_extra():
-            return
-        self.dismiss(go)
+        if event.button.id == "launch-go":
+            self.action_launch()
+        else:
+            self.dismiss(False)
 
     def _apply_extra(self) -> bool:
-        """The field's arguments into the plan (typed but not yet applied with enter); False if the
-        plan they give is refused."""
+        """The field's arguments into the plan; False if they cannot be split or the plan is refused."""
         value = self.query_one("#launch-extra", Input).value
         if value == shlex.join(self.session.extra_args):
             return self.plan.ok
@@ -115,15 +120,17 @@ class LaunchScreen(ModalScreen[bool]):
         except ValueError as exc:
             self.notify(f"extra arguments: {exc}", severity="error")
             return False
-        self.plan = self.session.plan_launch(final=False)
-        self.query_one("#launch-command", Static).update(self._command())
+        self._refresh_plan()
         return self.plan.ok
+
+    def action_launch(self) -> None:
+        if self.plan.ok and self._apply_extra():
+            self.dismiss(True)
 
     def on_key(self, event) -> None:
         if event.key == "y" and self.plan.ok and not isinstance(self.focused, Input):
             event.stop()
-            if self._apply_extra():
-                self.dismiss(True)
+            self.action_launch()
 
     def action_cancel(self) -> None:
         self.dismiss(False)

@@ -38,6 +38,7 @@ class MainScreen(Screen):
         Binding("ctrl+s", "save", "Save", id="r9k.save"),
         Binding("S", "save_as", "Save as", show=False, id="r9k.save_as"),
         Binding("l", "launch", "Launch", id="r9k.launch"),
+        Binding("o", "server", "Server", show=False, id="r9k.server"),
         Binding("r", "reload", "Reload", show=False, id="r9k.reload"),
         Binding("e", "open_editor", "$EDITOR", id="r9k.editor"),
         Binding("ctrl+z", "undo", "Undo", show=False, id="r9k.undo"),
@@ -525,9 +526,13 @@ class MainScreen(Screen):
 
         def done(answer) -> None:
             if answer:
-                self.app.exit(result=("launch", self.s))
+                self.app.start_server(self.s)
 
         self.app.push_screen(LaunchScreen(self.s, len(self.s.current_edits)), done)
+
+    def action_server(self) -> None:
+        """The server screen of the server launched from here (or attached to)."""
+        self.app.show_server()
 
     def request_quit(self) -> None:
         """Every way out comes here (q, ctrl+q, the palette's Quit, a closed terminal's SIGHUP aside):

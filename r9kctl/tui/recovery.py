@@ -1,6 +1,8 @@
-"""Unsaved edits of a panel that could not ask before it ended (the terminal was closed: SIGHUP, or a
-SIGTERM): written to ``tui-recovery.json`` in the cache directory (``envvars.cache_dir()``) and restored
-as unsaved edits at the next start, so that no way out loses an edit. The file holds variant id ->
+"""Unsaved edits of a panel that could not ask before it ended (the terminal was closed: SIGHUP, a SIGTERM,
+or a ``kill -9`` that nothing can catch): ``tui-recovery.json`` in the cache directory
+(``envvars.cache_dir()``) is a journal, rewritten atomically after every change of the edits (an edit, a
+reset, undo, redo, a save; removed when none are left or the panel ends by asking), and restored as
+unsaved edits at the next start, so that no way out loses an edit. The file holds variant id ->
 canonical value (null: the profile's key removed), per profile; restored edits go through
 ``Session.set_value`` / ``reset`` (re-checked, undoable)."""
 from __future__ import annotations
@@ -19,8 +21,34 @@ def recovery_path() -> Path:
     return cache_dir() / "tui-recovery.json"
 
 
+def _edits(s: Session) -> dict:
+    return {p: {vid: (None if v is REMOVED else str(v)) for vid, v in e.items()} for p, e in s.edits.items() if e}
+
+
+def journal(s: Session) -> None:
+    """After every change (``Session.journal``): the edits on disk, or no file when there are none."""
+    edits = _edits(s)
+    state = (s.profile, repr(edits))
+    if getattr(s, "_journaled", None) == state:
+        return
+    if edits:
+        if write_recovery(s) is None:
+            return  # not written (a read-only cache): try again at the next change
+    else:
+        clear_journal()
+    s._journaled = state
+
+
+def clear_journal() -> None:
+    """The panel ended by asking (or the edits were saved): nothing to restore next time."""
+    try:
+        recovery_path().unlink()
+    except OSError:
+        pass
+
+
 def write_recovery(s: Session) -> Optional[Path]:
-    edits = {p: {vid: (None if v is REMOVED else str(v)) for vid, v in e.items()} for p, e in s.edits.items() if e}
+    edits = _edits(s)
     if not edits:
         return None
     path = recovery_path()

@@ -104,6 +104,8 @@ class Session:
         self.undo_stack: list[Snapshot] = []
         self.redo_stack: list[Snapshot] = []
         self.extra_args: list[str] = []  # extra vllm serve arguments for a launch (the launch screen's field)
+        # called with this session after every change of the edits (the panel's journal: recovery.journal)
+        self.journal = None
         self._capture_files()
         self.profile = profile if profile in reg.profiles else (self.closest_profile(profile) or self.default_profile())
         self.tp_choice = tp  # None: the profile's own TP size
@@ -438,6 +440,9 @@ class Session:
             if not self.kv_history or self.kv_history[-1] != kv:
                 self.kv_history.append(kv)
 
+        if self.journal is not None:
+            self.journal(self)
+
     @property
     def kv_delta(self) -> Optional[int]:
         if self.budget is None or getattr(self, "saved_budget", None) is None:
@@ -537,6 +542,8 @@ class Session:
         self._reload_keep(edits_kept)
         self.undo_stack.clear()  # undo goes back to the last save, not past it
         self.redo_stack.clear()
+        if self.journal is not None:
+            self.journal(self)
         return path
 
     def save_as_target(self) -> Path:

@@ -161,13 +161,18 @@ def test_dialog_defaults_are_never_destructive(workspace):
             await pilot.press("enter")
             await pilot.pause()
             assert s.has_edits()
-            # the launch screen: Cancel focused, enter does not launch
+            # the launch screen: the arguments field focused; enter applies it, never launches or closes
+            started = []
+            app.start_server = started.append
             await pilot.press("l")
             await pilot.pause()
-            assert isinstance(app.screen, LaunchScreen) and app.focused.id == "launch-cancel"
+            assert isinstance(app.screen, LaunchScreen) and app.focused.id == "launch-extra"
             await pilot.press("enter")
             await pilot.pause()
-            assert isinstance(app.screen, MainScreen) and app.return_value is None
+            assert isinstance(app.screen, LaunchScreen) and app.focused.id == "launch-extra" and not started
+            await pilot.press("escape")
+            await pilot.pause()
+            assert isinstance(app.screen, MainScreen) and app.return_value is None and not started
             return seen
 
     seen = run(scenario())
@@ -378,8 +383,11 @@ def test_save_as_writes_an_honest_description(workspace):
 
 
 def test_launch_screen_command_first_environment_folded_extra_arguments(workspace):
+    started = []
+
     async def scenario():
         app = R9kApp(profile="tp2-default", env={})
+        app.start_server = started.append  # what a confirmed launch starts (the server itself: test_operator.py)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("l")
             await pilot.pause()
@@ -389,18 +397,21 @@ def test_launch_screen_command_first_environment_folded_extra_arguments(workspac
             assert "--tensor-parallel-size 2" in cmd and "export" not in cmd
             env = scr.query_one("#launch-env", Collapsible)
             assert env.collapsed and f"{len(scr.plan.env)} variable" in str(env.title)
-            scr.query_one("#launch-extra", Input).focus()
+            assert scr.query_one("#launch-warnings", Collapsible).collapsed
+            assert app.focused.id == "launch-extra"
             await pilot.press(*list("--port 8001"), "enter")
             await pilot.pause()
+            assert isinstance(app.screen, LaunchScreen) and not started  # enter applied the field, no more
             assert scr.plan.argv[-2:] == ["--port", "8001"]
             assert "--port 8001" in text_of(scr.query_one("#launch-command", Static))
-            await pilot.press("y")
+            await pilot.press("ctrl+l")
             await pilot.pause()
+            assert isinstance(app.screen, MainScreen)
         return app
 
-    app = run(scenario())
-    kind, session = app.return_value
-    assert kind == "launch" and session.extra_args == ["--port", "8001"]
+    run(scenario())
+    [session] = started
+    assert session.extra_args == ["--port", "8001"]
     assert session.plan_launch(final=False).argv[-2:] == ["--port", "8001"]
 
 

@@ -272,6 +272,7 @@ def test_int_input_refuses_an_illegal_value(workspace):
 def test_launch_shows_dry_run_and_refuses_invalid(workspace):
     async def scenario():
         app = R9kApp(profile="tp2-default", env={})
+        app.start_server = started.append  # a confirmed launch (the real start: tests/tui/test_operator.py)
         async with app.run_test(size=SIZE) as pilot:
             s = app.screen.s
             await pilot.press("l")
@@ -290,7 +291,7 @@ def test_launch_shows_dry_run_and_refuses_invalid(workspace):
             await pilot.pause()
             assert isinstance(app.screen, LaunchScreen) and not app.screen.plan.ok
             assert not app.screen.query("#launch-go")
-            await pilot.press("y")  # not offered: nothing happens
+            await pilot.press("ctrl+l")  # not offered: nothing happens
             await pilot.pause()
             assert isinstance(app.screen, LaunchScreen)
             await pilot.press("escape")
@@ -298,12 +299,13 @@ def test_launch_shows_dry_run_and_refuses_invalid(workspace):
             await pilot.pause()
             await pilot.press("l")
             await pilot.pause()
-            await pilot.press("y")
+            await pilot.press("ctrl+l")
             await pilot.pause()
-        return app.return_value, s
+        return started, s
 
+    started = []
     result, s = run(scenario())
-    assert result[0] == "launch" and result[1] is s
+    assert result == [s]
 
 
 def test_diff_view_help_palette_and_keymap(workspace):
