@@ -343,7 +343,10 @@ def diff(reg: Registry, a: str, b: str, tp: Optional[int] = None, all_numbers: b
 
 def _numbers_release(reg: Registry, rel: Optional[str]) -> Optional[str]:
     seen = set()
-    while rel and rel not in seen and reg.releases[rel].project and not reg.releases[rel].bench \
+    # (a project release's own records of a platform the original never ran on, such as its H200 decode-step
+    # figures, are not release-to-release numbers of the served stack: they do not stop the walk)
+    while rel and rel not in seen and reg.releases[rel].project \
+            and not any(r.platform == "r9700" for r in reg.releases[rel].bench) \
             and not reg.releases[rel].quality and reg.releases[rel].previous in reg.releases:
         seen.add(rel)
         rel = reg.releases[rel].previous
