@@ -77,6 +77,7 @@ class ResolvedSet:
     gpu_memory_utilization: Optional[float]
     strict: bool = False
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    registry_root: Optional[object] = None  # the registry tree it was resolved from (a Path)
 
     @property
     def ok(self) -> bool:
@@ -99,16 +100,11 @@ class ResolvedSet:
 
     @property
     def hash(self) -> str:
-        """12 hex chars over what the processes must agree on: model, TP size and every value."""
-        payload = {
-            "model": self.model,
-            "tp": self.tp,
-            "values": {r.variant.knob: r.value for r in sorted(self.items.values(), key=lambda r: r.variant.knob)
-                       if r.value is not None},
-            "env": dict(sorted(self.extra_env.items())),
-        }
-        blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
-        return hashlib.sha256(blob).hexdigest()[:12]
+        """12 hex chars over what the processes must agree on: model, TP size and every value
+        (:func:`r9k.registry.manifest.set_hash`, the one formula)."""
+        from .manifest import set_hash
+
+        return set_hash(self.model, self.tp, {r.variant.knob: r.value for r in self.items.values()}, self.extra_env)
 
     def env(self) -> dict[str, str]:
         """Environment variables to export: every knob with a value ('' = unset is not exported) that the
@@ -119,28 +115,16 @@ class ResolvedSet:
         out.update(self.extra_env)
         return out
 
-    def to_manifest(self) -> dict:
-        return {
-            "schema": "r9k-manifest/1",
-            "profile": self.profile,
-            "model": self.model,
-            "tp": self.tp,
-            "platform": self.platform,
-            "release": self.release,
-            "chain": self.chain,
-            "hash": self.hash,
-            "strict": self.strict,
-            "values": {
-                vid: {"knob": r.variant.knob, "value": r.value, "layer": r.layer, "source": r.source,
-                      "origin": r.origin.to_dict()}
-                for vid, r in sorted(self.items.items())
-            },
-            "extra_env": self.extra_env,
-            "serve_args": self.serve_args,
-            "model_path": self.model_path,
-            "hardware": self.hardware,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-        }
+    def to_manifest(self, warnings=()) -> dict:
+        """The manifest (:mod:`r9k.registry.manifest`, the one hand-off to the plugin) of this set, with the
+        fingerprint of the registry it was resolved from."""
+        from . import manifest
+        from .availability import adapters_path
+        from .loader import default_registry_root
+
+        root = self.registry_root or default_registry_root()
+        fp = manifest.registry_fingerprint(root, adapters_path())
+        return manifest.from_resolved(self, fp, warnings).to_dict()
 
     @classmethod
     def from_manifest(cls, data: Mapping, reg: Registry) -> "ResolvedSet":
@@ -426,5 +410,5 @@ def resolve(
                      release=base, chain=[p.name for p in chain], items=items, extra_env=extra_env,
                      serve_args=serve_args, model_path=model_path,
                      hardware=hardware.model_dump() if hardware else None, gpu_memory_utilization=util,
-                     strict=strict_flag, diagnostics=diags)
+                     strict=strict_flag, diagnostics=diags, registry_root=reg.root)
     return rs

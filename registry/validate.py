@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-from . import availability
+from . import availability, manifest
+from .manifest import Impl
 from .errors import Diagnostic, RegistryError
 from .loader import Registry, load_registry
 from .memory import Budget, budget
@@ -69,9 +70,9 @@ class Report:
 def availability_dict(verdicts: Mapping) -> dict:
     """The per-profile availability report: counts, installed knobs, fallbacks with their reason."""
     c = availability.counts(verdicts)
-    return {"installed": c["installed"], "fallback": c["fallback"], "env_only": c["env"],
-            "installed_variants": [v.knob for v in verdicts.values() if v.state == "installed"],
-            "fallbacks": {v.knob: v.reason for v in verdicts.values() if v.state == "fallback"}}
+    return {"installed": c[Impl.FUSED], "fallback": c[Impl.FALLBACK], "env_only": c[Impl.ENV],
+            "installed_variants": [v.knob for v in verdicts.values() if v.state is Impl.FUSED],
+            "fallbacks": {v.knob: v.reason for v in verdicts.values() if v.state is Impl.FALLBACK}}
 
 
 # ----------------------------------------------------------------------------------- registry-wide
@@ -156,7 +157,7 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
     name = rs.profile
     items = rs.items
     strict = rs.strict
-    verdicts = availability.plan(rs, adapters=availability.load_adapters())
+    verdicts = availability.plan(manifest.from_resolved(rs), adapters=availability.load_adapters())
     report.availability[name] = verdicts
 
     if rs.model and rs.model in reg.models and not reg.models[rs.model].supports_tp(rs.tp):
@@ -179,7 +180,7 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
             report.add(Diagnostic("error", "unsupported-model", f"{v.knob}={r.value}: variant '{vid}' does not apply "
                                   f"to model {rs.model} (applies to: {', '.join(v.models) or 'all but ' + ', '.join(v.excluded_models)})", *where, [vid, name]))
         av = verdicts[vid]
-        if av.state == "fallback":
+        if av.state is Impl.FALLBACK:
             report.add(Diagnostic("error" if strict else "warning", "no-implementation",
                                   f"{v.knob}={r.value}: variant '{vid}' cannot run here: {av.reason}; the plugin "
                                   f"keeps vLLM's own path ({v.knob}={v.stock})", *where, [vid, name]))

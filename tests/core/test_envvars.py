@@ -44,7 +44,7 @@ def test_help_built_from_docstrings_shows_the_names():
     """Docstrings refer to ``envvars.MANIFEST``; a user reading ``--help`` sees the name to set."""
     from r9k.r9kctl.cli import build_parser
 
-    for cmd, var in (("launch", envvars.MANIFEST), ("status", envvars.STATUS_FILE), ("bisect", envvars.MANIFEST)):
+    for cmd, var in (("launch", envvars.PROFILE), ("status", envvars.STATUS_FILE), ("bisect", envvars.MANIFEST)):
         sub = build_parser(only=cmd)._subparsers._group_actions[0].choices[cmd]
         text = sub.format_help()
         assert var.name in text and "envvars." not in text, (cmd, text)
