@@ -296,8 +296,8 @@ def _write_status(table) -> None:
 def startup_table(active, table, proc) -> list[str]:
     """The startup table: a header with profile and hash; rank 0 lists every non-stock variant."""
     rs = active.rs
-    head = (f"r9k {rs.hash}: profile {rs.profile} (tp {rs.tp}, {active.origin}), server {active.server or '?'}, "
-            f"{proc.label}"
+    head = (f"r9k {rs.hash}: profile {rs.profile} (tp {rs.tp}, {active.origin}), {proc.label}, "
+            f"server {active.server or '?'}"
             f"{' strict' if rs.strict else ''}")
     if proc.rank != 0:
         return [head + f"; rank {proc.rank}: table on rank 0"]

@@ -239,10 +239,20 @@ def this_registry_fingerprint(environ: Optional[Mapping[str, str]] = None) -> st
     return registry_fingerprint(root, package_dir("r9k.registry") / "adapters.toml")
 
 
-def check_manifest(m: Manifest, where: str, environ: Mapping[str, str]) -> None:
-    """What every process checks of the manifest it got: the registry it came from is the one here, and no
-    knob variable of this environment says otherwise (no resolution: a comparison of strings)."""
+def check_manifest(m: Manifest, where: str, environ: Mapping[str, str], launched: bool = False) -> None:
+    """What every process checks of the manifest it got: the registry it came from is the one here, no
+    knob variable of this environment says otherwise, and (``launched``: from ``r9kctl launch``) every
+    variable a launcher knob sets has its value here (a Ray worker gets them copied; a node started with
+    another environment is refused). No resolution: a comparison of strings."""
     errors = []
+    if launched:
+        for r in sorted(m.items.values(), key=lambda r: r.variant.knob):
+            s = r.variant.sets
+            if s is None or s.kind != "env" or r.value in (None, "") or r.value == r.variant.stock:
+                continue
+            if environ.get(s.name) != r.value:
+                errors.append(f"{where}: error[launcher-env]: {r.variant.knob}={r.value} sets {s.name}={r.value}, "
+                              f"this process has {s.name}={environ.get(s.name)!r}")
     if m.registry:
         here = this_registry_fingerprint(environ)
         if here != m.registry:
@@ -298,8 +308,8 @@ def load_active(environ: Optional[Mapping[str, str]] = None, carried: Any = None
                 raise StartupError([f"{path}: error[manifest-drift]: the manifest file has set {other.hash}, vLLM's "
                                     f"config carries {m.hash} ({carried_from}); first difference: "
                                     f"{_first_diff(other, m)}"])
-        where = f"{carried_from} (r9kctl launch)"
-        check_manifest(m, where, environ)
+        where = f"{carried_from}, from r9kctl launch"
+        check_manifest(m, where, environ, launched=True)
         return Active(m, where, list(m.warnings), server)
     if path:
         m = _manifest_file(path)
