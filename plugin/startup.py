@@ -283,7 +283,30 @@ def _manifest_file(path: str) -> Manifest:
     try:
         return from_dict(data)
     except ManifestError as exc:
-        raise StartupError([f"{path}:1:1: error[manifest]: {exc}"]) from None
+        raise StartupError([f"{path}{_json_key_location(path, str(exc))}: error[manifest]: {exc}"]) from None
+
+
+def _json_key_location(path: str, problem: str) -> str:
+    """``:line:col`` of the key a manifest problem names (``'values.x'`` ...), found in the file's text; ``""``
+    when it cannot be found."""
+    import re
+
+    m = re.search(r"'([A-Za-z0-9_.\-]+)'", problem)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return ""
+    if not m:
+        return ":1:1"
+    pos = 0
+    for part in m.group(1).split("."):
+        i = text.find(f'"{part}"', pos)
+        if i < 0:
+            break
+        pos = i
+    line = text.count("\n", 0, pos) + 1
+    col = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return f":{line}:{col}"
 
 
 def load_active(environ: Optional[Mapping[str, str]] = None, carried: Any = None,

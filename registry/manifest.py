@@ -192,11 +192,48 @@ class ManifestError(ValueError):
     """Not a manifest this code can serve (shape, integrity or registry); the message says which."""
 
 
+def shape_problem(data: object) -> Optional[str]:
+    """What makes ``data`` not the shape of a manifest (None when it is right), naming the key in quotes (the
+    plugin locates it in the file); ``ResolvedSet.from_manifest`` and :func:`from_dict` both check it."""
+    def kind(o) -> str:
+        return {dict: "an object", list: "an array", str: "a string", bool: "true/false", int: "a number",
+                float: "a number", type(None): "null"}.get(type(o), type(o).__name__)
+
+    if not isinstance(data, dict):
+        return f"a manifest is a JSON object, not {kind(data)}"
+    if not isinstance(data.get("profile"), str):
+        return f"'profile' must be a string, not {kind(data.get('profile'))}"
+    tp = data.get("tp", 1)
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        return f"'tp' must be a positive integer, not {tp!r}"
+    vals = data.get("values", {})
+    if not isinstance(vals, dict):
+        return f"'values' must be an object (variant id -> {{value, layer, source}}), not {kind(vals)}"
+    for vid, entry in vals.items():
+        if not isinstance(entry, dict):
+            return f"'values.{vid}' must be an object with a 'value', not {kind(entry)}"
+        v = entry.get("value")
+        if v is not None and not isinstance(v, (str, int, float, bool)):
+            return f"'values.{vid}.value' must be a string or null, not {kind(v)}"
+    for key, want in (("extra_env", dict), ("serve_args", list), ("chain", list)):
+        if key in data and not isinstance(data[key], want):
+            return f"'{key}' must be {kind(want())}, not {kind(data[key])}"
+    if isinstance(data.get("extra_env"), dict) and not all(isinstance(x, str) for x in data["extra_env"].values()):
+        return "'extra_env' values must be strings"
+    for key in ("serve_args", "chain"):
+        if isinstance(data.get(key), list) and not all(isinstance(x, str) for x in data[key]):
+            return f"'{key}' must hold strings"
+    if data.get("hardware") is not None and not isinstance(data["hardware"], dict):
+        return f"'hardware' must be an object or null, not {kind(data['hardware'])}"
+    return None
+
+
 def from_dict(data: Any) -> Manifest:
     """The manifest :meth:`Manifest.to_dict` wrote; :class:`ManifestError` on any other shape, or when its
     values do not give its hash (edited)."""
-    if not isinstance(data, dict):
-        raise ManifestError(f"a manifest is a JSON object, not {type(data).__name__}")
+    problem = shape_problem(data)
+    if problem:
+        raise ManifestError(problem)
     if data.get("schema") != SCHEMA:
         raise ManifestError(f"schema {data.get('schema')!r}, this code reads {SCHEMA!r} (written by another version?)")
     try:

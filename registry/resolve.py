@@ -27,6 +27,7 @@ from . import envvars
 from .errors import Diagnostic
 from .loader import Registry
 from .origin import Origin, WithOrigin
+from .manifest import shape_problem as manifest_problem
 from .schema import ModelSpec, Profile, Variant
 
 LAYERS = ("registry", "release", "profile", "environment", "override")
@@ -169,42 +170,6 @@ class ResolvedSet:
 
 
 # ------------------------------------------------------------------------------------------ helpers
-
-
-def manifest_problem(data: object) -> Optional[str]:
-    """What makes ``data`` not a manifest as ``ResolvedSet.to_manifest`` writes it (None when its shape is
-    right; the values are checked against the registry by ``from_manifest``)."""
-    def kind(o) -> str:
-        return {dict: "an object", list: "an array", str: "a string", bool: "true/false", int: "a number",
-                float: "a number", type(None): "null"}.get(type(o), type(o).__name__)
-
-    if not isinstance(data, dict):
-        return f"a manifest is a JSON object, not {kind(data)}"
-    if not isinstance(data.get("profile"), str):
-        return f"'profile' must be a string, not {kind(data.get('profile'))}"
-    tp = data.get("tp", 1)
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        return f"'tp' must be a positive integer, not {tp!r}"
-    vals = data.get("values", {})
-    if not isinstance(vals, dict):
-        return f"'values' must be an object (variant id -> {{value, layer, source}}), not {kind(vals)}"
-    for vid, entry in vals.items():
-        if not isinstance(entry, dict):
-            return f"'values.{vid}' must be an object with a 'value', not {kind(entry)}"
-        v = entry.get("value")
-        if v is not None and not isinstance(v, (str, int, float, bool)):
-            return f"'values.{vid}.value' must be a string or null, not {kind(v)}"
-    for key, want in (("extra_env", dict), ("serve_args", list), ("chain", list)):
-        if key in data and not isinstance(data[key], want):
-            return f"'{key}' must be {kind(want())}, not {kind(data[key])}"
-    if isinstance(data.get("extra_env"), dict) and not all(isinstance(x, str) for x in data["extra_env"].values()):
-        return "'extra_env' values must be strings"
-    for key in ("serve_args", "chain"):
-        if isinstance(data.get(key), list) and not all(isinstance(x, str) for x in data[key]):
-            return f"'{key}' must hold strings"
-    if data.get("hardware") is not None and not isinstance(data["hardware"], dict):
-        return f"'hardware' must be an object or null, not {kind(data['hardware'])}"
-    return None
 
 
 def suggest(name: str, candidates: Iterable[str]) -> Optional[str]:
