@@ -87,7 +87,13 @@ def run(args) -> int:
         return 2
     reg, sets = loaded
     # --dry-run writes the manifest and builds a tiny model too: what it prints starts the server as pasted.
-    plan = plan_launch(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict, extra_args=args.extra)
+    server = None
+    if args.nnodes > 1:  # every node's separate invocation carries the same server id
+        from .launch import multinode_server_id
+
+        server = multinode_server_id(args.profile, args.master_addr, args.master_port)
+    plan = plan_launch(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict, extra_args=args.extra,
+                       server=server)
     if not plan.ok or (args.strict and plan.report.warnings):
         report_errors(plan.report.diagnostics, args.format)
         import sys

@@ -87,6 +87,14 @@ def add_carrier(argv: list[str], carried: dict) -> list[str]:
     return out + ["--additional-config", json.dumps(config, separators=(",", ":"), sort_keys=True)]
 
 
+def multinode_server_id(profile: str, master_addr: str, master_port: int) -> str:
+    """The server instance id of a multi-node server: the same for every node's ``r9kctl launch --node-rank R``
+    (run separately, on each node), and distinct for servers with another rendezvous address."""
+    import re
+
+    return f"{profile}-{re.sub(r'[^A-Za-z0-9.]', '_', master_addr)}-{master_port}"
+
+
 def node_commands(argv: list[str], nnodes: int, master_addr: str, master_port: int) -> list[list[str]]:
     """One ``vllm serve`` command per node of vLLM's multiprocessing multi-node form (``--nnodes N
     --node-rank R --master-addr A --master-port P``; every node but the head ``--headless``): the same
@@ -191,7 +199,9 @@ def _max_model_len(args: list[str]) -> Optional[int]:
 
 def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Optional[Mapping] = None,
                 env: Optional[Mapping[str, str]] = None, strict: bool = False, extra_args: Optional[list[str]] = None,
-                write_manifest: bool = True, build_model: bool = True) -> LaunchPlan:
+                write_manifest: bool = True, build_model: bool = True, server: Optional[str] = None) -> LaunchPlan:
+    """Validate ``profile`` and build the launch; ``server``: the server instance id to carry (default: a new one;
+    the nodes of one multi-node server carry the same, :func:`multinode_server_id`)."""
     report = validate(reg, profile=profile, tp=tp, env=env, sets=sets, strict=strict)
     rs = report.profiles.get(profile)
     manifest = rs.to_manifest([d.format() for d in report.warnings]) if rs is not None else {"profile": profile}
@@ -242,7 +252,7 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         path = envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
     from r9k.registry import manifest as mf
 
-    plan.server = mf.new_server_id(rs.profile)
+    plan.server = server or mf.new_server_id(rs.profile)
     argv = add_carrier(argv, mf.carrier(mf.from_dict(manifest), plan.server, str(path)))
     plan.argv, plan.env, plan.rs = argv, penv, rs
     return plan

@@ -153,6 +153,11 @@ def test_nnodes_dry_run_prints_one_command_per_node_with_the_same_set(tmp_path):
     # and the text form prints both
     out = subprocess.run(cmd[:-2], env=env, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0 and "# node 0 of 2" in out.stdout and "# node 1 of 2 (headless)" in out.stdout
+    # each node's own invocation (run on that node) carries the same set and server id as the dry run
+    for rank in (0, 1):
+        one = subprocess.run(cmd + ["--node-rank", str(rank)], env=env, capture_output=True, text=True, timeout=600)
+        argv = json.loads(one.stdout)["argv"]
+        assert json.loads(argv[argv.index("--additional-config") + 1])["r9k"]["server"] == carried[0]["server"]
     bad = subprocess.run(cmd[:-3] + ["--node-rank", "2"], env=env, capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "--node-rank 2: must be between 0 and 1" in bad.stderr
 
