@@ -269,7 +269,9 @@ def clean_dead(run_dir: Path, keep: Optional[str] = None) -> list[str]:
         live = liveness(data.get("processes", {}))
         if live["alive"] or live["elsewhere"] or not live["dead"]:
             continue
-        for g in [f, f.with_name(f.name + ".lock"), *f.parent.glob(f.name + ".*.counters.json")]:
+        pids = {sec.get("process", {}).get("pid") for sec in data.get("processes", {}).values()}
+        handed = [m for pid in pids if pid for m in f.parent.glob(f"manifest-*-{pid}.json")]  # startup.hand_on's
+        for g in [f, f.with_name(f.name + ".lock"), *f.parent.glob(f.name + ".*.counters.json"), *handed]:
             try:
                 g.unlink()
                 removed.append(str(g))

@@ -184,6 +184,7 @@ def test_a_dead_servers_status_file_is_reported_dead_and_cleaned(tmp_path):
 
     alive = write("alive", me, pid_start_time(me))
     dead = write("dead", child.pid, 1.0)
+    (run / f"manifest-0123456789ab-{child.pid}.json").write_text("{}")  # what its first process handed on
     reused = write("reused", me, pid_start_time(me) - 100.0)  # this pid, but another (earlier) process
     assert status.liveness(status.read_status_file(alive)["processes"])["alive"] == ["MainProcess"]
     for path in (dead, reused):
@@ -197,3 +198,4 @@ def test_a_dead_servers_status_file_is_reported_dead_and_cleaned(tmp_path):
     assert sorted(os.path.basename(f) for f in removed if f.endswith(".status.json")) == [
         "server-dead.status.json", "server-reused.status.json"]
     assert os.path.exists(alive) and not any(f.startswith(dead) for f in map(str, run.iterdir()))
+    assert not (run / f"manifest-0123456789ab-{child.pid}.json").exists()
