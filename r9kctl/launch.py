@@ -168,6 +168,18 @@ def launcher_args(rs) -> tuple[list[str], dict[str, str]]:
     return args, env
 
 
+def exported_env(rs) -> dict[str, str]:
+    """The variables the launch exports: only for code that reads them. Env-only knobs (no extension point of
+    the plugin: read from the environment by code outside its dispatch, a kernel helper or vLLM) and the
+    profile's ``[env]``; the knobs the plugin installs reach every process in the carried manifest only."""
+    out = {k: v for k, v in rs.env().items()}
+    for r in rs.items.values():
+        ep = r.variant.implementation.extension_point
+        if ep not in (None, "env-only"):
+            out.pop(r.variant.knob, None)
+    return out
+
+
 def plugins_allowlist(current: Optional[str]) -> str:
     """``VLLM_PLUGINS`` naming this project's plugin. vLLM loads endpoint plugins (our status route) only
     when that variable names them, and once it is set it loads only the general plugins it names: so an
@@ -237,7 +249,7 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     if rs.tp > 1:
         argv += ["--tensor-parallel-size", str(rs.tp)]
     argv += list(rs.serve_args) + largs + list(extra_args or [])
-    penv = dict(rs.env())
+    penv = exported_env(rs)
     penv.update(lenv)
     penv["VLLM_PLUGINS"] = plugins_allowlist((env if env is not None else os.environ).get("VLLM_PLUGINS"))
     if write_manifest:
