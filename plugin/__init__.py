@@ -3,11 +3,13 @@
 vLLM calls :func:`register` in every process it starts (API server, engine core, each worker),
 possibly more than once. It:
 
-1. resolves the active set (the manifest of ``r9kctl launch``, else the profile ``envvars.PROFILE`` names,
-   else the shipped default for the TP size in ``envvars.TP``) with the core resolver and validator, and raises
-   :class:`~r9k.plugin.startup.StartupError` with the located messages of ``r9kctl validate`` on any
-   error, before vLLM builds the model or loads weights;
-2. checks that this process agrees with the launch (hash of the resolved set);
+1. loads the active set: the manifest ``r9kctl launch`` carries in vLLM's ``--additional-config`` (or a
+   manifest file ``envvars.MANIFEST`` names), checked, never resolved again; started by hand
+   (``envvars.PROFILE``, ``envvars.TP``), the first process resolves and validates once and hands the same
+   manifest on (:mod:`r9k.plugin.startup`); any error raises :class:`~r9k.plugin.startup.StartupError` with
+   located lines, before vLLM builds the model or loads weights;
+2. checks that this process agrees with the server's first process (hash of the set); the ranks agree
+   once vLLM's distributed groups exist (first layer construction, :mod:`r9k.plugin.dispatch`);
 3. plans the dispatch table (which implementation each variant gets here; fallback to stock with one
    warning, or an error in strict mode);
 4. declares the knobs to vLLM's environment-variable registry (graph-affecting ones reach the
@@ -16,12 +18,14 @@ possibly more than once. It:
 6. logs one startup table (rank 0 in full, other ranks one line) and writes its status section.
 
 It imports neither textual nor rich, nor torch-heavy modules of its own; the kernel modules load at
-model construction. Nothing happens when no ``R9K_*`` variable is set (plain vLLM use).
+model construction. Nothing happens when neither vLLM's config carries a set nor an ``R9K_*`` variable
+asks for one (plain vLLM use).
 """
 from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Optional
 
 from r9k.registry import envvars
@@ -38,6 +42,7 @@ _proc = None
 _status_path: Optional[str] = None
 _applied: Optional[dict] = None  # what vLLM applied of the launch's requests (API server; plugin.applied)
 _flusher = None
+_ranks: Optional[list] = None  # every rank's record, once the ranks agreed (startup.agree_world)
 
 #: Seconds between two looks of a process's flusher at its counters (a write only when they changed).
 FLUSH_INTERVAL_S = 1.0
@@ -73,29 +78,25 @@ def register() -> None:
 
 def _register() -> None:
     global _active, _proc, _status_path
-    activators = {envvars.MANIFEST.name, envvars.MANIFEST_DATA.name, envvars.PROFILE.name, envvars.TP.name}
-    if not any(k.startswith(envvars.PREFIX) and (k in activators or not envvars.is_control(k)) for k in os.environ):
+    from .startup import find_carrier
+
+    carried, carried_from = find_carrier()
+    activators = {envvars.MANIFEST.name, envvars.PROFILE.name, envvars.TP.name}
+    if carried is None and not any(k.startswith(envvars.PREFIX) and (k in activators or not envvars.is_control(k))
+                                   for k in os.environ):
         return  # plain vLLM use (control variables alone change nothing): nothing to do, nothing imported
-    from . import dispatch, envdecl, install, snapshot, startup
+    from . import dispatch, envdecl, install, startup
 
     proc = startup.process_info()
-    if not startup.wants_activation(os.environ):
+    active = startup.load_active(os.environ, carried, carried_from)
+    if active is None:
         logger.debug("r9k: only R9K_* paths set; plugin inactive in %s", proc.label)
         return
-    active = None
-    if os.environ.get(startup.LAUNCH_HASH_VAR):
-        # A later process of a launch: with the first process's inputs, reuse its result.
-        loaded = snapshot.try_load()
-        if loaded is not None:
-            light, origin, warnings = loaded
-            active = startup.Active(light, None, f"{origin}; same inputs as the launch's first process",
-                                    warnings)
-    if active is None:
-        active = startup.resolve_active()
     notes = startup.apply_profile_env(active)
     first_process = startup.check_agreement(active, proc)
-    if first_process and not os.environ.get(snapshot.SNAPSHOT_VAR):
-        snapshot.save(active)
+    if first_process:  # the processes this one starts (helpers included) load its manifest, never resolve
+        startup.hand_on(active)
+    server = startup.server_id(active, proc)
     table = dispatch.DispatchTable(active.rs, strict=active.rs.strict)
     table.plan()
     envdecl.declare(active.rs)
@@ -115,13 +116,17 @@ def _register() -> None:
     # plain subprocess (e.g. the model inspection of vllm.model_executor.models.registry): it checks
     # agreement like every process, but does not speak for the server in the status file.
     helper = proc.role == "main" and not first_process
-    _status_path = None if helper else startup.default_status_file()
-    if first_process and _status_path:  # a new launch: drop a previous launch's status file
+    _status_path = None if helper else startup.default_status_file(server=server)
+    if first_process and _status_path:  # a new server: clean the files of dead servers, start its own
+        from . import status
+
+        status.clean_dead(Path(_status_path).parent, keep=_status_path)
         try:
             os.unlink(_status_path)
         except OSError:
             pass
     table.on_change = _write_status
+    table.on_first_layer = _agree_ranks
     for line in active.warnings + notes + table.warnings:
         _emit(logging.WARNING, f"r9k {active.hash}: {line}")
     for line in startup_table(active, table, proc):
@@ -240,9 +245,37 @@ def _install_failed(plan, reason: str) -> None:
     if table is not None and table.strict:
         raise StartupError([f"error[adapter-install]: {line} (strict mode)"],
                            "r9k: an adapter does not install; refusing to start vLLM")
-    plan.mode, plan.reason = "fallback", f"adapter does not install: {reason}"
+    from r9k.registry.manifest import Impl
+
+    plan.mode, plan.reason = Impl.FALLBACK, f"adapter does not install: {reason}"
     _emit(logging.WARNING, f"r9k {_active.hash if _active else '?'}: {line}; using vLLM's own path")
     _write_status(table)
+
+
+def _agree_ranks(table) -> None:
+    """At the first layer's construction (vLLM's distributed groups exist; no weight is loaded yet): every
+    rank of the world all-gathers its set over vLLM's CPU world group and any difference stops the start,
+    naming node, rank and the first differing knob. Rank 0 records every rank for the status."""
+    global _ranks
+    try:
+        import torch.distributed as dist
+        from vllm.distributed import parallel_state
+    except ImportError:
+        return
+    if not dist.is_available() or not dist.is_initialized() or parallel_state._WORLD is None:
+        return
+    from . import startup
+
+    world = parallel_state.get_world_group()
+    record = startup.rank_record(_active, _proc, world.rank, table)
+    records = startup.agree_world(record, lambda out, obj: dist.all_gather_object(out, obj, group=world.cpu_group),
+                                  world.world_size)
+    nodes = sorted({r["node"] for r in records})
+    _emit(logging.INFO, f"r9k {_active.hash}: {len(records)} rank(s) on {len(nodes)} node(s) run this set "
+                        f"({', '.join(nodes)})")
+    if world.rank == 0:
+        _ranks = records
+        _write_status(table)
 
 
 def _emit(level: int, line: str) -> None:
@@ -262,7 +295,7 @@ def _write_status(table) -> None:
     if _active is None or _status_path is None:
         return
     try:
-        status.write_section(_status_path, status.snapshot(_active, table, _proc, _applied))
+        status.write_section(_status_path, status.snapshot(_active, table, _proc, _applied, _ranks))
     except OSError as exc:  # the status file is informative; never stop the server for it
         logger.warning("r9k: cannot write the status file %s: %s", _status_path, exc)
 
@@ -270,7 +303,8 @@ def _write_status(table) -> None:
 def startup_table(active, table, proc) -> list[str]:
     """The startup table: a header with profile and hash; rank 0 lists every non-stock variant."""
     rs = active.rs
-    head = (f"r9k {rs.hash}: profile {rs.profile} (tp {rs.tp}, {active.origin}), {proc.label}"
+    head = (f"r9k {rs.hash}: profile {rs.profile} (tp {rs.tp}, {active.origin}), {proc.label}, "
+            f"server {active.server or '?'}"
             f"{' strict' if rs.strict else ''}")
     if proc.rank != 0:
         return [head + f"; rank {proc.rank}: table on rank 0"]
@@ -287,9 +321,12 @@ def startup_table(active, table, proc) -> list[str]:
         rows.append((r.variant.knob, "(unset)" if r.value is None else r.value, f"{r.layer}: {r.source}",
                      (p.describe() if p else "?") + (f"; gate {gates[r.variant.id]}" if r.variant.id in gates else "")))
     n = len(rs.non_stock())
+    from r9k.registry.manifest import Impl
+
     modes = [p.mode for p in table.plans.values()]
-    lines = [head + f"; {n} variant(s) not at stock: {modes.count('fused')} installed, {modes.count('fallback')} "
-             f"fall back to vLLM's path, {modes.count('env')} env-only (read by code outside this project)"]
+    lines = [head + f"; {n} variant(s) not at stock: {modes.count(Impl.FUSED)} installed, "
+             f"{modes.count(Impl.FALLBACK)} fall back to vLLM's path, {modes.count(Impl.ENV)} env-only "
+             "(read by code outside this project)"]
     if rows:
         w = [max(len(x[i]) for x in rows + [("KNOB", "VALUE", "FROM", "")]) for i in range(3)]
         lines.append(f"r9k {rs.hash}:   {'KNOB':<{w[0]}}  {'VALUE':<{w[1]}}  {'FROM':<{w[2]}}  IMPLEMENTATION")
@@ -307,16 +344,17 @@ def current_status() -> dict:
     """The status the ``/r9k/status`` route answers (this process merged with the status file)."""
     from . import dispatch, status
 
-    own = status.snapshot(_active, dispatch.get_table(), _proc, _applied) if _active is not None else None
+    own = status.snapshot(_active, dispatch.get_table(), _proc, _applied, _ranks) if _active is not None else None
     return status.merged_status(own, _status_path or envvars.STATUS_FILE.get())
 
 
 def _reset_for_tests() -> None:
     """Forget this process's registration (unit tests only)."""
-    global _done, _error, _active, _proc, _status_path, _applied, _flusher
+    global _done, _error, _active, _proc, _status_path, _applied, _flusher, _ranks
     from . import dispatch
 
     if _flusher is not None:
         _flusher.stop.set()
     _done, _error, _active, _proc, _status_path, _applied, _flusher = False, None, None, None, None, None, None
+    _ranks = None
     dispatch.set_table(None)

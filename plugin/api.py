@@ -2,7 +2,6 @@
 ``r9k.plugin`` (tests/core/test_import_map.py checks it). Each name is the plugin's own, re-exported;
 importing this module loads no torch and no vLLM.
 
-* the launch hand-off: :func:`encode_manifest`, :data:`MANIFEST_DATA_VAR`, :func:`prepare_launch`;
 * models the plugin builds: :func:`resolve_model_ref` (a ``tiny:`` reference to a checkpoint in the cache),
   :data:`ARCHITECTURE` and :func:`precheck` (the Flash-Next checkpoint check before anything starts);
 * the status: :func:`merged_status` (one view of every process's section), :func:`kv_cache_line`;
@@ -12,11 +11,8 @@ from __future__ import annotations
 
 from .kvcache import line as kv_cache_line
 from .models.checkpoint import ARCHITECTURE, precheck
-from .snapshot import encode_manifest, prepare_launch
-from .startup import MANIFEST_DATA_VAR
 from .status import merged_status
 from .tiny_model import resolve_model_ref
 from ..kernels._triton.vllm_peer import source_root as vllm_source_root
 
-__all__ = ["ARCHITECTURE", "MANIFEST_DATA_VAR", "encode_manifest", "kv_cache_line", "merged_status", "precheck",
-           "prepare_launch", "resolve_model_ref", "vllm_source_root"]
+__all__ = ["ARCHITECTURE", "kv_cache_line", "merged_status", "precheck", "resolve_model_ref", "vllm_source_root"]

@@ -2,15 +2,17 @@
 
 Built once per process by ``register()`` from the resolved set. Two moments:
 
-* :meth:`DispatchTable.plan` (at ``register()``, cheap: no kernel import) decides, per variant, what
-  the plugin will install: the variant's value selects this project's implementation and it can run
-  here -> "fused"; the value is the stock one -> "stock" (vLLM's own code path, nothing installed);
-  the value selects an implementation that cannot run here -> "fallback": stock, with one warning
-  line, or a :class:`~r9k.plugin.startup.StartupError` in strict mode. Env-only variants are only
-  exported for code outside this project ("env").
+* :meth:`DispatchTable.plan` (at ``register()``, cheap: no kernel import) decides, per variant, which
+  implementation runs (one :class:`r9k.registry.manifest.Impl`, decided here once): the value selects
+  this project's implementation and it can run here -> ``Impl.FUSED``; the value is the stock one ->
+  ``Impl.STOCK`` (vLLM's own code path, nothing installed); the value selects an implementation that
+  cannot run here -> ``Impl.FALLBACK``: stock, with one warning line, or a
+  :class:`~r9k.plugin.startup.StartupError` in strict mode. Env-only variants are only exported for code
+  outside this project (``Impl.ENV``).
 * :meth:`DispatchTable.choose` (at model construction, once per layer, never per call) hands a layer
-  the callable of its op, importing the kernel module then. An import failure at that point also
-  falls back to the op's stock implementation (or stops the start in strict mode).
+  the callable the plan decided, importing the kernel module then. An import failure at that point also
+  falls back to vLLM's path (or stops the start in strict mode). The first call is also where the ranks
+  agree (:func:`r9k.plugin.startup.agree_world`): vLLM's distributed groups exist, no weight is loaded.
 
 What was actually used is recorded (:attr:`DispatchTable.in_use`), logged once per op, and written to
 the status file that the server's ``/r9k/status`` route and ``r9kctl status`` read.
@@ -19,10 +21,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import Callable, Optional
 
-if TYPE_CHECKING:
-    from .view import ResolvedView
+from r9k.registry.manifest import Impl, Manifest
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -33,7 +34,7 @@ class Plan:
     variant_id: str
     knob: str
     value: Optional[str]
-    mode: str  # "fused" | "stock" | "fallback" | "env" | "unset"
+    mode: Impl
     extension_point: Optional[str]
     op: Optional[str]
     module: Optional[str]
@@ -50,19 +51,19 @@ class Plan:
 
     def describe(self) -> str:
         """The 'implementation in use' column of the startup table."""
-        if self.mode == "fused":
+        if self.mode is Impl.FUSED:
             where = f" via {self.extension_point}"
             got = self.used or f"{self.module}:{self.op} (r9k, installed; used when the model is built)"
             return f"{got}{where}"
-        if self.mode == "stock":
+        if self.mode is Impl.STOCK:
             return "stock (vLLM's own path; nothing installed)"
-        if self.mode == "fallback":
+        if self.mode is Impl.FALLBACK:
             return f"stock (fallback: {self.reason})"
-        if self.mode == "env" and self.launcher:
+        if self.mode is Impl.ENV and self.launcher:
             if self.launcher.startswith("not applied"):
                 return self.launcher
             return f"{self.launcher}, set by r9kctl launch (what was applied: r9kctl status)"
-        if self.mode == "env":
+        if self.mode is Impl.ENV:
             return "exported to the environment (read by code outside this project)"
         return "unset (implementation default)"
 
@@ -73,7 +74,7 @@ class Choice:
 
     op: str
     variant_id: str
-    impl: str  # "fused" | "stock"
+    impl: Impl  # always Impl.FUSED: a layer gets a callable only where the plan decided this project's kernel
     fn: Callable
     label: str  # e.g. "r9k.kernels.router:router_gemm fused (triton interpret)"
 
@@ -90,12 +91,13 @@ _PROBE_FAMILY = {"interpret": "cpu", "cuda": "cuda", "rocm": "rocm"}
 
 @dataclass
 class DispatchTable:
-    rs: "ResolvedView"  # the engine's ResolvedSet or the launch snapshot's LightSet
+    rs: Manifest
     strict: bool = False
     platform_probe: Callable[[], Optional[str]] = triton_platform
     plans: dict[str, Plan] = field(default_factory=dict)
     by_op: dict[str, str] = field(default_factory=dict)  # op name -> variant id
     on_change: Optional[Callable[["DispatchTable"], None]] = None  # e.g. rewrite the status file
+    on_first_layer: Optional[Callable[["DispatchTable"], None]] = None  # once, at the first choose(): rank agreement
     _choices: dict[str, Choice] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
@@ -111,33 +113,32 @@ class DispatchTable:
         from .startup import StartupError
 
         verdicts = availability.plan(self.rs)
-        family = availability.platform_family(getattr(self.rs, "platform", None))
+        family = availability.platform_family(self.rs.platform)
         probed, triton = False, None
         errors: list[str] = []
-        modes = {"installed": "fused", "fallback": "fallback", "env": "env", "stock": "stock", "unset": "unset"}
         for vid, r in sorted(self.rs.items.items()):
             v = r.variant
             impl = v.implementation
             av = verdicts[vid]
-            p = Plan(vid, v.knob, r.value, modes[av.state], impl.extension_point, impl.op, impl.module,
+            p = Plan(vid, v.knob, r.value, av.state, impl.extension_point, impl.op, impl.module,
                      av.reason, adapter=av.adapter)
-            sets = getattr(v, "sets", None)
+            sets = v.sets
             if sets is not None:
                 from r9k.registry.vllm_map import describe
 
                 p.launcher = describe(sets)
             if impl.op:
                 self.by_op[impl.op] = vid
-            if p.mode == "fused":
+            if p.mode is Impl.FUSED:
                 if not probed:
                     triton, probed = self.platform_probe(), True
                 here = _PROBE_FAMILY.get(triton or "")
                 if triton is None:
-                    p.mode, p.reason = "fallback", "no Triton backend in this process (no GPU; TRITON_INTERPRET=1 not set)"
+                    p.mode, p.reason = Impl.FALLBACK, "no Triton backend in this process (no GPU; TRITON_INTERPRET=1 not set)"
                 elif family is not None and here != family:
-                    p.mode, p.reason = "fallback", (f"the profile is for platform '{self.rs.platform}', this process "
+                    p.mode, p.reason = Impl.FALLBACK, (f"the profile is for platform '{self.rs.platform}', this process "
                                                     f"has Triton '{triton}'")
-            if p.mode == "fallback":
+            if p.mode is Impl.FALLBACK:
                 line = f"{v.knob}={r.value}: {p.reason}; using vLLM's own path ({v.knob}={v.stock})"
                 if self.strict:
                     errors.append(f"error[no-implementation]: {line} (strict mode)")
@@ -150,7 +151,7 @@ class DispatchTable:
 
     def installs(self) -> list[Plan]:
         """Variants whose implementation the plugin installs through an extension point."""
-        return [p for p in self.plans.values() if p.mode == "fused"]
+        return [p for p in self.plans.values() if p.mode is Impl.FUSED]
 
     # ------------------------------------------------------------------- at model construction
 
@@ -163,12 +164,15 @@ class DispatchTable:
 
         from .startup import StartupError
 
+        if self.on_first_layer is not None:  # the ranks agree before any layer is built (collective)
+            first, self.on_first_layer = self.on_first_layer, None
+            first(self)
         vid = self.by_op.get(op)
         if vid is None:
             raise KeyError(f"no variant in the registry names op {op!r}")
         plan = self.plans[vid]
         plan.layers += 1
-        if plan.mode != "fused":
+        if plan.mode is not Impl.FUSED:
             return None
         if op in self._choices:
             return self._choices[op]
@@ -183,15 +187,13 @@ class DispatchTable:
                                    "r9k: a kernel does not load; refusing to start vLLM") from None
             logger.warning("r9k: %s; every layer of this op keeps vLLM's own path", line)
             self.warnings.append(line)
-            plan.mode, plan.reason = "fallback", f"kernel op does not load: {type(exc).__name__}: {exc}"
+            plan.mode, plan.reason = Impl.FALLBACK, f"kernel op does not load: {type(exc).__name__}: {exc}"
             if self.on_change:
                 self.on_change(self)
             return None
-        impl, fn = kop.select(plan.value)
-        fused = impl == "fused"
-        where = f"triton {triton_platform()}" if fused else "torch"
-        label = f"{plan.module}:{op} {impl} ({where})"
-        choice = Choice(op, vid, impl, fn, label)
+        # The plan decided (the value is one of the op's fused values, from the TOML); the op gives the callable.
+        label = f"{plan.module}:{op} {Impl.FUSED} (triton {triton_platform()})"
+        choice = Choice(op, vid, Impl.FUSED, kop.fused, label)
         self._choices[op] = choice
         plan.used = label
         logger.info("r9k %s: %s=%s -> %s, first used by %s", self.rs.hash, plan.knob, plan.value, label,
@@ -202,7 +204,7 @@ class DispatchTable:
 
     def in_use(self) -> dict[str, str]:
         """variant id -> the implementation this process uses, for every non-stock variant."""
-        return {vid: p.describe() for vid, p in sorted(self.plans.items()) if p.mode in ("fused", "fallback")}
+        return {vid: p.describe() for vid, p in sorted(self.plans.items()) if p.mode in (Impl.FUSED, Impl.FALLBACK)}
 
 
 def _where(exc: BaseException) -> str:

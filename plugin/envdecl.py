@@ -18,7 +18,9 @@ the compiled graph (``graph_affecting`` in its TOML):
 
 The plugin's own control variables are declared the same way (constant None). Launcher knobs
 (category ``launcher``: ``UTIL``, ``EAGER``, ...) are not: ``r9kctl launch`` turns them into vLLM's own
-flags and variables, which vLLM already accounts for; their bare names never reach vLLM.
+flags and variables; their bare names never reach vLLM. The *variables* a launcher knob sets (``sets``
+of kind ``env``, e.g. ``GPU_MAX_HW_QUEUES``) are declared (constant None: not in the cache key), so that
+vLLM's Ray executor copies them to its workers like its own (``vllm/ray/ray_env.py``: every declared name).
 """
 from __future__ import annotations
 
@@ -58,6 +60,11 @@ def declare(rs, env_vars: Optional[dict] = None) -> dict[str, str]:
     for r in rs.items.values():
         v = r.variant
         if v.category == "launcher":
+            if v.sets is not None and v.sets.kind == "env" and env_vars.get(v.sets.name) is None:
+                fn = _getter(None)
+                setattr(fn, _MARK, True)
+                env_vars[v.sets.name] = fn
+                added[v.sets.name] = "declared"
             continue
         existing = env_vars.get(v.knob)
         if existing is not None and not getattr(existing, _MARK, False):

@@ -24,10 +24,10 @@ def predicted(active) -> tuple[Optional[int], str]:
 
     from . import startup
 
-    rs = active.rs
-    if not hasattr(rs, "hardware"):  # a light snapshot (a later process): resolve the full set once
-        rs = startup.resolve_active().rs
+    from r9k.registry.resolve import ResolvedSet
+
     reg = startup._load_registry()
+    rs = ResolvedSet.from_manifest(active.rs.to_dict(), reg)  # the engine's shape of the manifest, for budget()
     b = budget(reg, rs)
     if b is None:
         return None, f"no memory budget for model {rs.model} at TP{rs.tp} (registry/models.toml)"

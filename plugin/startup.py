@@ -1,39 +1,47 @@
-"""Resolving the active set at startup, in every vLLM process, and failing fast.
+"""The active set of this vLLM process: loaded from the launch's manifest, resolved at most once, and
+agreed on by every process and every rank; failing fast.
 
-Where the set comes from (first that applies):
+Where the set comes from (first that applies), always as one :class:`r9k.registry.manifest.Manifest`:
 
-1. ``envvars.MANIFEST``: the manifest ``r9kctl launch`` wrote after validating. The process re-resolves
-   the manifest's profile at its TP size against its own environment with the core resolver (the
-   same layers and checks as ``r9kctl validate``) and refuses to start when the result differs from
-   the manifest (hash mismatch: the environment or the registry changed since the launch validated).
-2. ``envvars.PROFILE`` (started by hand): that profile, at the TP size in ``envvars.TP`` if set.
-3. ``envvars.TP`` or any declared knob in the environment: the shipped default profile for that TP size
-   (``tp<N>-default``).
-4. Nothing of the above: the plugin is inactive in this process (a vLLM that merely has the package
-   installed is left alone).
+1. vLLM's config: ``r9kctl launch`` puts the manifest (with its hash and the server instance id) in
+   ``--additional-config`` under ``"r9k"`` (:func:`r9k.registry.manifest.carrier`). vLLM hashes that config
+   (``VllmConfig.compute_hash``), pickles it to every engine core and worker, and every node of a multi-node
+   server gets it on its own command line. vLLM 0.32 calls the general plugins with that config in hand
+   (``EngineCore.__init__``: ``v1/engine/core.py:129``; ``WorkerWrapperBase.init_worker``:
+   ``v1/worker/worker_base.py:276``; the offline ``EngineArgs.create_engine_config``:
+   ``engine/arg_utils.py:906``) but does not pass it: :func:`find_carrier` reads it from the calling frame,
+   and in the API server (plugins load while its argument parser is built, before it parses) from the
+   command line.
+2. ``envvars.MANIFEST``: a manifest file (the first process of a server started by hand writes one for the
+   processes after it; ``r9kctl bisect`` writes one per step).
+3. ``envvars.PROFILE`` / ``envvars.TP`` / a declared knob in the environment (started by hand): the first
+   process resolves and validates once, writes the manifest and names it in ``envvars.MANIFEST`` for the
+   processes it starts.
+4. Nothing of the above: the plugin is inactive in this process.
 
-Every error is reported with the core's located one-line format (``path:line:col: error[code]: ...``)
-in a :class:`StartupError`, raised from ``register()``, i.e. before vLLM builds the model or loads
-any weight.
+Every process then checks the manifest's integrity (its hash recomputed from its values), the registry
+fingerprint (this installation's registry files say what the launcher's said) and that no knob variable of
+its environment says otherwise, and never resolves or validates again. Errors are one located line each in
+a :class:`StartupError`, raised from ``register()``, before vLLM builds the model or loads any weight.
 
-Agreement between processes: the first plugin process of a launch exports the hash of its resolved
-set as ``envvars.LAUNCH_HASH`` (inherited by the engine core and the workers it spawns, and copied to
-Ray workers because it is declared to vLLM's env registry); every later process compares its own
-hash with it and refuses to start on a mismatch.
+Agreement: the processes of one node compare hashes through ``envvars.LAUNCH_HASH`` (exported by the first,
+inherited); once vLLM's distributed groups exist, every rank of the world all-gathers its set
+(:func:`agree_world`) and a difference stops the start, naming node, rank and the first differing knob.
 """
 from __future__ import annotations
 
 import json
 import multiprocessing
 import os
+import socket
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from r9k.registry import envvars
-
-if TYPE_CHECKING:
-    from .view import ResolvedView
+from r9k.registry.manifest import CARRIER_KEY, Manifest, ManifestError
+from r9k.registry.redact import masked
 
 #: Exported by the first plugin process of a launch; compared by every later one.
 LAUNCH_HASH_VAR = envvars.LAUNCH_HASH.name
@@ -58,6 +66,8 @@ class ProcessInfo:
     name: str  # "MainProcess", "EngineCore", "EngineCore_DP0", "VllmWorker-1", ...
     pid: int
     rank: int  # worker rank (0 outside workers)
+    node: str = ""  # the host name
+    started: Optional[float] = None  # the process's start time (pid_start_time): a reused pid is not it
 
     @property
     def role(self) -> str:
@@ -80,17 +90,42 @@ def process_info() -> ProcessInfo:
             rank = int(name.rsplit("-", 1)[1])
         except ValueError:
             rank = 0
-    return ProcessInfo(name=name, pid=os.getpid(), rank=rank)
+    return ProcessInfo(name=name, pid=os.getpid(), rank=rank, node=socket.gethostname(),
+                       started=pid_start_time(os.getpid()))
+
+
+def pid_start_time(pid: int) -> Optional[float]:
+    """When process ``pid`` started (seconds since boot, from ``/proc/<pid>/stat``); None when there is no
+    such process or no ``/proc``. With the pid it names one process: a pid reused later starts later."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    try:
+        ticks = int(raw.rsplit(")", 1)[1].split()[19])
+    except (IndexError, ValueError):
+        return None
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def process_alive(pid: Optional[int], started: Optional[float]) -> bool:
+    """Whether the process a status section names still runs (same pid, same start time)."""
+    if not pid:
+        return False
+    now = pid_start_time(int(pid))
+    if now is None:
+        return False
+    return started is None or abs(now - float(started)) < 0.05
 
 
 @dataclass
 class Active:
-    """The outcome of startup resolution in one process."""
+    """The outcome of start-up in one process: the manifest it serves."""
 
-    rs: "ResolvedView"  # r9k.registry.resolve.ResolvedSet, or the launch snapshot's LightSet
-    reg: object  # r9k.registry.loader.Registry
-    origin: str  # "manifest <path>", the name of envvars.PROFILE, "shipped default for TP n"
+    rs: Manifest
+    origin: str  # "additional_config (r9kctl launch)", "manifest <path>", "envvars.PROFILE, resolved by this process"
     warnings: list[str] = field(default_factory=list)
+    server: str = ""  # the server instance id (created by r9kctl launch, or by the first process by hand)
 
     @property
     def hash(self) -> str:
@@ -98,39 +133,14 @@ class Active:
 
 
 def gate_labels(active) -> dict[str, str]:
-    """Variant id -> its gate's state on the profile's platform and where the evidence came from (``fresh
-    (ran here)``, ``fresh (imported from cuda-h200, <date>, unverified)``, ``none on rocm-gfx1201``), for the
-    non-stock variants with gate tests. From the launch snapshot when it carries them, else from the
-    ledger (computed once per registry: the validation above already did)."""
-    carried = getattr(active.rs, "gates", None)
-    reg = getattr(active, "reg", None)
-    if carried or reg is None:
-        return dict(carried or {})
-    from r9k.registry.ledger import platform_matches
-    from r9k.registry.validate import gate_states
-
-    try:
-        states = gate_states(reg)
-    except Exception:  # noqa: BLE001 - an unreadable ledger is already a validation warning
-        return {}
-    plat = active.rs.platform
-    out = {}
-    for r in active.rs.non_stock():
-        st = states.get(r.variant.id)
-        if st is None:
-            continue
-        state, _ = st.on(plat)
-        if plat and not any(platform_matches(p, plat) for p in st.per_platform):
-            out[r.variant.id] = f"none on {plat}"
-            continue
-        ev = [e for p, e in st.evidence.items() if not plat or platform_matches(p, plat)]
-        out[r.variant.id] = f"{state} ({'; '.join(dict.fromkeys(ev)) or 'nothing counts'})"
-    return out
+    """Variant id -> its gate's state on the profile's platform and where the evidence came from, as the
+    manifest carries it (``registry.validate.gate_labels``, computed where the set was resolved)."""
+    return dict(getattr(active.rs, "gates", None) or {})
 
 
 #: The control variables that ask for the stack; the others (cache, registry location, log and debug
 #: switches...) only say how, and alone leave the plugin inactive.
-ACTIVATORS = (envvars.MANIFEST, envvars.MANIFEST_DATA, envvars.PROFILE, envvars.TP)
+ACTIVATORS = (envvars.MANIFEST, envvars.PROFILE, envvars.TP)
 
 
 def candidate_knobs(environ: Mapping[str, str]) -> list[str]:
@@ -187,44 +197,100 @@ def _check(reg, rs, strict: bool) -> list[str]:
     return [d.format() for d in report.warnings]
 
 
-#: The launch manifest itself, compressed (``r9kctl launch`` exports it): a worker that cannot read the
-#: launcher's manifest file (another node, another directory) resolves from this instead.
-MANIFEST_DATA_VAR = envvars.MANIFEST_DATA.name
+# ------------------------------------------------------------------------------------ where the set is
 
 
-def _read_manifest(path: Optional[str], carried: Optional[str]) -> tuple[dict, str]:
-    """The manifest from its file, else from the environment; both present: they must agree."""
-    from .snapshot import decode_manifest
+def _argv_additional_config(argv: list[str]) -> Optional[str]:
+    """The value of ``--additional-config`` on a command line (the last one wins, as in vLLM's parser)."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == "--additional-config" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith("--additional-config="):
+            value = a.split("=", 1)[1]
+    return value
 
-    from_file = from_env = None
-    file_error = None
-    if path:
-        from r9k.registry import fileio
 
-        try:  # the checked reader: a missing, binary, non-UTF-8 or malformed file is one located line
-            from_file = fileio.read_json(path, "launch manifest", expect=dict)
-        except fileio.FileError as exc:
-            file_error = exc
-    if carried:
-        try:
-            from_env = decode_manifest(carried)
-            if not isinstance(from_env, dict):
-                raise ValueError(f"a manifest is a JSON object, not {type(from_env).__name__}")
-        except (ValueError, TypeError) as exc:
-            raise StartupError([f"error[manifest]: {MANIFEST_DATA_VAR} is not a launch manifest: {exc}"]) from None
-    if from_file is not None and from_env is not None and from_file.get("hash") != from_env.get("hash"):
-        raise StartupError([f"{path}: error[manifest-drift]: the manifest file (hash {from_file.get('hash')}) and "
-                            f"the one carried in {MANIFEST_DATA_VAR} (hash {from_env.get('hash')}) differ"])
-    if from_file is not None:
-        return from_file, path
-    if from_env is not None:
-        return from_env, (f"{MANIFEST_DATA_VAR} (carried in the environment; {path} not readable here)"
-                          if path else MANIFEST_DATA_VAR)
-    from r9k.registry.errors import RegistryError
+def find_carrier(argv: Optional[list[str]] = None, depth: int = 12) -> tuple[Optional[Any], str]:
+    """The ``"r9k"`` entry of vLLM's ``additional_config`` for this process, and where it was found.
 
-    if isinstance(file_error, RegistryError):
-        raise StartupError([d.format() for d in file_error.diagnostics])
-    raise StartupError([f"{path}: error[manifest]: cannot read the manifest: {file_error}"])
+    A ``vllm_config`` (or an ``EngineArgs``) in one of the calling frames: vLLM calls ``register()`` from
+    ``load_general_plugins()`` with it in hand; else this process's command line (the API server and a
+    headless node load the plugins while they build their argument parser)."""
+    f = sys._getframe(1)
+    for _ in range(depth):
+        if f is None:
+            break
+        for cand in (f.f_locals.get("vllm_config"), f.f_locals.get("self")):
+            ac = getattr(cand, "additional_config", None) if cand is not None else None
+            if isinstance(ac, dict):
+                return ac.get(CARRIER_KEY), f"additional_config of {type(cand).__name__}"
+        f = f.f_back
+    raw = _argv_additional_config(list(sys.argv if argv is None else argv))
+    if raw is None:
+        return None, ""
+    try:
+        ac = json.loads(raw)
+    except ValueError as exc:
+        raise StartupError([f"error[manifest]: --additional-config is not JSON: {exc}"]) from None
+    return (ac.get(CARRIER_KEY) if isinstance(ac, dict) else None), "--additional-config of the command line"
+
+
+def this_registry_fingerprint(environ: Optional[Mapping[str, str]] = None) -> str:
+    """The fingerprint of the registry files this process would load (:func:`manifest.registry_fingerprint`)."""
+    from r9k.registry.manifest import registry_fingerprint
+
+    from .regcache import default_dirs, package_dir
+
+    root, _ = default_dirs(os.environ if environ is None else environ)
+    return registry_fingerprint(root, package_dir("r9k.registry") / "adapters.toml")
+
+
+def check_manifest(m: Manifest, where: str, environ: Mapping[str, str], launched: bool = False) -> None:
+    """What every process checks of the manifest it got: the registry it came from is the one here, no
+    knob variable of this environment says otherwise, and (``launched``: from ``r9kctl launch``) every
+    variable a launcher knob sets has its value here (a Ray worker gets them copied; a node started with
+    another environment is refused). No resolution: a comparison of strings."""
+    errors = []
+    if launched:
+        for r in sorted(m.items.values(), key=lambda r: r.variant.knob):
+            s = r.variant.sets
+            if s is None or s.kind != "env" or r.value in (None, "") or r.value == r.variant.stock:
+                continue
+            if environ.get(s.name) != r.value:
+                errors.append(f"{where}: error[launcher-env]: {r.variant.knob}={r.value} sets {s.name}={r.value}, "
+                              f"this process has {s.name}={environ.get(s.name)!r}")
+    if m.registry:
+        here = this_registry_fingerprint(environ)
+        if here != m.registry:
+            errors.append(f"{where}: error[registry-drift]: the manifest was resolved from registry {m.registry}, "
+                          f"this process's registry files are {here} (another version of the registry or of "
+                          f"r9k-stack on this node?)")
+    for r in sorted(m.items.values(), key=lambda r: r.variant.knob):
+        k = r.variant.knob
+        if k in environ and r.variant.category != "launcher" and environ[k] != (r.value or ""):
+            errors.append(f"{where}: error[manifest-drift]: {k}={environ[k]!r} in this process's environment, "
+                          f"the manifest ({m.hash}) has {k}={r.value!r}")
+    if errors:
+        raise StartupError(errors, f"r9k: the manifest {m.hash} does not hold here; refusing to start vLLM")
+
+
+def _manifest_file(path: str) -> Manifest:
+    from r9k.registry import fileio
+    from r9k.registry.manifest import from_dict
+
+    try:  # the checked reader: a missing, binary, non-UTF-8 or malformed file is one located line
+        data = fileio.read_json(path, "launch manifest", expect=dict)
+    except fileio.FileError as exc:
+        from r9k.registry.errors import RegistryError
+
+        if isinstance(exc, RegistryError):
+            raise StartupError([d.format() for d in exc.diagnostics]) from None
+        raise StartupError([f"{path}: error[manifest]: cannot read the manifest: {exc}"]) from None
+    try:
+        return from_dict(data)
+    except ManifestError as exc:
+        raise StartupError([f"{path}{_json_key_location(path, str(exc))}: error[manifest]: {exc}"]) from None
 
 
 def _json_key_location(path: str, problem: str) -> str:
@@ -250,53 +316,53 @@ def _json_key_location(path: str, problem: str) -> str:
     return f":{line}:{col}"
 
 
-def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Active]:
-    """Resolve and validate the active set for this process; None when the plugin is inactive."""
-    environ = dict(os.environ if environ is None else environ)
+def load_active(environ: Optional[Mapping[str, str]] = None, carried: Any = None,
+                carried_from: str = "") -> Optional[Active]:
+    """The active set of this process (None when the plugin is inactive here): the carried manifest, else
+    the named manifest file, else one resolution (started by hand). Never resolves when given a manifest."""
+    from r9k.registry.manifest import from_carrier
+
+    environ = os.environ if environ is None else environ
+    path = envvars.MANIFEST.get(environ)
+    if carried is not None:
+        try:
+            m, server = from_carrier(carried)
+        except ManifestError as exc:
+            raise StartupError([f"error[manifest]: {carried_from}: {exc}"]) from None
+        if path:  # a file named too (the first process of this node wrote it): it must be the same set
+            try:
+                other = _manifest_file(path)
+            except StartupError:
+                other = None  # unreadable here: the carrier is authoritative
+            if other is not None and other.hash != m.hash:
+                raise StartupError([f"{path}: error[manifest-drift]: the manifest file has set {other.hash}, vLLM's "
+                                    f"config carries {m.hash} ({carried_from}); first difference: "
+                                    f"{_first_diff(other, m)}"])
+        where = f"{carried_from}, from r9kctl launch"
+        check_manifest(m, where, environ, launched=True)
+        return Active(m, where, list(m.warnings), server)
+    if path:
+        m = _manifest_file(path)
+        check_manifest(m, path, environ)
+        return Active(m, f"manifest {path}", list(m.warnings), envvars.SERVER.get(environ) or "")
     if not wants_activation(environ):
         return None
-    from r9k.registry.resolve import ResolvedSet, resolve
+    return resolve_once(environ)
+
+
+def _first_diff(a: Manifest, b: Manifest) -> str:
+    from r9k.registry.manifest import first_difference
+
+    return first_difference(a.knob_values(), b.knob_values()) or f"profile env {masked(a.extra_env)} vs {masked(b.extra_env)}"
+
+
+def resolve_once(environ: Mapping[str, str]) -> Active:
+    """Started by hand: resolve and validate the profile ``envvars.PROFILE`` names (at ``envvars.TP``), or the
+    shipped default for the TP size, once; the result is a manifest like the launcher's."""
+    from r9k.registry.manifest import from_resolved
+    from r9k.registry.resolve import resolve
 
     reg = _load_registry()
-    manifest_path = envvars.MANIFEST.get(environ)
-    carried = environ.get(MANIFEST_DATA_VAR)
-    if manifest_path or carried:
-        data, where = _read_manifest(manifest_path, carried)
-        manifest_path = where
-        try:
-            from_launch = ResolvedSet.from_manifest(data, reg)
-        except ValueError as exc:  # not the shape of a manifest
-            where = manifest_path
-            if envvars.MANIFEST.get(environ) == manifest_path:
-                where += _json_key_location(manifest_path, str(exc))
-            raise StartupError([f"{where}: error[manifest]: not a launch manifest: {exc}"]) from None
-        if not from_launch.ok:
-            raise StartupError([d.format() for d in from_launch.diagnostics if d.level == "error"],
-                               f"r9k: manifest {manifest_path} is not valid here; refusing to start vLLM")
-        # The launch's --set overrides are part of the manifest (launcher knobs among them are not
-        # exported as variables): re-apply them, as the launch did, at the highest precedence.
-        sets = {r.variant.knob: r.value for r in from_launch.items.values()
-                if r.layer == "override" and r.value is not None}
-        here = resolve(reg, from_launch.profile, tp=from_launch.tp, env=environ, sets=sets or None,
-                       platform=from_launch.platform, strict=from_launch.strict or None)
-        _raise_on_resolve_errors(here)
-        if here.hash != from_launch.hash:
-            diffs = [f"{r.variant.knob}: manifest {from_launch.items[vid].value!r}, this process {r.value!r} "
-                     f"(from {r.source})"
-                     for vid, r in sorted(here.items.items())
-                     if vid in from_launch.items and from_launch.items[vid].value != r.value]
-            if from_launch.extra_env != here.extra_env:
-                from r9k.registry.redact import masked
-
-                diffs.append(f"profile env: manifest {masked(from_launch.extra_env)}, this process "
-                             f"{masked(here.extra_env)}")
-            raise StartupError(
-                [f"{manifest_path}: error[manifest-drift]: the active set resolved here ({here.hash}) differs "
-                 f"from the one r9kctl launch validated ({from_launch.hash})"] + diffs)
-        warnings = _check(reg, from_launch, from_launch.strict)
-        # Keep the manifest's provenance (it knows which values came from --set on the command line).
-        return Active(from_launch, reg, f"manifest {manifest_path}", warnings)
-
     tp = envvars.TP.get(environ)
     try:
         tp_n = int(tp) if tp else None
@@ -316,7 +382,28 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
     rs = resolve(reg, profile, tp=tp_n, env=environ)
     _raise_on_resolve_errors(rs)
     warnings = _check(reg, rs, rs.strict)
-    return Active(rs, reg, origin, warnings)
+    from r9k.registry.validate import gate_labels
+
+    return Active(from_resolved(rs, this_registry_fingerprint(environ), warnings, gate_labels(reg, rs)),
+                  f"{origin}, resolved by this process", warnings)
+
+
+def hand_on(active: Active, environ=None) -> Optional[str]:
+    """The first process of a server started by hand: write its manifest and name it (``envvars.MANIFEST``)
+    for the processes it starts, so that they load it instead of resolving again."""
+    environ = os.environ if environ is None else environ
+    if envvars.MANIFEST.get(environ):
+        return None
+    from r9k.registry import fileio
+
+    path = envvars.cache_dir(environ) / "run" / f"manifest-{active.hash}-{os.getpid()}.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fileio.atomic_write(path, json.dumps(active.rs.to_dict()), "launch manifest")
+    except OSError:
+        return None
+    environ[envvars.MANIFEST.name] = str(path)
+    return str(path)
 
 
 def _raise_on_resolve_errors(rs) -> None:
@@ -364,16 +451,76 @@ def apply_profile_env(active: Active, environ=None) -> list[str]:
     return notes
 
 
-def default_status_file(environ=None) -> str:
-    """The status file of this launch: ``envvars.STATUS_FILE``, else next to the manifest, else in the cache.
-    The first process decides and exports it, so that every process of the launch writes the same."""
+def server_id(active: Active, proc: ProcessInfo, environ=None) -> str:
+    """This server's instance id: the launch's (carried in vLLM's config), else the one the first process of
+    a server started by hand made (``envvars.SERVER``, inherited by the processes it starts)."""
+    environ = os.environ if environ is None else environ
+    sid = active.server or envvars.SERVER.get(environ)
+    if not sid:
+        from r9k.registry.manifest import new_server_id
+
+        sid = new_server_id(active.rs.profile)
+    active.server = sid
+    environ[envvars.SERVER.name] = sid
+    return sid
+
+
+def status_file_for(server: str, environ=None) -> str:
+    """Where the status file of server instance ``server`` is (its counter files lie beside it)."""
+    return str(envvars.cache_dir(os.environ if environ is None else environ) / "run" / f"server-{server}.status.json")
+
+
+def default_status_file(environ=None, server: str = "") -> str:
+    """The status file of this server: ``envvars.STATUS_FILE``, else the server instance's own file in the
+    cache (:func:`status_file_for`). The first process decides and exports it, so that every process of the
+    server on this node writes the same one."""
     environ = os.environ if environ is None else environ
     path = environ.get(STATUS_FILE_VAR)
     if not path:
-        manifest = envvars.MANIFEST.get(environ)
-        if manifest:
-            path = str(Path(manifest).with_suffix("")) + ".status.json"
-        else:
-            path = str(envvars.cache_dir(environ) / "run" / f"status-{os.getpid()}.json")
+        path = status_file_for(server or f"pid{os.getpid()}", environ)
         environ[STATUS_FILE_VAR] = path
     return path
+
+
+# ------------------------------------------------------------------------------ agreement across ranks
+
+
+def rank_record(active: Active, proc: ProcessInfo, rank: int, table=None) -> dict:
+    """What one rank tells the others: where it runs, its set (hash and every knob's value), its plan."""
+    plans = table.plans if table is not None else {}
+    return {"node": proc.node or socket.gethostname(), "rank": rank, "pid": proc.pid, "started": proc.started,
+            "process": proc.name, "server": active.server, "hash": active.hash,
+            "values": active.rs.knob_values(), "extra_env": dict(active.rs.extra_env),
+            "in_use": table.in_use() if table is not None else {},
+            "modes": {vid: str(p.mode) for vid, p in sorted(plans.items())}}
+
+
+def compare_ranks(records: list[dict]) -> list[str]:
+    """One located line per rank whose set differs from rank 0's (empty when all agree)."""
+    from r9k.registry.manifest import first_difference
+
+    if not records:
+        return []
+    ref = min(records, key=lambda r: r["rank"])
+    out = []
+    for r in sorted(records, key=lambda r: r["rank"]):
+        if r["hash"] == ref["hash"]:
+            continue
+        diff = first_difference(ref["values"], r["values"])
+        if diff is None and ref.get("extra_env") != r.get("extra_env"):
+            diff = f"profile env {masked(ref.get('extra_env') or {})} vs {masked(r.get('extra_env') or {})}"
+        out.append(f"error[rank-mismatch]: node {r['node']} rank {r['rank']} (pid {r['pid']}) runs set {r['hash']}, "
+                   f"node {ref['node']} rank {ref['rank']} runs {ref['hash']}; first differing knob: "
+                   f"{diff or 'none (another registry?)'}")
+    return out
+
+
+def agree_world(record: dict, all_gather: Callable[[list, Any], None], world_size: int) -> list[dict]:
+    """Every rank's :func:`rank_record`, gathered with ``all_gather(out, obj)`` (``torch.distributed.
+    all_gather_object`` on vLLM's CPU world group); :class:`StartupError` on every rank when any differs."""
+    out: list = [None] * world_size
+    all_gather(out, record)
+    errors = compare_ranks([r for r in out if r is not None])
+    if errors:
+        raise StartupError(errors, "r9k: the ranks of this server do not run one set; refusing to load weights")
+    return out

@@ -1,9 +1,16 @@
 """The server's active set, for clients: a status file, and the HTTP route ``GET /r9k/status``.
 
-The status file (named by ``envvars.STATUS_FILE``; by default next to the manifest of ``r9kctl launch``) is
-written by every plugin process into its own section (keyed by process name), atomically: the API
-server writes what it resolved at start, the worker of rank 0 rewrites it when the model is built,
-with the implementation each fused op actually got.
+The status file (named by ``envvars.STATUS_FILE``; by default the server instance's own file,
+``<cache>/run/server-<id>.status.json``, keyed by the instance id ``r9kctl launch`` creates: two servers of
+one profile never share one) is written by every plugin process into its own section (keyed by process
+name, with its pid and start time), atomically: the API server writes what it loaded at start, the worker
+of rank 0 rewrites it when the model is built, with the implementation each fused op actually got, and
+with every rank's record (node, rank, pid, set, plan) gathered when the ranks agreed
+(:func:`r9k.plugin.startup.agree_world`).
+
+A status file whose processes are all gone (pid not running, or running with another start time: a
+reused pid) is a dead server's: :func:`liveness` says so, ``r9kctl status --file`` exits non-zero, and the
+next server's first process removes it (:func:`clean_dead`).
 
 The route is a ``vllm.endpoint_plugins`` entry (vLLM loads endpoint plugins only when named in
 ``VLLM_PLUGINS``; ``r9kctl launch`` sets ``VLLM_PLUGINS=r9k``). It answers the API server's own
@@ -20,7 +27,7 @@ SCHEMA = "r9k-status/1"
 ROUTE = "/r9k/status"
 
 
-def snapshot(active, table, proc, applied: Optional[dict] = None) -> dict:
+def snapshot(active, table, proc, applied: Optional[dict] = None, ranks: Optional[list] = None) -> dict:
     """This process's view: profile, hash, every value, the non-stock variants with provenance, the
     adapters' per-layer and per-call counters (:mod:`r9k.plugin.counters`) and, in the API server, what
     vLLM applied of the launcher's requests (:mod:`r9k.plugin.applied`)."""
@@ -37,8 +44,9 @@ def snapshot(active, table, proc, applied: Optional[dict] = None) -> dict:
                           "mode": p.mode if p else None})
     return {
         "profile": rs.profile, "hash": rs.hash, "tp": rs.tp, "model": rs.model, "platform": rs.platform,
-        "origin": active.origin, "strict": rs.strict,
-        "process": {"name": proc.name, "pid": proc.pid, "role": proc.role, "rank": proc.rank},
+        "origin": active.origin, "strict": rs.strict, "server": active.server,
+        "process": {"name": proc.name, "pid": proc.pid, "role": proc.role, "rank": proc.rank,
+                    "node": proc.node, "started": proc.started},
         "values": {r.variant.knob: r.value for r in rs.items.values() if r.value is not None},
         "non_stock": non_stock,
         "in_use": table.in_use() if table is not None else {},
@@ -46,6 +54,7 @@ def snapshot(active, table, proc, applied: Optional[dict] = None) -> dict:
         "counters": counters.snapshot(),
         "applied": applied,
         "kv_cache": _kv_cache(),  # predicted vs allocated, once the engine is ready (plugin/kvcache.py)
+        "ranks": ranks,  # every rank's record, where this process took part in the ranks' agreement
         "time": time.time(),
     }
 
@@ -59,9 +68,12 @@ def _kv_cache():
 def plan_counts(table) -> dict:
     """The availability counts of this process's plan (``r9kctl validate`` prints the same numbers)."""
     plans = table.plans.values() if table is not None else []
+    from r9k.registry.manifest import Impl
+
     modes = [p.mode for p in plans]
-    return {"installed": modes.count("fused"), "fallback": modes.count("fallback"), "env_only": modes.count("env"),
-            "fallbacks": {p.knob: p.reason for p in plans if p.mode == "fallback"}}
+    return {"installed": modes.count(Impl.FUSED), "fallback": modes.count(Impl.FALLBACK),
+            "env_only": modes.count(Impl.ENV),
+            "fallbacks": {p.knob: p.reason for p in plans if p.mode is Impl.FALLBACK}}
 
 
 def merge_ops(sections: list[dict]) -> dict:
@@ -99,10 +111,11 @@ def write_section(path: str, section: dict) -> None:
         except (OSError, ValueError):
             data = {}
         if not isinstance(data, dict) or not isinstance(data.get("processes", {}), dict) \
-                or data.get("hash") not in (None, section["hash"]):
+                or data.get("hash") not in (None, section["hash"]) \
+                or data.get("server") not in (None, section.get("server")):
             data = {}  # a previous launch's file, or not a status file at all: replaced
         data.update({"schema": SCHEMA, "profile": section["profile"], "hash": section["hash"],
-                     "tp": section["tp"], "model": section["model"]})
+                     "tp": section["tp"], "model": section["model"], "server": section.get("server")})
         procs = data.setdefault("processes", {})
         procs[section["process"]["name"]] = section
         fileio.atomic_write(p, json.dumps(data, indent=1, sort_keys=True), "status file")  # OSError on failure
@@ -184,7 +197,83 @@ def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
     data["kv_cache"] = next((s.get("kv_cache") for s in ([own] if own else []) + list(procs.values())
                              if s.get("kv_cache")), None)
     data["status_file"] = path
+    data["server"] = (own or {}).get("server") or file_data.get("server")
+    data["liveness"] = liveness(procs)
+    data["cluster"] = cluster(procs, data.get("tp"))
     return data
+
+
+def liveness(procs: dict) -> dict:
+    """Which processes of the sections still run (pid and start time, on this node): ``{"alive": [...],
+    "dead": [...], "elsewhere": [...]}`` (process names; "elsewhere": another node's, not checked here)."""
+    import socket
+
+    from .startup import process_alive
+
+    here = socket.gethostname()
+    out: dict = {"alive": [], "dead": [], "elsewhere": []}
+    for name, sec in sorted(procs.items()):
+        p = sec.get("process", {})
+        if p.get("node") not in (None, "", here):
+            out["elsewhere"].append(name)
+        elif process_alive(p.get("pid"), p.get("started")):
+            out["alive"].append(name)
+        else:
+            out["dead"].append(name)
+    return out
+
+
+def cluster(procs: dict, tp: Optional[int]) -> dict:
+    """Every rank of the server per node (from the records the ranks exchanged when they agreed, and from
+    the worker sections of this node), with its set, plan and counters where known, and the ranks
+    that have not reported (expected: the world the ranks agreed in, else the TP size)."""
+    nodes: dict = {}
+    world = None
+    for sec in procs.values():
+        for rec in sec.get("ranks") or []:
+            world = max(world or 0, len(sec["ranks"]))
+            nodes.setdefault(rec["node"], {})[str(rec["rank"])] = {
+                "pid": rec["pid"], "process": rec.get("process"), "hash": rec["hash"], "in_use": rec.get("in_use", {}),
+                "modes": rec.get("modes", {}), "counters": None}
+    for name, sec in procs.items():
+        p = sec.get("process", {})
+        if p.get("role") != "worker":
+            continue
+        node = p.get("node") or "?"
+        entry = nodes.setdefault(node, {}).setdefault(str(p.get("rank", 0)), {
+            "pid": p.get("pid"), "process": name, "hash": sec.get("hash"), "in_use": sec.get("in_use", {}),
+            "modes": {}, "counters": None})
+        if entry.get("pid") == p.get("pid"):
+            entry["counters"] = sec.get("counters")
+    expected = world or tp or 0
+    reported = {int(r) for ranks in nodes.values() for r in ranks}
+    return {"nodes": nodes, "world_size": expected,
+            "not_reported": sorted(set(range(expected)) - reported)}
+
+
+def clean_dead(run_dir: Path, keep: Optional[str] = None) -> list[str]:
+    """Remove the status files (and their counter files and lock) of servers whose processes are all gone
+    on this node; returns the files removed. A file of another node's server, or unreadable, is left."""
+    removed = []
+    for f in sorted(Path(run_dir).glob("server-*.status.json")):
+        if keep and str(f) == str(keep):
+            continue
+        try:
+            data = read_status_file(str(f))
+        except (OSError, ValueError):
+            continue
+        live = liveness(data.get("processes", {}))
+        if live["alive"] or live["elsewhere"] or not live["dead"]:
+            continue
+        pids = {sec.get("process", {}).get("pid") for sec in data.get("processes", {}).values()}
+        handed = [m for pid in pids if pid for m in f.parent.glob(f"manifest-*-{pid}.json")]  # startup.hand_on's
+        for g in [f, f.with_name(f.name + ".lock"), *f.parent.glob(f.name + ".*.counters.json"), *handed]:
+            try:
+                g.unlink()
+                removed.append(str(g))
+            except OSError:
+                pass
+    return removed
 
 
 class StatusEndpoint:

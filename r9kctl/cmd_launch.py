@@ -1,6 +1,8 @@
 """``r9kctl launch --profile P``: validate, then start ``vllm serve`` with the resolved set handed to the
-plugin (``envvars.MANIFEST``). ``--dry-run`` prints the exact command and environment instead: pasted into a
-shell they start the same server (the manifest they name is written, the model reference is a path)."""
+plugin in vLLM's own config (``--additional-config '{"r9k": ...}'``). ``--dry-run`` prints the exact command
+and environment instead: pasted into a shell they start the same server (the model reference is a path).
+``--nnodes N`` prints (``--dry-run``) or runs (``--node-rank R``) one command per node, all with the same set.
+Without this command, ``vllm serve`` with ``envvars.PROFILE`` set resolves the profile in its first process."""
 from __future__ import annotations
 
 from r9k.registry import envvars
@@ -13,10 +15,11 @@ exit codes (one rule, as validate): 0 started or printed; 1 valid without --stri
   platform and device count, vLLM version a release was validated on; --no-preflight skips it); 3 a bug.
 
 more than one process, more than one node:
-  --tp N starts vLLM with --tensor-parallel-size N. Every vLLM process (API server, engine core, each
-  worker) checks the resolved set's hash; the resolved set also travels in the environment
-  ({envvars.MANIFEST_DATA.name}), so a worker that cannot read the launcher's files (another node, another
-  directory) resolves the same set from its own installation and refuses on a different hash.
+  --tp N starts vLLM with --tensor-parallel-size N. The resolved set travels in vLLM's config
+  (--additional-config '{{"r9k": {{hash, server, manifest}}}}'): pickled to every engine core and worker, and
+  on the command line of every node, so no process resolves again and no node needs the launcher's files.
+  Every process checks the set's hash and the registry fingerprint; once vLLM's distributed groups exist
+  every rank all-gathers its set and a difference stops the start, naming node, rank and knob.
   CPU backend, TP 2 on one machine:
     VLLM_CPU_OMP_THREADS_BIND=nobind r9kctl launch --profile cpu-smoke --tp 2
   Several nodes through Ray (vLLM's distributed executor; every node has this project and the same
@@ -24,8 +27,13 @@ more than one process, more than one node:
     ray start --head --port 6379                    # node 1
     ray start --address <head-ip>:6379              # node 2, ...
     r9kctl launch --profile P --tp N -- --distributed-executor-backend ray
-  Ray copies the variables vLLM knows to its workers: the plugin declares R9K_* (and the hash) to vLLM.
-  Results on this machine (and why the CPU backend runs Ray or not): notes/plugin.md.
+  Ray copies the variables vLLM knows to its workers: the plugin declares every knob and control variable
+  to vLLM (tests/plugin/test_multinode.py checks them against vLLM's Ray copy).
+  Several nodes without Ray (vLLM's multiprocessing executor; same installation on every node):
+    r9kctl launch --profile P --tp N --nnodes 2 --master-addr <head-ip> --dry-run    # both commands
+    r9kctl launch --profile P --tp N --nnodes 2 --master-addr <head-ip> --node-rank 1  # on node 1 (headless)
+    r9kctl launch --profile P --tp N --nnodes 2 --master-addr <head-ip> --node-rank 0  # on the head
+  Results on this machine: notes/multinode.md.
 """
 
 
@@ -45,9 +53,31 @@ def add_parser(sub):
     p.add_argument("--out", default=".", metavar="DIR", help="with --format vllm-config: where to write (default .)")
     p.add_argument("--no-preflight", action="store_true",
                    help="skip the pre-flight (model path or hub id, platform and device count, validated vLLM version)")
+    add_node_options(p)
     p.add_argument("extra", nargs="*", metavar="-- VLLM_ARGS", help="extra arguments for vllm serve, after --")
     p.set_defaults(func=run)
     return p
+
+
+def add_node_options(p) -> None:
+    g = p.add_argument_group("several nodes (vLLM's multiprocessing multi-node form)")
+    g.add_argument("--nnodes", type=int, default=1, help="number of nodes: one vllm serve per node, the same set")
+    g.add_argument("--node-rank", type=int, help="with --nnodes: start this node's command (0: the head)")
+    g.add_argument("--master-addr", default="127.0.0.1", help="with --nnodes: the head's address (default 127.0.0.1)")
+    g.add_argument("--master-port", type=int, default=29501, help="with --nnodes: the head's port (default 29501)")
+
+
+def node_problem(args) -> str | None:
+    """What is wrong with the node options (None when they are usable)."""
+    if args.nnodes < 1:
+        return f"--nnodes {args.nnodes}: must be at least 1"
+    if args.node_rank is not None and args.nnodes == 1:
+        return "--node-rank needs --nnodes N (N > 1)"
+    if args.node_rank is not None and not 0 <= args.node_rank < args.nnodes:
+        return f"--node-rank {args.node_rank}: must be between 0 and {args.nnodes - 1}"
+    if args.nnodes > 1 and args.node_rank is None and not args.dry_run:
+        return f"--nnodes {args.nnodes}: give --node-rank R to start one node's command, or --dry-run to print them"
+    return None
 
 
 def run(args) -> int:
@@ -55,6 +85,12 @@ def run(args) -> int:
     from .launch import exec_plan, plan_launch
     from .output import diagnostics, print_json
 
+    problem = node_problem(args)
+    if problem:
+        import sys
+
+        sys.stderr.write(f"r9kctl launch: error[usage]: {problem}\n")
+        return 2
     loaded = load_for_profile(args, "r9kctl launch")
     if loaded is None:
         return 2
@@ -64,9 +100,15 @@ def run(args) -> int:
     from .launch import have_module
 
     # A dry run in a core install (no torch) names the tiny model it would build instead of building it.
+    server = None
+    if args.nnodes > 1:  # every node's separate invocation carries the same server id
+        from .launch import multinode_server_id
+
+        server = multinode_server_id(args.profile, args.master_addr, args.master_port)
     try:
         plan = plan_launch(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict, extra_args=args.extra,
-                           preflight=not args.no_preflight and not dry, build_model=not dry or have_module("torch"))
+                           preflight=not args.no_preflight and not dry, build_model=not dry or have_module("torch"),
+                           server=server)
     except OSError as exc:  # a full, read-only or odd cache folder: one located line, not an internal error
         import sys
 
@@ -114,9 +156,16 @@ def run(args) -> int:
         print(f"wrote {out / 'config.yaml'} and {out / 'vllm.env'}; start the same server with:\n"
               f"  set -a; . {out / 'vllm.env'}; set +a; {plan.argv[0]} serve --config {out / 'config.yaml'}")
         return 0
+    if args.nnodes > 1:
+        from .launch import node_commands
+
+        plan.nodes = node_commands(plan.argv, args.nnodes, args.master_addr, args.master_port)
+        if args.node_rank is not None:
+            plan.argv = plan.nodes[args.node_rank]
     if args.dry_run:
         if args.format == "json":
             print_json({"argv": plan.argv, "env": plan.env, "manifest": plan.manifest, "notes": plan.notes,
+                        "server": plan.server, "nodes": plan.nodes,
                         "requests": [{"knob": q.knob, "sends": q.text(), "program": q.program} for q in plan.requests]})
         else:
             print(plan.display())

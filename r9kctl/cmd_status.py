@@ -5,7 +5,13 @@ Reads ``GET <url>/r9k/status`` (the plugin's route) with ``--url``, or the plugi
 process resolved, and for every variant not at its stock value: knob, value, provenance and the
 implementation in use.
 
-Exit codes: 0 the processes agree, 1 they report different hashes, 2 no status could be read.
+Each server writes its own file (keyed by the server instance id ``r9kctl launch`` creates); the file of a
+server whose processes are all gone (pid not running, or reused by another process) is reported dead.
+The cluster view lists every rank per node (as the ranks told each other when they agreed) and the ranks
+that have not reported.
+
+Exit codes: 0 the processes agree, 1 they report different hashes, 2 no status could be read, 3 the file is a
+dead server's.
 """
 from __future__ import annotations
 
@@ -115,12 +121,20 @@ def _run(args) -> int:
             print(f"r9kctl status: error[status]: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     agree = data.get("agree", True)
+    live = data.get("liveness") or {}
+    dead = bool(args.file) and bool(live.get("dead")) and not live.get("alive") and not live.get("elsewhere")
+    if dead:
+        print(f"r9kctl status: error[dead-server]: {args.file}: server {data.get('server') or '?'} is not running "
+              f"(its processes {', '.join(live['dead'])} are gone); the next launch removes its files", file=sys.stderr)
     if args.format == "json":
         print(json.dumps(data, indent=2, sort_keys=True))
-        return 0 if agree else 1
+        return 3 if dead else 0 if agree else 1
+    if dead:
+        return 3
     from .output import table
 
-    print(f"profile {data.get('profile')}  hash {data.get('hash')}  tp {data.get('tp')}  model {data.get('model')}")
+    print(f"profile {data.get('profile')}  hash {data.get('hash')}  tp {data.get('tp')}  model {data.get('model')}  "
+          f"server {data.get('server')}")
     if data.get("kv_cache"):
         from r9k.plugin.api import kv_cache_line
 
@@ -129,6 +143,16 @@ def _run(args) -> int:
     table(["PROCESS", "PID", "ROLE", "RANK", "HASH"],
           [[n, p.get("pid"), p.get("role"), p.get("rank"), p.get("hash")] for n, p in procs.items()],
           title="processes")
+    cl = data.get("cluster") or {}
+    if cl.get("nodes"):
+        table(["NODE", "RANK", "PID", "HASH", "FUSED OPS"],
+              [[node, rank, r.get("pid"), r.get("hash"), sum(1 for m in (r.get("modes") or {}).values() if m == "fused")]
+               for node, ranks in sorted(cl["nodes"].items()) for rank, r in sorted(ranks.items(), key=lambda x: int(x[0]))],
+              title=f"ranks per node (world {cl.get('world_size')})")
+    if cl.get("not_reported"):
+        print(f"ranks that have not reported: {', '.join(map(str, cl['not_reported']))}")
+    if live.get("dead"):
+        print(f"processes gone: {', '.join(live['dead'])}")
     in_use = data.get("in_use", {})
     from r9k.registry.redact import mask
 

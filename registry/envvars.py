@@ -53,11 +53,7 @@ def _v(name: str, type: str, default: Optional[str], meaning: str, readers: tupl
 
 MANIFEST = _v("R9K_MANIFEST", "path", None,
               "the resolved manifest (JSON) the plugin serves; written and exported by r9kctl launch",
-              ("plugin.startup", "plugin.snapshot", "r9kctl.launch", "r9kctl.evidence.bisect"), vllm=True)
-MANIFEST_DATA = _v("R9K_MANIFEST_DATA", "str", None,
-                   "the launch manifest itself (compressed JSON, base64), exported by r9kctl launch: a worker "
-                   "that cannot read the R9K_MANIFEST file (another node or directory) resolves from it",
-                   ("plugin.startup", "plugin.snapshot", "r9kctl.launch"), vllm=True)
+              ("plugin.startup", "r9kctl.launch", "r9kctl.evidence.bisect"), vllm=True)
 PROFILE = _v("R9K_PROFILE", "str", None,
              "the profile the plugin resolves in each process when no manifest is named",
              ("plugin", "plugin.startup"), vllm=True)
@@ -73,8 +69,8 @@ STATUS_FILE = _v("R9K_STATUS_FILE", "path", "a file under the cache directory, c
                  "where the plugin writes what it installed and counted; r9kctl status reads it",
                  ("plugin.startup", "plugin.status", "r9kctl.cmd_status"), vllm=True)
 CACHE_DIR = _v("R9K_CACHE_DIR", "path", "$XDG_CACHE_HOME/r9k, else ~/.cache/r9k",
-               "parse cache, manifests, launch snapshots, tiny models (see cache_dir())",
-               ("registry.loader", "r9kctl.launch", "plugin.tiny_model", "plugin.snapshot"), vllm=True)
+               "parse cache, manifests, status files, tiny models (see cache_dir())",
+               ("registry.loader", "r9kctl.launch", "plugin.tiny_model", "plugin.startup"), vllm=True)
 REGISTRY = _v("R9K_REGISTRY", "path", "the packaged registry", "the registry tree to load instead",
               ("registry.loader", "plugin.regcache"), vllm=True)
 PROFILES_DIR = _v("R9K_PROFILES_DIR", "paths", "only the packaged profiles",
@@ -119,11 +115,9 @@ LAUNCH_HASH = _v("_R9K_LAUNCH_HASH", "str", None,
                  ("plugin.startup", "plugin"), vllm=True)
 LAUNCH_PID = _v("_R9K_LAUNCH_PID", "int", None, "the process that set _R9K_LAUNCH_HASH", ("plugin.startup",),
                 vllm=True)
-LAUNCH_SNAPSHOT = _v("_R9K_LAUNCH_SNAPSHOT", "path", None,
-                     "the resolved set pickled by the first process, for the later ones", ("plugin.snapshot",),
-                     vllm=True)
-LAUNCH_INPUTS = _v("_R9K_LAUNCH_INPUTS", "str", None,
-                   "digest of the inputs the snapshot was resolved from", ("plugin.snapshot",), vllm=True)
+SERVER = _v("_R9K_SERVER", "str", None,
+            "the server instance id of a server started by hand (made by its first process; r9kctl launch "
+            "carries its own in vLLM's config): names the status and counter files", ("plugin.startup",), vllm=True)
 
 ALL: dict[str, EnvVar] = {v.name: v for v in globals().values() if isinstance(v, EnvVar)}
 

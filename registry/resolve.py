@@ -27,6 +27,7 @@ from . import envvars
 from .errors import Diagnostic
 from .loader import Registry
 from .origin import Origin, WithOrigin
+from .manifest import shape_problem as manifest_problem
 from .schema import ModelSpec, Profile, Variant
 
 LAYERS = ("registry", "release", "profile", "environment", "override")
@@ -77,6 +78,7 @@ class ResolvedSet:
     gpu_memory_utilization: Optional[float]
     strict: bool = False
     diagnostics: list[Diagnostic] = field(default_factory=list)
+    registry_root: Optional[object] = None  # the registry tree it was resolved from (a Path)
 
     @property
     def ok(self) -> bool:
@@ -99,16 +101,11 @@ class ResolvedSet:
 
     @property
     def hash(self) -> str:
-        """12 hex chars over what the processes must agree on: model, TP size and every value."""
-        payload = {
-            "model": self.model,
-            "tp": self.tp,
-            "values": {r.variant.knob: r.value for r in sorted(self.items.values(), key=lambda r: r.variant.knob)
-                       if r.value is not None},
-            "env": dict(sorted(self.extra_env.items())),
-        }
-        blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
-        return hashlib.sha256(blob).hexdigest()[:12]
+        """12 hex chars over what the processes must agree on: model, TP size and every value
+        (:func:`r9k.registry.manifest.set_hash`, the one formula)."""
+        from .manifest import set_hash
+
+        return set_hash(self.model, self.tp, {r.variant.knob: r.value for r in self.items.values()}, self.extra_env)
 
     def env(self) -> dict[str, str]:
         """Environment variables to export: every knob with a value ('' = unset is not exported) that the
@@ -119,28 +116,16 @@ class ResolvedSet:
         out.update(self.extra_env)
         return out
 
-    def to_manifest(self) -> dict:
-        return {
-            "schema": "r9k-manifest/1",
-            "profile": self.profile,
-            "model": self.model,
-            "tp": self.tp,
-            "platform": self.platform,
-            "release": self.release,
-            "chain": self.chain,
-            "hash": self.hash,
-            "strict": self.strict,
-            "values": {
-                vid: {"knob": r.variant.knob, "value": r.value, "layer": r.layer, "source": r.source,
-                      "origin": r.origin.to_dict()}
-                for vid, r in sorted(self.items.items())
-            },
-            "extra_env": self.extra_env,
-            "serve_args": self.serve_args,
-            "model_path": self.model_path,
-            "hardware": self.hardware,
-            "gpu_memory_utilization": self.gpu_memory_utilization,
-        }
+    def to_manifest(self, warnings=(), gates=None) -> dict:
+        """The manifest (:mod:`r9k.registry.manifest`, the one hand-off to the plugin) of this set, with the
+        fingerprint of the registry it was resolved from."""
+        from . import manifest
+        from .availability import adapters_path
+        from .loader import default_registry_root
+
+        root = self.registry_root or default_registry_root()
+        fp = manifest.registry_fingerprint(root, adapters_path())
+        return manifest.from_resolved(self, fp, warnings, gates).to_dict()
 
     @classmethod
     def from_manifest(cls, data: Mapping, reg: Registry) -> "ResolvedSet":
@@ -185,42 +170,6 @@ class ResolvedSet:
 
 
 # ------------------------------------------------------------------------------------------ helpers
-
-
-def manifest_problem(data: object) -> Optional[str]:
-    """What makes ``data`` not a manifest as ``ResolvedSet.to_manifest`` writes it (None when its shape is
-    right; the values are checked against the registry by ``from_manifest``)."""
-    def kind(o) -> str:
-        return {dict: "an object", list: "an array", str: "a string", bool: "true/false", int: "a number",
-                float: "a number", type(None): "null"}.get(type(o), type(o).__name__)
-
-    if not isinstance(data, dict):
-        return f"a manifest is a JSON object, not {kind(data)}"
-    if not isinstance(data.get("profile"), str):
-        return f"'profile' must be a string, not {kind(data.get('profile'))}"
-    tp = data.get("tp", 1)
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        return f"'tp' must be a positive integer, not {tp!r}"
-    vals = data.get("values", {})
-    if not isinstance(vals, dict):
-        return f"'values' must be an object (variant id -> {{value, layer, source}}), not {kind(vals)}"
-    for vid, entry in vals.items():
-        if not isinstance(entry, dict):
-            return f"'values.{vid}' must be an object with a 'value', not {kind(entry)}"
-        v = entry.get("value")
-        if v is not None and not isinstance(v, (str, int, float, bool)):
-            return f"'values.{vid}.value' must be a string or null, not {kind(v)}"
-    for key, want in (("extra_env", dict), ("serve_args", list), ("chain", list)):
-        if key in data and not isinstance(data[key], want):
-            return f"'{key}' must be {kind(want())}, not {kind(data[key])}"
-    if isinstance(data.get("extra_env"), dict) and not all(isinstance(x, str) for x in data["extra_env"].values()):
-        return "'extra_env' values must be strings"
-    for key in ("serve_args", "chain"):
-        if isinstance(data.get(key), list) and not all(isinstance(x, str) for x in data[key]):
-            return f"'{key}' must hold strings"
-    if data.get("hardware") is not None and not isinstance(data["hardware"], dict):
-        return f"'hardware' must be an object or null, not {kind(data['hardware'])}"
-    return None
 
 
 #: Unknown knobs of one resolve that get a did-you-mean hint (each is a fuzzy match against every name;
@@ -452,5 +401,5 @@ def resolve(
                      release=base, chain=[p.name for p in chain], items=items, extra_env=extra_env,
                      serve_args=serve_args, model_path=model_path,
                      hardware=hardware.model_dump() if hardware else None, gpu_memory_utilization=util,
-                     strict=strict_flag, diagnostics=diags)
+                     strict=strict_flag, diagnostics=diags, registry_root=reg.root)
     return rs

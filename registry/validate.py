@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-from . import availability
+from . import availability, manifest
+from .manifest import Impl
 from .errors import Diagnostic, RegistryError
 from .loader import Registry, load_registry
 from .memory import Budget, budget
@@ -80,9 +81,9 @@ class Report:
 def availability_dict(verdicts: Mapping) -> dict:
     """The per-profile availability report: counts, installed knobs, fallbacks with their reason."""
     c = availability.counts(verdicts)
-    return {"installed": c["installed"], "fallback": c["fallback"], "env_only": c["env"],
-            "installed_variants": [v.knob for v in verdicts.values() if v.state == "installed"],
-            "fallbacks": {v.knob: v.reason for v in verdicts.values() if v.state == "fallback"}}
+    return {"installed": c[Impl.FUSED], "fallback": c[Impl.FALLBACK], "env_only": c[Impl.ENV],
+            "installed_variants": [v.knob for v in verdicts.values() if v.state is Impl.FUSED],
+            "fallbacks": {v.knob: v.reason for v in verdicts.values() if v.state is Impl.FALLBACK}}
 
 
 # ----------------------------------------------------------------------------------- registry-wide
@@ -183,7 +184,7 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
     name = rs.profile
     items = rs.items
     strict = rs.strict
-    verdicts = availability.plan(rs, adapters=availability.load_adapters())
+    verdicts = availability.plan(manifest.from_resolved(rs), adapters=availability.load_adapters())
     report.availability[name] = verdicts
 
     if rs.model and rs.model in reg.models and not reg.models[rs.model].supports_tp(rs.tp):
@@ -207,7 +208,7 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
             report.add(Diagnostic("error", "unsupported-model", f"{v.knob}={r.value}: variant '{vid}' does not apply "
                                   f"to model {rs.model} (applies to: {', '.join(v.models) or 'all but ' + ', '.join(v.excluded_models)})", *where, [vid, name]))
         av = verdicts[vid]
-        if av.state == "fallback":
+        if av.state is Impl.FALLBACK:
             fallbacks.append(Diagnostic("error" if strict else "warning", "no-implementation",
                                         f"{v.knob}={r.value}: variant '{vid}' cannot run here: {av.reason}; the "
                                         f"plugin keeps vLLM's own path ({v.knob}={v.stock})", *where, [vid, name]))
@@ -344,3 +345,28 @@ def validate(
             check_profile_launch(reg, rs, report, iface)
     group_cascades(report, reg)
     return report
+
+
+def gate_labels(reg: Registry, rs) -> dict[str, str]:
+    """Variant id -> its gate's state on the set's platform and where the evidence came from (``fresh (ran
+    here)``, ``fresh (imported from cuda-h200, <date>, unverified)``, ``none on rocm-gfx1201``), for the non-stock
+    variants with gate tests: carried in the manifest, so every process's startup table shows it."""
+    from .ledger import platform_matches
+
+    try:
+        states = gate_states(reg)
+    except Exception:  # noqa: BLE001 - an unreadable ledger is already a validation warning
+        return {}
+    plat = rs.platform
+    out = {}
+    for r in rs.non_stock():
+        st = states.get(r.variant.id)
+        if st is None:
+            continue
+        state, _ = st.on(plat)
+        if plat and not any(platform_matches(p, plat) for p in st.per_platform):
+            out[r.variant.id] = f"none on {plat}"
+            continue
+        ev = [e for p, e in st.evidence.items() if not plat or platform_matches(p, plat)]
+        out[r.variant.id] = f"{state} ({'; '.join(dict.fromkeys(ev)) or 'nothing counts'})"
+    return out

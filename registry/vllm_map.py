@@ -272,9 +272,20 @@ def serve_argv(rs, extra_args: Optional[list[str]] = None,
     if rs.tp > 1:
         argv += ["--tensor-parallel-size", str(rs.tp)]
     argv += list(rs.serve_args) + largs + list(extra_args or [])
-    env = dict(rs.env())
+    env = exported_env(rs)
     env.update(lenv)
     return argv, env, reqs, conflicts
+
+
+def exported_env(rs) -> dict[str, str]:
+    """The knob variables a launch exports: only for code that reads them. Env-only knobs (no extension point of
+    the plugin: read from the environment by code outside its dispatch, a kernel helper or vLLM) and the
+    profile's ``[env]``; the knobs the plugin installs reach every process in the carried manifest only."""
+    out = dict(rs.env())
+    for r in rs.items.values():
+        if r.variant.implementation.extension_point not in (None, "env-only"):
+            out.pop(r.variant.knob, None)
+    return out
 
 
 def check_profile_launch(reg, rs, report, iface=None, extra_args: Optional[list[str]] = None) -> None:

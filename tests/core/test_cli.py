@@ -145,7 +145,10 @@ def test_launch_dry_run_and_refusal(r9kctl):
     assert ("serve" in argv or "vllm.entrypoints.openai.api_server" in argv)
     assert "/models/Qwen3.8-Flash-Next" in argv and argv[argv.index("--tensor-parallel-size") + 1] == "4"
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.98"
-    assert plan["env"][envvars.MANIFEST.name].endswith(f"tp4-default-tp4-{plan['manifest']['hash']}.json")
-    assert plan["env"]["R9K_HC_FP8_DECODE"] == "1"
+    carried = json.loads(argv[argv.index("--additional-config") + 1])["r9k"]  # the set, in vLLM's own config
+    assert carried["hash"] == plan["manifest"]["hash"] and carried["server"] == plan["server"]
+    assert carried["path"].endswith(f"tp4-default-tp4-{plan['manifest']['hash']}.json")
+    assert "R9K_HC_FP8_DECODE" not in plan["env"], "installed by the plugin from the carried set: not exported"
+    assert plan["env"]["R9K_PDL"] == "1"  # env-only: read from the environment by the kernels' helper
     code, out, err = r9kctl("launch", "--profile", "tp4-default", "--dry-run", "--set", "R9K_ROUTER=fast")
     assert code == 2 and "refusing to launch" in err and "error[bad-value]" in err

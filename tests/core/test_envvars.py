@@ -44,21 +44,21 @@ def test_help_built_from_docstrings_shows_the_names():
     """Docstrings refer to ``envvars.MANIFEST``; a user reading ``--help`` sees the name to set."""
     from r9k.r9kctl.cli import build_parser
 
-    for cmd, var in (("launch", envvars.MANIFEST), ("status", envvars.STATUS_FILE), ("bisect", envvars.MANIFEST)):
+    for cmd, var in (("launch", envvars.PROFILE), ("status", envvars.STATUS_FILE), ("bisect", envvars.MANIFEST)):
         sub = build_parser(only=cmd)._subparsers._group_actions[0].choices[cmd]
         text = sub.format_help()
         assert var.name in text and "envvars." not in text, (cmd, text)
 
 
 def test_launcher_knobs_become_flags_not_variables():
-    from r9k.r9kctl.launch import launcher_args
+    from r9k.registry.vllm_map import launch_args
 
     reg = load_registry()
     rs = resolve(reg, "tp4-default", env={}, sets={"EAGER": "1", "OFFLOAD_GB": "8"})
     exported = rs.env()
     for knob in ("UTIL", "EAGER", "MTP", "OFFLOAD_GB", "PREFIX_CACHE"):
         assert knob not in exported
-    args, _ = launcher_args(rs)
+    args, _env, _reqs, _conflicts = launch_args(rs)
     assert "--enforce-eager" in args and "--no-enable-prefix-caching" in args
     assert args[args.index("--cpu-offload-gb") + 1] == "8"
     spec = args[args.index("--speculative-config") + 1]

@@ -10,9 +10,11 @@ from r9k.plugin.startup import StartupError
 def _rs(registry, **env):
     from r9k.registry.resolve import resolve
 
+    from r9k.registry.manifest import from_resolved
+
     rs = resolve(registry, "cpu-smoke", env=env)
     assert rs.ok, [d.format() for d in rs.diagnostics]
-    return rs
+    return from_resolved(rs)
 
 
 def test_fused_when_the_platform_runs_triton(registry):

@@ -156,9 +156,9 @@ def route_installed() -> bool:
 
 def read_status(env: dict, port: int, tmp: Path) -> dict:
     """The server's active set: through the HTTP route when the endpoint plugin is installed, and
-    from the status file the server's processes wrote next to the launch manifest (both agree)."""
-    files = sorted((tmp / "r9k-cache" / "manifests").glob("*.status.json"), key=lambda f: f.stat().st_mtime)
-    assert files, "the plugin wrote no status file next to the manifest"  # newest last: this launch's
+    from the status file the server's processes wrote (its own, named by its server instance id: both agree)."""
+    files = sorted((tmp / "r9k-cache" / "run").glob("server-*.status.json"), key=lambda f: f.stat().st_mtime)
+    assert files, "the plugin wrote no status file for the server"  # newest last: this launch's
     res = subprocess.run(R9KCTL + ["status", "--file", str(files[-1]), "--format", "json"], env=env,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout + res.stderr

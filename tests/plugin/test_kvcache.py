@@ -11,7 +11,9 @@ from r9k.registry.resolve import resolve
 def test_prediction_allocation_and_difference():
     reg = load_registry()
     rs = resolve(reg, "cpu-smoke", env={})
-    pred, basis = kvcache.predicted(SimpleNamespace(rs=rs))
+    from r9k.registry.manifest import from_resolved
+
+    pred, basis = kvcache.predicted(SimpleNamespace(rs=from_resolved(rs)))  # the plugin's shape: the manifest
     assert pred == budget(reg, rs).kv_tokens and "fixed KV budget" in basis
     cfg = SimpleNamespace(cache_config=SimpleNamespace(num_gpu_blocks=60_000, block_size=16,
                                                        kv_cache_size_tokens=None))

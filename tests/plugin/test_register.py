@@ -109,9 +109,13 @@ def test_manifest_from_launch_and_drift(plugin_env, emitted, tmp_path, registry)
     plugin.register()
     assert plugin.active_set().hash == rs.hash
     assert any(f"manifest {manifest}" in ln for ln in emitted)
-    assert os.environ[envvars.STATUS_FILE.name] == str(tmp_path / "run" / "manifest.status.json")
-    status = json.loads((tmp_path / "run" / "manifest.status.json").read_text())
-    assert status["hash"] == rs.hash and "MainProcess" in status["processes"]
+    from r9k.plugin.startup import status_file_for
+
+    server = plugin._active.server
+    assert server.startswith("cpu-smoke-")
+    assert os.environ[envvars.STATUS_FILE.name] == status_file_for(server)
+    status = json.loads(open(status_file_for(server)).read())
+    assert status["hash"] == rs.hash and "MainProcess" in status["processes"] and status["server"] == server
 
     # the same manifest, but the environment changed after launch validated it
     plugin._reset_for_tests()
@@ -132,56 +136,3 @@ def test_register_imports_neither_textual_nor_rich():
     env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "_R9K_"))}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
-
-
-def test_later_processes_reuse_the_launch_snapshot_only_with_the_same_inputs(plugin_env, emitted):
-    import subprocess
-    import sys
-
-    from r9k.plugin.snapshot import INPUTS_VAR, SNAPSHOT_VAR
-
-    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
-    plugin.register()  # the first process of the launch
-    h = plugin.active_set().hash
-    assert os.environ[LAUNCH_HASH_VAR] == h and os.environ[SNAPSHOT_VAR] and os.environ[INPUTS_VAR]
-
-    child = ("import sys, r9k.plugin as p; p._emit = lambda l, x: None; p.register(); rs = p.active_set(); "
-             "print(type(rs).__name__, rs.hash, rs.items['router_gemm'].value, 'r9k.registry.schema' in sys.modules)")
-    # an engine/worker with the launch's inputs: the snapshot, without importing the registry's schema
-    out = subprocess.run([sys.executable, "-c", child], env=dict(os.environ), capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["LightSet", h, "r9k", "False"]
-    # a worker whose environment differs: resolved in full, and refused because it disagrees
-    env = dict(os.environ, R9K_ROUTER="stock")
-    out = subprocess.run([sys.executable, "-c", child], env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode != 0 and "hash-mismatch" in out.stderr, out.stdout + out.stderr[-3000:]
-
-
-def test_a_launcher_can_hand_its_validation_to_the_api_server(plugin_env, tmp_path, registry):
-    """r9kctl launch validates, then exec's into vLLM (same pid): with prepare_launch's variables the
-    API server loads the launcher's snapshot instead of resolving again, and still counts as the
-    launch's first process (it writes the status file)."""
-    import subprocess
-    import sys
-
-    child = f"""
-import json, os, sys
-from r9k.registry import load_registry
-from r9k.registry.resolve import resolve
-from r9k.plugin.snapshot import prepare_launch
-rs = resolve(load_registry(), "cpu-smoke", env={{}})
-m = {str(tmp_path / "m.json")!r}
-open(m, "w").write(json.dumps(rs.to_manifest()))
-os.environ.update(rs.env()); os.environ["R9K_MANIFEST"] = m
-os.environ.update(prepare_launch(rs, [], dict(os.environ)))
-import r9k.plugin as p
-p._emit = lambda l, x: None
-p.register()
-st = json.load(open(os.environ["R9K_STATUS_FILE"]))
-print(type(p.active_set()).__name__, p.active_set().hash == rs.hash, sorted(st["processes"]))
-"""
-    out = subprocess.run([sys.executable, "-c", child], env=dict(os.environ), capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["LightSet", "True", "['MainProcess']"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -11,12 +12,16 @@ from r9k.registry import envvars
 
 
 def _section(name, role, rank, h, in_use=None):
+    from r9k.plugin.startup import pid_start_time
+
     return {"profile": "cpu-smoke", "hash": h, "tp": 1, "model": "tiny-qwen2-moe", "platform": "cpu",
             "origin": "test", "strict": False, "values": {"R9K_ROUTER": "r9k"},
             "non_stock": [{"variant": "router_gemm", "knob": "R9K_ROUTER", "value": "r9k", "stock": "stock",
                            "layer": "profile", "source": "profiles/cpu-smoke.toml:18",
                            "implementation": "planned", "mode": "fused"}],
-            "process": {"name": name, "pid": 100 + rank, "role": role, "rank": rank},
+            # a live process (this test's): a status file of processes that are gone is a dead server's
+            "process": {"name": name, "pid": os.getpid(), "role": role, "rank": rank,
+                        "started": pid_start_time(os.getpid())},
             "in_use": in_use or {}, "time": 0.0}
 
 

@@ -24,7 +24,7 @@ def _plugin_strict_verdict(name: str, platform) -> tuple[bool, object]:
     from r9k.plugin.dispatch import DispatchTable
 
     try:
-        active = startup.resolve_active({envvars.PROFILE.name: name, envvars.STRICT.name: "1"})
+        active = startup.load_active({envvars.PROFILE.name: name, envvars.STRICT.name: "1"})
         table = DispatchTable(active.rs, strict=True,
                               platform_probe=lambda: PROBE.get(availability.platform_family(platform)))
         table.plan()
@@ -50,20 +50,20 @@ def test_validate_launch_and_plugin_agree_in_strict_mode(name, registry, plugin_
     from r9k.plugin import startup
     from r9k.plugin.dispatch import DispatchTable
 
-    active = startup.resolve_active({envvars.PROFILE.name: name})
+    active = startup.load_active({envvars.PROFILE.name: name})
     t = DispatchTable(active.rs, platform_probe=lambda: PROBE.get(availability.platform_family(rs.platform)))
     t.plan()
     c = availability.counts(report.availability[name])
     modes = [p.mode for p in t.plans.values()]
     assert (modes.count("fused"), modes.count("fallback"), modes.count("env")) == (
-        c["installed"], c["fallback"], c["env"]), name
+        c["fused"], c["fallback"], c["env"]), name
 
 
 def test_a_profile_that_cannot_run_is_refused_by_all_three(registry, plugin_env):
     """tp4-default switches on kernels that have no implementation for its platform: all refuse it."""
     name = "tp4-default"
-    assert availability.counts(availability.plan(__import__("r9k.registry.resolve", fromlist=["resolve"])
-                                                 .resolve(registry, name, env={})))["fallback"] > 0
+    assert availability.counts(availability.plan(__import__("r9k.registry.manifest", fromlist=["from_resolved"]).from_resolved(
+        __import__("r9k.registry.resolve", fromlist=["resolve"]).resolve(registry, name, env={}))))["fallback"] > 0
     from r9k.r9kctl.launch import plan_launch
     from r9k.registry.validate import validate
 

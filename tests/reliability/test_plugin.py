@@ -138,9 +138,9 @@ def test_bad_registry(plugin, monkeypatch, tmp_path, content, kind):
 def test_an_unexpected_exception_is_one_startup_line(plugin, monkeypatch):
     from r9k.plugin import startup
 
-    def boom(environ=None):
+    def boom(*args, **kwargs):
         raise ZeroDivisionError("division by zero")
-    monkeypatch.setattr(startup, "resolve_active", boom)
+    monkeypatch.setattr(startup, "load_active", boom)
     monkeypatch.setenv(envvars.PROFILE.name, "tp4-default")
     exc = _register(plugin)
     assert exc is not None and "error[internal]" in exc.lines[0] and "R9K_DEBUG=1" in exc.lines[0]

@@ -1,0 +1,73 @@
+"""Two servers of one profile (cpu-smoke) on one machine, one cache directory: each reports only its own
+processes and counters (issue "One active set per server": status and counters keyed by the server
+instance id ``r9kctl launch`` creates), and a stopped server's status file is reported dead.
+
+One test, both servers (started one after the other, so that only one compiles at a time), bounded by the
+start timeout of each; marked ``e2e``.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+
+from .test_e2e_cpu_smoke import R9KCTL, base_env, completions, launch, session_pids, wait_healthy
+
+pytestmark = pytest.mark.e2e
+pytest.importorskip("vllm")
+
+
+def _status(env: dict, port: int) -> dict:
+    res = subprocess.run(R9KCTL + ["status", "--url", f"http://127.0.0.1:{port}", "--format", "json"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return json.loads(res.stdout)
+
+
+def _calls(data: dict) -> int:
+    return sum(sum(o.get("calls", {}).values()) for o in (data.get("ops") or {}).values())
+
+
+def _pids(data: dict) -> set[int]:
+    return {p["pid"] for p in data["processes"].values()}
+
+
+def test_two_servers_of_one_profile_report_only_their_own(tmp_path):
+    env = base_env(tmp_path)
+    a, port_a = launch(env, tmp_path, "a")
+    b = None
+    try:
+        wait_healthy(a, port_a)
+        b, port_b = launch(env, tmp_path, "b")
+        wait_healthy(b, port_b)
+        sa, sb = _status(env, port_a), _status(env, port_b)
+        assert sa["server"] and sb["server"] and sa["server"] != sb["server"]
+        assert sa["status_file"] != sb["status_file"]
+        assert sa["hash"] == sb["hash"], "one profile, one set: only the server differs"
+        own_a, own_b = set(session_pids(a.proc.pid)), set(session_pids(b.proc.pid))
+        assert _pids(sa) and _pids(sa) <= own_a, (sa["processes"], own_a)
+        assert _pids(sb) and _pids(sb) <= own_b, (sb["processes"], own_b)
+        assert {"main", "engine", "worker"} <= {p["role"] for p in sa["processes"].values()}
+
+        before_b = _calls(sb)
+        completions(port_a)  # requests to A only
+        deadline, sa2 = time.time() + 120, sa
+        while time.time() < deadline and _calls(sa2) <= _calls(sa):
+            time.sleep(2)  # the workers' flushers write their counters about once a second
+            sa2 = _status(env, port_a)
+        assert _calls(sa2) > _calls(sa), "A's counters count A's requests"
+        assert _calls(_status(env, port_b)) == before_b, "B's counters do not count A's requests"
+
+        b.stop()
+        sa3 = _status(env, port_a)
+        assert not (_pids(sa3) & own_b), "A never lists B's processes"
+        dead = subprocess.run(R9KCTL + ["status", "--file", sb["status_file"]], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert dead.returncode == 3 and "error[dead-server]" in dead.stderr, dead.stdout + dead.stderr
+        b = None
+    finally:
+        if b is not None:
+            b.stop()
+        a.stop()
