@@ -90,7 +90,7 @@ def kv_text(st: dict) -> Text:
     kv = st.get("kv_cache")
     if not kv:
         return Text("KV cache: predicted vs allocated: not reported yet (the engine is not ready)", "dim")
-    from r9k.plugin.kvcache import line
+    from r9k.plugin.api import kv_cache_line as line
 
     return Text(line(kv))
 
