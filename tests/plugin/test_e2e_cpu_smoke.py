@@ -66,10 +66,20 @@ def session_pids(sid: int) -> list[int]:
     return out
 
 
+#: lines of each server's log that a failing e2e test prints (tests/plugin/conftest.py's report hook)
+LOG_TAIL_LINES = 60
+
+
 class Server:
-    """A process tree started in its own session, with its output in a log file."""
+    """A process tree started in its own session, with its output in a log file.
+
+    Every server is recorded in :attr:`started`; when a test fails, tests/plugin/conftest.py adds the last
+    :data:`LOG_TAIL_LINES` lines of the log of each server that test started to its failure report."""
+
+    started: list["Server"] = []
 
     def __init__(self, argv: list[str], env: dict, log: Path):
+        Server.started.append(self)
         self.log = log
         self.fh = open(log, "wb")
         self.proc = subprocess.Popen(argv, env=env, stdout=self.fh, stderr=subprocess.STDOUT,
@@ -79,6 +89,13 @@ class Server:
         if not self.fh.closed:
             self.fh.flush()
         return self.log.read_text(errors="replace")
+
+    def tail(self, n: int = LOG_TAIL_LINES) -> str:
+        """The last ``n`` lines of the server's log ("" when it cannot be read)."""
+        try:
+            return "\n".join(self.text().splitlines()[-n:])
+        except OSError:
+            return ""
 
     def stop(self) -> None:
         sid = self.proc.pid
