@@ -108,6 +108,7 @@ def _register() -> None:
     from . import models
 
     install.HOOKS.add(models.REGISTRY_MODULE, models.register_architectures)
+    _register_quantization(install)
     # A "MainProcess" that is not the first plugin process of the launch is a helper vLLM runs as a
     # plain subprocess (e.g. the model inspection of vllm.model_executor.models.registry): it checks
     # agreement like every process, but does not speak for the server in the status file.
@@ -126,6 +127,14 @@ def _register() -> None:
     _write_status(table)
     if _status_path and table.installs():
         _start_flusher()
+
+
+def _register_quantization(install) -> None:
+    """The block-fp8 quantization method (r9k.plugin.quant), registered whatever the variants say, like the
+    architectures: without it vLLM's CPU backend cannot load a block-fp8 checkpoint at all."""
+    from . import quant
+
+    install.HOOKS.add(quant.QUANT_MODULE, quant.register_config)
 
 
 class _Flusher:

@@ -68,6 +68,17 @@ def precheck(model_dir: str, max_model_len: Optional[int]) -> Optional[Checkpoin
     cfg = dict(cfg.get("text_config") or cfg, _name_or_path=str(model_dir))
     try:
         check_config(SimpleNamespace(**cfg), max_model_len)
+        check_weights(str(model_dir))
     except CheckpointError as exc:
         return exc
     return None
+
+
+def check_weights(model_dir: str) -> None:
+    """A block-fp8 checkpoint's fp8 tensors and their scales (:func:`r9k.plugin.quant.check_checkpoint`: the
+    safetensors headers only): CheckpointError naming the file and the tensor."""
+    from r9k.plugin.quant import check_checkpoint
+
+    fault = check_checkpoint(model_dir)
+    if fault is not None:
+        raise CheckpointError(fault.file, f"{fault.tensor}: {fault.why}")

@@ -70,7 +70,7 @@ from vllm.sequence import IntermediateTensors
 from r9k.kernels.decode_step import schedule
 
 from . import hc
-from .checkpoint import GDN, QSA, CheckpointError, check_config
+from .checkpoint import GDN, QSA, CheckpointError, check_config, check_weights
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -193,6 +193,8 @@ class FlashNextModel(nn.Module):
         super().__init__()
         config = vllm_config.model_config.hf_text_config
         check_config(config, vllm_config.model_config.max_model_len)
+        if getattr(config, "_name_or_path", None):
+            check_weights(config._name_or_path)  # a local block-fp8 checkpoint's scales, before any weight
         if get_pp_group().world_size > 1:
             raise CheckpointError(f"{config._name_or_path}/config.json", "pipeline parallelism: not built for this "
                                   "architecture on this backend")
