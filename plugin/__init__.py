@@ -203,6 +203,11 @@ def layers_table(active, snap: dict, proc) -> list[str]:
         kept = "; ".join(f"{len(v)} {r}" for r, v in sorted(c["kept"].items())) or "none"
         first = ", ".join(c["installed"][:3]) + (", ..." if len(c["installed"]) > 3 else "")
         lines.append(f"r9k {active.hash}:   {op}: {len(c['installed'])} run r9k ({first or '-'}); kept vLLM's: {kept}")
+    from . import dispatch, status
+
+    table = dispatch.get_table()
+    for line in status.superseded(snap, table.by_op if table is not None else {}).values():
+        lines.append(f"r9k {active.hash}:   {line}")
     return lines
 
 
@@ -281,13 +286,17 @@ def startup_table(active, table, proc) -> list[str]:
     # also says which implementation, e.g. of the router, it uses).
     shown = [r for r in rs.items.values()
              if not r.is_stock or table.plans.get(r.variant.id) and table.plans[r.variant.id].pluggable]
+    from . import status
+
+    sup = status.superseded({}, table.by_op, {vid: p.mode for vid, p in table.plans.items()})
     for r in sorted(shown, key=lambda r: r.variant.knob):
         p = table.plans.get(r.variant.id)
         rows.append((r.variant.knob, "(unset)" if r.value is None else r.value, f"{r.layer}: {r.source}",
-                     p.describe() if p else "?"))
+                     sup.get(r.variant.id) or (p.describe() if p else "?")))
     n = len(rs.non_stock())
     modes = [p.mode for p in table.plans.values()]
-    lines = [head + f"; {n} variant(s) not at stock: {modes.count('fused')} installed, {modes.count('fallback')} "
+    lines = [head + f"; {n} variant(s) not at stock: {modes.count('fused') - len(sup)} installed"
+             f"{f', {len(sup)} superseded' if sup else ''}, {modes.count('fallback')} "
              f"fall back to vLLM's path, {modes.count('env')} env-only (read by code outside this project)"]
     if rows:
         w = [max(len(x[i]) for x in rows + [("KNOB", "VALUE", "FROM", "")]) for i in range(3)]

@@ -26,8 +26,9 @@ embedding, LM head          vLLM ``VocabParallelEmbedding`` / ``ParallelLMHead``
 ==========================  =====================================================================
 
 Not here (stated, not faked): the MTP block (vLLM's CPU backend runs no speculative decoding), the per-layer
-n-gram embedding ("PLE": a checkpoint with ``ple_layer_ids`` is refused), the vision tower, fp8/MXFP4 weight
-formats (the CPU backend has no kernels for them; the tiny checkpoint is bf16).
+n-gram embedding ("PLE": a checkpoint with ``ple_layer_ids`` is refused), the vision tower, MXFP4 experts (no
+kernel on the CPU backend; the tiny checkpoint's experts are bf16). The block-fp8 dense linears are served by
+this plugin's quantization method (:mod:`r9k.plugin.quant`), whose scales are checked before any weight loads.
 
 The hyper-connection math (docs/semantics.md 3.1-3.3): ``hc_count`` streams of ``hidden_size``;
 a module's ``mix`` norms each stream (grouped Gemma RMSNorm), computes ``lora = silu(down(xn) / hc)``,

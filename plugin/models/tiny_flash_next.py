@@ -98,3 +98,31 @@ def to_block_fp8(out: Path) -> None:
     cfg = json.loads(cfg_path.read_text())
     cfg["quantization_config"] = dict(QUANTIZATION_CONFIG)
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+
+
+def dequantized_reference(model_dir: str):
+    """transformers' own ``Qwen4ExpForCausalLM`` (bf16, eval) on a block-fp8 checkpoint, its fp8 linears
+    dequantized (``e4m3 * scale`` per 128x128 block, rounded once to bf16: the weights vLLM's stock path
+    multiplies by): transformers' fp8 loader needs a GPU, and this is the independent reference of the e2e test."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+    from transformers import Qwen4ExpForCausalLM, Qwen4ExpTextConfig
+
+    d = Path(model_dir)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.pop("quantization_config", None)
+    config = Qwen4ExpTextConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})
+    config.architectures = ["Qwen4ExpForCausalLM"]
+    model = Qwen4ExpForCausalLM(config).to(torch.bfloat16).eval()
+    sd: dict = {}
+    for f in sorted(d.glob("*.safetensors")):
+        sd.update(load_file(str(f)))
+    for k in [k for k in sd if k.endswith(".weight_scale_inv")]:
+        w = k[: -len("_scale_inv")]
+        q, s = sd[w], sd.pop(k)
+        n, kk = q.shape
+        sd[w] = (q.float() * s.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :kk]).to(torch.bfloat16)
+    model.load_state_dict(sd, strict=True)
+    return model
