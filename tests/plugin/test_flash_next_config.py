@@ -23,6 +23,7 @@ def _config(**over):
     ({"layer_types": ["linear_attention"] * 3}, "layer_types", "3 entries for num_hidden_layers = 4"),
     ({"layer_types": ["linear_attention"] * 3 + ["sliding_window"]}, "layer_types", "unknown layer kinds"),
     ({"ple_layer_ids": [1]}, "ple_layer_ids", "not built on this backend"),
+    ({"indexer_budget": 2048}, "indexer_budget", "2048 > max_position_embeddings 1024"),
 ])
 def test_bad_configs_name_the_field(over, field, words):
     from r9k.plugin.models.checkpoint import CheckpointError, check_config
