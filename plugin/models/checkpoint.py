@@ -48,10 +48,6 @@ def check_config(config, max_model_len: Optional[int] = None) -> None:
     if budget is not None and context is not None and budget > context:
         bad("indexer_budget", f"{budget} > max_position_embeddings {context}: the indexer would select more "
             "tokens than the model can ever hold")
-    if any(k in QSA for k in kinds) and budget is not None and max_model_len is not None and max_model_len > budget:
-        bad("indexer_budget", f"{budget} < max_model_len {max_model_len}: this backend runs QSA layers as dense "
-            "attention, which equals QSA only while the context fits the indexer budget; serve with "
-            f"--max-model-len {budget} or less")
 
 
 def precheck(model_dir: str, max_model_len: Optional[int]) -> Optional[CheckpointError]:

@@ -8,8 +8,8 @@ are stored the same way here: e4m3 ``weight`` + fp32 ``weight_scale_inv`` per 12
 ``quantization_config`` says so (served by :mod:`r9k.plugin.quant`). Every other weight is bf16 (the real
 checkpoint's MXFP4 experts have no kernel on vLLM's CPU backend; the shared expert's bf16 weights are snapped
 onto the MXFP4 grid, as in the other tiny models, so this project's shared expert kernel computes exactly what
-the checkpoint holds). The indexer budget (512 tokens) bounds the
-served context: see :func:`r9k.plugin.models.flash_next.check_config`.
+the checkpoint holds). The indexer budget is 32 tokens, so that a test prompt exceeds it
+and the QSA layer's top-k selection changes what each query attends to (r9k.plugin.models.qsa).
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ CONFIG: dict = {
     "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
                         "mrope_section": [3, 3, 2], "mrope_interleaved": True},
     "indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 64,
-    "indexer_budget": 512, "indexer_compress_ratio": 4,
+    # a budget of 32 tokens (8 groups of 4): the tests' longer prompts exceed it, so the selection runs
+    "indexer_budget": 32, "indexer_compress_ratio": 4,
     # Gated DeltaNet: 4 key heads and 4 value heads of 64 (q, k, v, z: 256 rows each), conv width 4, sigmoid
     # output gate
     "linear_num_key_heads": 4, "linear_num_value_heads": 4,

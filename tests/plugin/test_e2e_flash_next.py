@@ -17,8 +17,9 @@ that this backend can run:
    own ``Qwen4ExpForCausalLM`` on the same checkpoint, in-process, with the same rule as 2: while the greedy
    ids agree, the chosen token's logprob within ``LOGPROB_BOUND`` nats of the reference's; where they first
    differ, the reference's top-2 margin below twice that (a bf16 near-tie). This checks the plugin's
-   architecture (layer order, stream broadcast, final mixer, QSA as dense attention inside the indexer budget,
-   weight mapping), not only the kernels: a wrong piece moves logprobs by nats, not hundredths (measured in
+   architecture (layer order, stream broadcast, final mixer, the QSA indexer's selection and sparse attention,
+   with one prompt longer than the tiny checkpoint's 32-token indexer budget, block-fp8 weights, weight
+   mapping), not only the kernels: a wrong piece moves logprobs by nats, not hundredths (measured in
    notes/flash-next.md).
 
 4. ``cpu-flash-next-tp2``: the same variants (but the bf16 hc mix in place of the fp8 one: the profile serves
@@ -73,7 +74,8 @@ def expected() -> tuple[dict[str, list[str]], dict[str, tuple[list[str], str]]]:
     fp8 = [f"model.layers.{i}.{m}" for i in range(n) for m in
            (("linear_attn.in_proj_qkvz", "linear_attn.out_proj") if kinds[i] == "linear_attention"
             else ("self_attn.qkv_proj", "self_attn.o_proj"))]
-    run |= {GEMM_COUNTER: fp8, "fp8_block_linear": fp8}
+    run |= {GEMM_COUNTER: fp8, "fp8_block_linear": fp8,
+            "qsa_glue": [f"model.layers.{i}.self_attn" for i in range(n) if kinds[i] == "indexed_attention"]}
     return run, {"hc_mix": (hc, "superseded by hc_mix_fp8")}
 
 
@@ -118,7 +120,7 @@ def greedy_ids(port: int) -> list[tuple[list[int], list[float]]]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30) as r:
         model = json.loads(r.read())["data"][0]["id"]
     out = []
-    for p in PROMPTS:
+    for p in PROMPTS + TEXTS[:1]:
         res = post(port, "/v1/completions", {"model": model, "prompt": p, "max_tokens": MAX_TOKENS,
                                              "temperature": 0, "logprobs": 1, "return_tokens_as_token_ids": True})
         lp = res["choices"][0]["logprobs"]
@@ -152,7 +154,7 @@ def reference_ids(model_dir: str) -> list[tuple[list[int], list[float], list[flo
     tok = AutoTokenizer.from_pretrained(model_dir)
     m = dequantized_reference(model_dir)  # the block-fp8 linears dequantized (transformers' fp8 loader needs a GPU)
     out = []
-    for p in PROMPTS:
+    for p in PROMPTS + TEXTS[:1]:
         ids = tok(p, return_tensors="pt").input_ids
         with torch.no_grad():
             seq = m.generate(ids, max_new_tokens=MAX_TOKENS, do_sample=False)
@@ -202,9 +204,16 @@ def test_flash_next_serves_with_every_fusion_and_matches_stock_and_transformers(
 
         from r9k.plugin import tiny_model
 
-        ref = reference_ids(str(tiny_model.model_dir("flash-next")))
+        from transformers import AutoTokenizer
+
+        from r9k.plugin.models import tiny_flash_next
+
+        model_dir = str(tiny_model.model_dir("flash-next"))
+        # the long prompt exceeds the indexer budget: the served selection and transformers' are compared
+        assert len(AutoTokenizer.from_pretrained(model_dir)(TEXTS[0]).input_ids) > tiny_flash_next.CONFIG["indexer_budget"]
+        ref = reference_ids(model_dir)
         worst_ref = 0.0
-        for p, (got, got_lp), (want, want_lp, margins) in zip(PROMPTS, ids_stock, ref):
+        for p, (got, got_lp), (want, want_lp, margins) in zip(PROMPTS + TEXTS[:1], ids_stock, ref):
             print(f"{p!r}: vLLM stock {got}, transformers {want}, reference margins {[round(x, 3) for x in margins]}")
             for i, (a, b) in enumerate(zip(got, want)):
                 if a != b:
