@@ -136,7 +136,7 @@ def wait_healthy(srv: Server, port: int) -> None:
 def post(port: int, path: str, body: dict) -> dict:
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
+    with urllib.request.urlopen(req, timeout=1800) as r:  # interpreted kernels on a loaded 2-core machine
         return json.loads(r.read())
 
 
