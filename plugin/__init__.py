@@ -112,6 +112,7 @@ def _register() -> None:
     from . import applied  # strict: the launch's requests are compared with vLLM's final config before weights load
 
     install.HOOKS.add("vllm.config.vllm", applied.hook_final_config)
+    _register_quantization(install)
     # A "MainProcess" that is not the first plugin process of the launch is a helper vLLM runs as a
     # plain subprocess (e.g. the model inspection of vllm.model_executor.models.registry): it checks
     # agreement like every process, but does not speak for the server in the status file.
@@ -134,6 +135,14 @@ def _register() -> None:
     _write_status(table)
     if _status_path and table.installs():
         _start_flusher()
+
+
+def _register_quantization(install) -> None:
+    """The block-fp8 quantization method (r9k.plugin.quant), registered whatever the variants say, like the
+    architectures: without it vLLM's CPU backend cannot load a block-fp8 checkpoint at all."""
+    from . import quant
+
+    install.HOOKS.add(quant.QUANT_MODULE, quant.register_config)
 
 
 class _Flusher:
@@ -206,6 +215,11 @@ def layers_table(active, snap: dict, proc) -> list[str]:
 
     if selfcheck.SPENT:
         lines.append(f"r9k {active.hash}: {selfcheck.summary()}")
+    from . import dispatch, status
+
+    table = dispatch.get_table()
+    for line in status.superseded(snap, table.by_op if table is not None else {}).values():
+        lines.append(f"r9k {active.hash}:   {line}")
     return lines
 
 
@@ -313,20 +327,23 @@ def startup_table(active, table, proc) -> list[str]:
     # also says which implementation, e.g. of the router, it uses).
     shown = [r for r in rs.items.values()
              if not r.is_stock or table.plans.get(r.variant.id) and table.plans[r.variant.id].pluggable]
+    from . import status
     from .startup import gate_labels
 
     gates = gate_labels(active)
+    sup = status.superseded({}, table.by_op, {vid: p.mode for vid, p in table.plans.items()})
     for r in sorted(shown, key=lambda r: r.variant.knob):
         p = table.plans.get(r.variant.id)
         rows.append((r.variant.knob, "(unset)" if r.value is None else r.value, f"{r.layer}: {r.source}",
-                     (p.describe() if p else "?") + (f"; gate {gates[r.variant.id]}" if r.variant.id in gates else "")))
+                     (sup.get(r.variant.id) or (p.describe() if p else "?"))
+                     + (f"; gate {gates[r.variant.id]}" if r.variant.id in gates else "")))
     n = len(rs.non_stock())
     from r9k.registry.manifest import Impl
 
     modes = [p.mode for p in table.plans.values()]
-    lines = [head + f"; {n} variant(s) not at stock: {modes.count(Impl.FUSED)} installed, "
-             f"{modes.count(Impl.FALLBACK)} fall back to vLLM's path, {modes.count(Impl.ENV)} env-only "
-             "(read by code outside this project)"]
+    lines = [head + f"; {n} variant(s) not at stock: {modes.count(Impl.FUSED) - len(sup)} installed"
+             f"{f', {len(sup)} superseded' if sup else ''}, {modes.count(Impl.FALLBACK)} "
+             f"fall back to vLLM's path, {modes.count(Impl.ENV)} env-only (read by code outside this project)"]
     if rows:
         w = [max(len(x[i]) for x in rows + [("KNOB", "VALUE", "FROM", "")]) for i in range(3)]
         lines.append(f"r9k {rs.hash}:   {'KNOB':<{w[0]}}  {'VALUE':<{w[1]}}  {'FROM':<{w[2]}}  IMPLEMENTATION")

@@ -51,12 +51,39 @@ def snapshot(active, table, proc, applied: Optional[dict] = None, ranks: Optiona
         "non_stock": non_stock,
         "in_use": table.in_use() if table is not None else {},
         "plan": plan_counts(table),
+        "op_variants": dict(table.by_op) if table is not None else {},
         "counters": counters.snapshot(),
         "applied": applied,
         "kv_cache": _kv_cache(),  # predicted vs allocated, once the engine is ready (plugin/kvcache.py)
         "ranks": ranks,  # every rank's record, where this process took part in the ranks' agreement
         "time": time.time(),
     }
+
+
+def superseded(ops: dict, op_variants: dict, plans: Optional[dict] = None) -> dict[str, str]:
+    """variant id -> ``"<variant>: superseded by <op> in N layers"`` for each variant whose op is switched on but
+    takes second place to another in the layers that would run it (``r9k.plugin.models.SUPERSEDED_BY``; the
+    layers record it as kept with reason ``superseded by <op>``). ``ops``: per op, ``kept`` as {reason: layer
+    names or a count} (a process's counters or the merged ops). Before the model is built (no layer recorded),
+    ``plans`` (variant id -> mode) gives the same verdict without a count: both variants installed."""
+    from .models import SUPERSEDED, SUPERSEDED_BY
+
+    out: dict[str, str] = {}
+    for op, by in SUPERSEDED_BY.items():
+        vid = op_variants.get(op)
+        if vid is None:
+            continue
+        o = ops.get(op) or {}
+        n = sum(v if isinstance(v, int) else len(v) for r, v in (o.get("kept") or {}).items()
+                if r == SUPERSEDED + by)
+        inst = o.get("installed") or 0
+        inst = inst if isinstance(inst, int) else len(inst)
+        if n:
+            out[vid] = f"{vid}: superseded by {by} in {n} layer(s)" + (f"; runs in {inst}" if inst else "")
+        elif not o and plans is not None and plans.get(vid) == "fused" \
+                and plans.get(op_variants.get(by, "")) == "fused":
+            out[vid] = f"{vid}: superseded by {by} wherever both run (layers counted when the model is built)"
+    return out
 
 
 def _kv_cache():
@@ -193,6 +220,7 @@ def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
     builder = workers[0] if workers else (own or next(iter(procs.values()), None))
     data["in_use"] = builder.get("in_use", {}) if builder else {}
     data["in_use_from"] = builder["process"]["name"] if builder else None
+    _mark_superseded(data, (front or builder or {}).get("op_variants") or {})
     data["agree"] = len({s["hash"] for s in procs.values()}) <= 1
     data["kv_cache"] = next((s.get("kv_cache") for s in ([own] if own else []) + list(procs.values())
                              if s.get("kv_cache")), None)
@@ -274,6 +302,20 @@ def clean_dead(run_dir: Path, keep: Optional[str] = None) -> list[str]:
             except OSError:
                 pass
     return removed
+
+
+def _mark_superseded(data: dict, op_variants: dict) -> None:
+    """A superseded variant (:func:`superseded`) is said so in ``in_use`` and not counted installed in ``plan``."""
+    sup = superseded(data.get("ops") or {}, op_variants)
+    data["superseded"] = sup
+    if not sup:
+        return
+    data["in_use"] = dict(data.get("in_use") or {}, **sup)
+    if data.get("plan"):
+        plan = dict(data["plan"])
+        plan["installed"] = max(0, plan.get("installed", 0) - len(sup))
+        plan["superseded"] = len(sup)
+        data["plan"] = plan
 
 
 class StatusEndpoint:

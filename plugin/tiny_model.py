@@ -124,7 +124,8 @@ RECIPE_VERSION = 2  # 2: shared-expert weights on the MXFP4 grid; qwen3-next add
 
 def recipe_hash(name: str = "qwen2-moe") -> str:
     config = {"qwen2-moe": CONFIG, "qwen3-next": QWEN3_NEXT_CONFIG,
-              "flash-next": dict(_flash_next().CONFIG, norm_std=_flash_next().NORM_STD)}[name]
+              "flash-next": dict(_flash_next().CONFIG, norm_std=_flash_next().NORM_STD,
+                                 quantization_config=_flash_next().QUANTIZATION_CONFIG)}[name]
     blob = json.dumps({"name": name, "config": config, "seed": SEED, "std": INIT_STD, "corpus": CORPUS,
                        "special": SPECIAL_TOKENS, "v": RECIPE_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]

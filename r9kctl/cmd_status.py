@@ -162,8 +162,12 @@ def _run(args) -> int:
           title=f"not at stock (implementation as reported by {data.get('in_use_from')})")
     plan = data.get("plan") or {}
     if plan:
-        print(f"kernels: {plan.get('installed', 0)} installed, {plan.get('fallback', 0)} fall back to vLLM's path, "
+        print(f"kernels: {plan.get('installed', 0)} installed, "
+              + (f"{plan['superseded']} superseded, " if plan.get("superseded") else "")
+              + f"{plan.get('fallback', 0)} fall back to vLLM's path, "
               f"{plan.get('env_only', 0)} env-only (read by code outside this project)")
+        for line in sorted((data.get("superseded") or {}).values()):
+            print(f"  {line}")
         for knob, why in sorted((plan.get("fallbacks") or {}).items()):
             print(f"  falls back: {knob}: {why}")
     ops = data.get("ops") or {}

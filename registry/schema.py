@@ -50,9 +50,10 @@ class Implementation(Strict):
     op:       the kernel op name in ``r9k.kernels.ops`` that the knob switches.
     platforms: where this project's implementation has run: ``cuda-h200``, ``triton-interpret``, ...
     extension_point: how the plugin installs it (``pluggable_layer:gate_linear``, ``custom_op:NAME``,
-              ``ir_op:NAME``, ``model_registry:NAME``, ``model_class:NAME`` (a plain ``nn.Module`` of a vLLM
-              model that has no extension point: named so the gap is on record), or ``env-only``: the knob
-              is only exported).
+              ``ir_op:NAME``, ``model_registry:NAME``, ``quantization:NAME`` (a quantization method registered
+              with vLLM's ``register_quantization_config``), ``model_class:NAME`` (a plain ``nn.Module`` of a
+              vLLM model that has no extension point: named so the gap is on record), or ``env-only``: the
+              knob is only exported).
     sources:  repository paths whose content hash decides whether a recorded gate result is fresh.
     """
 
@@ -67,12 +68,12 @@ class Implementation(Strict):
     def _ext(cls, v: Optional[str]) -> Optional[str]:
         if v is None:
             return v
-        kinds = ("pluggable_layer:", "custom_op:", "ir_op:", "model_registry:", "model_class:")
+        kinds = ("pluggable_layer:", "custom_op:", "ir_op:", "model_registry:", "quantization:", "model_class:")
         if v == "env-only" or (v.startswith(kinds) and len(v.split(":", 1)[1]) > 0):
             return v
         raise ValueError(
             f"extension_point {v!r} must be 'env-only' or one of pluggable_layer:NAME, custom_op:NAME, "
-            "ir_op:NAME, model_registry:NAME, model_class:NAME"
+            "ir_op:NAME, model_registry:NAME, quantization:NAME, model_class:NAME"
         )
 
 

@@ -19,7 +19,12 @@ REGISTRY_MODULE = "vllm.model_executor.models.registry"
 FLASH_NEXT_ARCH = "Qwen4ExpForCausalLM"
 FLASH_NEXT_CLASS = "r9k.plugin.models.flash_next:FlashNextForCausalLM"
 #: the ops the Flash-Next build runs through the dispatch table
-FLASH_NEXT_OPS = ("hc_mix",)
+FLASH_NEXT_OPS = ("hc_mix", "qsa_glue")
+#: op -> the op that takes its place in a module where both are chosen (the hc mix on fp8 copies before the
+#: bf16 one, as at TP4 in the original): that module records the first as kept, with reason
+#: ``SUPERSEDED + other`` (r9k.plugin.models.hc), and the status reports it as superseded, not installed
+SUPERSEDED_BY = {"hc_mix": "hc_mix_fp8"}
+SUPERSEDED = "superseded by "
 
 
 def _on_cpu() -> bool:

@@ -44,10 +44,10 @@ def check_config(config, max_model_len: Optional[int] = None) -> None:
     if getattr(config, "ple_layer_ids", None):
         bad("ple_layer_ids", f"{list(config.ple_layer_ids)}: the per-layer n-gram embedding is not built on this backend")
     budget = getattr(config, "indexer_budget", None)
-    if any(k in QSA for k in kinds) and budget is not None and max_model_len is not None and max_model_len > budget:
-        bad("indexer_budget", f"{budget} < max_model_len {max_model_len}: this backend runs QSA layers as dense "
-            "attention, which equals QSA only while the context fits the indexer budget; serve with "
-            f"--max-model-len {budget} or less")
+    context = getattr(config, "max_position_embeddings", None)
+    if budget is not None and context is not None and budget > context:
+        bad("indexer_budget", f"{budget} > max_position_embeddings {context}: the indexer would select more "
+            "tokens than the model can ever hold")
 
 
 def precheck(model_dir: str, max_model_len: Optional[int]) -> Optional[CheckpointError]:
@@ -68,6 +68,17 @@ def precheck(model_dir: str, max_model_len: Optional[int]) -> Optional[Checkpoin
     cfg = dict(cfg.get("text_config") or cfg, _name_or_path=str(model_dir))
     try:
         check_config(SimpleNamespace(**cfg), max_model_len)
+        check_weights(str(model_dir))
     except CheckpointError as exc:
         return exc
     return None
+
+
+def check_weights(model_dir: str) -> None:
+    """A block-fp8 checkpoint's fp8 tensors and their scales (:func:`r9k.plugin.quant.check_checkpoint`: the
+    safetensors headers only): CheckpointError naming the file and the tensor."""
+    from r9k.plugin.quant import check_checkpoint
+
+    fault = check_checkpoint(model_dir)
+    if fault is not None:
+        raise CheckpointError(fault.file, f"{fault.tensor}: {fault.why}")

@@ -12,11 +12,11 @@ part                        from
 ==========================  =====================================================================
 GDN token mixer             vLLM ``QwenGatedDeltaNetAttention`` (pluggable layer
                             ``qwen_gated_delta_net_attention``; its CPU forward, its hybrid state cache)
-QSA token mixer             vLLM ``Qwen3NextAttention`` (gated attention: q/k Gemma norm, partial rope,
-                            ``sigmoid(gate)`` output). The indexer's sparse selection is **not** run: a query
-                            keeps every token while the context is at most ``indexer_budget`` tokens, so
-                            dense causal attention *is* QSA there; the model refuses a longer
-                            ``max_model_len`` (one located line) instead of silently computing something else.
+QSA token mixer             vLLM ``Qwen3NextAttention``'s projections, q/k Gemma norm, partial rope and
+                            ``sigmoid(gate)`` output around the indexer's top-k group selection and sparse
+                            attention over the selected tokens (plain PyTorch, :mod:`r9k.plugin.models.qsa`;
+                            the indexer's norm + rope by this project's glue, op ``qsa_glue``, when chosen):
+                            contexts beyond ``indexer_budget`` are served
 MoE                         vLLM ``Qwen3NextSparseMoeBlock`` (``GateLinear`` router, fused MoE, sigmoid-gated
                             shared expert)
 hyper-connections           vLLM's pure-PyTorch ``GatedResidual`` (``vllm.models.qwen4_exp.common``) as the
@@ -26,8 +26,9 @@ embedding, LM head          vLLM ``VocabParallelEmbedding`` / ``ParallelLMHead``
 ==========================  =====================================================================
 
 Not here (stated, not faked): the MTP block (vLLM's CPU backend runs no speculative decoding), the per-layer
-n-gram embedding ("PLE": a checkpoint with ``ple_layer_ids`` is refused), the vision tower, fp8/MXFP4 weight
-formats (the CPU backend has no kernels for them; the tiny checkpoint is bf16).
+n-gram embedding ("PLE": a checkpoint with ``ple_layer_ids`` is refused), the vision tower, MXFP4 experts (no
+kernel on the CPU backend; the tiny checkpoint's experts are bf16). The block-fp8 dense linears are served by
+this plugin's quantization method (:mod:`r9k.plugin.quant`), whose scales are checked before any weight loads.
 
 The hyper-connection math (docs/semantics.md 3.1-3.3): ``hc_count`` streams of ``hidden_size``;
 a module's ``mix`` norms each stream (grouped Gemma RMSNorm), computes ``lora = silu(down(xn) / hc)``,
@@ -69,8 +70,8 @@ from vllm.sequence import IntermediateTensors
 
 from r9k.plugin.models import schedule
 
-from . import hc
-from .checkpoint import GDN, QSA, CheckpointError, check_config
+from . import hc, qsa
+from .checkpoint import GDN, QSA, CheckpointError, check_config, check_weights
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -122,9 +123,8 @@ def _hc_config(config, params_dtype: torch.dtype) -> HyperConnectionConfig:
 
 
 class QsaIndexerWeights(nn.Module):
-    """The QSA indexer's weights (projection of the index queries and key, their Gemma norms), loaded so the
-    checkpoint is served whole; unused on this backend while the context fits ``indexer_budget`` (every
-    group is selected there, so the selection cannot change the attention)."""
+    """The QSA indexer's weights (projection of the index queries and key, their Gemma norms), read by
+    :mod:`r9k.plugin.models.qsa`."""
 
     def __init__(self, config, dtype: torch.dtype):
         super().__init__()
@@ -156,8 +156,11 @@ class FlashNextDecoderLayer(Qwen3NextDecoderLayer):
                                                 cache_config=vllm_config.cache_config,
                                                 quant_config=vllm_config.quant_config,
                                                 prefix=f"{prefix}.self_attn")
+            self.qsa_key = None
             if getattr(config, "indexer_n_heads", None):
                 self.self_attn.indexer = QsaIndexerWeights(config, vllm_config.model_config.dtype)
+                self.qsa_key = qsa.build(f"{prefix}.self_attn", self.self_attn, self.self_attn.indexer, config,
+                                         vllm_config.cache_config.block_size)
         self.mlp = Qwen3NextSparseMoeBlock(vllm_config=vllm_config, prefix=f"{prefix}.mlp")
         hcc = _hc_config(config, vllm_config.model_config.dtype)
         self.attn_hyper_connection = FlashNextHyperConnection(hcc, f"{prefix}.attn_hyper_connection")
@@ -173,7 +176,16 @@ class FlashNextDecoderLayer(Qwen3NextDecoderLayer):
     def _token_mixer(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if self.layer_type == GDN:
             return self.linear_attn(hidden_states=x)
-        return self.self_attn(positions=positions, hidden_states=x)
+        if self.qsa_key is None:
+            return self.self_attn(positions=positions, hidden_states=x)
+        # vLLM's Qwen3NextAttention.forward, its attention replaced by the indexer's selection + sparse attention
+        a = self.self_attn
+        qkv, _ = a.qkv_proj(x)
+        q, k, v, gate = a._project_qkv_gate(qkv, positions)  # vLLM's, or this project's q/k norm + rope
+        out = qsa.attention(self.qsa_key, q, k, v, a.indexer.index_qk_proj(x), positions)
+        if gate is not None:
+            out = out * torch.sigmoid(gate)
+        return a.o_proj(out)[0]
 
 
 class FlashNextModel(nn.Module):
@@ -193,6 +205,8 @@ class FlashNextModel(nn.Module):
         super().__init__()
         config = vllm_config.model_config.hf_text_config
         check_config(config, vllm_config.model_config.max_model_len)
+        if getattr(config, "_name_or_path", None):
+            check_weights(config._name_or_path)  # a local block-fp8 checkpoint's scales, before any weight
         if get_pp_group().world_size > 1:
             raise CheckpointError(f"{config._name_or_path}/config.json", "pipeline parallelism: not built for this "
                                   "architecture on this backend")

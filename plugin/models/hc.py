@@ -32,6 +32,7 @@ from vllm.models.qwen4_exp.common.hyperconnection import GatedResidual
 
 from .. import counters
 from ..dispatch import get_table
+from . import SUPERSEDED, SUPERSEDED_BY
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -114,12 +115,13 @@ class HcOps:
             logger.warning("r9k: %s: %s; this module keeps vLLM's GatedResidual", layer, why)
             return out
         mixes = [op for op in (MIX_FP8, MIX) if op in fused]  # the fp8 decode path takes precedence
+        assert SUPERSEDED_BY.get(MIX) == MIX_FP8  # the order above is the declared one
         if mixes:
             out.mix_name = mixes[0]
             out.mix = mix_op(mixes[0], picks[mixes[0]].fn, lora_rank, hc_count)
             counters.layer(mixes[0], layer, installed=True)
             for other in mixes[1:]:
-                counters.layer(other, layer, installed=False, reason=f"{mixes[0]} (fp8 copies) takes precedence")
+                counters.layer(other, layer, installed=False, reason=SUPERSEDED + mixes[0])
         if COMBINE_NORM in fused:
             out.combine_norm = combine_norm_op(picks[COMBINE_NORM].fn, hc_count, eps)
             counters.layer(COMBINE_NORM, layer, installed=True)

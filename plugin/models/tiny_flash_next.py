@@ -2,11 +2,14 @@
 random weights from a seed, saved as a checkpoint (the real checkpoint's weight names and config fields).
 
 The layer pattern is the real model's in miniature: ``3 x GDN, 1 x QSA`` (``12 x (3, 1)`` in the real one),
-4 hyper-connection streams, top-2 of 8 experts with the sigmoid-gated shared expert. All weights are bf16: the
-real checkpoint's block-fp8 linears and MXFP4 experts have no kernels on vLLM's CPU backend (the shared
-expert's bf16 weights are snapped onto the MXFP4 grid, as in the other tiny models, so this project's shared
-expert kernel computes exactly what the checkpoint holds). The indexer budget (512 tokens) bounds the
-served context: see :func:`r9k.plugin.models.flash_next.check_config`.
+4 hyper-connection streams, top-2 of 8 experts with the sigmoid-gated shared expert. The dense linears the
+real checkpoint stores as block-fp8 (GDN ``in_proj_qkv``/``in_proj_z``/``out_proj``, attention ``q/k/v/o_proj``)
+are stored the same way here: e4m3 ``weight`` + fp32 ``weight_scale_inv`` per 128x128 block, and the config's
+``quantization_config`` says so (served by :mod:`r9k.plugin.quant`). Every other weight is bf16 (the real
+checkpoint's MXFP4 experts have no kernel on vLLM's CPU backend; the shared expert's bf16 weights are snapped
+onto the MXFP4 grid, as in the other tiny models, so this project's shared expert kernel computes exactly what
+the checkpoint holds). The indexer budget is 32 tokens, so that a test prompt exceeds it
+and the QSA layer's top-k selection changes what each query attends to (r9k.plugin.models.qsa).
 """
 from __future__ import annotations
 
@@ -18,16 +21,19 @@ CONFIG: dict = {
     "hidden_size": 256,
     "num_hidden_layers": 4,
     "layer_types": ["linear_attention", "linear_attention", "linear_attention", "indexed_attention"],
-    # QSA: gated attention, 4 query heads (+ their gates) and 2 KV heads of 64, rope on a quarter of each head
+    # QSA: gated attention, 4 query heads (+ their gates) and 4 KV heads of 64, rope on a quarter of each head.
+    # Head counts such that every block-fp8 shard is whole 128-row blocks at TP 2 too (k: 4 x 64 = 256 rows)
     "num_attention_heads": 4,
-    "num_key_value_heads": 2,
+    "num_key_value_heads": 4,
     "head_dim": 64,
     "rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
                         "mrope_section": [3, 3, 2], "mrope_interleaved": True},
     "indexer_n_heads": 2, "indexer_kv_heads": 1, "indexer_head_dim": 64,
-    "indexer_budget": 512, "indexer_compress_ratio": 4,
-    # Gated DeltaNet: 2 key heads and 4 value heads of 64, conv width 4, sigmoid output gate
-    "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+    # a budget of 32 tokens (8 groups of 4): the tests' longer prompts exceed it, so the selection runs
+    "indexer_budget": 32, "indexer_compress_ratio": 4,
+    # Gated DeltaNet: 4 key heads and 4 value heads of 64 (q, k, v, z: 256 rows each), conv width 4, sigmoid
+    # output gate
+    "linear_num_key_heads": 4, "linear_num_value_heads": 4,
     "linear_key_head_dim": 64, "linear_value_head_dim": 64, "linear_conv_kernel_dim": 4,
     "output_gate_type": "sigmoid",
     # MoE
@@ -64,3 +70,60 @@ def build(out: Path, seed: int, shape_weights, write_tokenizer) -> None:
     model.load_state_dict(shape_weights({k: v.detach().clone() for k, v in model.state_dict().items()}))
     # save_pretrained, not the state dict: transformers writes the checkpoint layout (one tensor per expert)
     model.save_pretrained(str(out))
+    to_block_fp8(out)
+
+
+#: the checkpoint's quantization_config (the real checkpoint's block-fp8 format)
+QUANTIZATION_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                       "weight_block_size": [128, 128]}
+
+
+def to_block_fp8(out: Path) -> None:
+    """Rewrite the saved checkpoint's block-fp8 linears (:data:`r9k.plugin.quant.FP8_CHECKPOINT_LINEARS`) as
+    e4m3 + per-128x128-block fp32 scales, and add :data:`QUANTIZATION_CONFIG` to its config.json."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from ..quant import FP8_CHECKPOINT_LINEARS, quantize_block_fp8
+
+    files = sorted(out.glob("*.safetensors"))
+    for f in files:
+        sd = load_file(str(f))
+        for k in list(sd):
+            base = k[: -len(".weight")] if k.endswith(".weight") else None
+            if base and base.startswith("model.layers.") and base.rsplit(".", 1)[-1] in FP8_CHECKPOINT_LINEARS:
+                sd[k], sd[base + ".weight_scale_inv"] = quantize_block_fp8(sd[k])
+        save_file({k: v.contiguous() for k, v in sd.items()}, str(f), metadata={"format": "pt"})
+    cfg_path = out / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["quantization_config"] = dict(QUANTIZATION_CONFIG)
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+
+
+def dequantized_reference(model_dir: str):
+    """transformers' own ``Qwen4ExpForCausalLM`` (bf16, eval) on a block-fp8 checkpoint, its fp8 linears
+    dequantized (``e4m3 * scale`` per 128x128 block, rounded once to bf16: the weights vLLM's stock path
+    multiplies by): transformers' fp8 loader needs a GPU, and this is the independent reference of the e2e test."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file
+    from transformers import Qwen4ExpForCausalLM, Qwen4ExpTextConfig
+
+    d = Path(model_dir)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.pop("quantization_config", None)
+    config = Qwen4ExpTextConfig(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})
+    config.architectures = ["Qwen4ExpForCausalLM"]
+    model = Qwen4ExpForCausalLM(config).to(torch.bfloat16).eval()
+    sd: dict = {}
+    for f in sorted(d.glob("*.safetensors")):
+        sd.update(load_file(str(f)))
+    for k in [k for k in sd if k.endswith(".weight_scale_inv")]:
+        w = k[: -len("_scale_inv")]
+        q, s = sd[w], sd.pop(k)
+        n, kk = q.shape
+        sd[w] = (q.float() * s.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :kk]).to(torch.bfloat16)
+    model.load_state_dict(sd, strict=True)
+    return model

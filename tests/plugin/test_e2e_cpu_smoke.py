@@ -66,10 +66,20 @@ def session_pids(sid: int) -> list[int]:
     return out
 
 
+#: lines of each server's log that a failing e2e test prints (tests/plugin/conftest.py's report hook)
+LOG_TAIL_LINES = 60
+
+
 class Server:
-    """A process tree started in its own session, with its output in a log file."""
+    """A process tree started in its own session, with its output in a log file.
+
+    Every server is recorded in :attr:`started`; when a test fails, tests/plugin/conftest.py adds the last
+    :data:`LOG_TAIL_LINES` lines of the log of each server that test started to its failure report."""
+
+    started: list["Server"] = []
 
     def __init__(self, argv: list[str], env: dict, log: Path):
+        Server.started.append(self)
         self.log = log
         self.fh = open(log, "wb")
         self.proc = subprocess.Popen(argv, env=env, stdout=self.fh, stderr=subprocess.STDOUT,
@@ -79,6 +89,13 @@ class Server:
         if not self.fh.closed:
             self.fh.flush()
         return self.log.read_text(errors="replace")
+
+    def tail(self, n: int = LOG_TAIL_LINES) -> str:
+        """The last ``n`` lines of the server's log ("" when it cannot be read)."""
+        try:
+            return "\n".join(self.text().splitlines()[-n:])
+        except OSError:
+            return ""
 
     def stop(self) -> None:
         sid = self.proc.pid
@@ -119,7 +136,7 @@ def wait_healthy(srv: Server, port: int) -> None:
 def post(port: int, path: str, body: dict) -> dict:
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=300) as r:
+    with urllib.request.urlopen(req, timeout=1800) as r:  # interpreted kernels on a loaded 2-core machine
         return json.loads(r.read())
 
 

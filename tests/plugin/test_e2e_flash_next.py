@@ -6,9 +6,10 @@ that this backend can run:
 
 1. ``/r9k/status``: each variant's op runs in exactly the layers the checkpoint's config implies (hc combine +
    norm and the fp8 hc mix in all 9 hyper-connection modules, the GDN core in the 3 linear-attention layers,
-   the q/k norm + rope in the QSA layer, router GEMM and shared expert in every MoE), its kernel ran (fused
-   calls > 0); R9K_HC_MIX's bf16 mix is on but every module reports it kept because the fp8 path takes
-   precedence (as at TP4 in the original).
+   the q/k norm + rope in the QSA layer, router GEMM and shared expert in every MoE, the block-fp8 GEMM with its
+   one-launch activation quant in every attention and GDN linear of the block-fp8 checkpoint), its kernel ran
+   (fused calls > 0); R9K_HC_MIX's bf16 mix is on but every module reports it superseded by the fp8 mix (as at
+   TP4 in the original), and the status says "superseded", not installed.
 2. The same profile with those variants at stock: nothing installed, no kernel call, and the greedy output
    within the adapters test's bound (test_e2e_adapters.compare: logprob differences <= 0.25 nats while the
    tokens agree; a first differing token only where stock's top-2 margin is a near-tie).
@@ -16,11 +17,13 @@ that this backend can run:
    own ``Qwen4ExpForCausalLM`` on the same checkpoint, in-process, with the same rule as 2: while the greedy
    ids agree, the chosen token's logprob within ``LOGPROB_BOUND`` nats of the reference's; where they first
    differ, the reference's top-2 margin below twice that (a bf16 near-tie). This checks the plugin's
-   architecture (layer order, stream broadcast, final mixer, QSA as dense attention inside the indexer budget,
-   weight mapping), not only the kernels: a wrong piece moves logprobs by nats, not hundredths (measured in
+   architecture (layer order, stream broadcast, final mixer, the QSA indexer's selection and sparse attention,
+   with one prompt longer than the tiny checkpoint's 32-token indexer budget, block-fp8 weights, weight
+   mapping), not only the kernels: a wrong piece moves logprobs by nats, not hundredths (measured in
    notes/flash-next.md).
 
-4. ``cpu-flash-next-tp2``: the same variants installed and called in both workers of a TP 2 launch (the
+4. ``cpu-flash-next-tp2``: the same variants (but the bf16 hc mix in place of the fp8 one: the profile serves
+   the kernel that cpu-flash-next supersedes) installed and called in both workers of a TP 2 launch (the
    sharded shared expert as a per-rank partial sum, vLLM's all-reduce adding the ranks), the KV prediction
    beside vLLM's, and the greedy output within the bound of 2 against the TP 1 launch.
 
@@ -32,6 +35,8 @@ import json
 import urllib.request
 
 import pytest
+
+from r9k.plugin.quant import GEMM_COUNTER
 
 from .test_e2e_adapters import LOGPROB_BOUND, PROMPTS, compare, non_stock, serve
 from .test_e2e_cpu_smoke import Server, base_env, post
@@ -66,7 +71,27 @@ def expected() -> tuple[dict[str, list[str]], dict[str, tuple[list[str], str]]]:
            "gdn_decode": [f"model.layers.{i}.linear_attn" for i in range(n) if kinds[i] == "linear_attention"],
            "qk_norm_rope": [f"model.layers.{i}.self_attn" for i in range(n) if kinds[i] == "indexed_attention"],
            "hc_combine_norm": hc, "hc_mix_fp8": hc}
-    return run, {"hc_mix": (hc, "takes precedence")}
+    fp8 = [f"model.layers.{i}.{m}" for i in range(n) for m in
+           (("linear_attn.in_proj_qkvz", "linear_attn.out_proj") if kinds[i] == "linear_attention"
+            else ("self_attn.qkv_proj", "self_attn.o_proj"))]
+    run |= {GEMM_COUNTER: fp8, "fp8_block_linear": fp8,
+            "qsa_glue": [f"model.layers.{i}.self_attn" for i in range(n) if kinds[i] == "indexed_attention"]}
+    return run, {"hc_mix": (hc, "superseded by hc_mix_fp8")}
+
+
+def expected_tp2() -> tuple[dict, dict]:
+    """cpu-flash-next-tp2: the fp8 hc mix off, so the bf16 one runs in every hc module."""
+    run, kept = expected()
+    run["hc_mix"] = run.pop("hc_mix_fp8")
+    for op in (GEMM_COUNTER, "fp8_block_linear"):  # at stock there (the profile says why)
+        run.pop(op)
+    return run, {}
+
+
+def ops_of(variants: dict) -> set[str]:
+    """The counters' op names of the profile's non-stock variants (the block GEMM's variant names no op of its
+    own: its calls are counted as r9k.plugin.quant.GEMM_COUNTER)."""
+    return {op or GEMM_COUNTER for op, _ in variants.values()}
 
 
 def check_ops(st: dict, srv, run: dict, kept: dict, workers: int) -> dict:
@@ -97,7 +122,7 @@ def greedy_ids(port: int) -> list[tuple[list[int], list[float]]]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30) as r:
         model = json.loads(r.read())["data"][0]["id"]
     out = []
-    for p in PROMPTS:
+    for p in PROMPTS + TEXTS[:1]:
         res = post(port, "/v1/completions", {"model": model, "prompt": p, "max_tokens": MAX_TOKENS,
                                              "temperature": 0, "logprobs": 1, "return_tokens_as_token_ids": True})
         lp = res["choices"][0]["logprobs"]
@@ -124,12 +149,14 @@ def reference_ids(model_dir: str) -> list[tuple[list[int], list[float], list[flo
     """transformers' greedy continuation of each prompt, the logprob of each chosen token and the top-2
     margin (nats) at each position."""
     import torch
-    from transformers import AutoTokenizer, Qwen4ExpForCausalLM
+    from transformers import AutoTokenizer
+
+    from r9k.plugin.models.tiny_flash_next import dequantized_reference
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    m = Qwen4ExpForCausalLM.from_pretrained(model_dir, dtype=torch.bfloat16).eval()
+    m = dequantized_reference(model_dir)  # the block-fp8 linears dequantized (transformers' fp8 loader needs a GPU)
     out = []
-    for p in PROMPTS:
+    for p in PROMPTS + TEXTS[:1]:
         ids = tok(p, return_tensors="pt").input_ids
         with torch.no_grad():
             seq = m.generate(ids, max_new_tokens=MAX_TOKENS, do_sample=False)
@@ -144,18 +171,20 @@ def test_flash_next_serves_with_every_fusion_and_matches_stock_and_transformers(
     monkeypatch.setenv("R9K_CACHE_DIR", env["R9K_CACHE_DIR"])  # the launches' tiny model, for the reference
     run, kept = expected()
     variants = non_stock(PROFILE)
-    assert {op for op, _ in variants.values()} == set(run) | set(kept), variants
+    assert ops_of(variants) == set(run) | set(kept), variants
     started: list[Server] = []
     try:
         out_on, st, srv, t_up, plp_on = serve(env, tmp_path, PROFILE, "on", started, extra=prompt_logprobs)
         ops = check_ops(st, srv, run, kept, workers=1)
+        assert st["superseded"] == {"hc_decode_mix": f"hc_decode_mix: superseded by hc_mix_fp8 in {len(kept['hc_mix'][0])} layer(s)"}
+        assert st["in_use"]["hc_decode_mix"] == st["superseded"]["hc_decode_mix"], st["in_use"]
         print(f"{PROFILE}: up in {t_up:.0f} s; calls per op:", {op: o["calls"] for op, o in sorted(ops.items())})
 
         # TP 2: the same variants in both workers (each with its shard of the sharded layers), and the output
         # within the bound of TP 1's (TP 2 sums the sharded layers in another order)
         out_tp2, st_tp2, srv2, t_up2, plp_tp2 = serve(env, tmp_path, PROFILE_TP2, "on-tp2", started,
                                                       extra=prompt_logprobs)
-        ops2 = check_ops(st_tp2, srv2, run, kept, workers=2)
+        ops2 = check_ops(st_tp2, srv2, *expected_tp2(), workers=2)
         kv = st_tp2.get("kv_cache") or {}
         print(f"{PROFILE_TP2}: up in {t_up2:.0f} s; calls per op and worker:",
               {op: {w: d["calls"] for w, d in o["by_process"].items()} for op, o in sorted(ops2.items())},
@@ -177,9 +206,16 @@ def test_flash_next_serves_with_every_fusion_and_matches_stock_and_transformers(
 
         from r9k.plugin import tiny_model
 
-        ref = reference_ids(str(tiny_model.model_dir("flash-next")))
+        from transformers import AutoTokenizer
+
+        from r9k.plugin.models import tiny_flash_next
+
+        model_dir = str(tiny_model.model_dir("flash-next"))
+        # the long prompt exceeds the indexer budget: the served selection and transformers' are compared
+        assert len(AutoTokenizer.from_pretrained(model_dir)(TEXTS[0]).input_ids) > tiny_flash_next.CONFIG["indexer_budget"]
+        ref = reference_ids(model_dir)
         worst_ref = 0.0
-        for p, (got, got_lp), (want, want_lp, margins) in zip(PROMPTS, ids_stock, ref):
+        for p, (got, got_lp), (want, want_lp, margins) in zip(PROMPTS + TEXTS[:1], ids_stock, ref):
             print(f"{p!r}: vLLM stock {got}, transformers {want}, reference margins {[round(x, 3) for x in margins]}")
             for i, (a, b) in enumerate(zip(got, want)):
                 if a != b:

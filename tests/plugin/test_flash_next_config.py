@@ -23,6 +23,7 @@ def _config(**over):
     ({"layer_types": ["linear_attention"] * 3}, "layer_types", "3 entries for num_hidden_layers = 4"),
     ({"layer_types": ["linear_attention"] * 3 + ["sliding_window"]}, "layer_types", "unknown layer kinds"),
     ({"ple_layer_ids": [1]}, "ple_layer_ids", "not built on this backend"),
+    ({"indexer_budget": 2048}, "indexer_budget", "2048 > max_position_embeddings 1024"),
 ])
 def test_bad_configs_name_the_field(over, field, words):
     from r9k.plugin.models.checkpoint import CheckpointError, check_config
@@ -34,13 +35,13 @@ def test_bad_configs_name_the_field(over, field, words):
     assert words in msg and "\n" not in msg
 
 
-def test_a_context_beyond_the_indexer_budget_is_refused_and_within_it_served():
-    from r9k.plugin.models.checkpoint import CheckpointError, check_config
+def test_a_context_beyond_the_indexer_budget_is_served():
+    from r9k.plugin.models.checkpoint import check_config
 
-    check_config(_config(), max_model_len=512)  # the tiny budget: served
-    with pytest.raises(CheckpointError) as e:
-        check_config(_config(), max_model_len=1024)
-    assert "indexer_budget: 512 < max_model_len 1024" in str(e.value) and "--max-model-len 512" in str(e.value)
+    cfg = _config()
+    assert cfg.indexer_budget < 512 <= cfg.max_position_embeddings
+    check_config(cfg, max_model_len=512)  # beyond the budget: the indexer's selection runs (plugin/models/qsa.py)
+    check_config(cfg, max_model_len=cfg.max_position_embeddings)
 
 
 def test_launch_refuses_a_bad_checkpoint_before_anything_starts(tmp_path, capsys, monkeypatch):

@@ -273,3 +273,40 @@ def test_the_vllm_model_and_the_decode_step_run_one_schedule():
                   ("hc", 4)]
     assert _trace_vllm_model([GDN, "full_attention"]) == documented
     assert trace_decode_step() == documented
+
+
+def test_the_bf16_mix_is_reported_superseded_by_the_fp8_mix_never_installed(plugin_env):
+    """cpu-flash-next turns both mixes on; the fp8 one takes precedence in every module: the startup table, the
+    model-built table, /r9k/status (merged_status) and its plan count say "superseded", not "installed"."""
+    import r9k.plugin as plugin
+    from r9k.plugin import counters, dispatch, status
+    from r9k.plugin.models import hc
+
+    counters.reset()
+    lines: list[str] = []
+    plugin_env.setenv("R9K_PROFILE", "cpu-flash-next")
+    plugin_env.setattr(plugin, "_emit", lambda level, line: lines.append(line))
+    plugin.register()
+    table = dispatch.get_table()
+    head = next(ln for ln in lines if "variant(s) not at stock" in ln)
+    fused = sum(p.mode == "fused" for p in table.plans.values())
+    assert f"{fused - 1} installed, 1 superseded" in head, head
+    row = next(ln for ln in lines if " R9K_HC_MIX " in ln)
+    assert "hc_decode_mix: superseded by hc_mix_fp8 wherever both run" in row, row
+
+    names = [f"model.layers.{i}.attn_hyper_connection" for i in range(3)]
+    for name in names:
+        ops = hc.HcOps.choose(name, HC, LORA, 1e-6)
+        assert ops.mix_name == hc.MIX_FP8
+    snap = counters.snapshot()
+    assert snap["hc_mix"]["installed"] == [] and snap["hc_mix"]["kept"] == {"superseded by hc_mix_fp8": names}
+    built = plugin.layers_table(plugin._active, snap, plugin._proc)
+    assert any(ln.endswith("hc_decode_mix: superseded by hc_mix_fp8 in 3 layer(s)") for ln in built), built
+
+    own = status.snapshot(plugin._active, table, plugin._proc)
+    merged = status.merged_status(own, None)
+    assert merged["superseded"] == {"hc_decode_mix": "hc_decode_mix: superseded by hc_mix_fp8 in 3 layer(s)"}
+    assert merged["in_use"]["hc_decode_mix"] == merged["superseded"]["hc_decode_mix"]
+    assert merged["plan"]["installed"] == fused - 1 and merged["plan"]["superseded"] == 1
+    assert "superseded" not in merged["in_use"]["hc_fp8_decode"]
+    counters.reset()
