@@ -24,7 +24,7 @@ import logging
 import os
 from typing import Optional
 
-from r9k.registry import envvars
+from ..registry import envvars
 
 logger = logging.getLogger("vllm.r9k")
 

@@ -20,6 +20,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Optional
+from ..kernels.ops import triton_platform as tp
+from ..registry import availability
+from .startup import StartupError
+from ..kernels import ops
 
 if TYPE_CHECKING:
     from .view import ResolvedView
@@ -77,8 +81,6 @@ class Choice:
 
 
 def triton_platform() -> Optional[str]:
-    from r9k.kernels.ops import triton_platform as tp
-
     return tp()
 
 
@@ -104,9 +106,6 @@ class DispatchTable:
         (:func:`r9k.registry.availability.plan`, the rule ``r9kctl validate`` and ``launch`` apply), plus
         the one thing only a running process knows: whether it has a Triton backend for the profile's
         platform. Raises StartupError in strict mode when a selected implementation cannot run here."""
-        from r9k.registry import availability
-
-        from .startup import StartupError
 
         verdicts = availability.plan(self.rs)
         family = availability.platform_family(getattr(self.rs, "platform", None))
@@ -155,9 +154,6 @@ class DispatchTable:
 
         None means: this project's implementation is not used here (stock, or a fallback already
         warned about); the layer keeps vLLM's own code path."""
-        from r9k.kernels import ops
-
-        from .startup import StartupError
 
         vid = self.by_op.get(op)
         if vid is None:

@@ -18,7 +18,7 @@ import pickle
 from pathlib import Path
 from typing import Optional
 
-from r9k.registry import envvars
+from ..registry import envvars
 
 
 def package_dir(name: str) -> Path:
@@ -66,7 +66,7 @@ def load_registry_cached(root: Optional[Path] = None, profile_dirs: Optional[lis
 
     ``envvars.NO_REGISTRY_CACHE`` set to 1 bypasses the cache (used by the benchmark to measure both paths).
     """
-    from r9k.registry.loader import default_profile_dirs, default_registry_root, load_registry
+    from ..registry.loader import default_profile_dirs, default_registry_root, load_registry
 
     root = Path(root).expanduser() if root else default_registry_root()
     dirs = list(profile_dirs) if profile_dirs is not None else default_profile_dirs()
@@ -80,7 +80,7 @@ def load_registry_cached(root: Optional[Path] = None, profile_dirs: Optional[lis
         pass
     reg = load_registry(root, dirs)  # raises RegistryError with located diagnostics
     try:
-        from r9k.registry import fileio
+        from ..registry import fileio
 
         path.parent.mkdir(parents=True, exist_ok=True)
         fileio.atomic_write(path, pickle.dumps(reg, protocol=pickle.HIGHEST_PROTOCOL), "registry snapshot")

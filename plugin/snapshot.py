@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-from r9k.registry import envvars
-from r9k.registry.origin import Origin, WithOrigin
+from ..registry import envvars
+from ..registry.origin import Origin, WithOrigin
+from .regcache import _fingerprint, default_dirs
+from .startup import Active, LAUNCH_HASH_VAR, LAUNCH_PID_VAR
 
 SNAPSHOT_VAR = envvars.LAUNCH_SNAPSHOT.name
 INPUTS_VAR = envvars.LAUNCH_INPUTS.name
@@ -54,8 +56,6 @@ def decode_manifest(value: str) -> dict:
 
 
 def inputs_digest(environ: Mapping[str, str]) -> str:
-    from .regcache import _fingerprint, default_dirs
-
     h = hashlib.sha256()
     for k in sorted(environ):
         if k.startswith(envvars.PREFIX) and k not in _NOT_INPUTS:
@@ -163,7 +163,7 @@ def save(active, environ=None) -> Optional[str]:
     digest = inputs_digest(environ)
     path = envvars.cache_dir(environ) / "run" / f"launch-{active.rs.hash}-{digest}.json"
     try:
-        from r9k.registry import fileio
+        from ..registry import fileio
 
         path.parent.mkdir(parents=True, exist_ok=True)
         fileio.atomic_write(path, json.dumps(dump(active)), "launch snapshot")
@@ -195,8 +195,6 @@ def prepare_launch(rs, warnings: list[str], env: dict) -> dict[str, str]:
 
     Call it after the manifest is written: its bytes are part of the digest.
     """
-    from .startup import LAUNCH_HASH_VAR, LAUNCH_PID_VAR, Active
-
     active = Active(rs, None, f"manifest {envvars.MANIFEST.get(env)}, validated by r9kctl launch", list(warnings))
     scratch = dict(env)
     if save(active, scratch) is None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Mapping, Optional
 
-from r9k.registry import envvars
+from ..registry import envvars
 
 if TYPE_CHECKING:
     from .view import ResolvedView
@@ -132,7 +132,7 @@ def wants_activation(environ: Mapping[str, str]) -> bool:
 
 
 def _load_registry():
-    from r9k.registry.errors import RegistryError
+    from ..registry.errors import RegistryError
 
     from .regcache import load_registry_cached
 
@@ -145,7 +145,7 @@ def _load_registry():
 
 def _check(reg, rs, strict: bool) -> list[str]:
     """The core's semantic checks on a resolved set; returns warning lines, raises on errors."""
-    from r9k.registry.validate import Report, check_profile
+    from ..registry.validate import Report, check_profile
 
     report = Report()
     check_profile(reg, rs, report)
@@ -168,7 +168,7 @@ def _read_manifest(path: Optional[str], carried: Optional[str]) -> tuple[dict, s
     from_file = from_env = None
     file_error = None
     if path:
-        from r9k.registry import fileio
+        from ..registry import fileio
 
         try:  # the checked reader: a missing, binary, non-UTF-8 or malformed file is one located line
             from_file = fileio.read_json(path, "launch manifest", expect=dict)
@@ -189,7 +189,7 @@ def _read_manifest(path: Optional[str], carried: Optional[str]) -> tuple[dict, s
     if from_env is not None:
         return from_env, (f"{MANIFEST_DATA_VAR} (carried in the environment; {path} not readable here)"
                           if path else MANIFEST_DATA_VAR)
-    from r9k.registry.errors import RegistryError
+    from ..registry.errors import RegistryError
 
     if isinstance(file_error, RegistryError):
         raise StartupError([d.format() for d in file_error.diagnostics])
@@ -224,7 +224,7 @@ def resolve_active(environ: Optional[Mapping[str, str]] = None) -> Optional[Acti
     environ = dict(os.environ if environ is None else environ)
     if not wants_activation(environ):
         return None
-    from r9k.registry.resolve import ResolvedSet, resolve
+    from ..registry.resolve import ResolvedSet, resolve
 
     reg = _load_registry()
     manifest_path = envvars.MANIFEST.get(environ)

@@ -17,6 +17,7 @@ import os
 import time
 from pathlib import Path
 from typing import Optional
+from . import check_applied, counters, current_status, kvcache
 
 SCHEMA = "r9k-status/1"
 ROUTE = "/r9k/status"
@@ -26,8 +27,6 @@ def snapshot(active, table, proc, applied: Optional[dict] = None) -> dict:
     """This process's view: profile, hash, every value, the non-stock variants with provenance, the
     adapters' per-layer and per-call counters (:mod:`r9k.plugin.counters`) and, in the API server, what
     vLLM applied of the launcher's requests (:mod:`r9k.plugin.applied`)."""
-    from . import counters
-
     rs = active.rs
     plans = table.plans if table is not None else {}
     non_stock = []
@@ -53,8 +52,6 @@ def snapshot(active, table, proc, applied: Optional[dict] = None) -> dict:
 
 
 def _kv_cache():
-    from . import kvcache
-
     return kvcache.current()
 
 
@@ -107,7 +104,7 @@ def write_section(path: str, section: dict) -> None:
                      "tp": section["tp"], "model": section["model"]})
         procs = data.setdefault("processes", {})
         procs[section["process"]["name"]] = section
-        from r9k.registry import fileio
+        from ..registry import fileio
 
         fileio.atomic_write(p, json.dumps(data, indent=1, sort_keys=True), "status file")  # OSError on failure
 
@@ -201,8 +198,6 @@ class StatusEndpoint:
         from fastapi.responses import JSONResponse
 
         async def r9k_status():
-            from . import current_status
-
             return JSONResponse(current_status())
 
         app.add_api_route(ROUTE, r9k_status, methods=["GET"], name="r9k_status")
@@ -213,7 +208,6 @@ class StatusEndpoint:
         cfg = getattr(engine_client, "vllm_config", None)
         if cfg is None:
             return None
-        from . import check_applied, kvcache
 
         check_applied(cfg)
         try:  # the engine is up: vLLM's KV-cache allocation is known here (predicted vs allocated)

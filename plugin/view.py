@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Mapping, Optional, Protocol, runtime_checkable
 
-from r9k.registry.origin import Origin
+from ..registry.origin import Origin
 
 
 @runtime_checkable

@@ -61,7 +61,7 @@ def _pairs(reg, args) -> int:
         return _err("--pairs needs --profile P")
     if args.profile not in reg.profiles:
         return _err(f"unknown profile {args.profile!r} (known: {', '.join(sorted(reg.profiles))})")
-    from r9k.bench.decode_step.config import CONFIGS
+    from ..bench.decode_step.config import CONFIGS
 
     if args.config not in CONFIGS or args.config.startswith("flash"):
         return _err(f"--config must be one of {', '.join(c for c in CONFIGS if not c.startswith('flash'))} "
@@ -84,9 +84,9 @@ def _state_rows(states) -> list[str]:
 
 
 def run(args) -> int:
-    from r9k.registry import RegistryError, load_registry
+    from ..registry import RegistryError, load_registry
     from .common import registry_location
-    from r9k.registry import ledger as L
+    from ..registry import ledger as L
 
     from .evidence import gate as G
 

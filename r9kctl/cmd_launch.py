@@ -3,7 +3,7 @@ plugin (``envvars.MANIFEST``). ``--dry-run`` prints the exact command and enviro
 shell they start the same server (the manifest they name is written, the model reference is a path)."""
 from __future__ import annotations
 
-from r9k.registry import envvars
+from ..registry import envvars
 
 from .common import add_set_option
 

@@ -20,7 +20,7 @@ def add_parser(sub):
 def run(args) -> int:
     import shlex
 
-    from r9k.registry.resolve import resolve
+    from ..registry.resolve import resolve
 
     from .common import load_for_profile, report_errors
     from .output import diagnostics, print_json, table

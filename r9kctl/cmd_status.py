@@ -14,7 +14,7 @@ import sys
 import urllib.error
 import urllib.request
 
-from r9k.registry import envvars
+from ..registry import envvars
 
 ROUTE = "/r9k/status"  # same as r9k.plugin.status.ROUTE (not imported: keep this command light)
 
@@ -55,7 +55,7 @@ def _shape_problem(data: dict) -> str | None:
 
 
 def read(args) -> dict:
-    from r9k.registry import fileio
+    from ..registry import fileio
 
     if args.url:
         return fetch(args.url, args.timeout)
@@ -67,7 +67,7 @@ def read(args) -> dict:
     if problem:
         raise fileio.error(path, "status-file", f"not a usable status file: {problem}", 1, 1)
     if "in_use" not in data:  # the raw file: merge the processes' sections as the route does
-        from r9k.plugin.api import merged_status
+        from ..plugin.api import merged_status
 
         data = merged_status(None, path)
     return data
@@ -103,7 +103,7 @@ def run(args) -> int:
 
     print(f"profile {data.get('profile')}  hash {data.get('hash')}  tp {data.get('tp')}  model {data.get('model')}")
     if data.get("kv_cache"):
-        from r9k.plugin.api import kv_cache_line
+        from ..plugin.api import kv_cache_line
 
         print(kv_cache_line(data["kv_cache"]))
     procs = data.get("processes", {})

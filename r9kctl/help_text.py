@@ -3,7 +3,7 @@ one). A command whose module already has an epilog keeps it. Every example here 
 fresh clone (tests/core/test_cli_conventions.py runs the ones marked safe)."""
 from __future__ import annotations
 
-from r9k.registry import envvars
+from ..registry import envvars
 
 EXAMPLES: dict[str, str] = {
     "list": """

@@ -13,9 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-from r9k.registry import Registry
-from r9k.registry import envvars
-from r9k.registry.validate import Report, validate
+from ..registry import Registry
+from ..registry import envvars
+from ..registry.validate import Report, validate
+from ..registry.availability import summary_line
+from ..plugin.api import encode_manifest, MANIFEST_DATA_VAR
 
 TINY_PREFIX = "r9k-tiny:"
 
@@ -149,22 +151,21 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     model = rs.model_path or rs.model or ""
     if model.startswith(TINY_PREFIX):
         if build_model:
-            from r9k.plugin.api import resolve_model_ref
+            from ..plugin.api import resolve_model_ref
 
             model = resolve_model_ref(model)
         else:
             plan.notes.append(f"{model} is built in the user's cache at launch (r9k.plugin.tiny_model)")
     if rs.platform == "cpu":  # architectures this plugin builds there: the checkpoint is checked before anything starts
-        from r9k.plugin.api import ARCHITECTURE as ARCH_FLASH_NEXT, precheck
+        from ..plugin.api import ARCHITECTURE as ARCH_FLASH_NEXT, precheck
 
         refusal = precheck(model, _max_model_len(list(rs.serve_args) + list(extra_args or [])))
         if refusal:
-            from r9k.registry.errors import Diagnostic
+            from ..registry.errors import Diagnostic
 
             report.add(Diagnostic("error", "bad-config", f"{refusal.detail} (architecture {ARCH_FLASH_NEXT})",
                                   file=refusal.file, items=[profile]))
             return plan
-    from r9k.registry.availability import summary_line
 
     plan.notes.append(f"kernels: {summary_line(report.availability.get(profile, {}))}")
     problem = serve_problem()
@@ -186,14 +187,13 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         d = envvars.cache_dir() / "manifests"
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
-        from r9k.registry import fileio
+        from ..registry import fileio
 
         fileio.atomic_write(path, json.dumps(manifest, indent=2), "launch manifest")
         plan.manifest_path = path
         penv[envvars.MANIFEST.name] = str(path)
     else:
         penv[envvars.MANIFEST.name] = str(envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json")
-    from r9k.plugin.api import MANIFEST_DATA_VAR, encode_manifest
 
     # The manifest itself travels too: a worker that cannot read the file (another node) resolves from it.
     penv[MANIFEST_DATA_VAR] = encode_manifest(manifest)
@@ -209,7 +209,7 @@ def exec_plan(plan: LaunchPlan) -> None:
     # plugin checks a digest of this exact environment; anything else makes it resolve in full).
     if plan.rs is not None and plan.manifest_path is not None:
         try:
-            from r9k.plugin.api import prepare_launch
+            from ..plugin.api import prepare_launch
 
             env.update(prepare_launch(plan.rs, [d.format() for d in plan.report.warnings], env))
         except Exception as exc:  # noqa: BLE001 - only an optimisation: the plugin then resolves in full

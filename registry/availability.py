@@ -28,6 +28,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
+from . import envvars
 
 ADAPTERS_FILE = "adapters.toml"
 STATES = ("installed", "fallback", "env", "stock", "unset")
@@ -71,8 +72,6 @@ def default_repo_root() -> Path:
     """Where gate-test paths (``kernels/router/test_router.py::...``) are relative to: ``envvars.REPO_ROOT``,
     else the folder holding this code's ``kernels/`` (the repository; ``site-packages/r9k`` when installed).
     Gate tests are code, so a registry tree kept elsewhere (``envvars.REGISTRY``) still finds them."""
-    from . import envvars
-
     forced = envvars.REPO_ROOT.get()
     if forced:
         return Path(forced).resolve()

@@ -49,6 +49,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from . import envvars, fileio
+from . import gatedeps
+from .provenance import in_range, toolchain
 
 LEDGER_RELPATH = Path("gates") / "ledger.jsonl"
 
@@ -176,8 +178,6 @@ def dependencies(reg_or_root: Any, variant: Any) -> tuple[list[str], list[str]]:
     The declared paths (:func:`hashed_paths`) plus, computed (:mod:`r9k.registry.gatedeps`), the import
     closure within the repository of the gate's test files, the conftest.py files pytest loads for them,
     the implementation module and the Python files under the declared sources."""
-    from . import gatedeps
-
     root = repo_root(reg_or_root)
     declared, missing = expand_sources(root, hashed_paths(variant))
     roots = [f for f in declared if f.endswith(".py") and not gatedeps.is_script(root, f)]
@@ -339,8 +339,6 @@ class Toolchains:
     older record of that platform stale)."""
 
     def __init__(self, records: Iterable[GateRecord], local: Mapping[str, Any] | None = None):
-        from .provenance import toolchain
-
         self.local = dict(local) if local is not None else toolchain()
         self._mine = local_platforms(self.local)
         self._latest: dict[str, dict] = {}
@@ -432,8 +430,6 @@ def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord], tcs: Too
 def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """One message per declared known-bad range (``gate.known_bad``) that a toolchain falls in;
     ``toolchains``: where -> toolchain, e.g. {"installed here": ..., "gate passed on cuda-h200": ...}."""
-    from .provenance import in_range
-
     out = []
     for kb in getattr(getattr(variant, "gate", None), "known_bad", None) or []:
         for where, tc in toolchains.items():
@@ -461,8 +457,6 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
 
     ``r9kctl validate`` / ``launch`` report them as warnings; ``launch --strict`` and the plugin's strict
     mode refuse on warnings."""
-    from .provenance import toolchain
-
     here = dict(local_toolchain) if local_toolchain is not None else toolchain()
     out: list[tuple[str, Any, tuple, str]] = []
     for v in variants:

@@ -12,6 +12,7 @@ import re
 from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from .provenance import parse_spec
 
 ValueType = Literal["bool", "enum", "int", "float", "string", "path"]
 Category = Literal["fusion", "kernel", "comm", "tuning", "diagnostic", "launcher"]
@@ -130,8 +131,6 @@ class KnownBad(Strict):
     @field_validator("versions")
     @classmethod
     def _spec(cls, v: str) -> str:
-        from .provenance import parse_spec
-
         parse_spec(v)  # raises ValueError with the bad clause
         return v
 

@@ -20,6 +20,7 @@ from .errors import Diagnostic, RegistryError
 from .loader import Registry, load_registry
 from .memory import Budget, budget
 from .resolve import ResolvedSet, resolve, suggest
+from . import ledger
 
 VERSION_RE = re.compile(r"^v\d+\.\d+\.\d+")
 
@@ -226,8 +227,6 @@ def gate_states(reg: Registry):
     """The ledger's gate states, computed once per registry object and ledger file version (the source
     hashes behind them are computed at that time: a long-lived session calls ``reg.forget()`` after
     editing kernel sources)."""
-    from . import ledger
-
     path = ledger.ledger_path(reg)
     try:
         st = path.stat()
@@ -245,7 +244,6 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
     except Exception as exc:  # a broken ledger must not hide the rest of the report
         report.add(Diagnostic("warning", "gate-ledger", f"cannot read the gate ledger: {exc}"))
         return
-    from . import ledger
 
     for code, v, key, msg in ledger.gate_findings([r.variant for r in rs.active()], states):
         f, ln, col = reg.locate("variant", v.id, key)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from r9k.bench import timing as _bench
-from r9k.kernels.hc_mix import reference as ref
-from r9k.kernels.hc_mix import triton_kernel as tk
-from r9k.kernels._triton import skinny_gemm as rk
+from .. import timing as _bench
+from ...kernels.hc_mix import reference as ref
+from ...kernels.hc_mix import triton_kernel as tk
+from ...kernels._triton import skinny_gemm as rk
 
 MS = (1, 4, 8, 16)
 HD, R, ND = 2560, 320, 336

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from r9k.kernels._testing import rel_l2
-from r9k.kernels._triton import tuned, vllm_peer
-from r9k.kernels._triton.common import INTERPRETED
+from .._testing import rel_l2
+from . import tuned, vllm_peer
+from .common import INTERPRETED
 
 ok, why = vllm_peer.available()
 needs_peer = pytest.mark.skipif(not ok, reason=f"vLLM's sources not here: {why}")
@@ -20,7 +20,7 @@ def _need_triton(device):
 
 
 def _count(fn):
-    from r9k.kernels._triton.launches import LaunchCounter
+    from .launches import LaunchCounter
 
     with LaunchCounter() as c:
         out = fn()
@@ -30,8 +30,8 @@ def _count(fn):
 @needs_peer
 def test_vllm_gdn_core_is_one_recurrence_and_one_norm_launch(device, seed):
     _need_triton(device)
-    from r9k.kernels.gdn_decode import reference
-    from r9k.kernels.gdn_decode._cases import make_batch
+    from ..gdn_decode import reference
+    from ..gdn_decode._cases import make_batch
 
     kw, st = make_batch(seed, device, [4, 2, 3], [3, 1, 2], Hk=2, Hv=4, D=32, S=4)
     k_ref, k_peer = dict(kw, state=st[0].clone()), dict(kw, state=st[0].clone())
@@ -48,8 +48,8 @@ def test_vllm_gdn_core_is_one_recurrence_and_one_norm_launch(device, seed):
 @pytest.mark.parametrize("combine", [True, False])
 def test_vllm_hc_combine_norm_is_one_launch(combine, device, rng):
     _need_triton(device)
-    from r9k.kernels._testing import randn
-    from r9k.kernels.hc_norm import reference
+    from .._testing import randn
+    from ..hc_norm import reference
 
     M, hd = 3, 256
     res = randn((M, 4 * hd), rng, device)

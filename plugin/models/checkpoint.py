@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Optional
+from ...registry import fileio
 
 ARCHITECTURE = "Qwen4ExpForCausalLM"
 GDN, QSA = "linear_attention", ("indexed_attention", "qwen_sparse_attention", "full_attention")
@@ -55,7 +56,6 @@ def precheck(model_dir: str, max_model_len: Optional[int]) -> Optional[Checkpoin
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         return None
-    from r9k.registry import fileio
 
     try:
         cfg = json.loads(fileio.read_text(path, "checkpoint config"))

@@ -12,6 +12,7 @@ from typing import Any
 import tomlkit
 
 from .mcnemar import Comparison
+from ...registry import fileio
 
 
 def quality_record(cmp: Comparison, *, config: str, eval_name: str | None = None,
@@ -54,7 +55,7 @@ def validate_record(rec: dict[str, Any]) -> None:
     """Raise ValueError when ``rec`` does not fit the schema's QualityRecord."""
     from pydantic import ValidationError
 
-    from r9k.registry.schema import QualityRecord
+    from ...registry.schema import QualityRecord
 
     try:
         QualityRecord.model_validate(rec)
@@ -66,7 +67,6 @@ def append_quality_record(manifest: str | Path, rec: dict[str, Any]) -> None:
     """Append ``rec`` as a ``[[quality]]`` table to a release manifest, keeping its comments and layout."""
     validate_record(rec)
     path = Path(manifest)
-    from r9k.registry import fileio
 
     text = fileio.read_text(path, "release manifest")
     fileio.parse_toml(text, path, "release manifest")  # a located syntax error before tomlkit sees it

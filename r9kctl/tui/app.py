@@ -11,7 +11,7 @@ from textual.app import App
 from textual.binding import Binding
 from textual.theme import Theme
 
-from r9k.registry.errors import Diagnostic, RegistryError
+from ...registry.errors import Diagnostic, RegistryError
 
 
 
