@@ -16,7 +16,8 @@ import sys
 import tempfile
 import time
 
-from r9k.registry import envvars
+from ..registry import envvars
+from ..registry import load_registry
 
 
 def wall(cmd, env, runs):
@@ -46,7 +47,6 @@ def main() -> int:
     bare = wall(py, env, args.runs)
 
     os.environ[envvars.CACHE_DIR.name] = cache
-    from r9k.registry import load_registry
 
     def load_times(no_cache: bool):
         os.environ[envvars.NO_CACHE.name] = "1" if no_cache else "0"

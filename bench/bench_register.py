@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from ..registry import envvars
 
 CHILD = r"""
 import json, os, sys, time
@@ -68,7 +69,6 @@ def main() -> int:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "_R9K_"))}
     if not args.no_bytecode:
         base.pop("PYTHONDONTWRITEBYTECODE", None)
-    from r9k.registry import envvars
 
     CACHE, PROFILE, MANIFEST, TP = (envvars.CACHE_DIR.name, envvars.PROFILE.name, envvars.MANIFEST.name,
                                     envvars.TP.name)
@@ -96,11 +96,11 @@ def main() -> int:
         report("first", f, s, ui)
 
         # a manifest as r9kctl launch writes it, and the environment it exports
-        from r9k.registry import load_registry
-        from r9k.registry.resolve import resolve
+        from ..registry import load_registry
+        from ..registry.resolve import resolve
 
         rs = resolve(load_registry(), "cpu-smoke", env={})
-        from r9k.registry import fileio
+        from ..registry import fileio
 
         mpath = Path(tmp) / "manifest.json"
         fileio.atomic_write(mpath, json.dumps(rs.to_manifest()), "manifest")

@@ -16,12 +16,11 @@ import os
 import statistics
 import tempfile
 import time
+from ..plugin import counters, status
 
 
 def _ops():
     import torch
-
-    from r9k.plugin import counters
 
     def counted(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         counters.hit("bench_op", "fused")
@@ -61,8 +60,6 @@ def bench_calls(calls: int, rounds: int) -> dict:
 
 
 def bench_look(looks: int) -> float:
-    from r9k.plugin import counters
-
     counters.reset()
     for op in ("router_gemm", "moe_route", "shared_expert", "gdn_decode", "qk_norm_rope"):
         for i in range(48):
@@ -80,8 +77,6 @@ def bench_look(looks: int) -> float:
 
 
 def bench_write(writes: int) -> float:
-    from r9k.plugin import status
-
     sec = {"profile": "p", "hash": "h" * 12, "tp": 1, "model": "m", "process": {"name": "VllmWorker-0", "pid": 1,
                                                                              "role": "worker", "rank": 0},
            "counters": {f"op{i}": {"installed": [f"model.layers.{j}" for j in range(48)], "kept": {},
@@ -96,8 +91,6 @@ def bench_write(writes: int) -> float:
 
 
 def bench_counters_write(writes: int) -> float:
-    from r9k.plugin import counters, status
-
     counters.reset()
     for op in ("router_gemm", "moe_route", "shared_expert", "gdn_decode", "qk_norm_rope"):
         for i in range(48):
@@ -123,7 +116,6 @@ def main() -> None:
           f"best round: counted {c['min_counted']:.0f} ns, uncounted {c['min_plain']:.0f} ns, difference "
           f"{c['min_counted'] - c['min_plain']:+.0f} ns (uncounted rounds spread {c['spread_plain'][0]:.0f}-"
           f"{c['spread_plain'][1]:.0f} ns)")
-    from r9k.plugin import counters
 
     n = 10**6
     t = time.perf_counter_ns()

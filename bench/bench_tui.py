@@ -31,7 +31,7 @@ import os  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
 
-from r9k.registry import envvars, fileio  # noqa: E402
+from ..registry import envvars, fileio  # noqa: E402
 
 
 def _stats(xs: list[float]) -> dict:
@@ -45,7 +45,7 @@ def _stats(xs: list[float]) -> dict:
 # ---------------------------------------------------------------------------------------------- child
 
 def child(out: str, profile: str, toggles: int) -> None:
-    from r9k.r9kctl.tui.app import R9kApp
+    from ..r9kctl.tui.app import R9kApp
 
     t_import = time.perf_counter()
     result: dict = {"import_s": t_import - T0}
@@ -148,8 +148,8 @@ def phases_child(profile: str) -> None:
     import r9k.registry.validate  # noqa: F401
 
     out["registry import"], c = P() - c, P()
-    from r9k.r9kctl.tui import main_screen, session  # noqa: F401
-    from r9k.r9kctl.tui.app import R9kApp
+    from ..r9kctl.tui import main_screen, session  # noqa: F401
+    from ..r9kctl.tui.app import R9kApp
 
     out["app modules import"], c = P() - c, P()
     opened = session.Session.open.__func__

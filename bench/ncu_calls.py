@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import torch
 
-from r9k.kernels.fp8_block import triton_kernel as fp8
-from r9k.kernels.hc_mix import triton_kernel as hc
-from r9k.kernels.router import triton_kernel as rt
+from ..kernels.fp8_block import triton_kernel as fp8
+from ..kernels.hc_mix import triton_kernel as hc
+from ..kernels.router import triton_kernel as rt
 
 
 def main() -> None:

@@ -230,7 +230,7 @@ def graph_nodes(fn, args) -> int | None:
     import torch
 
     try:
-        from r9k.kernels._triton.launches import capture
+        from ..kernels._triton.launches import capture
 
         _g, _out, nodes = capture(lambda: fn(*args))
         del _g

@@ -28,7 +28,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from r9k.registry import envvars
+from ..registry import envvars
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -259,7 +259,7 @@ def _install_failed(plan, reason: str) -> None:
     if table is not None and table.strict:
         raise StartupError([f"error[adapter-install]: {line} (strict mode)"],
                            "r9k: an adapter does not install; refusing to start vLLM")
-    from r9k.registry.manifest import Impl
+    from ..registry.manifest import Impl
 
     plan.mode, plan.reason = Impl.FALLBACK, f"adapter does not install: {reason}"
     _emit(logging.WARNING, f"r9k {_active.hash if _active else '?'}: {line}; using vLLM's own path")
@@ -338,7 +338,7 @@ def startup_table(active, table, proc) -> list[str]:
                      (sup.get(r.variant.id) or (p.describe() if p else "?"))
                      + (f"; gate {gates[r.variant.id]}" if r.variant.id in gates else "")))
     n = len(rs.non_stock())
-    from r9k.registry.manifest import Impl
+    from ..registry.manifest import Impl
 
     modes = [p.mode for p in table.plans.values()]
     lines = [head + f"; {n} variant(s) not at stock: {modes.count(Impl.FUSED) - len(sup)} installed"

@@ -17,6 +17,8 @@ import enum
 import os
 from dataclasses import asdict, dataclass
 from typing import Any, Optional
+from ..registry.vllm_interface import installed_version, series
+from ..registry.vllm_map import requests
 
 #: Sections of VllmConfig searched for a flag's destination (``--max-num-seqs`` -> ``max_num_seqs``).
 SECTIONS = ("scheduler_config", "cache_config", "model_config", "parallel_config", "load_config",
@@ -138,7 +140,7 @@ def validated_versions(root=None) -> tuple[Optional[str], list[str]]:
     (the plugin may hold only a light copy of the set, without the registry)."""
     import tomllib
 
-    from r9k.registry.loader import default_registry_root
+    from ..registry.loader import default_registry_root
 
     best = None
     for f in sorted((root or default_registry_root()).joinpath("releases").glob("*.toml")):
@@ -155,8 +157,6 @@ def validated_versions(root=None) -> tuple[Optional[str], list[str]]:
 def version_row(version: Optional[str] = None, root=None) -> Optional[Row]:
     """The running vLLM against the versions the newest release was validated on (a mismatch row when it
     is none of them: logged, and refused in strict mode like any mismatch)."""
-    from r9k.registry.vllm_interface import installed_version, series
-
     version = version or installed_version()
     release, validated = validated_versions(root)
     if not version or not validated:
@@ -170,15 +170,13 @@ def version_row(version: Optional[str] = None, root=None) -> Optional[Row]:
 def requested_rows(rs, cfg, environ=None, server_args=None, iface=None) -> list[Row]:
     """One row per launcher request of the set (registry/vllm_map.py: every launcher knob away from stock),
     plus the tensor-parallel size."""
-    from r9k.registry.vllm_map import requests
-
     environ = os.environ if environ is None else environ
     rows = []
     tp = getattr(getattr(cfg, "parallel_config", None), "tensor_parallel_size", None)
     rows.append(Row("(tp)", f"--tensor-parallel-size {rs.tp}", _norm(tp), "parallel_config.tensor_parallel_size",
                     "applied" if _same(str(rs.tp), tp) else "mismatch"))
     if iface is None:
-        from r9k.registry.vllm_interface import target
+        from ..registry.vllm_interface import target
 
         iface = target()[0]
     row = version_row()

@@ -23,7 +23,11 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from r9k.registry.manifest import Impl, Manifest
+from ..registry.manifest import Impl, Manifest
+from ..kernels.ops import triton_platform as tp
+from ..registry import availability
+from .startup import StartupError
+from ..kernels import ops
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -80,8 +84,6 @@ class Choice:
 
 
 def triton_platform() -> Optional[str]:
-    from r9k.kernels.ops import triton_platform as tp
-
     return tp()
 
 
@@ -108,9 +110,6 @@ class DispatchTable:
         (:func:`r9k.registry.availability.plan`, the rule ``r9kctl validate`` and ``launch`` apply), plus
         the one thing only a running process knows: whether it has a Triton backend for the profile's
         platform. Raises StartupError in strict mode when a selected implementation cannot run here."""
-        from r9k.registry import availability
-
-        from .startup import StartupError
 
         verdicts = availability.plan(self.rs)
         family = availability.platform_family(self.rs.platform)
@@ -124,7 +123,7 @@ class DispatchTable:
                      av.reason, adapter=av.adapter)
             sets = v.sets
             if sets is not None:
-                from r9k.registry.vllm_map import describe
+                from ..registry.vllm_map import describe
 
                 p.launcher = describe(sets)
             if impl.op:
@@ -160,9 +159,6 @@ class DispatchTable:
 
         None means: this project's implementation is not used here (stock, or a fallback already
         warned about); the layer keeps vLLM's own code path."""
-        from r9k.kernels import ops
-
-        from .startup import StartupError
 
         if self.on_first_layer is not None:  # the ranks agree before any layer is built (collective)
             first, self.on_first_layer = self.on_first_layer, None

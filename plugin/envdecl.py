@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from r9k.registry import envvars
+from ..registry import envvars
 
 #: The control variables declared to vLLM (those marked ``vllm`` in :mod:`r9k.registry.envvars`).
 CONTROL_VARS = envvars.declared_to_vllm()

@@ -29,6 +29,7 @@ import logging
 import sys
 import threading
 from typing import Callable
+from ..registry.availability import load_adapters
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -101,8 +102,6 @@ def _load_obj(ref: str):
 
 def layers() -> dict[str, tuple[str, str, str]]:
     """extension point -> (vLLM module, vLLM class, adapter "module:attr"), from the adapter table."""
-    from r9k.registry.availability import load_adapters
-
     return {ep: (a.vllm_module, a.vllm_class, a.adapter) for ep, a in load_adapters().adapters.items()}
 
 

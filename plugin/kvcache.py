@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from typing import Optional
+from . import _active, _emit, startup
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -20,11 +21,9 @@ _report: Optional[dict] = None
 
 def predicted(active) -> tuple[Optional[int], str]:
     """The registry's KV tokens for the active set, and what it is based on."""
-    from r9k.registry.memory import budget
+    from ..registry.memory import budget
 
-    from . import startup
-
-    from r9k.registry.resolve import ResolvedSet
+    from ..registry.resolve import ResolvedSet
 
     reg = startup._load_registry()
     rs = ResolvedSet.from_manifest(active.rs.to_dict(), reg)  # the engine's shape of the manifest, for budget()
@@ -73,7 +72,6 @@ def line(rep: dict) -> str:
 def on_engine_ready(engine_client) -> Optional[dict]:
     """Called once the engine is up (the endpoint plugin's ``init_state``): compute, log, record."""
     global _report
-    from . import _active, _emit
 
     if _active is None:
         return None

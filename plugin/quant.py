@@ -33,6 +33,10 @@ import logging
 import struct
 from pathlib import Path
 from typing import Any, Optional
+from .dispatch import get_table
+from . import counters
+from ..kernels import ops
+from .layers import _common
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -146,8 +150,6 @@ def _on_cpu() -> bool:
 
 
 def _gemm_wanted() -> bool:
-    from .dispatch import get_table
-
     table = get_table()
     p = table.plans.get("fp8_block_linears") if table is not None else None
     return p is not None and p.mode == "fused"
@@ -280,9 +282,6 @@ def _method_class():
 def _choose(prefix: str):
     """(gemm callable or None for stock, whether the one-launch QA path is on) for one layer, from the
     dispatch table; records the layer in the counters."""
-    from . import counters
-    from .dispatch import get_table
-
     table = get_table()
     if table is None or "fp8_block_linears" not in table.plans or table.plans["fp8_block_linears"].mode != "fused":
         if table is not None and table.plans.get("fp8_block_linears") is not None:
@@ -290,7 +289,6 @@ def _choose(prefix: str):
         return None, False
     table.plans["fp8_block_linears"].layers += 1
     qa = table.choose(QA_OP, layer=prefix) if QA_OP in table.by_op else None
-    from r9k.kernels import ops
 
     kop = ops.get(QA_OP)
     fused = qa is not None and qa.impl == "fused"
@@ -307,9 +305,6 @@ def _choose(prefix: str):
 def gemm_op(fn, fused: bool):
     """``fn(x, w_q, w_s) -> y`` (this project's block GEMM) behind a torch custom op (opaque to torch.compile)
     that counts its calls at execution time."""
-    from . import counters
-    from .layers import _common
-
     def impl(x, w_q, w_s):
         counters.hit(GEMM_COUNTER, "fused")
         if fused:

@@ -23,7 +23,8 @@ import stat
 from pathlib import Path
 from typing import Optional
 
-from r9k.registry import envvars
+from ..registry import envvars
+from ..registry import fileio
 
 
 def package_dir(name: str) -> Path:
@@ -80,7 +81,7 @@ def _decode(raw: bytes, stamp: str):
         reg = pickle.loads(payload)
     except Exception:  # noqa: BLE001 - any unreadable snapshot is rebuilt
         return None
-    from r9k.registry.loader import Registry
+    from ..registry.loader import Registry
 
     return reg if isinstance(reg, Registry) else None
 
@@ -94,7 +95,7 @@ def load_registry_cached(root: Optional[Path] = None, profile_dirs: Optional[lis
 
     ``envvars.NO_REGISTRY_CACHE`` set to 1 bypasses the cache (used by the benchmark to measure both paths).
     """
-    from r9k.registry.loader import default_profile_dirs, default_registry_root, load_registry
+    from ..registry.loader import default_profile_dirs, default_registry_root, load_registry
 
     root = Path(root).expanduser() if root else default_registry_root()
     dirs = list(profile_dirs) if profile_dirs is not None else default_profile_dirs()
@@ -102,7 +103,6 @@ def load_registry_cached(root: Optional[Path] = None, profile_dirs: Optional[lis
         return load_registry(root, dirs)
     stamp = _fingerprint(root, dirs)
     path = cache_dir() / f"{stamp}.pickle"
-    from r9k.registry import fileio
 
     try:
         reg = _decode(fileio.read_bytes(path, "registry snapshot"), stamp)

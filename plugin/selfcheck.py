@@ -28,7 +28,10 @@ import logging
 import time
 from typing import Any, Callable, Optional
 
-from r9k.registry import envvars
+from ..registry import envvars
+from . import dispatch
+from .startup import StartupError
+from ..kernels import ops
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -112,14 +115,10 @@ def verify(choice, layer: str, probe: Callable[[], tuple],
            bound: Optional[Callable[[Any, Any], Optional[str]]] = None) -> Optional[str]:
     """The hook (:func:`r9k.plugin.layers._common.eligible_choice`): None when the check passed or does not run
     here; else the reason the layer keeps vLLM's path. Raises StartupError in strict mode."""
-    from . import dispatch
-    from .startup import StartupError
-
     table = dispatch.get_table()
     strict = bool(table is not None and table.strict)
     if choice.impl != "fused" or not enabled(strict):
         return None
-    from r9k.kernels import ops
 
     args = probe()
     why = check(choice.op, choice.fn, ops.get(choice.op).stock, args, bound)

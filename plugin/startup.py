@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from r9k.registry import envvars
-from r9k.registry.manifest import CARRIER_KEY, Manifest, ManifestError
-from r9k.registry.redact import masked
+from ..registry import envvars
+from ..registry.manifest import CARRIER_KEY, Manifest, ManifestError
+from ..registry.redact import masked
 
 #: Exported by the first plugin process of a launch; compared by every later one.
 LAUNCH_HASH_VAR = envvars.LAUNCH_HASH.name
@@ -173,7 +173,7 @@ def wants_activation(environ: Mapping[str, str]) -> bool:
 
 
 def _load_registry():
-    from r9k.registry.errors import RegistryError
+    from ..registry.errors import RegistryError
 
     from .regcache import load_registry_cached
 
@@ -186,7 +186,7 @@ def _load_registry():
 
 def _check(reg, rs, strict: bool) -> list[str]:
     """The core's semantic checks on a resolved set; returns warning lines, raises on errors."""
-    from r9k.registry.validate import Report, check_profile
+    from ..registry.validate import Report, check_profile
 
     report = Report()
     check_profile(reg, rs, report)
@@ -238,7 +238,7 @@ def find_carrier(argv: Optional[list[str]] = None, depth: int = 12) -> tuple[Opt
 
 def this_registry_fingerprint(environ: Optional[Mapping[str, str]] = None) -> str:
     """The fingerprint of the registry files this process would load (:func:`manifest.registry_fingerprint`)."""
-    from r9k.registry.manifest import registry_fingerprint
+    from ..registry.manifest import registry_fingerprint
 
     from .regcache import default_dirs, package_dir
 
@@ -276,13 +276,13 @@ def check_manifest(m: Manifest, where: str, environ: Mapping[str, str], launched
 
 
 def _manifest_file(path: str) -> Manifest:
-    from r9k.registry import fileio
-    from r9k.registry.manifest import from_dict
+    from ..registry import fileio
+    from ..registry.manifest import from_dict
 
     try:  # the checked reader: a missing, binary, non-UTF-8 or malformed file is one located line
         data = fileio.read_json(path, "launch manifest", expect=dict)
     except fileio.FileError as exc:
-        from r9k.registry.errors import RegistryError
+        from ..registry.errors import RegistryError
 
         if isinstance(exc, RegistryError):
             raise StartupError([d.format() for d in exc.diagnostics]) from None
@@ -320,7 +320,7 @@ def load_active(environ: Optional[Mapping[str, str]] = None, carried: Any = None
                 carried_from: str = "") -> Optional[Active]:
     """The active set of this process (None when the plugin is inactive here): the carried manifest, else
     the named manifest file, else one resolution (started by hand). Never resolves when given a manifest."""
-    from r9k.registry.manifest import from_carrier
+    from ..registry.manifest import from_carrier
 
     environ = os.environ if environ is None else environ
     path = envvars.MANIFEST.get(environ)
@@ -351,7 +351,7 @@ def load_active(environ: Optional[Mapping[str, str]] = None, carried: Any = None
 
 
 def _first_diff(a: Manifest, b: Manifest) -> str:
-    from r9k.registry.manifest import first_difference
+    from ..registry.manifest import first_difference
 
     return first_difference(a.knob_values(), b.knob_values()) or f"profile env {masked(a.extra_env)} vs {masked(b.extra_env)}"
 
@@ -359,8 +359,8 @@ def _first_diff(a: Manifest, b: Manifest) -> str:
 def resolve_once(environ: Mapping[str, str]) -> Active:
     """Started by hand: resolve and validate the profile ``envvars.PROFILE`` names (at ``envvars.TP``), or the
     shipped default for the TP size, once; the result is a manifest like the launcher's."""
-    from r9k.registry.manifest import from_resolved
-    from r9k.registry.resolve import resolve
+    from ..registry.manifest import from_resolved
+    from ..registry.resolve import resolve
 
     reg = _load_registry()
     tp = envvars.TP.get(environ)
@@ -382,7 +382,7 @@ def resolve_once(environ: Mapping[str, str]) -> Active:
     rs = resolve(reg, profile, tp=tp_n, env=environ)
     _raise_on_resolve_errors(rs)
     warnings = _check(reg, rs, rs.strict)
-    from r9k.registry.validate import gate_labels
+    from ..registry.validate import gate_labels
 
     return Active(from_resolved(rs, this_registry_fingerprint(environ), warnings, gate_labels(reg, rs)),
                   f"{origin}, resolved by this process", warnings)
@@ -394,7 +394,7 @@ def hand_on(active: Active, environ=None) -> Optional[str]:
     environ = os.environ if environ is None else environ
     if envvars.MANIFEST.get(environ):
         return None
-    from r9k.registry import fileio
+    from ..registry import fileio
 
     path = envvars.cache_dir(environ) / "run" / f"manifest-{active.hash}-{os.getpid()}.json"
     try:
@@ -444,7 +444,7 @@ def apply_profile_env(active: Active, environ=None) -> list[str]:
         if cur is None:
             environ[k] = v
         elif cur != v:
-            from r9k.registry.redact import mask
+            from ..registry.redact import mask
 
             notes.append(f"profile '{active.rs.profile}' sets {k}={mask(k, v)}, but the environment has "
                          f"{k}={mask(k, cur)} (kept)")
@@ -457,7 +457,7 @@ def server_id(active: Active, proc: ProcessInfo, environ=None) -> str:
     environ = os.environ if environ is None else environ
     sid = active.server or envvars.SERVER.get(environ)
     if not sid:
-        from r9k.registry.manifest import new_server_id
+        from ..registry.manifest import new_server_id
 
         sid = new_server_id(active.rs.profile)
     active.server = sid
@@ -497,7 +497,7 @@ def rank_record(active: Active, proc: ProcessInfo, rank: int, table=None) -> dic
 
 def compare_ranks(records: list[dict]) -> list[str]:
     """One located line per rank whose set differs from rank 0's (empty when all agree)."""
-    from r9k.registry.manifest import first_difference
+    from ..registry.manifest import first_difference
 
     if not records:
         return []

@@ -22,6 +22,11 @@ import json
 import time
 from pathlib import Path
 from typing import Optional
+from . import check_applied, counters, current_status, kvcache
+from .models import SUPERSEDED, SUPERSEDED_BY
+from ..registry.manifest import Impl
+from ..registry import fileio
+from .startup import process_alive
 
 SCHEMA = "r9k-status/1"
 ROUTE = "/r9k/status"
@@ -31,8 +36,6 @@ def snapshot(active, table, proc, applied: Optional[dict] = None, ranks: Optiona
     """This process's view: profile, hash, every value, the non-stock variants with provenance, the
     adapters' per-layer and per-call counters (:mod:`r9k.plugin.counters`) and, in the API server, what
     vLLM applied of the launcher's requests (:mod:`r9k.plugin.applied`)."""
-    from . import counters
-
     rs = active.rs
     plans = table.plans if table is not None else {}
     non_stock = []
@@ -66,8 +69,6 @@ def superseded(ops: dict, op_variants: dict, plans: Optional[dict] = None) -> di
     layers record it as kept with reason ``superseded by <op>``). ``ops``: per op, ``kept`` as {reason: layer
     names or a count} (a process's counters or the merged ops). Before the model is built (no layer recorded),
     ``plans`` (variant id -> mode) gives the same verdict without a count: both variants installed."""
-    from .models import SUPERSEDED, SUPERSEDED_BY
-
     out: dict[str, str] = {}
     for op, by in SUPERSEDED_BY.items():
         vid = op_variants.get(op)
@@ -87,15 +88,12 @@ def superseded(ops: dict, op_variants: dict, plans: Optional[dict] = None) -> di
 
 
 def _kv_cache():
-    from . import kvcache
-
     return kvcache.current()
 
 
 def plan_counts(table) -> dict:
     """The availability counts of this process's plan (``r9kctl validate`` prints the same numbers)."""
     plans = table.plans.values() if table is not None else []
-    from r9k.registry.manifest import Impl
 
     modes = [p.mode for p in plans]
     return {"installed": modes.count(Impl.FUSED), "fallback": modes.count(Impl.FALLBACK),
@@ -130,7 +128,6 @@ def write_section(path: str, section: dict) -> None:
     """Merge this process's section into the status file (locked read-modify-write, atomic replace)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    from r9k.registry import fileio
 
     with fileio.locked(p):  # the writers' one advisory lock
         try:
@@ -156,8 +153,6 @@ def counters_path(path: str, process: str) -> Path:
 def write_counters(path: str, process: str, snap: dict) -> None:
     """One process's counters (:func:`r9k.plugin.counters.snapshot`) in its own file: compact JSON,
     atomic replace, no lock (one writer per file). Merged into its section by :func:`merged_status`."""
-    from r9k.registry import fileio
-
     fileio.atomic_write(counters_path(path, process), json.dumps({"time": time.time(), "counters": snap},
                                                                  separators=(",", ":")), "counters file")
 
@@ -235,8 +230,6 @@ def liveness(procs: dict) -> dict:
     """Which processes of the sections still run (pid and start time, on this node): ``{"alive": [...],
     "dead": [...], "elsewhere": [...]}`` (process names; "elsewhere": another node's, not checked here)."""
     import socket
-
-    from .startup import process_alive
 
     here = socket.gethostname()
     out: dict = {"alive": [], "dead": [], "elsewhere": []}
@@ -328,8 +321,6 @@ class StatusEndpoint:
         from fastapi.responses import JSONResponse
 
         async def r9k_status():
-            from . import current_status
-
             return JSONResponse(current_status())
 
         app.add_api_route(ROUTE, r9k_status, methods=["GET"], name="r9k_status")
@@ -340,7 +331,6 @@ class StatusEndpoint:
         cfg = getattr(engine_client, "vllm_config", None)
         if cfg is None:
             return None
-        from . import check_applied, kvcache
 
         check_applied(cfg, args)  # args: the API server's own (--chat-template is not in vllm_config)
         try:  # the engine is up: vLLM's KV-cache allocation is known here (predicted vs allocated)

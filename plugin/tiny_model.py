@@ -33,7 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from r9k.registry import envvars
+from ..registry import envvars
+from .models import tiny_flash_next
 
 PREFIX = "r9k-tiny:"
 #: The default model reference (the ``cpu-smoke`` profile's).
@@ -167,7 +168,7 @@ def mxfp4_snap(w):
     """``w`` rounded onto the MXFP4 grid (per 32 values along the last dim), returned as bf16 (exact)."""
     import torch
 
-    from r9k.kernels.shared_expert.reference import dequant_mxfp4, quantize_mxfp4
+    from ..kernels.shared_expert.reference import dequant_mxfp4, quantize_mxfp4
 
     return dequant_mxfp4(*quantize_mxfp4(w.float())).to(torch.bfloat16)
 
@@ -248,8 +249,6 @@ def build_qwen3_next(out: Path) -> None:
 
 
 def _flash_next():
-    from .models import tiny_flash_next  # the recipe lives beside the model it serves
-
     return tiny_flash_next
 
 

@@ -15,8 +15,8 @@ import importlib
 import os
 import sys
 
-from r9k.registry import envvars
-from r9k.registry.errors import RegistryError
+from ..registry import envvars
+from ..registry.errors import RegistryError
 
 from .help_text import EXAMPLES, plain
 

@@ -80,9 +80,9 @@ def run(args) -> int:
         print("r9kctl bench: error[usage]: name what to benchmark: r9kctl bench decode-step --profile P "
               "[--against Q] ... | r9kctl bench serve --profiles A,B ...", file=sys.stderr)
         return 2
-    from r9k.bench.decode_step.report import records_toml, release_records, render
+    from ..bench.decode_step.report import records_toml, release_records, render
 
-    from r9k.registry import fileio
+    from ..registry import fileio
 
     if args.result:
         res = fileio.read_json(args.result, "decode-step result", expect=dict)
@@ -103,7 +103,7 @@ def run(args) -> int:
         return 2
     reg, sets = loaded
     requests = [int(x) for x in args.requests.split(",") if x.strip()]
-    from r9k.bench.decode_step.plan import build_plan
+    from ..bench.decode_step.plan import build_plan
 
     try:
         plan, diags = build_plan(reg, args.profile, args.against or None, requests, args.context, args.ablate,
@@ -137,12 +137,12 @@ def run(args) -> int:
         import os
 
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from r9k.bench.decode_step.bench import run_plan
+    from ..bench.decode_step.bench import run_plan
 
     choosers = None
     if args.dispatch == "plugin":
-        from r9k.bench.decode_step.dispatch import plugin_chooser
-        from r9k.registry.resolve import resolve
+        from ..bench.decode_step.dispatch import plugin_chooser
+        from ..registry.resolve import resolve
 
         choosers = {n: plugin_chooser(resolve(reg, e["profile"], sets=sets), stock=e["stock"])
                     for n, e in plan["profiles"].items()}
@@ -181,7 +181,7 @@ def _show(res, args, render, release_records, records_toml) -> int:
 def _serve(args) -> int:
     from pathlib import Path
 
-    from r9k.registry import RegistryError, load_registry
+    from ..registry import RegistryError, load_registry
 
     from .common import report_errors
     from .evidence import serve_bench as SB
@@ -237,14 +237,14 @@ def _serve(args) -> int:
         return 1
     summary = SB.summarize(ms, profiles)
     summary["settings"] = s.__dict__
-    from r9k.registry import fileio
+    from ..registry import fileio
 
     fileio.atomic_write(Path(args.out) / "summary.json", json.dumps(summary, indent=1), "summary")
     if args.plot:
         why = SB.plot(summary, Path(args.plot))
         say(f"plot: {args.plot}" if why is None else f"no plot: {why}")
     if args.release_records:
-        from r9k.registry.resolve import resolve
+        from ..registry.resolve import resolve
 
         rs = resolve(reg, profiles[0])
         config = args.record_config or f"{rs.model}_tp{rs.tp}"

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from r9k.registry import envvars
+from ..registry import envvars
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -72,7 +72,7 @@ def _print_status(plan, st, directory, url, out=None) -> None:
 
 
 def run(args) -> int:
-    from r9k.registry import RegistryError, load_registry
+    from ..registry import RegistryError, load_registry
     from .common import registry_location
 
     from .evidence import bisect as B

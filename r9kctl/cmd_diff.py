@@ -70,14 +70,14 @@ def config_label(cfg: str, setting=None) -> str:
 
 
 def fmt_rec(r) -> str:
-    from r9k.registry.diff import figure_text
+    from ..registry.diff import figure_text
 
     return figure_text(r)
 
 
 def cell(shown, alts) -> str:
     """A figure, with the other source's differing figure of the same row beside it."""
-    from r9k.registry.diff import figure_text
+    from ..registry.diff import figure_text
 
     s = figure_text(shown)
     if shown is not None and alts:
@@ -128,7 +128,7 @@ def ratio_text(pcts: list[float], ratios: list[float], lower_is_better: bool) ->
 def vs_reference_rows(items) -> list[list[str]]:
     """The reference-stack comparison of one release, a row a metric (a family of depths or concurrencies in one
     row, as the notes write it): [metric, source, ours, reference, ours vs reference]."""
-    from r9k.registry.diff import figure_text
+    from ..registry.diff import figure_text
 
     rows, fam = [], {}
     for v in items:
@@ -216,8 +216,8 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from r9k.registry.diff import diff, parse_side
-    from r9k.registry.resolve import suggest
+    from ..registry.diff import diff, parse_side
+    from ..registry.resolve import suggest
 
     from .common import fail, load
     from .output import heading, print_json, table

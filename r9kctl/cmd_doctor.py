@@ -242,9 +242,9 @@ def diagnose(t: Tree, reg) -> list[str]:
 
 
 def interface_findings(t: Tree, reg) -> list[str]:
-    from r9k.registry.validate import Report, validate
-    from r9k.registry.vllm_interface import load, series
-    from r9k.registry.vllm_map import check_mappings, check_profile_launch
+    from ..registry.validate import Report, validate
+    from ..registry.vllm_interface import load, series
+    from ..registry.vllm_map import check_mappings, check_profile_launch
 
     version = t.version()
     if version is None:
@@ -298,7 +298,7 @@ def run(args) -> int:
     if args.vllm_src:
         where = Path(args.vllm_src)
     else:
-        from r9k.plugin.api import vllm_source_root
+        from ..plugin.api import vllm_source_root
 
         where = vllm_source_root()
         if where is None:
@@ -311,7 +311,7 @@ def run(args) -> int:
     if t.read("vllm/__init__.py") is None:
         sys.stderr.write(f"{where}: error[usage]: not a vLLM source tree (no vllm/__init__.py)\n")
         return 2
-    from r9k.registry import RegistryError, load_registry
+    from ..registry import RegistryError, load_registry
 
     try:
         reg = load_registry(*registry_location(args))

@@ -61,7 +61,7 @@ def _pairs(reg, args) -> int:
         return _err("--pairs needs --profile P")
     if args.profile not in reg.profiles:
         return _err(f"unknown profile {args.profile!r} (known: {', '.join(sorted(reg.profiles))})")
-    from r9k.bench.decode_step.config import CONFIGS
+    from ..bench.decode_step.config import CONFIGS
 
     if args.config not in CONFIGS or args.config.startswith("flash"):
         return _err(f"--config must be one of {', '.join(c for c in CONFIGS if not c.startswith('flash'))} "
@@ -93,9 +93,9 @@ def _state_rows(states, platform: str | None = None) -> list[str]:
 
 
 def run(args) -> int:
-    from r9k.registry import RegistryError, load_registry
+    from ..registry import RegistryError, load_registry
     from .common import registry_location
-    from r9k.registry import ledger as L
+    from ..registry import ledger as L
 
     from .evidence import gate as G
 
@@ -149,7 +149,7 @@ def run(args) -> int:
         if args.format == "json":
             plat = None
             if args.profile:
-                from r9k.registry.resolve import resolve
+                from ..registry.resolve import resolve
 
                 plat = resolve(reg, args.profile, tp=args.tp).platform
             print(json.dumps({"states": {k: s.to_dict() for k, s in states.items()},
@@ -161,7 +161,7 @@ def run(args) -> int:
             return 0
         platform = None
         if args.profile:
-            from r9k.registry.resolve import resolve
+            from ..registry.resolve import resolve
 
             platform = resolve(reg, args.profile, tp=args.tp).platform
         print(f"gate states ({L.ledger_path(reg)}){f' for {args.profile} on {platform}' if platform else ''}:",

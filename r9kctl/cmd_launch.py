@@ -5,7 +5,7 @@ and environment instead: pasted into a shell they start the same server (the mod
 Without this command, ``vllm serve`` with ``envvars.PROFILE`` set resolves the profile in its first process."""
 from __future__ import annotations
 
-from r9k.registry import envvars
+from ..registry import envvars
 
 from .common import add_set_option
 
@@ -112,7 +112,7 @@ def run(args) -> int:
     except OSError as exc:  # a full, read-only or odd cache folder: one located line, not an internal error
         import sys
 
-        from r9k.registry import envvars, fileio
+        from ..registry import envvars, fileio
 
         if isinstance(exc, fileio.FileError):  # the writer's own located line (disk full, read-only, ...)
             sys.stderr.write(exc.diagnostic.format() + "\n")
@@ -142,7 +142,7 @@ def run(args) -> int:
     if args.format == "vllm-config":
         from pathlib import Path
 
-        from r9k.registry import fileio
+        from ..registry import fileio
 
         from .launch import vllm_config_files
 

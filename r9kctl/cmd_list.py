@@ -24,7 +24,7 @@ def run(args) -> int:
         return 2
     from typing import get_args
 
-    from r9k.registry.schema import Category, Status
+    from ..registry.schema import Category, Status
 
     from .common import choice_problem, usage_error
 

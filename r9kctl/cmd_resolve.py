@@ -18,7 +18,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from r9k.registry.resolve import resolve
+    from ..registry.resolve import resolve
 
     from .common import load_for_profile, report_errors
     from .output import diagnostics, print_json, table
@@ -37,7 +37,7 @@ def run(args) -> int:
         return 0
     if args.format == "env":
         print(f"# r9k profile {rs.profile} tp{rs.tp} hash {rs.hash}")
-        from r9k.registry.redact import export_line
+        from ..registry.redact import export_line
 
         for k, v in rs.env().items():
             print(export_line(k, v))  # quoted for POSIX shells; a credential masked (a comment, not exported)

@@ -36,7 +36,7 @@ def run(args) -> int:
         print(f"{args.check}: up to date")
         return 0
     if args.out:
-        from r9k.registry.profile_io import atomic_write
+        from ..registry.profile_io import atomic_write
 
         atomic_write(Path(args.out), text)
         return 0

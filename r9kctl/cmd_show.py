@@ -13,7 +13,7 @@ def add_parser(sub):
 def gate_state(reg, vid: str):
     """The gate ledger's state for a variant, or None where no ledger module is present."""
     try:
-        from r9k.registry import ledger
+        from ..registry import ledger
     except ImportError:
         return None
     try:
@@ -25,7 +25,7 @@ def gate_state(reg, vid: str):
 
 def describe(reg, v) -> list[tuple[str, str]]:
     """(field, text) pairs: the same content for `show` and the control panel's detail pane."""
-    from r9k.registry.memory import fmt_bytes
+    from ..registry.memory import fmt_bytes
 
     rows: list[tuple[str, str]] = []
     add = lambda k, val: rows.append((k, val)) if val not in (None, "", []) else None
@@ -99,7 +99,7 @@ def describe(reg, v) -> list[tuple[str, str]]:
 
 
 def run(args) -> int:
-    from r9k.registry.resolve import suggest
+    from ..registry.resolve import suggest
 
     from .common import fail, load
     from .output import print_json, table

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import sys
 
-from r9k.registry import envvars
+from ..registry import envvars
 
 from . import netclient
 
@@ -63,7 +63,7 @@ def _shape_problem(data: dict) -> str | None:
 
 
 def read(args) -> dict:
-    from r9k.registry import fileio
+    from ..registry import fileio
 
     if args.url:
         return fetch(args.url, args.timeout)
@@ -75,7 +75,7 @@ def read(args) -> dict:
     if problem:
         raise fileio.error(path, "status-file", f"not a usable status file: {problem}", 1, 1)
     if "in_use" not in data:  # the raw file: merge the processes' sections as the route does
-        from r9k.plugin.api import merged_status
+        from ..plugin.api import merged_status
 
         data = merged_status(None, path)
     return data
@@ -136,7 +136,7 @@ def _run(args) -> int:
     print(f"profile {data.get('profile')}  hash {data.get('hash')}  tp {data.get('tp')}  model {data.get('model')}  "
           f"server {data.get('server')}")
     if data.get("kv_cache"):
-        from r9k.plugin.api import kv_cache_line
+        from ..plugin.api import kv_cache_line
 
         print(kv_cache_line(data["kv_cache"]))
     procs = data.get("processes", {})
@@ -154,7 +154,7 @@ def _run(args) -> int:
     if live.get("dead"):
         print(f"processes gone: {', '.join(live['dead'])}")
     in_use = data.get("in_use", {})
-    from r9k.registry.redact import mask
+    from ..registry.redact import mask
 
     rows = [[r["knob"], mask(r["knob"], r["value"]), f"{r['layer']}: {r['source']}", in_use.get(r["variant"], r.get("implementation"))]
             for r in data.get("non_stock", [])]

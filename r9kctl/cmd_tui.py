@@ -40,8 +40,8 @@ def read_keymap(path, explicit: bool) -> tuple[dict[str, str], str | None]:
     may not."""
     import os
 
-    from r9k.registry import fileio
-    from r9k.registry.loader import locate
+    from ..registry import fileio
+    from ..registry.loader import locate
 
     if not explicit and not os.path.lexists(path):
         return {}, None
@@ -65,7 +65,7 @@ def read_keymap(path, explicit: bool) -> tuple[dict[str, str], str | None]:
             raise bad(("keys", k), f"keys.{k} must be a non-empty string of keys (e.g. \"ctrl+s\"), not {v!r}")
     theme = data.get("theme")
     if theme is not None and theme not in THEMES:
-        from r9k.registry.resolve import suggest
+        from ..registry.resolve import suggest
 
         hint = suggest(str(theme), THEMES)
         raise bad(("theme",), f"theme {theme!r} is not one of {', '.join(THEMES)}" + (f" ({hint})" if hint else ""))

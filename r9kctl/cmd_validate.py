@@ -29,9 +29,9 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from r9k.registry.availability import summary_line
-    from r9k.registry.memory import fmt_bytes
-    from r9k.registry.validate import validate
+    from ..registry.availability import summary_line
+    from ..registry.memory import fmt_bytes
+    from ..registry.validate import validate
 
     from .common import parse_sets, report_errors
     from .output import diagnostics, print_json
@@ -40,8 +40,8 @@ def run(args) -> int:
     if errs:
         report_errors(errs, args.format)
         return 2
-    from r9k.registry import RegistryError, load_registry
-    from r9k.registry.validate import Report
+    from ..registry import RegistryError, load_registry
+    from ..registry.validate import Report
 
     from .common import registry_location
 

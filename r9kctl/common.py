@@ -6,10 +6,11 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-from r9k.registry import Registry, RegistryError, envvars, load_registry
-from r9k.registry.errors import Diagnostic
+from ..registry import Registry, RegistryError, envvars, load_registry
+from ..registry.errors import Diagnostic
 
 from .output import diagnostics
+from .output import print_json, table
 
 
 def registry_location(args=None) -> tuple[Optional[Path], Optional[list[Path]]]:
@@ -20,7 +21,7 @@ def registry_location(args=None) -> tuple[Optional[Path], Optional[list[Path]]]:
         return None, None
     if hasattr(args, "registry_root"):  # already worked out by cli.main
         return args.registry_root, args.profile_dirs
-    from r9k.registry.loader import default_profile_dirs
+    from ..registry.loader import default_profile_dirs
 
     reg = getattr(args, "registry", None)
     root = Path(reg).expanduser().absolute() if reg else None
@@ -65,8 +66,6 @@ def print_listing(fmt: str, names: list[str], rows: list[dict], columns: list[tu
                   title: str) -> int:
     """A listing's output: with ``--format names`` the names one a line, with ``json`` the rows (one dict
     each), else a table of ``columns`` (heading, row key) under ``title``."""
-    from .output import print_json, table
-
     if fmt == "names":
         print("\n".join(names))
     elif fmt == "json":
@@ -175,7 +174,7 @@ def usage_error(prefix: str, msg: str) -> int:
 def choice_problem(option: str, values, allowed) -> Optional[str]:
     """What is wrong with ``values`` of an option whose values form a closed set (None when all are
     allowed), with a did-you-mean hint."""
-    from r9k.registry.resolve import suggest
+    from ..registry.resolve import suggest
 
     allowed = list(dict.fromkeys(allowed))
     for v in [values] if isinstance(values, str) else (values or []):
@@ -202,7 +201,7 @@ def tp_problem(reg, tp: Optional[int], profile: Optional[str] = None) -> Optiona
     if tp < 1:
         return f"--tp {tp}: a TP size is a positive integer (leave --tp out for the profile's own)"
     if profile is not None:
-        from r9k.registry.resolve import profile_chain
+        from ..registry.resolve import profile_chain
 
         if profile not in reg.profiles:
             return None  # the command reports the unknown profile

@@ -11,6 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import Iterable, Optional
+from ..registry import load_registry, RegistryError
+from .common import registry_location
+from .cli import build_parser
 
 # option destination -> what its value names
 PROFILE_DESTS = {"profile", "good", "bad", "against"}
@@ -21,9 +24,6 @@ POSITIONALS = {"show": "variant", "diff": "side", "gate": "variant", "schema": "
 
 def _names(kind: str, words: list[str]) -> list[str]:
     """Names of the registry at the location the command line names (--registry / --profiles-dir)."""
-    from r9k.registry import RegistryError, load_registry
-
-    from .common import registry_location
 
     ns = argparse.Namespace(registry=None, profiles_dir=None)
     for i, w in enumerate(words[:-1]):  # the global options typed so far decide which registry to read
@@ -59,9 +59,6 @@ def _names(kind: str, words: list[str]) -> list[str]:
 def _knob_values(knob: str, words: list[str]) -> list[str]:
     """The values worth offering for one knob (by knob or variant id, any case): a bool's 1 and 0, an enum's
     choices, otherwise its special values, stock value and shipped defaults."""
-    from r9k.registry import RegistryError, load_registry
-
-    from .common import registry_location
 
     ns = argparse.Namespace(registry=None, profiles_dir=None)
     for i, w in enumerate(words[:-1]):
@@ -135,8 +132,6 @@ def _value_candidates(action: argparse.Action, words: list[str]) -> Optional[lis
 
 def candidates(words: list[str]) -> Optional[list[str]]:
     """What may come as the last word of ``r9kctl WORDS`` (the last word is the prefix being typed)."""
-    from .cli import build_parser
-
     *done, cur = words or [""]
     parser = build_parser()
     path: list[str] = []

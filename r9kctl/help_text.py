@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from r9k.registry import envvars
+from ..registry import envvars
 
 EXAMPLES: dict[str, str] = {
     "list": """

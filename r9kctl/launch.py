@@ -16,9 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-from r9k.registry import Registry
-from r9k.registry import envvars
-from r9k.registry.validate import Report, validate
+from ..registry import Registry
+from ..registry import envvars
+from ..registry.validate import Report, validate
+from ..registry.manifest import CARRIER_KEY
+from ..registry.availability import summary_line
+from ..registry.vllm_map import check_profile_launch, mapping, serve_argv
+from ..registry.vllm_interface import installed_version, series, target
+from ..registry import manifest as mf
+from ..registry.errors import Diagnostic
+from ..registry.redact import export_line
 
 TINY_PREFIX = "r9k-tiny:"
 
@@ -47,7 +54,6 @@ class LaunchPlan:
         lines = [f"# profile {self.manifest.get('profile')} tp{self.manifest.get('tp')} hash {self.manifest.get('hash')}"]
         for n in self.notes:
             lines.append(f"# {n}")
-        from r9k.registry.redact import export_line
 
         for k in sorted(self.env):
             lines.append(export_line(k, self.env[k]))  # quoted; a credential's value masked
@@ -79,8 +85,6 @@ def status_file(server: str) -> str:
 def add_carrier(argv: list[str], carried: dict) -> list[str]:
     """``argv`` with the set in vLLM's ``--additional-config`` under ``"r9k"``; a user's own
     ``--additional-config`` (the last one, as vLLM reads it) keeps its other keys."""
-    from r9k.registry.manifest import CARRIER_KEY
-
     out, config = [], {}
     i = 0
     while i < len(argv):
@@ -185,7 +189,7 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     report = validate(reg, profile=profile, tp=tp, env=env, sets=sets, strict=strict)
     rs = report.profiles.get(profile)
     if rs is not None:
-        from r9k.registry.validate import gate_labels
+        from ..registry.validate import gate_labels
 
         manifest = rs.to_manifest([d.format() for d in report.warnings], gate_labels(reg, rs))
     else:
@@ -197,11 +201,11 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     if model.startswith(TINY_PREFIX):
         if build_model:
             try:
-                from r9k.plugin.api import resolve_model_ref
+                from ..plugin.api import resolve_model_ref
 
                 model = resolve_model_ref(model)
             except ImportError as exc:  # a core install (no torch): the model cannot be built here
-                from r9k.registry.errors import Diagnostic
+                from ..registry.errors import Diagnostic
 
                 f, ln, col = reg.locate("profile", profile, ("model_path",)) if profile in reg.profiles else (None,) * 3
                 report.add(Diagnostic("error", "preflight", f"{model} is built with torch, which this environment "
@@ -211,22 +215,20 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         else:
             plan.notes.append(f"{model} is built in the user's cache at launch (r9k.plugin.tiny_model)")
     if rs.platform == "cpu":  # architectures this plugin builds there: the checkpoint is checked before anything starts
-        from r9k.plugin.api import ARCHITECTURE as ARCH_FLASH_NEXT, precheck
+        from ..plugin.api import ARCHITECTURE as ARCH_FLASH_NEXT, precheck
 
         refusal = precheck(model, _max_model_len(list(rs.serve_args) + list(extra_args or [])))
         if refusal:
-            from r9k.registry.errors import Diagnostic
+            from ..registry.errors import Diagnostic
 
             report.add(Diagnostic("error", "bad-config", f"{refusal.detail} (architecture {ARCH_FLASH_NEXT})",
                                   file=refusal.file, items=[profile]))
             return plan
-    from r9k.registry.availability import summary_line
 
     plan.notes.append(f"kernels: {summary_line(report.availability.get(profile, {}))}")
     problem = serve_problem()
     if problem:
         plan.notes.append(f"warning: {problem}")
-    from r9k.registry.vllm_map import check_profile_launch, serve_argv
 
     # The launch as vLLM will parse it, with the extra arguments: the same check validate runs.
     check_profile_launch(reg, rs, report, extra_args=extra_args)
@@ -237,7 +239,6 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
             report.add(d)
         if report.errors:
             return plan
-    from r9k.registry.vllm_interface import target
 
     sargs, penv, plan.requests, _conflicts = serve_argv(rs, extra_args, target()[0])
     argv = serve_command(model) + sargs
@@ -249,13 +250,12 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         d = envvars.cache_dir() / "manifests"
         d.mkdir(parents=True, exist_ok=True)
         path = d / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
-        from r9k.registry import fileio
+        from ..registry import fileio
 
         fileio.atomic_write(path, json.dumps(manifest, indent=2), "launch manifest")
         plan.manifest_path = path
     else:
         path = envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
-    from r9k.registry import manifest as mf
 
     plan.server = server or mf.new_server_id(rs.profile)
     argv = add_carrier(argv, mf.carrier(mf.from_dict(manifest), plan.server, str(path)))
@@ -299,10 +299,6 @@ def preflight_problems(reg: Registry, rs, model: str) -> list:
     path or hub id, the platform and device count, the vLLM version against the releases' validated ones, the
     files launcher knobs name. One located error each."""
     import re
-
-    from r9k.registry.errors import Diagnostic
-    from r9k.registry.vllm_interface import installed_version, series
-    from r9k.registry.vllm_map import mapping
 
     out = []
     pf, pl, pc = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)

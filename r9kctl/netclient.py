@@ -27,6 +27,7 @@ import threading
 import time
 import urllib.parse
 from typing import Any, Optional
+from ..registry import fileio
 
 #: Default limit of an answer's body (a chat completion of a few thousand tokens is a few tens of kB).
 MAX_BODY = 8 * 1024 * 1024
@@ -146,8 +147,6 @@ def get_json(url: str, method: str = "GET", body: Any = None, headers: Optional[
              timeout_s: float = 10.0, max_bytes: int = MAX_BODY, expect: Any = dict) -> Any:
     """The JSON value of one bounded request (see :func:`request`), checked by the project's JSON reader
     (UTF-8, syntax, depth) and of type ``expect``; a problem is a :class:`ClientError` of kind ``json``."""
-    from r9k.registry import fileio
-
     _, payload = request(url, method, body, headers, timeout_s, max_bytes)
     try:
         return fileio.parse_json(fileio.decode(payload, None, "answer"), None, "the answer", expect)

@@ -10,8 +10,8 @@ import os
 import sys
 from typing import Iterable, Optional, Sequence
 
-from r9k.registry import envvars
-from r9k.registry.errors import Diagnostic
+from ..registry import envvars
+from ..registry.errors import Diagnostic
 
 
 _PLAIN = False  # set by ``r9kctl --plain``

@@ -16,8 +16,8 @@ import json
 import re
 from typing import Any
 
-from r9k.registry.loader import Registry
-from r9k.registry.schema import _FALSE, _TRUE, Profile, Variant
+from ..registry.loader import Registry
+from ..registry.schema import _FALSE, _TRUE, Profile, Variant
 
 SCHEMA_ID = "https://r9k-stack.invalid/schemas/profile.schema.json"
 SHIPPED_NAME = "profile.schema.json"

@@ -31,6 +31,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
+from . import envvars
 
 from .manifest import Impl, Item, Manifest
 
@@ -76,8 +77,6 @@ def default_repo_root() -> Path:
     """Where gate-test paths (``kernels/router/test_router.py::...``) are relative to: ``envvars.REPO_ROOT``,
     else the folder holding this code's ``kernels/`` (the repository; ``site-packages/r9k`` when installed).
     Gate tests are code, so a registry tree kept elsewhere (``envvars.REGISTRY``) still finds them."""
-    from . import envvars
-
     forced = envvars.REPO_ROOT.get()
     if forced:
         return Path(forced).resolve()

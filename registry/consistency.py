@@ -26,6 +26,7 @@ from typing import Optional
 from .errors import Diagnostic
 from .loader import Registry, display_path
 from .resolve import suggest
+from .ledger import repo_root, test_file
 
 DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -122,8 +123,6 @@ def missing_gate_tests(reg: Registry, variants=None) -> dict[str, list[Diagnosti
 
 
 def _missing_gate_tests(reg: Registry, vid: str) -> list[Diagnostic]:
-    from .ledger import repo_root, test_file
-
     v = reg.variants[vid]
     if not v.gate:
         return []

@@ -27,6 +27,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
+from . import envvars
 
 NAMESPACE = "r9k"
 
@@ -43,8 +44,6 @@ _dirty = False
 
 
 def _cache_path() -> Path:
-    from . import envvars
-
     return envvars.cache_dir() / f"gatedeps-{_CACHE_FORMAT}.json"
 
 
@@ -67,7 +66,6 @@ def _cache() -> dict[str, dict]:
 def save_cache() -> None:
     """Write the parse cache if it gained entries (atomically; a cache that cannot be written is skipped)."""
     global _dirty
-    from . import envvars
 
     if not _dirty or _disk is None or envvars.NO_CACHE.on():
         return

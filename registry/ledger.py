@@ -49,6 +49,10 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from . import envvars, fileio
+from . import gatedeps
+from .provenance import in_range, toolchain
+from .gatedeps import closure_cached, content_hash, fresh_lookups
+from .availability import platform_admits
 
 LEDGER_RELPATH = Path("gates") / "ledger.jsonl"
 
@@ -177,8 +181,6 @@ def dependencies(reg_or_root: Any, variant: Any) -> tuple[list[str], list[str]]:
     The declared paths (:func:`hashed_paths`) plus, computed (:mod:`r9k.registry.gatedeps`), the import
     closure within the repository of the gate's test files, the conftest.py files pytest loads for them,
     the implementation module and the Python files under the declared sources."""
-    from . import gatedeps
-
     root = repo_root(reg_or_root)
     declared, missing = expand_sources(root, hashed_paths(variant))
     roots = [f for f in declared if f.endswith(".py") and not gatedeps.is_script(root, f)]
@@ -198,8 +200,6 @@ def file_hashes(reg_or_root: Any, variant: Any) -> tuple[dict[str, str], list[st
     the closure and the hashes are reused only while every file in it and every folder it was looked up in
     has the size and modification time recorded (a file created or removed changes its folder's), and a file
     modified within two seconds of the recording is hashed again (a same-size edit in the same clock tick)."""
-    from .gatedeps import closure_cached, content_hash
-
     root = repo_root(reg_or_root)
     impl = getattr(variant, "implementation", None)
     key = [str(root), hashed_paths(variant), declared_tests(variant), getattr(impl, "module", None)]
@@ -422,8 +422,6 @@ class Toolchains:
     older record of that platform stale)."""
 
     def __init__(self, records: Iterable[GateRecord], local: Mapping[str, Any] | None = None):
-        from .provenance import toolchain
-
         self.local = dict(local) if local is not None else toolchain()
         self._mine = local_platforms(self.local)
         self._latest: dict[str, dict] = {}
@@ -539,8 +537,6 @@ def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord], tcs: Too
 def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """One message per declared known-bad range (``gate.known_bad``) that a toolchain falls in;
     ``toolchains``: where -> toolchain, e.g. {"installed here": ..., "gate passed on cuda-h200": ...}."""
-    from .provenance import in_range
-
     out = []
     for kb in getattr(getattr(variant, "gate", None), "known_bad", None) or []:
         for where, tc in toolchains.items():
@@ -552,8 +548,6 @@ def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list
 
 def gate_states(reg: Any, ledger: str | Path | None = None) -> dict[str, GateState]:
     """Gate state of every variant that declares gate tests, by variant id (see the module doc)."""
-    from .gatedeps import fresh_lookups
-
     fresh_lookups()  # every gate of this pass shares the file-system lookups; a file changed since is seen
     records, _problems = read_ledger(ledger or ledger_path(reg))
     tcs = Toolchains(records)
@@ -574,8 +568,6 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
 
     ``r9kctl validate`` / ``launch`` report them as warnings; ``launch --strict`` and the plugin's strict
     mode refuse on warnings."""
-    from .provenance import toolchain
-
     here = dict(local_toolchain) if local_toolchain is not None else toolchain()
     out: list[tuple[str, Any, tuple, str]] = []
     for v in variants:
@@ -608,8 +600,6 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
 
 def _admits(variant: Any, platform: str) -> bool:
     """Whether the variant's implementation runs on ``platform`` (its declared platforms admit it)."""
-    from .availability import platform_admits
-
     impl = getattr(variant, "implementation", None)
     return bool(getattr(impl, "module", None)) and platform_admits(list(getattr(impl, "platforms", None) or []),
                                                                    platform)

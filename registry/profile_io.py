@@ -27,6 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
+from .fileio import atomic_write as _atomic_write, decode, read_bytes
 
 if TYPE_CHECKING:
     from tomlkit.items import InlineTable, Table
@@ -92,7 +93,6 @@ class ProfileDocument:
     @classmethod
     def load(cls, path: Path) -> "ProfileDocument":
         path = Path(path)
-        from .fileio import decode, read_bytes
 
         data = read_bytes(path, "profile")
         decode(data, path, "profile")  # a located error for a file that is not UTF-8
@@ -202,8 +202,6 @@ def atomic_write(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (:func:`r9k.registry.fileio.atomic_write`: temporary file in the
     same folder, fsync, rename; a symlink's target is updated; the permission bits are kept). Raises
     :class:`~r9k.registry.fileio.WriteError` (an OSError) with the old file intact."""
-    from .fileio import atomic_write as _atomic_write
-
     _atomic_write(path, text, "profile")
 
 

@@ -29,6 +29,9 @@ from .loader import Registry
 from .origin import Origin, WithOrigin
 from .manifest import shape_problem as manifest_problem
 from .schema import ModelSpec, Profile, Variant
+from .manifest import set_hash
+from . import manifest
+from .availability import adapters_path
 
 LAYERS = ("registry", "release", "profile", "environment", "override")
 
@@ -103,8 +106,6 @@ class ResolvedSet:
     def hash(self) -> str:
         """12 hex chars over what the processes must agree on: model, TP size and every value
         (:func:`r9k.registry.manifest.set_hash`, the one formula)."""
-        from .manifest import set_hash
-
         return set_hash(self.model, self.tp, {r.variant.knob: r.value for r in self.items.values()}, self.extra_env)
 
     def env(self) -> dict[str, str]:
@@ -119,8 +120,6 @@ class ResolvedSet:
     def to_manifest(self, warnings=(), gates=None) -> dict:
         """The manifest (:mod:`r9k.registry.manifest`, the one hand-off to the plugin) of this set, with the
         fingerprint of the registry it was resolved from."""
-        from . import manifest
-        from .availability import adapters_path
         from .loader import default_registry_root
 
         root = self.registry_root or default_registry_root()

@@ -12,6 +12,7 @@ import re
 from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from .provenance import parse_spec
 
 #: A variable name that POSIX shells and ``execve`` both accept (``[env]`` keys of a profile).
 ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -134,8 +135,6 @@ class KnownBad(Strict):
     @field_validator("versions")
     @classmethod
     def _spec(cls, v: str) -> str:
-        from .provenance import parse_spec
-
         parse_spec(v)  # raises ValueError with the bad clause
         return v
 

@@ -21,6 +21,10 @@ from .errors import Diagnostic, RegistryError
 from .loader import Registry, load_registry
 from .memory import Budget, budget
 from .resolve import ResolvedSet, resolve, suggest
+from . import ledger
+from .vllm_map import check_mappings, check_profile_launch
+from .vllm_interface import target
+from .ledger import platform_matches
 
 VERSION_RE = re.compile(r"^v\d+\.\d+\.\d+")
 
@@ -258,8 +262,6 @@ def gate_states(reg: Registry):
     """The ledger's gate states, computed once per registry object and ledger file version (the source
     hashes behind them are computed at that time: a long-lived session calls ``reg.forget()`` after
     editing kernel sources)."""
-    from . import ledger
-
     path = ledger.ledger_path(reg)
     try:
         st = path.stat()
@@ -277,7 +279,6 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
     except Exception as exc:  # a broken ledger must not hide the rest of the report
         report.add(Diagnostic("warning", "gate-ledger", f"cannot read the gate ledger: {exc}"))
         return
-    from . import ledger
 
     active = [r.variant for r in rs.active()]
     for code, v, key, msg in ledger.gate_findings(active, states, platform=rs.platform):
@@ -326,8 +327,6 @@ def validate(
             for d in problems:
                 report.add(d)
     names = sorted(reg.profiles) if all_profiles else ([profile] if profile else [])
-    from .vllm_map import check_mappings, check_profile_launch
-    from .vllm_interface import target
 
     iface, asked = target(vllm_version)  # the vLLM the launch goes to: its flags and variables are the judge
     if iface is None:
@@ -351,8 +350,6 @@ def gate_labels(reg: Registry, rs) -> dict[str, str]:
     """Variant id -> its gate's state on the set's platform and where the evidence came from (``fresh (ran
     here)``, ``fresh (imported from cuda-h200, <date>, unverified)``, ``none on rocm-gfx1201``), for the non-stock
     variants with gate tests: carried in the manifest, so every process's startup table shows it."""
-    from .ledger import platform_matches
-
     try:
         states = gate_states(reg)
     except Exception:  # noqa: BLE001 - an unreadable ledger is already a validation warning

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field as dc_field
 from typing import Any, Optional
 
 from .errors import Diagnostic
+from .vllm_interface import target
 
 #: (knob unit, vLLM's unit) -> factor. A pair not here is a unit mismatch.
 UNIT_FACTORS = {("GiB", "bytes"): 2**30, ("MiB", "bytes"): 2**20, ("GiB", "MiB"): 1024}
@@ -290,8 +291,6 @@ def exported_env(rs) -> dict[str, str]:
 
 def check_profile_launch(reg, rs, report, iface=None, extra_args: Optional[list[str]] = None) -> None:
     """The whole launch check of one resolved set (what ``validate`` runs per profile)."""
-    from .vllm_interface import target
-
     if iface is None:
         iface, asked = target()
         if iface is None:

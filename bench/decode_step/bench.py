@@ -35,13 +35,14 @@ from typing import Optional
 
 import torch
 
-from r9k.kernels import ops
-from r9k.bench import timing
+from ...kernels import ops
+from .. import timing
 
-from r9k.kernels._triton import launches as counter
+from ...kernels._triton import launches as counter
 from .config import get_config
 from .dispatch import REAL_VLLM_OPS, STEP_OPS, STOCK_SOURCE, Pick, describe, real_ops_values, values_chooser
 from .model import DecodeStepModel, StepInputs, Weights
+from .report import render
 
 #: Default in-situ tolerance for an op without an entry in OP_TOL (the loosest bound among the gates:
 #: shared expert 3.6, within 3% relative L2 of stock); also the tiny model's whole-step bound in the tests.
@@ -245,7 +246,7 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
             result["profiles"][name]["note"] = (f"{P} with only {', '.join(REAL_VLLM_OPS)} back to vLLM's stock "
                                                 f"(the ops whose stock is vLLM's real path)")
     try:
-        from r9k.kernels._triton import vllm_peer
+        from ...kernels._triton import vllm_peer
 
         result["vllm_peer"] = dict(zip(("ok", "where"), vllm_peer.available()))
     except Exception as exc:  # noqa: BLE001
@@ -420,7 +421,6 @@ def main(argv=None) -> int:
         print("no CUDA GPU here: the decode-step benchmark needs one (the tiny configuration runs on the CPU)")
         return 0
     res = run_plan(plan, device=a.device, log=lambda s: print(s, file=sys.stderr, flush=True), out_path=a.out)
-    from .report import render
 
     print(render(res))
     return 0 if res["ok"] else 1

@@ -30,7 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Optional
 
-from r9k.kernels import ops
+from ...kernels import ops
+from ...plugin.dispatch import DispatchTable
 
 #: The ops the decode step uses, in model order.
 STEP_OPS: tuple[str, ...] = (
@@ -103,7 +104,7 @@ def stock_fn(op: str, kop, stock: str = "vllm") -> "tuple[str, Callable]":
     if stock not in STOCK_KINDS:
         raise ValueError(f"stock must be one of {STOCK_KINDS}, not {stock!r}")
     if stock == "vllm" and op in VLLM_STOCK:
-        from r9k.kernels._triton import vllm_peer
+        from ...kernels._triton import vllm_peer
 
         ok, why = vllm_peer.available()
         if not ok:
@@ -150,8 +151,6 @@ def plugin_chooser(rs, strict: bool = False, stock: str = "vllm") -> Chooser:
     ``DispatchTable.choose`` returns None where the plugin keeps the stock path (the value is stock, or
     it plans a fallback); the op's stock implementation is then used.
     """
-    from r9k.plugin.dispatch import DispatchTable
-
     table = DispatchTable(rs, strict=strict)
     table.plan()
 

@@ -30,11 +30,12 @@ from typing import Mapping, Optional
 import torch
 import torch.nn.functional as F
 
-from r9k.plugin.models import schedule
+from ...plugin.models import schedule
 
 from . import plain
 from .config import StepConfig
 from .dispatch import STEP_OPS, Chooser, Pick
+from ..timing import env
 
 FP8 = torch.float8_e4m3fn
 Q_STD = 64.0  # spread of the synthetic e4m3 codes (|code| <= 448)
@@ -170,7 +171,7 @@ class StepInputs:
 def _shared_expert_weights(gu, down, gate):
     """The shared expert in the checkpoint's format (MXFP4 codes + E8M0 scales, bf16 gate) through the kernel
     package's load-time helpers."""
-    from r9k.kernels.shared_expert import prepare_shared_expert, quantize_mxfp4
+    from ...kernels.shared_expert import prepare_shared_expert, quantize_mxfp4
 
     return prepare_shared_expert(*quantize_mxfp4(gu), *quantize_mxfp4(down), gate)
 
@@ -240,7 +241,7 @@ class DecodeStepModel:
         self.variant_bytes: dict[str, int] = {}
         self.hc_w: list[dict] = []
         if self.hc_fp8:
-            from r9k.kernels.hc_mix import prepare_hc_fp8
+            from ...kernels.hc_mix import prepare_hc_fp8
 
             added = 0
             for m in w.hc:
@@ -368,8 +369,6 @@ class DecodeStepModel:
     def step(self, x0: Optional[torch.Tensor] = None) -> torch.Tensor:
         """One decode step; returns the final mixer output [M, HD] bf16. Updates this model's caches.
         The kernels read ``R9K_PDL`` when they launch: it is set to this model's value for the step only."""
-        from r9k.bench.timing import env
-
         with env(R9K_PDL="1" if self.pdl else "0"):
             return self._step(x0)
 

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from r9k.kernels._triton.common import INTERPRETED, to_bf16, use_triton
+from ...kernels._triton.common import INTERPRETED, to_bf16, use_triton
 
 # ------------------------------------------------------------------------------------------ GDN
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from typing import Optional
+from .dispatch import STOCK_KINDS
 
 
 def profile_entry(reg, rs) -> dict:
-    from r9k.registry.memory import cost_if_toggled
+    from ...registry.memory import cost_if_toggled
 
     mem = {}
     for r in rs.items.values():
@@ -34,8 +35,6 @@ def baseline(label: str) -> tuple[str, str, dict]:
     """``(profile, stock kind, knob overrides)`` of a baseline label: ``P`` or ``P@vllm`` (stock paths run vLLM's
     own kernels), ``P@plain`` (the op table's plain compositions); ``vllm`` alone is ``stock@vllm``;
     ``P+KNOB=VALUE`` (repeatable) the profile with knobs overridden (e.g. ``tp4-default+R9K_PDL=1``)."""
-    from .dispatch import STOCK_KINDS
-
     if label == "vllm":
         return "stock", "vllm", {}
     label, *overrides = label.split("+")
@@ -57,7 +56,7 @@ def build_plan(reg, profile: str, against, requests: list[int], context: int, ab
                sets: Optional[dict] = None) -> tuple[dict, list]:
     """Returns ``(plan, diagnostics)``; diagnostics non-empty means a profile did not resolve. ``against``: a
     baseline label, a comma-separated list of them, or a list (see :func:`baseline`)."""
-    from r9k.registry.resolve import resolve
+    from ...registry.resolve import resolve
 
     if isinstance(against, str):
         against = [a.strip() for a in against.split(",") if a.strip()]

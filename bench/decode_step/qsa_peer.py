@@ -16,6 +16,9 @@ CUDA-graph replay over 8 input sets (``timing.graph_time_us``). ``python -m r9k.
 from __future__ import annotations
 
 import torch
+from ...kernels import ops
+from ...kernels._triton import timing, vllm_peer
+from .config import get_config
 
 COLS = ["op", "M", "stock us", "fused us", "vllm us", "vs vllm"]
 
@@ -46,10 +49,6 @@ def _ours(picks: dict, cfg, R: int, caches: dict, rope_attn, rope_idx, w):
 
 
 def run(bw=None, requests=(1, 2, 4, 8, 16), context: int = 4096):
-    from r9k.kernels import ops
-    from r9k.kernels._triton import timing, vllm_peer
-
-    from .config import get_config
     from .model import rope_cache
 
     cfg = get_config("flash-next-tp4")

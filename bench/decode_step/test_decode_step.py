@@ -13,15 +13,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from r9k.kernels import ops
-from r9k.bench.decode_step import plain
-from r9k.bench.decode_step.bench import IMPL_TOL, run_plan, stock_impl_chooser
-from r9k.bench.decode_step.config import TINY
-from r9k.kernels._triton.launches import count_launches
-from r9k.bench.decode_step.dispatch import (REAL_VLLM_OPS, STEP_OPS, STOCK_SOURCE, VLLM_STOCK, plugin_chooser,
-                                            real_ops_values, stock_fn, values_chooser)
-from r9k.bench.decode_step.model import DecodeStepModel, StepInputs, Weights
-from r9k.bench.decode_step.report import headline, release_records, render
+from ...kernels import ops
+from . import plain
+from .bench import IMPL_TOL, run_plan, stock_impl_chooser
+from .config import TINY
+from ...kernels._triton.launches import count_launches
+from .dispatch import REAL_VLLM_OPS, STEP_OPS, STOCK_SOURCE, VLLM_STOCK, plugin_chooser, real_ops_values, stock_fn, values_chooser
+from .model import DecodeStepModel, StepInputs, Weights
+from .report import headline, release_records, render
+from .plan import build_plan, profile_entry
+from .dispatch import Pick
+from .report import records_toml
+from ...r9kctl.cli import main
+from ...registry.formula import Formula
+from ...plugin.models import schedule
+from ...kernels._triton import vllm_peer
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.toml"))
@@ -30,13 +36,13 @@ PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.toml"))
 @pytest.fixture(scope="module")
 def reg():
     pytest.importorskip("pydantic")
-    from r9k.registry.loader import load_registry
+    from ...registry.loader import load_registry
 
     return load_registry()
 
 
 def _values(reg, profile, **sets):
-    from r9k.registry.resolve import resolve
+    from ...registry.resolve import resolve
 
     rs = resolve(reg, profile, sets=sets)
     assert rs.ok, rs.diagnostics
@@ -75,7 +81,7 @@ def test_counter_counts_launch_sites(rng, device):
     assert c.total == 5, (dict(c.aten), dict(c.triton))
     assert sum(c.triton.values()) == 2 and sum(c.aten.values()) == 3
     # attribution to parts: the innermost scope wins, launches outside any scope go to None
-    from r9k.kernels._triton.launches import LaunchCounter
+    from ...kernels._triton.launches import LaunchCounter
 
     c = LaunchCounter()
     with c:
@@ -99,7 +105,7 @@ def test_counter_matches_the_ops_documented_launches(rng, device):
     for fn, n in ((hc.stock, 4), (hc.fused, 2)):
         fn(xn, wd, wu, **kw)  # warm (first calls may allocate split-K counters)
         assert count_launches(fn, xn, wd, wu, **kw).total == n
-    from r9k.bench.decode_step.model import block_fp8
+    from .model import block_fp8
 
     wq, ws = block_fp8(256, cfg.hidden, rng, device)
     x = torch.randn((4, cfg.hidden), generator=rng, device=device).to(torch.bfloat16)
@@ -111,7 +117,7 @@ def test_counter_matches_the_ops_documented_launches(rng, device):
 
 @pytest.mark.gpu
 def test_graph_node_counter_on_gpu():
-    from r9k.kernels._triton.launches import capture
+    from ...kernels._triton.launches import capture
 
     x = torch.randn(1024, device="cuda")
 
@@ -163,7 +169,7 @@ def test_moe_sum_matches_fp64(rng, device):
 
 def test_pair_gemm_matches_its_reference(rng, device, poison):
     E, N, K, M, k = 6, 96, 256, 3, 2
-    from r9k.bench.decode_step.model import rowwise_fp8
+    from .model import rowwise_fp8
 
     wq, ws = rowwise_fp8(E, N, K, rng, device)
     x = torch.randn((M, K), generator=rng, device=device).to(torch.bfloat16)
@@ -313,8 +319,7 @@ def test_tiny_step_fused_agrees_with_stock(reg, tiny_weights):
 
 
 def test_run_plan_tiny_reports_checks_launches_and_memory(reg):
-    from r9k.bench.decode_step.plan import build_plan
-    from r9k.registry.schema import BenchRecord
+    from ...registry.schema import BenchRecord
 
     plan, diags = build_plan(reg, "tp4-default", "stock", [1], 32, ablate=False, config="tiny")
     assert not diags
@@ -371,8 +376,7 @@ def test_every_step_op_names_its_stock():
 
 def test_shadow_check_catches_a_wrong_fused_op(rng, tiny_weights):
     """The in-situ check is not vacuous: a fused op that is off by 5% is reported above its tolerance."""
-    from r9k.bench.decode_step.bench import OP_TOL, ShadowChooser
-    from r9k.bench.decode_step.dispatch import Pick
+    from .bench import OP_TOL, ShadowChooser
 
     good = ops.get("router_gemm")
 
@@ -392,9 +396,6 @@ def test_release_records_show_in_r9kctl_diff(tmp_path, capsys, reg):
     """Recorded into a release manifest (a copy of the registry), the numbers show in ``r9kctl diff``."""
     import shutil
 
-    from r9k.bench.decode_step.report import records_toml
-    from r9k.r9kctl.cli import main
-
     res = json.loads((REPO / "bench/decode_step/results/h200_tp4-default_vs_stock.json").read_text())
     root = tmp_path / "registry"
     shutil.copytree(REPO / "registry", root)
@@ -409,8 +410,6 @@ def test_release_records_show_in_r9kctl_diff(tmp_path, capsys, reg):
 
 def test_memory_per_module_matches_the_registry(reg):
     """At the real HC dimensions the fp8 copies and the freed bf16 weights per module are the registry's."""
-    from r9k.bench.decode_step.plan import profile_entry
-
     cfg = replace(TINY, hidden=2560, lora=320, down_rows=336)
     rs, vals = _values(reg, "tp4-default")
     entry = profile_entry(reg, rs)
@@ -421,7 +420,6 @@ def test_memory_per_module_matches_the_registry(reg):
     assert m.variant_bytes["hc_free_bf16"] == d["bytes"] // d["modules"] * cfg.hc_modules
     # the fp8 copies this kernel keeps (down and up) are the registry's down copy (R9K_HC_FP8_DECODE's, or
     # R9K_HC_FP8_DOWN's when on) plus its up copy (R9K_HC_FP8's), from the model's dims
-    from r9k.registry.formula import Formula
 
     dims = Formula.env(reg.models[rs.model], rs.tp, {}, {})["names"]
     per_module = (dims["hc_down_copy"] + dims["hc_up_copy"]) / dims["hc_modules"]
@@ -434,7 +432,6 @@ def test_memory_per_module_matches_the_registry(reg):
 def test_cli_without_gpu_says_so(capsys, tmp_path, reg):
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible")
-    from r9k.r9kctl.cli import main
 
     assert main(["bench", "decode-step", "--profile", "tp4-default"]) == 2  # it cannot do its job here
     assert "error[no-gpu]: no CUDA GPU" in capsys.readouterr().err
@@ -447,8 +444,6 @@ def test_cli_without_gpu_says_so(capsys, tmp_path, reg):
 
 
 def test_baselines_name_their_stock_and_overrides(capsys, tmp_path, reg):
-    from r9k.r9kctl.cli import main
-
     plan_file = tmp_path / "plan.json"
     assert main(["bench", "decode-step", "--against", "stock@vllm,stock@plain,tp4-default+R9K_PDL=0",
                  "--export-plan", str(plan_file)]) == 0
@@ -469,7 +464,7 @@ def test_baselines_name_their_stock_and_overrides(capsys, tmp_path, reg):
 def test_text_positions_mrope_equals_1d_rotary(impl, rng, device):
     """The model passes 1-D positions to q/k norm+rope: for text tokens (t = h = w) interleaved MRoPE is the
     same function, bit for bit, in both implementations."""
-    from r9k.bench.decode_step.model import rope_cache
+    from .model import rope_cache
 
     cfg = TINY
     T, hq, hkv, D = 8, cfg.attn_q_heads, cfg.attn_kv_heads, cfg.attn_head
@@ -518,8 +513,6 @@ def test_the_schedule_runs_the_documented_order():
     import contextlib
     import functools
 
-    from r9k.plugin.models import schedule
-
     log, parts = [], []
     hc = [_RecordingHc(log, f"hc{i}") for i in range(5)]
     layers = [functools.partial(schedule.decoder_layer, pre_mixer=hc[2 * i], pre_moe=hc[2 * i + 1],
@@ -546,8 +539,6 @@ def trace_decode_step(cfg=TINY):
     """What a DecodeStepModel step runs, at the schedule's level: ``("hc", module index)``, ``("gdn"|"qsa",
     layer)``, ``("moe", layer)``; the HC modules are seen only where they pass through the shared
     ``schedule.hc_module`` (plain stock ops: no Triton, no registry)."""
-    from r9k.plugin.models import schedule
-
     m = DecodeStepModel(Weights.build(cfg, seed=0), StepInputs.build(cfg, 1, 32), values_chooser({}, stock="plain"))
     log, real = [], schedule.hc_module
 
@@ -576,8 +567,6 @@ def test_the_decode_step_runs_the_shared_schedule():
 
 
 def test_a_missing_vllm_peer_is_a_clear_error_for_the_vllm_stock(monkeypatch, tmp_path):
-    from r9k.kernels._triton import vllm_peer
-
     monkeypatch.setenv("R9K_VLLM_SRC", str(tmp_path))
     vllm_peer.load.cache_clear()
     try:

@@ -14,24 +14,25 @@ import json
 import sys
 import time
 import traceback
+from ..timing import COLS, copy_bandwidth, fmt_table, node_overhead_us
 
 
 def _fp8(bw, sweep):
-    from r9k.bench.kernels import bench_fp8_block as b
+    from . import bench_fp8_block as b
 
     rows, sw = b.run(sweep)
     return rows, {"sweep": sw}, b.COLS
 
 
 def _hc_mix(bw, sweep):
-    from r9k.bench.kernels import bench_hc_mix as b
+    from . import bench_hc_mix as b
 
     rows, sw = b.run(sweep)
     return rows, {"sweep": sw}, b.COLS
 
 
 def _router(bw, sweep):
-    from r9k.bench.kernels import bench_router as b
+    from . import bench_router as b
 
     rows, sw = b.run(sweep)
     return rows, {"sweep": sw}, b.COLS
@@ -40,8 +41,6 @@ def _router(bw, sweep):
 def _part(mod, extra_cols=()):
     def run(bw, sweep):
         import importlib
-
-        from r9k.bench.timing import COLS
 
         b = importlib.import_module(f"r9k.kernels.{mod}.bench_{mod}")
         r = b.run(bw)
@@ -52,7 +51,7 @@ def _part(mod, extra_cols=()):
 
 
 def _qsa_prepare(bw, sweep):
-    from r9k.bench.decode_step import qsa_peer as b
+    from ..decode_step import qsa_peer as b
 
     return b.run(bw), {}, b.COLS
 
@@ -86,8 +85,6 @@ def main(argv=None) -> int:
         return 2
     import torch
     import triton
-
-    from r9k.bench.timing import copy_bandwidth, fmt_table, node_overhead_us
 
     if not torch.cuda.is_available():
         print("no CUDA GPU here: the kernel benchmarks need one")

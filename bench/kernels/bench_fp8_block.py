@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from r9k.bench import timing as _bench
-from r9k.kernels.fp8_block import reference as ref
-from r9k.kernels.fp8_block import triton_kernel as tk
+from .. import timing as _bench
+from ...kernels.fp8_block import reference as ref
+from ...kernels.fp8_block import triton_kernel as tk
 
 SHAPES = {
     "gdn_in_proj tp4": (4096, 2560),

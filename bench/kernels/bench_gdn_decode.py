@@ -7,6 +7,8 @@ the fused kernel's value-row block and num_warps. Run: ``python -m r9k.bench.ker
 from __future__ import annotations
 
 import functools
+from ...kernels._triton import vllm_peer
+from ..timing import env, graph_time_us, row
 
 POOLS = 36
 CASES = [(1, [1], [1]), (4, [4], [2]), (8, [4, 4], [1, 3]), (16, [4] * 4, [1, 2, 3, 4]),
@@ -16,7 +18,7 @@ CASES = [(1, [1], [1]), (4, [4], [2]), (8, [4, 4], [1, 3]), (16, [4] * 4, [1, 2,
 def _sets(M, lens, acc, seed=0):
     import torch
 
-    from r9k.kernels.gdn_decode._cases import make_batch
+    from ...kernels.gdn_decode._cases import make_batch
 
     kw, states = make_batch(seed, "cuda", lens, acc, Hk=4, Hv=12, D=128, S=4, pools=POOLS, extra_slots=0)
     out = torch.empty((M, 12 * 128), dtype=torch.bfloat16, device="cuda")
@@ -39,10 +41,7 @@ def run(bw, sweep_cfgs=((128, 8), (128, 16), (64, 4), (64, 8), (32, 2), (32, 4),
     here), the fused kernel without programmatic dependent launch and on a bf16 state; and a block/warps sweep."""
     import torch
 
-    from r9k.kernels._triton import vllm_peer
-    from r9k.bench.timing import env, graph_time_us, row
-
-    from r9k.kernels.gdn_decode import reference, triton_kernel
+    from ...kernels.gdn_decode import reference, triton_kernel
 
     ok, why = vllm_peer.available()
     if not ok:

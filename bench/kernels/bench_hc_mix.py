@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from r9k.bench import timing as _bench
-from r9k.kernels.hc_mix import reference as ref
-from r9k.kernels.hc_mix import triton_kernel as tk
-from r9k.kernels._triton import skinny_gemm as rk
+from .. import timing as _bench
+from ...kernels.hc_mix import reference as ref
+from ...kernels.hc_mix import triton_kernel as tk
+from ...kernels._triton import skinny_gemm as rk
 
 MS = (1, 4, 8, 16)
 HD, R, ND = 2560, 320, 336
@@ -102,7 +102,7 @@ def run(sweep: bool = False):
         lo = rk.skinny_gemm(x, mods[0][0], epi_cols=R)[:, :R]
         r["r9k up+mix us"] = _bench.graph_time_us(lambda x, wd, wu: tk._up_mix(lo, wu, None, x, None, 4), a16)["us"]
         try:  # vLLM's own path (its hc_silu and gate-mix kernels from its sources; above 48 rows on the H200)
-            from r9k.kernels._triton import vllm_peer
+            from ...kernels._triton import vllm_peer
 
             r["vllm us"] = _bench.graph_time_us(
                 lambda x, wd, wu: vllm_peer.hc_mix(x, wd, wu, lora_rank=R, hc_count=4), a16)["us"]

@@ -4,6 +4,9 @@ with and without programmatic dependent launch; CUDA-graph replay over 16 input 
 ``python -m r9k.bench.kernels hc_norm``."""
 from __future__ import annotations
 
+from ...kernels._triton import vllm_peer
+from ..timing import env, graph_time_us, row
+
 MS = (1, 4, 8, 16, 64)
 HC, HD = 4, 2560
 
@@ -23,10 +26,7 @@ def _sets(M, copies=16):
 
 
 def run(bw):
-    from r9k.kernels._triton import vllm_peer
-    from r9k.bench.timing import env, graph_time_us, row
-
-    from r9k.kernels.hc_norm import reference, triton_kernel
+    from ...kernels.hc_norm import reference, triton_kernel
 
     ok, why = vllm_peer.available()
     rows = []

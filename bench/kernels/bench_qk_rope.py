@@ -3,6 +3,8 @@ head dim 256, 64 rotary dims, interleaved MRoPE [11, 11, 10], theta 1e7), stock 
 CUDA-graph replay over 8 input copies. Run: ``python -m r9k.bench.kernels qk_rope``."""
 from __future__ import annotations
 
+from ..timing import row
+
 MS = (1, 4, 8, 16)
 HQ, HKV, D = 6, 1, 256
 
@@ -10,9 +12,9 @@ HQ, HKV, D = 6, 1, 256
 def _sets(M, copies=8):
     import torch
 
-    from r9k.kernels.qsa_glue.reference import rope_cos_sin_cache
+    from ...kernels.qsa_glue.reference import rope_cos_sin_cache
 
-    from r9k.kernels.qk_rope.reference import ROPE_THETA, ROTARY_DIM
+    from ...kernels.qk_rope.reference import ROPE_THETA, ROTARY_DIM
 
     cache = rope_cos_sin_cache(ROTARY_DIM, 65536, ROPE_THETA, device="cuda")
     wq = (torch.randn(D, device="cuda") * 0.2).to(torch.bfloat16)
@@ -28,9 +30,7 @@ def _sets(M, copies=8):
 
 
 def run(bw):
-    from r9k.bench.timing import row
-
-    from r9k.kernels.qk_rope import reference, triton_kernel
+    from ...kernels.qk_rope import reference, triton_kernel
 
     rows = []
     for M in MS:

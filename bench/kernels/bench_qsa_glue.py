@@ -3,13 +3,15 @@ q a strided view of the [T, 640] projection row, positions a stride-3 column), s
 CUDA-graph replay over 8 input copies. Run: ``python -m r9k.bench.kernels qsa_glue``."""
 from __future__ import annotations
 
+from ..timing import row
+
 MS = (1, 4, 8, 16)
 
 
 def _sets(M, copies=8):
     import torch
 
-    from r9k.kernels.qsa_glue.reference import rope_cos_sin_cache
+    from ...kernels.qsa_glue.reference import rope_cos_sin_cache
 
     cache = rope_cos_sin_cache(32, 65536, 10000.0, device="cuda")
     w = (torch.randn(128, device="cuda") * 0.2).to(torch.bfloat16)
@@ -24,9 +26,7 @@ def _sets(M, copies=8):
 
 
 def run(bw):
-    from r9k.bench.timing import row
-
-    from r9k.kernels.qsa_glue import reference, triton_kernel
+    from ...kernels.qsa_glue import reference, triton_kernel
 
     rows = []
     for M in MS:

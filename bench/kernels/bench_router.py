@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from r9k.kernels._triton import skinny_gemm as sk
-from r9k.bench import timing as _bench
-from r9k.kernels.router import reference as ref
-from r9k.kernels.router import triton_kernel as tk
+from ...kernels._triton import skinny_gemm as sk
+from .. import timing as _bench
+from ...kernels.router import reference as ref
+from ...kernels.router import triton_kernel as tk
 
 MS = (1, 4, 8, 16)
 E, K = 512, 2560

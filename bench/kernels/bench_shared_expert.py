@@ -5,6 +5,7 @@ Run: ``python -m r9k.bench.kernels shared_expert``."""
 from __future__ import annotations
 
 import functools
+from ..timing import copies_for, graph_time_us, row
 
 MS = (1, 4, 8, 16)
 H = 2560
@@ -13,7 +14,7 @@ H = 2560
 def _weights(I, copies):
     import torch
 
-    from r9k.kernels.shared_expert.reference import prepare_shared_expert
+    from ...kernels.shared_expert.reference import prepare_shared_expert
 
     out = []
     for _ in range(copies):
@@ -29,8 +30,6 @@ def _weights(I, copies):
 def _sets(M, I):
     import torch
 
-    from r9k.bench.timing import copies_for
-
     W0 = _weights(I, 1)[0]
     copies = copies_for(W0.nbytes())
     Ws = _weights(I, copies)
@@ -42,9 +41,7 @@ def _sets(M, I):
 
 
 def run(bw, tps=((4, 160), (2, 320))):
-    from r9k.bench.timing import row
-
-    from r9k.kernels.shared_expert import reference, triton_kernel
+    from ...kernels.shared_expert import reference, triton_kernel
 
     rows = []
     for tp, I in tps:
@@ -61,9 +58,7 @@ def sweep_gemm(configs=(None, (16, 16, 256, 4, 2, 1), (16, 16, 256, 4, 2, 10), (
     (None = the default heuristic), then the down GEMM."""
     import torch
 
-    from r9k.bench.timing import graph_time_us
-
-    from r9k.kernels.shared_expert import triton_kernel
+    from ...kernels.shared_expert import triton_kernel
 
     sets, _ = _sets(4, 160)
     q, s = triton_kernel.row_quant(sets[0][0])

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from r9k.kernels._testing import rel_l2
-from r9k.kernels._triton import tuned, vllm_peer
-from r9k.kernels._triton.common import INTERPRETED
+from .._testing import rel_l2
+from . import tuned, vllm_peer
+from .common import INTERPRETED
 
 ok, why = vllm_peer.available()
 needs_peer = pytest.mark.skipif(not ok, reason=f"vLLM's sources not here: {why}")
@@ -21,7 +21,7 @@ def _need_triton(device):
 
 
 def _count(fn):
-    from r9k.kernels._triton.launches import LaunchCounter
+    from .launches import LaunchCounter
 
     with LaunchCounter() as c:
         out = fn()
@@ -31,8 +31,8 @@ def _count(fn):
 @needs_peer
 def test_vllm_gdn_core_is_one_recurrence_and_one_norm_launch(device, seed):
     _need_triton(device)
-    from r9k.kernels.gdn_decode import reference
-    from r9k.kernels.gdn_decode._cases import make_batch
+    from ..gdn_decode import reference
+    from ..gdn_decode._cases import make_batch
 
     kw, st = make_batch(seed, device, [4, 2, 3], [3, 1, 2], Hk=2, Hv=4, D=32, S=4)
     k_ref, k_peer = dict(kw, state=st[0].clone()), dict(kw, state=st[0].clone())
@@ -49,8 +49,8 @@ def test_vllm_gdn_core_is_one_recurrence_and_one_norm_launch(device, seed):
 @pytest.mark.parametrize("combine", [True, False])
 def test_vllm_hc_combine_norm_is_one_launch(combine, device, rng):
     _need_triton(device)
-    from r9k.kernels._testing import randn
-    from r9k.kernels.hc_norm import reference
+    from .._testing import randn
+    from ..hc_norm import reference
 
     M, hd = 3, 256
     res = randn((M, 4 * hd), rng, device)
@@ -69,8 +69,8 @@ def test_vllm_hc_mix_is_two_gemms_and_vllms_two_launches(device, rng):
     cuBLAS up, vLLM's _hc_gate_mix; same contract as the op table's stock (buf's lora columns SiLU'd, injection
     logits raw) and within the gate's bound of the fp64 mix."""
     _need_triton(device)
-    from r9k.kernels._testing import randn
-    from r9k.kernels.hc_mix import reference
+    from .._testing import randn
+    from ..hc_mix import reference
 
     M, hd, lora, hc = 3, 128, 64, 4
     xn = randn((M, hc * hd), rng, device)
@@ -98,9 +98,9 @@ def test_vllm_qsa_prepare_on_the_decode_batch(device, rng):
     if INTERPRETED:
         pytest.skip("Triton's interpreter rejects vLLM's qsa_prepare (a tl.where over bool masks: 'mask has "
                     "unsupported dtype'); the test runs on the GPU (scripts/gpu.sh gates kernels/_triton)")
-    from r9k.kernels._testing import randn
-    from r9k.kernels.qk_rope import reference as qk
-    from r9k.kernels.qsa_glue import reference as gl
+    from .._testing import randn
+    from ..qk_rope import reference as qk
+    from ..qsa_glue import reference as gl
 
     R, S, N, grp, hq, hkv, D, ih, idd, page = 2, 4, 32, 4, 2, 1, 256, 2, 128, 16
     T, G = R * S, N // grp

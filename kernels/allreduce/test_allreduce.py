@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from r9k.kernels.allreduce import algorithms, quant, reference  # noqa: E402
+from . import algorithms, quant, reference  # noqa: E402
 
 
 def _free_port() -> int:
@@ -28,7 +28,7 @@ def _free_port() -> int:
 def _run_group(world, seed, tmp_path, codec, iters):
     import torch.multiprocessing as mp
 
-    from r9k.kernels.allreduce import _worker
+    from . import _worker
 
     mp.spawn(_worker.spawn_entry, args=(world, _free_port(), seed, str(tmp_path), codec, iters),
              nprocs=world, join=True)
@@ -98,7 +98,7 @@ def test_bound_catches_a_broken_codec(seed):
 @pytest.mark.parametrize("block", [128, 64])
 def test_triton_codec_matches_the_reference(block, seed, device):
     pytest.importorskip("triton")
-    from r9k.kernels.allreduce import triton_kernel
+    from . import triton_kernel
 
     g = torch.Generator(device=device).manual_seed(seed)
     x = torch.randn(37 * block + 5, generator=g, device=device) * 3
@@ -118,7 +118,7 @@ def test_triton_codec_matches_the_reference(block, seed, device):
 @pytest.mark.parametrize("kb", [8, 64, 512, 2048])
 def test_triton_codec_gpu_decode_sizes(kb, seed):
     """The codec on the GPU at decode-to-prefill message sizes (bf16 hidden states)."""
-    from r9k.kernels.allreduce import triton_kernel
+    from . import triton_kernel
 
     g = torch.Generator(device="cuda").manual_seed(seed)
     x = torch.randn(kb * 512, generator=g, device="cuda").to(torch.bfloat16)

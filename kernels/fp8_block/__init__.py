@@ -10,7 +10,7 @@ Stock = ``quant_group128_fp8`` launch + GEMM launch; fused = one launch (quant i
 Also exported: ``quant_group128_fp8(x, out_q=None, out_s=None) -> (qa [M, K] e4m3, sa [M, K/128] fp32)``.
 No weight preparation is needed: the kernels read the checkpoint layout.
 """
-from r9k.kernels.ops import KernelOp, register
+from ..ops import KernelOp, register
 
 from . import reference, triton_kernel
 from .triton_kernel import fp8_block_linear, fp8_block_linear_stock, quant_group128_fp8

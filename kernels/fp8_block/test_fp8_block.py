@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from r9k.kernels._testing import assert_written, rel_l2
+from .._testing import assert_written, rel_l2
 
 from . import reference as ref
 from . import triton_kernel as tk

@@ -19,10 +19,10 @@ import torch
 import triton
 import triton.language as tl
 
-from r9k.kernels._triton import tuned
-from r9k.kernels._triton.common import INTERPRETED, to_bf16, to_e4m3, use_triton
-from r9k.kernels._triton.counters import arrival_counters
-from r9k.kernels._triton.pdl import gdc_launch_dependents, gdc_wait, pdl_enabled, prefetch_l2
+from .._triton import tuned
+from .._triton.common import INTERPRETED, to_bf16, to_e4m3, use_triton
+from .._triton.counters import arrival_counters
+from .._triton.pdl import gdc_launch_dependents, gdc_wait, pdl_enabled, prefetch_l2
 
 from . import reference
 

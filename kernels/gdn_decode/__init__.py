@@ -8,7 +8,7 @@ num_accepted, state_indices, num_k_heads, num_v_heads, head_k_dim=128, head_v_di
 gate="sigmoid", scale=None, out=None) -> [T, Hv*Dv] bf16``; ``state`` is updated in place. The conv update
 (vLLM's ``causal_conv1d_update``) runs before it and is not part of this op.
 """
-from r9k.kernels.ops import KernelOp, register
+from ..ops import KernelOp, register
 
 from . import reference, triton_kernel
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from r9k.kernels.gdn_decode import reference, triton_kernel
-from r9k.kernels.gdn_decode._cases import active_rows, make_batch, written_slots
-from r9k.kernels.ops import triton_platform
+from . import reference, triton_kernel
+from ._cases import active_rows, make_batch, written_slots
+from ..ops import triton_platform
 
 needs_triton = pytest.mark.skipif(triton_platform() is None,
                                   reason="no Triton backend: needs a GPU or TRITON_INTERPRET=1 (kernels/conftest.py)")

@@ -21,9 +21,9 @@ import torch
 import triton
 import triton.language as tl
 
-from r9k.kernels._triton.common import rne_bf16
-from r9k.kernels._triton.counters import arrival_counters
-from r9k.kernels._triton.pdl import gdc_launch_dependents, gdc_wait, pdl_enabled
+from .._triton.common import rne_bf16
+from .._triton.counters import arrival_counters
+from .._triton.pdl import gdc_launch_dependents, gdc_wait, pdl_enabled
 
 
 @triton.jit

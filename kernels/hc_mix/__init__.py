@@ -13,7 +13,7 @@ Signatures (stock and fused interchangeable per op):
 * ``hc_mix_fp8(xn, down_q, down_s, up_q, up_s, out_buf=None, out_block=None) -> (buf, block_input)``.
   Stock: the plain-PyTorch W8A16 composition; fused: 2 launches for M <= 16.
 """
-from r9k.kernels.ops import KernelOp, register
+from ..ops import KernelOp, register
 
 from . import reference, triton_kernel
 from .triton_kernel import hc_fp8_bytes, hc_mix, hc_mix_fp8, prepare_hc_fp8

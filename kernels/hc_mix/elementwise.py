@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from r9k.kernels._triton.common import INTERPRETED, to_bf16, use_triton
+from .._triton.common import INTERPRETED, to_bf16, use_triton
 
 from . import reference
 

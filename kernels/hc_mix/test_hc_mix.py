@@ -21,7 +21,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from r9k.kernels._testing import assert_written, bf16_flips, bf16_ulp, randn, rel_l2
+from .._testing import assert_written, bf16_flips, bf16_ulp, randn, rel_l2
 
 from . import reference as ref
 from . import triton_kernel as tk

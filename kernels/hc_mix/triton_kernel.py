@@ -20,10 +20,10 @@ import torch
 import triton
 import triton.language as tl
 
-from r9k.kernels._triton import tuned
-from r9k.kernels._triton.common import INTERPRETED, dot_bf16, to_bf16
-from r9k.kernels._triton.common import use_triton
-from r9k.kernels._triton.skinny_gemm import BLOCK_M, skinny_gemm
+from .._triton import tuned
+from .._triton.common import INTERPRETED, dot_bf16, to_bf16
+from .._triton.common import use_triton
+from .._triton.skinny_gemm import BLOCK_M, skinny_gemm
 
 from . import reference
 from .elementwise import _sigmoid

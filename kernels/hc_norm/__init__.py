@@ -10,7 +10,7 @@ Signature (stock and fused interchangeable):
   ``out = bf16(res + blk * 2*sigmoid(inj/hc))`` per stream, ``y = bf16(out * rsqrt(mean(out^2) + eps) * (1 + w))``
   per stream. Stock: the plain composition (about 17 launches); fused: one launch.
 """
-from r9k.kernels.ops import KernelOp, register
+from ..ops import KernelOp, register
 
 from . import reference, triton_kernel
 from .triton_kernel import hc_combine_norm

@@ -18,8 +18,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from r9k.kernels._testing import assert_written, randn, rel_l2
-from r9k.kernels._triton.common import INTERPRETED
+from .._testing import assert_written, randn, rel_l2
+from .._triton.common import INTERPRETED
 
 from . import reference as ref
 from . import triton_kernel as tk

@@ -14,8 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from r9k.kernels._triton.common import rne_bf16, use_triton
-from r9k.kernels._triton.pdl import gdc_launch_dependents, gdc_wait, pdl_enabled
+from .._triton.common import rne_bf16, use_triton
+from .._triton.pdl import gdc_launch_dependents, gdc_wait, pdl_enabled
 
 from . import reference
 

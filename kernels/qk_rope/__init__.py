@@ -6,7 +6,7 @@ num_kv_heads, head_dim=256, eps=1e-6, mrope_section=(11, 11, 10), mrope_interlea
 -> (q [T, hq*D], k [T, hkv*D], gate [T, hq*D])``, all bf16 and contiguous; ``v`` stays a view of ``qkv``.
 Flash-Next: hq/hkv = 6/1 per rank at TP4, 12/1 at TP2; D = 256; 64 rotated dims; theta 1e7.
 """
-from r9k.kernels.ops import KernelOp, register
+from ..ops import KernelOp, register
 
 from . import reference, triton_kernel
 

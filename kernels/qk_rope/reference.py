@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from r9k.kernels.qsa_glue.reference import apply_rope, gemma_rmsnorm, mrope_selector
+from ..qsa_glue.reference import apply_rope, gemma_rmsnorm, mrope_selector
 
 MROPE_SECTION = (11, 11, 10)
 ROPE_THETA = 1e7
@@ -82,7 +82,7 @@ def rope_input_slack(qkv, q_weight, k_weight, positions, cos_sin_cache, num_head
     Where the two rotated terms nearly cancel this is many ulps of the (small) result, so a bound of one ulp
     of the result alone cannot hold for a correct kernel (an H200 gate run found a product rounding the
     input term alone did not cover: seed 80770319)."""
-    from r9k.kernels._testing import bf16_ulp
+    from .._testing import bf16_ulp
 
     T = qkv.shape[0]
     q, k, cos, sin, rot = _heads_and_angles(qkv, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim,

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from r9k.kernels._testing import bf16_ulp
-from r9k.kernels.ops import triton_platform
-from r9k.kernels.qk_rope import reference, triton_kernel
-from r9k.kernels.qsa_glue.reference import rope_cos_sin_cache
+from .._testing import bf16_ulp
+from ..ops import triton_platform
+from . import reference, triton_kernel
+from ..qsa_glue.reference import rope_cos_sin_cache
 
 needs_triton = pytest.mark.skipif(triton_platform() is None,
                                   reason="no Triton backend: needs a GPU or TRITON_INTERPRET=1 (kernels/conftest.py)")

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from r9k.kernels.qsa_glue.triton_kernel import _pos_args, norm_rope_row
+from ..qsa_glue.triton_kernel import _pos_args, norm_rope_row
 
 from .reference import MROPE_SECTION
 

@@ -10,7 +10,7 @@ mrope_section=None, mrope_interleaved=True, out=None) -> [T, H, D] bf16``
   (serving passes a column of a [T, 3] buffer);
 * ``cos_sin_cache`` [max_pos, R2] bf16 rows ``[cos | sin]``; the first R2 dims of each row are rotated.
 """
-from r9k.kernels.ops import KernelOp, register
+from ..ops import KernelOp, register
 
 from . import reference, triton_kernel
 

@@ -8,9 +8,9 @@ import itertools
 import pytest
 import torch
 
-from r9k.kernels._testing import bf16_ulp
-from r9k.kernels.ops import triton_platform
-from r9k.kernels.qsa_glue import reference, triton_kernel
+from .._testing import bf16_ulp
+from ..ops import triton_platform
+from . import reference, triton_kernel
 
 needs_triton = pytest.mark.skipif(triton_platform() is None,
                                   reason="no Triton backend: needs a GPU or TRITON_INTERPRET=1 (kernels/conftest.py)")

@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from r9k.kernels._triton.common import rne_bf16
+from .._triton.common import rne_bf16
 
 # Position modes (constexpr POS_MODE).
 POS_NONE, POS_1D, POS_MROPE_INTERLEAVED, POS_MROPE_CONCAT = 0, 1, 2, 3

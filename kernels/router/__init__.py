@@ -10,7 +10,7 @@ Signatures (stock and fused are interchangeable):
   logits [M, E] bf16/fp32 (E <= 1024), top_k <= 16; weights [M, k] fp32, ids [M, k] int32, in
   selection order. Fused: one launch, ties to the lower expert id, robust to NaN/inf rows.
 """
-from r9k.kernels.ops import KernelOp, register
+from ..ops import KernelOp, register
 
 from . import reference, triton_kernel
 from .triton_kernel import moe_route, router_gemm, skinny_gemm

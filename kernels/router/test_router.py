@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from r9k.kernels._testing import assert_written, bf16_flips, bf16_ulp, fp32_dot_error, randn
+from .._testing import assert_written, bf16_flips, bf16_ulp, fp32_dot_error, randn
 
 from . import reference as ref
 from . import triton_kernel as tk

@@ -13,9 +13,9 @@ import torch
 import triton
 import triton.language as tl
 
-from r9k.kernels._triton import tuned
-from r9k.kernels._triton.common import INTERPRETED, use_triton
-from r9k.kernels._triton.skinny_gemm import BLOCK_M, default_skinny_config, skinny_gemm  # noqa: F401 - re-exported
+from .._triton import tuned
+from .._triton.common import INTERPRETED, use_triton
+from .._triton.skinny_gemm import BLOCK_M, default_skinny_config, skinny_gemm  # noqa: F401 - re-exported
 
 from .reference import MAX_EXPERTS, MAX_TOPK  # noqa: F401 - the routing kernel's limits, re-exported
 

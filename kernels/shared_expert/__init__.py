@@ -7,7 +7,7 @@ w2_packed, w2_scales, wg)`` (MXFP4 codes and E8M0 exponents as in the checkpoint
 from a float weight). Flash-Next per rank: H = 2560, I = 160 at TP4 (gate_up 320 x 2560, down 2560 x 160),
 I = 320 at TP2.
 """
-from r9k.kernels.ops import KernelOp, register
+from ..ops import KernelOp, register
 
 from . import reference, triton_kernel
 from .reference import SharedExpertWeights, dequant_mxfp4, prepare_shared_expert, quantize_mxfp4

@@ -12,8 +12,8 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from r9k.kernels.ops import triton_platform
-from r9k.kernels.shared_expert import reference, triton_kernel
+from ..ops import triton_platform
+from . import reference, triton_kernel
 
 needs_triton = pytest.mark.skipif(triton_platform() is None,
                                   reason="no Triton backend: needs a GPU or TRITON_INTERPRET=1 (kernels/conftest.py)")

@@ -22,8 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
-from r9k.kernels._triton.common import rne_bf16
-from r9k.kernels._triton.counters import arrival_counters
+from .._triton.common import rne_bf16
+from .._triton.counters import arrival_counters
 
 from .reference import SharedExpertWeights
 

@@ -24,6 +24,7 @@ from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
 from .. import counters
 from ..dispatch import Choice
 from . import _common
+from ..selfcheck import probe_linear
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -54,8 +55,6 @@ def torch_op(choice: Choice):
 
 def _probe(weight):
     """The self-check's arguments: 4 rows (a decode width) at this gate's hidden size and expert count."""
-    from ..selfcheck import probe_linear
-
     return probe_linear(weight, rows=4)
 
 

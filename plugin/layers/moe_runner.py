@@ -143,7 +143,7 @@ class _SharedState:
 
 def _mxfp4_exact(w: torch.Tensor):
     """(packed, scales) of ``w`` when MXFP4 represents it exactly, else None."""
-    from r9k.kernels.shared_expert.reference import dequant_mxfp4, quantize_mxfp4
+    from ...kernels.shared_expert.reference import dequant_mxfp4, quantize_mxfp4
 
     packed, scales = quantize_mxfp4(w.float())
     if not torch.equal(dequant_mxfp4(packed, scales), w.float()):
@@ -152,7 +152,7 @@ def _mxfp4_exact(w: torch.Tensor):
 
 
 def _prepare(st: _SharedState) -> None:
-    from r9k.kernels.shared_expert.reference import prepare_shared_expert
+    from ...kernels.shared_expert.reference import prepare_shared_expert
 
     m = st.module
     w1 = _mxfp4_exact(m.gate_up_proj.weight.data)

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Optional
+from ...registry import fileio
+from ..quant import check_checkpoint
 
 ARCHITECTURE = "Qwen4ExpForCausalLM"
 GDN, QSA = "linear_attention", ("indexed_attention", "qwen_sparse_attention", "full_attention")
@@ -55,7 +57,6 @@ def precheck(model_dir: str, max_model_len: Optional[int]) -> Optional[Checkpoin
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         return None
-    from r9k.registry import fileio
 
     try:
         cfg = json.loads(fileio.read_text(path, "checkpoint config"))
@@ -77,8 +78,6 @@ def precheck(model_dir: str, max_model_len: Optional[int]) -> Optional[Checkpoin
 def check_weights(model_dir: str) -> None:
     """A block-fp8 checkpoint's fp8 tensors and their scales (:func:`r9k.plugin.quant.check_checkpoint`: the
     safetensors headers only): CheckpointError naming the file and the tensor."""
-    from r9k.plugin.quant import check_checkpoint
-
     fault = check_checkpoint(model_dir)
     if fault is not None:
         raise CheckpointError(fault.file, f"{fault.tensor}: {fault.why}")

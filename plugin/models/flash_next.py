@@ -68,7 +68,7 @@ from vllm.model_executor.models.utils import (
 from vllm.models.qwen4_exp.common.hyperconnection import GatedResidual, HyperConnectionConfig
 from vllm.sequence import IntermediateTensors
 
-from r9k.plugin.models import schedule
+from . import schedule
 
 from . import hc, qsa
 from .checkpoint import GDN, QSA, CheckpointError, check_config, check_weights

@@ -126,7 +126,7 @@ class HcOps:
             out.combine_norm = combine_norm_op(picks[COMBINE_NORM].fn, hc_count, eps)
             counters.layer(COMBINE_NORM, layer, installed=True)
             if out.mix is None:  # the mix from the fused norm's xn: the hc_mix op's stock sequence (not counted)
-                from r9k.kernels import ops as op_table
+                from ...kernels import ops as op_table
 
                 out.mix_name = "stock"
                 out.mix = mix_op(MIX, op_table.get(MIX).stock, lora_rank, hc_count, count=False)
@@ -151,7 +151,7 @@ def prepare(m, ops: HcOps) -> list:
     merged = merge_down_inject(m)
     up = m.input_mix_weight_up.weight
     if ops.mix_name == MIX_FP8:
-        from r9k.kernels.hc_mix import prepare_hc_fp8
+        from ...kernels.hc_mix import prepare_hc_fp8
 
         return list(prepare_hc_fp8(merged, up.data))
     return [merged, up]

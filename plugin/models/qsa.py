@@ -26,6 +26,8 @@ from typing import Callable, Optional
 import torch
 
 from .. import counters
+from ...kernels import ops
+from ..dispatch import get_table
 
 GLUE = "qsa_glue"
 _STATES: dict[str, "QsaState"] = {}
@@ -163,9 +165,6 @@ def _op():
 def build(layer: str, attn, indexer, config, block_size: int) -> str:
     """Register the QSA state of one layer (``attn``: vLLM's ``Qwen3NextAttention``; ``indexer``: the
     indexer's weights) and return its key. The glue is chosen here, once (the dispatch table)."""
-    from r9k.kernels import ops
-
-    from ..dispatch import get_table
 
     table = get_table()
     choice = table.choose(GLUE, layer=layer) if table is not None and GLUE in table.by_op else None

@@ -14,6 +14,7 @@ and the QSA layer's top-k selection changes what each query attends to (r9k.plug
 from __future__ import annotations
 
 from pathlib import Path
+from ..quant import FP8_CHECKPOINT_LINEARS, quantize_block_fp8
 
 #: keyword arguments of transformers' Qwen4ExpTextConfig
 CONFIG: dict = {
@@ -84,8 +85,6 @@ def to_block_fp8(out: Path) -> None:
     import json
 
     from safetensors.torch import load_file, save_file
-
-    from ..quant import FP8_CHECKPOINT_LINEARS, quantize_block_fp8
 
     files = sorted(out.glob("*.safetensors"))
     for f in files:

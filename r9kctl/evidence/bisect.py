@@ -41,10 +41,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from r9k.registry import envvars, fileio
-from r9k.registry.origin import Origin
+from ...registry import envvars, fileio
+from ...registry.origin import Origin
 
 from . import mcnemar, results
+from .record import api_base, record
+from .dataset import load_dataset
 
 CRITERIA = ("mcnemar", "accuracy", "outputs")
 MODES = ("binary", "each")
@@ -124,7 +126,7 @@ def _groups(reg: Any, differing: list[str]) -> list[list[str]]:
 
 def step_set(reg: Any, plan: Plan, step: str):
     """The resolved set of one step: the good profile with the step's groups at the bad values."""
-    from r9k.registry.resolve import resolve
+    from ...registry.resolve import resolve
 
     sets: dict[str, str] = {}
     unset: list[str] = []
@@ -141,7 +143,7 @@ def step_set(reg: Any, plan: Plan, step: str):
 def make_plan(reg: Any, good: str, bad: str, *, tp: int | None = None, mode: str = "binary",
               criterion: str = "mcnemar", alpha: float = 0.05, threshold: float | None = None,
               dataset: str | None = None) -> Plan:
-    from r9k.registry.resolve import resolve
+    from ...registry.resolve import resolve
 
     if mode not in MODES:
         raise BisectError(f"unknown mode {mode!r} ({', '.join(MODES)})")
@@ -179,8 +181,6 @@ def make_plan(reg: Any, good: str, bad: str, *, tp: int | None = None, mode: str
 def write_plan(reg: Any, plan: Plan, directory: str | Path, replace: bool = False) -> Path:
     """Write the plan and its step manifests; refuses a directory that holds a plan already (its recorded
     results belong to that plan) unless ``replace`` (see :func:`set_aside_results`)."""
-    from r9k.registry import fileio
-
     d = Path(directory)
     if (d / "plan.json").exists() and not replace:
         results_there = sorted((d / "results").glob("*.jsonl")) if (d / "results").is_dir() else []
@@ -223,7 +223,6 @@ def load_plan(directory: str | Path) -> Plan:
     p = Path(directory) / "plan.json"
     if not os.path.lexists(p):  # a broken link or a loop is reported as what it is
         raise BisectError(f"{p}: no bisect plan here (run r9kctl bisect plan first)")
-    from r9k.registry import fileio
 
     data = fileio.read_json(p, "bisect plan", expect=dict)
     try:
@@ -311,8 +310,6 @@ def status(directory: str | Path) -> tuple[Plan, Status]:
 # ------------------------------------------------------------------------------------------- running
 
 def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
-    from .record import api_base
-
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
         if proc.poll() is not None:
@@ -347,9 +344,6 @@ def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template
     also gets the step's knobs in its environment with ``envvars.MANIFEST``, ``envvars.PROFILE`` and ``envvars.TP``.
     ``url_template`` is the server's URL with ``{port}``.
     """
-    from .dataset import load_dataset
-    from .record import record
-
     d = Path(directory)
     plan, st = status(d)
     ds = load_dataset(dataset)
@@ -360,7 +354,7 @@ def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template
         manifest = (d / "manifests" / f"{step}.json").resolve()
         if not manifest.exists():  # plans written without this step's manifest (none today) are rebuilt
             write_plan(reg, plan, d, replace=True)
-        from r9k.registry import fileio
+        from ...registry import fileio
 
         data = fileio.read_json(manifest, "step manifest", expect=dict)
         env = dict(os.environ)

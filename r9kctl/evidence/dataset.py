@@ -33,6 +33,7 @@ from fractions import Fraction
 from importlib import resources
 from pathlib import Path
 from typing import Any
+from ...registry import fileio
 
 GRADERS = ("number", "exact", "contains", "humaneval")
 
@@ -117,7 +118,6 @@ def load_dataset(spec: str | Path) -> Dataset:
     questions: list[Question] = []
     seen: set[str] = set()
     index = 0
-    from r9k.registry import fileio
 
     for lineno, line in enumerate(fileio.read_text(path, "question set").splitlines(), 1):
         if not line.strip():

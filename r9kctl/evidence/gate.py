@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from r9k.registry import envvars, fileio
-from r9k.registry import ledger as L
+from ...registry import envvars, fileio
+from ...registry import ledger as L
 
 from .pytest_plugin import matches
+from ...registry.provenance import toolchain
 
 
 @dataclass
@@ -60,7 +61,7 @@ def plan(reg: Any, profile: str | None = None, names: Iterable[str] = (), tp: in
     """Select the gates to run: the named variants (ids or knobs), or the non-stock variants of ``profile``."""
     chosen: list[Any] = []
     if profile:
-        from r9k.registry.resolve import resolve
+        from ...registry.resolve import resolve
 
         rs = resolve(reg, profile, tp=tp)
         chosen += [reg.variants[i] for i in _non_stock_ids(rs)]
@@ -100,7 +101,6 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
     root = L.repo_root(reg)
     say = progress or (lambda _msg: None)
     declared = gate_plan.test_ids
-    from r9k.registry.provenance import toolchain
 
     deps = {v.id: L.file_hashes(reg, v) for v in gate_plan.variants}  # before the run: what it tests
     tc = toolchain()

@@ -34,11 +34,12 @@ from xml.sax.saxutils import escape as xml_escape
 from pathlib import Path
 from typing import Any, Iterable
 
-from r9k.registry import envvars
-from r9k.registry import ledger as L
-from r9k.registry import provenance as P
+from ...registry import envvars
+from ...registry import ledger as L
+from ...registry import provenance as P
 
 from .pytest_plugin import matches
+from ...registry import fileio
 
 
 class ImportRefused(ValueError):
@@ -74,8 +75,6 @@ def _read_cases(path: str | Path) -> dict[str, tuple[str, int | None]]:
 
 def _read(path: str | Path) -> tuple[dict[str, tuple[str, int | None]], dict[str, str]]:
     """(pytest node id -> (outcome, line), the suites' <property> name -> value)."""
-    from r9k.registry import fileio
-
     text = fileio.read_text(path, "JUnit XML file")  # located errors: missing, binary, not UTF-8, ...
     root = fileio.parse_xml(text, path, "JUnit XML file")
     if root.tag not in ("testsuites", "testsuite"):
@@ -148,7 +147,6 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
     doc). Raises ImportRefused with one located line. ``collected`` (tests) replaces the local collection."""
     xml = Path(xml)
     root = L.repo_root(reg)
-    from r9k.registry import fileio
 
     try:
         cases, props = _read(xml)

@@ -16,7 +16,7 @@ import json
 import linecache
 import sys
 
-from r9k.registry import envvars
+from ...registry import envvars
 
 _SPEC = json.loads(envvars.MUTATE.get() or "[]")
 _BY_MODULE: dict[str, list[dict]] = {}

@@ -18,6 +18,8 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
+from ...bench.decode_step.config import get_config
+from ...bench.decode_step.dispatch import values_chooser
 
 
 @dataclass
@@ -64,7 +66,7 @@ class PairsReport:
 
 
 def _values(reg: Any, profile: str, tp: Optional[int]) -> tuple[dict, list[str]]:
-    from r9k.registry.resolve import resolve
+    from ...registry.resolve import resolve
 
     rs = resolve(reg, profile, tp=tp)
     return {vid: r.value for vid, r in rs.items.items()}, [r.variant.id for r in rs.non_stock()]
@@ -75,10 +77,8 @@ def run_pairs(reg: Any, profile: str, tp: Optional[int] = None, config: str = "t
     import os
 
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported (no GPU here)
-    from r9k.bench.decode_step.bench import model_ops
-    from r9k.bench.decode_step.config import get_config
-    from r9k.bench.decode_step.dispatch import values_chooser
-    from r9k.bench.decode_step.model import DecodeStepModel, StepInputs, Weights
+    from ...bench.decode_step.bench import model_ops
+    from ...bench.decode_step.model import DecodeStepModel, StepInputs, Weights
 
     t0 = time.monotonic()
     values, non_stock = _values(reg, profile, tp)

@@ -14,7 +14,9 @@ from __future__ import annotations
 import json
 import sys
 
-from r9k.registry import envvars, fileio
+from ...registry import envvars, fileio
+from ...registry.provenance import normalize_device, platform_name as name
+from ...registry.ledger import item_of
 
 _events_path = envvars.GATE_EVENTS.get()
 _select = json.loads(envvars.GATE_SELECT.get()) if envvars.GATE_SELECT.get() else None
@@ -43,8 +45,6 @@ def gpu_available() -> bool:
 
 
 def platform_name() -> str:
-    from r9k.registry.provenance import normalize_device, platform_name as name
-
     torch = sys.modules.get("torch")
     if torch is not None and _gpu:
         kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
@@ -53,8 +53,6 @@ def platform_name() -> str:
 
 
 def matches(nodeid: str, declared: str) -> bool:
-    from r9k.registry.ledger import item_of
-
     return item_of(nodeid, declared)
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import tomlkit
 
 from .mcnemar import Comparison
+from ...registry import fileio
 
 
 def quality_record(cmp: Comparison, *, config: str, eval_name: str | None = None,
@@ -54,7 +55,7 @@ def validate_record(rec: dict[str, Any]) -> None:
     """Raise ValueError when ``rec`` does not fit the schema's QualityRecord."""
     from pydantic import ValidationError
 
-    from r9k.registry.schema import QualityRecord
+    from ...registry.schema import QualityRecord
 
     try:
         QualityRecord.model_validate(rec)
@@ -66,15 +67,12 @@ def append_quality_record(manifest: str | Path, rec: dict[str, Any]) -> None:
     """Append ``rec`` as a ``[[quality]]`` table to a release manifest, keeping its comments and layout.
     The read-modify-write holds the writer's lock: concurrent ``--into`` runs keep every record."""
     validate_record(rec)
-    from r9k.registry import fileio
 
     with fileio.locked(manifest):
         _append_locked(Path(manifest), rec)
 
 
 def _append_locked(path: Path, rec: dict[str, Any]) -> None:
-    from r9k.registry import fileio
-
     text = fileio.read_text(path, "release manifest")
     fileio.parse_toml(text, path, "release manifest")  # a located syntax error before tomlkit sees it
     doc = tomlkit.parse(text)

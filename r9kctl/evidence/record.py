@@ -23,6 +23,7 @@ from typing import Callable, TextIO
 from .. import netclient
 from .dataset import Dataset, Question, grade
 from .results import FORMAT_VERSION, ResultFileError, parse_lines, sha256_text
+from ...registry import fileio
 
 
 class ServerError(RuntimeError):
@@ -118,7 +119,6 @@ def server_status(base: str, timeout_s: float = 5.0) -> dict | None:
 def _resume_state(out: Path, ds_hash: str) -> set[str]:
     if not out.exists() or out.stat().st_size == 0:
         return set()
-    from r9k.registry import fileio
 
     lines = fileio.read_text(out, "result file").splitlines()
     # A run killed mid-write can leave a torn last line; drop it (the question is asked again).
@@ -166,7 +166,6 @@ def record(dataset: Dataset, url: str, out: str | Path, *, model: str | None = N
     mode = "a" if done else "w"
     t0 = time.monotonic()
     correct = 0
-    from r9k.registry import fileio
 
     with fileio.open_for_writing(out, append=mode == "a", what="result file") as fh:
         if not done:

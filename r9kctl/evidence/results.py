@@ -31,6 +31,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
+from ...registry import fileio
 
 FORMAT_VERSION = 1
 
@@ -139,7 +140,6 @@ def parse_lines(lines: Iterable[str], source: str = "<input>", path: Path | None
 
 def load(path: str | Path) -> ResultFile:
     p = Path(path)
-    from r9k.registry import fileio
 
     text = fileio.read_text(p, "result file")  # a located FileError for a missing, binary or non-UTF-8 file
     rf = parse_lines(text.splitlines(), str(p), p)
@@ -150,8 +150,6 @@ def load(path: str | Path) -> ResultFile:
 
 def dump(path: str | Path, header: dict[str, Any] | None, results: Iterable[QuestionResult]) -> None:
     """Write a whole result file (header first when given)."""
-    from r9k.registry import fileio
-
     lines = [json.dumps({"r9k_eval": FORMAT_VERSION, **header})] if header is not None else []
     lines += [json.dumps(r.to_json(), ensure_ascii=False) for r in results]
     fileio.atomic_write(path, "".join(ln + "\n" for ln in lines), "result file")

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from r9k.registry import fileio
+from ...registry import fileio
+from .. import netclient
 
 # (key in our summary, key in vLLM's result JSON, label, unit, higher is better)
 METRICS = [
@@ -80,8 +81,6 @@ def launch_command(profile: str, port: int, serve_args: list[str]) -> list[str]:
 
 def _get(url: str, timeout: float = 5.0) -> Optional[dict]:
     """The JSON object at ``url`` (bounded: :mod:`r9k.r9kctl.netclient`), or None."""
-    from .. import netclient
-
     try:
         return netclient.get_json(url, timeout_s=timeout, max_bytes=1 << 20)
     except (OSError, ValueError):

@@ -12,7 +12,9 @@ from textual.app import App
 from textual.binding import Binding
 from textual.theme import Theme
 
-from r9k.registry.errors import Diagnostic, RegistryError
+from ...registry.errors import Diagnostic, RegistryError
+from ...registry.envvars import cache_dir
+from .server import Server
 
 
 
@@ -118,15 +120,12 @@ class R9kApp(App):
     def _start_server(self, session) -> None:
         import time as _time
 
-        from r9k.registry.envvars import cache_dir
-
-        from .server import Server
 
         plan = session.plan_launch(final=True)  # the manifest written, the model a path: what runs
         if not plan.ok:
             self.call_from_thread(self.notify, "the profile does not validate: nothing started", severity="error")
             return
-        from r9k.r9kctl.launch import serve_problem
+        from ..launch import serve_problem
 
         problem = serve_problem()
         if problem:

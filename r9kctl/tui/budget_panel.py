@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.containers import Vertical
 from textual.widgets import Static
 
-from r9k.registry.memory import fmt_bytes
+from ...registry.memory import fmt_bytes
 
 from .session import Session
 

@@ -9,10 +9,11 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from r9k.registry.memory import fmt_bytes
+from ...registry.memory import fmt_bytes
 
 from .session import Session
 from .variant_table import LAYER_SHORT, show_value
+from ..cmd_show import describe
 
 
 HEAD_LINES = 6  # the state lines above the registry's description: a fixed height, redrawn without a reflow
@@ -50,8 +51,6 @@ def detail_head(s: Session, vid: str) -> Text:
 
 def detail_body(s: Session, vid: str) -> Table:
     """What the registry says of the variant (``r9kctl show``): changes only with the variant."""
-    from r9k.r9kctl.cmd_show import describe
-
     v = s.reg.variants[vid]
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold cyan", no_wrap=True)

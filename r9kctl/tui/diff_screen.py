@@ -12,14 +12,23 @@ from textual.widgets import Footer, Static
 
 from .picker import Picker
 from .session import Session
+from ..cmd_diff import (
+    cell,
+    eval_label,
+    fmt_delta,
+    method_label,
+    quality_rows,
+    quality_text,
+    row_label,
+    side_names,
+    value_text,
+    vs_reference_rows,
+)
 
 
 def diff_renderable(reg, d, A: str, B: str):
     """The diff as rich renderables. No value is '-' (never Python's None); the numbers are the releases'
     (a profile's are its base release's), so their columns are named by release."""
-    from r9k.r9kctl.cmd_diff import (cell, eval_label, fmt_delta, method_label, quality_rows, quality_text, row_label,
-                                     side_names, value_text, vs_reference_rows)
-
     parts = []
     if d.added or d.removed or d.left_off:
         t = Table(title="Variants", title_justify="left", header_style="bold", expand=True)

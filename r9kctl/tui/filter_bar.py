@@ -7,7 +7,7 @@ from typing import Optional
 from textual.containers import Horizontal
 from textual.widgets import Input
 
-from r9k.registry.loader import Registry
+from ...registry.loader import Registry
 
 from .picker import Picker
 from .session import Session

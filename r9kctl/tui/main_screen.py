@@ -12,7 +12,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from r9k.registry.errors import RegistryError
+from ...registry.errors import RegistryError
 
 from .budget_panel import BudgetPanel
 from .detail_pane import DetailPane
@@ -21,6 +21,7 @@ from .picker import Picker
 from .session import EditError, Session
 from .validation_panel import ValidationPanel
 from .variant_table import VariantTable
+from ...registry.profile_io import ProfileConflict
 
 NARROW = 150  # below this width the detail pane replaces the table instead of sitting beside it
 TINY = 100  # below this width the budget panel narrows (the validation line keeps room)
@@ -365,8 +366,6 @@ class MainScreen(Screen):
         self._do_save(then)
 
     def _do_save(self, then=None) -> None:
-        from r9k.registry.profile_io import ProfileConflict
-
         from .confirm_screen import ConfirmScreen
 
         s = self.s
@@ -406,7 +405,7 @@ class MainScreen(Screen):
 
     def action_save_as(self) -> None:
         from .save_as_screen import SaveAsScreen
-        from r9k.registry.loader import display_path
+        from ...registry.loader import display_path
 
         s = self.s
 

@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Optional
 
 from .session import REMOVED, EditError, Session
+from ...registry.envvars import cache_dir
 
 
 def recovery_path() -> Path:
-    from r9k.registry.envvars import cache_dir
-
     return cache_dir() / "tui-recovery.json"
 
 
@@ -53,7 +52,7 @@ def write_recovery(s: Session) -> Optional[Path]:
         return None
     path = recovery_path()
     try:
-        from r9k.registry.profile_io import atomic_write
+        from ...registry.profile_io import atomic_write
 
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write(path, json.dumps({"written": time.time(), "profile": s.profile, "edits": edits}, indent=1))

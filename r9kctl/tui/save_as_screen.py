@@ -9,7 +9,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from r9k.registry.profile_io import PROFILE_NAME_RE
+from ...registry.profile_io import PROFILE_NAME_RE
 
 
 class SaveAsScreen(ModalScreen[Optional[str]]):

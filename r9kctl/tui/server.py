@@ -16,6 +16,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
+from ...registry import envvars
 
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -102,10 +103,9 @@ class Server:
         return self.plan is not None
 
     def _spawn(self) -> None:
-        from r9k.r9kctl.launch import process_env
+        from ..launch import process_env
 
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        from r9k.registry import envvars
 
         env = process_env(self.plan)
         # process_env marks this process's pid as the launch's first vLLM process (r9kctl launch exec's into
@@ -167,7 +167,7 @@ class Server:
             return Poll("starting" if self.proc is not None else "unreachable", log=log)
         status, err = None, None
         try:
-            from r9k.r9kctl.cmd_status import fetch
+            from ..cmd_status import fetch
 
             status = fetch(self.url, timeout)
         except urllib.error.HTTPError as exc:

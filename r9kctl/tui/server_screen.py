@@ -17,6 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from .server import Poll, Server
+from ...plugin.api import kv_cache_line as line
 
 POLL_S = 1.5
 
@@ -90,7 +91,6 @@ def kv_text(st: dict) -> Text:
     kv = st.get("kv_cache")
     if not kv:
         return Text("KV cache: predicted vs allocated: not reported yet (the engine is not ready)", "dim")
-    from r9k.plugin.api import kv_cache_line as line
 
     return Text(line(kv))
 

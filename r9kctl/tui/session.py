@@ -13,12 +13,15 @@ import os
 from pathlib import Path
 from typing import Mapping, Optional
 
-from r9k.registry.errors import Diagnostic
-from r9k.registry.loader import Registry, default_profile_dirs, load_registry
-from r9k.registry.memory import Budget, VariantCost, budget, cost_if_toggled
-from r9k.registry.origin import Origin
-from r9k.registry.resolve import ResolvedSet, resolve
-from r9k.registry.validate import Report, check_profile, check_registry
+from ...registry.errors import Diagnostic
+from ...registry.loader import Registry, default_profile_dirs, load_registry
+from ...registry.memory import Budget, VariantCost, budget, cost_if_toggled
+from ...registry.origin import Origin
+from ...registry.resolve import ResolvedSet, resolve
+from ...registry.validate import Report, check_profile, check_registry
+from .matching import match_rank
+from ...registry.profile_io import find_profile_file, ProfileDocument, save_as
+from ...registry.ledger import platform_matches
 
 REMOVED = object()  # an edit that deletes the profile's own key (the inherited value applies again)
 UNSAVED = "unsaved edit"
@@ -69,7 +72,7 @@ def load_gate_states(reg: Registry) -> Optional[dict]:
     re-validating on a toggle does not re-hash sources); None where the ledger cannot be read (the column
     then shows '-'; validation says why)."""
     try:
-        from r9k.registry.validate import gate_states
+        from ...registry.validate import gate_states
 
         return gate_states(reg)
     except Exception:  # noqa: BLE001 - check_profile reports the unreadable ledger itself
@@ -136,8 +139,6 @@ class Session:
     def closest_profile(self, query: Optional[str]) -> Optional[str]:
         """The profile a mistyped or shortened name most likely means (``tp2`` -> tp2-default): the best
         prefix or word-prefix match, as the picker orders them; None if nothing starts so."""
-        from .matching import match_rank
-
         if not query:
             return None
         words = query.lower().split()
@@ -473,7 +474,6 @@ class Session:
             return getattr(st, "state", str(st))
         # The state on the profile's platform; "fresh*": only imported evidence (unverified), "none": no
         # record on that platform (the detail pane has the full line)
-        from r9k.registry.ledger import platform_matches
 
         plat = self.rs.platform
         state, _ = st.on(plat)
@@ -493,15 +493,11 @@ class Session:
         return self.profile_dirs if self.profile_dirs is not None else default_profile_dirs()
 
     def profile_path(self, name: Optional[str] = None) -> Optional[Path]:
-        from r9k.registry.profile_io import find_profile_file
-
         return find_profile_file(name or self.profile, self.profile_dirs_now())
 
     def document(self, name: Optional[str] = None):
         """The profile's file for round-trip editing, as it was when the registry was loaded (a save
         then refuses a file that changed on disk since)."""
-        from r9k.registry.profile_io import ProfileDocument
-
         name = name or self.profile
         doc = self.docs.get(name)
         if doc is None:
@@ -557,8 +553,6 @@ class Session:
 
     def save_as(self, name: str) -> Path:
         """A new profile that extends the current (saved) one with the current edits' values."""
-        from r9k.registry.profile_io import save_as
-
         if name in self.reg.profiles:
             raise FileExistsError(f"a profile named '{name}' exists")
         noenv = resolve(self.edited_registry(), self.profile, tp=self.tp_choice, env={})
@@ -604,14 +598,14 @@ class Session:
     # ------------------------------------------------------------------------------ diff and launch
 
     def diff_sides(self, a: str, b: str):
-        from r9k.registry.diff import diff
+        from ...registry.diff import diff
 
         return diff(self.edited_registry(alias=f"{self.profile}*"), a, b, tp=None)
 
     def plan_launch(self, final: bool = False):
         """The launch plan of the current state (edits included), via the same path as
         ``r9kctl launch``. ``final`` writes the manifest (the plan is about to be executed)."""
-        from r9k.r9kctl.launch import plan_launch
+        from ..launch import plan_launch
 
         return plan_launch(self.edited_registry(), self.profile, tp=self.tp_choice, env=self.env, sets=self.sets,
                            extra_args=list(self.extra_args), write_manifest=final, build_model=final)

@@ -10,7 +10,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Static
 
-from r9k.registry.schema import Variant
+from ...registry.schema import Variant
 
 
 class ValueInputScreen(ModalScreen[Optional[str]]):

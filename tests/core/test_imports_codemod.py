@@ -106,3 +106,10 @@ def test_two_functions_binding_one_name_differently_both_stay(tmp_path, codemod)
     codemod.run(root, apply=True, out=io.StringIO())
     text = (root / "alpha/a.py").read_text()
     assert "    from ..beta.c import thing\n" in text and "    from ..beta.b import X as thing\n" in text
+
+
+def test_the_tree_is_as_the_codemod_leaves_it(codemod):
+    """Every project import relative and at the top, except where the codemod's rules keep it (its LAZY
+    start-up files with their reasons, heavy modules, cycles): `python scripts/imports.py --apply` fixes it."""
+    out = io.StringIO()
+    assert codemod.run(ROOT, apply=False, out=out) == 0, out.getvalue()
