@@ -41,7 +41,6 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Mapping
-from . import fileio
 
 FORMAT = 1
 KEY = "r9k_provenance"
@@ -262,6 +261,8 @@ class ProvenanceError(ValueError):
 
 def read(path: str | Path) -> dict[str, Any]:
     """The provenance file, checked; raises ProvenanceError (message without the file name) or OSError."""
+    from . import fileio
+
     try:  # the project's one reader: UTF-8, syntax, nesting depth, size (never an internal error)
         d = fileio.read_json(path, "provenance file")
     except fileio.FileError as exc:

@@ -228,8 +228,8 @@ def _key(node: ast.stmt, alias: ast.alias) -> str:
 def hoist(tree: Tree, path: Path, src: str, report: list[str]) -> str:
     """Move the in-function project imports of one file to the top (see the module doc); return the source."""
     rel = path.relative_to(tree.root).as_posix()
-    if any(fnmatch.fnmatchcase(rel, pat) for pat in LAZY):
-        return src
+    if rel in SCRIPTS or any(fnmatch.fnmatchcase(rel, pat) for pat in LAZY):
+        return src  # (a script's in-function package imports only run where the package is there)
     mod = ast.parse(src, str(path))
     lines = src.splitlines(keepends=True)
     parents = {c: p for p in ast.walk(mod) for c in ast.iter_child_nodes(p)}
