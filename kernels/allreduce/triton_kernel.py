@@ -42,7 +42,7 @@ def _quantize_kernel(x_ptr, h_ptr, codes_ptr, scales_ptr, nb, inv_sqrt_b, qmax,
 
 
 @triton.jit
-def _dequant_sum_kernel(codes_ptr, scales_ptr, h_ptr, out_ptr, nb, R, inv_sqrt_b,
+def _dequant_sum_kernel(codes_ptr, scales_ptr, h_ptr, out_ptr, nb, inv_sqrt_b, R: tl.constexpr,
                         B: tl.constexpr, BM: tl.constexpr):
     pid = tl.program_id(0)
     rows = pid * BM + tl.arange(0, BM)
@@ -50,7 +50,7 @@ def _dequant_sum_kernel(codes_ptr, scales_ptr, h_ptr, out_ptr, nb, R, inv_sqrt_b
     rmask = rows < nb
     h = tl.load(h_ptr + cols[:, None] * B + cols[None, :])
     acc = tl.zeros((BM, B), dtype=tl.float32)
-    for r in range(0, R):
+    for r in tl.static_range(R):  # the ranks, in rank order (a compile-time count: one program per world size)
         c = tl.load(codes_ptr + r * nb * B + rows[:, None] * B + cols[None, :], mask=rmask[:, None], other=0)
         s = tl.load(scales_ptr + r * nb + rows, mask=rmask, other=0.0)
         y = c.to(tl.float32) * s[:, None]
@@ -80,7 +80,7 @@ def dequant_sum(codes_list, scales_list) -> torch.Tensor:
     R, nb, block = codes.shape
     out = torch.empty(nb, block, dtype=torch.float32, device=codes.device)
     h = quant.hadamard(block, codes.device)
-    _dequant_sum_kernel[(triton.cdiv(nb, BM),)](codes, scales, h, out, nb, R, 1.0 / math.sqrt(block),
+    _dequant_sum_kernel[(triton.cdiv(nb, BM),)](codes, scales, h, out, nb, 1.0 / math.sqrt(block), R=R,
                                                 B=block, BM=BM)
     return out
 
