@@ -34,6 +34,10 @@ def parse(argv):
     ServeSubcommand().subparser_init(sub)
     ns = vars(top.parse_args(argv))
     ns["model"] = ns.pop("model_tag", None) or ns.get("model")
+    # each launch is a server instance of its own (r9k.server: a new id per r9kctl invocation): the set and
+    # everything else must be equal
+    if isinstance(ns.get("additional_config"), dict) and isinstance(ns["additional_config"].get("r9k"), dict):
+        ns["additional_config"]["r9k"].pop("server", None)
     return {{k: repr(v) for k, v in ns.items() if k != "dispatch_function"}}
 argv = json.loads(sys.argv[1])
 a, b = parse(["serve", "--config", sys.argv[2]]), parse(argv)
