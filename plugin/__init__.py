@@ -200,7 +200,7 @@ def layers_table(active, snap: dict, proc) -> list[str]:
     return lines
 
 
-def check_applied(vllm_config) -> Optional[dict]:
+def check_applied(vllm_config, server_args=None) -> Optional[dict]:
     """Compare the launch's launcher-knob requests with vLLM's final config (called by the status
     endpoint's ``init_state`` in the API server); log the result, record it in the status, and stop the
     start on a mismatch in strict mode."""
@@ -210,7 +210,7 @@ def check_applied(vllm_config) -> Optional[dict]:
     from . import applied, dispatch
     from .startup import StartupError
 
-    result = applied.compare(_active.rs, vllm_config)
+    result = applied.compare(_active.rs, vllm_config, None, server_args)
     _applied = result
     level = logging.WARNING if result["mismatches"] else logging.INFO
     for line in applied.table_lines(result, f"r9k {_active.hash}:"):

@@ -139,6 +139,40 @@ def _row_for_request(q, cfg, environ, server_args=None) -> Row:
     return Row(q.knob, req, _norm(got), where, "applied" if _same(want, got) else "mismatch")
 
 
+def validated_versions(root=None) -> tuple[Optional[str], list[str]]:
+    """(the newest release, the vLLM versions it was validated on): read from the registry's release files
+    (the plugin may hold only a light copy of the set, without the registry)."""
+    import tomllib
+
+    from r9k.registry.loader import default_registry_root
+
+    best = None
+    for f in sorted((root or default_registry_root()).joinpath("releases").glob("*.toml")):
+        try:
+            d = tomllib.loads(f.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError):
+            continue
+        key = (str(d.get("date", "")), str(d.get("version", "")))
+        if best is None or key > best[0]:
+            best = (key, d.get("version"), list(d.get("vllm_validated") or []))
+    return (best[1], best[2]) if best else (None, [])
+
+
+def version_row(version: Optional[str] = None, root=None) -> Optional[Row]:
+    """The running vLLM against the versions the newest release was validated on (a mismatch row when it
+    is none of them: logged, and refused in strict mode like any mismatch)."""
+    from r9k.registry.vllm_interface import installed_version, series
+
+    version = version or installed_version()
+    release, validated = validated_versions(root)
+    if not version or not validated:
+        return None
+    ok = series(version) in validated
+    return Row("(vllm)", f"a vLLM release {release} was validated on ({', '.join(validated)})", version,
+               "vLLM version", "applied" if ok else "mismatch",
+               "" if ok else f"vLLM {version} is not among them: r9kctl doctor lists what breaks")
+
+
 def requested_rows(rs, cfg, environ=None, server_args=None, iface=None) -> list[Row]:
     """One row per launcher request of the set (registry/vllm_map.py: every launcher knob away from stock),
     plus the tensor-parallel size."""
@@ -153,6 +187,9 @@ def requested_rows(rs, cfg, environ=None, server_args=None, iface=None) -> list[
         from r9k.registry.vllm_interface import target
 
         iface = target()[0]
+    row = version_row()
+    if row is not None:
+        rows.append(row)
     for q in requests(rs, iface):
         try:
             row = _row_for_request(q, cfg, environ, server_args)

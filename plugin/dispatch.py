@@ -59,7 +59,9 @@ class Plan:
         if self.mode == "fallback":
             return f"stock (fallback: {self.reason})"
         if self.mode == "env" and self.launcher:
-            return f"vLLM's {self.launcher}, set by r9kctl launch (what vLLM applied: r9kctl status)"
+            if self.launcher.startswith("not applied"):
+                return self.launcher
+            return f"{self.launcher}, set by r9kctl launch (what was applied: r9kctl status)"
         if self.mode == "env":
             return "exported to the environment (read by code outside this project)"
         return "unset (implementation default)"
@@ -121,7 +123,9 @@ class DispatchTable:
                      av.reason, adapter=av.adapter)
             sets = getattr(v, "sets", None)
             if sets is not None:
-                p.launcher = f"{sets.name}" if sets.kind in ("vllm-arg", "vllm-flag") else f"{sets.kind} {sets.name}"
+                from r9k.registry.vllm_map import describe
+
+                p.launcher = describe(sets)
             if impl.op:
                 self.by_op[impl.op] = vid
             if p.mode == "fused":

@@ -215,7 +215,7 @@ class StatusEndpoint:
             return None
         from . import check_applied, kvcache
 
-        check_applied(cfg)
+        check_applied(cfg, args)  # args: the API server's own (--chat-template is not in vllm_config)
         try:  # the engine is up: vLLM's KV-cache allocation is known here (predicted vs allocated)
             kvcache.on_engine_ready(engine_client)
         except Exception:  # noqa: BLE001  (informative; never stop the server for it)

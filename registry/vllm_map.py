@@ -421,3 +421,17 @@ def check_profile_launch(reg, rs, report, iface=None, extra_args: Optional[list[
         report.add(Diagnostic("error", "vllm-mapping", f"profile {rs.profile}: {c}", file=f, line=ln, col=col,
                               items=[rs.profile]))
     check_launch(reg, rs, report, iface, argv, env)
+
+
+def describe(sets) -> str:
+    """What a launcher knob's mapping sets, for tables: "vLLM's --max-num-seqs", "vLLM's --compilation-config
+    cudagraph_mode", "NCCL_PROTO / NCCL_P2P_DISABLE (read by rccl)", "not applied: <reason>"."""
+    m = mapping(sets)
+    if m.kind in ("vllm-arg", "vllm-flag"):
+        return f"vLLM's {m.name}" + (f" (knob {m.unit} -> {m.target_unit})" if m.unit and m.unit != m.target_unit else "")
+    if m.kind == "json-field":
+        return f"vLLM's {m.name} {m.field}"
+    if m.kind == "env":
+        names = sorted({n for pairs in m.env.values() for n in pairs}) if m.env else [m.name]
+        return f"{' / '.join(names)} (read by {'vLLM' if m.program == 'vllm' else m.program})"
+    return f"not applied: {m.reason or m.kind + ' ' + m.name}"

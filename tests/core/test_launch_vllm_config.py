@@ -45,3 +45,49 @@ print(json.dumps(diff))
     assert p.returncode == 0, p.stderr[-3000:]
     diff = json.loads(p.stdout.strip().splitlines()[-1])
     assert diff == {}, diff
+
+
+def test_every_shipped_profile_parses_with_the_installed_vllms_own_parser_abbreviations_off(tmp_path):
+    """The installed vLLM is the judge: each shipped profile's launch argv goes through vLLM's own ``vllm serve``
+    parser with ``allow_abbrev=False``, and every VLLM_* variable it sets is in ``vllm.envs``."""
+    pytest.importorskip("vllm")
+    from r9k.r9kctl.launch import plan_launch
+    from r9k.registry import load_registry
+
+    reg = load_registry()
+    launches = {}
+    for name in sorted(reg.profiles):
+        plan = plan_launch(reg, name, write_manifest=False, build_model=False)
+        assert plan.ok, (name, [d.format() for d in plan.report.errors])
+        launches[name] = {"argv": plan.argv[1:], "env": sorted(k for k in plan.env if k.startswith("VLLM_"))}
+    assert "--kv-cache-memory-bytes" in launches["27b-tp2"]["argv"]
+    code = """
+import json, sys
+import vllm.envs
+from vllm.entrypoints.cli.serve import ServeSubcommand
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+top = FlexibleArgumentParser(prog="vllm")
+sub = top.add_subparsers(dest="subparser")
+serve = ServeSubcommand().subparser_init(sub)
+serve.allow_abbrev = False
+bad = {}
+for name, l in json.loads(sys.argv[1]).items():
+    try:
+        top.parse_args(l["argv"])
+    except SystemExit:
+        bad[name] = "parser refused"
+    unknown = [v for v in l["env"] if v not in vllm.envs.environment_variables]
+    if unknown:
+        bad[name] = unknown
+# the check is live: the issue's abbreviation is refused with abbreviations off
+try:
+    top.parse_args(["serve", "m", "--kv-cache-memory", "9"])
+    bad["(abbreviation accepted)"] = True
+except SystemExit:
+    pass
+print(json.dumps(bad))
+"""
+    p = subprocess.run([os.sys.executable, "-c", code, json.dumps(launches)], capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == {}, p.stderr[-3000:]

@@ -136,3 +136,10 @@ def test_the_launch_snapshot_carries_the_whole_mapping(registry):
     full = applied.compare(rs, _cfg(tp=2), env)["rows"]
     assert applied.compare(light, _cfg(tp=2), env)["rows"] == full
     assert any(r["requested"] == f"--kv-cache-memory-bytes {9 * 2**30}" for r in full)
+
+
+def test_a_vllm_version_no_release_was_validated_on_is_a_mismatch_row():
+    ok = applied.version_row("0.32.0+cpu")
+    assert ok.state == "applied" and "v0.3.2" in ok.requested
+    bad = applied.version_row("0.33.0")
+    assert bad.state == "mismatch" and bad.applied == "0.33.0" and "0.32" in bad.requested
