@@ -92,6 +92,17 @@ class LightVariant:
     implementation: LightImplementation
     gate_tests: list[str] = field(default_factory=list)  # read by the availability rule
     sets: Optional["LightSets"] = None  # a launcher knob's vLLM flag or variable (plugin.applied)
+    vllm: Optional["LightVllm"] = None  # one of vLLM's own switches (plugin.vllm_choices)
+
+
+@dataclass
+class LightVllm:
+    """Where one of vLLM's own switches exists and what it decides (schema ``VllmSwitch``)."""
+    versions: str = ""
+    platforms: list = _dc_field(default_factory=list)
+    default: dict = _dc_field(default_factory=dict)
+    decides: str = ""
+    source: str = ""
 
 
 @dataclass
@@ -157,6 +168,7 @@ def dump(active) -> dict:
                                          "extension_point": impl.extension_point},
                       "gate_tests": list(v.gate.tests) if getattr(v, "gate", None) else list(getattr(v, "gate_tests", [])),
                       "sets": _sets_dict(v.sets) if getattr(v, "sets", None) else None,
+                      "vllm": _sets_dict(v.vllm) if getattr(v, "vllm", None) else None,
                       "value": r.value, "origin": r.origin.to_dict(),
                       "is_stock": bool(r.is_stock), "active": bool(r.active)}
     return {"schema": SCHEMA, "profile": rs.profile, "hash": rs.hash, "tp": rs.tp, "model": rs.model,
@@ -173,8 +185,10 @@ def load(data: dict) -> tuple[LightSet, str, list[str]]:
         impl = LightImplementation(**d["implementation"])
         known = {f.name for f in _dc_fields(LightSets)}
         sets = LightSets(**{k: x for k, x in d["sets"].items() if k in known}) if d.get("sets") else None
+        sw = LightVllm(**{k: x for k, x in d["vllm"].items() if k in {f.name for f in _dc_fields(LightVllm)}}) \
+            if d.get("vllm") else None
         v = LightVariant(vid, d["knob"], d["stock"], d["category"], d["graph_affecting"], impl,
-                         list(d.get("gate_tests", [])), sets)
+                         list(d.get("gate_tests", [])), sets, sw)
         ls.items[vid] = LightResolved(v, d["value"], Origin.from_dict(d["origin"]), d["is_stock"], d["active"])
     return ls, data.get("origin", "launch snapshot"), list(data.get("warnings", []))
 

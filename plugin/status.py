@@ -48,6 +48,7 @@ def snapshot(active, table, proc, applied: Optional[dict] = None) -> dict:
         "counters": counters.snapshot(),
         "applied": applied,
         "kv_cache": _kv_cache(),  # predicted vs allocated, once the engine is ready (plugin/kvcache.py)
+        "vllm_choices": _vllm_choices(),  # vLLM's kernel choices per layer, once the model is built here
         "time": time.time(),
     }
 
@@ -56,6 +57,12 @@ def _kv_cache():
     from . import kvcache
 
     return kvcache.current()
+
+
+def _vllm_choices():
+    from . import vllm_choices
+
+    return vllm_choices.current()
 
 
 def plan_counts(table) -> dict:
@@ -187,6 +194,7 @@ def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
     data["agree"] = len({s["hash"] for s in procs.values()}) <= 1
     data["kv_cache"] = next((s.get("kv_cache") for s in ([own] if own else []) + list(procs.values())
                              if s.get("kv_cache")), None)
+    data["vllm_choices"] = next((s.get("vllm_choices") for s in ordered if s.get("vllm_choices")), None)
     data["status_file"] = path
     return data
 

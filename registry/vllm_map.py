@@ -434,4 +434,6 @@ def describe(sets) -> str:
     if m.kind == "env":
         names = sorted({n for pairs in m.env.values() for n in pairs}) if m.env else [m.name]
         return f"{' / '.join(names)} (read by {'vLLM' if m.program == 'vllm' else m.program})"
+    if m.kind == "custom-op":
+        return f"vLLM's --compilation-config custom_ops +/-{m.name}"
     return f"not applied: {m.reason or m.kind + ' ' + m.name}"

@@ -160,3 +160,22 @@ def test_diff_resolve_and_show_list_the_switches(r9kctl):
     assert rc == 0 and "CUSTOM_OP_RMS_NORM" in out and "profiles/cpu-smoke.toml" in out, out + err
     rc, out, err = r9kctl("show", "MOE_BACKEND")
     assert rc == 0 and "--moe-backend" in out, out + err
+
+
+def test_recipes_markdown_and_json(r9kctl):
+    rc, out, err = r9kctl("recipes", "--profile", "cpu-smoke", "--format", "json")
+    assert rc == 0, err
+    (r,) = json.loads(out)
+    assert (r["model"], r["tp"], r["platform"]) == ("tiny-qwen2-moe", 1, "cpu")
+    sw = {s["knob"]: s for s in r["vllm_switches"]}
+    assert sw["CUSTOM_OP_RMS_NORM"]["value"] == "+" and "cpu-smoke.toml" in sw["CUSTOM_OP_RMS_NORM"]["source"]
+    assert sw["ATTENTION_BACKEND"]["value"] is None and sw["ATTENTION_BACKEND"]["vllm_default"] == "CPU_ATTN"
+    assert "VLLM_ROCM_USE_AITER" not in sw and "KERNEL_MONOKERNEL" not in sw  # not on cpu / not in 0.32
+    router = next(v for v in r["variants"] if v["knob"] == "R9K_ROUTER")
+    assert router["gate"] in ("fresh", "stale", "missing", "failed") and router["availability"] == "installed"
+    rc, out, err = r9kctl("recipes", "--release", "v0.3.2", "--platform", "cpu", "--vllm-version", "0.33")
+    assert rc == 0, err
+    assert "## tiny-qwen2-moe tp2 cpu" in out and "| nobind | release v0.3.2" in out
+    assert "--kernel-config monokernel" not in out  # cuda/rocm only
+    rc, out, err = r9kctl("recipes", "--release", "v9.9")
+    assert rc == 2 and "error[usage]" in err and "Traceback" not in err
