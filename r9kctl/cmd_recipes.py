@@ -12,9 +12,17 @@ from __future__ import annotations
 from typing import Optional
 
 
+EXAMPLES = """examples:
+  r9kctl recipes                                   every shipped profile, markdown
+  r9kctl recipes -p cpu-smoke --format json        one profile as JSON
+  r9kctl recipes --release v0.3.2 --platform cpu   every model x TP size on cpu at the release's defaults
+  r9kctl recipes --vllm-version 0.33               the switches vLLM 0.33 has
+"""
+
+
 def add_parser(sub):
     p = sub.add_parser("recipes", help="model x TP x platform -> vLLM switches and this project's variants, "
-                                       "with gate states (markdown, json)")
+                                       "with gate states (markdown, json)", epilog=EXAMPLES)
     p.add_argument("--profile", "-p", action="append", help="only these profiles (repeatable; default: all)")
     p.add_argument("--release", help="instead of the profiles: every model x TP x platform at this release "
                                      "(latest: the registry's defaults)")

@@ -36,8 +36,8 @@ def test_at_least_15_switches_with_platforms_defaults_and_version_ranges(reg):
               "VLLM_GDN_DECODE_KERNEL", "VLLM_CPU_ATTN_SPLIT_KV", "VLLM_CPU_OMP_THREADS_BIND"):
         assert n in names, n
     # version ranges: one only in 0.33, one gone in 0.33
-    assert not switch_exists(sw["vllm_kernel_monokernel"], "0.32.0") and switch_exists(sw["vllm_kernel_monokernel"], "0.33.1")
-    mega = sw["vllm_rocm_aiter_mega_moe_fuse_shared_experts"]
+    assert not switch_exists(sw["kc_monokernel"], "0.32.0") and switch_exists(sw["kc_monokernel"], "0.33.1")
+    mega = sw["aiter_mla_dcp_verify"]
     assert switch_exists(mega, "0.32.0") and not switch_exists(mega, "0.33.0")
     # the ranges agree with the descriptions: the variable is in 0.32's and not in 0.33's
     assert load("0.32").env(mega.knob) is not None and load("0.33").env(mega.knob) is None
@@ -53,8 +53,8 @@ def test_every_declared_value_is_one_vllm_accepts(reg, version):
     iface = load(version)
     moe = accepted_values(reg.variants["vllm_moe_backend"], iface)
     assert "triton" in moe and "auto" in moe  # the parser's choices
-    assert accepted_values(reg.variants["vllm_gdn_decode_kernel"], iface) == ["cuda", "triton"]  # vllm.envs choices
-    assert accepted_values(reg.variants["vllm_use_deep_gemm"], iface) == ["0", "1"]
+    assert accepted_values(reg.variants["vllm_gdn_decode"], iface) == ["cuda", "triton"]  # vllm.envs choices
+    assert accepted_values(reg.variants["deep_gemm"], iface) == ["0", "1"]
 
 
 def test_a_declared_value_vllm_does_not_accept_is_a_located_error_with_did_you_mean(r9kctl, registry_copy):
@@ -139,11 +139,11 @@ def test_platform_and_tp_defaults(reg):
     # a release-based profile (stock-based ones take every stock value) on the cpu platform: per TP
     one = resolve(reg, "tp2-default", env={}, tp=1, platform="cpu")
     two = resolve(reg, "tp2-default", env={}, tp=2, platform="cpu")
-    v1, v2 = one.items["vllm_cpu_omp_threads_bind"], two.items["vllm_cpu_omp_threads_bind"]
+    v1, v2 = one.items["cpu_omp_bind"], two.items["cpu_omp_bind"]
     assert v1.value == "" and v2.value == "nobind" and v2.layer in ("registry", "release")
     assert "vllm.toml" in str(v2.origin)
     rocm = resolve(reg, "tp2-default", env={})  # another platform: vLLM decides
-    assert rocm.platform.startswith("rocm") and rocm.items["vllm_cpu_omp_threads_bind"].value == ""
+    assert rocm.platform.startswith("rocm") and rocm.items["cpu_omp_bind"].value == ""
     # the shipped CPU profiles set two switches away from vLLM's default
     for p in ("cpu-smoke", "cpu-qwen2-moe", "cpu-qwen3-next", "cpu-flash-next", "cpu-flash-next-tp2"):
         rs = resolve(reg, p, env={})
