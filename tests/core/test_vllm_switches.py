@@ -179,3 +179,29 @@ def test_recipes_markdown_and_json(r9kctl):
     assert "--kernel-config monokernel" not in out  # cuda/rocm only
     rc, out, err = r9kctl("recipes", "--release", "v9.9")
     assert rc == 2 and "error[usage]" in err and "Traceback" not in err
+
+
+def test_a_release_changes_a_switch_default_like_any_knob(r9kctl, registry_copy):
+    """No special case: a release's default change of a vLLM switch shows in diff, resolve and the launch."""
+    f = registry_copy / "variants" / "vllm.toml"
+    text = f.read_text()
+    anchor = 'knob = "MOE_BACKEND"\n'
+    assert anchor in text
+    f.write_text(text.replace(anchor, anchor + 'defaults = { tp2 = "triton" }\n', 1))
+    rel = registry_copy / "releases" / "v0.3.2.toml"
+    body = rel.read_text()
+    i = body.index("[[default_changes]]")
+    rel.write_text(body[:i] + '[[default_changes]]\nknob = "MOE_BACKEND"\ntp = "all"\nfrom = ""\nto = "triton"\n\n'
+                   + body[i:])
+    reg = ["--registry", str(registry_copy)]
+    rc, out, err = r9kctl(*reg, "diff", "v0.3.1", "v0.3.2", "--tp", "2", "--format", "json")
+    assert rc == 0, err
+    assert "MOE_BACKEND" in out and "triton" in out
+    rc, out, err = r9kctl(*reg, "resolve", "--profile", "tp2-default", "--format", "json")
+    assert rc == 0, err
+    v = json.loads(out)["values"]["vllm_moe_backend"]
+    assert v["value"] == "triton" and v["layer"] in ("registry", "release")
+    rc, out, err = r9kctl(*reg, "launch", "--profile", "tp2-default", "--dry-run", "--format", "json",
+                          "--no-preflight")
+    argv = json.loads(out)["argv"]
+    assert argv[argv.index("--moe-backend") + 1] == "triton", argv
