@@ -37,7 +37,7 @@ def test_at_least_15_switches_with_platforms_defaults_and_version_ranges(reg):
         assert n in names, n
     # version ranges: one only in 0.33, one gone in 0.33
     assert not switch_exists(sw["kc_monokernel"], "0.32.0") and switch_exists(sw["kc_monokernel"], "0.33.1")
-    mega = sw["aiter_mla_dcp_verify"]
+    mega = sw["rocm_mono_decode"]
     assert switch_exists(mega, "0.32.0") and not switch_exists(mega, "0.33.0")
     # the ranges agree with the descriptions: the variable is in 0.32's and not in 0.33's
     assert load("0.32").env(mega.knob) is not None and load("0.33").env(mega.knob) is None
