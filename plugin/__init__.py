@@ -113,6 +113,7 @@ def _register() -> None:
 
     install.HOOKS.add("vllm.config.vllm", applied.hook_final_config)
     _register_quantization(install)
+    _install_vllm_choices()
     # A "MainProcess" that is not the first plugin process of the launch is a helper vLLM runs as a
     # plain subprocess (e.g. the model inspection of vllm.model_executor.models.registry): it checks
     # agreement like every process, but does not speak for the server in the status file.
@@ -244,6 +245,23 @@ def check_applied(vllm_config, server_args=None) -> Optional[dict]:
                             f"{m['applied']} ({m['where']}) (strict mode)" for m in result["mismatches"]],
                            "r9k: vLLM did not apply what the launch requested; refusing to serve")
     return result
+
+
+def _install_vllm_choices() -> None:
+    """vLLM's own kernel choices per layer, read once the model is built (:mod:`r9k.plugin.vllm_choices`)."""
+    from . import vllm_choices
+
+    vllm_choices.install_hooks()
+
+
+def record_vllm_choices(res: dict) -> None:
+    """Log vLLM's choices beside the profile's requested switches and write them into the status."""
+    from . import dispatch, vllm_choices
+
+    level = logging.WARNING if res["mismatches"] else logging.INFO
+    for line in vllm_choices.table_lines(res, f"r9k {_active.hash if _active else '?'}:"):
+        _emit(level, line)
+    _write_status(dispatch.get_table())
 
 
 def _install_failed(plan, reason: str) -> None:

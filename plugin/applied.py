@@ -102,6 +102,12 @@ def _row_for_request(q, cfg, environ, server_args=None) -> Row:
         reader = "vLLM" if q.program == "vllm" else q.program
         return Row(q.knob, req, got, "environment", "applied" if ok else "mismatch",
                    f"exported for {reader}" if ok else "the server's environment differs")
+    if q.kind == "json-list":  # a custom op's "+op" / "-op": an entry of the final custom_ops list
+        flag, _, key = q.target.partition(".")
+        sec = getattr(cfg, flag.lstrip("-").replace("-", "_"), None)
+        got = list(getattr(sec, key, None) or [])
+        return Row(q.knob, req, _norm(got), f"{flag.lstrip('-').replace('-', '_')}.{key}",
+                   "applied" if q.value in got else "mismatch")
     if q.kind == "json":
         flag, _, key = q.target.partition(".")
         sec = getattr(cfg, flag.lstrip("-").replace("-", "_"), None)

@@ -27,6 +27,7 @@ from .models import SUPERSEDED, SUPERSEDED_BY
 from ..registry.manifest import Impl
 from ..registry import fileio
 from .startup import process_alive
+from . import vllm_choices
 
 SCHEMA = "r9k-status/1"
 ROUTE = "/r9k/status"
@@ -59,6 +60,7 @@ def snapshot(active, table, proc, applied: Optional[dict] = None, ranks: Optiona
         "applied": applied,
         "kv_cache": _kv_cache(),  # predicted vs allocated, once the engine is ready (plugin/kvcache.py)
         "ranks": ranks,  # every rank's record, where this process took part in the ranks' agreement
+        "vllm_choices": _vllm_choices(),  # vLLM's kernel choices per layer, once the model is built here
         "time": time.time(),
     }
 
@@ -89,6 +91,10 @@ def superseded(ops: dict, op_variants: dict, plans: Optional[dict] = None) -> di
 
 def _kv_cache():
     return kvcache.current()
+
+
+def _vllm_choices():
+    return vllm_choices.current()
 
 
 def plan_counts(table) -> dict:
@@ -219,6 +225,7 @@ def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
     data["agree"] = len({s["hash"] for s in procs.values()}) <= 1
     data["kv_cache"] = next((s.get("kv_cache") for s in ([own] if own else []) + list(procs.values())
                              if s.get("kv_cache")), None)
+    data["vllm_choices"] = next((s.get("vllm_choices") for s in ordered if s.get("vllm_choices")), None)
     data["status_file"] = path
     data["server"] = (own or {}).get("server") or file_data.get("server")
     data["liveness"] = liveness(procs)

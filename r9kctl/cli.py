@@ -23,7 +23,7 @@ from .help_text import EXAMPLES, plain
 # Subcommand modules, in the order ``--help`` lists them.
 COMMANDS = [
     "list", "show", "resolve", "validate", "diff", "profiles", "releases", "launch", "doctor", "tui", "status", "gate",
-    "eval", "bisect", "bench", "schema", "completion",
+    "eval", "bisect", "bench", "schema", "completion", "recipes",
 ]
 
 GLOBAL_OPTIONS = (  # (flags, dest, argparse keywords)

@@ -38,6 +38,13 @@ def describe(reg, v) -> list[tuple[str, str]]:
     add("defaults", ", ".join(f"{k}={val}" for k, val in sorted(v.defaults.items())))
     for m, d in v.model_defaults.items():
         add(f"defaults ({m})", ", ".join(f"{k}={val}" for k, val in sorted(d.items())))
+    for plat, d in sorted(v.platform_defaults.items()):
+        add(f"defaults (platform {plat})", ", ".join(f"{k}={val}" for k, val in sorted(d.items())))
+    if v.vllm is not None:  # one of vLLM's own switches (registry/variants/vllm.toml)
+        add("vLLM versions", v.vllm.versions or "every described version")
+        add("vLLM platforms", ", ".join(v.vllm.platforms) or "every platform")
+        add("vLLM default", ", ".join(f"{k}: {val}" for k, val in sorted(v.vllm.default.items())))
+        add("vLLM decides", f"{v.vllm.decides} (read in {v.vllm.source})")
     if v.models or v.excluded_models:
         add("models", ", ".join(v.models) if v.models else "all but " + ", ".join(v.excluded_models))
     add("status", f"{v.status.state}: {v.status.reason}")

@@ -187,7 +187,35 @@ def _run(args) -> int:
         b = applied.get("backends") or {}
         if b:
             print("backends: " + ", ".join(f"{k} {v}" for k, v in b.items()))
+    _print_vllm_choices(data.get("vllm_choices"))
     if not agree:
         print("r9kctl status: the server's processes report different hashes", file=sys.stderr)
         return 1
     return 0
+
+
+def _print_vllm_choices(ch) -> None:
+    """vLLM's kernel choices per layer kind beside the profile's vLLM switches, and the tuned-config source of
+    each of this project's kernel packages (plugin/vllm_choices.py)."""
+    if not ch:
+        return
+    from .output import table
+
+    rows = []
+    for kind, d in sorted(ch.get("layers", {}).items()):
+        for k, e in sorted(d.items()):
+            how = ", ".join(x for x in (e.get("method") or e.get("impl"), e.get("kernel") and f"kernel {e['kernel']}") if x)
+            rows.append([kind, k, e.get("layers", 0), how or "-"])
+    for n, e in sorted(ch.get("custom_ops", {}).items()):
+        state = {True: "enabled (vLLM's kernel)", False: "native"}.get(e.get("enabled"), "?")
+        rows.append(["custom op", n, e.get("layers", 0), f"{state}: {e.get('path')}"])
+    for k, t in sorted(ch.get("moe_tuned_config", {}).items()):
+        rows.append(["moe config", k, "-", t.get("source", "?")])
+    for pkg, t in sorted(ch.get("r9k_tuned", {}).items()):
+        rows.append(["r9k tuned config", pkg, "-", f"{t.get('source')} (device {t.get('device')})"])
+    table(["LAYER KIND", "VLLM CHOSE", "LAYERS", "HOW"], rows, title=f"what vLLM chose per layer ({ch.get('process')})")
+    if ch.get("rows"):
+        table(["STATE", "KNOB", "SWITCH", "LAYER", "REQUESTED", "VLLM CHOSE"],
+              [[r["state"], r["knob"], r["switch"], r["layer"], r["requested"],
+                (r["chosen"] or "?") + (f": {r['note']}" if r["note"] else "")] for r in ch["rows"]],
+              title=f"vLLM switches: requested vs chosen ({len(ch.get('mismatches', []))} mismatch(es))")

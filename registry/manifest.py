@@ -102,6 +102,17 @@ class Sets:
 
 
 @dataclass
+class Switch:
+    """Where one of vLLM's own switches exists and what it decides (the TOML's ``vllm``; schema ``VllmSwitch``)."""
+
+    versions: str = ""
+    platforms: list = field(default_factory=list)
+    default: dict = field(default_factory=dict)
+    decides: str = ""
+    source: str = ""
+
+
+@dataclass
 class Facts:
     """The facts of one variant the processes of a server need."""
 
@@ -115,6 +126,7 @@ class Facts:
     gate_tests: tuple[str, ...] = ()
     sets: Optional[Sets] = None
     fused_values: tuple[str, ...] = ()
+    vllm: Optional[Switch] = None  # one of vLLM's own switches (plugin.vllm_choices)
 
 
 @dataclass
@@ -199,7 +211,8 @@ class Manifest:
                                               "extension_point": f.implementation.extension_point},
                            "gate_tests": list(f.gate_tests),
                            "sets": f.sets.to_dict() if f.sets else None,
-                           "fused_values": list(f.fused_values)}
+                           "fused_values": list(f.fused_values),
+                           "vllm": dict(f.vllm.__dict__) if f.vllm else None}
         return {"schema": SCHEMA, "profile": self.profile, "model": self.model, "tp": self.tp,
                 "platform": self.platform, "release": self.release, "chain": list(self.chain), "hash": self.hash,
                 "strict": self.strict, "registry": self.registry, "values": values,
@@ -266,7 +279,9 @@ def from_dict(data: Any) -> Manifest:
                           Code(impl.get("module"), impl.get("op"), tuple(impl.get("platforms") or ()),
                                impl.get("extension_point")),
                           tuple(d.get("gate_tests") or ()), Sets.from_dict(sets) if sets else None,
-                          tuple(d.get("fused_values") or ()))
+                          tuple(d.get("fused_values") or ()),
+                          Switch(**{k: x for k, x in d["vllm"].items() if k in Switch.__dataclass_fields__})
+                          if d.get("vllm") else None)
             value = d.get("value")
             items[vid] = Item(facts, None if value is None else str(value), Origin.from_dict(d.get("origin") or {}))
         m = Manifest(str(data["profile"]), data.get("model"), int(data["tp"]), data.get("platform"),
@@ -290,7 +305,8 @@ def from_resolved(rs, registry: Optional[str] = None, warnings=(), gates=None) -
                       Code(impl.module, impl.op, tuple(impl.platforms), impl.extension_point),
                       tuple(v.gate.tests) if v.gate else (),
                       Sets.from_dict(v.sets.model_dump()) if v.sets else None,
-                      fused_values(v.type, v.choices, v.stock) if impl.op else ())
+                      fused_values(v.type, v.choices, v.stock) if impl.op else (),
+                      Switch(**v.vllm.model_dump()) if getattr(v, "vllm", None) else None)
         items[vid] = Item(facts, r.value, r.origin)
     return Manifest(rs.profile, rs.model, rs.tp, rs.platform, bool(rs.strict), items, dict(rs.extra_env), rs.release,
                     list(rs.chain), list(rs.serve_args), rs.model_path, rs.hardware, rs.gpu_memory_utilization,

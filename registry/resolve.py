@@ -345,7 +345,7 @@ def resolve(
     release_order = reg.release_order()
     for vid, v in reg.variants.items():
         file, line = reg.origins.get(("variant", vid), ("registry", 0))
-        r = Resolved(v, v.default_for(model, tp), Origin("registry", file, line or None))
+        r = Resolved(v, v.default_for(model, tp, plat), Origin("registry", file, line or None))
         if base == "stock":
             r.override(v.stock, Origin("release", detail="stock values (extends = \"stock\")"))
         elif base in reg.releases and base != (release_order[-1] if release_order else None):

@@ -188,7 +188,10 @@ class Sets(Strict):
     # (compilation-config, speculative-config, attention-backend: the older spellings, read as json-field /
     # vllm-arg by registry/vllm_map.py)
     kind: Literal["vllm-arg", "vllm-flag", "json-field", "env", "none", "compilation-config", "speculative-config",
-                  "attention-backend", "other"]
+                  "attention-backend", "other", "kernel-config", "custom-op", "vllm-env"]
+    # vLLM's own switches (registry/variants/vllm.toml): ``kernel-config``: the field NAME of ``--kernel-config``;
+    # ``custom-op``: the custom op NAME, value "+" (vLLM's kernel) or "-" (the native torch path) as a
+    # ``--compilation-config`` ``custom_ops`` entry; ``vllm-env``: the vLLM variable NAME (``env``, program vllm)
     name: str  # the flag (``--max-num-seqs``), the JSON flag of a json-field, the variable, or what reads it (none)
     text: Optional[str] = None
     # The declared mapping, checked against the vLLM interface description (registry/vllm_interface.py):
@@ -201,6 +204,41 @@ class Sets(Strict):
     env: dict[str, dict[str, str]] = Field(default_factory=dict)  # env: value -> variables set (instead of NAME=value)
     path: bool = False  # the value names a file that must exist at launch (pre-flight)
     reason: Optional[str] = None  # none: why the knob reaches no program launched here
+
+
+class VllmSwitch(Strict):
+    """One of vLLM's own switches (a variant whose ``sets`` is a vLLM flag, ``--kernel-config`` field, custom op
+    or vLLM variable): where it exists and what vLLM does when it is left alone.
+
+    versions:  the vLLM versions that have it (``>=0.32``, ``<0.33``; registry/provenance.parse_spec clauses).
+    platforms: the platform families it acts on (``cpu``, ``cuda``, ``rocm``); empty: every platform.
+    default:   vLLM's own choice when unset, per platform family (``all`` for every platform).
+    decides:   the layer kind it chooses for (attention, moe, linear, custom-op, cpu, ...).
+    source:    where vLLM reads it (``vllm/envs.py``, ``vllm/config/kernel.py``).
+    """
+
+    versions: str = ""
+    platforms: list[str] = Field(default_factory=list)
+    default: dict[str, str] = Field(default_factory=dict)
+    decides: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+
+    @field_validator("versions")
+    @classmethod
+    def _spec(cls, v: str) -> str:
+        if v:
+            from .provenance import parse_spec
+
+            parse_spec(v)
+        return v
+
+    @field_validator("platforms")
+    @classmethod
+    def _plats(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if p not in ("cpu", "cuda", "rocm", "xpu", "tpu"):
+                raise ValueError(f"platform {p!r} must be a family: cpu, cuda, rocm, xpu or tpu")
+        return v
 
 
 class Variant(Strict):
@@ -216,6 +254,8 @@ class Variant(Strict):
     code_default: Optional[str] = None  # what the original plugin did with the variable unset
     defaults: dict[str, str] = Field(default_factory=dict)  # "tp4" -> value: the shipped defaults (latest release)
     model_defaults: dict[str, dict[str, str]] = Field(default_factory=dict)  # model -> tp key -> value
+    # platform family (cpu, cuda, rocm) -> tp key or "all" -> value: the shipped default on that platform
+    platform_defaults: dict[str, dict[str, str]] = Field(default_factory=dict)
     category: Category
     area: str
     summary: str = Field(min_length=1)
@@ -234,6 +274,7 @@ class Variant(Strict):
     excluded_models: list[str] = Field(default_factory=list)  # models that lack the part this variant touches
     graph_affecting: bool = False  # changes the compiled graph: part of vLLM's compile-cache key
     sets: Optional[Sets] = None
+    vllm: Optional[VllmSwitch] = None  # one of vLLM's own switches: versions, platforms, vLLM's default
     note: Optional[str] = None
 
     @field_validator("id")
@@ -283,6 +324,9 @@ class Variant(Strict):
         for m, d in self.model_defaults.items():
             for k, v in d.items():
                 yield f"model_defaults.{m}.{k}", v
+        for p, d in self.platform_defaults.items():
+            for k, v in d.items():
+                yield f"platform_defaults.{p}.{k}", v
 
     # ---- values
 
@@ -313,7 +357,11 @@ class Variant(Strict):
         if t == "enum":
             if raw in self.choices:
                 return raw
-            raise ValueError(f"expected one of {', '.join(repr(c) for c in self.choices)}")
+            import difflib
+
+            near = difflib.get_close_matches(raw, self.choices, n=1, cutoff=0.6)
+            raise ValueError(f"expected one of {', '.join(repr(c) for c in self.choices)}"
+                             + (f" (did you mean {near[0]!r}?)" if near else ""))
         if t in ("int", "float"):
             try:
                 num = int(raw) if t == "int" else float(raw)
@@ -350,13 +398,20 @@ class Variant(Strict):
         """Whether the model has the part this variant touches."""
         return not model or not ((self.models and model not in self.models) or model in self.excluded_models)
 
-    def default_for(self, model: Optional[str], tp: int) -> Optional[str]:
-        """The registry's (latest release's) default at this model and TP size, or the stock value."""
+    def default_for(self, model: Optional[str], tp: int, platform: Optional[str] = None) -> Optional[str]:
+        """The registry's (latest release's) default at this model, TP size (and platform), or the stock value."""
         key = f"tp{tp}"
         if model and ((self.models and model not in self.models) or model in self.excluded_models):
             return self.stock
         if model and model in self.model_defaults and key in self.model_defaults[model]:
             return self.model_defaults[model][key]
+        if platform and self.platform_defaults:
+            from .availability import platform_family
+
+            fam = platform_family(platform)
+            pd = self.platform_defaults.get(fam or "", {})
+            if key in pd or "all" in pd:
+                return pd.get(key, pd.get("all"))
         if key in self.defaults:
             return self.defaults[key]
         return self.stock

@@ -16,6 +16,8 @@ from typing import Any, Optional
 
 from .errors import Diagnostic
 from .vllm_interface import target
+from .provenance import in_range
+from .availability import platform_family
 
 #: (knob unit, vLLM's unit) -> factor. A pair not here is a unit mismatch.
 UNIT_FACTORS = {("GiB", "bytes"): 2**30, ("MiB", "bytes"): 2**20, ("GiB", "MiB"): 1024}
@@ -52,6 +54,14 @@ def mapping(sets) -> Mapping:
                        fields={"method": sets.name}, **common)
     if k == "attention-backend":  # the variable vLLM no longer reads: the flag carries the knob's value
         return Mapping("vllm-arg", "--attention-backend", **common)
+    # vLLM's own switches (registry/variants/vllm.toml)
+    if k == "kernel-config":
+        return Mapping("json-field", "--kernel-config", field=sets.name, **common)
+    if k == "vllm-env":
+        common["program"] = "vllm"
+        return Mapping("env", sets.name, **common)
+    if k == "custom-op":
+        return Mapping("custom-op", sets.name, field="custom_ops", **common)
     return Mapping(k, sets.name, field=getattr(sets, "field", None), fields=dict(getattr(sets, "fields", {}) or {}),
                    **common)
 
@@ -59,7 +69,7 @@ def mapping(sets) -> Mapping:
 @dataclass
 class Request:
     knob: str
-    kind: str  # arg, flag, json, env, none
+    kind: str  # arg, flag, json, json-list (an entry of a JSON list: custom ops), env, none
     target: str  # "--max-num-seqs", "--compilation-config.cudagraph_mode", "NCCL_PROTO", "container host"
     value: Any  # what is sent (after unit conversion and encoding); None for a bare flag
     knob_value: str
@@ -73,6 +83,8 @@ class Request:
             return self.target
         if self.kind == "json":
             return f"{self.target}={json.dumps(self.value)}"
+        if self.kind == "json-list":
+            return f"{self.target} += {json.dumps(self.value)}"
         if self.kind == "env":
             return f"{self.target}={self.value} (read by {self.program})"
         return f"not applied: {self.note}"
@@ -134,6 +146,8 @@ def requests(rs, iface=None) -> list[Request]:
             out.append(Request(knob, "json", f"{m.name}.{m.field}", convert(val, m), val))
             for k, c in sorted(m.fields.items()):
                 out.append(Request(knob, "json", f"{m.name}.{k}", c, val, note="constant of the mapping"))
+        elif m.kind == "custom-op":  # "+" / "-": one entry of --compilation-config's custom_ops list
+            out.append(Request(knob, "json-list", f"--compilation-config.{m.field}", f"{val}{m.name}", val))
         elif m.kind == "env":
             pairs = m.env.get(val) if m.env else {m.name: str(convert(val, m))}
             for var, x in sorted((pairs or {}).items()):
@@ -165,6 +179,16 @@ def launch_args(rs, iface=None) -> tuple[list[str], dict[str, str], list[Request
                 continue
             obj[key] = q.value
             owner.setdefault(q.target, q.knob)
+        elif q.kind == "json-list":  # custom ops: entries of one list, "+op" and "-op" of one op conflict
+            flag, _, key = q.target.partition(".")
+            lst = objs.setdefault(flag, {}).setdefault(key, [])
+            if not isinstance(lst, list):
+                conflicts.append(f"{q.knob} adds to {q.target}, which another knob sets whole")
+                continue
+            if any(e[1:] == q.value[1:] and e != q.value for e in lst):
+                conflicts.append(f"{q.knob}: {q.target} has both +{q.value[1:]} and -{q.value[1:]}")
+                continue
+            lst.append(q.value)
         elif q.kind == "env":
             if q.target in env and env[q.target] != q.value:
                 conflicts.append(f"{q.knob} and another knob both set {q.target}")
@@ -216,15 +240,114 @@ def mapping_problems(m: Mapping, iface) -> list[tuple[str, str]]:
                 near = iface.nearest_env(n)
                 out.append(("name", f"{n} is not read by vLLM {v}" + (f" (nearest: {near})" if near else "")
                             + ("" if reads_vllm else "; a variable for another program names it: program = \"...\"")))
+    elif m.kind == "custom-op":
+        fl = iface.flag("--compilation-config")
+        if fl is None or (fl.fields and m.field not in fl.fields):
+            out.append(("kind", f"vLLM {v} has no --compilation-config custom_ops list"))
     elif m.kind == "other":
         out.append(("kind", "kind \"other\" says nothing of who reads the knob: declare its mapping"))
     return out
 
 
+# --- vLLM's own switches (variants with a [variant.vllm] table) -------------------------------------------
+
+def switch_name(var) -> str:
+    """How vLLM spells the switch: ``--moe-backend``, ``--kernel-config enable_jit_warmup``, ``custom op
+    rms_norm``, ``VLLM_USE_DEEP_GEMM``."""
+    m = mapping(var.sets)
+    if m.kind == "json-field":
+        return f"{m.name} {m.field}"
+    if m.kind == "custom-op":
+        return f"custom op {m.name}"
+    return m.name
+
+
+def switch_exists(var, version: Optional[str]) -> bool:
+    """Whether vLLM ``version`` has the switch (its declared version range; no range: every version)."""
+    sw = getattr(var, "vllm", None)
+    return sw is None or not sw.versions or version is None or in_range(version, sw.versions)
+
+
+def switch_on_platform(var, platform: Optional[str]) -> bool:
+    """Whether the switch acts on ``platform`` (its family among the declared ones; unknown platform: yes)."""
+    sw = getattr(var, "vllm", None)
+    fam = platform_family(platform)
+    return sw is None or not sw.platforms or fam is None or fam in sw.platforms
+
+
+def accepted_values(var, iface) -> Optional[list[str]]:
+    """The values ``iface``'s vLLM accepts for the switch (the parser's choices, the variable's declared
+    choices; a boolean variable: 0/1); None where the description names none (a free string)."""
+    m = mapping(var.sets)
+    if m.kind in ("vllm-arg", "vllm-flag"):
+        fl = iface.flag(m.name)
+        return list(fl.choices) if fl is not None and fl.choices is not None else None
+    if m.kind == "json-field" and m.name == "--kernel-config":
+        # the kernel-config backend fields take the same names as the top-level flags of the same dest
+        fl = iface.flag("--" + (m.field or "").replace("_", "-"))
+        return list(fl.choices) if fl is not None and fl.choices is not None else None
+    if m.kind == "env":
+        e = iface.env(m.name)
+        if e is None:
+            return None
+        if e.choices:
+            return list(e.choices)
+        if (e.type or "").startswith("bool"):
+            return ["0", "1"]
+        return None
+    if m.kind == "custom-op":
+        return ["+", "-"]
+    return None
+
+
+def check_switches(reg, report, iface) -> None:
+    """Every declared vLLM switch against ``iface``: each value the variant declares (its choices, stock and
+    defaults) is one that vLLM version accepts (a located error naming the nearest accepted value)."""
+    import difflib
+
+    for vid, var in sorted(reg.variants.items()):
+        if var.vllm is None or var.sets is None or not switch_exists(var, iface.version):
+            continue
+        ok = accepted_values(var, iface)
+        if ok is None:
+            continue
+        vals = list(var.choices) if var.type == "enum" else []
+        vals += [x for _w, x in var._declared_values()]
+        for val in dict.fromkeys(vals):
+            if val in ("", None) or val in ok:
+                continue
+            near = difflib.get_close_matches(val, ok, n=1, cutoff=0.5)
+            f, ln, col = reg.locate("variant", vid, ("choices",))
+            if ln is None:
+                f, ln, col = reg.locate("variant", vid)
+            report.add(Diagnostic("error", "vllm-value", f"{var.knob}: vLLM {iface.version} does not accept "
+                                  f"{val!r}" + (f" (did you mean {near[0]!r}?)" if near else ""), file=f, line=ln,
+                                  col=col, items=[vid, f"vllm {iface.version}"]))
+
+
+def check_profile_switches(reg, rs, report, iface) -> None:
+    """A profile's vLLM switches away from stock: each exists in the target vLLM version and on the profile's
+    platform (a located error at the line that set it)."""
+    for vid, r in sorted(rs.items.items()):
+        var = r.variant
+        if var.vllm is None or not _active(r):
+            continue
+        where = (r.origin.file, r.origin.line, None) if getattr(r.origin, "line", None) else \
+            reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
+        if not switch_exists(var, iface.version):
+            report.add(Diagnostic("error", "vllm-version", f"{var.knob}={r.value}: vLLM {iface.version} has no "
+                                  f"{switch_name(var)} (it exists in vLLM {var.vllm.versions})",
+                                  file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
+        if not switch_on_platform(var, rs.platform):
+            report.add(Diagnostic("error", "vllm-platform", f"{var.knob}={r.value}: {switch_name(var)} does "
+                                  f"not act on platform {rs.platform} (it acts on {', '.join(var.vllm.platforms)})",
+                                  file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
+
+
 def check_mappings(reg, report, iface, only: Optional[set[str]] = None) -> None:
     """Every launcher knob's declared mapping against ``iface`` (a located error each)."""
     for vid, var in sorted(reg.variants.items()):
-        if var.sets is None or (only is not None and vid not in only):
+        if var.sets is None or (only is not None and vid not in only) or not switch_exists(var, iface.version):
             continue
         m = mapping(var.sets)
         for fld, msg in mapping_problems(m, iface):
@@ -239,6 +362,7 @@ def check_mappings(reg, report, iface, only: Optional[set[str]] = None) -> None:
             report.add(Diagnostic("error", "vllm-mapping", f"launcher knob {var.knob} declares no mapping "
                                   "([variant.sets]): its value would reach no program", file=f, line=ln, col=col,
                                   items=[vid]))
+    check_switches(reg, report, iface)
 
 
 def check_launch(reg, rs, report, iface, argv: list[str], env: dict[str, str]) -> None:
@@ -298,6 +422,7 @@ def check_profile_launch(reg, rs, report, iface=None, extra_args: Optional[list[
                                   "ships in registry/vllm/: the launch is not checked against its parser (generate "
                                   "one: scripts/vllm_interface.py)", items=[rs.profile]))
             return
+    check_profile_switches(reg, rs, report, iface)
     argv, env, _reqs, conflicts = serve_argv(rs, extra_args, iface)
     f, ln, col = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
     for c in conflicts:
@@ -317,4 +442,6 @@ def describe(sets) -> str:
     if m.kind == "env":
         names = sorted({n for pairs in m.env.values() for n in pairs}) if m.env else [m.name]
         return f"{' / '.join(names)} (read by {'vLLM' if m.program == 'vllm' else m.program})"
+    if m.kind == "custom-op":
+        return f"vLLM's --compilation-config custom_ops +/-{m.name}"
     return f"not applied: {m.reason or m.kind + ' ' + m.name}"

@@ -80,7 +80,7 @@ def non_stock(profile: str) -> dict[str, tuple[str, str]]:
         return str(int(val)) if isinstance(val, bool) else str(val)
 
     return {k: (by_knob[k].implementation.op, by_knob[k].stock) for k, val in knobs.items()
-            if text(val) != by_knob[k].stock}
+            if text(val) != by_knob[k].stock and by_knob[k].vllm is None}  # vLLM's own switches: kept in both
 
 
 def greedy(port: int) -> list[dict]:
