@@ -76,7 +76,7 @@ def _synthetic(reg, release: str, platforms: list[str]):
 
 
 def run(args) -> int:
-    from ..registry import availability, ledger
+    from ..registry import availability, ledger, manifest
     from ..registry.resolve import resolve
     from ..registry.vllm_interface import load, target
 
@@ -126,7 +126,7 @@ def run(args) -> int:
             if not rs.ok:
                 errors += rs.diagnostics
                 continue
-            avail = availability.plan(rs)
+            avail = availability.plan(manifest.from_resolved(rs))
             out.append(_recipe(reg, rs, iface, gates, avail))
     finally:
         for n in added:

@@ -244,8 +244,10 @@ def release_credit(reg: Registry, v: Variant, base: str, model: Optional[str], t
     is never credited to this project's: ``release v0.3.2-r9k.1 (r9k-stack, extends v0.3.2)``."""
     rel = reg.releases.get(base)
     seen = {base}
+    order = reg.release_order()
     while rel is not None and rel.project and rel.previous in reg.releases and rel.previous not in seen:
-        if value_at_release(reg, v, rel.previous, model, tp) != value:
+        newer = v.since in order and order.index(v.since) > order.index(rel.previous)  # no such knob there yet
+        if newer or value_at_release(reg, v, rel.previous, model, tp) != value:
             return f"release {base} ({rel.project}, extends {rel.previous})"
         base = rel.previous
         seen.add(base)

@@ -172,10 +172,14 @@ def test_recipes_markdown_and_json(r9kctl):
     assert sw["ATTENTION_BACKEND"]["value"] is None and sw["ATTENTION_BACKEND"]["vllm_default"] == "CPU_ATTN"
     assert "VLLM_ROCM_USE_AITER" not in sw and "KERNEL_MONOKERNEL" not in sw  # not on cpu / not in 0.32
     router = next(v for v in r["variants"] if v["knob"] == "R9K_ROUTER")
-    assert router["gate"] in ("fresh", "stale", "missing", "failed") and router["availability"] == "installed"
+    assert router["gate"] in ("fresh", "stale", "missing", "failed") and router["availability"] == "fused"
+    # vLLM's switches are this project's declarations: its release sets them, the original's v0.3.2 does not
+    rc, out, err = r9kctl("recipes", "--release", "v0.3.2-r9k.1", "--platform", "cpu", "--vllm-version", "0.33")
+    assert rc == 0, err
+    assert "## tiny-qwen2-moe tp2 cpu" in out and "| nobind | release v0.3.2-r9k.1 (r9k-stack" in out
     rc, out, err = r9kctl("recipes", "--release", "v0.3.2", "--platform", "cpu", "--vllm-version", "0.33")
     assert rc == 0, err
-    assert "## tiny-qwen2-moe tp2 cpu" in out and "| nobind | release v0.3.2" in out
+    assert "## tiny-qwen2-moe tp2 cpu" in out and "| nobind |" not in out
     assert "--kernel-config monokernel" not in out  # cuda/rocm only
     rc, out, err = r9kctl("recipes", "--release", "v9.9")
     assert rc == 2 and "error[usage]" in err and "Traceback" not in err
