@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 from typing import Optional
-from . import _active, _emit, startup
+
+from . import startup
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -72,6 +73,7 @@ def line(rep: dict) -> str:
 def on_engine_ready(engine_client) -> Optional[dict]:
     """Called once the engine is up (the endpoint plugin's ``init_state``): compute, log, record."""
     global _report
+    from . import _active, _emit  # at call time: register() binds the plugin's active set after this import
 
     if _active is None:
         return None

@@ -44,6 +44,8 @@ LAZY = {
     "r9kctl/cmd_*.py": "`r9kctl --help` (and completion) imports every subcommand's module to build the parser: "
                        "what a command runs is imported when it runs (+27% CPU for --help when moved up)",
     "kernels/ops.py": "the op table's import is cheap (no torch); kernel folders load on demand",
+    "plugin/kvcache.py": "reads the plugin's active set (r9k.plugin._active) when the engine is ready: a name "
+                         "register() rebinds, which an import at the top would freeze at None",
 }
 #: Files run by path (``python registry/provenance.py``), not as a module: absolute imports only.
 SCRIPTS = {"registry/provenance.py": "scripts/gpu.sh runs it by path on the GPU machine"}

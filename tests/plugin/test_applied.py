@@ -125,13 +125,13 @@ def test_strict_mismatch_stops_at_vllms_final_config_before_the_engine(plugin_en
 
 
 def test_the_launch_snapshot_carries_the_whole_mapping(registry):
-    """Later vLLM processes read a light copy of the set (plugin/snapshot.py): the applied-check must see the
-    same mapping there (units, JSON fields), or KVMEM=9 would be compared as 9 bytes."""
-    from r9k.plugin import snapshot
+    """Every vLLM process reads the set from the carried manifest (registry/manifest.py): the applied-check must see
+    the same mapping there (units, JSON fields), or KVMEM=9 would be compared as 9 bytes."""
+    from r9k.registry import manifest
     from r9k.registry.resolve import resolve
 
     rs = resolve(registry, "27b-tp2", env={})
-    light, _origin, _w = snapshot.load(snapshot.dump(NS(rs=rs, origin="test", warnings=[])))
+    light = manifest.from_carrier(manifest.carrier(manifest.from_resolved(rs), "s"))[0]
     env = {"GPU_MAX_HW_QUEUES": "1", "HSA_ENABLE_MWAITX": "1", "NCCL_PROTO": "Simple", "VLLM_KV_CACHE_LAYOUT": "LBHNC"}
     full = applied.compare(rs, _cfg(tp=2), env)["rows"]
     assert applied.compare(light, _cfg(tp=2), env)["rows"] == full

@@ -61,7 +61,8 @@ def test_init_state_records_it_in_the_route_and_the_log(plugin_env):
     plugin.register()
     cc = SimpleNamespace(num_gpu_blocks=65_536, block_size=16, kv_cache_size_tokens=None)
     client = SimpleNamespace(vllm_config=SimpleNamespace(cache_config=cc))
-    plugin_env.setattr(plugin, "check_applied", lambda cfg: None)  # not this test's subject
+    plugin_env.setattr(plugin, "check_applied", lambda *a, **k: None)  # not this test's subject
+    plugin_env.setattr(status, "check_applied", lambda *a, **k: None)  # (status.py holds its own name for it)
     asyncio.run(status.endpoint_plugin().init_state(client, None, None))
     body = plugin.current_status()
     kv = body["kv_cache"]

@@ -178,12 +178,12 @@ def test_tuned_config_sources(tmp_path, monkeypatch):
 
 
 def test_the_launch_snapshot_carries_the_switches(reg, monkeypatch):
-    """Later processes of a launch (engine core, workers) read the first process's snapshot: the same rows."""
-    from r9k.plugin import snapshot
+    """Every process of a launch (engine core, workers) reads the carried manifest: the same rows."""
+    from r9k.registry import manifest
 
     monkeypatch.setenv("VLLM_CPU_ATTN_SPLIT_KV", "0")
     rs = resolve(reg, "cpu-smoke", env={})
-    light, _o, _w = snapshot.load(snapshot.dump(NS(rs=rs, origin="test", warnings=[])))
+    light = manifest.from_carrier(manifest.carrier(manifest.from_resolved(rs), "s"))[0]
     ch = vllm_choices.read_model(_model(), _cfg())
     assert vllm_choices.compare(light, ch, _cfg()) == vllm_choices.compare(rs, ch, _cfg())
     assert {r["knob"] for r in vllm_choices.compare(light, ch, _cfg())} == {"CUSTOM_OP_RMS_NORM", "VLLM_CPU_ATTN_SPLIT_KV"}
