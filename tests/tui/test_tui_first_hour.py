@@ -402,7 +402,7 @@ def test_launch_screen_command_first_environment_folded_extra_arguments(workspac
             await pilot.press(*list("--port 8001"), "enter")
             await pilot.pause()
             assert isinstance(app.screen, LaunchScreen) and not started  # enter applied the field, no more
-            assert scr.plan.argv[-2:] == ["--port", "8001"]
+            assert scr.plan.argv[-4:-2] == ["--port", "8001"]  # then the carried set (--additional-config)
             assert "--port 8001" in text_of(scr.query_one("#launch-command", Static))
             await pilot.press("ctrl+l")
             await pilot.pause()
@@ -412,7 +412,7 @@ def test_launch_screen_command_first_environment_folded_extra_arguments(workspac
     run(scenario())
     [session] = started
     assert session.extra_args == ["--port", "8001"]
-    assert session.plan_launch(final=False).argv[-2:] == ["--port", "8001"]
+    assert session.plan_launch(final=False).argv[-4:-2] == ["--port", "8001"]
 
 
 def test_knob_column_is_whole_at_every_width():

@@ -280,7 +280,8 @@ def test_launch_shows_dry_run_and_refuses_invalid(workspace):
             assert isinstance(app.screen, LaunchScreen)
             plan = app.screen.plan
             assert plan.ok and "--tensor-parallel-size" in plan.argv and "2" in plan.argv
-            assert plan.env[envvars.PROFILE.name] == "tp2-default"
+            assert plan.manifest["profile"] == "tp2-default"  # the set travels in vLLM's config, not a variable
+            assert '"hash":"%s"' % plan.manifest["hash"] in plan.argv[plan.argv.index("--additional-config") + 1]
             await pilot.press("escape")
             await pilot.pause()
             # make it invalid: refused, no launch button
