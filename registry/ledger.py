@@ -50,7 +50,7 @@ from typing import Any, Iterable, Mapping
 
 from . import envvars, fileio
 from . import gatedeps
-from .provenance import in_range, toolchain
+from . import provenance  # toolchain() looked up at call time: callers and tests replace provenance.toolchain
 from .gatedeps import closure_cached, content_hash, fresh_lookups
 from .availability import platform_admits
 
@@ -422,7 +422,7 @@ class Toolchains:
     older record of that platform stale)."""
 
     def __init__(self, records: Iterable[GateRecord], local: Mapping[str, Any] | None = None):
-        self.local = dict(local) if local is not None else toolchain()
+        self.local = dict(local) if local is not None else provenance.toolchain()
         self._mine = local_platforms(self.local)
         self._latest: dict[str, dict] = {}
         for r in records:
@@ -541,7 +541,7 @@ def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list
     for kb in getattr(getattr(variant, "gate", None), "known_bad", None) or []:
         for where, tc in toolchains.items():
             v = tc.get(kb.package)
-            if in_range(v, kb.versions):
+            if provenance.in_range(v, kb.versions):
                 out.append(f"{kb.package} {v} ({where}) is in the known-bad range {kb.versions}: {kb.reason}")
     return out
 
@@ -568,7 +568,7 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
 
     ``r9kctl validate`` / ``launch`` report them as warnings; ``launch --strict`` and the plugin's strict
     mode refuse on warnings."""
-    here = dict(local_toolchain) if local_toolchain is not None else toolchain()
+    here = dict(local_toolchain) if local_toolchain is not None else provenance.toolchain()
     out: list[tuple[str, Any, tuple, str]] = []
     for v in variants:
         st = states.get(v.id)

@@ -27,7 +27,7 @@ from ...registry import envvars, fileio
 from ...registry import ledger as L
 
 from .pytest_plugin import matches
-from ...registry.provenance import toolchain
+from ...registry import provenance  # toolchain() looked up at call time (replaceable)
 
 
 @dataclass
@@ -103,7 +103,7 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
     declared = gate_plan.test_ids
 
     deps = {v.id: L.file_hashes(reg, v) for v in gate_plan.variants}  # before the run: what it tests
-    tc = toolchain()
+    tc = provenance.toolchain()
     commit = _git(root, "rev-parse", "--short", "HEAD")
     dirty = None
     if commit is not None:

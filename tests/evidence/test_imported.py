@@ -76,14 +76,18 @@ def test_fabricated_import_is_labelled_imported_unverified_everywhere(repo, prof
     line = next(x for x in capsys.readouterr().out.splitlines() if "evdep_neg" in x)
     assert "missing" in line and "no record on rocm-gfx1201" in line and label in line
     # the control panel's state column and the plugin's startup table
-    from r9k.plugin.startup import Active, gate_labels
+    # (the startup table reads the labels its manifest carries: here the manifest of a process started by
+    # hand, resolved by the plugin's own start-up)
+    import os
+
+    from r9k.plugin.startup import gate_labels, resolve_once
     from r9k.r9kctl.tui.session import Session
-    from r9k.registry.resolve import resolve
 
     assert Session(reg, "ev-h200", env={}).gate_state("evdep_neg") == "fresh*"
     assert Session(reg, "ev-rocm", env={}).gate_state("evdep_neg") == "none"
-    assert gate_labels(Active(resolve(reg, "ev-h200", env={}), reg, "test")) == {"evdep_neg": f"fresh ({label})"}
-    assert gate_labels(Active(resolve(reg, "ev-rocm", env={}), reg, "test")) == {"evdep_neg": "none on rocm-gfx1201"}
+    started = lambda profile: resolve_once(dict(os.environ, **{envvars.PROFILE.name: profile}))  # noqa: E731
+    assert gate_labels(started("ev-h200")) == {"evdep_neg": f"fresh ({label})"}
+    assert gate_labels(started("ev-rocm")) == {"evdep_neg": "none on rocm-gfx1201"}
 
     # A run here adds "ran here" evidence on this machine's platform; the imported one stays labelled.
     assert cli.main(["gate", "evdep_neg"]) == 0

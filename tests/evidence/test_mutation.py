@@ -31,8 +31,9 @@ MUTANTS = [
     ("router_gemm", "r9k.kernels._triton.skinny_gemm", "    y = to_bf16(acc, INTERPRET)\n", "    y = to_bf16(acc * 1.01, INTERPRET)\n"),
     ("moe_fused_routing", "router", "wv = tl.where(den > 0.0, wv / den, 0.0)",
      "wv = tl.where(den > 0.0, wv / den * 1.01, 0.0)"),
-    ("hc_decode_mix", "hc_mix", "return 1.0 / (1.0 + tl.exp(-g))", "return 1.01 / (1.0 + tl.exp(-g))"),
-    ("hc_fp8_decode", "hc_mix", "return 1.0 / (1.0 + tl.exp(-g))", "return 1.01 / (1.0 + tl.exp(-g))"),
+    # the fused kernel's sigmoid term (_sigmoid itself is in hc_mix/elementwise.py, shared with the stock path)
+    ("hc_decode_mix", "hc_mix", "return _sigmoid(g) * xv", "return 1.01 * _sigmoid(g) * xv"),
+    ("hc_fp8_decode", "hc_mix", "return _sigmoid(g) * xv", "return 1.01 * _sigmoid(g) * xv"),
     ("fp8_block_linears", "fp8_block", "to_bf16(acc, INTERPRET), mask=out_mask)",
      "to_bf16(acc * 1.01, INTERPRET), mask=out_mask)"),
     ("fp8_block_fused_act_quant", "fp8_block", "q = to_e4m3(x * r[:, None], INTERPRET)",

@@ -22,7 +22,8 @@ from .fake_repo import SHIPPED, make_repo, variant
 VARIANTS = "\n".join([
     variant("evdep_add", "Test-only fused add (uses the shared helper).",
             ["kernels/evadd/test_evadd.py::test_add", "kernels/evadd/test_evadd.py::test_add_gpu"],
-            module="r9k.kernels.evadd", sources=["kernels/evadd/"]),
+            # The benchmark lives in bench/ (not under the kernel's folder): declared, so it is hashed.
+            module="r9k.kernels.evadd", sources=["kernels/evadd/", "bench/kernels/bench_evadd.py"]),
     variant("evdep_neg", "Test-only fused negation (does not use the shared helper).",
             ["kernels/evneg/test_evneg.py::test_neg"], sources=["kernels/evneg/"]),
 ])
