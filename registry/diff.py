@@ -331,7 +331,7 @@ def diff(reg: Registry, a: str, b: str, tp: Optional[int] = None, all_numbers: b
     d.projects = {r: reg.releases[r].project for r in (rel_a, rel_b) if r and reg.releases[r].project}
     # numbers are those of the release that measured them: a project release without records of its own
     # shows the figures of the release it extends, under that release's name
-    rel_a, rel_b = _numbers_release(reg, rel_a), _numbers_release(reg, rel_b)
+    rel_a, rel_b = _numbers_release(reg, rel_a, rel_b), _numbers_release(reg, rel_b, rel_a)
     d.rel_a, d.rel_b = rel_a, rel_b
     d.knobs = {v: (reg.variants[v].knob, reg.variants[v].summary) for v in d.added + d.removed + d.left_off}
     if rel_a and rel_b and rel_a != rel_b:
@@ -341,11 +341,13 @@ def diff(reg: Registry, a: str, b: str, tp: Optional[int] = None, all_numbers: b
     return d
 
 
-def _numbers_release(reg: Registry, rel: Optional[str]) -> Optional[str]:
+def _numbers_release(reg: Registry, rel: Optional[str], other: Optional[str] = None) -> Optional[str]:
+    """The release whose numbers stand for ``rel`` against ``other``: a project release compared with the release
+    it extends shows its own records; against any other release, the numbers of the release it extends."""
     seen = set()
     # (a project release's own records of a platform the original never ran on, such as its H200 decode-step
     # figures, are not release-to-release numbers of the served stack: they do not stop the walk)
-    while rel and rel not in seen and reg.releases[rel].project \
+    while rel and rel not in seen and reg.releases[rel].project and reg.releases[rel].previous != other \
             and not any(r.platform == "r9700" for r in reg.releases[rel].bench) \
             and not reg.releases[rel].quality and reg.releases[rel].previous in reg.releases:
         seen.add(rel)

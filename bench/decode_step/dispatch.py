@@ -32,6 +32,7 @@ from typing import Callable, Mapping, Optional
 
 from ...kernels import ops
 from ...plugin.dispatch import DispatchTable
+from ...registry import manifest
 
 #: The ops the decode step uses, in model order.
 STEP_OPS: tuple[str, ...] = (
@@ -148,9 +149,12 @@ def values_chooser(values: Mapping[str, Optional[str]], stock: str = "vllm") -> 
 def plugin_chooser(rs, strict: bool = False, stock: str = "vllm") -> Chooser:
     """A chooser through the plugin's DispatchTable built from a ResolvedSet (plan once, then choose per op).
 
+    The table plans from the set's manifest (:func:`r9k.registry.manifest.from_resolved`), as a served process
+    does; a :class:`~r9k.registry.manifest.Manifest` is taken as it is.
     ``DispatchTable.choose`` returns None where the plugin keeps the stock path (the value is stock, or
     it plans a fallback); the op's stock implementation is then used.
     """
+    rs = rs if isinstance(rs, manifest.Manifest) else manifest.from_resolved(rs)
     table = DispatchTable(rs, strict=strict)
     table.plan()
 

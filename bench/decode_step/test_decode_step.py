@@ -393,17 +393,29 @@ def test_shadow_check_catches_a_wrong_fused_op(rng, tiny_weights):
 
 
 def test_release_records_show_in_r9kctl_diff(tmp_path, capsys, reg):
-    """Recorded into a release manifest (a copy of the registry), the numbers show in ``r9kctl diff``."""
+    """Recorded into a release manifest (a copy of the registry), the numbers show in ``r9kctl diff``: the
+    H200 decode-step records are this project's (its own release, e.g. v0.3.2-r9k.1, not the original's)."""
+    import re
     import shutil
 
     res = json.loads((REPO / "bench/decode_step/results/h200_tp4-default_vs_stock.json").read_text())
     root = tmp_path / "registry"
     shutil.copytree(REPO / "registry", root)
-    latest = sorted((root / "releases").glob("v*.toml"), key=lambda p: [int(x) for x in p.stem[1:].split(".")])[-1]
-    prev = sorted((root / "releases").glob("v*.toml"), key=lambda p: [int(x) for x in p.stem[1:].split(".")])[-2]
-    latest.write_text(latest.read_text() + "\n" + records_toml(release_records(res, "bash scripts/gpu.sh decode-step")))
+    # this project's newest release (the registry's own order: by date, then version; "v0.3.2-r9k.1" is no
+    # tuple of ints) and the release it extends
+    ours = [v for v in reg.release_order() if reg.releases[v].project == "r9k-stack"]
+    assert ours, "no release of this project (r9k-stack) in the registry"
+    latest, prev = ours[-1], reg.releases[ours[-1]].previous
+    assert prev in reg.releases
+    path = root / "releases" / f"{latest}.toml"
+    # the records this test writes are the only h200_tp4_shard ones: drop those the release already holds
+    blocks = re.split(r"(?m)^(?=\[\[bench\]\]\s*$)", path.read_text())
+    kept = [b for b in blocks if not re.search(r'(?m)^config = "h200_tp4_shard\.', b)]
+    assert len(kept) < len(blocks), f"{latest} holds no h200_tp4_shard records"
+    path.write_text("".join(kept).rstrip() + "\n\n"
+                    + records_toml(release_records(res, "bash scripts/gpu.sh decode-step")))
     capsys.readouterr()
-    assert main(["--registry", str(root), "diff", prev.stem, latest.stem]) == 0
+    assert main(["--registry", str(root), "diff", prev, latest]) == 0
     out = capsys.readouterr().out
     assert "h200_tp4_shard.tp4-default" in out and "h200_tp4_shard.stock" in out
 

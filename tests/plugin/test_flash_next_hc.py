@@ -232,6 +232,7 @@ def _trace_vllm_model(kinds):
                 self.linear_attn = Block("gdn", i)
             else:
                 self.self_attn = Block("qsa", i)
+                self.qsa_key = None  # as __init__ sets it for a config without an indexer: vLLM's attention path
             self.mlp = Block("moe", i)
             self.attn_hyper_connection = flash_next.FlashNextHyperConnection(hcc, f"l{i}.attn_hyper_connection")
             self.mlp_hyper_connection = flash_next.FlashNextHyperConnection(hcc, f"l{i}.mlp_hyper_connection")
