@@ -61,7 +61,7 @@ def test_launcher_requests_applied_with_0_mismatches(tmp_path):
                                     "127.0.0.1"], env, tmp_path / "applied.log")
     try:
         wait_healthy(srv, port)
-        files = sorted((tmp_path / "r9k-cache" / "manifests").glob("*.status.json"), key=lambda f: f.stat().st_mtime)
+        files = sorted((tmp_path / "r9k-cache" / "run").glob("server-*.status.json"), key=lambda f: f.stat().st_mtime)
         assert files
         src = ["--url", f"http://127.0.0.1:{port}"] if route_installed() else ["--file", str(files[-1])]
         res = subprocess.run(R9KCTL + ["status", *src, "--format", "json"], env=env, capture_output=True, text=True,
