@@ -129,13 +129,10 @@ class Facts:
     vllm: Optional[Switch] = None  # one of vLLM's own switches (plugin.vllm_choices)
 
 
-@dataclass
-class Item(WithOrigin):
-    """One variant's resolved value, with where it came from."""
-
-    variant: Facts
-    value: Optional[str]
-    origin: Origin
+class StockRule:
+    """Whether a value is its variant's stock, and whether it switches the variant on: the one rule for the
+    resolver's items (``registry.resolve.Resolved``) and the manifest's (:class:`Item`). Needs ``value`` and a
+    ``variant`` with ``stock`` and ``type``."""
 
     @property
     def is_stock(self) -> bool:
@@ -146,12 +143,21 @@ class Item(WithOrigin):
 
     @property
     def active(self) -> bool:
-        """Switched on: set, and not at its stock or 'off' value (``Resolved.active``'s rule)."""
+        """Switched on: set, and not at its stock or 'off' value."""
         if self.value in (None, ""):
             return False
         if self.variant.stock is None:
             return self.variant.type != "bool" or self.value == "1"
         return self.value != self.variant.stock
+
+
+@dataclass
+class Item(WithOrigin, StockRule):
+    """One variant's resolved value, with where it came from."""
+
+    variant: Facts
+    value: Optional[str]
+    origin: Origin
 
     @property
     def selects_fused(self) -> bool:

@@ -37,7 +37,7 @@ LAYERS = ("registry", "release", "profile", "environment", "override")
 
 
 @dataclass
-class Resolved(WithOrigin):
+class Resolved(WithOrigin, manifest.StockRule):
     variant: Variant
     value: Optional[str]  # canonical string; None = not set (the implementation's own default)
     origin: Origin  # where the value came from (rendered by str(origin): see registry/origin.py)
@@ -47,22 +47,6 @@ class Resolved(WithOrigin):
         """A higher layer sets the value: the current one goes to the history."""
         self.history.append((self.origin, self.value))
         self.value, self.origin = value, origin
-
-    @property
-    def is_stock(self) -> bool:
-        v = self.variant
-        if v.stock is None:
-            return self.value is None
-        return self.value == v.stock or (self.value is None and v.stock == "")
-
-    @property
-    def active(self) -> bool:
-        """Switched on: set, and not at its stock or 'off' value."""
-        if self.value in (None, ""):
-            return False
-        if self.variant.stock is None:
-            return self.variant.type != "bool" or self.value == "1"
-        return self.value != self.variant.stock
 
 
 @dataclass
