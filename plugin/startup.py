@@ -102,8 +102,11 @@ def pid_start_time(pid: int) -> Optional[float]:
     except OSError:
         return None
     try:
-        ticks = int(raw.rsplit(")", 1)[1].split()[19])
+        fields = raw.rsplit(")", 1)[1].split()
+        state, ticks = fields[0], int(fields[19])
     except (IndexError, ValueError):
+        return None
+    if state in ("Z", "X", "x"):  # exited, not yet reaped (a worker whose parent died waits for init): gone
         return None
     return ticks / os.sysconf("SC_CLK_TCK")
 

@@ -124,5 +124,30 @@ def dequantized_reference(model_dir: str):
         q, s = sd[w], sd.pop(k)
         n, kk = q.shape
         sd[w] = (q.float() * s.repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)[:, :kk]).to(torch.bfloat16)
+    _fuse_experts(sd, set(model.state_dict()))
     model.load_state_dict(sd, strict=True)
     return model
+
+
+def _fuse_experts(sd: dict, expected: set[str]) -> None:
+    """The checkpoint holds one ``gate_proj``/``up_proj``/``down_proj`` per expert (the layout vLLM loads);
+    transformers 5 keeps a layer's experts as two stacked parameters, ``gate_up_proj`` ``[E, 2I, H]`` (gate rows
+    first: its forward splits ``linear(x, gate_up_proj[e])`` with ``chunk(2)``) and ``down_proj`` ``[E, H, I]``.
+    Stacks them in place where the model asks for the stacked form; leaves a per-expert model's keys alone."""
+    import re
+
+    import torch
+
+    per_expert = re.compile(r"^(.*\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+    groups: dict[str, dict[int, dict[str, object]]] = {}
+    for k in list(sd):
+        m = per_expert.match(k)
+        if m and m.group(1) + ".gate_up_proj" in expected:
+            groups.setdefault(m.group(1), {}).setdefault(int(m.group(2)), {})[m.group(3)] = sd.pop(k)
+    for prefix, experts in groups.items():
+        order = sorted(experts)
+        if order != list(range(len(order))):
+            raise ValueError(f"{prefix}: experts {order} are not 0..{len(order) - 1}")
+        sd[prefix + ".gate_up_proj"] = torch.stack(
+            [torch.cat([experts[e]["gate_proj"], experts[e]["up_proj"]], dim=0) for e in order])
+        sd[prefix + ".down_proj"] = torch.stack([experts[e]["down_proj"] for e in order])

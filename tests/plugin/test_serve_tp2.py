@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -55,7 +56,10 @@ def test_pasted_dry_run_serves_tp2_with_the_same_set(tmp_path):
     assert dry.returncode == 0, dry.stderr[-3000:]
     text = dry.stdout
     h = re.search(r"^# profile cpu-smoke tp2 hash ([0-9a-f]{12})$", text, re.M).group(1)
-    manifest = re.search(r"^export R9K_MANIFEST=(\S+)$", text, re.M).group(1)
+    # the manifest travels in vLLM's own config (--additional-config '{"r9k": {...}}'), its file beside it
+    carrier = json.loads(shlex.split(text.strip().splitlines()[-1].split("--additional-config", 1)[1])[0])["r9k"]
+    assert carrier["hash"] == h and "R9K_MANIFEST" not in text, carrier.keys()
+    manifest = carrier["path"]
     model = text.strip().splitlines()[-1].split()[2]
     assert os.path.isfile(manifest) and os.path.isdir(model), "the printed manifest and model exist"
     script = tmp_path / "pasted.sh"
@@ -93,7 +97,7 @@ def test_pasted_dry_run_serves_tp2_with_the_same_set(tmp_path):
         procs = st["processes"]
         assert {"MainProcess", "EngineCore", "VllmWorker-0", "VllmWorker-1"} <= set(procs)
         assert {p["hash"] for p in procs.values()} == {h} and st["agree"]
-        assert st["origin"] == f"manifest {manifest}"
+        assert "additional-config" in st["origin"].replace("_", "-") and st["origin"].endswith(", from r9kctl launch"), st["origin"]
         rows = {r["knob"]: r for r in st["applied"]["rows"]}
         assert rows["(tp)"]["applied"] == "2" and rows["NBT"]["state"] == "applied" and rows["UTIL"]["state"] == "applied"
         assert st["applied"]["mismatches"] == []

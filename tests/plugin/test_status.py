@@ -139,3 +139,27 @@ def test_the_flusher_writes_only_when_the_counters_change(plugin_env, tmp_path, 
         assert any("router_gemm: 1 run r9k (model.layers.0.mlp.gate)" in ln for ln in logged)
     finally:
         counters.reset()
+
+
+def test_an_exited_unreaped_process_is_not_alive():
+    """A worker that has exited but not been reaped yet (a zombie: its parent died and init has not waited for
+    it) is gone: the CI run of 2026-12-01 saw ``status --file`` of a stopped server exit 0 on such a worker."""
+    import time
+
+    from r9k.plugin.startup import pid_start_time, process_alive
+
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    try:
+        for _ in range(200):  # until the child has exited (state Z), never reaped meanwhile
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.01)
+        else:
+            pytest.fail("the child never exited")
+        assert pid_start_time(pid) is None and not process_alive(pid, None)
+        assert process_alive(os.getpid(), pid_start_time(os.getpid()))
+    finally:
+        os.waitpid(pid, 0)
