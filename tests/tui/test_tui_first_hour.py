@@ -1,6 +1,7 @@
 """The control panel as a new user meets it in the first hour (issue 14): no way out loses an edit, no
 dialog's default is destructive, undo/redo, the editor hand-off, the palette jump, the picker's order,
-honest files, the launch screen and the knob column at every width. Real app, real files (a copy)."""
+honest files, the launch screen and the knob column at every width. Real app, real files (a copy of
+the synthetic profiles of tests/tui/fixtures)."""
 from __future__ import annotations
 
 import asyncio
@@ -66,15 +67,15 @@ async def way_out(pilot, way: str) -> None:
 
 
 @pytest.mark.parametrize("way", ["q", "ctrl+q", "palette"])
-def test_every_way_out_asks_and_cancel_is_the_default(workspace, way):
-    prof = workspace / "profiles" / "tp2-default.toml"
+def test_every_way_out_asks_and_cancel_is_the_default(fx_workspace, way):
+    prof = fx_workspace / "profiles" / "fx-tp2.toml"
     before = prof.read_text()
 
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={})
+        app = R9kApp(profile="fx-tp2", env={})
         async with app.run_test(size=SIZE) as pilot:
             s = app.screen.s
-            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            await toggle(pilot, "R9K_FX_FP8_DECODE")
             await way_out(pilot, way)
             assert isinstance(app.screen, ConfirmScreen) and "unsaved" in app.screen.title_text
             assert app.focused.id == "answer-cancel"
@@ -95,17 +96,17 @@ def test_every_way_out_asks_and_cancel_is_the_default(workspace, way):
     assert prof.read_text() == before
 
 
-def test_save_and_quit_saves_every_edited_profile_with_typed_values(workspace):
-    tp2 = workspace / "profiles" / "tp2-default.toml"
-    tp4 = workspace / "profiles" / "tp4-default.toml"
+def test_save_and_quit_saves_every_edited_profile_with_typed_values(fx_workspace):
+    tp2 = fx_workspace / "profiles" / "fx-tp2.toml"
+    tp4 = fx_workspace / "profiles" / "fx-tp4.toml"
 
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={})
+        app = R9kApp(profile="fx-tp2", env={})
         async with app.run_test(size=SIZE) as pilot:
-            await toggle(pilot, "R9K_HC_FP8_DECODE")
-            await pick_profile(pilot, "tp4-default")
-            await toggle(pilot, "R9K_ROUTER")
-            await find(pilot, "R9K_HC_FP8_DECODE_MAXM")
+            await toggle(pilot, "R9K_FX_FP8_DECODE")
+            await pick_profile(pilot, "fx-tp4")
+            await toggle(pilot, "R9K_FX_ROUTER")
+            await find(pilot, "R9K_FX_FP8_DECODE_MAXM")
             await pilot.press("equals_sign")
             await pilot.pause()
             inp = app.screen.query_one(Input)
@@ -124,22 +125,22 @@ def test_save_and_quit_saves_every_edited_profile_with_typed_values(workspace):
     k2 = tomllib.loads(tp2.read_text())["knobs"]
     k4 = tomllib.loads(tp4.read_text())["knobs"]
     reg = load_registry()
-    assert k2["R9K_HC_FP8_DECODE"] == 0 and type(k2["R9K_HC_FP8_DECODE"]) is int  # a bool knob: 0, not "0"
-    assert k4["R9K_HC_FP8_DECODE_MAXM"] == 24 and type(k4["R9K_HC_FP8_DECODE_MAXM"]) is int
-    router = reg.variant("R9K_ROUTER")
-    assert isinstance(k4["R9K_ROUTER"], str) and k4["R9K_ROUTER"] in router.choices  # an enum: a string
+    assert k2["R9K_FX_FP8_DECODE"] == 0 and type(k2["R9K_FX_FP8_DECODE"]) is int  # a bool knob: 0, not "0"
+    assert k4["R9K_FX_FP8_DECODE_MAXM"] == 24 and type(k4["R9K_FX_FP8_DECODE_MAXM"]) is int
+    router = reg.variant("R9K_FX_ROUTER")
+    assert isinstance(k4["R9K_FX_ROUTER"], str) and k4["R9K_FX_ROUTER"] in router.choices  # an enum: a string
 
 
-def test_dialog_defaults_are_never_destructive(workspace):
+def test_dialog_defaults_are_never_destructive(fx_workspace):
     with pytest.raises(ValueError):
         ConfirmScreen("x", "y", [("quit", "Quit", "y", "error"), ("cancel", "Cancel", "n", "default")], default="quit")
-    prof = workspace / "profiles" / "tp2-default.toml"
+    prof = fx_workspace / "profiles" / "fx-tp2.toml"
 
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={})
+        app = R9kApp(profile="fx-tp2", env={})
         async with app.run_test(size=SIZE) as pilot:
             s = app.screen.s
-            await toggle(pilot, "R9K_HC_FP8_DOWN")  # invalid: R9K_HC_FREE_BF16 needs it
+            await toggle(pilot, "R9K_FX_FP8_DOWN")  # invalid: R9K_FX_FREE_BF16 needs it
             seen = []
             for key in ("ctrl+s", "r", "e", "q"):  # save invalid, reload, editor, quit
                 await pilot.press(key)
@@ -153,7 +154,7 @@ def test_dialog_defaults_are_never_destructive(workspace):
             # the changed-on-disk dialog
             await pilot.press("space")  # valid again
             await pilot.pause()
-            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            await toggle(pilot, "R9K_FX_FP8_DECODE")
             prof.write_text(prof.read_text() + "\n# edited elsewhere\n")
             await pilot.press("ctrl+s")
             await pilot.pause()
@@ -179,14 +180,14 @@ def test_dialog_defaults_are_never_destructive(workspace):
     assert len(set(seen)) == 4
 
 
-def test_undo_and_redo_of_every_edit_including_a_reload(workspace):
+def test_undo_and_redo_of_every_edit_including_a_reload(fx_workspace):
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={})
+        app = R9kApp(profile="fx-tp2", env={})
         async with app.run_test(size=SIZE) as pilot:
             s = app.screen.s
-            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            await toggle(pilot, "R9K_FX_FP8_DECODE")
             one = dict(s.current_edits)
-            await find(pilot, "R9K_HC_FP8_DECODE_MAXM")
+            await find(pilot, "R9K_FX_FP8_DECODE_MAXM")
             await pilot.press("equals_sign")
             await pilot.pause()
             app.screen.query_one(Input).value = ""
@@ -207,7 +208,7 @@ def test_undo_and_redo_of_every_edit_including_a_reload(workspace):
                 await pilot.press("ctrl+z")
                 await pilot.pause()
                 assert dict(s.current_edits) == expect
-                assert s.rs.value("R9K_HC_FP8_DECODE") == ("0" if expect else "1")
+                assert s.rs.value("R9K_FX_FP8_DECODE") == ("0" if expect else "1")
             await pilot.press("ctrl+z")  # nothing more
             await pilot.pause()
             assert "nothing to undo" in notes(app)
@@ -219,10 +220,10 @@ def test_undo_and_redo_of_every_edit_including_a_reload(workspace):
             await pilot.pause()
             assert dict(s.current_edits) == three  # the reload undone again
             # an undo in another profile brings that profile back on screen
-            await pick_profile(pilot, "tp4-default")
+            await pick_profile(pilot, "fx-tp4")
             await pilot.press("ctrl+z")
             await pilot.pause()
-            assert s.profile == "tp2-default" and dict(s.current_edits) == two
+            assert s.profile == "fx-tp2" and dict(s.current_edits) == two
 
     run(scenario())
 
@@ -233,51 +234,51 @@ def _editor(tmp_path: Path, body: str) -> str:
     return f"{sys.executable} {script}"
 
 
-def test_editor_hand_off_reloads_and_asks_about_unsaved_edits(workspace, tmp_path, monkeypatch):
-    prof = workspace / "profiles" / "tp2-default.toml"
+def test_editor_hand_off_reloads_and_asks_about_unsaved_edits(fx_workspace, tmp_path, monkeypatch):
+    prof = fx_workspace / "profiles" / "fx-tp2.toml"
     monkeypatch.delenv("VISUAL", raising=False)
-    monkeypatch.setenv("EDITOR", _editor(tmp_path, "p.write_text(p.read_text() + 'R9K_ROUTER = \"stock\"\\n')\n"))
+    monkeypatch.setenv("EDITOR", _editor(tmp_path, "p.write_text(p.read_text() + 'R9K_FX_ROUTER = \"stock\"\\n')\n"))
 
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={})
+        app = R9kApp(profile="fx-tp2", env={})
         async with app.run_test(size=SIZE) as pilot:
             s = app.screen.s
-            assert s.rs.value("R9K_ROUTER") != "stock"
+            assert s.rs.value("R9K_FX_ROUTER") != "stock"
             await pilot.press("e")  # no unsaved edits: straight to the editor, then reload
             await pilot.pause()
-            assert s.rs.value("R9K_ROUTER") == "stock"
-            assert s.rs.items["router_gemm"].source.startswith("profiles/tp2-default.toml:")
+            assert s.rs.value("R9K_FX_ROUTER") == "stock"
+            assert s.rs.items["fx_router"].source.startswith("profiles/fx-tp2.toml:")
             assert any("reloaded" in n for n in notes(app))
             # with an unsaved edit: asked (Cancel the default), never merged
-            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            await toggle(pilot, "R9K_FX_FP8_DECODE")
             await pilot.press("e")
             await pilot.pause()
             assert isinstance(app.screen, ConfirmScreen) and app.focused.id == "answer-cancel"
             await pilot.press("enter")
             await pilot.pause()
-            assert prof.read_text().count('R9K_ROUTER = "stock"') == 1 and s.has_edits()
+            assert prof.read_text().count('R9K_FX_ROUTER = "stock"') == 1 and s.has_edits()
             await pilot.press("e")
             await pilot.pause()
             await pilot.press("s")  # save first, then edit
             await pilot.pause()
             text = prof.read_text()
-            assert "R9K_HC_FP8_DECODE = 0" in text and text.count('R9K_ROUTER = "stock"') == 2
+            assert "R9K_FX_FP8_DECODE = 0" in text and text.count('R9K_FX_ROUTER = "stock"') == 2
             assert isinstance(app.screen, ErrorScreen)  # the editor wrote a duplicate key: located error
-            assert "tp2-default.toml" in text_of(app.screen.query_one("#error-text", Static))
+            assert "fx-tp2.toml" in text_of(app.screen.query_one("#error-text", Static))
             return text
 
     run(scenario())
 
 
-def test_editor_drop_then_undo_brings_the_edits_back(workspace, tmp_path, monkeypatch):
+def test_editor_drop_then_undo_brings_the_edits_back(fx_workspace, tmp_path, monkeypatch):
     monkeypatch.delenv("VISUAL", raising=False)
     monkeypatch.setenv("EDITOR", _editor(tmp_path, "p.write_text(p.read_text() + '# looked at it\\n')\n"))
 
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={})
+        app = R9kApp(profile="fx-tp2", env={})
         async with app.run_test(size=SIZE) as pilot:
             s = app.screen.s
-            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            await toggle(pilot, "R9K_FX_FP8_DECODE")
             edits = dict(s.current_edits)
             await pilot.press("e")
             await pilot.pause()
@@ -291,18 +292,18 @@ def test_editor_drop_then_undo_brings_the_edits_back(workspace, tmp_path, monkey
     run(scenario())
 
 
-def test_palette_jump_clears_a_hiding_search_scrolls_and_space_toggles_that_row(workspace):
+def test_palette_jump_clears_a_hiding_search_scrolls_and_space_toggles_that_row(fx_workspace):
     reg = load_registry()
     # the last row that space toggles (a bool or enum): off screen at the top of the table
     target = [vid for vid, v in reg.variants.items() if v.type in ("bool", "enum")][-1]
     knob = reg.variants[target].knob
 
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={})
+        app = R9kApp(profile="fx-tp2", env={})
         async with app.run_test(size=(80, 24)) as pilot:
             s = app.screen.s
             table = app.screen.table
-            await search(pilot, "R9K_HC_FP8_DECODE")  # typed, as a person would
+            await search(pilot, "R9K_FX_FP8_DECODE")  # typed, as a person would
             assert target not in table.shown
             await pilot.press("ctrl+p")
             await pilot.pause()
@@ -312,7 +313,7 @@ def test_palette_jump_clears_a_hiding_search_scrolls_and_space_toggles_that_row(
             await pilot.pause()
             assert table.current_variant() == target and table.cursor_visible()
             assert app.screen.query_one("#search", Input).value == ""
-            assert any("cleared the search 'R9K_HC_FP8_DECODE'" in n and knob in n for n in notes(app))
+            assert any("cleared the search 'R9K_FX_FP8_DECODE'" in n and knob in n for n in notes(app))
             await pilot.press("space")
             await pilot.pause()
             assert list(s.current_edits) == [target]  # the row shown under the cursor, no other
@@ -320,14 +321,15 @@ def test_palette_jump_clears_a_hiding_search_scrolls_and_space_toggles_that_row(
     run(scenario())
 
 
-def test_space_never_toggles_a_row_scrolled_out_of_view(workspace):
+def test_space_never_toggles_a_row_scrolled_out_of_view(fx_workspace):
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={})
-        async with app.run_test(size=(80, 24)) as pilot:
+        app = R9kApp(profile="fx-tp2", env={})
+        async with app.run_test(size=(80, 16)) as pilot:
             s = app.screen.s
             table = app.screen.table
             assert table.cursor_row == 0
-            table.scroll_to(y=60, animate=False, immediate=True)  # the wheel moved the view away
+            assert table.max_scroll_y > 0  # more rows than the terminal shows
+            table.scroll_to(y=table.max_scroll_y, animate=False, immediate=True)  # the wheel moved the view away
             await pilot.pause()
             assert not table.cursor_visible()
             await pilot.press("space")
@@ -341,52 +343,55 @@ def test_space_never_toggles_a_row_scrolled_out_of_view(workspace):
     run(scenario())
 
 
-def test_picker_prefers_exact_and_prefix_matches(workspace):
+def test_picker_prefers_exact_and_prefix_matches(fx_workspace):
+    for name in ("fx-tp2", "fx-older"):  # names that contain the exact and the prefix match further in
+        (fx_workspace / "profiles" / f"my-{name}.toml").write_text(f'extends = "{name}"\n')
+
     async def scenario():
-        app = R9kApp(profile="stock", env={})
+        app = R9kApp(profile="fx-dense", env={})
         async with app.run_test(size=SIZE) as pilot:
-            await pick_profile(pilot, "tp2")
-            assert app.screen.s.profile == "tp2-default"
-            await pick_profile(pilot, "stock")
-            assert app.screen.s.profile == "stock"
-            await pick_profile(pilot, "27b")
-            assert app.screen.s.profile == "27b-tp2"
+            await pick_profile(pilot, "fx-tp2")
+            assert app.screen.s.profile == "fx-tp2"
+            await pick_profile(pilot, "fx-dense")
+            assert app.screen.s.profile == "fx-dense"
+            await pick_profile(pilot, "fx-old")
+            assert app.screen.s.profile == "fx-older"
 
     run(scenario())
 
-    async def shortened():  # r9kctl tui --profile tp2: the closest name, said so
-        app = R9kApp(profile="tp2", env={})
+    async def shortened():  # r9kctl tui --profile fx-old: the closest name, said so
+        app = R9kApp(profile="fx-old", env={})
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
-            assert app.screen.s.profile == "tp2-default"
-            assert any("no profile named 'tp2'; showing 'tp2-default' (the closest name)" in n for n in notes(app))
+            assert app.screen.s.profile == "fx-older"
+            assert any("no profile named 'fx-old'; showing 'fx-older' (the closest name)" in n for n in notes(app))
 
     run(shortened())
 
 
-def test_save_as_writes_an_honest_description(workspace):
+def test_save_as_writes_an_honest_description(fx_workspace):
     async def scenario():
-        app = R9kApp(profile="tp4-default", env={})
+        app = R9kApp(profile="fx-tp4", env={})
         async with app.run_test(size=SIZE) as pilot:
-            await toggle(pilot, "R9K_HC_FP8_DECODE")
+            await toggle(pilot, "R9K_FX_FP8_DECODE")
             await pilot.press("S")
             await pilot.pause()
             assert isinstance(app.screen, SaveAsScreen)
             app.screen.query_one(Input).value = ""
-            await pilot.press(*list("tp4-mine"), "enter")
+            await pilot.press(*list("fx-tp4-mine"), "enter")
             await pilot.pause()
 
     run(scenario())
-    data = tomllib.loads((workspace / "profiles" / "tp4-mine.toml").read_text())
-    assert data["knobs"] == {"R9K_HC_FP8_DECODE": 0}
-    assert data["description"] == "tp4-default with R9K_HC_FP8_DECODE = 0"
+    data = tomllib.loads((fx_workspace / "profiles" / "fx-tp4-mine.toml").read_text())
+    assert data["knobs"] == {"R9K_FX_FP8_DECODE": 0}
+    assert data["description"] == "fx-tp4 with R9K_FX_FP8_DECODE = 0"
 
 
-def test_launch_screen_command_first_environment_folded_extra_arguments(workspace):
+def test_launch_screen_command_first_environment_folded_extra_arguments(fx_workspace):
     started = []
 
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={})
+        app = R9kApp(profile="fx-tp2", env={})
         app.start_server = started.append  # what a confirmed launch starts (the server itself: test_operator.py)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("l")
@@ -429,14 +434,14 @@ def test_knob_column_is_whole_at_every_width():
 
 
 @pytest.mark.parametrize("size", [(80, 24), (60, 20), (160, 45)])
-def test_rendered_rows_show_every_knob_whole_and_the_badge(workspace, size):
+def test_rendered_rows_show_every_knob_whole_and_the_badge(fx_workspace, size):
     reg = load_registry()
 
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={})
+        app = R9kApp(profile="fx-tp2", env={})
         async with app.run_test(size=size) as pilot:
-            await toggle(pilot, "R9K_HC_FP8_DECODE")
-            await find(pilot, "hc")
+            await toggle(pilot, "R9K_FX_FP8_DECODE")
+            await find(pilot, "FP8")
             table = app.screen.table
             lines = [table.render_line(y).text for y in range(1, table.size.height)]
             top = table.scroll_offset.y
@@ -453,7 +458,7 @@ def test_rendered_rows_show_every_knob_whole_and_the_badge(workspace, size):
     run(scenario())
 
 
-def test_a_closed_terminal_keeps_the_edits_for_the_next_start(workspace):
+def test_a_closed_terminal_keeps_the_edits_for_the_next_start(fx_workspace):
     """SIGHUP (the terminal closed) cannot be asked about: the edits go to a recovery file and the next
     start restores them as unsaved edits. The real command line on a pseudo-terminal."""
     import pty
@@ -461,7 +466,7 @@ def test_a_closed_terminal_keeps_the_edits_for_the_next_start(workspace):
     env = dict(os.environ, TERM="xterm-256color", COLUMNS="100", LINES="30")
     pid, fd = pty.fork()
     if pid == 0:  # the child: the panel on the pty
-        os.execve(sys.executable, [sys.executable, "-m", "r9k.r9kctl.cli", "tui", "--profile", "tp2-default"], env)
+        os.execve(sys.executable, [sys.executable, "-m", "r9k.r9kctl.cli", "tui", "--profile", "fx-tp2"], env)
     try:
         def read_until(needle: bytes, timeout: float) -> bytes:
             buf = b""
@@ -491,14 +496,14 @@ def test_a_closed_terminal_keeps_the_edits_for_the_next_start(workspace):
         except (ProcessLookupError, ChildProcessError):
             pass
         os.close(fd)
-    rec = workspace / "cache" / "tui-recovery.json"
+    rec = fx_workspace / "cache" / "tui-recovery.json"
     assert rec.is_file()
 
     async def scenario():
-        app = R9kApp(profile="tp4-default", env={})
+        app = R9kApp(profile="fx-tp4", env={})
         async with app.run_test(size=SIZE) as pilot:
             s = app.screen.s
-            assert s.profile == "tp2-default" and len(s.current_edits) == 1
+            assert s.profile == "fx-tp2" and len(s.current_edits) == 1
             assert any("restored 1 unsaved edit" in n for n in notes(app))
             await pilot.press("ctrl+z")
             await pilot.pause()

@@ -1,6 +1,7 @@
-"""The control panel driven through Textual's Pilot: the real app, the real registry (a copy), real files.
+"""The control panel driven through Textual's Pilot: the real app on the small synthetic registry of
+tests/tui/fixtures, real files (a copy of its profiles).
 
-Each test runs in a temporary workspace (conftest) and resolves with an empty environment, so a knob
+Each test runs in a temporary workspace (conftest.fx_workspace) and resolves with an empty environment, so a knob
 exported in the developer's shell cannot change what the tests see.
 """
 from __future__ import annotations
@@ -85,35 +86,35 @@ async def pick_profile(pilot, name: str) -> None:
     await pilot.pause()
 
 
-def test_toggle_fp8_decode_at_tp2_budget_requires_save_reload(workspace):
-    prof_file = workspace / "profiles" / "tp2-default.toml"
+def test_toggle_fp8_decode_at_tp2_budget_requires_save_reload(fx_workspace):
+    prof_file = fx_workspace / "profiles" / "fx-tp2.toml"
     marker = mark_profile(prof_file)
     reg = load_registry()
-    base = resolve(reg, "tp2-default", env={})
-    assert base.tp == 2 and base.value("R9K_HC_FP8_DECODE") == "1"
-    # at v0.3.2 the fp8 down copy is R9K_HC_FP8_DOWN's (the prefill path holds it), so R9K_HC_FP8_DECODE alone
-    # costs nothing more; with R9K_HC_FP8_DOWN off it holds the copy (registry/memory.py)
-    cost = cost_if_toggled(reg, base, "hc_fp8_decode")
+    base = resolve(reg, "fx-tp2", env={})
+    assert base.tp == 2 and base.value("R9K_FX_FP8_DECODE") == "1"
+    # at v0.3.2 the fp8 down copy is R9K_FX_FP8_DOWN's (the prefill path holds it), so R9K_FX_FP8_DECODE alone
+    # costs nothing more; with R9K_FX_FP8_DOWN off it holds the copy (registry/memory.py)
+    cost = cost_if_toggled(reg, base, "fx_fp8_decode")
     assert cost is not None and cost.tokens >= 0
 
     async def scenario():
-        app = R9kApp(profile="stock", env={})
+        app = R9kApp(profile="fx-dense", env={})
         async with app.run_test(size=SIZE) as pilot:
             screen = app.screen
             assert isinstance(screen, MainScreen)
-            await pick_profile(pilot, "tp2-default")
+            await pick_profile(pilot, "fx-tp2")
             s = screen.s
-            assert s.profile == "tp2-default" and s.tp == 2
+            assert s.profile == "fx-tp2" and s.tp == 2
             kv0 = s.budget.kv_tokens
             assert f"{kv0:,}" in budget_text(screen)
 
-            await search(pilot, "R9K_HC_FP8_DECODE")
+            await search(pilot, "R9K_FX_FP8_DECODE")
             table = screen.query_one(VariantTable)
-            assert table.current_variant() == "hc_fp8_decode"
+            assert table.current_variant() == "fx_fp8_decode"
             await pilot.press("space")
             await pilot.pause()
-            assert s.rs.value("R9K_HC_FP8_DECODE") == "0"
-            assert s.rs.items["hc_fp8_decode"].layer == "profile"
+            assert s.rs.value("R9K_FX_FP8_DECODE") == "0"
+            assert s.rs.items["fx_fp8_decode"].layer == "profile"
             # switching the fp8 copies off frees their memory for the KV cache
             assert s.budget.kv_tokens == kv0 + cost.tokens
             shown = budget_text(screen)
@@ -121,53 +122,53 @@ def test_toggle_fp8_decode_at_tp2_budget_requires_save_reload(workspace):
             assert not cost.tokens or f"{cost.tokens:+,} vs saved" in shown
             assert "1 unsaved" in text_of(screen.query_one("#logo", Static))
 
-            # a requires error appears (R9K_HC_FREE_BF16 needs the fp8 down copy) and clears
-            await search(pilot, "R9K_HC_FP8_DOWN")
-            assert table.current_variant() == "hc_fp8_down"
+            # a requires error appears (R9K_FX_FREE_BF16 needs the fp8 down copy) and clears
+            await search(pilot, "R9K_FX_FP8_DOWN")
+            assert table.current_variant() == "fx_fp8_down"
             await pilot.press("space")
             await pilot.pause()
             text = validation_text(screen)
-            assert "1 error" in text and "requires" in text and "R9K_HC_FREE_BF16" in text, text
+            assert "1 error" in text and "requires" in text and "R9K_FX_FREE_BF16" in text, text
             await pilot.press("space")
             await pilot.pause()
             text = validation_text(screen)
             assert "error" not in text.split("\n")[0].replace("no errors", ""), text
             assert not [d for d in s.report.diagnostics if d.code == "requires" and d.level == "error"]
-            assert list(s.current_edits) == ["hc_fp8_decode"]  # toggled back: no edit left
+            assert list(s.current_edits) == ["fx_fp8_decode"]  # toggled back: no edit left
 
             await pilot.press("ctrl+s")
             await pilot.pause()
             assert not s.has_edits()
             # after the save the value comes from the file, at the line it was written to
-            r = s.rs.items["hc_fp8_decode"]
-            assert r.layer == "profile" and "unsaved" not in r.source and r.source.startswith("profiles/tp2-default.toml:")
+            r = s.rs.items["fx_fp8_decode"]
+            assert r.layer == "profile" and "unsaved" not in r.source and r.source.startswith("profiles/fx-tp2.toml:")
             assert s.kv_delta == 0
 
             # reload from disk: the change is there
             await pilot.press("r")
             await pilot.pause()
-            assert s.rs.value("R9K_HC_FP8_DECODE") == "0"
+            assert s.rs.value("R9K_FX_FP8_DECODE") == "0"
             assert s.budget.kv_tokens == kv0 + cost.tokens
 
     run(scenario())
     saved = prof_file.read_text()
     assert marker in saved
-    assert "# Qwen3.8-Flash-Next on two R9700 cards" in saved
+    assert "# Fixture profile: fx-tp4 on two cards" in saved
     assert "# none: the release's defaults at TP2" in saved
-    assert 'R9K_HC_FP8_DECODE = 0' in saved
+    assert 'R9K_FX_FP8_DECODE = 0' in saved
     # an independent load of the saved file agrees
-    assert resolve(load_registry(), "tp2-default", env={}).value("R9K_HC_FP8_DECODE") == "0"
+    assert resolve(load_registry(), "fx-tp2", env={}).value("R9K_FX_FP8_DECODE") == "0"
 
 
-def test_concurrent_edit_on_disk_is_detected_then_save_as(workspace):
-    prof_file = workspace / "profiles" / "tp4-default.toml"
+def test_concurrent_edit_on_disk_is_detected_then_save_as(fx_workspace):
+    prof_file = fx_workspace / "profiles" / "fx-tp4.toml"
 
     async def scenario():
-        app = R9kApp(profile="tp4-default", env={})
+        app = R9kApp(profile="fx-tp4", env={})
         async with app.run_test(size=SIZE) as pilot:
             screen = app.screen
             s = screen.s
-            await search(pilot, "R9K_HC_FP8_DECODE")
+            await search(pilot, "R9K_FX_FP8_DECODE")
             await pilot.press("space")
             await pilot.pause()
             assert s.has_edits()
@@ -184,40 +185,40 @@ def test_concurrent_edit_on_disk_is_detected_then_save_as(workspace):
             assert isinstance(app.screen, SaveAsScreen)
             inp = app.screen.query_one(Input)
             inp.value = ""
-            await pilot.press(*list("tp4-nofp8"))
+            await pilot.press(*list("fx-tp4-nofp8"))
             await pilot.press("enter")
             await pilot.pause()
             assert isinstance(app.screen, MainScreen)
-            assert s.profile == "tp4-nofp8"
-            assert s.rs.chain == ["tp4-default", "tp4-nofp8"]
-            assert s.rs.value("R9K_HC_FP8_DECODE") == "0"
+            assert s.profile == "fx-tp4-nofp8"
+            assert s.rs.chain == ["fx-tp4", "fx-tp4-nofp8"]
+            assert s.rs.value("R9K_FX_FP8_DECODE") == "0"
             return theirs
 
     theirs = run(scenario())
     assert prof_file.read_text() == theirs
-    new = (workspace / "profiles" / "tp4-nofp8.toml").read_text()
-    assert 'extends = "tp4-default"' in new and 'R9K_HC_FP8_DECODE = 0' in new
+    new = (fx_workspace / "profiles" / "fx-tp4-nofp8.toml").read_text()
+    assert 'extends = "fx-tp4"' in new and 'R9K_FX_FP8_DECODE = 0' in new
 
 
-def test_invalid_profile_needs_explicit_confirm_to_save(workspace):
-    prof_file = workspace / "profiles" / "tp2-default.toml"
+def test_invalid_profile_needs_explicit_confirm_to_save(fx_workspace):
+    prof_file = fx_workspace / "profiles" / "fx-tp2.toml"
     before = prof_file.read_text()
 
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={})
+        app = R9kApp(profile="fx-tp2", env={})
         async with app.run_test(size=SIZE) as pilot:
             s = app.screen.s
-            await search(pilot, "R9K_HC_FP8_DOWN")
+            await search(pilot, "R9K_FX_FP8_DOWN")
             await pilot.press("space")
             await pilot.pause()
             assert s.report.errors
-            # the problems list: choosing the requires error jumps to the variant that needs hc_fp8_down
+            # the problems list: choosing the requires error jumps to the variant that needs fx_fp8_down
             await pilot.press("v")
             await pilot.pause()
             await pilot.press("enter")
             await pilot.pause()
             assert isinstance(app.screen, MainScreen)
-            assert app.screen.query_one(VariantTable).current_variant() == "hc_free_bf16"
+            assert app.screen.query_one(VariantTable).current_variant() == "fx_free_bf16"
             await pilot.press("ctrl+s")
             await pilot.pause()
             assert isinstance(app.screen, ConfirmScreen)
@@ -231,20 +232,20 @@ def test_invalid_profile_needs_explicit_confirm_to_save(workspace):
             assert not s.has_edits()
 
     run(scenario())
-    assert 'R9K_HC_FP8_DOWN = 0' in prof_file.read_text()
+    assert 'R9K_FX_FP8_DOWN = 0' in prof_file.read_text()
 
 
-def test_int_input_refuses_an_illegal_value(workspace):
+def test_int_input_refuses_an_illegal_value(fx_workspace):
     reg = load_registry()
-    v = reg.variant("R9K_HC_FP8_DECODE_MAXM")
+    v = reg.variant("R9K_FX_FP8_DECODE_MAXM")
     lo = int(v.range.min) if v.range and v.range.min is not None else 0
     good = str(lo + random.randrange(1, 500))
 
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={})
+        app = R9kApp(profile="fx-tp2", env={})
         async with app.run_test(size=SIZE) as pilot:
             s = app.screen.s
-            await search(pilot, "R9K_HC_FP8_DECODE_MAXM")
+            await search(pilot, "R9K_FX_FP8_DECODE_MAXM")
             await pilot.press("enter")  # an int: opens the input
             await pilot.pause()
             assert isinstance(app.screen, ValueInputScreen)
@@ -259,8 +260,8 @@ def test_int_input_refuses_an_illegal_value(workspace):
             await pilot.press(*list(good), "enter")
             await pilot.pause()
             assert isinstance(app.screen, MainScreen)
-            assert s.rs.value("R9K_HC_FP8_DECODE_MAXM") == good
-            assert s.rs.items["hc_fp8_decode_maxm"].layer == "profile"
+            assert s.rs.value("R9K_FX_FP8_DECODE_MAXM") == good
+            assert s.rs.items["fx_fp8_decode_maxm"].layer == "profile"
             # reset to the inherited value: the edit disappears
             await pilot.press("delete")
             await pilot.pause()
@@ -269,9 +270,9 @@ def test_int_input_refuses_an_illegal_value(workspace):
     run(scenario())
 
 
-def test_launch_shows_dry_run_and_refuses_invalid(workspace):
+def test_launch_shows_dry_run_and_refuses_invalid(fx_workspace):
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={})
+        app = R9kApp(profile="fx-tp2", env={})
         app.start_server = started.append  # a confirmed launch (the real start: tests/tui/test_operator.py)
         async with app.run_test(size=SIZE) as pilot:
             s = app.screen.s
@@ -280,12 +281,12 @@ def test_launch_shows_dry_run_and_refuses_invalid(workspace):
             assert isinstance(app.screen, LaunchScreen)
             plan = app.screen.plan
             assert plan.ok and "--tensor-parallel-size" in plan.argv and "2" in plan.argv
-            assert plan.manifest["profile"] == "tp2-default"  # the set travels in vLLM's config, not a variable
+            assert plan.manifest["profile"] == "fx-tp2"  # the set travels in vLLM's config, not a variable
             assert '"hash":"%s"' % plan.manifest["hash"] in plan.argv[plan.argv.index("--additional-config") + 1]
             await pilot.press("escape")
             await pilot.pause()
             # make it invalid: refused, no launch button
-            await search(pilot, "R9K_HC_FP8_DOWN")
+            await search(pilot, "R9K_FX_FP8_DOWN")
             await pilot.press("space")
             await pilot.pause()
             await pilot.press("l")
@@ -309,12 +310,12 @@ def test_launch_shows_dry_run_and_refuses_invalid(workspace):
     assert result == [s]
 
 
-def test_diff_view_help_palette_and_keymap(workspace):
+def test_diff_view_help_palette_and_keymap(fx_workspace):
     async def scenario():
-        app = R9kApp(profile="tp2-default", env={}, keymap={"r9k.diff": "D", "r9k.help": "f2"})
+        app = R9kApp(profile="fx-tp2", env={}, keymap={"r9k.diff": "D", "r9k.help": "f2"})
         async with app.run_test(size=SIZE) as pilot:
             s = app.screen.s
-            await search(pilot, "R9K_HC_FP8_DECODE")
+            await search(pilot, "R9K_FX_FP8_DECODE")
             await pilot.press("space")
             await pilot.pause()
             await pilot.press("d")  # remapped away: nothing
@@ -324,7 +325,7 @@ def test_diff_view_help_palette_and_keymap(workspace):
             await pilot.pause()
             assert isinstance(app.screen, DiffScreen)
             text = text_of(app.screen.query_one("#diff-content", Static))
-            assert "R9K_HC_FP8_DECODE" in text and "KV cache at tp2" in text
+            assert "R9K_FX_FP8_DECODE" in text and "KV cache at tp2" in text
             await pilot.press("escape")
             await pilot.press("f2")
             await pilot.pause()
@@ -335,24 +336,24 @@ def test_diff_view_help_palette_and_keymap(workspace):
             # the command palette jumps to a variant
             await pilot.press("ctrl+p")
             await pilot.pause()
-            await pilot.press(*list("jump to variant: router_max_m"))
+            await pilot.press(*list("jump to variant: fx_router_max_m"))
             await pilot.pause(0.3)
             await pilot.press("enter")
             await pilot.pause()
             assert isinstance(app.screen, MainScreen)
-            assert app.screen.query_one(VariantTable).current_variant() == "router_max_m"
+            assert app.screen.query_one(VariantTable).current_variant() == "fx_router_max_m"
 
     run(scenario())
 
 
 @pytest.mark.parametrize("where", ["profile", "registry"])
-def test_broken_file_opens_on_a_located_error_screen(workspace, where):
+def test_broken_file_opens_on_a_located_error_screen(fx_workspace, where):
     if where == "profile":
-        path = workspace / "profiles" / "broken.toml"
-        path.write_text('description = "x"\nextends = "tp4-default"\n[knobs\nR9K_ROUTER = "r9k"\n')
+        path = fx_workspace / "profiles" / "broken.toml"
+        path.write_text('description = "x"\nextends = "fx-tp4"\n[knobs\nR9K_FX_ROUTER = "r9k"\n')
         expect = "profiles/broken.toml:3"
     else:
-        path = workspace / "registry" / "variants" / "decode.toml"
+        path = fx_workspace / "registry" / "variants" / "decode.toml"
         lines = path.read_text().splitlines()
         n = random.choice([i for i, ln in enumerate(lines) if ln.startswith("summary = ")])
         lines.insert(n + 1, "colour = \"blue\"")
@@ -360,7 +361,7 @@ def test_broken_file_opens_on_a_located_error_screen(workspace, where):
         expect = f"registry/variants/decode.toml:{n + 2}"
 
     async def scenario():
-        app = R9kApp(profile="tp4-default", env={})
+        app = R9kApp(profile="fx-tp4", env={})
         async with app.run_test(size=SIZE) as pilot:
             await pilot.pause()
             assert isinstance(app.screen, ErrorScreen)
@@ -371,12 +372,12 @@ def test_broken_file_opens_on_a_located_error_screen(workspace, where):
     assert "Traceback" not in text
 
 
-def test_tp_key_shows_the_profile_at_another_tp_size(workspace):
+def test_tp_key_shows_the_profile_at_another_tp_size(fx_workspace):
     reg = load_registry()
-    at2 = resolve(reg, "tp4-default", tp=2, env={})
+    at2 = resolve(reg, "fx-tp4", tp=2, env={})
 
     async def scenario():
-        app = R9kApp(profile="tp4-default", env={})
+        app = R9kApp(profile="fx-tp4", env={})
         async with app.run_test(size=SIZE) as pilot:
             s = app.screen.s
             assert s.tp == 4

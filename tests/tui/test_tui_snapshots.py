@@ -1,5 +1,5 @@
 """Snapshot tests of the control panel (pytest-textual-snapshot): the SVGs under __snapshots__/ are the
-approved screens. They run on the frozen registry of tests/tui/fixtures, in a temporary workspace used
+approved screens. They run on the small synthetic registry of tests/tui/fixtures, in a temporary workspace used
 as the working directory (stable relative paths), with an empty environment and fixed terminal sizes.
 After an intended visual change: ``pytest tests/tui/test_tui_snapshots.py --snapshot-update`` and
 review the new SVGs."""
@@ -10,7 +10,7 @@ import pytest
 from r9k.r9kctl.tui.app import R9kApp
 
 
-def app(profile: str = "tp2-default", theme: str | None = None) -> R9kApp:
+def app(profile: str = "fx-tp2", theme: str | None = None) -> R9kApp:
     return R9kApp(profile=profile, env={}, theme=theme)
 
 
@@ -25,18 +25,18 @@ SIZES = [(80, 24), (120, 36), (160, 45)]
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_main_screen_with_an_edit(frozen_workspace, snap_compare, size):
+def test_main_screen_with_an_edit(fx_workspace, snap_compare, size):
     """The knob column whole, the unsaved badge left of the pickers, narrower panels below 100 columns."""
     async def before(pilot):
-        await _toggle(pilot, "hc_fp8_decode")
+        await _toggle(pilot, "fx_fp8_decode")
 
     assert snap_compare(app(), terminal_size=size, run_before=before)
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_quit_dialog_cancel_focused(frozen_workspace, snap_compare, size):
+def test_quit_dialog_cancel_focused(fx_workspace, snap_compare, size):
     async def before(pilot):
-        await _toggle(pilot, "hc_fp8_decode")
+        await _toggle(pilot, "fx_fp8_decode")
         await pilot.press("q")
         await pilot.pause()
 
@@ -44,7 +44,7 @@ def test_quit_dialog_cancel_focused(frozen_workspace, snap_compare, size):
 
 
 @pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[0]}x{s[1]}")
-def test_launch_screen_command_first(frozen_workspace, snap_compare, size, monkeypatch):
+def test_launch_screen_command_first(fx_workspace, snap_compare, size, monkeypatch):
     from pathlib import Path
 
     from r9k.r9kctl.tui.session import Session
@@ -63,47 +63,51 @@ def test_launch_screen_command_first(frozen_workspace, snap_compare, size, monke
     monkeypatch.setattr(Session, "plan_launch", plan_launch)
 
     async def before(pilot):
+        from textual.widgets import Input
+
         await pilot.press("l")
+        await pilot.pause()
+        pilot.app.screen.query_one("#launch-extra", Input).cursor_blink = False  # the cursor shown, not mid-blink
         await pilot.pause()
 
     assert snap_compare(app(), terminal_size=size, run_before=before)
 
 
-def test_main_screen_with_detail_pane_large(frozen_workspace, snap_compare):
+def test_main_screen_with_detail_pane_large(fx_workspace, snap_compare):
     async def before(pilot):
-        pilot.app.screen.jump_to("hc_fp8_decode")
+        pilot.app.screen.jump_to("fx_fp8_decode")
         await pilot.pause()
 
-    assert snap_compare(app("tp4-default"), terminal_size=(170, 46), run_before=before)
+    assert snap_compare(app("fx-tp4"), terminal_size=(170, 46), run_before=before)
 
 
-def test_validation_panel_with_an_error(frozen_workspace, snap_compare):
+def test_validation_panel_with_an_error(fx_workspace, snap_compare):
     async def before(pilot):
-        await _toggle(pilot, "hc_fp8_decode")  # KV capacity up, shown against the saved state
-        await _toggle(pilot, "hc_fp8_down")  # R9K_HC_FREE_BF16 requires it: an error
+        await _toggle(pilot, "fx_fp8_decode")  # KV capacity up, shown against the saved state
+        await _toggle(pilot, "fx_fp8_down")  # R9K_FX_FREE_BF16 requires it: an error
 
     assert snap_compare(app(), terminal_size=(120, 36), run_before=before)
 
 
-def test_diff_view_of_the_edits(frozen_workspace, snap_compare):
+def test_diff_view_of_the_edits(fx_workspace, snap_compare):
     async def before(pilot):
-        await _toggle(pilot, "hc_fp8_decode")
-        await _toggle(pilot, "router_gemm")
+        await _toggle(pilot, "fx_fp8_decode")
+        await _toggle(pilot, "fx_router")
         await pilot.press("d")
         await pilot.pause()
 
     assert snap_compare(app(), terminal_size=(120, 30), run_before=before)
 
 
-def test_help_screen(frozen_workspace, snap_compare):
+def test_help_screen(fx_workspace, snap_compare):
     assert snap_compare(app(), press=["question_mark"], terminal_size=(100, 34))
 
 
-def test_light_theme(frozen_workspace, snap_compare):
+def test_light_theme(fx_workspace, snap_compare):
     assert snap_compare(app(theme="r9k-light"), terminal_size=(100, 24))
 
 
-def test_error_screen_names_file_and_line(frozen_workspace, snap_compare):
-    (frozen_workspace / "profiles" / "broken.toml").write_text(
-        'description = "x"\nextends = "tp4-default"\n[knobs\nR9K_ROUTER = "r9k"\n')
+def test_error_screen_names_file_and_line(fx_workspace, snap_compare):
+    (fx_workspace / "profiles" / "broken.toml").write_text(
+        'description = "x"\nextends = "fx-tp4"\n[knobs\nR9K_FX_ROUTER = "r9k"\n')
     assert snap_compare(app(), terminal_size=(100, 20))
