@@ -8,9 +8,7 @@ import asyncio
 import os
 import re
 import signal
-import subprocess
 import sys
-import time
 import tomllib
 from pathlib import Path
 
@@ -26,7 +24,8 @@ from r9k.r9kctl.tui.save_as_screen import SaveAsScreen
 from r9k.r9kctl.tui.variant_table import COLUMNS, layout
 from r9k.registry.loader import load_registry
 
-from .test_tui_pilot import pick_profile, search, text_of
+from .terminal import panel_on_a_terminal
+from .test_tui_pilot import drive, pick_profile, search, text_of
 
 SIZE = (120, 36)
 
@@ -71,27 +70,25 @@ def test_every_way_out_asks_and_cancel_is_the_default(fx_workspace, way):
     prof = fx_workspace / "profiles" / "fx-tp2.toml"
     before = prof.read_text()
 
-    async def scenario():
-        app = R9kApp(profile="fx-tp2", env={})
-        async with app.run_test(size=SIZE) as pilot:
-            s = app.screen.s
-            await toggle(pilot, "R9K_FX_FP8_DECODE")
-            await way_out(pilot, way)
-            assert isinstance(app.screen, ConfirmScreen) and "unsaved" in app.screen.title_text
-            assert app.focused.id == "answer-cancel"
-            await pilot.press("enter")  # the default: stay
-            await pilot.pause()
-            assert isinstance(app.screen, MainScreen) and s.has_edits() and app.return_code is None
-            await way_out(pilot, way)
-            await pilot.press("escape")
-            await pilot.pause()
-            assert isinstance(app.screen, MainScreen) and app.return_code is None
-            await way_out(pilot, way)
-            await pilot.press("d")  # quit without saving: only when chosen
-            await pilot.pause()
+    async def scenario(app, pilot):
+        s = app.screen.s
+        await toggle(pilot, "R9K_FX_FP8_DECODE")
+        await way_out(pilot, way)
+        assert isinstance(app.screen, ConfirmScreen) and "unsaved" in app.screen.title_text
+        assert app.focused.id == "answer-cancel"
+        await pilot.press("enter")  # the default: stay
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen) and s.has_edits() and app.return_code is None
+        await way_out(pilot, way)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen) and app.return_code is None
+        await way_out(pilot, way)
+        await pilot.press("d")  # quit without saving: only when chosen
+        await pilot.pause()
         return app
 
-    app = run(scenario())
+    app = drive("fx-tp2", scenario, SIZE)
     assert app.return_code == 0
     assert prof.read_text() == before
 
@@ -228,68 +225,64 @@ def test_undo_and_redo_of_every_edit_including_a_reload(fx_workspace):
     run(scenario())
 
 
-def _editor(tmp_path: Path, body: str) -> str:
+def _editor(monkeypatch, tmp_path: Path, body: str) -> None:
+    """$EDITOR (and no $VISUAL): a script that runs ``body`` with ``p`` the file it was given."""
     script = tmp_path / "fake_editor.py"
     script.write_text("import sys, pathlib\np = pathlib.Path(sys.argv[-1])\n" + body)
-    return f"{sys.executable} {script}"
+    monkeypatch.delenv("VISUAL", raising=False)
+    monkeypatch.setenv("EDITOR", f"{sys.executable} {script}")
 
 
 def test_editor_hand_off_reloads_and_asks_about_unsaved_edits(fx_workspace, tmp_path, monkeypatch):
     prof = fx_workspace / "profiles" / "fx-tp2.toml"
-    monkeypatch.delenv("VISUAL", raising=False)
-    monkeypatch.setenv("EDITOR", _editor(tmp_path, "p.write_text(p.read_text() + 'R9K_FX_ROUTER = \"stock\"\\n')\n"))
+    _editor(monkeypatch, tmp_path, "p.write_text(p.read_text() + 'R9K_FX_ROUTER = \"stock\"\\n')\n")
 
-    async def scenario():
-        app = R9kApp(profile="fx-tp2", env={})
-        async with app.run_test(size=SIZE) as pilot:
-            s = app.screen.s
-            assert s.rs.value("R9K_FX_ROUTER") != "stock"
-            await pilot.press("e")  # no unsaved edits: straight to the editor, then reload
-            await pilot.pause()
-            assert s.rs.value("R9K_FX_ROUTER") == "stock"
-            assert s.rs.items["fx_router"].source.startswith("profiles/fx-tp2.toml:")
-            assert any("reloaded" in n for n in notes(app))
-            # with an unsaved edit: asked (Cancel the default), never merged
-            await toggle(pilot, "R9K_FX_FP8_DECODE")
-            await pilot.press("e")
-            await pilot.pause()
-            assert isinstance(app.screen, ConfirmScreen) and app.focused.id == "answer-cancel"
-            await pilot.press("enter")
-            await pilot.pause()
-            assert prof.read_text().count('R9K_FX_ROUTER = "stock"') == 1 and s.has_edits()
-            await pilot.press("e")
-            await pilot.pause()
-            await pilot.press("s")  # save first, then edit
-            await pilot.pause()
-            text = prof.read_text()
-            assert "R9K_FX_FP8_DECODE = 0" in text and text.count('R9K_FX_ROUTER = "stock"') == 2
-            assert isinstance(app.screen, ErrorScreen)  # the editor wrote a duplicate key: located error
-            assert "fx-tp2.toml" in text_of(app.screen.query_one("#error-text", Static))
-            return text
+    async def scenario(app, pilot):
+        s = app.screen.s
+        assert s.rs.value("R9K_FX_ROUTER") != "stock"
+        await pilot.press("e")  # no unsaved edits: straight to the editor, then reload
+        await pilot.pause()
+        assert s.rs.value("R9K_FX_ROUTER") == "stock"
+        assert s.rs.items["fx_router"].source.startswith("profiles/fx-tp2.toml:")
+        assert any("reloaded" in n for n in notes(app))
+        # with an unsaved edit: asked (Cancel the default), never merged
+        await toggle(pilot, "R9K_FX_FP8_DECODE")
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen) and app.focused.id == "answer-cancel"
+        await pilot.press("enter")
+        await pilot.pause()
+        assert prof.read_text().count('R9K_FX_ROUTER = "stock"') == 1 and s.has_edits()
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press("s")  # save first, then edit
+        await pilot.pause()
+        text = prof.read_text()
+        assert "R9K_FX_FP8_DECODE = 0" in text and text.count('R9K_FX_ROUTER = "stock"') == 2
+        assert isinstance(app.screen, ErrorScreen)  # the editor wrote a duplicate key: located error
+        assert "fx-tp2.toml" in text_of(app.screen.query_one("#error-text", Static))
+        return text
 
-    run(scenario())
+    drive("fx-tp2", scenario, SIZE)
 
 
 def test_editor_drop_then_undo_brings_the_edits_back(fx_workspace, tmp_path, monkeypatch):
-    monkeypatch.delenv("VISUAL", raising=False)
-    monkeypatch.setenv("EDITOR", _editor(tmp_path, "p.write_text(p.read_text() + '# looked at it\\n')\n"))
+    _editor(monkeypatch, tmp_path, "p.write_text(p.read_text() + '# looked at it\\n')\n")
 
-    async def scenario():
-        app = R9kApp(profile="fx-tp2", env={})
-        async with app.run_test(size=SIZE) as pilot:
-            s = app.screen.s
-            await toggle(pilot, "R9K_FX_FP8_DECODE")
-            edits = dict(s.current_edits)
-            await pilot.press("e")
-            await pilot.pause()
-            await pilot.press("d")  # drop the edits, then edit
-            await pilot.pause()
-            assert isinstance(app.screen, MainScreen) and not s.has_edits()
-            await pilot.press("ctrl+z")
-            await pilot.pause()
-            assert dict(s.current_edits) == edits
+    async def scenario(app, pilot):
+        s = app.screen.s
+        await toggle(pilot, "R9K_FX_FP8_DECODE")
+        edits = dict(s.current_edits)
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press("d")  # drop the edits, then edit
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen) and not s.has_edits()
+        await pilot.press("ctrl+z")
+        await pilot.pause()
+        assert dict(s.current_edits) == edits
 
-    run(scenario())
+    drive("fx-tp2", scenario, SIZE)
 
 
 def test_palette_jump_clears_a_hiding_search_scrolls_and_space_toggles_that_row(fx_workspace):
@@ -461,41 +454,12 @@ def test_rendered_rows_show_every_knob_whole_and_the_badge(fx_workspace, size):
 def test_a_closed_terminal_keeps_the_edits_for_the_next_start(fx_workspace):
     """SIGHUP (the terminal closed) cannot be asked about: the edits go to a recovery file and the next
     start restores them as unsaved edits. The real command line on a pseudo-terminal."""
-    import pty
-
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS="100", LINES="30")
-    pid, fd = pty.fork()
-    if pid == 0:  # the child: the panel on the pty
-        os.execve(sys.executable, [sys.executable, "-m", "r9k.r9kctl.cli", "tui", "--profile", "fx-tp2"], env)
-    try:
-        def read_until(needle: bytes, timeout: float) -> bytes:
-            buf = b""
-            end = time.monotonic() + timeout
-            while time.monotonic() < end and needle not in buf:
-                import select
-
-                r, _, _ = select.select([fd], [], [], 0.2)
-                if r:
-                    try:
-                        buf += os.read(fd, 65536)
-                    except OSError:
-                        break
-            return buf
-
-        assert b"knob" in read_until(b"knob", 60)
-        os.write(fd, b" ")  # toggle the first row
-        assert b"unsaved" in read_until(b"unsaved", 20)
-        os.kill(pid, signal.SIGHUP)
-        end = time.monotonic() + 30
-        while time.monotonic() < end and os.waitpid(pid, os.WNOHANG) == (0, 0):
-            read_until(b"\0never", 0.2)  # keep draining the terminal while it writes the recovery file
-    finally:
-        try:  # never leave the child behind (a hung test must not hang the suite)
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
+    with panel_on_a_terminal("fx-tp2") as term:
+        assert b"knob" in term.read_until(b"knob", 120)
+        term.write(b" ")  # toggle the first row
+        assert b"unsaved" in term.read_until(b"unsaved", 60)
+        os.kill(term.pid, signal.SIGHUP)
+        term.wait_drained(60)  # it writes the recovery file as it ends
     rec = fx_workspace / "cache" / "tui-recovery.json"
     assert rec.is_file()
 

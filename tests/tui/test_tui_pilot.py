@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Static
 
-from r9k.registry import envvars
 from r9k.registry.loader import load_registry
 from r9k.registry.memory import cost_if_toggled
 from r9k.registry.resolve import resolve
@@ -35,6 +34,17 @@ SIZE = (120, 40)
 
 def run(coro):
     return asyncio.run(coro)
+
+
+def drive(profile: str, scenario, size=SIZE, **options):
+    """Open the panel on ``profile`` (an empty environment) at ``size`` and run ``scenario(app, pilot)``;
+    what it returns."""
+    async def main():
+        app = R9kApp(profile=profile, env={}, **options)
+        async with app.run_test(size=size) as pilot:
+            return await scenario(app, pilot)
+
+    return run(main())
 
 
 def text_of(widget) -> str:
@@ -204,34 +214,32 @@ def test_invalid_profile_needs_explicit_confirm_to_save(fx_workspace):
     prof_file = fx_workspace / "profiles" / "fx-tp2.toml"
     before = prof_file.read_text()
 
-    async def scenario():
-        app = R9kApp(profile="fx-tp2", env={})
-        async with app.run_test(size=SIZE) as pilot:
-            s = app.screen.s
-            await search(pilot, "R9K_FX_FP8_DOWN")
-            await pilot.press("space")
-            await pilot.pause()
-            assert s.report.errors
-            # the problems list: choosing the requires error jumps to the variant that needs fx_fp8_down
-            await pilot.press("v")
-            await pilot.pause()
-            await pilot.press("enter")
-            await pilot.pause()
-            assert isinstance(app.screen, MainScreen)
-            assert app.screen.query_one(VariantTable).current_variant() == "fx_free_bf16"
-            await pilot.press("ctrl+s")
-            await pilot.pause()
-            assert isinstance(app.screen, ConfirmScreen)
-            await pilot.press("n")
-            await pilot.pause()
-            assert prof_file.read_text() == before and s.has_edits()
-            await pilot.press("ctrl+s")
-            await pilot.pause()
-            await pilot.press("y")
-            await pilot.pause()
-            assert not s.has_edits()
+    async def scenario(app, pilot):
+        s = app.screen.s
+        await search(pilot, "R9K_FX_FP8_DOWN")
+        await pilot.press("space")
+        await pilot.pause()
+        assert s.report.errors
+        # the problems list: choosing the requires error jumps to the variant that needs fx_fp8_down
+        await pilot.press("v")
+        await pilot.pause()
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, MainScreen)
+        assert app.screen.query_one(VariantTable).current_variant() == "fx_free_bf16"
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfirmScreen)
+        await pilot.press("n")
+        await pilot.pause()
+        assert prof_file.read_text() == before and s.has_edits()
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        await pilot.press("y")
+        await pilot.pause()
+        assert not s.has_edits()
 
-    run(scenario())
+    drive("fx-tp2", scenario)
     assert 'R9K_FX_FP8_DOWN = 0' in prof_file.read_text()
 
 
