@@ -417,40 +417,16 @@ def test_tui_refuses_a_non_terminal_in_one_line(workspace):
 def test_a_kill_9_loses_no_edit(workspace):
     """The journal is written on every edit: a panel killed with SIGKILL (nothing can catch it) comes back
     with its edit. The real command line on a pseudo-terminal."""
-    import pty
-    import select
+    from .terminal import panel_on_a_terminal
 
-    env = dict(os.environ, TERM="xterm-256color", COLUMNS="100", LINES="30")
-    pid, fd = pty.fork()
-    if pid == 0:
-        os.execve(PY, [PY, "-m", "r9k.r9kctl.cli", "tui", "--profile", "tp2-default"], env)
     journal = workspace / "cache" / "tui-recovery.json"
-    try:
-        def read_until(needle: bytes, timeout: float) -> bytes:
-            buf = b""
-            end = time.monotonic() + timeout
-            while time.monotonic() < end and needle not in buf:
-                r, _, _ = select.select([fd], [], [], 0.2)
-                if r:
-                    try:
-                        buf += os.read(fd, 65536)
-                    except OSError:
-                        break
-            return buf
-
-        assert b"knob" in read_until(b"knob", 120)
-        os.write(fd, b" ")  # toggle the first row
-        assert b"unsaved" in read_until(b"unsaved", 60)
+    with panel_on_a_terminal("tp2-default") as term:
+        assert b"knob" in term.read_until(b"knob", 120)
+        term.write(b" ")  # toggle the first row
+        assert b"unsaved" in term.read_until(b"unsaved", 60)
         assert journal.is_file()  # on disk before the screen said "unsaved"
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    finally:
-        try:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-        except (ProcessLookupError, ChildProcessError):
-            pass
-        os.close(fd)
+        os.kill(term.pid, signal.SIGKILL)
+        os.waitpid(term.pid, 0)
 
     async def scenario():
         app = R9kApp(profile="tp4-default", env={})
