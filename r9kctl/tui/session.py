@@ -210,18 +210,19 @@ class Session:
 
     def undo(self) -> Optional[str]:
         """Go back one change (an edit, a reset, a reload); returns what was undone, None if nothing."""
-        if not self.undo_stack:
-            return None
-        snap = self.undo_stack.pop()
-        self.redo_stack.append(self.snapshot(snap.label))
-        self._restore(snap)
-        return snap.label
+        return self._step(self.undo_stack, self.redo_stack)
 
     def redo(self) -> Optional[str]:
-        if not self.redo_stack:
+        """Do again the change last undone; returns what was redone, None if nothing."""
+        return self._step(self.redo_stack, self.undo_stack)
+
+    def _step(self, take: list, keep: list) -> Optional[str]:
+        """Restore the last snapshot of ``take``; the state it replaces goes on ``keep`` (undo and redo,
+        mirrored)."""
+        if not take:
             return None
-        snap = self.redo_stack.pop()
-        self.undo_stack.append(self.snapshot(snap.label))
+        snap = take.pop()
+        keep.append(self.snapshot(snap.label))
         self._restore(snap)
         return snap.label
 
