@@ -54,6 +54,15 @@ def _key_re(key: str) -> re.Pattern:
     return re.compile(r'^\s*(?:"%s"|%s)\s*=' % (re.escape(key), re.escape(key)))
 
 
+def _first(lines: list[str], lo: int, hi: int, stop) -> int:
+    """The first line in ``lo..hi`` that is a table header for which ``stop(match, line)`` holds; ``hi`` if none."""
+    for n in range(lo, hi):
+        m = _HEADER.match(lines[n])
+        if m and stop(m, lines[n]):
+            return n
+    return hi
+
+
 def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
     """Best-effort line and column (1-based) of a pydantic error location inside a TOML text.
 
@@ -77,15 +86,9 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
         heads = [n for n in range(lo, hi) if aot.match(lines[n])]
         if heads and isinstance(nxt, int) and nxt < len(heads):
             start = heads[nxt]
-            end = hi
-            for n in range(start + 1, hi):
-                m = _HEADER.match(lines[n])
-                if m and lines[n].lstrip().startswith("[[") and m.group(1) == name:
-                    end = n
-                    break
-                if m and not m.group(1).startswith(name):
-                    end = n
-                    break
+            # up to the next element of this array, or a header outside it
+            end = _first(lines, start + 1, hi, lambda m, ln: (ln.lstrip().startswith("[[") and m.group(1) == name)
+                         or not m.group(1).startswith(name))
             lo, hi = start, end
             best = (start + 1, 1)
             prefix = name
@@ -95,12 +98,8 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
         tabs = [n for n in range(lo, hi) if tab.match(lines[n])]
         if tabs:
             start = tabs[0]
-            end = hi
-            for n in range(start + 1, hi):
-                m = _HEADER.match(lines[n])
-                if m and not m.group(1).startswith(name + "."):  # its own sub-tables stay in range
-                    end = n
-                    break
+            # up to the next header that is not one of its own sub-tables
+            end = _first(lines, start + 1, hi, lambda m, ln: not m.group(1).startswith(name + "."))
             lo, hi = start, end
             best = (start + 1, 1)
             prefix = name
