@@ -69,12 +69,6 @@ def config_label(cfg: str, setting=None) -> str:
     return f"{text}, {setting}" if setting else text
 
 
-def fmt_rec(r) -> str:
-    from ..registry.diff import figure_text
-
-    return figure_text(r)
-
-
 def cell(shown, alts) -> str:
     """A figure, with the other source's differing figure of the same row beside it."""
     from ..registry.diff import figure_text

@@ -349,13 +349,10 @@ class Registry:
 
     def cached(self, key: tuple | str, compute):
         """``compute()``, once per registry object and ``key`` (derived data: gate states, missing gate
-        tests, located keys). :meth:`forget` drops it all, e.g. after kernel sources were edited."""
+        tests, located keys); a registry loaded again starts with none, e.g. after kernel sources were edited."""
         if key not in self._memo:
             self._memo[key] = compute()
         return self._memo[key]
-
-    def forget(self) -> None:
-        self._memo.clear()
 
     def knobs(self) -> dict[str, str]:
         return dict(self._knobs)

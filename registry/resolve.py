@@ -17,8 +17,6 @@ can show all of them at once. ``rs.ok`` is False when any of them is an error.
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
