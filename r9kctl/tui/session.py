@@ -169,17 +169,7 @@ class Session:
         """Reload everything from disk, dropping the edits (raises RegistryError); undo brings the
         edits back onto what was read."""
         before = self.snapshot("reload")
-        reg = self.load_registry()
-        self.reg = reg
-        self.registry_report = Report()
-        check_registry(reg, self.registry_report)
-        self.gates = load_gate_states(reg)
-        self.edits.clear()
-        self.docs.clear()
-        self._capture_files()
-        if self.profile not in reg.profiles:
-            self.profile = self.default_profile()
-        self._switched()
+        self._reload_keep({})
         if any(before.edits.values()):
             self._push_undo(before)
 
@@ -584,6 +574,8 @@ class Session:
             self._push_undo(before)
 
     def _reload_keep(self, edits: dict) -> None:
+        """Read the registry and the profile files again; ``edits`` (profile -> its edits) are kept where
+        their profile still exists, every other edit is dropped."""
         reg = self.load_registry()
         self.reg = reg
         self.registry_report = Report()
