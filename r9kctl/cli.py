@@ -151,6 +151,14 @@ def merge_globals(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+class Exit(Exception):
+    """Raised by a helper that has reported what is wrong (``common.load``): the command ends with ``code``."""
+
+    def __init__(self, code: int = 2):
+        super().__init__(code)
+        self.code = code
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command. Exit codes: 0 fine, 1 warnings under --strict or a failed comparison, 2 bad input
     (one located line per fault), 3 an unexpected exception: one line saying it is a bug, and how to get the
@@ -207,7 +215,10 @@ def _main(words: list[str]) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except Exit as exc:  # a helper reported what is wrong
+        return exc.code
 
 
 if __name__ == "__main__":

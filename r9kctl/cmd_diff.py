@@ -216,9 +216,7 @@ def run(args) -> int:
     from .common import fail, load
     from .output import heading, print_json, table
 
-    reg = load(args.format, args)
-    if reg is None:
-        return 2
+    reg = load(args)
     for spec in (args.a, args.b):
         try:
             parse_side(reg, spec)
