@@ -64,10 +64,6 @@ def _case_lines(text: str) -> dict[str, int]:
     return out
 
 
-def _read_cases(path: str | Path) -> dict[str, tuple[str, int | None]]:
-    return _read(path)[0]
-
-
 def _read(path: str | Path) -> tuple[dict[str, tuple[str, int | None]], dict[str, str]]:
     """(pytest node id -> (outcome, line), the suites' <property> name -> value)."""
     text = fileio.read_text(path, "JUnit XML file")  # located errors: missing, binary, not UTF-8, ...
