@@ -81,6 +81,15 @@ def _one_format_vocabulary(p: argparse.ArgumentParser) -> None:
             action.help = action.help.replace("%(choices)s", action.metavar)
 
 
+def add_group(subparsers, name: str, help_: str, description: str, dest: str, commands: str):
+    """A command whose own subcommands do the work (``r9kctl eval compare``): its parser, ``description``
+    shown as written, and the action its subcommands are added to. One of them is required; ``commands``
+    (``"{compare,record}"``) is how the usage and the error name them."""
+    p = subparsers.add_parser(name, help=help_, description=description,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    return p, p.add_subparsers(dest=dest, metavar=commands, required=True)
+
+
 def _finish(name: str, p: argparse.ArgumentParser, help_: str | None) -> None:
     """Every subcommand (and its own subcommands): a description, the examples, the global options."""
     _one_format_vocabulary(p)
