@@ -40,6 +40,16 @@ PREFIX = "r9k-tiny:"
 #: The default model reference (the ``cpu-smoke`` profile's).
 MODEL_REF = "r9k-tiny:qwen2-moe"
 
+# The sparse MoE block both tiny recipes share: 8 experts of width 64, 2 a token, one shared expert of 128.
+TINY_MOE: dict = {
+    "decoder_sparse_step": 1,
+    "moe_intermediate_size": 64,
+    "shared_expert_intermediate_size": 128,
+    "num_experts_per_tok": 2,
+    "num_experts": 8,
+    "norm_topk_prob": True,
+}
+
 # Recipe of ``qwen2-moe``. head_dim = hidden_size / num_attention_heads = 64.
 CONFIG: dict = {
     "architectures": ["Qwen2MoeForCausalLM"],
@@ -55,12 +65,7 @@ CONFIG: dict = {
     "rms_norm_eps": 1e-6,
     "rope_theta": 10000.0,
     "tie_word_embeddings": False,
-    "decoder_sparse_step": 1,
-    "moe_intermediate_size": 64,
-    "shared_expert_intermediate_size": 128,
-    "num_experts_per_tok": 2,
-    "num_experts": 8,
-    "norm_topk_prob": True,
+    **TINY_MOE,
     "mlp_only_layers": [],
     "qkv_bias": True,
     "use_sliding_window": False,
@@ -87,12 +92,7 @@ QWEN3_NEXT_CONFIG: dict = {
     "linear_value_head_dim": 64,
     "linear_num_key_heads": 2,
     "linear_num_value_heads": 4,
-    "decoder_sparse_step": 1,
-    "moe_intermediate_size": 64,
-    "shared_expert_intermediate_size": 128,
-    "num_experts_per_tok": 2,
-    "num_experts": 8,
-    "norm_topk_prob": True,
+    **TINY_MOE,
     "max_position_embeddings": 1024,
     "rms_norm_eps": 1e-6,
     "initializer_range": 0.08,

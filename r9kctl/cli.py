@@ -81,6 +81,15 @@ def _one_format_vocabulary(p: argparse.ArgumentParser) -> None:
             action.help = action.help.replace("%(choices)s", action.metavar)
 
 
+def add_group(subparsers, name: str, help_: str, description: str, dest: str, commands: str):
+    """A command whose own subcommands do the work (``r9kctl eval compare``): its parser, ``description``
+    shown as written, and the action its subcommands are added to. One of them is required; ``commands``
+    (``"{compare,record}"``) is how the usage and the error name them."""
+    p = subparsers.add_parser(name, help=help_, description=description,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    return p, p.add_subparsers(dest=dest, metavar=commands, required=True)
+
+
 def _finish(name: str, p: argparse.ArgumentParser, help_: str | None) -> None:
     """Every subcommand (and its own subcommands): a description, the examples, the global options."""
     _one_format_vocabulary(p)
@@ -151,6 +160,14 @@ def merge_globals(args: argparse.Namespace) -> argparse.Namespace:
     return args
 
 
+class Exit(Exception):
+    """Raised by a helper that has reported what is wrong (``common.load``): the command ends with ``code``."""
+
+    def __init__(self, code: int = 2):
+        super().__init__(code)
+        self.code = code
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command. Exit codes: 0 fine, 1 warnings under --strict or a failed comparison, 2 bad input
     (one located line per fault), 3 an unexpected exception: one line saying it is a bug, and how to get the
@@ -207,7 +224,10 @@ def _main(words: list[str]) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except Exit as exc:  # a helper reported what is wrong
+        return exc.code
 
 
 if __name__ == "__main__":

@@ -20,10 +20,10 @@ from ..registry import envvars
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("bisect", help="find the knob whose change moved a result between two profiles",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="bisect_cmd", metavar="{plan,status,run}")
-    sub.required = True
+    from .cli import add_group
+
+    p, sub = add_group(subparsers, "bisect", "find the knob whose change moved a result between two profiles",
+                       __doc__, "bisect_cmd", "{plan,status,run}")
     pl = sub.add_parser("plan", help="plan the steps between two profiles and write the bisect directory")
     pl.add_argument("--good", required=True, help="profile whose result is the reference")
     pl.add_argument("--bad", required=True, help="profile whose result moved")

@@ -69,12 +69,6 @@ def config_label(cfg: str, setting=None) -> str:
     return f"{text}, {setting}" if setting else text
 
 
-def fmt_rec(r) -> str:
-    from ..registry.diff import figure_text
-
-    return figure_text(r)
-
-
 def cell(shown, alts) -> str:
     """A figure, with the other source's differing figure of the same row beside it."""
     from ..registry.diff import figure_text
@@ -222,9 +216,7 @@ def run(args) -> int:
     from .common import fail, load
     from .output import heading, print_json, table
 
-    reg = load(args.format, args)
-    if reg is None:
-        return 2
+    reg = load(args)
     for spec in (args.a, args.b):
         try:
             parse_side(reg, spec)

@@ -17,10 +17,10 @@ import sys
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("eval", help="paired evaluations: record per-question results, compare two runs",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="eval_cmd", metavar="{compare,record}")
-    sub.required = True
+    from .cli import add_group
+
+    p, sub = add_group(subparsers, "eval", "paired evaluations: record per-question results, compare two runs",
+                       __doc__, "eval_cmd", "{compare,record}")
 
     c = sub.add_parser("compare", help="paired McNemar comparison of two per-question result files")
     c.add_argument("a", help="baseline result file (JSONL), e.g. the previous default")

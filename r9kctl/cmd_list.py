@@ -19,9 +19,7 @@ def run(args) -> int:
     from .common import load
     from .output import print_json, table
 
-    reg = load(args.format, args)
-    if reg is None:
-        return 2
+    reg = load(args)
     from typing import get_args
 
     from ..registry.schema import Category, Status

@@ -12,9 +12,7 @@ def add_parser(sub):
 def run(args) -> int:
     from .common import load, print_listing
 
-    reg = load(args.format, args)
-    if reg is None:
-        return 2
+    reg = load(args)
     names = sorted(reg.profiles)
     rows = []
     for name in names:

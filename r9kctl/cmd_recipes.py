@@ -83,9 +83,7 @@ def run(args) -> int:
     from .common import load as load_reg, report_errors, usage_error
     from .output import print_json
 
-    reg = load_reg(args.format, args)
-    if reg is None:
-        return 2
+    reg = load_reg(args)
     if args.vllm_version:
         try:
             iface = load(args.vllm_version)

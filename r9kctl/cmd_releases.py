@@ -12,9 +12,7 @@ def add_parser(sub):
 def run(args) -> int:
     from .common import load, print_listing
 
-    reg = load(args.format, args)
-    if reg is None:
-        return 2
+    reg = load(args)
     versions = reg.release_order()
     rows = []
     for ver in versions:

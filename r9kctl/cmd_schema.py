@@ -21,9 +21,7 @@ def run(args) -> int:
     from .common import fail, load
     from .profile_schema import dumps, profile_schema
 
-    reg = load("table", args)
-    if reg is None:
-        return 2
+    reg = load(args)
     text = dumps(profile_schema(reg))
     if args.check:
         try:

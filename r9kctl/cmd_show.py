@@ -111,9 +111,7 @@ def run(args) -> int:
     from .common import fail, load
     from .output import print_json, table
 
-    reg = load(args.format, args)
-    if reg is None:
-        return 2
+    reg = load(args)
     v = reg.find_variant(args.variant)
     if v is None:
         hint = suggest(args.variant, list(reg.variants) + list(reg.knobs()))

@@ -138,9 +138,7 @@ def run(args) -> int:
         app = R9kApp(attach=args.attach, keymap=keys, theme=theme)
         app.run()
         return 0 if app.return_code in (None, 0) else int(app.return_code)
-    reg = load("table", args)  # the panel opens on a profile: one that does not exist is an error here
-    if reg is None:
-        return 2
+    reg = load(args)  # the panel opens on a profile: one that does not exist is an error here
     problem = profile_problem(reg, args.profile) or tp_problem(reg, args.tp, args.profile or "tp4-default")
     if problem:
         return usage_error("r9kctl tui", problem)

@@ -9,6 +9,7 @@ from typing import Optional
 from ..registry import Registry, RegistryError, envvars, load_registry
 from ..registry.errors import Diagnostic
 
+from .cli import Exit
 from .output import diagnostics
 from .output import print_json, table
 
@@ -44,14 +45,14 @@ def child_env(args=None) -> dict[str, str]:
     return env
 
 
-def load(fmt: str = "table", args=None) -> Optional[Registry]:
-    """The registry (at the location ``args``' global options name), or None after printing its located
-    errors (the caller exits 2)."""
+def load(args=None) -> Registry:
+    """The registry at the location ``args``' global options name. One that does not load: its located
+    errors are printed (as JSON under ``--format json``) and :class:`Exit` (2) ends the command."""
     try:
         return load_registry(*registry_location(args))
     except RegistryError as exc:
-        report_errors(exc.diagnostics, fmt)
-        return None
+        report_errors(exc.diagnostics, getattr(args, "format", "table"))
+        raise Exit(2) from None
 
 
 def add_listing_parser(sub, name: str, help_: str, run):
@@ -104,8 +105,7 @@ def load_with_sets(args) -> Optional[tuple[Registry, dict[str, str]]]:
     if errs:
         report_errors(errs, fmt)
         return None
-    reg = load(fmt, args)
-    return None if reg is None else (reg, sets)
+    return load(args), sets
 
 
 def load_for_profile(args, command: str) -> Optional[tuple[Registry, dict[str, str]]]:

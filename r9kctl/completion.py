@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Iterable, Optional
+from typing import Optional
 from ..registry import load_registry, RegistryError
 from .common import registry_location
 from .cli import build_parser
@@ -276,7 +276,3 @@ SCRIPTS = {"bash": BASH, "zsh": ZSH, "fish": FISH}
 
 def script(shell: str) -> str:
     return SCRIPTS[shell]
-
-
-def shells() -> Iterable[str]:
-    return SCRIPTS

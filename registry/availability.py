@@ -66,9 +66,6 @@ class Adapters:
     missing: dict[str, str] = field(default_factory=dict)  # extension point -> why it has no adapter
     problems: list[tuple[str, Optional[int], Optional[int], str]] = field(default_factory=list)  # (file, line, col, message)
 
-    def for_op(self, op: str) -> Optional[Adapter]:
-        return next((a for a in self.adapters.values() if op in a.ops), None)
-
 
 _ADAPTERS_CACHE: dict[tuple, Adapters] = {}
 

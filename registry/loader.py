@@ -54,6 +54,15 @@ def _key_re(key: str) -> re.Pattern:
     return re.compile(r'^\s*(?:"%s"|%s)\s*=' % (re.escape(key), re.escape(key)))
 
 
+def _first(lines: list[str], lo: int, hi: int, stop) -> int:
+    """The first line in ``lo..hi`` that is a table header for which ``stop(match, line)`` holds; ``hi`` if none."""
+    for n in range(lo, hi):
+        m = _HEADER.match(lines[n])
+        if m and stop(m, lines[n]):
+            return n
+    return hi
+
+
 def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
     """Best-effort line and column (1-based) of a pydantic error location inside a TOML text.
 
@@ -77,15 +86,9 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
         heads = [n for n in range(lo, hi) if aot.match(lines[n])]
         if heads and isinstance(nxt, int) and nxt < len(heads):
             start = heads[nxt]
-            end = hi
-            for n in range(start + 1, hi):
-                m = _HEADER.match(lines[n])
-                if m and lines[n].lstrip().startswith("[[") and m.group(1) == name:
-                    end = n
-                    break
-                if m and not m.group(1).startswith(name):
-                    end = n
-                    break
+            # up to the next element of this array, or a header outside it
+            end = _first(lines, start + 1, hi, lambda m, ln: (ln.lstrip().startswith("[[") and m.group(1) == name)
+                         or not m.group(1).startswith(name))
             lo, hi = start, end
             best = (start + 1, 1)
             prefix = name
@@ -95,12 +98,8 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
         tabs = [n for n in range(lo, hi) if tab.match(lines[n])]
         if tabs:
             start = tabs[0]
-            end = hi
-            for n in range(start + 1, hi):
-                m = _HEADER.match(lines[n])
-                if m and not m.group(1).startswith(name + "."):  # its own sub-tables stay in range
-                    end = n
-                    break
+            # up to the next header that is not one of its own sub-tables
+            end = _first(lines, start + 1, hi, lambda m, ln: not m.group(1).startswith(name + "."))
             lo, hi = start, end
             best = (start + 1, 1)
             prefix = name
@@ -350,13 +349,10 @@ class Registry:
 
     def cached(self, key: tuple | str, compute):
         """``compute()``, once per registry object and ``key`` (derived data: gate states, missing gate
-        tests, located keys). :meth:`forget` drops it all, e.g. after kernel sources were edited."""
+        tests, located keys); a registry loaded again starts with none, e.g. after kernel sources were edited."""
         if key not in self._memo:
             self._memo[key] = compute()
         return self._memo[key]
-
-    def forget(self) -> None:
-        self._memo.clear()
 
     def knobs(self) -> dict[str, str]:
         return dict(self._knobs)
@@ -510,6 +506,29 @@ def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic]
     return item
 
 
+def _array_of_tables(data: Optional[dict], key: str, text: Optional[str], path: Path, shown: str,
+                     diags: list[Diagnostic]) -> list:
+    """The ``[[key]]`` tables of a file; [] after a located error when ``key`` holds something else."""
+    tables = (data or {}).get(key, [])
+    if isinstance(tables, list):
+        return tables
+    line, col = locate(text or _source_text(path), (key,))
+    diags.append(Diagnostic("error", "schema", f"'{key}' must be an array of tables ([[{key}]]), not "
+                            f"{type(tables).__name__}", shown, line, col))
+    return []
+
+
+def _declared_before(origins: dict, key: tuple[str, str], what: str, shown: str, line: Optional[int],
+                     diags: list[Diagnostic]) -> bool:
+    """Whether ``key`` (kind, name) was declared already; if so, a located error naming the first place."""
+    if key not in origins:
+        return False
+    f0, l0 = origins[key]
+    diags.append(Diagnostic("error", "duplicate", f"{what} is declared twice (first at {f0}:{l0})", shown, line, 1,
+                            [key[1]]))
+    return True
+
+
 def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None,
                   broken_profiles: str = "keep") -> Registry:
     """Load and schema-check the registry tree and the profiles; raise RegistryError with every
@@ -543,13 +562,7 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
                 line, col = locate(text or _source_text(path), (k,))
                 diags.append(Diagnostic("error", "schema", f"unknown top-level key '{k}' (a variants file holds "
                                         "[[variant]] tables)", shown, line, col))
-        tables = data.get("variant", [])
-        if not isinstance(tables, list):
-            line, col = locate(text or _source_text(path), ("variant",))
-            diags.append(Diagnostic("error", "schema", "'variant' must be an array of tables ([[variant]]), not "
-                                    f"{type(tables).__name__}", shown, line, col))
-            tables = []
-        for i, raw in enumerate(tables):
+        for i, raw in enumerate(_array_of_tables(data, "variant", text, path, shown, diags)):
             line = heads[i] if i < len(heads) else None
             vid = raw.get("id", f"#{i}") if isinstance(raw, dict) else f"#{i}"
             try:
@@ -557,10 +570,7 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
             except ValidationError as exc:
                 diags += _schema_diags(path, text, exc, base_loc=("variant", i), items=[str(vid)])
                 continue
-            if v.id in variants:
-                f0, l0 = origins[("variant", v.id)]
-                diags.append(Diagnostic("error", "duplicate", f"variant id '{v.id}' is declared twice (first at "
-                                        f"{f0}:{l0})", shown, line, 1, [v.id]))
+            if _declared_before(origins, ("variant", v.id), f"variant id '{v.id}'", shown, line, diags):
                 continue
             variants[v.id] = v
             origins[("variant", v.id)] = (shown, line or 1)
@@ -577,23 +587,14 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
         data, text, mheads = _read(mpath, diags, cache, header="[[model]]")
         shown = display_path(mpath)
         texts[shown] = text
-        tables = (data or {}).get("model", [])
-        if not isinstance(tables, list):
-            line, col = locate(text or _source_text(mpath), ("model",))
-            diags.append(Diagnostic("error", "schema", "'model' must be an array of tables ([[model]]), not "
-                                    f"{type(tables).__name__}", shown, line, col))
-            tables = []
-        for i, raw in enumerate(tables):
+        for i, raw in enumerate(_array_of_tables(data, "model", text, mpath, shown, diags)):
             try:
                 m = ModelSpec.model_validate(raw)
             except ValidationError as exc:
                 diags += _schema_diags(mpath, text, exc, base_loc=("model", i))
                 continue
             line = mheads[i] if i < len(mheads) else 1
-            if m.name in models:
-                f0, l0 = origins[("model", m.name)]
-                diags.append(Diagnostic("error", "duplicate", f"model '{m.name}' is declared twice (first at "
-                                        f"{f0}:{l0})", shown, line, 1, [m.name]))
+            if _declared_before(origins, ("model", m.name), f"model '{m.name}'", shown, line, diags):
                 continue
             models[m.name] = m
             origins[("model", m.name)] = (shown, line)

@@ -111,10 +111,6 @@ class ProfileDocument:
     def loaded_mtime_ns(self) -> Optional[int]:
         return self._stamp.mtime_ns
 
-    @property
-    def loaded_sha256(self) -> Optional[str]:
-        return self._stamp.sha256
-
     def knobs(self) -> dict[str, object]:
         """The ``knobs`` table as plain Python values (what the loader would see)."""
         tab = self.doc.get("knobs")

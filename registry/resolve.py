@@ -17,8 +17,6 @@ can show all of them at once. ``rs.ok`` is False when any of them is an error.
 from __future__ import annotations
 
 import difflib
-import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional
@@ -29,7 +27,6 @@ from .loader import Registry
 from .origin import Origin, WithOrigin
 from .manifest import shape_problem as manifest_problem
 from .schema import ModelSpec, Profile, Variant
-from .manifest import set_hash
 from . import manifest
 from .availability import adapters_path
 
@@ -71,26 +68,16 @@ class ResolvedSet:
     def ok(self) -> bool:
         return not any(d.level == "error" for d in self.diagnostics)
 
-    def value(self, key: str) -> Optional[str]:
-        """Value by variant id or knob."""
-        if key in self.items:
-            return self.items[key].value
-        for r in self.items.values():
-            if r.variant.knob == key:
-                return r.value
-        raise KeyError(key)
-
-    def non_stock(self) -> list[Resolved]:
-        return [r for r in self.items.values() if not r.is_stock]
+    # The manifest's lookups, one definition for both sets: value by variant id or knob, the items off their
+    # stock value, and the hash over what the processes must agree on (model, TP size, every value;
+    # :func:`r9k.registry.manifest.set_hash`, the one formula). Like :class:`manifest.StockRule`, they need
+    # only ``items`` whose entries have ``variant`` and ``value``.
+    value = manifest.Manifest.value
+    non_stock = manifest.Manifest.non_stock
+    hash = manifest.Manifest.hash
 
     def active(self) -> list[Resolved]:
         return [r for r in self.items.values() if r.active]
-
-    @property
-    def hash(self) -> str:
-        """12 hex chars over what the processes must agree on: model, TP size and every value
-        (:func:`r9k.registry.manifest.set_hash`, the one formula)."""
-        return set_hash(self.model, self.tp, {r.variant.knob: r.value for r in self.items.values()}, self.extra_env)
 
     def env(self) -> dict[str, str]:
         """Environment variables to export: every knob with a value ('' = unset is not exported) that the

@@ -156,12 +156,17 @@ class StatusInfo(Strict):
     reason: str = Field(min_length=1)
 
 
-class DefaultChange(Strict):
-    release: str
+class Change(Strict):
+    """A default that changed: at ``tp``, ``from`` -> ``to``. A variant's history says in which release
+    (:class:`DefaultChange`), a release which knob (:class:`ReleaseChange`)."""
     tp: str  # "all", a model's scope name (models.toml), or "tpN" (the primary model at TP N)
     from_: str = Field(alias="from")
     to: str
     note: Optional[str] = None
+
+
+class DefaultChange(Change):
+    release: str
 
 
 class Measurement(Strict):
@@ -514,12 +519,8 @@ class QualityRecord(Strict):
     note: Optional[str] = None
 
 
-class ReleaseChange(Strict):
+class ReleaseChange(Change):
     knob: str
-    tp: str
-    from_: str = Field(alias="from")
-    to: str
-    note: Optional[str] = None
 
 
 class Release(Strict):

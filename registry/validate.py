@@ -260,7 +260,7 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
 
 def gate_states(reg: Registry):
     """The ledger's gate states, computed once per registry object and ledger file version (the source
-    hashes behind them are computed at that time: a long-lived session calls ``reg.forget()`` after
+    hashes behind them are computed at that time: a long-lived session loads the registry again after
     editing kernel sources)."""
     path = ledger.ledger_path(reg)
     try:

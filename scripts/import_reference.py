@@ -25,30 +25,20 @@ FUSIONS = {
     "gdn_spec_decode_core", "fp8_block_fused_act_quant", "fused_qk_norm_rope", "moe_fused_routing",
     "moe_shared_fold", "moe_fused_sum", "moe_fused_act_quant", "hc_glue",
 }
-# Knob -> kernel op of this project (r9k.kernels.ops), filled in as the kernels land.
-OPS = {
-    "fp8_block_fused_act_quant": ("r9k.kernels.fp8_block", "fp8_block_linear"),
-    "fp8_block_linears": ("r9k.kernels.fp8_block", "fp8_block_linear"),
-    "hc_decode_mix": ("r9k.kernels.hc_mix", "hc_mix"),
-    "hc_fp8_decode": ("r9k.kernels.hc_mix", "hc_mix_fp8"),
-    "router_gemm": ("r9k.kernels.router", "router_gemm"),
-    "moe_fused_routing": ("r9k.kernels.router", "moe_route"),
-    "qsa_indexer_glue": ("r9k.kernels.qsa_glue", "qsa_glue"),
-    "fused_qk_norm_rope": ("r9k.kernels.qk_rope", "qk_norm_rope"),
-    "shared_expert_fused": ("r9k.kernels.shared_expert", "shared_expert"),
-    "gdn_spec_decode_core": ("r9k.kernels.gdn_decode", "gdn_decode"),
-}
-EXTENSION_POINTS = {
-    "router_gemm": "pluggable_layer:gate_linear",
-    "moe_fused_routing": "custom_op:r9k_moe_route",
-    "gdn_spec_decode_core": "pluggable_layer:qwen_gated_delta_net_attention",
-    "shared_expert_fused": "custom_op:r9k_shared_expert",
-    "fp8_block_fused_act_quant": "custom_op:r9k_fp8_block_linear",
-    "fp8_block_linears": "custom_op:r9k_fp8_block_linear",
-    "hc_decode_mix": "custom_op:r9k_hc_mix",
-    "hc_fp8_decode": "custom_op:r9k_hc_mix",
-    "qsa_indexer_glue": "custom_op:r9k_qsa_glue",
-    "fused_qk_norm_rope": "custom_op:r9k_qk_norm_rope",
+# Knob -> (kernel module, op, vLLM extension point) of this project (r9k.kernels.ops), filled in as the
+# kernels land; every other knob is "env-only".
+IMPLEMENTATIONS = {
+    "fp8_block_fused_act_quant": ("r9k.kernels.fp8_block", "fp8_block_linear", "custom_op:r9k_fp8_block_linear"),
+    "fp8_block_linears": ("r9k.kernels.fp8_block", "fp8_block_linear", "custom_op:r9k_fp8_block_linear"),
+    "hc_decode_mix": ("r9k.kernels.hc_mix", "hc_mix", "custom_op:r9k_hc_mix"),
+    "hc_fp8_decode": ("r9k.kernels.hc_mix", "hc_mix_fp8", "custom_op:r9k_hc_mix"),
+    "router_gemm": ("r9k.kernels.router", "router_gemm", "pluggable_layer:gate_linear"),
+    "moe_fused_routing": ("r9k.kernels.router", "moe_route", "custom_op:r9k_moe_route"),
+    "qsa_indexer_glue": ("r9k.kernels.qsa_glue", "qsa_glue", "custom_op:r9k_qsa_glue"),
+    "fused_qk_norm_rope": ("r9k.kernels.qk_rope", "qk_norm_rope", "custom_op:r9k_qk_norm_rope"),
+    "shared_expert_fused": ("r9k.kernels.shared_expert", "shared_expert", "custom_op:r9k_shared_expert"),
+    "gdn_spec_decode_core": ("r9k.kernels.gdn_decode", "gdn_decode",
+                             "pluggable_layer:qwen_gated_delta_net_attention"),
 }
 # Parts the 27B (dense, no hyper-connections, no QSA) does not have.
 FN_ONLY_PREFIXES = ("hc_", "qsa_", "ple_", "mtp_", "fused_qk_norm_rope", "target_lm_head", "draft_lm_head")
@@ -70,7 +60,7 @@ LAUNCHER_SETS = {
 }
 STATUS = {"shipped-default": "default-on", "opt-in": "opt-in", "rejected": "rejected"}
 # Knobs that change the graph vLLM compiles (their value must reach the compile-cache key).
-GRAPH_AFFECTING = set(OPS) | {"cudagraph_sizes", "cudagraph_mode", "mtp_spec_tokens", "hc_glue", "moe_fused_sum",
+GRAPH_AFFECTING = set(IMPLEMENTATIONS) | {"cudagraph_sizes", "cudagraph_mode", "mtp_spec_tokens", "hc_glue", "moe_fused_sum",
                               "moe_fused_act_quant", "hc_fp8_prefill_mix", "qsa_sparse_attention",
                               "qsa_indexer_score", "moe_shared_fold", "hc_free_bf16", "hc_fp8_down"}
 
@@ -148,10 +138,6 @@ def status_reason(v: dict) -> str:
     return "shipped in the original stack's launchers" + (f" ({v['since']})" if v.get("since") else "")
 
 
-def tp_key(tp: str) -> str:
-    return tp
-
-
 def memory(v: dict) -> dict | None:
     """The original's statement of a knob's memory cost, kept as ``memory.note``. The costs themselves are
     formulas of the model's dims (``memory.formula``, written by hand after the import; registry/memory.py)."""
@@ -197,11 +183,10 @@ def convert_variant(v: dict) -> dict:
         out["sets"] = {"kind": kind, "name": name, "text": v["sets"]}
     if v.get("note"):
         out["note"] = v["note"]
-    impl = {}
-    if v["id"] in OPS:
-        mod, op = OPS[v["id"]]
-        impl.update(module=mod, op=op, sources=[mod.replace("r9k.kernels", "kernels").replace(".", "/") + "/"])
-    impl["extension_point"] = EXTENSION_POINTS.get(v["id"], "env-only")
+    mod, op, point = IMPLEMENTATIONS.get(v["id"], (None, None, "env-only"))
+    impl = {} if mod is None else {"module": mod, "op": op,
+                                   "sources": [mod.replace("r9k.kernels", "kernels").replace(".", "/") + "/"]}
+    impl["extension_point"] = point
     out["implementation"] = impl
     out["original"] = {"files": v.get("kernel_files", []), "platforms": ["rocm-gfx1201"]}
     mem = memory(v)

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import Any
 from ...registry import fileio
 
+from .results import json_lines
+
 GRADERS = ("number", "exact", "contains", "humaneval")
 
 # Instruction appended to number-graded prompts, so the answer can be found without guessing.
@@ -119,14 +121,7 @@ def load_dataset(spec: str | Path) -> Dataset:
     seen: set[str] = set()
     index = 0
 
-    for lineno, line in enumerate(fileio.read_text(path, "question set").splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{lineno}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DatasetError(f"{where}: not valid JSON ({exc.msg})") from None
+    for where, obj in json_lines(fileio.read_text(path, "question set").splitlines(), str(path), DatasetError):
         q = _question(obj, index, where)
         index += 1
         if q.id in seen:

@@ -50,11 +50,6 @@ def _refuse(file: str | Path, kind: str, msg: str, line: int | None = None) -> I
     return ImportRefused(f"{file}{f':{line}' if line else ''}: error[{kind}]: {msg}")
 
 
-def read_junit(path: str | Path) -> dict[str, str]:
-    """pytest node id -> outcome (passed, failed, error, skipped, needs-gpu) for every test case."""
-    return {nid: o for nid, (o, _line) in _read_cases(path).items()}
-
-
 _NAME_ATTR = re.compile(r'<testcase\b[^>]*?\sname="([^"]*)"')
 
 
@@ -67,10 +62,6 @@ def _case_lines(text: str) -> dict[str, int]:
             for m in _NAME_ATTR.finditer(ln):
                 out.setdefault(m.group(1), lineno)
     return out
-
-
-def _read_cases(path: str | Path) -> dict[str, tuple[str, int | None]]:
-    return _read(path)[0]
 
 
 def _read(path: str | Path) -> tuple[dict[str, tuple[str, int | None]], dict[str, str]]:

@@ -30,7 +30,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 from ...registry import fileio
 
 FORMAT_VERSION = 1
@@ -111,18 +111,24 @@ def _record(obj: Any, where: str) -> QuestionResult:
     return QuestionResult(str(qid), correct, digest, output, extra)
 
 
-def parse_lines(lines: Iterable[str], source: str = "<input>", path: Path | None = None) -> ResultFile:
-    header: dict[str, Any] = {}
-    results: dict[str, QuestionResult] = {}
-    seen_record = False
+def json_lines(lines: Iterable[str], source: str, error: type[Exception]) -> Iterator[tuple[str, Any]]:
+    """(``source:line``, value) of each non-blank line of a JSON Lines text; a line that is not JSON raises
+    ``error`` with its place (the result files here, the question sets in :mod:`.dataset`)."""
     for lineno, line in enumerate(lines, 1):
         if not line.strip():
             continue
         where = f"{source}:{lineno}"
         try:
-            obj = json.loads(line)
+            yield where, json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ResultFileError(f"{where}: not valid JSON ({exc.msg})") from None
+            raise error(f"{where}: not valid JSON ({exc.msg})") from None
+
+
+def parse_lines(lines: Iterable[str], source: str = "<input>", path: Path | None = None) -> ResultFile:
+    header: dict[str, Any] = {}
+    results: dict[str, QuestionResult] = {}
+    seen_record = False
+    for where, obj in json_lines(lines, source, ResultFileError):
         if isinstance(obj, dict) and "r9k_eval" in obj:
             if seen_record or header:
                 raise ResultFileError(f"{where}: header line must be the first line")

@@ -44,18 +44,6 @@ def config_path() -> Path:
     return Path(base) / "r9k" / "tui.toml"
 
 
-def read_config(path: Optional[Path]) -> tuple[dict[str, str], Optional[str]]:
-    """([keys] binding id -> keys, theme) from the TOML config; missing file: nothing."""
-    if path is None or not Path(path).is_file():
-        return {}, None
-    import tomllib
-
-    data = tomllib.loads(Path(path).read_text())
-    keys = {str(k): str(v) for k, v in (data.get("keys") or {}).items()}
-    theme = data.get("theme")
-    return keys, str(theme) if theme else None
-
-
 class R9kApp(App):
     """``R9kApp(profile, tp).run()``: the panel; a confirmed launch starts the server in the background and
     opens the server screen (``R9kApp(attach=URL)``: that screen alone, on a server started elsewhere)."""

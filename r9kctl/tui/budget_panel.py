@@ -80,10 +80,10 @@ class BudgetPanel(Vertical):
         t.append("\n")
         cap = int(b.memory_bytes * b.utilization)
         kv = b.kv_bytes if b.fixed_kv_bytes is None else b.fixed_kv_bytes
+        t.append_text(bar([("weights", b.weights), ("overhead", b.overhead), ("variants", b.variant_bytes),
+                           ("KV", kv), ("free", max(0, b.headroom))], width))
+        t.append("\n")
         if compact:
-            t.append_text(bar([("weights", b.weights), ("overhead", b.overhead), ("variants", b.variant_bytes),
-                               ("KV", kv), ("free", max(0, b.headroom))], width))
-            t.append("\n")
             t.append("■ ", "magenta")
             t.append(f"variants {fmt_bytes(b.variant_bytes)}\n")
             t.append("■ ", "green")
@@ -91,9 +91,6 @@ class BudgetPanel(Vertical):
             t.append(f" of {fmt_bytes(cap)}", "dim")
             txt.update(t, layout=False)
             return
-        t.append_text(bar([("weights", b.weights), ("overhead", b.overhead), ("variants", b.variant_bytes),
-                           ("KV", kv), ("free", max(0, b.headroom))], width))
-        t.append("\n")
         t.append("■ ", "blue")
         t.append(f"weights {fmt_bytes(b.weights):<11}")
         t.append("■ ", "grey50")

@@ -343,8 +343,6 @@ class MainScreen(Screen):
     def save_flow(self, then=None) -> None:
         """Save the current profile; ``then()`` runs after a successful save (save and quit). With
         validation errors it asks first (Cancel is the default); a file changed on disk asks what to do."""
-        from .confirm_screen import ConfirmScreen
-
         s = self.s
         if not s.has_edits():
             if then is None:
@@ -357,17 +355,20 @@ class MainScreen(Screen):
             body = Text(f"'{s.profile}' has {len(errors)} validation error(s):\n")
             for d in errors[:6]:
                 body.append(f"✗ {d.message}\n", "red")
-            self.app.push_screen(
-                ConfirmScreen("Save a profile that does not validate?", body,
-                              [("cancel", "Cancel", "n", "default"), ("save", "Save anyway", "y", "error")],
-                              default="cancel"),
-                lambda ans: self._do_save(then) if ans == "save" else None)
+            self._ask("Save a profile that does not validate?", body, [("save", "Save anyway", "y", "error")],
+                      lambda ans: self._do_save(then) if ans == "save" else None)
             return
         self._do_save(then)
 
-    def _do_save(self, then=None) -> None:
+    def _ask(self, title: str, body: Text, choices: list[tuple[str, str, str, str]], answer) -> None:
+        """A question in a dialog: Cancel (key n) first and the default (enter never destroys anything), then
+        ``choices`` (id, label, key, variant); ``answer`` is called with the chosen id."""
         from .confirm_screen import ConfirmScreen
 
+        self.app.push_screen(ConfirmScreen(title, body, [("cancel", "Cancel", "n", "default"), *choices],
+                                           default="cancel"), answer)
+
+    def _do_save(self, then=None) -> None:
         s = self.s
         try:
             s.save()
@@ -376,11 +377,9 @@ class MainScreen(Screen):
                                  " changed on disk since it was loaded. Saving would overwrite that change.\n"
                                  "Reload it (dropping your edits; ctrl+z brings them back) or save your edits as "
                                  "a new profile that extends it.")
-            self.app.push_screen(
-                ConfirmScreen("The file changed on disk", body,
-                              [("cancel", "Cancel", "n", "default"), ("save_as", "Save as...", "a", "primary"),
-                               ("reload", "Reload", "r", "warning")], default="cancel"),
-                self._conflict_answer)
+            self._ask("The file changed on disk", body,
+                      [("save_as", "Save as...", "a", "primary"), ("reload", "Reload", "r", "warning")],
+                      self._conflict_answer)
             return
         except RegistryError as exc:  # saved, but the registry no longer loads (another file is broken)
             self.app.show_load_error(exc.diagnostics)
@@ -424,14 +423,9 @@ class MainScreen(Screen):
         self.app.push_screen(SaveAsScreen(s.profile, display_path(s.save_as_target()), set(s.reg.profiles)), done)
 
     def action_reload(self) -> None:
-        from .confirm_screen import ConfirmScreen
-
         if any(self.s.edits.values()):
-            self.app.push_screen(
-                ConfirmScreen("Reload from disk?", Text("The unsaved edits are dropped (ctrl+z brings them back)."),
-                              [("cancel", "Cancel", "n", "default"), ("reload", "Reload", "y", "warning")],
-                              default="cancel"),
-                lambda ans: self._reload() if ans == "reload" else None)
+            self._ask("Reload from disk?", Text("The unsaved edits are dropped (ctrl+z brings them back)."),
+                      [("reload", "Reload", "y", "warning")], lambda ans: self._reload() if ans == "reload" else None)
             return
         self._reload()
 
@@ -472,8 +466,6 @@ class MainScreen(Screen):
         """Open the profile's file in $VISUAL / $EDITOR (the panel suspended), then reload and re-validate.
         Unsaved panel edits of this profile are never merged with the file silently: save them first,
         or drop them (ctrl+z brings them back), or stay."""
-        from .confirm_screen import ConfirmScreen
-
         s = self.s
         path = s.profile_path()
         if path is None:
@@ -487,11 +479,9 @@ class MainScreen(Screen):
                              (self._shown_path(), "bold"), " now would give two versions of it.\n"
                              "Save them into the file first, or drop them (ctrl+z after the edit brings them "
                              "back on top of the edited file).")
-        self.app.push_screen(
-            ConfirmScreen("Unsaved edits and an editor", body,
-                          [("cancel", "Cancel", "n", "default"), ("save", "Save, then edit", "s", "primary"),
-                           ("drop", "Drop edits, then edit", "d", "error")], default="cancel"),
-            lambda ans: self._editor_answer(ans, path))
+        self._ask("Unsaved edits and an editor", body,
+                  [("save", "Save, then edit", "s", "primary"), ("drop", "Drop edits, then edit", "d", "error")],
+                  lambda ans: self._editor_answer(ans, path))
 
     def _editor_answer(self, ans: str, path) -> None:
         if ans == "save":
@@ -536,8 +526,6 @@ class MainScreen(Screen):
     def request_quit(self) -> None:
         """Every way out comes here (q, ctrl+q, the palette's Quit, a closed terminal's SIGHUP aside):
         with unsaved edits it asks, Cancel being the default; "Save and quit" saves every edited profile."""
-        from .confirm_screen import ConfirmScreen
-
         s = self.s
         edited = {p: e for p, e in s.edits.items() if e}
         if not edited:
@@ -545,12 +533,9 @@ class MainScreen(Screen):
             return
         n = sum(len(e) for e in edited.values())
         names = ", ".join(sorted(edited))
-        self.app.push_screen(
-            ConfirmScreen("Quit with unsaved edits?",
-                          Text(f"{n} unsaved edit(s) in {names}. Without saving they are lost."),
-                          [("cancel", "Cancel", "n", "default"), ("save_quit", "Save and quit", "s", "primary"),
-                           ("discard", "Quit without saving", "d", "error")], default="cancel"),
-            self._quit_answer)
+        self._ask("Quit with unsaved edits?", Text(f"{n} unsaved edit(s) in {names}. Without saving they are lost."),
+                  [("save_quit", "Save and quit", "s", "primary"), ("discard", "Quit without saving", "d", "error")],
+                  self._quit_answer)
 
     def _quit_answer(self, ans: str) -> None:
         if ans == "discard":

@@ -169,17 +169,7 @@ class Session:
         """Reload everything from disk, dropping the edits (raises RegistryError); undo brings the
         edits back onto what was read."""
         before = self.snapshot("reload")
-        reg = self.load_registry()
-        self.reg = reg
-        self.registry_report = Report()
-        check_registry(reg, self.registry_report)
-        self.gates = load_gate_states(reg)
-        self.edits.clear()
-        self.docs.clear()
-        self._capture_files()
-        if self.profile not in reg.profiles:
-            self.profile = self.default_profile()
-        self._switched()
+        self._reload_keep({})
         if any(before.edits.values()):
             self._push_undo(before)
 
@@ -210,18 +200,19 @@ class Session:
 
     def undo(self) -> Optional[str]:
         """Go back one change (an edit, a reset, a reload); returns what was undone, None if nothing."""
-        if not self.undo_stack:
-            return None
-        snap = self.undo_stack.pop()
-        self.redo_stack.append(self.snapshot(snap.label))
-        self._restore(snap)
-        return snap.label
+        return self._step(self.undo_stack, self.redo_stack)
 
     def redo(self) -> Optional[str]:
-        if not self.redo_stack:
+        """Do again the change last undone; returns what was redone, None if nothing."""
+        return self._step(self.redo_stack, self.undo_stack)
+
+    def _step(self, take: list, keep: list) -> Optional[str]:
+        """Restore the last snapshot of ``take``; the state it replaces goes on ``keep`` (undo and redo,
+        mirrored)."""
+        if not take:
             return None
-        snap = self.redo_stack.pop()
-        self.undo_stack.append(self.snapshot(snap.label))
+        snap = take.pop()
+        keep.append(self.snapshot(snap.label))
         self._restore(snap)
         return snap.label
 
@@ -583,6 +574,8 @@ class Session:
             self._push_undo(before)
 
     def _reload_keep(self, edits: dict) -> None:
+        """Read the registry and the profile files again; ``edits`` (profile -> its edits) are kept where
+        their profile still exists, every other edit is dropped."""
         reg = self.load_registry()
         self.reg = reg
         self.registry_report = Report()

@@ -277,10 +277,6 @@ class VariantTable(ScrollView, can_focus=True):
         self._relayout()
         self.refresh()
 
-    @property
-    def shown_columns(self) -> list[str]:
-        return [COLUMNS[i][0] for i, _w in self._cols]
-
     def on_focus(self) -> None:
         self._strips.clear()
         self.refresh()

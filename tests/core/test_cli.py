@@ -24,30 +24,23 @@ def one_error(code, out, err, kind, file_part, line):
     return lines[0]
 
 
-def test_toml_syntax_error(r9kctl, tmp_path):
-    d = write(tmp_path / "p", "broken.toml", 'description = "x"\nextends = "tp4-default"\n[knobs\nR9K_ROUTER = "r9k"\n')
-    line = one_error(*r9kctl("--profiles-dir", str(d), "validate", "--profile", "broken"), "toml-syntax",
-                     "broken.toml", 3)
-    assert "TOML syntax error" in line
+# (profile file, its text, the error's kind, its line, words the line has)
+ONE_FILE_ERRORS = [
+    ("broken", 'description = "x"\nextends = "tp4-default"\n[knobs\nR9K_ROUTER = "r9k"\n', "toml-syntax", 3,
+     ("TOML syntax error",)),
+    ("typo", 'extends = "tp4-default"\n\n[knbos]\nR9K_ROUTER = "stock"\n', "schema", 3, ("unknown field 'knbos'",)),
+    ("bad", 'extends = "tp4-default"\n\n[knobs]\nR9K_HC_FP8_DECODE = "yes please"\n', "bad-value", 4,
+     ("R9K_HC_FP8_DECODE", "boolean")),
+    ("unk", 'extends = "tp4-default"\n[knobs]\nR9K_ROUTR = "stock"\n', "unknown-variant", 3,
+     ("did you mean R9K_ROUTER?",)),
+]
 
 
-def test_unknown_field(r9kctl, tmp_path):
-    d = write(tmp_path / "p", "typo.toml", 'extends = "tp4-default"\n\n[knbos]\nR9K_ROUTER = "stock"\n')
-    line = one_error(*r9kctl("--profiles-dir", str(d), "validate", "--profile", "typo"), "schema", "typo.toml", 3)
-    assert "unknown field 'knbos'" in line
-
-
-def test_wrong_value(r9kctl, tmp_path):
-    d = write(tmp_path / "p", "bad.toml", 'extends = "tp4-default"\n\n[knobs]\nR9K_HC_FP8_DECODE = "yes please"\n')
-    line = one_error(*r9kctl("--profiles-dir", str(d), "validate", "--profile", "bad"), "bad-value", "bad.toml", 4)
-    assert "R9K_HC_FP8_DECODE" in line and "boolean" in line
-
-
-def test_unknown_variant(r9kctl, tmp_path):
-    d = write(tmp_path / "p", "unk.toml", 'extends = "tp4-default"\n[knobs]\nR9K_ROUTR = "stock"\n')
-    line = one_error(*r9kctl("--profiles-dir", str(d), "validate", "--profile", "unk"), "unknown-variant",
-                     "unk.toml", 3)
-    assert "did you mean R9K_ROUTER?" in line
+@pytest.mark.parametrize("name,text,kind,line,says", ONE_FILE_ERRORS, ids=[e[2] for e in ONE_FILE_ERRORS])
+def test_one_bad_profile_file(r9kctl, tmp_path, name, text, kind, line, says):
+    d = write(tmp_path / "p", f"{name}.toml", text)
+    shown = one_error(*r9kctl("--profiles-dir", str(d), "validate", "--profile", name), kind, f"{name}.toml", line)
+    assert all(w in shown for w in says), shown
 
 
 def test_extends_cycle(r9kctl, tmp_path):

@@ -53,7 +53,7 @@ JUNIT = """
     path.write_text(f'<?xml version="1.0"?>\\n<testsuites><testsuite name="s" tests="{n}">\\n{cases}'
                     '</testsuite></testsuites>\\n')
     t = time.perf_counter()
-    got = junit._read_cases(path)
+    got = junit._read(path)[0]
     assert len(got) == n and got["tests/test_x.py::test_7"] == ("passed", 10), got.get("tests/test_x.py::test_7")
     print(f"{time.perf_counter() - t:.2f}")
 """
