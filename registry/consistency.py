@@ -112,6 +112,8 @@ def layer_text(rs, origin, value) -> str:
         return typed or f"--set {origin.key}={value}"
     if origin.layer == "environment":
         return f"environment {origin.key}={value}"
+    if origin.layer == "profile" and origin.file and not origin.line and origin.detail:  # the panel's
+        return f"an {origin.detail} of profile {Path(origin.file).stem} (not saved to {origin.file} yet)"
     if origin.layer == "profile":
         return f"profile {Path(origin.file).stem if origin.file else origin.detail} ({origin})"
     if origin.layer == "release":
@@ -120,14 +122,15 @@ def layer_text(rs, origin, value) -> str:
 
 
 def set_by(rs, r) -> str:
-    """`` (set by X, overriding Y)`` for a value a user's layer set where it helps: set on the command line or in the
-    environment (no file says so), or overriding what another user layer (a parent profile, the environment) set;
-    '' for a value a file sets without overriding one (its location says it all)."""
+    """`` (set by X, overriding Y)`` for a value a user's layer set where it helps: set on the command line, in the
+    environment or by an unsaved edit in the control panel (no file line says so), or overriding what another user
+    layer (a parent profile, the environment) set; '' for a value a file sets without overriding one (its location
+    says it all)."""
     if r.origin.layer not in USER_LAYERS:
         return ""
     prev = [(o, v) for o, v in r.history if o.layer in USER_LAYERS and v != r.value]
-    if r.origin.layer == "profile" and not prev:
-        return ""
+    if r.origin.layer == "profile" and not prev and (r.origin.line or not r.origin.detail):
+        return ""  # a file's key: its location says it all (an unsaved edit in the panel has no line: said)
     text = f" (set by {layer_text(rs, r.origin, r.value)}"
     if prev:
         o, v = prev[-1]

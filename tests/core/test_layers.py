@@ -174,3 +174,20 @@ def test_a_value_a_release_set_is_located_at_the_release_change(capsys, tmp_path
     code, diags = run(capsys, "--profiles-dir", str(d), "validate", "-p", "old", "--set", "R9K_HC_FP8_DECODE=1")
     (w,) = [x for x in diags if x["kind"] == "no-implementation" and x["msg"].startswith("R9K_HC_FP8_DECODE=1")]
     assert w["file"] == "<command line>", w  # the same value from --set: located there
+
+
+# ------------------------------------------------------------------------------------------ the panel
+
+
+def test_a_panel_edit_is_located_at_the_profile_it_edits_and_says_it_is_unsaved(tmp_path):
+    from r9k.r9kctl.tui.session import Session
+    from r9k.registry.loader import load_registry
+
+    d = write(tmp_path / "p", "parent.toml", 'extends = "tp4-default"\n\n[knobs]\nR9K_AR_PIPE = "stock"\n')
+    write(d, "child.toml", 'extends = "parent"\n')
+    s = Session(load_registry(profile_dirs=[d]), "child", env={})
+    s.set_value("ar_pipeline", "r9k")
+    (e,) = [x for x in s.report.errors if x.code == "rejected-variant"]
+    assert e.file == str(d / "child.toml"), e.format()  # the profile edited, not the parent that had the key
+    assert "set by an unsaved edit of profile child" in e.message
+    assert f"overriding R9K_AR_PIPE=stock of profile parent ({d / 'parent.toml'}:4)" in e.message
