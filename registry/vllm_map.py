@@ -333,6 +333,8 @@ def check_profile_switches(reg, rs, report, iface) -> None:
         var = r.variant
         if var.vllm is None or not _active(r):
             continue
+        if switch_exists(var, iface.version) and switch_on_platform(var, rs.platform):
+            continue
         where = value_where(reg, rs, r)  # the layer that set it (a child profile, --set, ...)
         if where[0] is None:
             where = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)

@@ -191,3 +191,15 @@ def test_a_panel_edit_is_located_at_the_profile_it_edits_and_says_it_is_unsaved(
     assert e.file == str(d / "child.toml"), e.format()  # the profile edited, not the parent that had the key
     assert "set by an unsaved edit of profile child" in e.message
     assert f"overriding R9K_AR_PIPE=stock of profile parent ({d / 'parent.toml'}:4)" in e.message
+
+
+def test_launch_arguments_and_variables_a_parent_profile_has_are_located_there(capsys, tmp_path):
+    d = write(tmp_path / "p", "parent.toml", 'extends = "tp4-default"\nserve_args = ["--max-model-len", "32768", '
+                                            '"--no-such-flag"]\n\n[env]\nVLLM_NO_SUCH_VARIABLE = "1"\n')
+    write(d, "child.toml", 'description = "inherits both"\nextends = "parent"\n')
+    code, diags = run(capsys, "--profiles-dir", str(d), "validate", "-p", "child")
+    assert code == 2
+    (flag,) = errors(diags, "unknown-flag")
+    assert (flag["file"], int(flag["line"])) == (str(d / "parent.toml"), 2), flag  # was child.toml:1
+    (var,) = errors(diags, "unknown-variable")
+    assert (var["file"], int(var["line"])) == (str(d / "parent.toml"), 5), var
