@@ -221,6 +221,7 @@ def _main(words: list[str]) -> int:
     from . import output
 
     output.set_plain(bool(args.plain))
+    args.argv = words  # where each value was typed: --set and --tp errors are located on the command line
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -36,7 +36,7 @@ def run(args) -> int:
     from .common import parse_sets, report_errors
     from .output import diagnostics, print_json
 
-    sets, errs = parse_sets(args.sets)
+    sets, errs = parse_sets(args.sets, getattr(args, "argv", None))
     if errs:
         report_errors(errs, args.format)
         return 2
@@ -56,7 +56,7 @@ def run(args) -> int:
 
         problem = tp_problem(reg, args.tp, args.profile if not args.all else None)
         if problem:
-            return usage_error("r9kctl validate", problem)
+            return usage_error("r9kctl validate", problem, args, "--tp")
         report = validate(reg, profile=args.profile, all_profiles=args.all, tp=args.tp, sets=sets,
                           strict=args.strict, vllm_version=args.vllm_version)
     code = strict_exit_code(report, args.strict, lambda: validate(

@@ -12,6 +12,7 @@ from ..registry.errors import Diagnostic
 from .cli import Exit
 from .output import diagnostics
 from .output import print_json, table
+from ..registry.cmdline import CommandLine, Sets
 
 
 def registry_location(args=None) -> tuple[Optional[Path], Optional[list[Path]]]:
@@ -86,12 +87,16 @@ def report_errors(diags: list[Diagnostic], fmt: str = "table") -> None:
         diagnostics(diags)
 
 
-def parse_sets(items: Optional[list[str]]) -> tuple[dict[str, str], list[Diagnostic]]:
-    out: dict[str, str] = {}
+def parse_sets(items: Optional[list[str]], words: Optional[list[str]] = None) -> tuple[dict[str, str], list[Diagnostic]]:
+    """The ``--set`` overrides; with the command's ``words`` (``args.argv``), each knows where it was typed
+    (:class:`r9k.registry.cmdline.Sets`: its errors are located at ``<command line>:1:COL``)."""
+    line = CommandLine(words) if words is not None else None
+    out: dict[str, str] = Sets(command_line=line)
     errs: list[Diagnostic] = []
     for item in items or []:
         if "=" not in item:
-            errs.append(Diagnostic("error", "bad-set", f"--set {item!r}: expected KNOB=VALUE", "--set"))
+            f, ln, col = line.item_where(item) if line is not None else ("--set", None, None)
+            errs.append(Diagnostic("error", "bad-set", f"--set {item!r}: expected KNOB=VALUE", f or "--set", ln, col))
             continue
         k, v = item.split("=", 1)
         out[k.strip()] = v
@@ -101,7 +106,7 @@ def parse_sets(items: Optional[list[str]]) -> tuple[dict[str, str], list[Diagnos
 def load_with_sets(args) -> Optional[tuple[Registry, dict[str, str]]]:
     """The registry and the ``--set`` overrides of ``args``; None after printing what is wrong (exit 2)."""
     fmt = getattr(args, "format", "table")
-    sets, errs = parse_sets(getattr(args, "sets", None))
+    sets, errs = parse_sets(getattr(args, "sets", None), getattr(args, "argv", None))
     if errs:
         report_errors(errs, fmt)
         return None
@@ -117,7 +122,7 @@ def load_for_profile(args, command: str) -> Optional[tuple[Registry, dict[str, s
         return None
     problem = tp_problem(loaded[0], args.tp, args.profile)
     if problem:
-        usage_error(command, problem)
+        usage_error(command, problem, args, "--tp")
         return None
     return loaded
 
@@ -165,8 +170,14 @@ def fail(msg: str, code: str = "usage") -> int:
 # ------------------------------------------------------------------------------ closed sets of option values
 
 
-def usage_error(prefix: str, msg: str) -> int:
-    """One line ``PREFIX: error[usage]: MSG`` on stderr; returns 2."""
+def usage_error(prefix: str, msg: str, args=None, option: Optional[str] = None) -> int:
+    """One line ``PREFIX: error[usage]: MSG`` on stderr; returns 2. With ``args`` and the ``option`` at fault
+    typed on its command line: located there instead (``<command line>:1:COL: error[usage]: MSG``)."""
+    if option and getattr(args, "argv", None) is not None:
+        f, ln, col = CommandLine(args.argv).option_where(option)
+        if f:
+            sys.stderr.write(Diagnostic("error", "usage", msg, f, ln, col).format() + "\n")
+            return 2
     sys.stderr.write(f"{prefix}: error[usage]: {msg}\n")
     return 2
 

@@ -39,6 +39,124 @@ def _loc(d: tuple) -> str:
     return f"{f}:{ln}" if f and ln else (f or "?")
 
 
+# ------------------------------------------------------------------------------- where a value was set
+
+#: Layers a user writes: a value of one of them that overrides another's is shown with the one it overrode.
+USER_LAYERS = ("profile", "environment", "override")
+
+
+def _release_change(reg: Registry, rs, r) -> Optional[tuple]:
+    """The release TOML line (file, line, col) of the default change that gave ``r`` its value, for a value of the
+    release layer: the last change of its knob, at or before the release the chain extends, to that value."""
+    from .resolve import scope_matches
+
+    order = reg.release_order()
+    if rs.release not in order:
+        return None
+    v = r.variant
+    for ver in reversed(order[:order.index(rs.release) + 1]):
+        changes = reg.releases[ver].default_changes
+        for i in reversed(range(len(changes))):
+            ch = changes[i]
+            if ch.knob != v.knob or not scope_matches(reg, ch.tp, rs.model, rs.tp):
+                continue
+            try:
+                to = v.normalize(ch.to)
+            except ValueError:
+                continue
+            if to == r.value:
+                return reg.locate("release", ver, ("default_changes", i, "to"))
+            return None  # the last change of this knob set another value: the value is not a release's
+    return None
+
+
+def _profile_key_where(reg: Registry, rs, r) -> Optional[tuple]:
+    """(file, line, col) of the profile key that set ``r`` (its file and line are the origin's), with its column."""
+    for name in reversed(rs.chain):
+        prof = reg.profiles.get(name)
+        if prof is None:
+            continue
+        for key in prof.knobs:
+            found = reg.find_variant(key)
+            if found is not None and found.id == r.variant.id:
+                f, ln, col = reg.locate("profile", name, ("knobs", key))
+                if (f, ln) == (r.origin.file, r.origin.line):
+                    return f, ln, col
+    return None
+
+
+def value_where(reg: Registry, rs, r) -> tuple:
+    """(file, line, col) of the layer that set a resolved value: a profile's key (the child's own file when a
+    child set it, the parent's when it inherits it), ``<command line>:1:COL`` for ``--set``, a release's
+    default change in its TOML file, the variant's line for a registry default; (None, None, None) for the
+    environment and for a ``--set`` given by a program."""
+    o = r.origin
+    if o.layer == "override":
+        line = getattr(rs, "command_line", None)
+        return line.set_where(o.key) if line is not None else (None, None, None)
+    if o.layer == "environment":
+        return None, None, None
+    if o.layer == "profile" and o.line:
+        return _profile_key_where(reg, rs, r) or (o.file, o.line, None)
+    if o.layer == "release":
+        return _release_change(reg, rs, r) or (o.file, o.line, None)
+    return o.file, o.line, None
+
+
+def layer_text(rs, origin, value) -> str:
+    """One layer as the user wrote it: ``--set R9K_X=1``, ``environment R9K_X=1``, ``profile p (file:line)``,
+    ``release v0.3.2``, ``the registry default (file:line)``."""
+    if origin.layer == "override":
+        line = getattr(rs, "command_line", None)
+        typed = line.set_text(origin.key) if line is not None else None
+        return typed or f"--set {origin.key}={value}"
+    if origin.layer == "environment":
+        return f"environment {origin.key}={value}"
+    if origin.layer == "profile" and origin.file and not origin.line and origin.detail:  # the panel's
+        return f"an {origin.detail} of profile {Path(origin.file).stem} (not saved to {origin.file} yet)"
+    if origin.layer == "profile":
+        return f"profile {Path(origin.file).stem if origin.file else origin.detail} ({origin})"
+    if origin.layer == "release":
+        return origin.detail or "the release"
+    return f"the registry default ({origin})"
+
+
+def set_by(rs, r) -> str:
+    """`` (set by X, overriding Y)`` for a value a user's layer set where it helps: set on the command line, in the
+    environment or by an unsaved edit in the control panel (no file line says so), or overriding what another user
+    layer (a parent profile, the environment) set; '' for a value a file sets without overriding one (its location
+    says it all)."""
+    if r.origin.layer not in USER_LAYERS:
+        return ""
+    prev = [(o, v) for o, v in r.history if o.layer in USER_LAYERS and v != r.value]
+    if r.origin.layer == "profile" and not prev and (r.origin.line or not r.origin.detail):
+        return ""  # a file's key: its location says it all (an unsaved edit in the panel has no line: said)
+    text = f" (set by {layer_text(rs, r.origin, r.value)}"
+    if prev:
+        o, v = prev[-1]
+        text += f", overriding {r.variant.knob}={v if v is not None else ''} of {layer_text(rs, o, v)}"
+    return text + ")"
+
+
+def tp_where(reg: Registry, rs) -> tuple:
+    """(file, line, col) of what set the TP size: ``--tp`` on the command line, or the ``tp`` key of the profile
+    of the chain that sets it (a parent's when the child inherits it)."""
+    if rs.tp_from == "--tp":
+        line = getattr(rs, "command_line", None)
+        return line.option_where("--tp") if line is not None else (None, None, None)
+    if rs.tp_from in reg.profiles:
+        return reg.locate("profile", rs.tp_from, ("tp",))
+    return None, None, None
+
+
+def tp_text(rs) -> str:
+    """``--tp 2`` or ``tp = 4 in profile p``."""
+    if rs.tp_from == "--tp":
+        line = getattr(rs, "command_line", None)
+        return (line.option_text("--tp") if line is not None else None) or f"--tp {rs.tp}"
+    return f"tp = {rs.tp} in profile {rs.tp_from}" if rs.tp_from else f"TP {rs.tp} (no profile sets tp)"
+
+
 def check_consistency(reg: Registry, report) -> None:
     _knobs(reg, report)
     _model_refs(reg, report)
@@ -321,7 +439,6 @@ def check_resolved(reg: Registry, rs, report) -> None:
 def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
     """The memory budget's errors, each naming the knob (or field), its value and where it was set."""
     from .memory import KVMEM_KNOB, UTIL_KNOB, fmt_bytes
-    from .validate import _where
 
     name = rs.profile
     out = []
@@ -329,8 +446,7 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
     def knob_where(knob: str):
         for r in rs.items.values():
             if r.variant.knob == knob:
-                w = _where(reg, r)
-                return r, w
+                return r, value_where(reg, rs, r)
         return None, (None, None, None)
 
     def hardware_where():
@@ -350,6 +466,8 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
             r, (f, ln, col) = knob_where(knob)
             if r is not None and not ln:
                 exc = f"{exc} (from {r.layer}: {r.source})"
+            elif r is not None:
+                exc = f"{exc}{set_by(rs, r)}"
         out.append(Diagnostic("error", "memory", f"profile '{name}': {exc}", f, ln, col, [name, knob]))
     if b is None:
         return out
@@ -359,7 +477,7 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
         user_set = r is not None and r.layer not in ("registry", "release")
         if not (ln and user_set):  # the GPU's size is what the profile says: point there
             f, ln, col = hardware_where()
-        src = f" ({r.layer}: {r.source})" if user_set else ""
+        src = (set_by(rs, r) or f" ({r.layer}: {r.source})") if user_set else ""
         out.append(Diagnostic("error", "memory", f"profile '{name}' does not fit: {b.memory_bytes / (1 << 30):g} GiB a "
                               f"GPU at {UTIL_KNOB}={b.utilization:g}{src} leaves {fmt_bytes(b.memory_bytes * b.utilization)}; "
                               f"weights {fmt_bytes(b.weights)}, overhead {fmt_bytes(b.overhead)} and variants "
@@ -367,7 +485,7 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
                               [name] + costs))
     elif b.fixed_kv_bytes is not None and b.headroom < 0:
         r, (f, ln, col) = knob_where(KVMEM_KNOB)
-        src = f" (from {r.layer}: {r.source})" if r is not None and not ln else ""
+        src = "" if r is None else f" (from {r.layer}: {r.source})" if not ln else set_by(rs, r)
         out.append(Diagnostic("error", "memory", f"profile '{name}' does not fit: {KVMEM_KNOB}="
                               f"{r.value if r is not None else '?'}{src} asks for a KV cache of "
                               f"{fmt_bytes(b.fixed_kv_bytes)}, {fmt_bytes(-b.headroom)} more than is left at "

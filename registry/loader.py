@@ -360,7 +360,8 @@ class Registry:
     def release_order(self) -> list[str]:
         """Releases from oldest to newest: by date, then by version (``previous`` is checked by validate,
         not used for the order)."""
-        return sorted(self.releases, key=lambda v: (self.releases[v].date, _vkey(v)))
+        key = ("release_order",) + tuple((v, r.date) for v, r in self.releases.items())  # sorted once per set
+        return list(self.cached(key, lambda: sorted(self.releases, key=lambda v: (self.releases[v].date, _vkey(v)))))
 
     def latest_release(self) -> Optional[str]:
         order = self.release_order()

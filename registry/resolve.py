@@ -63,6 +63,8 @@ class ResolvedSet:
     strict: bool = False
     diagnostics: list[Diagnostic] = field(default_factory=list)
     registry_root: Optional[object] = None  # the registry tree it was resolved from (a Path)
+    tp_from: Optional[str] = None  # who set the TP size: "--tp" (the caller), a profile's name, None (default 1)
+    command_line: Optional[object] = None  # the cmdline.CommandLine of --set / --tp, when they were typed
 
     @property
     def ok(self) -> bool:
@@ -293,11 +295,13 @@ def resolve(
 ) -> ResolvedSet:
     """Resolve ``profile`` (at ``tp``, else the profile's TP size) against ``env`` and ``sets``."""
     env = dict(os.environ) if env is None else dict(env)
+    command_line = getattr(sets, "command_line", None)  # cmdline.Sets: where each --set was typed
     sets = dict(sets or {})
     chain, base, diags = profile_chain(reg, profile)
 
     model = next((p.model for p in reversed(chain) if p.model), None)
     prof_tp = next((p.tp for p in reversed(chain) if p.tp), None)
+    tp_from = "--tp" if tp else next((p.name for p in reversed(chain) if p.tp), None)
     tp = int(tp or prof_tp or 1)
     plat = platform or next((p.platform for p in reversed(chain) if p.platform), None)
     hardware = next((p.hardware for p in reversed(chain) if p.hardware), None)
@@ -334,8 +338,8 @@ def resolve(
 
     unknown: list[int] = [0]
 
-    def apply(key: str, raw: object, origin: Origin, where=(None, None, None)) -> None:
-        source = str(origin)
+    def apply(key: str, raw: object, origin: Origin, where=(None, None, None), label: Optional[str] = None) -> None:
+        source = label or str(origin)
         v = reg.find_variant(key)
         if v is None:
             unknown[0] += 1  # a did-you-mean costs a fuzzy match against every name: the first ones only
@@ -367,11 +371,13 @@ def resolve(
                                     "registry; it is ignored", items=[name],
                                     hint=suggest(name, declared)))
     for key, raw in sets.items():
-        apply(key, raw, Origin("override", detail=f"--set {key}", key=key))
+        apply(key, raw, Origin("override", detail=f"--set {key}", key=key),
+              *((command_line.set_where(key), command_line.set_text(key)) if command_line else ()))
 
     rs = ResolvedSet(profile=profile, model=model, tp=tp, platform=plat,
                      release=base, chain=[p.name for p in chain], items=items, extra_env=extra_env,
                      serve_args=serve_args, model_path=model_path,
                      hardware=hardware.model_dump() if hardware else None, gpu_memory_utilization=util,
-                     strict=strict_flag, diagnostics=diags, registry_root=reg.root)
+                     strict=strict_flag, diagnostics=diags, registry_root=reg.root, tp_from=tp_from,
+                     command_line=command_line)
     return rs

@@ -25,6 +25,7 @@ from . import ledger
 from .vllm_map import check_mappings, check_profile_launch
 from .vllm_interface import target
 from .ledger import platform_matches
+from .consistency import set_by, tp_text, tp_where, value_where
 
 VERSION_RE = re.compile(r"^v\d+\.\d+\.\d+")
 
@@ -193,29 +194,39 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
 
     if rs.model and rs.model in reg.models and not reg.models[rs.model].supports_tp(rs.tp):
         m = reg.models[rs.model]
-        f, ln, col = reg.locate("profile", name, ("tp",))
+        f, ln, col = tp_where(reg, rs)  # the profile of the chain that sets tp, or --tp
         report.add(Diagnostic("error", "unsupported-tp", f"profile '{name}': model '{rs.model}' is not described at "
-                              f"TP{rs.tp} (known: {', '.join(sorted(m.kv_bytes_per_token))})", f, ln, col, [name]))
+                              f"TP{rs.tp} ({tp_text(rs)}; known: {', '.join(sorted(m.kv_bytes_per_token))})", f, ln,
+                              col, [name]))
 
     fallbacks: list[Diagnostic] = []
     for vid, r in items.items():
         v = r.variant
-        where = _where(reg, r)
+        # the layer that set the value (its file, line and column) and " (set by --set K=V, overriding ...)"
+        # where that helps: looked up only for a value a check refuses
+        def where(r=r) -> tuple:
+            return value_where(reg, rs, r)
+
+        def by(r=r) -> str:
+            return set_by(rs, r)
+
         if r.active and v.status.state in ("rejected", "removed") and r.value != v.default_for(rs.model, rs.tp):
             report.add(Diagnostic("error", f"{v.status.state}-variant",
-                                  f"{v.knob}={r.value} switches on {v.status.state} variant '{vid}': "
-                                  f"{v.status.reason}", *where, [vid, name]))
+                                  f"{v.knob}={r.value}{by()} switches on {v.status.state} variant '{vid}': "
+                                  f"{v.status.reason}", *where(), [vid, name]))
         if r.active and v.supported_tp and rs.tp not in v.supported_tp:
-            report.add(Diagnostic("error", "unsupported-tp", f"{v.knob}={r.value}: variant '{vid}' supports TP sizes "
-                                  f"{v.supported_tp}, not {rs.tp}", *where, [vid, name]))
+            # the value or the TP size is at fault: the one the user gave last (--tp over a file's value)
+            at = tp_where(reg, rs) if rs.tp_from == "--tp" and r.layer != "override" else where()
+            report.add(Diagnostic("error", "unsupported-tp", f"{v.knob}={r.value}{by()}: variant '{vid}' supports TP "
+                                  f"sizes {v.supported_tp}, not {rs.tp} ({tp_text(rs)})", *at, [vid, name]))
         if r.active and rs.model and ((v.models and rs.model not in v.models) or rs.model in v.excluded_models):
-            report.add(Diagnostic("error", "unsupported-model", f"{v.knob}={r.value}: variant '{vid}' does not apply "
-                                  f"to model {rs.model} (applies to: {', '.join(v.models) or 'all but ' + ', '.join(v.excluded_models)})", *where, [vid, name]))
+            report.add(Diagnostic("error", "unsupported-model", f"{v.knob}={r.value}{by()}: variant '{vid}' does not apply "
+                                  f"to model {rs.model} (applies to: {', '.join(v.models) or 'all but ' + ', '.join(v.excluded_models)})", *where(), [vid, name]))
         av = verdicts[vid]
         if av.state is Impl.FALLBACK:
             fallbacks.append(Diagnostic("error" if strict else "warning", "no-implementation",
-                                        f"{v.knob}={r.value}: variant '{vid}' cannot run here: {av.reason}; the "
-                                        f"plugin keeps vLLM's own path ({v.knob}={v.stock})", *where, [vid, name]))
+                                        f"{v.knob}={r.value}{by()}: variant '{vid}' cannot run here: {av.reason}; the "
+                                        f"plugin keeps vLLM's own path ({v.knob}={v.stock})", *where(), [vid, name]))
         if r.value is not None and r.active:
             for req in v.requires:
                 other = items.get(req)
@@ -225,15 +236,16 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
                 if not is_switch and r.layer in ("registry", "release"):
                     continue  # a tuning default left behind by a switched-off fusion: harmless
                 report.add(Diagnostic("error" if is_switch else "warning", "requires",
-                                      f"profile '{name}': {v.knob}={r.value} requires variant '{req}' ({other.variant.knob}), which is "
+                                      f"profile '{name}': {v.knob}={r.value}{by()} requires variant '{req}' ({other.variant.knob}), which is "
                                       f"{'off' if other.value in (None, '', '0') else 'at ' + repr(other.value)}"
-                                      + ("" if is_switch else ": it has no effect"), *where, [vid, req, name]))
+                                      f"{set_by(rs, other)}" + ("" if is_switch else ": it has no effect"), *where(),
+                                      [vid, req, name]))
             for con in v.conflicts:
                 other = items.get(con)
                 if other is not None and other.active:
-                    report.add(Diagnostic("error", "conflicts", f"{v.knob}={r.value} conflicts with "
-                                          f"{other.variant.knob}={other.value} (variant '{con}')", *where,
-                                          [vid, con, name]))
+                    report.add(Diagnostic("error", "conflicts", f"{v.knob}={r.value}{by()} conflicts with "
+                                          f"{other.variant.knob}={other.value}{set_by(rs, other)} (variant '{con}')",
+                                          *where(), [vid, con, name]))
 
     for d in _platform_summary(rs, fallbacks, strict):
         report.add(d)
@@ -287,9 +299,6 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
     report.gates[rs.profile] = ledger.summary(active, states, rs.platform)
 
 
-def _where(reg: Registry, r) -> tuple:
-    """File, line, column of the place that set a resolved value (none for the environment or --set)."""
-    return r.origin.file, r.origin.line, None
 
 
 # ----------------------------------------------------------------------------------- entry points

@@ -18,6 +18,7 @@ from .errors import Diagnostic
 from .vllm_interface import target
 from .provenance import in_range
 from .availability import platform_family
+from .consistency import set_by, value_where
 
 #: (knob unit, vLLM's unit) -> factor. A pair not here is a unit mismatch.
 UNIT_FACTORS = {("GiB", "bytes"): 2**30, ("MiB", "bytes"): 2**20, ("GiB", "MiB"): 1024}
@@ -332,14 +333,18 @@ def check_profile_switches(reg, rs, report, iface) -> None:
         var = r.variant
         if var.vllm is None or not _active(r):
             continue
-        where = (r.origin.file, r.origin.line, None) if getattr(r.origin, "line", None) else \
-            reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
+        if switch_exists(var, iface.version) and switch_on_platform(var, rs.platform):
+            continue
+        where = value_where(reg, rs, r)  # the layer that set it (a child profile, --set, ...)
+        if where[0] is None:
+            where = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
+        by = set_by(rs, r)
         if not switch_exists(var, iface.version):
-            report.add(Diagnostic("error", "vllm-version", f"{var.knob}={r.value}: vLLM {iface.version} has no "
+            report.add(Diagnostic("error", "vllm-version", f"{var.knob}={r.value}{by}: vLLM {iface.version} has no "
                                   f"{switch_name(var)} (it exists in vLLM {var.vllm.versions})",
                                   file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
         if not switch_on_platform(var, rs.platform):
-            report.add(Diagnostic("error", "vllm-platform", f"{var.knob}={r.value}: {switch_name(var)} does "
+            report.add(Diagnostic("error", "vllm-platform", f"{var.knob}={r.value}{by}: {switch_name(var)} does "
                                   f"not act on platform {rs.platform} (it acts on {', '.join(var.vllm.platforms)})",
                                   file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
 
@@ -365,26 +370,51 @@ def check_mappings(reg, report, iface, only: Optional[set[str]] = None) -> None:
     check_switches(reg, report, iface)
 
 
-def check_launch(reg, rs, report, iface, argv: list[str], env: dict[str, str]) -> None:
-    """The argv (after ``vllm serve``) and environment of a launch against ``iface`` (located at the profile)."""
+def check_launch(reg, rs, report, iface, argv: list[str], env: dict[str, str], reqs=()) -> None:
+    """The argv (after ``vllm serve``) and environment of a launch against ``iface``, each fault located at the
+    layer that put it there: the knob's (``reqs``: the launch's requests), the ``serve_args`` or ``[env]`` of the
+    profile of the chain that has it, else the profile."""
     f, ln, col = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
     items = [rs.profile, f"vllm {iface.version}"]
+
+    def chain_where(field: str, hit) -> Optional[tuple]:
+        for name in reversed(rs.chain):  # the profile that has it (a parent's, when the child inherits it)
+            prof = reg.profiles.get(name)
+            if prof is not None and hit(prof):
+                return reg.locate("profile", name, (field,) if field == "serve_args" else ("env", field))
+        return None
+
+    def knob_where(token: str, is_env: bool):
+        for q in reqs:
+            if q.target == token or (not is_env and q.target.split(".", 1)[0] == token.split(".", 1)[0]
+                                     and q.kind in ("json", "json-list", "arg", "flag")):
+                r = next((x for x in rs.items.values() if x.variant.knob == q.knob), None)
+                if r is not None and r.layer != "registry":
+                    w = value_where(reg, rs, r)
+                    if w[0] is not None:
+                        return w, f"{r.variant.knob}={r.value}{set_by(rs, r) or ' (' + r.source + ')'}: "
+        return None, ""
+
     for p in iface.parse(argv):
-        where = (f, ln, col)
-        if p.token and f and rs.profile in reg.profiles:
-            sf, sl, sc = reg.locate("profile", rs.profile, ("serve_args",))
-            if p.token in rs.serve_args and sl:
-                where = (sf, sl, sc)
-        report.add(Diagnostic("error", p.kind, f"profile {rs.profile}: {p.message}", file=where[0], line=where[1],
-                              col=where[2], items=items))
+        where, who = (f, ln, col), ""
+        found = chain_where("serve_args", lambda prof: p.token in prof.serve_args) if p.token else None
+        if found is not None and found[1]:
+            where = found
+        elif p.token:
+            w, who = knob_where(p.token, False)
+            where = w or where
+        report.add(Diagnostic("error", p.kind, f"profile {rs.profile}: {who}{p.message}", file=where[0],
+                              line=where[1], col=where[2], items=items))
     for p in iface.check_env(env):
-        where = (f, ln, col)
-        if p.token in rs.extra_env and f:
-            ef, el, ec = reg.locate("profile", rs.profile, ("env", p.token))
-            if el:
-                where = (ef, el, ec)
-        report.add(Diagnostic("error", p.kind, f"profile {rs.profile}: {p.message}", file=where[0], line=where[1],
-                              col=where[2], items=items))
+        where, who = (f, ln, col), ""
+        found = chain_where(p.token, lambda prof: p.token in prof.env) if p.token in rs.extra_env else None
+        if found is not None and found[1]:
+            where = found
+        else:
+            w, who = knob_where(p.token, True)
+            where = w or where
+        report.add(Diagnostic("error", p.kind, f"profile {rs.profile}: {who}{p.message}", file=where[0],
+                              line=where[1], col=where[2], items=items))
 
 
 def serve_argv(rs, extra_args: Optional[list[str]] = None,
@@ -428,7 +458,7 @@ def check_profile_launch(reg, rs, report, iface=None, extra_args: Optional[list[
     for c in conflicts:
         report.add(Diagnostic("error", "vllm-mapping", f"profile {rs.profile}: {c}", file=f, line=ln, col=col,
                               items=[rs.profile]))
-    check_launch(reg, rs, report, iface, argv, env)
+    check_launch(reg, rs, report, iface, argv, env, _reqs)
 
 
 def describe(sets) -> str:
