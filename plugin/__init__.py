@@ -9,7 +9,8 @@ possibly more than once. It:
    manifest on (:mod:`r9k.plugin.startup`); any error raises :class:`~r9k.plugin.startup.StartupError` with
    located lines, before vLLM builds the model or loads weights;
 2. checks that this process agrees with the server's first process (hash of the set); the ranks agree
-   once vLLM's distributed groups exist (first layer construction, :mod:`r9k.plugin.dispatch`);
+   once vLLM has made its world group, through the world's rendezvous store (:mod:`r9k.plugin.agree`), and
+   then share their live figures there for the head's status;
 3. plans the dispatch table (which implementation each variant gets here; fallback to stock with one
    warning, or an error in strict mode);
 4. declares the knobs to vLLM's environment-variable registry (graph-affecting ones reach the
@@ -19,7 +20,8 @@ possibly more than once. It:
 
 It imports neither textual nor rich, nor torch-heavy modules of its own; the kernel modules load at
 model construction. Nothing happens when neither vLLM's config carries a set nor an ``R9K_*`` variable
-asks for one (plain vLLM use).
+asks for one (plain vLLM use), except that a worker rank, once vLLM made its world group, sets one key in the
+ranks' store saying it has no set (so that a server whose other ranks run one refuses at once, naming it).
 """
 from __future__ import annotations
 
