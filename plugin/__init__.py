@@ -9,7 +9,8 @@ possibly more than once. It:
    manifest on (:mod:`r9k.plugin.startup`); any error raises :class:`~r9k.plugin.startup.StartupError` with
    located lines, before vLLM builds the model or loads weights;
 2. checks that this process agrees with the server's first process (hash of the set); the ranks agree
-   once vLLM's distributed groups exist (first layer construction, :mod:`r9k.plugin.dispatch`);
+   once vLLM has made its world group, through the world's rendezvous store (:mod:`r9k.plugin.agree`), and
+   then share their live figures there for the head's status;
 3. plans the dispatch table (which implementation each variant gets here; fallback to stock with one
    warning, or an error in strict mode);
 4. declares the knobs to vLLM's environment-variable registry (graph-affecting ones reach the
@@ -19,7 +20,8 @@ possibly more than once. It:
 
 It imports neither textual nor rich, nor torch-heavy modules of its own; the kernel modules load at
 model construction. Nothing happens when neither vLLM's config carries a set nor an ``R9K_*`` variable
-asks for one (plain vLLM use).
+asks for one (plain vLLM use), except that a worker rank, once vLLM made its world group, sets one key in the
+ranks' store saying it has no set (so that a server whose other ranks run one refuses at once, naming it).
 """
 from __future__ import annotations
 
@@ -42,7 +44,8 @@ _proc = None
 _status_path: Optional[str] = None
 _applied: Optional[dict] = None  # what vLLM applied of the launch's requests (API server; plugin.applied)
 _flusher = None
-_ranks: Optional[list] = None  # every rank's record, once the ranks agreed (startup.agree_world)
+_ranks: Optional[list] = None  # every rank's record, once the ranks agreed (agree.agree)
+_live = None  # (agree.LivePublisher, this rank's agreement record), once the ranks agreed
 
 #: Seconds between two looks of a process's flusher at its counters (a write only when they changed).
 FLUSH_INTERVAL_S = 1.0
@@ -84,13 +87,15 @@ def _register() -> None:
     activators = {envvars.MANIFEST.name, envvars.PROFILE.name, envvars.TP.name}
     if carried is None and not any(k.startswith(envvars.PREFIX) and (k in activators or not envvars.is_control(k))
                                    for k in os.environ):
-        return  # plain vLLM use (control variables alone change nothing): nothing to do, nothing imported
+        _watch_world_group(None)  # plain vLLM use: nothing imported; a rank only says it has no set
+        return
     from . import dispatch, envdecl, install, startup
 
     proc = startup.process_info()
     active = startup.load_active(os.environ, carried, carried_from)
     if active is None:
         logger.debug("r9k: only R9K_* paths set; plugin inactive in %s", proc.label)
+        _watch_world_group(None)
         return
     notes = startup.apply_profile_env(active)
     first_process = startup.check_agreement(active, proc)
@@ -128,7 +133,8 @@ def _register() -> None:
         except OSError:
             pass
     table.on_change = _write_status
-    table.on_first_layer = _agree_ranks
+    table.on_first_layer = _agree_ranks  # where vLLM's world group was made without init_world_group
+    _watch_world_group(install.HOOKS)
     for line in active.warnings + notes + table.warnings:
         _emit(logging.WARNING, f"r9k {active.hash}: {line}")
     for line in startup_table(active, table, proc):
@@ -167,7 +173,9 @@ class _Flusher:
 
         while not self.stop.wait(self.interval):
             try:
-                self.look(counters.snapshot(), dispatch.get_table())
+                snap = counters.snapshot()
+                self.look(snap, dispatch.get_table())
+                _share_live(snap, dispatch.get_table())
             except Exception as exc:  # noqa: BLE001 - the status is informative; never kill the worker
                 logger.debug("r9k: status flush failed: %s", exc)
 
@@ -284,30 +292,97 @@ def _install_failed(plan, reason: str) -> None:
     _write_status(table)
 
 
-def _agree_ranks(table) -> None:
-    """At the first layer's construction (vLLM's distributed groups exist; no weight is loaded yet): every
-    rank of the world all-gathers its set over vLLM's CPU world group and any difference stops the start,
-    naming node, rank and the first differing knob. Rank 0 records every rank for the status."""
-    global _ranks
-    try:
-        import torch.distributed as dist
-        from vllm.distributed import parallel_state
-    except ImportError:
-        return
-    if not dist.is_available() or not dist.is_initialized() or parallel_state._WORLD is None:
-        return
-    from . import startup
+def _watch_world_group(hooks) -> None:
+    """Take part in the ranks' agreement once vLLM's world group exists (:mod:`r9k.plugin.agree`), active or
+    not: vLLM's ``init_distributed_environment`` looks ``parallel_state.init_world_group`` up by name, and
+    the wrapper calls :func:`_on_world` after it. Inactive (``hooks`` None), nothing is imported: the wrapper
+    goes in only where vLLM's ``parallel_state`` is imported already (a worker: its executor module imports it)."""
+    import sys
 
-    world = parallel_state.get_world_group()
-    record = startup.rank_record(_active, _proc, world.rank, table)
-    records = startup.agree_world(record, lambda out, obj: dist.all_gather_object(out, obj, group=world.cpu_group),
-                                  world.world_size)
+    mod = sys.modules.get("vllm.distributed.parallel_state")
+    if mod is not None:
+        _patch_world_group(mod)
+    elif hooks is not None:
+        hooks.add("vllm.distributed.parallel_state", _patch_world_group)
+
+
+def _patch_world_group(mod) -> None:
+    orig = getattr(mod, "init_world_group", None)
+    if orig is None or getattr(orig, "_r9k_hooked", False):
+        return
+
+    def init_world_group(*args, **kwargs):
+        world = orig(*args, **kwargs)
+        _on_world(world)
+        return world
+
+    init_world_group._r9k_hooked = True  # type: ignore[attr-defined]
+    init_world_group.__wrapped__ = orig  # type: ignore[attr-defined]
+    mod.init_world_group = init_world_group
+
+
+def _on_world(world) -> None:
+    """vLLM's world group exists: an inactive rank says it has no set (never fails vLLM for it); an active
+    rank agrees with the others (:func:`_agree_ranks`)."""
+    if _active is None:
+        try:
+            from . import agree
+
+            ws = agree.world_store(world)
+            if ws is not None:
+                agree.publish(ws[0], agree.AGREE_KEY.format(rank=ws[1]), agree.no_set_record(ws[1]))
+        except Exception as exc:  # noqa: BLE001 - plain vLLM use: never stop it
+            logger.debug("r9k: cannot say this rank has no set: %s", exc)
+        return
+    from . import dispatch
+
+    _agree_ranks(dispatch.get_table(), world)
+
+
+def _agree_ranks(table, world=None) -> None:
+    """Once vLLM's world group exists (no layer built, no weight loaded): every rank publishes its set in the
+    world's rendezvous store and reads every rank's (:func:`r9k.plugin.agree.agree`); a rank without a set,
+    with another set, or silent past the bound stops the start, naming node and rank. Rank 0 records every
+    rank for the status; every rank then shares its live figures (:func:`_share_live`)."""
+    global _ranks, _live
+    if _live is not None or _active is None:
+        return  # agreed already (at the world group's creation; the first layer then finds nothing to do)
+    from . import agree, startup
+
+    ws = agree.world_store(world)
+    if ws is None:
+        return
+    store, rank, world_size, nnodes = ws
+    if table is not None:
+        table.on_first_layer = None
+    record = startup.rank_record(_active, _proc, rank, table)
+    records = agree.agree(record, store, world_size, nnodes)
+    _live = (agree.LivePublisher(store, rank, world_size), record)
     nodes = sorted({r["node"] for r in records})
     _emit(logging.INFO, f"r9k {_active.hash}: {len(records)} rank(s) on {len(nodes)} node(s) run this set "
                         f"({', '.join(nodes)})")
-    if world.rank == 0:
+    if rank == 0:
         _ranks = records
         _write_status(table)
+    if world_size > 1 and _status_path:
+        _start_flusher()
+
+
+def _share_live(snap: dict, table) -> None:
+    """Each look of the flusher, once the ranks agreed: publish this rank's live figures; rank 0 (on the head)
+    collects every rank's into the cluster file that ``/r9k/status`` merges."""
+    if _live is None:
+        return
+    from . import agree, status
+
+    pub, record = _live
+    if pub.world_size < 2:
+        return
+    pub.publish(lambda: agree.live_record(record, snap, table), snap)
+    if pub.rank == 0 and _status_path:
+        got = pub.collect()
+        if got is not None:
+            status.write_cluster(_status_path, got)
 
 
 def _emit(level: int, line: str) -> None:
@@ -385,11 +460,11 @@ def current_status() -> dict:
 
 def _reset_for_tests() -> None:
     """Forget this process's registration (unit tests only)."""
-    global _done, _error, _active, _proc, _status_path, _applied, _flusher, _ranks
+    global _done, _error, _active, _proc, _status_path, _applied, _flusher, _ranks, _live
     from . import dispatch
 
     if _flusher is not None:
         _flusher.stop.set()
     _done, _error, _active, _proc, _status_path, _applied, _flusher = False, None, None, None, None, None, None
-    _ranks = None
+    _ranks = _live = None
     dispatch.set_table(None)

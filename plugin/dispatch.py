@@ -12,7 +12,7 @@ Built once per process by ``register()`` from the resolved set. Two moments:
 * :meth:`DispatchTable.choose` (at model construction, once per layer, never per call) hands a layer
   the callable the plan decided, importing the kernel module then. An import failure at that point also
   falls back to vLLM's path (or stops the start in strict mode). The first call is also where the ranks
-  agree (:func:`r9k.plugin.startup.agree_world`): vLLM's distributed groups exist, no weight is loaded.
+  agree (:func:`r9k.plugin.agree.agree`) unless they did when vLLM made its world group; no weight is loaded.
 
 What was actually used is recorded (:attr:`DispatchTable.in_use`), logged once per op, and written to
 the status file that the server's ``/r9k/status`` route and ``r9kctl status`` read.

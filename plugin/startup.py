@@ -25,8 +25,9 @@ its environment says otherwise, and never resolves or validates again. Errors ar
 a :class:`StartupError`, raised from ``register()``, before vLLM builds the model or loads any weight.
 
 Agreement: the processes of one node compare hashes through ``envvars.LAUNCH_HASH`` (exported by the first,
-inherited); once vLLM's distributed groups exist, every rank of the world all-gathers its set
-(:func:`agree_world`) and a difference stops the start, naming node, rank and the first differing knob.
+inherited); once vLLM's world group exists, every rank of the world publishes its set in the world's
+rendezvous store and reads every rank's (:mod:`r9k.plugin.agree`): a rank without a set or with another one
+stops the start, naming node, rank and the first differing knob.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from ..registry import envvars
 from ..registry.manifest import CARRIER_KEY, Manifest, ManifestError
@@ -515,15 +516,4 @@ def compare_ranks(records: list[dict]) -> list[str]:
         out.append(f"error[rank-mismatch]: node {r['node']} rank {r['rank']} (pid {r['pid']}) runs set {r['hash']}, "
                    f"node {ref['node']} rank {ref['rank']} runs {ref['hash']}; first differing knob: "
                    f"{diff or 'none (another registry?)'}")
-    return out
-
-
-def agree_world(record: dict, all_gather: Callable[[list, Any], None], world_size: int) -> list[dict]:
-    """Every rank's :func:`rank_record`, gathered with ``all_gather(out, obj)`` (``torch.distributed.
-    all_gather_object`` on vLLM's CPU world group); :class:`StartupError` on every rank when any differs."""
-    out: list = [None] * world_size
-    all_gather(out, record)
-    errors = compare_ranks([r for r in out if r is not None])
-    if errors:
-        raise StartupError(errors, "r9k: the ranks of this server do not run one set; refusing to load weights")
     return out

@@ -6,7 +6,9 @@ one profile never share one) is written by every plugin process into its own sec
 name, with its pid and start time), atomically: the API server writes what it loaded at start, the worker
 of rank 0 rewrites it when the model is built, with the implementation each fused op actually got, and
 with every rank's record (node, rank, pid, set, plan) gathered when the ranks agreed
-(:func:`r9k.plugin.startup.agree_world`).
+(:func:`r9k.plugin.agree.agree`). Rank 0 also keeps, beside it, the cluster file: every rank's live table and
+counters, on every node, as the ranks share them through the world's rendezvous store
+(:class:`r9k.plugin.agree.LivePublisher`); :func:`cluster` merges them per node and rank, with their age.
 
 A status file whose processes are all gone (pid not running, or running with another start time: a
 reused pid) is a dead server's: :func:`liveness` says so, ``r9kctl status --file`` exits non-zero, and the
@@ -163,6 +165,27 @@ def write_counters(path: str, process: str, snap: dict) -> None:
                                                                  separators=(",", ":")), "counters file")
 
 
+def cluster_path(path: str) -> Path:
+    p = Path(path)
+    return p.with_name(f"{p.name}.cluster.json")
+
+
+def write_cluster(path: str, live: dict) -> None:
+    """Rank 0: every rank's live figures (:meth:`r9k.plugin.agree.LivePublisher.collect`) beside the status
+    file (atomic replace, one writer). Merged by :func:`merged_status`."""
+    fileio.atomic_write(cluster_path(path), json.dumps(live, separators=(",", ":"), sort_keys=True), "cluster file")
+
+
+def _read_cluster(path: Optional[str]) -> Optional[dict]:
+    if not path:
+        return None
+    try:
+        data = json.loads(cluster_path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("ranks"), dict) else None
+
+
 def _with_counter_files(procs: dict, path: Optional[str]) -> dict:
     if not path:
         return procs
@@ -229,7 +252,7 @@ def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
     data["status_file"] = path
     data["server"] = (own or {}).get("server") or file_data.get("server")
     data["liveness"] = liveness(procs)
-    data["cluster"] = cluster(procs, data.get("tp"))
+    data["cluster"] = cluster(procs, data.get("tp"), _read_cluster(path))
     return data
 
 
@@ -251,10 +274,22 @@ def liveness(procs: dict) -> dict:
     return out
 
 
-def cluster(procs: dict, tp: Optional[int]) -> dict:
-    """Every rank of the server per node (from the records the ranks exchanged when they agreed, and from
-    the worker sections of this node), with its set, plan and counters where known, and the ranks
-    that have not reported (expected: the world the ranks agreed in, else the TP size)."""
+def cluster(procs: dict, tp: Optional[int], live: Optional[dict] = None, now: Optional[float] = None) -> dict:
+    """Every rank of the server per node: its set, plan, table and counters, and how old its figures are.
+
+    Sources, the freshest winning per rank: the records the ranks exchanged when they agreed (who and which set;
+    no counters), the worker sections of this node (their counter files), and ``live``, the cluster file rank 0
+    keeps from every rank's shared figures (:class:`r9k.plugin.agree.LivePublisher`; each stamped ``received``
+    with the head's clock; a running local worker's own section counts as current). Per rank ``age_s``
+    (seconds since the head got its figures), per node ``age_s`` (its oldest rank's); ``calls``: per op and
+    path, summed over every rank's figures; ``not_reported``: the ranks expected (the agreed world, else the TP
+    size) with no figures at all; ``stale``: ranks whose figures are older than
+    :data:`r9k.plugin.agree.STALE_AFTER_S` (a running rank refreshes them more often)."""
+    import socket
+
+    from .agree import STALE_AFTER_S
+
+    now = time.time() if now is None else now
     nodes: dict = {}
     world = None
     for sec in procs.values():
@@ -262,21 +297,57 @@ def cluster(procs: dict, tp: Optional[int]) -> dict:
             world = max(world or 0, len(sec["ranks"]))
             nodes.setdefault(rec["node"], {})[str(rec["rank"])] = {
                 "pid": rec["pid"], "process": rec.get("process"), "hash": rec["hash"], "in_use": rec.get("in_use", {}),
-                "modes": rec.get("modes", {}), "counters": None}
+                "modes": rec.get("modes", {}), "counters": None, "time": None, "source": "agreement"}
+    where = {rank: node for node, ranks in nodes.items() for rank in ranks}
+
+    def put(node: str, rank: str, entry: dict) -> None:
+        old_node = where.get(rank)
+        old = nodes.get(old_node, {}).get(rank) if old_node is not None else None
+        if old is not None and old.get("time") is not None and (entry.get("time") or 0) < old["time"]:
+            return  # older figures than those already here
+        if old is not None and old_node != node:
+            del nodes[old_node][rank]
+        merged = dict(old or {}, **{k: v for k, v in entry.items() if v is not None or k == "counters"})
+        nodes.setdefault(node, {})[rank] = merged
+        where[rank] = node
+
     for name, sec in procs.items():
         p = sec.get("process", {})
         if p.get("role") != "worker":
             continue
-        node = p.get("node") or "?"
-        entry = nodes.setdefault(node, {}).setdefault(str(p.get("rank", 0)), {
+        rank = str(p.get("rank", 0))
+        known = nodes.get(where.get(rank, ""), {}).get(rank)
+        if known is not None and known.get("pid") not in (None, p.get("pid")):
+            continue  # another process than the one that agreed as this rank
+        # a running process of this node writes its counters within a second of a change: its figures are current
+        alive = p.get("node") in (None, "", socket.gethostname()) and process_alive(p.get("pid"), p.get("started"))
+        put(p.get("node") or where.get(rank) or "?", rank, {
             "pid": p.get("pid"), "process": name, "hash": sec.get("hash"), "in_use": sec.get("in_use", {}),
-            "modes": {}, "counters": None})
-        if entry.get("pid") == p.get("pid"):
-            entry["counters"] = sec.get("counters")
+            "counters": sec.get("counters"), "time": now if alive else sec.get("time"), "source": "local"})
+    if live:
+        world = max(world or 0, int(live.get("world_size") or 0))
+        for rank, rec in (live.get("ranks") or {}).items():
+            put(rec["node"], str(rank), {"pid": rec.get("pid"), "process": rec.get("process"), "hash": rec.get("hash"),
+                                         "in_use": rec.get("in_use"), "modes": rec.get("modes"),
+                                         "counters": rec.get("counters"), "time": rec.get("received", rec.get("time")),
+                                         "source": "live"})
+    ages: dict = {}
+    calls: dict = {}
+    for node, ranks in nodes.items():
+        for rank, e in ranks.items():
+            e["age_s"] = round(max(0.0, now - e["time"]), 1) if e.get("time") is not None else None
+            if e["age_s"] is not None:
+                ages[node] = max(ages.get(node, 0.0), e["age_s"])
+            for op, c in (e.get("counters") or {}).items():
+                for path, n in (c.get("calls") or {}).items():
+                    calls.setdefault(op, {})[path] = calls.setdefault(op, {}).get(path, 0) + n
     expected = world or tp or 0
-    reported = {int(r) for ranks in nodes.values() for r in ranks}
-    return {"nodes": nodes, "world_size": expected,
-            "not_reported": sorted(set(range(expected)) - reported)}
+    reported = {int(r) for ranks in nodes.values() for r, e in ranks.items() if e.get("counters") is not None}
+    stale = sorted(int(r) for ranks in nodes.values() for r, e in ranks.items()
+                   if e.get("age_s") is not None and e["age_s"] > STALE_AFTER_S)
+    return {"nodes": nodes, "world_size": expected, "age_s": ages, "calls": calls,
+            "not_reported": sorted(set(range(expected)) - reported), "stale": stale,
+            "collected": (live or {}).get("collected")}
 
 
 def clean_dead(run_dir: Path, keep: Optional[str] = None) -> list[str]:
@@ -295,7 +366,8 @@ def clean_dead(run_dir: Path, keep: Optional[str] = None) -> list[str]:
             continue
         pids = {sec.get("process", {}).get("pid") for sec in data.get("processes", {}).values()}
         handed = [m for pid in pids if pid for m in f.parent.glob(f"manifest-*-{pid}.json")]  # startup.hand_on's
-        for g in [f, f.with_name(f.name + ".lock"), *f.parent.glob(f.name + ".*.counters.json"), *handed]:
+        for g in [f, f.with_name(f.name + ".lock"), *f.parent.glob(f.name + ".*.counters.json"), cluster_path(str(f)),
+                  *handed]:
             try:
                 g.unlink()
                 removed.append(str(g))

@@ -145,12 +145,20 @@ def _run(args) -> int:
           title="processes")
     cl = data.get("cluster") or {}
     if cl.get("nodes"):
-        table(["NODE", "RANK", "PID", "HASH", "FUSED OPS"],
-              [[node, rank, r.get("pid"), r.get("hash"), sum(1 for m in (r.get("modes") or {}).values() if m == "fused")]
+        def _calls(r):
+            c = r.get("counters")
+            return "-" if c is None else ", ".join(f"{op} {p}={n}" for op, o in sorted(c.items())
+                                                   for p, n in sorted((o.get("calls") or {}).items())) or "0"
+        table(["NODE", "RANK", "PID", "HASH", "FUSED OPS", "CALLS (OP PATH=N)", "AGE"],
+              [[node, rank, r.get("pid"), r.get("hash"), sum(1 for m in (r.get("modes") or {}).values() if m == "fused"),
+                _calls(r), "-" if r.get("age_s") is None else f"{r['age_s']:g} s"]
                for node, ranks in sorted(cl["nodes"].items()) for rank, r in sorted(ranks.items(), key=lambda x: int(x[0]))],
-              title=f"ranks per node (world {cl.get('world_size')})")
+              title=f"ranks per node (world {cl.get('world_size')}; figures' age per node: "
+                    f"{', '.join(f'{n} {a:g} s' for n, a in sorted((cl.get('age_s') or {}).items())) or '-'})")
     if cl.get("not_reported"):
         print(f"ranks that have not reported: {', '.join(map(str, cl['not_reported']))}")
+    if cl.get("stale"):
+        print(f"ranks whose figures are stale (no word from them lately): {', '.join(map(str, cl['stale']))}")
     if live.get("dead"):
         print(f"processes gone: {', '.join(live['dead'])}")
     in_use = data.get("in_use", {})

@@ -30,12 +30,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_main(rank: int, world: int, port: int, env: dict, out) -> None:
-    """One worker: the plugin registers (its own environment), vLLM's distributed environment is set up
-    as its workers do, then the plugin's first-layer hook runs the ranks' agreement."""
+def _rank_main(rank: int, world: int, port: int, env: dict, out, done, calls: int) -> None:
+    """One worker on its own "node" (host name ``node<rank>``, its own cache directory): the plugin registers
+    (its own environment; vLLM's ``parallel_state`` is imported first, as in vLLM's workers), vLLM's distributed
+    environment is set up as its workers do (the ranks agree when the world group is made), the first layer is
+    chosen; then the rank counts ``calls`` router calls and, on rank 0, waits until the head's status shows
+    every rank's counters (the figures the ranks share across nodes)."""
     for k in [k for k in os.environ if k.startswith(("R9K_", "_R9K_"))]:
         del os.environ[k]
     os.environ.update(env)
+    socket.gethostname = lambda: f"node{rank}"  # one "node" per process
+    import vllm.distributed.parallel_state  # noqa: F401
+
     import r9k.plugin as plugin
 
     plugin._emit = lambda level, line: None
@@ -44,27 +50,49 @@ def _rank_main(rank: int, world: int, port: int, env: dict, out) -> None:
         from vllm.config import VllmConfig, set_current_vllm_config
         from vllm.distributed import init_distributed_environment
 
-        with set_current_vllm_config(VllmConfig()):
-            init_distributed_environment(world_size=world, rank=rank, local_rank=rank, backend="gloo",
-                                         distributed_init_method=f"tcp://127.0.0.1:{port}")
-        from r9k.plugin import dispatch
+        from r9k.plugin import counters, dispatch
         from r9k.plugin.startup import StartupError
 
         try:
+            with set_current_vllm_config(VllmConfig()):
+                init_distributed_environment(world_size=world, rank=rank, local_rank=rank, backend="gloo",
+                                             distributed_init_method=f"tcp://127.0.0.1:{port}")
+            if dispatch.get_table() is None:
+                out.put((rank, "inactive", None))
+                return
             dispatch.get_table().choose("router_gemm", layer="model.layers.0.mlp.gate")  # the first layer
-            out.put((rank, "ok", [(r["node"], r["rank"], r["hash"]) for r in plugin._ranks or []]))
         except StartupError as exc:
             out.put((rank, "refused", str(exc)))
+            return
+        for _ in range(calls):
+            counters.hit("router_gemm")
+        ranks = [(r["node"], r["rank"], r["hash"]) for r in plugin._ranks or []]
+        cluster = None
+        if rank == 0 and calls:
+            want = {str(r): r + 2 for r in range(world)}
+            for _ in range(int(RANK_TIMEOUT_S / 0.5)):
+                cluster = plugin.current_status()["cluster"]
+                got = {r: ((e.get("counters") or {}).get("router_gemm") or {}).get("calls", {}).get("fused")
+                       for ranks_ in cluster["nodes"].values() for r, e in ranks_.items()}
+                if got == want:
+                    break
+                done.wait(0.5)
+            done.set()
+        elif calls:
+            done.wait(RANK_TIMEOUT_S)  # rank 0 reads this rank's figures meanwhile
+        out.put((rank, "ok", {"ranks": ranks, "cluster": cluster}))
     except BaseException as exc:  # noqa: BLE001 - reported to the test, never hangs it
         out.put((rank, "crashed", f"{type(exc).__name__}: {exc}"))
 
 
-def _run_group(world: int, envs: list[dict], tmp_path) -> dict:
+def _run_group(world: int, envs: list[dict], tmp_path, calls: bool = False) -> dict:
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
+    done = ctx.Event()
     port = _free_port()
     procs = [ctx.Process(target=_rank_main, args=(r, world, port, dict(envs[r], R9K_CACHE_DIR=str(tmp_path / f"c{r}")),
-                                                  out), name=f"VllmWorker-{r}") for r in range(world)]
+                                                  out, done, r + 2 if calls else 0), name=f"VllmWorker-{r}")
+             for r in range(world)]
     for p in procs:
         p.start()
     results = {}
@@ -84,12 +112,37 @@ def _run_group(world: int, envs: list[dict], tmp_path) -> dict:
 BASE = {envvars.PROFILE.name: "cpu-smoke", "TRITON_INTERPRET": "1"}
 
 
-def test_two_ranks_with_one_set_agree(tmp_path):
-    res = _run_group(2, [BASE, BASE], tmp_path)
+def test_two_ranks_with_one_set_agree_and_the_head_shows_every_ranks_counters(tmp_path):
+    """Two "nodes" (own host name and cache directory each, nothing shared but the ranks' store): they agree,
+    and rank 0's status (what the head's ``/r9k/status`` answers) shows each rank's live call counters, fresh,
+    with none missing."""
+    res = _run_group(2, [BASE, BASE], tmp_path, calls=True)
     assert [res[r][0] for r in range(2)] == ["ok", "ok"], res
-    node = socket.gethostname()
-    assert [(n, r) for n, r, _ in res[0][1]] == [(node, 0), (node, 1)], "rank 0 records every rank"
-    assert len({h for _, _, h in res[0][1]}) == 1
+    ranks, cl = res[0][1]["ranks"], res[0][1]["cluster"]
+    assert [(n, r) for n, r, _ in ranks] == [("node0", 0), ("node1", 1)], "rank 0 records every rank"
+    assert len({h for _, _, h in ranks}) == 1
+    assert sorted(cl["nodes"]) == ["node0", "node1"], cl
+    for r in (0, 1):
+        e = cl["nodes"][f"node{r}"][str(r)]
+        assert e["counters"]["router_gemm"]["calls"] == {"fused": r + 2}, (r, e)  # rank 1: only via the store
+        assert e["age_s"] is not None and e["hash"] == ranks[0][2]
+    assert cl["nodes"]["node1"]["1"]["source"] == "live"
+    assert cl["calls"] == {"router_gemm": {"fused": 5}} and cl["not_reported"] == [] and cl["world_size"] == 2
+    assert set(cl["age_s"]) == {"node0", "node1"}
+    assert not any(tmp_path.joinpath("c0").rglob("*VllmWorker-1*")), "the head got rank 1's figures from no file"
+
+
+def test_a_rank_without_a_set_is_refused_at_once_naming_it(tmp_path):
+    """Rank 1 starts without the set (its plugin inactive): rank 0 refuses as soon as the world group exists,
+    naming node and rank, instead of waiting in a collective until gloo's timeout."""
+    res = _run_group(2, [BASE, {"TRITON_INTERPRET": "1"}], tmp_path)
+    # rank 1 goes on as plain vLLM (it said it has no set); it fails only where vLLM's next collective finds
+    # rank 0 gone
+    assert res[1][0] in ("inactive", "crashed"), res
+    state, detail = res[0]
+    assert state == "refused", res
+    assert "error[rank-no-set]: node node1 rank 1 " in detail and "has no r9k set" in detail, detail
+    assert "node node0 rank 0 runs set" in detail and "rank-missing" not in detail, detail
 
 
 def test_a_rank_with_another_set_is_refused_naming_it(tmp_path):
@@ -98,7 +151,7 @@ def test_a_rank_with_another_set_is_refused_naming_it(tmp_path):
     assert sorted(res) == [0, 1, 2, 3], res
     for rank, (state, detail) in res.items():
         assert state == "refused", (rank, state, detail)  # every rank stops, not only the odd one
-        assert f"node {socket.gethostname()} rank 2 " in detail and "R9K_ROUTER" in detail, detail
+        assert "node node2 rank 2 " in detail and "R9K_ROUTER" in detail, detail
         assert "rank 1 " not in detail.split("runs set")[0] and "rank 3 " not in detail.split("runs set")[0], detail
 
 
@@ -199,3 +252,63 @@ def test_a_dead_servers_status_file_is_reported_dead_and_cleaned(tmp_path):
         "server-dead.status.json", "server-reused.status.json"]
     assert os.path.exists(alive) and not any(f.startswith(dead) for f in map(str, run.iterdir()))
     assert not (run / f"manifest-0123456789ab-{child.pid}.json").exists()
+
+
+class _Store:
+    """A stand-in for the ranks' rendezvous store (set / get / check, as torch.distributed's TCPStore)."""
+
+    def __init__(self):
+        self.kv = {}
+
+    def set(self, k, v):
+        self.kv[k] = v.encode() if isinstance(v, str) else v
+
+    def get(self, k):
+        return self.kv[k]
+
+    def check(self, keys):
+        return all(k in self.kv for k in keys)
+
+
+def _rec(rank, h="aaa", node="n0"):
+    return {"node": node, "rank": rank, "pid": 10 + rank, "hash": h, "values": {"R9K_ROUTER": "r9k"}}
+
+
+def test_a_rank_that_never_reports_is_named_after_the_bound():
+    """A rank with no r9k at all (it never writes its record): the wait ends at the bound (a fake clock here),
+    naming the rank and the node vLLM places it on."""
+    from r9k.plugin import agree
+    from r9k.plugin.startup import StartupError
+
+    store, t = _Store(), [0.0]
+    agree.publish(store, agree.AGREE_KEY.format(rank=1), _rec(1, node="n0"))
+    records, missing = agree.gather(store, 4, timeout=60, clock=lambda: t[0],
+                                    sleep=lambda s: t.__setitem__(0, t[0] + s))
+    assert missing == [0, 2, 3] and t[0] >= 60 and [r["rank"] for r in records] == [1]
+    lines = agree.refusals(records, [2, 3], 4, 2, 60)
+    assert lines[0].startswith("error[rank-missing]: rank 2 (the node started with --node-rank 1) reported no r9k "
+                               "set within 60 s; node n0 rank 1 runs set aaa"), lines
+    with pytest.raises(StartupError) as exc:
+        agree.agree(_rec(0), store, 3, nnodes=None, timeout=0)
+    assert "error[rank-missing]: rank 2 reported no r9k set within 0 s" in str(exc.value)
+    assert agree.agree(_rec(0), _Store(), 1) == [_rec(0)]  # one rank: nothing to wait for
+
+
+def test_the_live_figures_go_out_on_change_or_heartbeat_and_rank_0_stamps_them():
+    from r9k.plugin import agree
+
+    store, t = _Store(), [0.0]
+    pubs = [agree.LivePublisher(store, r, 2, heartbeat=5, clock=lambda: t[0]) for r in (0, 1)]
+    sent = lambda r, c: pubs[r].publish(lambda: dict(_rec(r), counters=c, time=100 + t[0]), c)  # noqa: E731
+    assert sent(0, {"a": 1}) and not sent(0, {"a": 1})  # unchanged: nothing goes out
+    assert pubs[0].collect(now=50.0)["ranks"].keys() == {"0"}
+    assert pubs[0].collect(now=51.0) is None  # nothing new
+    t[0] = 6.0
+    assert sent(0, {"a": 1}) and sent(1, {"b": 2})  # the heartbeat is due; rank 1's first figures
+    got = pubs[0].collect(now=60.0)
+    assert got["world_size"] == 2 and got["ranks"]["1"]["counters"] == {"b": 2}
+    assert got["ranks"]["1"]["received"] == 60.0 and got["ranks"]["0"]["received"] == 60.0
+    t[0] = 7.0
+    assert sent(1, {"b": 3})
+    got = pubs[0].collect(now=61.0)
+    assert got["ranks"]["1"]["received"] == 61.0 and got["ranks"]["0"]["received"] == 60.0

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 
 import pytest
 
@@ -163,3 +164,65 @@ def test_an_exited_unreaped_process_is_not_alive():
         assert process_alive(os.getpid(), pid_start_time(os.getpid()))
     finally:
         os.waitpid(pid, 0)
+
+
+def test_cluster_merges_every_ranks_table_and_counters_per_node_with_their_age():
+    """The head's cluster view: agreement records (who), this node's worker section, and the cluster file rank 0
+    keeps from the ranks' shared figures; per node and rank the counters and their age (head's clock), calls
+    summed over every rank, the ranks with no figures, and the ranks whose figures stopped coming."""
+    from r9k.plugin.agree import STALE_AFTER_S
+
+    now = 1000.0
+    head = socket.gethostname()  # the head is this machine; its rank 0 is this (running) process
+    agreed = [{"node": n, "rank": r, "pid": os.getpid() if r == 0 else 100 + r, "process": f"VllmWorker-{r % 2}",
+               "hash": "aaaaaaaaaaaa", "in_use": {}, "modes": {"router_gemm": "fused"}}
+              for r, n in enumerate([head, head, "n1", "n1"])]
+    head_worker = _section("VllmWorker-0", "worker", 0, "aaaaaaaaaaaa", {"router_gemm": "fused!"})
+    head_worker["process"]["node"] = head
+    head_worker["ranks"] = agreed
+    head_worker["counters"] = {"router_gemm": {"installed": ["l0"], "kept": {}, "calls": {"fused": 7}}}
+
+    def rec(rank, calls, received):
+        return {"node": agreed[rank]["node"], "rank": rank, "pid": 100 + rank, "process": agreed[rank]["process"],
+                "hash": "aaaaaaaaaaaa", "in_use": {"router_gemm": "fused@" + str(rank)}, "modes": {},
+                "counters": {"router_gemm": {"installed": ["l0"], "kept": {},
+                                             "calls": {"fused": calls, "fallback:rows>16": 1}}},
+                "time": received - 50.0, "received": received}  # its own clock is off: the head's is used
+
+    live = {"world_size": 4, "collected": now - 1,
+            "ranks": {"0": rec(0, 3, now - 2), "2": rec(2, 11, now - 1.5), "3": rec(3, 5, now - STALE_AFTER_S - 10)}}
+    cl = status.cluster({"VllmWorker-0": head_worker}, 4, live, now=now)
+    assert sorted(cl["nodes"]) == sorted([head, "n1"]) and sorted(cl["nodes"][head]) == ["0", "1"]
+    n1 = cl["nodes"]["n1"]
+    assert n1["2"]["counters"]["router_gemm"]["calls"]["fused"] == 11 and n1["2"]["age_s"] == 1.5
+    assert n1["2"]["in_use"] == {"router_gemm": "fused@2"} and n1["2"]["source"] == "live"
+    assert n1["3"]["age_s"] == STALE_AFTER_S + 10 and cl["stale"] == [3]
+    assert cl["age_s"]["n1"] == STALE_AFTER_S + 10  # a node's figures are as old as its oldest rank's
+    # rank 0: this node's running worker's own section (current) wins over its older shared figures
+    r0 = cl["nodes"][head]["0"]
+    assert r0["source"] == "local" and r0["counters"]["router_gemm"]["calls"] == {"fused": 7} and r0["age_s"] == 0
+    # rank 1 agreed but never sent figures
+    assert cl["nodes"][head]["1"]["counters"] is None and cl["not_reported"] == [1]
+    assert cl["calls"] == {"router_gemm": {"fused": 7 + 11 + 5, "fallback:rows>16": 2}}
+    assert cl["world_size"] == 4 and cl["collected"] == now - 1
+
+
+def test_the_route_merges_the_cluster_file_rank_0_keeps(tmp_path, capsys):
+    """merged_status (what /r9k/status and ``r9kctl status --file`` answer) reads the cluster file beside the
+    status file; ``r9kctl status`` prints every rank's calls and age, and the ranks not reported."""
+    import time
+
+    from r9k.r9kctl.cli import main
+
+    path = str(tmp_path / "s.json")
+    status.write_section(path, _section("MainProcess", "main", 0, "aaaaaaaaaaaa"))
+    rec = {"node": "far-node", "rank": 1, "pid": 4242, "process": "VllmWorker-1", "hash": "aaaaaaaaaaaa",
+           "in_use": {}, "modes": {"router_gemm": "fused"}, "time": time.time(), "received": time.time(),
+           "counters": {"router_gemm": {"installed": [], "kept": {}, "calls": {"fused": 9}}}}
+    status.write_cluster(path, {"world_size": 3, "collected": time.time(), "ranks": {"1": rec}})
+    data = status.merged_status(None, path)
+    assert data["cluster"]["nodes"]["far-node"]["1"]["counters"]["router_gemm"]["calls"] == {"fused": 9}
+    assert data["cluster"]["not_reported"] == [0, 2] and data["cluster"]["calls"] == {"router_gemm": {"fused": 9}}
+    assert main(["--plain", "status", "--file", path]) == 0
+    out = capsys.readouterr().out
+    assert "far-node" in out and "router_gemm fused=9" in out and "ranks that have not reported: 0, 2" in out
