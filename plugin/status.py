@@ -30,6 +30,7 @@ from ..registry.manifest import Impl
 from ..registry import fileio
 from .startup import process_alive
 from . import vllm_choices
+from .agree import STALE_AFTER_S
 
 SCHEMA = "r9k-status/1"
 ROUTE = "/r9k/status"
@@ -286,8 +287,6 @@ def cluster(procs: dict, tp: Optional[int], live: Optional[dict] = None, now: Op
     size) with no figures at all; ``stale``: ranks whose figures are older than
     :data:`r9k.plugin.agree.STALE_AFTER_S` (a running rank refreshes them more often)."""
     import socket
-
-    from .agree import STALE_AFTER_S
 
     now = time.time() if now is None else now
     nodes: dict = {}
