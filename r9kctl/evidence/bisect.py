@@ -376,7 +376,8 @@ def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template
             partial = d / "results" / f"{step}.partial"
             record(ds, url, partial, label=f"bisect {step}", progress=None,
                    extra_header={"bisect_step": step, "manifest_hash": data.get("hash")}, **(record_kwargs or {}))
-            partial.rename(d / "results" / f"{step}.jsonl")  # only complete files count
+            # only complete files count
+            fileio.move_into_place(partial, d / "results" / f"{step}.jsonl", "result file")
         finally:
             _stop(proc)
             log.close()
