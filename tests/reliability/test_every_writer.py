@@ -9,7 +9,6 @@ never touch a path a user names (RAW, each with why)."""
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 import types
@@ -76,8 +75,7 @@ def _raises(call) -> str:
 def _ledger(path, tmp, mp):
     from r9k.registry import ledger
 
-    rec = ledger.GateRecord.__new__(ledger.GateRecord)
-    mp.setattr(ledger, "asdict", lambda r: {"gate": "x"}, raising=False)
+    rec = types.SimpleNamespace(to_json=lambda: {"gate": "x"})  # what append_records asks of a record
     return _raises(lambda: ledger.append_records(path, [rec]))
 
 
@@ -210,7 +208,7 @@ WRITERS = {
     "status.write_section": ("cache/run/server-s.status.json", _status_section),
     "status.write_counters": ("cache/run/server-s.status.json.main.counters.json", _status_counters),
     "startup.hand_on": (f"cache/run/manifest-abc-{os.getpid()}.json", _hand_on),
-    "gatedeps.save_cache": (f"cache/gatedeps-1.json", _gatedeps_cache),
+    "gatedeps.save_cache": ("cache/gatedeps-1.json", _gatedeps_cache),
     "loader parse cache": ("cache/toml-cache.pickle", _parse_cache),
     "tui server log": ("logs/server.log", _tui_server_log),
 }
