@@ -130,6 +130,9 @@ class Active:
     origin: str  # "additional_config (r9kctl launch)", "manifest <path>", "envvars.PROFILE, resolved by this process"
     warnings: list[str] = field(default_factory=list)
     server: str = ""  # the server instance id (created by r9kctl launch, or by the first process by hand)
+    #: the credentials of the profile's [env] in clear, only where this process resolved the profile itself
+    #: (started by hand); a manifest carries them by reference only
+    credentials: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def hash(self) -> str:
@@ -386,10 +389,12 @@ def resolve_once(environ: Mapping[str, str]) -> Active:
     rs = resolve(reg, profile, tp=tp_n, env=environ)
     _raise_on_resolve_errors(rs)
     warnings = _check(reg, rs, rs.strict)
+    from ..registry.redact import is_secret
     from ..registry.validate import gate_labels
 
     return Active(from_resolved(rs, this_registry_fingerprint(environ), warnings, gate_labels(reg, rs)),
-                  f"{origin}, resolved by this process", warnings)
+                  f"{origin}, resolved by this process", warnings,
+                  credentials={k: v for k, v in rs.extra_env.items() if is_secret(k)})
 
 
 def hand_on(active: Active, environ=None) -> Optional[str]:
@@ -440,16 +445,25 @@ def check_agreement(active: Active, proc: ProcessInfo, environ=None) -> bool:
 def apply_profile_env(active: Active, environ=None) -> list[str]:
     """Export the profile's ``[env]`` (e.g. TRITON_INTERPRET for cpu-smoke) when started by hand;
     ``r9kctl launch`` has exported it already. Never overrides a variable that is set: a difference
-    is reported as a warning line instead."""
+    is reported as a warning line instead. A credential the manifest carries by reference
+    (``registry/redact.py``) must be in this process's environment with that very value (exported by the
+    launch, by the first process started by hand, or by the user): a :class:`StartupError` of one line
+    otherwise, naming the variable and fingerprints, never a value."""
+    from ..registry.redact import is_reference, mask, reference_problem
+
     environ = os.environ if environ is None else environ
     notes = []
     for k, v in active.rs.extra_env.items():
         cur = environ.get(k)
-        if cur is None:
+        if is_reference(v):
+            if cur is None and k in active.credentials:  # resolved here from the profile: its own value
+                environ[k] = cur = active.credentials[k]
+            problem = reference_problem(k, v, environ, active.rs.profile)
+            if problem:
+                raise StartupError([f"error[credential]: {problem}"])
+        elif cur is None:
             environ[k] = v
         elif cur != v:
-            from ..registry.redact import mask
-
             notes.append(f"profile '{active.rs.profile}' sets {k}={mask(k, v)}, but the environment has "
                          f"{k}={mask(k, cur)} (kept)")
     return notes

@@ -140,8 +140,8 @@ def write_section(path: str, section: dict) -> None:
 
     with fileio.locked(p):  # the writers' one advisory lock
         try:
-            data = json.loads(p.read_text()) if p.exists() else {}
-        except (OSError, ValueError):
+            data = json.loads(fileio.read_text(p, "status file")) if p.exists() else {}
+        except (OSError, ValueError, fileio.FileError):  # a FIFO here is refused, not read (it would block)
             data = {}
         if not isinstance(data, dict) or not isinstance(data.get("processes", {}), dict) \
                 or data.get("hash") not in (None, section["hash"]) \

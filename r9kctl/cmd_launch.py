@@ -164,8 +164,10 @@ def run(args) -> int:
             plan.argv = plan.nodes[args.node_rank]
     if args.dry_run:
         if args.format == "json":
-            print_json({"argv": plan.argv, "env": plan.env, "manifest": plan.manifest, "notes": plan.notes,
-                        "server": plan.server, "nodes": plan.nodes,
+            from ..registry.redact import masked
+
+            print_json({"argv": plan.argv, "env": masked(plan.env), "manifest": plan.manifest,
+                        "notes": plan.notes, "server": plan.server, "nodes": plan.nodes,
                         "requests": [{"knob": q.knob, "sends": q.text(), "program": q.program} for q in plan.requests]})
         else:
             print(plan.display())

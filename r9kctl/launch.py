@@ -357,9 +357,8 @@ def vllm_config_files(plan: LaunchPlan) -> tuple[str, str]:
 
     Each flag is a key without its dashes; a flag without a value is ``true`` (``--no-x``: ``no-x: true``); JSON
     flags stay JSON text; every value is a double-quoted YAML string, which vLLM passes on as ``--key value``
-    (its ``load_config_file``). The env file's values are shell-quoted (``set -a; . ./vllm.env; set +a``)."""
-    import shlex
-
+    (its ``load_config_file``). The env file's values are shell-quoted (``set -a; . ./vllm.env; set +a``); a
+    credential is a comment there (set it in your own environment)."""
     head = (f"# r9k-stack profile {plan.manifest.get('profile')} tp{plan.manifest.get('tp')} "
             f"hash {plan.manifest.get('hash')}")
     argv = plan.argv[3:]  # after "vllm serve MODEL"
@@ -379,5 +378,5 @@ def vllm_config_files(plan: LaunchPlan) -> tuple[str, str]:
         else:  # a switch, --no-x included (vLLM turns "x: false" into --no-x only for its top-level parser's flags)
             lines.append(f"{key}: true")
     env_lines = [head, "# set -a; . ./vllm.env; set +a"]
-    env_lines += [f"{k}={shlex.quote(plan.env[k])}" for k in sorted(plan.env)]
+    env_lines += [export_line(k, plan.env[k], export=False) for k in sorted(plan.env)]  # a credential: a comment
     return "\n".join(lines) + "\n", "\n".join(env_lines) + "\n"

@@ -9,17 +9,18 @@ raises :class:`FileError`, a :class:`~r9k.registry.errors.RegistryError` holding
 diagnostic (``file:line:col: error[kind]: ...``); the command line prints it and exits 2.
 
 Writing (:func:`atomic_write`, :func:`atomic_append`, :func:`update`, :func:`open_for_writing`) is the one
-writer of the project. It replaces only regular files: a FIFO, socket or device node (directly or through a
-symlink) is refused with one located line and left alone, and with ``within`` a symlink resolving outside
-that folder is refused; ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` name this process's open
-streams and are written to (what ``--out /dev/stdout`` means), never replaced, so a redirected file keeps
-what it had. A replace goes through a temporary file in the target's own folder, fsync and a rename, so a
-reader sees the old file or the new one, never a part: on any failure (disk full, permission, read-only,
-an exception, Ctrl-C) the temporary file is removed and the old file is left as it was. Writing to a
-symlink updates the file it points to (the link stays a link). Temporary files carry the writer's pid; one
-left by a killed writer is removed by the next write to the same file. Every append and read-modify-write
-(:func:`update`) holds :func:`locked`, an ``fcntl`` advisory lock on the target's folder, so concurrent
-writer processes lose nothing.
+writer of the project. It replaces only regular files: a folder, FIFO, socket or device node (directly or
+through a symlink) is refused with one located line and left alone, and so is a symlink resolving outside
+the folder the path names (or outside ``within``, a folder the caller gives); ``/dev/stdout``,
+``/dev/stderr`` and ``/dev/fd/N`` name this process's open streams and are written to (what ``--out
+/dev/stdout`` means), never replaced, so a redirected file keeps what it had. A replace goes through a
+temporary file in the target's own folder, fsync and a rename, so a reader sees the old file or the new
+one, never a part: on any failure (disk full, permission, read-only, an exception, Ctrl-C) the temporary
+file is removed and the old file is left as it was. Writing to a symlink into the same folder updates the
+file it points to (the link stays a link). Temporary files carry the writer's pid; one left by a killed
+writer is removed by the next write to the same file. Every append and read-modify-write (:func:`update`)
+holds :func:`locked`, an ``fcntl`` advisory lock on the target's folder, so concurrent writer processes
+lose nothing.
 
 Imports only the standard library (plus :mod:`.errors`): the plugin uses it on its startup path.
 """
@@ -424,32 +425,42 @@ def _not_regular(mode: int) -> Optional[str]:
     return None
 
 
+def _refused(p: Path, kind: str, message: str, hint: Optional[str] = None) -> "WriteError":
+    """A writer's refusal: one located line; also an OSError, so that a caller handling write failures (a
+    cache that is skipped, the plugin that logs it) handles a refusal the same way."""
+    return WriteError(Diagnostic("error", kind, message, display_path(p), None, None, [], hint))
+
+
 def _write_target(p: Path, what: str = "file", within: Optional[PathLike] = None) -> Path:
-    """The file a write to ``p`` must replace: the end of its symlink chain, if it is one. Refuses (located
-    FileError) a link loop, a target that exists and is not a regular file (FIFO, socket, device), and,
-    with ``within``, a link that resolves outside that folder."""
+    """The file a write to ``p`` must replace: the end of its symlink chain, if it is one. Refuses (a located
+    :class:`WriteError`) a link loop, a link that resolves outside ``within`` (by default the folder ``p`` is
+    in: a link never sends a write to another folder), and a target that exists and is not a regular file
+    (folder, FIFO, socket, device)."""
     target = p
     if os.path.islink(p):
         try:
             os.stat(p)
         except OSError as exc:
             if exc.errno == errno.ELOOP:
-                raise error(p, "symlink-loop", "cannot write: the path is a symlink loop") from None
-            # a dangling link: create the file it names
+                raise _refused(p, "symlink-loop", "cannot write: the path is a symlink loop; it was left alone") \
+                    from None
+            # a dangling link: create the file it names (inside the folder, checked below)
         target = Path(os.path.realpath(p))
-        if within is not None:
-            root = os.path.realpath(within)
-            if os.path.commonpath([root, str(target)]) != root:
-                raise error(p, "not-a-file", f"cannot write: this {what} is a symlink to {display_path(target)}, "
-                                             f"outside {display_path(within)}")
+        root = os.path.realpath(within if within is not None else os.path.dirname(os.path.abspath(p)))
+        if os.path.commonpath([root, str(target)]) != root:
+            raise _refused(p, "not-a-file", f"cannot write: this {what} is a symlink to {display_path(target)}, "
+                                            f"outside {display_path(root)}; it was left alone",
+                           hint="write to the file itself, or remove the link")
     try:
         st = os.stat(target)
     except OSError:
         return target
+    if stat.S_ISDIR(st.st_mode):
+        raise _refused(p, "is-directory", f"cannot write: this {what} is a folder; it was left alone")
     kind = _not_regular(st.st_mode)
     if kind:
-        raise error(p, "not-a-file", f"cannot write: this {what} is {kind}, not a regular file; it was left "
-                                     "alone", hint="name a regular file, or /dev/stdout to print it")
+        raise _refused(p, "not-a-file", f"cannot write: this {what} is {kind}, not a regular file; it was left "
+                                        "alone", hint="name a regular file, or /dev/stdout to print it")
     return target
 
 
@@ -464,11 +475,9 @@ def locked(path: PathLike):
     """An exclusive advisory lock (``fcntl.flock`` on the folder of ``path``'s target) for a
     read-modify-write or an append: concurrent writers (processes or threads) of the same folder take
     turns. Re-entrant in one process. A folder that cannot be opened is written without a lock (the
-    write itself then reports the problem)."""
-    try:
-        folder = os.path.realpath(_write_target(Path(path)).parent)
-    except FileError:
-        folder = os.path.realpath(Path(path).parent)
+    write itself then reports the problem). A path no writer may write (see :func:`_write_target`) is
+    refused here already, before the caller reads it."""
+    folder = os.path.realpath(_write_target(Path(path)).parent)
     with _locks_guard:
         entry = _held.setdefault(folder, [threading.RLock(), 0, None])
     entry[0].acquire()
@@ -576,8 +585,6 @@ def atomic_write(path: PathLike, data: Union[str, bytes], what: str = "file", mo
     if fd is not None:
         return _write_stream(p, fd, data, what)
     target = _write_target(p, what, within)
-    if target.is_dir():
-        raise error(p, "is-directory", f"cannot write: {what} is a folder")
     folder = target.parent
     if not folder.is_dir():
         raise error(p, "not-found", f"cannot write: the folder {display_path(folder)} does not exist")
@@ -658,7 +665,7 @@ def atomic_append(path: PathLike, data: Union[str, bytes], what: str = "file",
     return update(path, add, what, within)
 
 
-def open_for_writing(path: PathLike, append: bool = False, what: str = "file"):
+def open_for_writing(path: PathLike, append: bool = False, what: str = "file", within: Optional[PathLike] = None):
     """A text stream for a file written piece by piece (a log, a result file written as answers arrive):
     the same target checks as :func:`atomic_write` (regular files only; ``/dev/stdout`` is the stream
     itself). Appends use ``O_APPEND`` so that each line lands whole."""
@@ -666,7 +673,7 @@ def open_for_writing(path: PathLike, append: bool = False, what: str = "file"):
     fd = _stream_fd(p)
     if fd is not None:
         return os.fdopen(os.dup(fd), "w", encoding="utf-8")
-    target = _write_target(p, what)
+    target = _write_target(p, what, within)
     flags = os.O_WRONLY | os.O_CREAT | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
     flags |= os.O_APPEND if append else os.O_TRUNC
     try:
@@ -675,5 +682,18 @@ def open_for_writing(path: PathLike, append: bool = False, what: str = "file"):
         raise _write_error(p, what, exc) from None
     if _not_regular(os.fstat(fd).st_mode):  # replaced by a FIFO or device between the check and the open
         os.close(fd)
-        raise error(p, "not-a-file", f"cannot write: this {what} is not a regular file; it was left alone")
+        raise _refused(p, "not-a-file", f"cannot write: this {what} is not a regular file; it was left alone")
     return os.fdopen(fd, "a" if append else "w", encoding="utf-8")
+
+
+def move_into_place(src: PathLike, path: PathLike, what: str = "file") -> Path:
+    """Rename the finished file ``src`` (in the same folder) onto ``path``, with the checks of
+    :func:`atomic_write`: only a regular file (or nothing) at ``path`` is replaced, a link only within its
+    folder; on a refusal ``src`` stays where it was."""
+    p = Path(path)
+    target = _write_target(p, what)
+    try:
+        os.replace(src, target)
+    except OSError as exc:
+        raise _write_error(p, what, exc) from None
+    return target

@@ -27,7 +27,7 @@ import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
-from . import envvars
+from . import envvars, fileio
 
 NAMESPACE = "r9k"
 
@@ -72,11 +72,9 @@ def save_cache() -> None:
     path = _cache_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(_disk, separators=(",", ":")), encoding="utf-8")
-        os.replace(tmp, path)
+        fileio.atomic_write(path, json.dumps(_disk, separators=(",", ":")), "parse cache", within=path.parent)
         _dirty = False
-    except OSError:
+    except OSError:  # fileio's refusals (a FIFO, folder or outside link at the path) are OSErrors too
         pass
 
 

@@ -106,7 +106,6 @@ def ledger_path(reg_or_root: Any) -> Path:
     if not installed_copy(root):
         return own
     import importlib.metadata
-    import shutil
 
     try:
         version = importlib.metadata.version("r9k-stack")
@@ -116,11 +115,9 @@ def ledger_path(reg_or_root: Any) -> Path:
     if not state.exists():
         try:
             state.parent.mkdir(parents=True, exist_ok=True)
-            if own.is_file():
-                shutil.copyfile(own, state)
-            else:
-                state.touch()
-        except OSError:
+            fileio.atomic_write(state, fileio.read_bytes(own, "gate ledger") if own.is_file() else b"",
+                                "gate ledger")
+        except (OSError, fileio.FileError):
             return own
     return state
 

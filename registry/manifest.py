@@ -10,6 +10,11 @@ say the same as the launcher's: :func:`registry_fingerprint`), and never resolve
 Started by hand (``envvars.PROFILE``, no launch), the plugin's first process resolves once and builds the
 same manifest (:func:`from_resolved`) for the processes after it.
 
+A credential the profile's ``[env]`` sets (``registry/redact.py``'s rule: ``HF_TOKEN``...) is in a manifest
+by reference only (name and fingerprint, :func:`r9k.registry.redact.reference`): never in the manifest file,
+``--additional-config`` (``ps``, vLLM's log) or a dry run; each process takes the value from its own
+environment and the plugin refuses to start when it is missing there or differs.
+
 :class:`Impl` is the one vocabulary for "which implementation runs": the availability verdict, the
 plugin's dispatch plan, a layer's choice, the startup table, the status, and the decode-step benchmark's
 pick all say it with it. Standard library only (no torch, vLLM, pydantic).
@@ -27,6 +32,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from .origin import Origin, WithOrigin
+from .redact import referenced
 
 SCHEMA = "r9k-manifest/2"  # /2: each item carries its variant's facts and the registry fingerprint
 
@@ -54,10 +60,11 @@ def fused_values(type_: str, choices, stock: Optional[str]) -> tuple[str, ...]:
 
 def set_hash(model: Optional[str], tp: int, values: Mapping[str, Optional[str]], env: Mapping[str, str]) -> str:
     """12 hex chars over what the processes must agree on: model, TP size, every knob's value, the
-    profile's environment (the one formula: ``ResolvedSet.hash`` and :class:`Manifest` both use it)."""
+    profile's environment (the one formula: ``ResolvedSet.hash`` and :class:`Manifest` both use it); a
+    credential counts by its reference (``redact.reference``), so the hash is the same where only that is known."""
     payload = {"model": model, "tp": tp,
                "values": {k: v for k, v in sorted(values.items()) if v is not None},
-               "env": dict(sorted(env.items()))}
+               "env": dict(sorted(referenced(env).items()))}
     blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
 
@@ -175,7 +182,7 @@ class Manifest:
     platform: Optional[str]
     strict: bool
     items: dict[str, Item]
-    extra_env: dict[str, str] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)  # a credential's value by reference only
     release: Optional[str] = None
     chain: list[str] = field(default_factory=list)
     serve_args: list[str] = field(default_factory=list)
@@ -291,7 +298,7 @@ def from_dict(data: Any) -> Manifest:
             value = d.get("value")
             items[vid] = Item(facts, None if value is None else str(value), Origin.from_dict(d.get("origin") or {}))
         m = Manifest(str(data["profile"]), data.get("model"), int(data["tp"]), data.get("platform"),
-                     bool(data.get("strict")), items, dict(data.get("extra_env") or {}), data.get("release"),
+                     bool(data.get("strict")), items, referenced(data.get("extra_env") or {}), data.get("release"),
                      list(data.get("chain") or []), list(data.get("serve_args") or []), data.get("model_path"),
                      data.get("hardware"), data.get("gpu_memory_utilization"), data.get("registry"),
                      list(data.get("warnings") or []), dict(data.get("gates") or {}))
@@ -314,9 +321,9 @@ def from_resolved(rs, registry: Optional[str] = None, warnings=(), gates=None) -
                       fused_values(v.type, v.choices, v.stock) if impl.op else (),
                       Switch(**v.vllm.model_dump()) if getattr(v, "vllm", None) else None)
         items[vid] = Item(facts, r.value, r.origin)
-    return Manifest(rs.profile, rs.model, rs.tp, rs.platform, bool(rs.strict), items, dict(rs.extra_env), rs.release,
-                    list(rs.chain), list(rs.serve_args), rs.model_path, rs.hardware, rs.gpu_memory_utilization,
-                    registry, list(warnings), dict(gates or {}))
+    return Manifest(rs.profile, rs.model, rs.tp, rs.platform, bool(rs.strict), items, referenced(rs.extra_env),
+                    rs.release, list(rs.chain), list(rs.serve_args), rs.model_path, rs.hardware,
+                    rs.gpu_memory_utilization, registry, list(warnings), dict(gates or {}))
 
 
 # ------------------------------------------------------------------------------------------ registry

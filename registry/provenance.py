@@ -296,11 +296,19 @@ def main(argv: list[str] | None = None) -> int:
     d = build(a.root, use_torch=not a.no_torch)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     # this script runs alone on the GPU machine (python -S -I registry/provenance.py): no package, so not
-    # registry/fileio.py; a FIFO or device named by --out is refused all the same, never replaced
+    # registry/fileio.py; its rules all the same: a folder, FIFO or device named by --out, or a symlink out of
+    # its folder, is refused, never replaced
+    folder = os.path.realpath(os.path.dirname(os.path.abspath(a.out)))
+    if os.path.islink(a.out) and os.path.commonpath([folder, os.path.realpath(a.out)]) != folder:
+        print(f"{a.out}: error[not-a-file]: cannot write: a symlink out of its folder; it was left alone",
+              file=sys.stderr)
+        return 2
     if os.path.exists(a.out) and not os.path.isfile(a.out):
         print(f"{a.out}: error[not-a-file]: cannot write: not a regular file; it was left alone", file=sys.stderr)
         return 2
     tmp = Path(str(a.out) + ".tmp")
+    if os.path.lexists(tmp):
+        os.unlink(tmp)  # a leftover (or a planted link) is never written through
     tmp.write_text(json.dumps(d, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     os.replace(tmp, a.out)
     tc = d["toolchain"]

@@ -6,6 +6,10 @@ its value masked in everything this project prints or logs: dry runs, ``resolve 
 the plugin's warnings. Lines meant to be sourced name such a variable in a comment instead of exporting a
 masked value, so that sourcing them never replaces the real one.
 
+A credential a profile's ``[env]`` sets never travels in clear either: the launch manifest, vLLM's
+``--additional-config`` and what the ranks exchange carry a reference (:func:`reference`: the name's
+fingerprint), and each process of the server takes the value from its own environment.
+
 Also the one place where an ``export NAME=value`` line is made: the value quoted for POSIX shells
 (:func:`shlex.quote`), the name checked, so that no output of this project runs code when sourced.
 Standard library only (the plugin imports it on its startup path).
@@ -14,7 +18,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Mapping
+from typing import Mapping, Optional
 
 _SECRET = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIALS?|KEY|APIKEY|"
                      r"AUTH|AUTHORIZATION|COOKIE|PRIVATE|SIGNATURE)(?:_|$)", re.IGNORECASE)
@@ -39,12 +43,60 @@ def masked(env: Mapping[str, str]) -> dict[str, str]:
     return {k: mask(k, v) for k, v in env.items()}
 
 
-def export_line(name: str, value: str) -> str:
-    """``export NAME='value'`` for a POSIX shell; a credential is named in a comment (its value masked,
-    nothing exported); a name a shell would not take as a variable raises ValueError (validation refuses
-    such names first)."""
+def export_line(name: str, value: str, export: bool = True) -> str:
+    """``export NAME='value'`` for a POSIX shell (``NAME='value'`` without ``export``: an env file for
+    ``set -a; . FILE``); a credential is named in a comment (its value masked, nothing assigned); a name a
+    shell would not take as a variable raises ValueError (validation refuses such names first)."""
     if not _NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not an environment variable name")
     if is_secret(name) and value:
         return f"# {name}={MASK} (a credential: masked, not exported; set it in your own environment)"
-    return f"export {name}={shlex.quote(value)}"
+    return f"{'export ' if export else ''}{name}={shlex.quote(value)}"
+
+
+# ---- credentials a launch needs: carried by reference, never by value
+#: How a credential's value is written where it would otherwise travel in clear (the launch manifest, vLLM's
+#: ``--additional-config``, rank records): its name's rule says "secret", so only a fingerprint is kept and
+#: each process takes the value from its own environment (the plugin checks it is there and the same).
+REFERENCE_PREFIX = "r9k-credential:sha256:"
+_REFERENCE = re.compile(re.escape(REFERENCE_PREFIX) + r"[0-9a-f]{16}")
+
+
+def fingerprint(name: str, value: str) -> str:
+    """16 hex digits of SHA-256 over the name and the value: tells two values apart without showing either
+    (a token cannot be read back from it; a short password could be guessed, as from any hash)."""
+    import hashlib
+
+    return hashlib.sha256(f"r9k-credential\0{name}\0{value}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def is_reference(value) -> bool:
+    return isinstance(value, str) and bool(_REFERENCE.fullmatch(value))
+
+
+def reference(name: str, value: str) -> str:
+    """What a manifest carries for ``name=value``: the value itself, or for a credential its reference
+    (``r9k-credential:sha256:<fingerprint>``); a reference stays as it is."""
+    if not is_secret(name) or not value or is_reference(value):
+        return value
+    return REFERENCE_PREFIX + fingerprint(name, value)
+
+
+def referenced(env: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``env`` with every credential's value replaced by its reference."""
+    return {k: reference(k, v) for k, v in env.items()}
+
+
+def reference_problem(name: str, ref: str, environ: Mapping[str, str], profile: str = "") -> Optional[str]:
+    """Why this process cannot use the credential a manifest names by ``ref`` (None when ``environ`` holds
+    the very value): missing, or a different value (the fingerprints shown, never the values)."""
+    whose = f"profile '{profile}'" if profile else "the profile"
+    have = environ.get(name)
+    if have is None or have == "":
+        return (f"{whose} sets {name}, a credential the launch carries by reference only "
+                f"({ref[len(REFERENCE_PREFIX):]}); it is not set in this process's environment: export it "
+                "before starting vLLM")
+    if reference(name, have) != ref:
+        return (f"{name} in this process's environment (fingerprint {fingerprint(name, have)}) is not the value "
+                f"{whose} sets (fingerprint {ref[len(REFERENCE_PREFIX):]})")
+    return None

@@ -433,6 +433,8 @@ def main() -> int:
     if not args.force and (any(vdir.glob("*.toml")) or any(rdir.glob("*.toml"))):
         print("registry files exist; pass --force to overwrite them", file=sys.stderr)
         return 2
+    from r9k.registry import fileio  # the one writer (atomic; refuses links out of the folder)
+
     vdir.mkdir(parents=True, exist_ok=True)
     rdir.mkdir(parents=True, exist_ok=True)
     by_area: dict[str, list] = {}
@@ -442,12 +444,12 @@ def main() -> int:
         header = (f"# Variants of area '{area}': {len(vs)} knobs. Schema: registry/schema.py (Variant).\n"
                   "# Imported from the original stack's catalog (scripts/import_reference.py), then maintained here.\n"
                   "# Values are the strings exported as environment variables; defaults are those of the latest release.\n\n")
-        (vdir / f"{area}.toml").write_text(dump({"variant": vs}, header))
+        fileio.atomic_write(vdir / f"{area}.toml", dump({"variant": vs}, header), "variants file")
     # Hand-made 'previous' release numbers are attached inside convert_releases.
     for r in convert_releases(rel["release"]):
         header = (f"# Release manifest {r['version']}. Schema: registry/schema.py (Release).\n"
                   "# Imported from the original stack's release record (scripts/import_reference.py).\n\n")
-        (rdir / f"{r['version']}.toml").write_text(dump(r, header))
+        fileio.atomic_write(rdir / f"{r['version']}.toml", dump(r, header), "release file")
     print(f"wrote {sum(len(v) for v in by_area.values())} variants in {len(by_area)} files and "
           f"{len(rel['release'])} releases")
     return 0

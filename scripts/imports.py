@@ -356,7 +356,9 @@ def run(root: Path, apply: bool, only: list[str] | None = None, out=sys.stdout) 
         if new != src:
             changed.append(path.relative_to(root).as_posix())
             if apply:
-                path.write_text(new, encoding="utf-8")
+                from r9k.registry import fileio  # the one writer (atomic; refuses links out of the folder)
+
+                fileio.atomic_write(path, new, "source file")
     for line in report if not apply else []:
         print(line, file=out)
     for f in changed:

@@ -245,7 +245,9 @@ def main(argv=None) -> int:
             "flags": flags, "envs": envs}
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
+    from r9k.registry import fileio  # the one writer: a FIFO, folder or a link out of its folder is refused
+
+    fileio.atomic_write(out, json.dumps(data, indent=1, sort_keys=False) + "\n", "vLLM interface file")
     print(f"{out}: vLLM {data['vllm_version']}: {len(flags)} serve actions, {len(envs)} variables")
     return 0
 

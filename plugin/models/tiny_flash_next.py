@@ -14,6 +14,7 @@ and the QSA layer's top-k selection changes what each query attends to (r9k.plug
 from __future__ import annotations
 
 from pathlib import Path
+from ...registry import fileio
 from ..quant import FP8_CHECKPOINT_LINEARS, quantize_block_fp8
 
 #: keyword arguments of transformers' Qwen4ExpTextConfig
@@ -97,7 +98,7 @@ def to_block_fp8(out: Path) -> None:
     cfg_path = out / "config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["quantization_config"] = dict(QUANTIZATION_CONFIG)
-    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True))
+    fileio.atomic_write(cfg_path, json.dumps(cfg, indent=2, sort_keys=True), "model config")
 
 
 def dequantized_reference(model_dir: str):

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ...registry import envvars, fileio
+from ...registry import envvars, fileio, redact
 from ...registry.origin import Origin
 
 from . import mcnemar, results
@@ -358,7 +358,8 @@ def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template
 
         data = fileio.read_json(manifest, "step manifest", expect=dict)
         env = dict(os.environ)
-        env.update({k: v for k, v in data.get("extra_env", {}).items()})
+        # a credential the manifest names by reference comes from this environment (the plugin checks it)
+        env.update({k: v for k, v in data.get("extra_env", {}).items() if not redact.is_reference(v)})
         for vid, item in data["values"].items():
             if item["value"] is None:
                 env.pop(item["knob"], None)
@@ -376,7 +377,8 @@ def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template
             partial = d / "results" / f"{step}.partial"
             record(ds, url, partial, label=f"bisect {step}", progress=None,
                    extra_header={"bisect_step": step, "manifest_hash": data.get("hash")}, **(record_kwargs or {}))
-            partial.rename(d / "results" / f"{step}.jsonl")  # only complete files count
+            # only complete files count
+            fileio.move_into_place(partial, d / "results" / f"{step}.jsonl", "result file")
         finally:
             _stop(proc)
             log.close()

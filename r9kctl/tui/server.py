@@ -16,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
-from ...registry import envvars
+from ...registry import envvars, fileio
 
 LOG_TAIL_BYTES = 64 * 1024
 
@@ -114,8 +114,8 @@ class Server:
         env.pop(envvars.LAUNCH_PID.name, None)
         env.pop(envvars.LAUNCH_HASH.name, None)
         env.setdefault("PYTHONUNBUFFERED", "1")
-        with open(self.log_path, "ab") as log:
-            log.write(f"\n# r9kctl tui: {self.plan.display().splitlines()[-1]}\n".encode())
+        with fileio.open_for_writing(self.log_path, append=True, what="server log") as log:
+            log.write(f"\n# r9kctl tui: {self.plan.display().splitlines()[-1]}\n")
             log.flush()
             self.proc = subprocess.Popen(self.plan.argv, env=env, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True)

@@ -10,6 +10,7 @@ import json
 import resource
 import threading
 import time
+import types
 
 import pytest
 
@@ -44,7 +45,8 @@ class _Server:
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        # shutdown() waits up to one poll interval (0.5 s by default: 6 s over this file's teardowns)
+        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
 
     def close(self):
         self.httpd.shutdown()
@@ -135,12 +137,18 @@ def test_drip_headers_are_cut_at_the_total_deadline(serve):
     assert ei.value.kind == "timeout" and time.monotonic() - t0 < 60
 
 
-def test_eval_record_against_a_drip_ends_with_one_line(serve, tmp_path):
+def test_eval_record_against_a_drip_ends_with_one_line(serve, tmp_path, monkeypatch):
+    from r9k.r9kctl.evidence import record
+
+    backoff = []  # the back-off between attempts is asked for, not slept (7 s of nothing in the corpus)
+    fake = {n: getattr(time, n) for n in dir(time) if not n.startswith("_")}
+    monkeypatch.setattr(record, "time", types.SimpleNamespace(**dict(fake, sleep=backoff.append)))
     s = serve(drip)
     t0 = time.monotonic()
     line = _one_error(*_record(s.url, tmp_path, timeout="1"))
     assert "within 1 s" in line
-    assert time.monotonic() - t0 < 120  # 4 attempts x 1 s + 7 s of back-off, against a 100000 s drip
+    assert backoff == [1.0, 2.0, 4.0], backoff  # 4 attempts
+    assert time.monotonic() - t0 < 120  # 4 attempts x 1 s, against a 100000 s drip
 
 
 def test_endless_body_stays_bounded_in_memory(serve, tmp_path):
