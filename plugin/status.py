@@ -181,8 +181,8 @@ def _read_cluster(path: Optional[str]) -> Optional[dict]:
     if not path:
         return None
     try:
-        data = json.loads(cluster_path(path).read_text())
-    except (OSError, ValueError):
+        data = json.loads(fileio.read_text(cluster_path(path), "cluster file"))
+    except (OSError, ValueError, fileio.FileError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("ranks"), dict) else None
 

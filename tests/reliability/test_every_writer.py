@@ -248,6 +248,7 @@ THROUGH = {
     ("plugin/startup.py", "hand_on", "fileio.atomic_write"): "startup.hand_on",
     ("plugin/status.py", "write_section", "fileio.atomic_write"): "status.write_section",
     ("plugin/status.py", "write_counters", "fileio.atomic_write"): "status.write_counters",
+    ("plugin/status.py", "write_cluster", "fileio.atomic_write"): "fileio.atomic_write (rank 0's cluster file)",
     ("plugin/regcache.py", "load_registry_cached", "fileio.atomic_write"):
         "fileio.atomic_write with within=cache_dir() (test_cache_corruption: FIFO, folder at the path)",
     ("plugin/models/tiny_flash_next.py", "to_block_fp8", "fileio.atomic_write"): "fileio.atomic_write",
