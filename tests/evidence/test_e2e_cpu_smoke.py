@@ -31,7 +31,7 @@ def test_record_against_cpu_smoke(tmp_path, capsys, free_port):
     port = free_port
     env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "VLLM_"))}
     env.pop("TRITON_INTERPRET", None)  # the profile sets it
-    env.update({envvars.CACHE_DIR.name: str(tmp_path / "r9k-cache"), "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
+    env.update({envvars.CACHE_DIR.name: str(tmp_path / "r9k-cache"), "VLLM_CACHE_ROOT": str(tmp_path.parent / "vllm-cache")  # shared by the session: tests/plugin/test_e2e_cpu_smoke.vllm_cache,
                 "PYTHONUNBUFFERED": "1"})
     argv = [sys.executable, "-m", "r9k.r9kctl.cli", "launch", "--profile", "cpu-smoke", "--set", "R9K_ROUTER=stock",
             "--", "--port", str(port), "--host", "127.0.0.1"]

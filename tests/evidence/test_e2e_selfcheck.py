@@ -34,7 +34,7 @@ def test_strict_server_refuses_a_router_kernel_that_returns_zeros(tmp_path, free
     (hook / "sitecustomize.py").write_text("import r9k.r9kctl.evidence.mutate  # noqa: F401 - test-only\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "VLLM_"))}
     env.pop("TRITON_INTERPRET", None)  # the profile sets it
-    env.update({envvars.CACHE_DIR.name: str(tmp_path / "r9k-cache"), "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
+    env.update({envvars.CACHE_DIR.name: str(tmp_path / "r9k-cache"), "VLLM_CACHE_ROOT": str(tmp_path.parent / "vllm-cache")  # shared by the session: tests/plugin/test_e2e_cpu_smoke.vllm_cache,
                 "PYTHONUNBUFFERED": "1", envvars.MUTATE.name: json.dumps(ZEROS),
                 "PYTHONPATH": os.pathsep.join([str(hook)] + [p for p in [os.environ.get("PYTHONPATH")] if p])})
     argv = [sys.executable, "-m", "r9k.r9kctl.cli", "launch", "--profile", "cpu-smoke", "--strict",

@@ -153,12 +153,21 @@ def completions(port: int) -> list[str]:
     return out
 
 
+def vllm_cache(tmp: Path) -> str:
+    """vLLM's cache folder for the launches of this test session: pytest's base folder of the session (one per
+    xdist worker), beside the tests' own folders. vLLM keys its torch.compile artifacts by its config hash,
+    which covers the r9k carrier in --additional-config, so a launch of a set another test already compiled
+    loads the compiled graph (about half of a cpu-smoke start on 2 cores) and a different set compiles anew
+    (tests/plugin/test_e2e_adapters.py checks the keys differ)."""
+    return str(Path(tmp).parent / "vllm-cache")
+
+
 def base_env(tmp: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "_R9K_", "VLLM_"))}
     env.pop("TRITON_INTERPRET", None)  # the profile sets it; the test must not
     env.update({
         "R9K_CACHE_DIR": str(tmp / "r9k-cache"),  # tiny model, manifests, status files
-        "VLLM_CACHE_ROOT": str(tmp / "vllm-cache"),  # a cold torch.compile cache per test run
+        "VLLM_CACHE_ROOT": vllm_cache(tmp),
         "VLLM_PLUGINS": "r9k",  # general plugin, and its /r9k/status route where installed
         "PYTHONUNBUFFERED": "1",
     })

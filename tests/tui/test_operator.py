@@ -80,10 +80,15 @@ def kill_group(proc: subprocess.Popen, wait_s: float = 60) -> None:
     assert not group_pids(proc.pid), f"processes left running: {group_pids(proc.pid)}"
 
 
+def vllm_cache(tmp: Path) -> str:
+    """vLLM's cache folder shared by the session's launches (as tests/plugin/test_e2e_cpu_smoke.vllm_cache says)."""
+    return str(Path(tmp).parent / "vllm-cache")
+
+
 def server_env(tmp: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "_R9K_"))}
     env.pop("TRITON_INTERPRET", None)  # the profile sets it
-    env.update({"VLLM_CACHE_ROOT": str(tmp / "vllm-cache"), "PYTHONUNBUFFERED": "1"})
+    env.update({"VLLM_CACHE_ROOT": vllm_cache(tmp), "PYTHONUNBUFFERED": "1"})
     return env
 
 
@@ -92,7 +97,7 @@ def clean_server_environ(monkeypatch, tmp: Path) -> None:
     for k in list(os.environ):
         if k.startswith(("VLLM_", "_R9K_")) or k == "TRITON_INTERPRET":
             monkeypatch.delenv(k)
-    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp / "vllm-cache"))
+    monkeypatch.setenv("VLLM_CACHE_ROOT", vllm_cache(tmp))
     monkeypatch.setenv("PYTHONUNBUFFERED", "1")
 
 
