@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import urllib.request
 import pytest
 
 from r9k.r9kctl import cli
+from servers import stop_group
 from r9k.r9kctl.evidence import mcnemar, results
 from r9k.registry import envvars
 
@@ -31,7 +31,8 @@ def test_record_against_cpu_smoke(tmp_path, capsys, free_port):
     port = free_port
     env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "VLLM_"))}
     env.pop("TRITON_INTERPRET", None)  # the profile sets it
-    env.update({envvars.CACHE_DIR.name: str(tmp_path / "r9k-cache"), "VLLM_CACHE_ROOT": str(tmp_path.parent / "vllm-cache")  # shared by the session: tests/plugin/test_e2e_cpu_smoke.vllm_cache,
+    # vLLM's cache: the session's, shared by its launches (tests/plugin/test_e2e_cpu_smoke.vllm_cache)
+    env.update({envvars.CACHE_DIR.name: str(tmp_path / "r9k-cache"), "VLLM_CACHE_ROOT": str(tmp_path.parent / "vllm-cache"),
                 "PYTHONUNBUFFERED": "1"})
     argv = [sys.executable, "-m", "r9k.r9kctl.cli", "launch", "--profile", "cpu-smoke", "--set", "R9K_ROUTER=stock",
             "--", "--port", str(port), "--host", "127.0.0.1"]
@@ -64,11 +65,5 @@ def test_record_against_cpu_smoke(tmp_path, capsys, free_port):
         cmp = mcnemar.compare(a, b)
         assert cmp.identical == 8 and cmp.b == cmp.c == 0
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_group(proc)
         log.close()

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import time
 import pytest
 
 from r9k.registry import envvars
+from servers import stop_group
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")]
@@ -34,7 +34,8 @@ def test_strict_server_refuses_a_router_kernel_that_returns_zeros(tmp_path, free
     (hook / "sitecustomize.py").write_text("import r9k.r9kctl.evidence.mutate  # noqa: F401 - test-only\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "VLLM_"))}
     env.pop("TRITON_INTERPRET", None)  # the profile sets it
-    env.update({envvars.CACHE_DIR.name: str(tmp_path / "r9k-cache"), "VLLM_CACHE_ROOT": str(tmp_path.parent / "vllm-cache")  # shared by the session: tests/plugin/test_e2e_cpu_smoke.vllm_cache,
+    # vLLM's cache: the session's, shared by its launches (tests/plugin/test_e2e_cpu_smoke.vllm_cache)
+    env.update({envvars.CACHE_DIR.name: str(tmp_path / "r9k-cache"), "VLLM_CACHE_ROOT": str(tmp_path.parent / "vllm-cache"),
                 "PYTHONUNBUFFERED": "1", envvars.MUTATE.name: json.dumps(ZEROS),
                 "PYTHONPATH": os.pathsep.join([str(hook)] + [p for p in [os.environ.get("PYTHONPATH")] if p])})
     argv = [sys.executable, "-m", "r9k.r9kctl.cli", "launch", "--profile", "cpu-smoke", "--strict",
@@ -50,13 +51,7 @@ def test_strict_server_refuses_a_router_kernel_that_returns_zeros(tmp_path, free
                 time.sleep(2)
         finally:
             served = proc.poll() is None
-            if served:
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc)
     text = log_path.read_text(errors="replace")
     assert not served, "the server started with a router kernel that returns zeros:\n" + text[-3000:]
     assert proc.returncode != 0

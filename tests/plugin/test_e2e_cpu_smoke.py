@@ -22,7 +22,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from servers import free_port, live_pids  # noqa: F401 - free_port: the other e2e tests import it from here
 
 pytestmark = pytest.mark.e2e
 pytest.importorskip("vllm")
@@ -42,28 +42,6 @@ R9KCTL = [PY, "-m", "r9k.r9kctl.cli"]
 
 
 # ------------------------------------------------------------------------------------------ helpers
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def session_pids(sid: int) -> list[int]:
-    """Live processes of session ``sid`` (the test starts each server as a session leader)."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] != "Z" and int(fields[3]) == sid:  # state, ppid, pgrp, session
-            out.append(int(d.name))
-    return out
 
 
 #: lines of each server's log that a failing e2e test prints (tests/plugin/conftest.py's report hook)
@@ -106,7 +84,7 @@ class Server:
                 pass
             deadline = time.time() + wait_s
             while time.time() < deadline:
-                if self.proc.poll() is not None and not session_pids(sid):
+                if self.proc.poll() is not None and not live_pids(session=sid):
                     break
                 time.sleep(0.5)
             else:
@@ -114,7 +92,7 @@ class Server:
             break
         self.proc.wait(timeout=30)
         self.fh.close()
-        left = session_pids(sid)
+        left = live_pids(session=sid)
         assert not left, f"processes left running: {left}"
 
 
@@ -287,5 +265,5 @@ def test_cpu_smoke_launch_status_stock_equivalence_and_fail_fast(tmp_path):
             assert marker not in log3, f"vLLM got as far as {marker!r} before the plugin stopped it"
     finally:
         for s in started:
-            if s.proc.poll() is None or session_pids(s.proc.pid):
+            if s.proc.poll() is None or live_pids(session=s.proc.pid):
                 s.stop()

@@ -13,7 +13,9 @@ import time
 
 import pytest
 
-from .test_e2e_cpu_smoke import R9KCTL, base_env, completions, launch, session_pids, wait_healthy
+from servers import live_pids
+
+from .test_e2e_cpu_smoke import R9KCTL, base_env, completions, launch, wait_healthy
 
 pytestmark = pytest.mark.e2e
 pytest.importorskip("vllm")
@@ -46,7 +48,7 @@ def test_two_servers_of_one_profile_report_only_their_own(tmp_path):
         assert sa["server"] and sb["server"] and sa["server"] != sb["server"]
         assert sa["status_file"] != sb["status_file"]
         assert sa["hash"] == sb["hash"], "one profile, one set: only the server differs"
-        own_a, own_b = set(session_pids(a.proc.pid)), set(session_pids(b.proc.pid))
+        own_a, own_b = set(live_pids(session=a.proc.pid)), set(live_pids(session=b.proc.pid))
         assert _pids(sa) and _pids(sa) <= own_a, (sa["processes"], own_a)
         assert _pids(sb) and _pids(sb) <= own_b, (sb["processes"], own_b)
         assert {"main", "engine", "worker"} <= {p["role"] for p in sa["processes"].values()}

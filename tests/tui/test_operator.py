@@ -16,7 +16,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -28,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from r9k.r9kctl.tui.app import R9kApp
+from servers import free_port, live_pids, stop_group
 
 REPO = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -41,43 +41,6 @@ def run(coro):
 
 
 # ------------------------------------------------------------------------------------------ helpers
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def group_pids(pgid: int) -> list[int]:
-    """Live (not zombie) processes of process group ``pgid``."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            stat = (d / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(d.name))
-    return out
-
-
-def kill_group(proc: subprocess.Popen, wait_s: float = 60) -> None:
-    """SIGTERM then SIGKILL to a process group this test started; checks that none of it is left."""
-    for sig, limit in ((signal.SIGTERM, wait_s), (signal.SIGKILL, 30)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            pass
-        end = time.monotonic() + limit
-        while time.monotonic() < end and (proc.poll() is None or group_pids(proc.pid)):
-            time.sleep(0.3)
-        if proc.poll() is not None and not group_pids(proc.pid):
-            break
-    assert not group_pids(proc.pid), f"processes left running: {group_pids(proc.pid)}"
 
 
 def vllm_cache(tmp: Path) -> str:
@@ -205,7 +168,7 @@ def test_panel_launches_cpu_smoke_follows_its_counters_and_stops_it(workspace, m
                 await wait_screen(pilot, lambda: app.screen.last is not None and app.screen.last.state == "stopped",
                                   180, "the server stopped")
                 pgid = srv.proc.pid
-                assert not group_pids(pgid), "the stopped server left processes"
+                assert not live_pids(pgid=pgid), "the stopped server left processes"
                 await pilot.press("escape")
                 await pilot.pause()
         finally:
@@ -315,7 +278,7 @@ print(json.dumps(out, sort_keys=True))
         run(scenario())
         assert proc.poll() is None  # the attached panel left the server alone
     finally:
-        kill_group(proc)
+        stop_group(proc)
 
 
 # ------------------------------------------------------------------------------------------ 4. the browser
@@ -335,7 +298,7 @@ def _serve(args: list[str], env: dict, tmp: Path) -> tuple[subprocess.Popen, str
         if proc.poll() is not None:
             break
         time.sleep(0.3)
-    kill_group(proc)
+    stop_group(proc)
     pytest.fail(f"r9kctl tui --serve did not start:\n{log.read_text(errors='replace')[-3000:]}")
 
 
@@ -358,7 +321,7 @@ def test_served_panel_needs_the_token_off_loopback(workspace, tmp_path):
         with urllib.request.urlopen(req, timeout=30) as r:
             assert r.status == 200
     finally:
-        kill_group(proc)
+        stop_group(proc)
     # loopback (the default): no token
     port = free_port()
     proc, url, _log = _serve(["--port", str(port)], dict(os.environ), tmp_path)
@@ -366,7 +329,7 @@ def test_served_panel_needs_the_token_off_loopback(workspace, tmp_path):
         assert "token" not in url and url.startswith("http://127.0.0.1:")
         wait_http(url, 60)
     finally:
-        kill_group(proc)
+        stop_group(proc)
 
 
 def test_served_panel_in_headless_chromium_toggles_a_knob(workspace, tmp_path):
@@ -406,7 +369,7 @@ def test_served_panel_in_headless_chromium_toggles_a_knob(workspace, tmp_path):
         png = shot.read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000  # a painted page, not a blank one
     finally:
-        kill_group(proc)
+        stop_group(proc)
 
 
 # ------------------------------------------------------------------------------------------ 5. conventions
