@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ..registry import envvars
+from ..registry.cmdline import last_value
 from ..registry.manifest import CARRIER_KEY, Manifest, ManifestError
 from ..registry.redact import masked
 
@@ -209,13 +210,7 @@ def _check(reg, rs, strict: bool) -> list[str]:
 
 def _argv_additional_config(argv: list[str]) -> Optional[str]:
     """The value of ``--additional-config`` on a command line (the last one wins, as in vLLM's parser)."""
-    value = None
-    for i, a in enumerate(argv):
-        if a == "--additional-config" and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif a.startswith("--additional-config="):
-            value = a.split("=", 1)[1]
-    return value
+    return last_value(argv, "--additional-config")
 
 
 def find_carrier(argv: Optional[list[str]] = None, depth: int = 12) -> tuple[Optional[Any], str]:

@@ -25,6 +25,7 @@ from ..registry.vllm_map import check_profile_launch, mapping, serve_argv
 from ..registry.vllm_interface import installed_version, series, target
 from ..registry import manifest as mf
 from ..registry.errors import Diagnostic
+from ..registry.cmdline import last_value
 from ..registry.redact import export_line
 
 TINY_PREFIX = "r9k-tiny:"
@@ -168,12 +169,7 @@ def plugins_allowlist(current: Optional[str]) -> str:
 
 def _max_model_len(args: list[str]) -> Optional[int]:
     """The last ``--max-model-len N`` (or ``=N``) of vLLM's arguments, if any."""
-    value = None
-    for i, a in enumerate(args):
-        if a == "--max-model-len" and i + 1 < len(args):
-            value = args[i + 1]
-        elif a.startswith("--max-model-len="):
-            value = a.split("=", 1)[1]
+    value = last_value(args, "--max-model-len")
     try:
         return int(value) if value is not None else None
     except ValueError:

@@ -86,3 +86,15 @@ class Sets(dict):
     def __init__(self, *args, command_line: Optional[CommandLine] = None, **kw):
         super().__init__(*args, **kw)
         self.command_line = command_line
+
+
+def last_value(argv: list[str], flag: str) -> Optional[str]:
+    """The value of the last ``FLAG VALUE`` or ``FLAG=VALUE`` on a command line (as vLLM's parser reads a
+    repeated option: the last one wins); None when the flag is absent."""
+    value = None
+    for i, a in enumerate(argv):
+        if a == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(flag + "="):
+            value = a.split("=", 1)[1]
+    return value

@@ -510,7 +510,8 @@ def locked(path: PathLike):
         entry[0].release()
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (``kill(pid, 0)``); a negative ``pid`` asks for the process group ``-pid``."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -531,7 +532,7 @@ def _remove_stale_temps(target: Path) -> None:
         if not (n.startswith(prefix) and n.endswith(".tmp")):
             continue
         m = re.match(r"^(\d+)\.", n[len(prefix):])
-        if not m or int(m.group(1)) == os.getpid() or _pid_alive(int(m.group(1))):
+        if not m or int(m.group(1)) == os.getpid() or pid_alive(int(m.group(1))):
             continue
         try:
             os.unlink(target.parent / n)

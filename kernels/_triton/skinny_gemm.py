@@ -12,7 +12,6 @@ hyper-connection down GEMM (``r9k.kernels.hc_mix``): ``out = epi(bf16(scale[n] *
 """
 from __future__ import annotations
 
-import json
 import os
 
 import torch
@@ -122,11 +121,7 @@ TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (
 def load_tuned(path: str = TUNED_FILE) -> dict:
     """A device's sweep winners (written by the router and hc_mix benchmarks with ``--sweep``, gate-tested in the
     same device run; see notes/kernels-linear-routing.md): {"skinny": {"NxK": [cfg]}}."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
+    return tuned.read(path)
 
 
 TUNED: dict = load_tuned()

@@ -40,8 +40,14 @@ def tuned_path(kernel_dir: str) -> str:
 
 def load(kernel_dir: str) -> dict:
     """This device's tuned configs of the package (``{}`` when it has none)."""
+    return read(tuned_path(kernel_dir))
+
+
+def read(path: str) -> dict:
+    """A tuned-config file's JSON object (``{}`` when it is absent or unreadable: default configs)."""
     try:
-        with open(tuned_path(kernel_dir)) as f:
-            return json.load(f)
+        with open(path) as f:
+            data = json.load(f)
     except (OSError, ValueError):
         return {}
+    return data if isinstance(data, dict) else {}

@@ -14,6 +14,7 @@ as the gates' references).
 from __future__ import annotations
 
 import torch
+from .._out import into
 
 GROUP = 128
 FP8_MAX = 448.0
@@ -48,10 +49,7 @@ def fp8_block_linear(x, w_q, w_s, out=None) -> torch.Tensor:
     """Plain-PyTorch block-fp8 linear: quant then GEMM (same signature as the Triton paths)."""
     qa, sa = quant_group128_fp8(x)
     y = gemm_fp8_block(qa, sa, w_q, w_s)
-    if out is not None:
-        out.copy_(y)
-        return out
-    return y
+    return into(out, y)
 
 
 def fp8_block_linear_fp64(x, w_q, w_s) -> torch.Tensor:

@@ -12,7 +12,6 @@ fp8 operands are the same bytes and the two paths give the same bits.
 """
 from __future__ import annotations
 
-import json
 import os
 
 import torch
@@ -141,11 +140,7 @@ TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (
 
 
 def load_tuned(path: str = TUNED_FILE) -> dict:
-    try:
-        with open(path) as f:
-            raw = json.load(f)
-    except (OSError, ValueError):
-        return {}
+    raw = tuned.read(path)
     return {tuple(int(v) for v in key.split("x")): tuple(cfg) for key, cfg in raw.items()}
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from .._out import into
 
 
 def _core(mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted, state_indices,
@@ -97,10 +98,7 @@ def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tens
     y, _ = _core(mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted, state_indices,
                  num_k_heads, num_v_heads, head_k_dim, head_v_dim, eps, gate, scale, torch.float32, True, True)
     y = y.to(torch.bfloat16)
-    if out is not None:
-        out.copy_(y)
-        return out
-    return y
+    return into(out, y)
 
 
 def gdn_decode_fp64(mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted,

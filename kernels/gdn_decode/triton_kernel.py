@@ -33,6 +33,23 @@ def _pick(tile, rows, i):
 
 
 @triton.jit
+def _norm_gate_store(O, z_ptr, s_z, w_ptr, w_ptrs, r, rm, rows, L, hv, dv, eps, DV: tl.constexpr,
+                     GATE_SILU: tl.constexpr):
+    """The gated RMSNorm of a (sequence, head)'s o rows (fp32 values of the bf16 o, all DV columns) and its
+    bf16 store: ``rne_bf16(o * rsqrt(mean(o^2) + eps) * w * gate(z))``, rows past the sequence zero."""
+    rr = tl.math.rsqrt(tl.sum(O * O, axis=1) / DV + eps)
+    Z = tl.load(z_ptr + r[:, None] * s_z + hv * DV + dv[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
+    sg = 1.0 / (1.0 + tl.exp(-Z))
+    if GATE_SILU:
+        g = Z * sg
+    else:
+        g = sg
+    w = tl.load(w_ptr + dv).to(tl.float32)
+    Y = tl.where(rm[:, None], rne_bf16(O * rr[:, None] * w[None, :] * g), 0.0)
+    tl.store(w_ptrs + dv[None, :], Y.to(tl.bfloat16), mask=(rows < L)[:, None])
+
+
+@triton.jit
 def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, state_ptr, cu_ptr, acc_ptr, idx_ptr,
                        out_ptr, cnt_ptr, N, T, S, s_qkv, s_z, s_b, s_a, s_out, s_slot, s_idx, scale, eps,
                        HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
@@ -116,16 +133,7 @@ def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, s
         Ob = rne_bf16(O)  # o rounded to bf16 before the norm (stock's rounding point)
         w_ptrs = out_ptr + r[:, None] * s_out + hv * DV
         if NB == 1:
-            rr = tl.math.rsqrt(tl.sum(Ob * Ob, axis=1) / DV + eps)
-            Z = tl.load(z_ptr + r[:, None] * s_z + hv * DV + dv[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
-            sg = 1.0 / (1.0 + tl.exp(-Z))
-            if GATE_SILU:
-                g = Z * sg
-            else:
-                g = sg
-            w = tl.load(w_ptr + dv).to(tl.float32)
-            Y = tl.where(rm[:, None], rne_bf16(Ob * rr[:, None] * w[None, :] * g), 0.0)
-            tl.store(w_ptrs + dv[None, :], Y.to(tl.bfloat16), mask=(rows < L)[:, None])
+            _norm_gate_store(Ob, z_ptr, s_z, w_ptr, w_ptrs, r, rm, rows, L, hv, dv, eps, DV, GATE_SILU)
         else:
             # The norm needs all DV rows: each block parks its bf16 o in the output; the last block of this
             # (sequence, head) to arrive (atomic counter, acq_rel) norms all DV columns in place and resets the
@@ -134,17 +142,7 @@ def _gdn_decode_kernel(qkv_ptr, z_ptr, b_ptr, a_ptr, alog_ptr, dtb_ptr, w_ptr, s
             cnt = tl.atomic_add(cnt_ptr + n * HV + hv, 1, sem="acq_rel")
             if cnt == NB - 1:
                 Of = tl.load(w_ptrs + dv[None, :], mask=rm[:, None], other=0.0, cache_modifier=".cg").to(tl.float32)
-                rr = tl.math.rsqrt(tl.sum(Of * Of, axis=1) / DV + eps)
-                Z = tl.load(z_ptr + r[:, None] * s_z + hv * DV + dv[None, :], mask=rm[:, None],
-                            other=0.0).to(tl.float32)
-                sg = 1.0 / (1.0 + tl.exp(-Z))
-                if GATE_SILU:
-                    g = Z * sg
-                else:
-                    g = sg
-                w = tl.load(w_ptr + dv).to(tl.float32)
-                Y = tl.where(rm[:, None], rne_bf16(Of * rr[:, None] * w[None, :] * g), 0.0)
-                tl.store(w_ptrs + dv[None, :], Y.to(tl.bfloat16), mask=(rows < L)[:, None])
+                _norm_gate_store(Of, z_ptr, s_z, w_ptr, w_ptrs, r, rm, rows, L, hv, dv, eps, DV, GATE_SILU)
                 tl.store(cnt_ptr + n * HV + hv, 0)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from .._out import into
 
 HC = 4
 LORA = 320
@@ -37,10 +38,7 @@ def hc_gate_mix_torch(xn: torch.Tensor, gate: torch.Tensor, hc_count: int = HC, 
     for s in range(1, hc_count):  # stream order 0, 1, 2, 3
         acc = acc + t[:, s]
     y = (acc * (1.0 / hc_count)).to(torch.bfloat16)
-    if out is not None:
-        out.copy_(y)
-        return out
-    return y
+    return into(out, y)
 
 
 def _elementwise():
@@ -61,9 +59,7 @@ def hc_mix(xn, w_down, w_up, out_buf=None, out_block=None, *, lora_rank: int = L
     """
     tk = _elementwise()
     buf = F.linear(xn, w_down)
-    if out_buf is not None:
-        out_buf.copy_(buf)
-        buf = out_buf
+    buf = into(out_buf, buf)
     tk.hc_silu_(buf, lora_rank, hc_count)
     gate = F.linear(buf[:, :lora_rank], w_up)
     block = tk.hc_gate_mix(xn, gate, hc_count, out=out_block)
@@ -102,12 +98,8 @@ def hc_mix_fp8(xn, down_q, down_s, up_q, up_s, out_buf=None, out_block=None, *,
     hc_silu_torch_(buf, lora_rank, hc_count)
     gate = _w8a16(buf[:, :lora_rank], up_q, up_s)
     block = hc_gate_mix_torch(xn, gate, hc_count)
-    if out_buf is not None:
-        out_buf.copy_(buf)
-        buf = out_buf
-    if out_block is not None:
-        out_block.copy_(block)
-        block = out_block
+    buf = into(out_buf, buf)
+    block = into(out_block, block)
     return buf, block
 
 

@@ -13,7 +13,6 @@ The stock path's two elementwise kernels (``hc_silu_``, ``hc_gate_mix``) are in 
 """
 from __future__ import annotations
 
-import json
 import os
 
 import torch
@@ -102,11 +101,7 @@ def hc_up_mix_kernel(
 # Tile of the up+mix kernel: (BLOCK_D, BLOCK_R, num_warps, num_stages). The H200 sweep's winner is
 # read from tuned_<device>.json (written by ``bench_hc_mix --sweep``, gate-tested in the same run).
 TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (absent: default configs)
-try:
-    with open(TUNED_FILE) as _f:
-        UP_CONFIG = tuple(json.load(_f)["up_mix"])
-except (OSError, ValueError, KeyError):
-    UP_CONFIG = (16, 64, 4, 3)  # 2560 / 16 = 160 programs
+UP_CONFIG = tuple(tuned.read(TUNED_FILE).get("up_mix", (16, 64, 4, 3)))  # default: 2560 / 16 = 160 programs
 # Down GEMM tiles (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages); None = the skinny GEMM's default.
 DOWN_CONFIG = None
 

@@ -12,6 +12,7 @@ diagnostics in the tests.
 from __future__ import annotations
 
 import torch
+from .._out import into
 
 
 def mrope_selector(half: int, sections, interleaved: bool) -> list[int]:
@@ -120,10 +121,7 @@ def gemma_norm_rope(x: torch.Tensor, weight: torch.Tensor, positions: torch.Tens
     y = gemma_rmsnorm(x, weight, eps)
     if positions is not None:
         y = apply_rope(y, positions, cos_sin_cache, mrope_section, mrope_interleaved, truncate_mrope=True)
-    if out is not None:
-        out.copy_(y)
-        return out
-    return y
+    return into(out, y)
 
 
 def gemma_norm_rope_fp64(x, weight, positions=None, cos_sin_cache=None, eps=1e-6, mrope_section=None,

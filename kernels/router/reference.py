@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from .._out import into
 
 #: the routing kernel's limits (one program holds a row of E logits and its top-k); the stock path checks them too
 MAX_TOPK = 16
@@ -19,10 +20,7 @@ MAX_EXPERTS = 1024
 def router_gemm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Stock router logits: ``F.linear(x, w)``, x [M, K] bf16, w [E, K] bf16 -> [M, E] bf16."""
     y = F.linear(x, w)
-    if out is not None:
-        out.copy_(y)
-        return out
-    return y
+    return into(out, y)
 
 
 def router_gemm_fp32_fallback(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -33,10 +31,7 @@ def router_gemm_fp32_fallback(x: torch.Tensor, w: torch.Tensor, out: torch.Tenso
     except (TypeError, RuntimeError):  # torch builds without the out_dtype overload for this device
         y = torch.mm(x.float(), w.float().t())
     y = y.to(torch.bfloat16)
-    if out is not None:
-        out.copy_(y)
-        return out
-    return y
+    return into(out, y)
 
 
 def router_gemm_fp64(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -72,12 +67,8 @@ def moe_route_torch(logits, top_k, renormalize, out_weights=None, out_ids=None):
         den = w.sum(dim=1, keepdim=True)
         w = torch.where(den > 0, w / den, torch.zeros_like(w))
     ids = order.to(torch.int32)
-    if out_weights is not None:
-        out_weights.copy_(w)
-        w = out_weights
-    if out_ids is not None:
-        out_ids.copy_(ids)
-        ids = out_ids
+    w = into(out_weights, w)
+    ids = into(out_ids, ids)
     return w, ids
 
 
@@ -93,12 +84,8 @@ def moe_route(logits: torch.Tensor, top_k: int, renormalize: bool, out_weights=N
     if renormalize:
         w = w / w.sum(dim=-1, keepdim=True)
     ids = ids.to(torch.int32)
-    if out_weights is not None:
-        out_weights.copy_(w)
-        w = out_weights
-    if out_ids is not None:
-        out_ids.copy_(ids)
-        ids = out_ids
+    w = into(out_weights, w)
+    ids = into(out_ids, ids)
     return w, ids
 
 

@@ -6,7 +6,6 @@ top-k by iterated arg-max with ties to the lower expert id, optional renormalisa
 """
 from __future__ import annotations
 
-import json
 import os
 
 import torch
@@ -84,11 +83,7 @@ TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (
 
 def load_tuned(path: str = TUNED_FILE) -> dict:
     """A device's sweep winner for the routing kernel: {"moe_route_warps": int}."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
+    return tuned.read(path)
 
 
 TUNED: dict = load_tuned()
