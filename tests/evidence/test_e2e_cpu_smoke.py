@@ -25,6 +25,7 @@ from r9k.registry import envvars
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")]
+E2E_MINUTES = 2  # its wall time in the CI rehearsal of 2026-12-01 (74 s): tests/conftest.py runs it early
 
 
 def test_record_against_cpu_smoke(tmp_path, capsys, free_port):

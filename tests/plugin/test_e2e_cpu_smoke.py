@@ -32,6 +32,7 @@ import pytest
 from servers import free_port, live_pids  # noqa: F401 - free_port: the other e2e tests import it from here
 
 pytestmark = pytest.mark.e2e
+E2E_MINUTES = 2  # its wall time in the CI rehearsal of 2026-12-01 (94 s): tests/conftest.py runs it early
 pytest.importorskip("vllm")
 
 PROMPTS = ["The quick brown fox", "Once upon a time", "The capital of France is"]

@@ -42,6 +42,7 @@ from .test_e2e_adapters import LOGPROB_BOUND, PROMPTS, compare, non_stock, serve
 from .test_e2e_cpu_smoke import Server, base_env, post
 
 pytestmark = pytest.mark.e2e
+E2E_MINUTES = 12  # its wall time in the CI rehearsal of 2026-12-01 (680 s): tests/conftest.py runs it early
 pytest.importorskip("vllm")
 
 PROFILE = "cpu-flash-next"

@@ -18,6 +18,7 @@ from servers import live_pids
 from .test_e2e_cpu_smoke import R9KCTL, base_env, completions, launch, wait_healthy
 
 pytestmark = pytest.mark.e2e
+E2E_MINUTES = 3  # its wall time in the CI rehearsal of 2026-12-01 (127 s): tests/conftest.py runs it early
 pytest.importorskip("vllm")
 
 

@@ -16,6 +16,7 @@ import pytest
 from .test_e2e_cpu_smoke import R9KCTL, base_env, completions, launch, read_status, wait_healthy
 
 pytestmark = pytest.mark.e2e
+E2E_MINUTES = 2  # its wall time in the CI rehearsal of 2026-12-01 (100 s): tests/conftest.py runs it early
 
 
 def test_cpu_profile_vllm_switches_requested_and_chosen(tmp_path):
