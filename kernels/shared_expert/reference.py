@@ -6,7 +6,7 @@ fp8 activations, sigmoid scalar gate. Stock = the plugin's own unfused compositi
 6. ``gl = F.linear(x, wg)`` (bf16 [M, 1]);  7. ``g = sigmoid(gl)`` (bf16);  8. ``out = dn * g`` (bf16).
 
 On a GPU steps 1-5 run the plugin's kernels (the Triton row quant, MXFP4 GEMM and silu-and-mul kernels of
-``triton_kernel.py``, one launch each, the same GEMM kernel the fused path uses); steps 6-8 are torch ops.
+``blocks.py``, one launch each, the same GEMM kernel the fused path uses); steps 6-8 are torch ops.
 Elsewhere (CPU, no Triton backend) steps 1-5 run the torch emulations below, which define the same values: the
 row quant and silu-and-mul bit for bit, the GEMM up to fp32 summation order.
 
@@ -131,7 +131,7 @@ def shared_expert(x: torch.Tensor, weights: SharedExpertWeights, out: torch.Tens
     """
     w = weights
     if _use_triton(x):
-        from . import triton_kernel as tk
+        from . import blocks as tk
         xq, xs = tk.row_quant(x)                                    # 1
         gu = tk.mxfp4_gemm(xq, xs, w.w1_packed, w.w1_scales)         # 2
         act = tk.silu_and_mul(gu)                                   # 3
