@@ -41,11 +41,13 @@ MUTANTS = [
     ("qsa_indexer_glue", "qsa_glue", "rne_bf16(o1).to(tl.bfloat16)", "rne_bf16(o1 * 1.01).to(tl.bfloat16)"),
     ("fused_qk_norm_rope", "qk_rope", "tl.store(g_ptr + t * s_g + h * D + d, gv, mask=md)",
      "tl.store(g_ptr + t * s_g + h * D + d, gv * 1.01, mask=md)"),
-    ("shared_expert_fused", "shared_expert", "rne_bf16(res).to(tl.bfloat16), mask=omask)",
+    # the GEMM's epilogue (kernels/shared_expert/blocks.py: the building blocks; on the CPU the stock path
+    # runs the torch emulation, so the mutant changes the fused path only there)
+    ("shared_expert_fused", "r9k.kernels.shared_expert.blocks", "rne_bf16(res).to(tl.bfloat16), mask=omask)",
      "rne_bf16(res * 1.01).to(tl.bfloat16), mask=omask)"),
     ("hc_combine_norm_fused", "hc_norm", "y = rne_bf16((x * r) * (1.0 + w))", "y = rne_bf16((x * r) * (1.01 + w))"),
-    ("gdn_spec_decode_core", "gdn_decode", "rne_bf16(Ob * rr[:, None] * w[None, :] * g)",
-     "rne_bf16(Ob * rr[:, None] * w[None, :] * g * 1.01)"),
+    ("gdn_spec_decode_core", "gdn_decode", "rne_bf16(O * rr[:, None] * w[None, :] * g)",
+     "rne_bf16(O * rr[:, None] * w[None, :] * g * 1.01)"),
 ]
 
 # The same machinery with a mutation that changes nothing: the gate must pass.
