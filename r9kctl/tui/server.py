@@ -64,7 +64,7 @@ def log_tail(path: Optional[Path], lines: int = 12) -> list[str]:
 @dataclass
 class Poll:
     """One look at the server."""
-    state: str  # "starting", "healthy", "unhealthy", "exited", "stopped", "unreachable"
+    state: str  # "starting", "healthy", "unhealthy", "exiting", "exited", "stopping", "stopped", "unreachable"
     healthy: bool = False
     status: Optional[dict] = None
     status_error: Optional[str] = None
@@ -156,6 +156,8 @@ class Server:
     def poll(self, timeout: float = 3.0) -> Poll:
         log = log_tail(self.log_path)
         if self.proc is not None and self.proc.poll() is not None:
+            if _group_alive(self.proc.pid):  # vLLM's engine core and workers outlive its API server a while
+                return Poll("stopping" if self.stopped else "exiting", returncode=self.proc.returncode, log=log)
             return Poll("stopped" if self.stopped else "exited", returncode=self.proc.returncode, log=log)
         healthy = False
         try:
@@ -179,4 +181,18 @@ class Server:
 
 
 def _group_alive(pgid: int) -> bool:
-    return fileio.pid_alive(-pgid)
+    """Whether a process of group ``pgid`` still runs; an exited one that nobody has reaped yet (state Z: its
+    parent died first, and init reaps when it does) does not count. Without ``/proc``: ``kill(-pgid, 0)``."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return fileio.pid_alive(-pgid)
+    for d in proc.iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):  # state, ppid, pgrp
+            return True
+    return False

@@ -21,8 +21,8 @@ from ...plugin.api import kv_cache_line as line
 
 POLL_S = 1.5
 
-STATE_STYLE = {"healthy": "bold green", "starting": "bold yellow", "unhealthy": "bold red", "exited": "bold red",
-               "stopped": "bold", "unreachable": "bold red"}
+STATE_STYLE = {"healthy": "bold green", "starting": "bold yellow", "unhealthy": "bold red", "exiting": "bold red",
+               "exited": "bold red", "stopping": "bold yellow", "stopped": "bold", "unreachable": "bold red"}
 
 
 def _ago(t: float) -> str:
