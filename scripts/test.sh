@@ -9,4 +9,4 @@ export PYTHONUNBUFFERED=1
 # Two workers (pytest-xdist): a vLLM launch under test mostly keeps one core busy (the Triton interpreter and
 # Python are single-threaded), so the other core runs the rest meanwhile. Serial: add -n 0. The slowest tests
 # are listed at the end, to keep an eye on the suite's time (under 30 minutes on a 2-core CI machine).
-exec .venv/bin/python -m pytest -p no:cacheprovider -n 2 --dist load --maxschedchunk 1 --durations=25 "$@"
+exec .venv/bin/python -m pytest -p no:cacheprovider -n 2 --dist loadgroup --no-loadscope-reorder --durations=25 "$@"

@@ -9,9 +9,17 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Optional
+
+import pytest
+
+START_TIMEOUT_S = 600  # a cold start compiles the model; generous for a loaded 2-core CI machine
+PY = sys.executable
+R9KCTL = [PY, "-m", "r9k.r9kctl.cli"]
 
 
 def free_port() -> int:
@@ -54,3 +62,140 @@ def stop_group(proc: subprocess.Popen, wait_s: float = 60) -> None:
         if proc.poll() is not None and not live_pids(pgid=proc.pid):
             break
     assert not live_pids(pgid=proc.pid), f"processes left running: {live_pids(pgid=proc.pid)}"
+
+
+#: lines of each server's log that a failing e2e test prints (tests/conftest.py's report hook)
+LOG_TAIL_LINES = 60
+
+
+class Server:
+    """A process tree started in its own session, with its output in a log file.
+
+    Every server is recorded in :attr:`started`; when a test fails, tests/conftest.py adds the last
+    :data:`LOG_TAIL_LINES` lines of the log of each server that test started to its failure report."""
+
+    started: list["Server"] = []
+
+    def __init__(self, argv: list[str], env: dict, log: Path):
+        Server.started.append(self)
+        self.log = log
+        self.fh = open(log, "wb")
+        self.proc = subprocess.Popen(argv, env=env, stdout=self.fh, stderr=subprocess.STDOUT,
+                                     start_new_session=True, cwd=str(log.parent))
+
+    def text(self) -> str:
+        if not self.fh.closed:
+            self.fh.flush()
+        return self.log.read_text(errors="replace")
+
+    def tail(self, n: int = LOG_TAIL_LINES) -> str:
+        """The last ``n`` lines of the server's log ("" when it cannot be read)."""
+        try:
+            return "\n".join(self.text().splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        sid = self.proc.pid
+        for sig, wait_s in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
+            try:
+                os.killpg(sid, sig)
+            except ProcessLookupError:
+                pass
+            deadline = time.time() + wait_s
+            while time.time() < deadline:
+                if self.proc.poll() is not None and not live_pids(session=sid):
+                    break
+                time.sleep(0.5)
+            else:
+                continue
+            break
+        self.proc.wait(timeout=30)
+        self.fh.close()
+        left = live_pids(session=sid)
+        assert not left, f"processes left running: {left}"
+
+
+def wait_healthy(srv: Server, port: int) -> None:
+    deadline = time.time() + START_TIMEOUT_S
+    while time.time() < deadline:
+        if srv.proc.poll() is not None:
+            pytest.fail(f"server exited with {srv.proc.returncode} before /health:\n{srv.text()[-6000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(2)
+    pytest.fail(f"no /health within {START_TIMEOUT_S} s:\n{srv.text()[-6000:]}")
+
+
+def vllm_cache(tmp: Path) -> str:
+    """vLLM's cache folder for the launches of this test session: pytest's base folder of the session (one per
+    xdist worker), beside the tests' own folders. vLLM keys its torch.compile artifacts by its config hash,
+    which covers the r9k carrier in --additional-config, so a launch of a set another test already compiled
+    loads the compiled graph (about half of a cpu-smoke start on 2 cores) and a different set compiles anew
+    (tests/plugin/test_e2e_adapters.py checks the keys differ)."""
+    return str(Path(tmp).parent / "vllm-cache")
+
+
+def base_env(tmp: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "_R9K_", "VLLM_"))}
+    env.pop("TRITON_INTERPRET", None)  # the profile sets it; the test must not
+    env.update({
+        "R9K_CACHE_DIR": str(tmp / "r9k-cache"),  # tiny model, manifests, status files
+        "VLLM_CACHE_ROOT": vllm_cache(tmp),
+        "VLLM_PLUGINS": "r9k",  # general plugin, and its /r9k/status route where installed
+        "PYTHONUNBUFFERED": "1",
+    })
+    return env
+
+
+def launch_cpu_smoke(env: dict, tmp: Path, name: str, *sets: str) -> tuple[Server, int]:
+    """``r9kctl launch --profile cpu-smoke [--set ...] -- --port P --host 127.0.0.1``, as a user starts it."""
+    port = free_port()
+    argv = R9KCTL + ["launch", "--profile", "cpu-smoke"]
+    for s in sets:
+        argv += ["--set", s]
+    argv += ["--", "--port", str(port), "--host", "127.0.0.1"]
+    return Server(argv, env, tmp / f"{name}.log"), port
+
+
+class SharedServer:
+    """The cpu-smoke server (the shipped profile's own set, as ``r9kctl launch --profile cpu-smoke`` starts it)
+    that several e2e tests use in turn instead of starting one each: every start costs a vLLM launch (three
+    processes importing vLLM, a torch.compile trace: about 80 s of one core), and these tests only read what a
+    running server reports or serves. The tests that use it carry ``xdist_group(GROUP)``, so that one xdist
+    worker runs them one after another (``--dist loadgroup``); tests/conftest.py stops the server after the
+    last of them. A test that needs a fresh server, another set or a stopped one starts its own."""
+
+    GROUP = "cpu-smoke-server"
+    _current: Optional["SharedServer"] = None
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.env = base_env(tmp)
+        self.srv, self.port = launch_cpu_smoke(self.env, tmp, "shared-cpu-smoke")
+        self.users: list[str] = []  # the tests that used it, in order (a failing one's report names them)
+        try:
+            wait_healthy(self.srv, self.port)
+        except BaseException:
+            self.srv.stop()
+            raise
+
+    @classmethod
+    def get(cls, tmp_factory, user: str) -> "SharedServer":
+        cur = cls._current
+        if cur is None or cur.srv.proc.poll() is not None:
+            if cur is not None:
+                cur.srv.stop()
+            cur = cls._current = cls(tmp_factory.mktemp("shared-cpu-smoke"))
+        cur.users.append(user)
+        return cur
+
+    @classmethod
+    def stop_current(cls) -> None:
+        cur, cls._current = cls._current, None
+        if cur is not None:
+            cur.srv.stop()  # asserts that none of its processes is left

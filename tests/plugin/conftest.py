@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 
 import pytest
 
@@ -85,21 +84,3 @@ def seed() -> int:
     s = int(envvars.TEST_SEED.get() or random.SystemRandom().randrange(2**31))
     print(f"seed={s}")
     return s
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    """A failing e2e test's report ends with the last lines of the log of every vLLM server it started
-    (``Server`` of test_e2e_cpu_smoke.py, the helper every e2e test uses): the server's own error, not
-    only the client's HTTP status."""
-    outcome = yield
-    rep = outcome.get_result()
-    servers = [s for m in list(sys.modules.values()) if m is not None
-               and getattr(m, "__name__", "").endswith("test_e2e_cpu_smoke")
-               for s in getattr(getattr(m, "Server", None), "started", [])]
-    mine = [s for s in servers if getattr(s, "test_id", None) in (None, item.nodeid)]
-    for s in mine:
-        s.test_id = item.nodeid  # claimed by the test that was running when it started
-    if rep.failed:
-        for s in mine:
-            rep.sections.append((f"server log {s.log} (last {len(s.tail().splitlines())} lines)", s.tail()))

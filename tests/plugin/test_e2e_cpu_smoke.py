@@ -1,35 +1,33 @@
 """End to end on vLLM's CPU backend, no GPU and no download: ``r9kctl launch --profile cpu-smoke``.
 
-1. ``r9kctl launch --profile cpu-smoke`` starts a real vLLM server of the tiny Qwen2-MoE model; the test
-   waits for ``/health``, gets greedy completions, reads the active set the server reports
-   (``r9kctl status``), and finds the plugin's startup table with the hash in the log of every vLLM
-   process (API server, engine core, worker), and the worker's line saying the router runs this
-   project's Triton kernel (under the interpreter).
+1. The cpu-smoke server (``r9kctl launch --profile cpu-smoke``, a real vLLM server of the tiny Qwen2-MoE model,
+   shared with the other tests of its xdist group: tests/servers.SharedServer) serves greedy completions; the
+   test reads the active set the server reports (``r9kctl status``, through the route and the server's own
+   status file), and finds the plugin's startup table with the hash in the log of every vLLM process (API
+   server, engine core, worker), and the worker's line saying the router runs this project's Triton kernel
+   (under the interpreter).
 2. (The router at stock: tests/plugin/test_e2e_adapters.py compares this model with the router and its
    other variants on (profile cpu-qwen2-moe) against an all-stock launch, and checks on cpu-qwen3-next that
    the knobs reach vLLM's torch.compile cache key; kept out of here to save a vLLM start in CI.)
 3. An invalid override: ``r9kctl launch`` refuses it itself; vLLM started by hand with it exits with
    the plugin's located error (the line ``r9kctl validate`` prints) before any weight is loaded.
 
-Every process the test starts runs in its own session and is stopped (the whole process group);
-the test then checks that none is left.
+Every process the test starts runs in its own session and is stopped (the whole process group); the test
+then checks that none is left (the shared server's are checked when tests/conftest.py stops it).
 
-Slow (two vLLM starts, ~2-3 min on 2 cores): marked ``e2e``; deselect with ``-m "not e2e"``.
+Marked ``e2e``; deselect with ``-m "not e2e"``.
 """
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import subprocess
-import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from servers import free_port, live_pids  # noqa: F401 - free_port: the other e2e tests import it from here
+from servers import (LOG_TAIL_LINES, R9KCTL, START_TIMEOUT_S, PY, Server, SharedServer, base_env,  # noqa: F401
+                     free_port, launch_cpu_smoke, live_pids, vllm_cache, wait_healthy)  # the other e2e tests import these from here
 
 pytestmark = pytest.mark.e2e
 E2E_MINUTES = 2  # its wall time in the CI rehearsal of 2026-12-01 (94 s): tests/conftest.py runs it early
@@ -37,79 +35,9 @@ pytest.importorskip("vllm")
 
 PROMPTS = ["The quick brown fox", "Once upon a time", "The capital of France is"]
 MAX_TOKENS = 8
-START_TIMEOUT_S = 600  # a cold start compiles the model; generous for a loaded 2-core CI machine
-PY = sys.executable
-R9KCTL = [PY, "-m", "r9k.r9kctl.cli"]
 
 
 # ------------------------------------------------------------------------------------------ helpers
-
-
-#: lines of each server's log that a failing e2e test prints (tests/plugin/conftest.py's report hook)
-LOG_TAIL_LINES = 60
-
-
-class Server:
-    """A process tree started in its own session, with its output in a log file.
-
-    Every server is recorded in :attr:`started`; when a test fails, tests/plugin/conftest.py adds the last
-    :data:`LOG_TAIL_LINES` lines of the log of each server that test started to its failure report."""
-
-    started: list["Server"] = []
-
-    def __init__(self, argv: list[str], env: dict, log: Path):
-        Server.started.append(self)
-        self.log = log
-        self.fh = open(log, "wb")
-        self.proc = subprocess.Popen(argv, env=env, stdout=self.fh, stderr=subprocess.STDOUT,
-                                     start_new_session=True, cwd=str(log.parent))
-
-    def text(self) -> str:
-        if not self.fh.closed:
-            self.fh.flush()
-        return self.log.read_text(errors="replace")
-
-    def tail(self, n: int = LOG_TAIL_LINES) -> str:
-        """The last ``n`` lines of the server's log ("" when it cannot be read)."""
-        try:
-            return "\n".join(self.text().splitlines()[-n:])
-        except OSError:
-            return ""
-
-    def stop(self) -> None:
-        sid = self.proc.pid
-        for sig, wait_s in ((signal.SIGTERM, 60), (signal.SIGKILL, 30)):
-            try:
-                os.killpg(sid, sig)
-            except ProcessLookupError:
-                pass
-            deadline = time.time() + wait_s
-            while time.time() < deadline:
-                if self.proc.poll() is not None and not live_pids(session=sid):
-                    break
-                time.sleep(0.5)
-            else:
-                continue
-            break
-        self.proc.wait(timeout=30)
-        self.fh.close()
-        left = live_pids(session=sid)
-        assert not left, f"processes left running: {left}"
-
-
-def wait_healthy(srv: Server, port: int) -> None:
-    deadline = time.time() + START_TIMEOUT_S
-    while time.time() < deadline:
-        if srv.proc.poll() is not None:
-            pytest.fail(f"server exited with {srv.proc.returncode} before /health:\n{srv.text()[-6000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(2)
-    pytest.fail(f"no /health within {START_TIMEOUT_S} s:\n{srv.text()[-6000:]}")
 
 
 def post(port: int, path: str, body: dict) -> dict:
@@ -132,27 +60,6 @@ def completions(port: int) -> list[str]:
     return out
 
 
-def vllm_cache(tmp: Path) -> str:
-    """vLLM's cache folder for the launches of this test session: pytest's base folder of the session (one per
-    xdist worker), beside the tests' own folders. vLLM keys its torch.compile artifacts by its config hash,
-    which covers the r9k carrier in --additional-config, so a launch of a set another test already compiled
-    loads the compiled graph (about half of a cpu-smoke start on 2 cores) and a different set compiles anew
-    (tests/plugin/test_e2e_adapters.py checks the keys differ)."""
-    return str(Path(tmp).parent / "vllm-cache")
-
-
-def base_env(tmp: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "_R9K_", "VLLM_"))}
-    env.pop("TRITON_INTERPRET", None)  # the profile sets it; the test must not
-    env.update({
-        "R9K_CACHE_DIR": str(tmp / "r9k-cache"),  # tiny model, manifests, status files
-        "VLLM_CACHE_ROOT": vllm_cache(tmp),
-        "VLLM_PLUGINS": "r9k",  # general plugin, and its /r9k/status route where installed
-        "PYTHONUNBUFFERED": "1",
-    })
-    return env
-
-
 def route_installed() -> bool:
     from importlib.metadata import entry_points
 
@@ -160,22 +67,29 @@ def route_installed() -> bool:
 
 
 def read_status(env: dict, port: int, tmp: Path) -> dict:
-    """The server's active set: through the HTTP route when the endpoint plugin is installed, and
-    from the status file the server's processes wrote (its own, named by its server instance id: both agree)."""
-    files = sorted((tmp / "r9k-cache" / "run").glob("server-*.status.json"), key=lambda f: f.stat().st_mtime)
-    assert files, "the plugin wrote no status file for the server"  # newest last: this launch's
-    res = subprocess.run(R9KCTL + ["status", "--file", str(files[-1]), "--format", "json"], env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert res.returncode == 0, res.stdout + res.stderr
-    data = json.loads(res.stdout)
+    """The server's active set: through the HTTP route when the endpoint plugin is installed, and from the
+    status file the server's processes wrote (its own, named by its server instance id: both agree; without
+    the route, the newest status file of the cache folder)."""
+    via_http = None
     if route_installed():
         res = subprocess.run(R9KCTL + ["status", "--url", f"http://127.0.0.1:{port}", "--format", "json"],
                              env=env, capture_output=True, text=True, timeout=120)
         assert res.returncode == 0, res.stdout + res.stderr
         via_http = json.loads(res.stdout)
+        file = Path(via_http["status_file"])
+        assert file.parent == tmp / "r9k-cache" / "run", (file, tmp)
+    else:
+        files = sorted((tmp / "r9k-cache" / "run").glob("server-*.status.json"), key=lambda f: f.stat().st_mtime)
+        assert files, "the plugin wrote no status file for the server"  # newest last: this launch's
+        file = files[-1]
+    res = subprocess.run(R9KCTL + ["status", "--file", str(file), "--format", "json"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    data = json.loads(res.stdout)
+    if via_http is not None:
         assert via_http["hash"] == data["hash"] and via_http["in_use"] == data["in_use"]
     # the human-readable form works too
-    res = subprocess.run(R9KCTL + ["--plain", "status", "--file", str(files[-1])], env=env,
+    res = subprocess.run(R9KCTL + ["--plain", "status", "--file", str(file)], env=env,
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and data["hash"] in res.stdout, res.stdout + res.stderr
     return data
@@ -196,29 +110,21 @@ def compile_dirs(log: str) -> set[str]:
     return set(re.findall(r"torch_compile_cache/torch_aot_compile/([0-9a-f]{16,})", log))
 
 
-def launch(env: dict, tmp: Path, name: str, *sets: str) -> tuple[Server, int]:
-    port = free_port()
-    argv = R9KCTL + ["launch", "--profile", "cpu-smoke"]
-    for s in sets:
-        argv += ["--set", s]
-    argv += ["--", "--port", str(port), "--host", "127.0.0.1"]
-    return Server(argv, env, tmp / f"{name}.log"), port
+launch = launch_cpu_smoke  # the other e2e tests start their cpu-smoke servers with it
 
 
 # --------------------------------------------------------------------------------------------- test
 
 
-def test_cpu_smoke_launch_status_stock_equivalence_and_fail_fast(tmp_path):
-    env = base_env(tmp_path)
+@pytest.mark.xdist_group(SharedServer.GROUP)
+def test_cpu_smoke_launch_status_stock_equivalence_and_fail_fast(tmp_path, cpu_smoke_server):
+    shared = cpu_smoke_server  # r9kctl launch --profile cpu-smoke, shared with the group's other tests
+    env, srv, port = shared.env, shared.srv, shared.port
     started: list[Server] = []
     try:
         # 1. the profile's own set: R9K_ROUTER=r9k, the Triton router kernel through gate_linear
-        srv, port = launch(env, tmp_path, "r9k")
-        started.append(srv)
-        wait_healthy(srv, port)
         texts_r9k = completions(port)
-        status = read_status(env, port, tmp_path)
-        srv.stop()
+        status = read_status(env, port, shared.tmp)
         log = srv.text()
         assert status["profile"] == "cpu-smoke" and status["agree"], status
         assert status["values"]["R9K_ROUTER"] == "r9k"

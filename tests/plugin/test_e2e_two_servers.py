@@ -2,8 +2,8 @@
 processes and counters (issue "One active set per server": status and counters keyed by the server
 instance id ``r9kctl launch`` creates), and a stopped server's status file is reported dead.
 
-One test, both servers (started one after the other, so that only one compiles at a time), bounded by the
-start timeout of each; marked ``e2e``.
+One test, two servers: A is the shared cpu-smoke server (tests/servers.SharedServer, already up), B is started
+beside it with the same cache directory and stopped by the test; marked ``e2e``.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from servers import live_pids
 
-from .test_e2e_cpu_smoke import R9KCTL, base_env, completions, launch, wait_healthy
+from .test_e2e_cpu_smoke import R9KCTL, SharedServer, completions, launch, wait_healthy
 
 pytestmark = pytest.mark.e2e
 E2E_MINUTES = 3  # its wall time in the CI rehearsal of 2026-12-01 (127 s): tests/conftest.py runs it early
@@ -37,12 +37,11 @@ def _pids(data: dict) -> set[int]:
     return {p["pid"] for p in data["processes"].values()}
 
 
-def test_two_servers_of_one_profile_report_only_their_own(tmp_path):
-    env = base_env(tmp_path)
-    a, port_a = launch(env, tmp_path, "a")
+@pytest.mark.xdist_group(SharedServer.GROUP)
+def test_two_servers_of_one_profile_report_only_their_own(tmp_path, cpu_smoke_server):
+    env, a, port_a = cpu_smoke_server.env, cpu_smoke_server.srv, cpu_smoke_server.port  # one cache directory
     b = None
     try:
-        wait_healthy(a, port_a)
         b, port_b = launch(env, tmp_path, "b")
         wait_healthy(b, port_b)
         sa, sb = _status(env, port_a), _status(env, port_b)
@@ -73,4 +72,3 @@ def test_two_servers_of_one_profile_report_only_their_own(tmp_path):
     finally:
         if b is not None:
             b.stop()
-        a.stop()

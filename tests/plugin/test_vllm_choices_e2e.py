@@ -4,7 +4,8 @@ inductor compile defaults every custom op to native; ``VLLM_CPU_ATTN_SPLIT_KV = 
 ``/r9k/status`` (and ``r9kctl status``) shows each requested and what vLLM chose, in the layer kind it decides
 (custom op rms_norm enabled in every RMSNorm layer while silu_and_mul stays native; the CPU attention backend's
 variable as vLLM reads it), 0 mismatches; flipping one of them is then a mismatch against what this server
-chose (the unit-level flip: a second start is too slow on 2 cores). Greedy output: 8 tokens per prompt, the
+chose (the unit-level flip: a second start is too slow on 2 cores). The server is the shared cpu-smoke one
+(tests/servers.SharedServer): the shipped profile's own set, as ``r9kctl launch --profile cpu-smoke`` starts it. Greedy output: 8 tokens per prompt, the
 bound the smoke test states (equality with another start is tests/plugin/test_e2e_adapters.py's job).
 """
 from __future__ import annotations
@@ -13,27 +14,23 @@ import subprocess
 
 import pytest
 
-from .test_e2e_cpu_smoke import R9KCTL, base_env, completions, launch, read_status, wait_healthy
+from .test_e2e_cpu_smoke import R9KCTL, SharedServer, completions, read_status
 
 pytestmark = pytest.mark.e2e
 E2E_MINUTES = 2  # its wall time in the CI rehearsal of 2026-12-01 (100 s): tests/conftest.py runs it early
 
 
-def test_cpu_profile_vllm_switches_requested_and_chosen(tmp_path):
+@pytest.mark.xdist_group(SharedServer.GROUP)
+def test_cpu_profile_vllm_switches_requested_and_chosen(cpu_smoke_server):
     from r9k.plugin import vllm_choices
     from r9k.registry import load_registry
     from r9k.registry.resolve import resolve
 
-    env = base_env(tmp_path)
-    srv, port = launch(env, tmp_path, "choices")
-    try:
-        wait_healthy(srv, port)
-        outs = completions(port)  # greedy, MAX_TOKENS each (asserted there)
-        status = read_status(env, port, tmp_path)
-        text = subprocess.run(R9KCTL + ["--plain", "status", "--url", f"http://127.0.0.1:{port}"], env=env,
-                              capture_output=True, text=True, timeout=120).stdout
-    finally:
-        srv.stop()
+    env, port = cpu_smoke_server.env, cpu_smoke_server.port
+    outs = completions(port)  # greedy, MAX_TOKENS each (asserted there)
+    status = read_status(env, port, cpu_smoke_server.tmp)
+    text = subprocess.run(R9KCTL + ["--plain", "status", "--url", f"http://127.0.0.1:{port}"], env=env,
+                          capture_output=True, text=True, timeout=120).stdout
     assert len(outs) == 3
     ch = status["vllm_choices"]
     assert ch, "no process recorded vLLM's choices"
