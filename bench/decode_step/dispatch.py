@@ -45,8 +45,9 @@ STEP_OPS: tuple[str, ...] = (
 VLLM_STOCK = {"gdn_decode": "gdn_core", "hc_combine_norm": "hc_combine_norm", "hc_mix": "hc_mix"}
 
 _QSA_PREPARE = ("stand-in: vLLM runs this op, the other QSA glue op and both cache writes as one Triton launch "
-                "(qsa_prepare, ops/qsa_prepare.py) over its own cache layout, not loaded yet; runs the op table's "
-                "composition")
+                "(qsa_prepare, ops/qsa_prepare.py) over its own cache layout, with the attention's rotary on the "
+                "indexer (64 of 128 dims, where the reference ropes 32): another function here, not loaded; "
+                "runs the op table's composition")
 
 #: What stock vLLM 0.32 runs on CUDA (SM90) for each op of the step, and what the benchmark's stock runs:
 #: ``(kind, text)``. ``"vllm"``: vLLM's real path ran (its kernels from its sources, or the same library call);
