@@ -33,9 +33,11 @@ tensor-parallel group then records the reason (``kept``).
 **Checked in the server.** With the start-up self-check on (strict mode or ``envvars.SELFCHECK``), the first
 :data:`CHECK_CALLS` calls of each schedule in each process also run vLLM's stock all-reduce on a copy and
 compare: at 2 ranks the exact schedules must equal it bitwise (one fp32 addition of two values, rounded
-once: any correctly rounded sum gives the same bits); otherwise exact schedules must stay within the fp32
-accumulation bound of the fp64 sum, and compressed ones within their stated per-block L2 bound
-(:func:`r9k.kernels.allreduce.reference.error_bound`, computed from every rank's input, gathered). Counters
+once: any correctly rounded sum gives the same bits; NaN where stock has NaN); otherwise exact schedules must
+stay within the fp32 accumulation bound of the fp64 sum, and compressed ones within their stated per-block L2
+bound (:func:`r9k.kernels.allreduce.reference.error_bound`, computed from every rank's input, gathered). Blocks
+without a finite bound are not compared: a non-finite input, or values above about 2^128 / sqrt(block) whose
+fp32 rotation overflows (vLLM's profiling run reduces uninitialised memory, which holds both). Counters
 ``checked:<schedule>`` and ``check-failed:<schedule>``; a failed check turns the schedule off in this process
 (every later call of that size class runs vLLM's path, ``fallback:check failed``). Every rank reaches the
 same verdict (the result is bitwise identical on every rank and so are the gathered inputs), so the ranks
@@ -199,9 +201,10 @@ class Hook:
         xs = algorithms._gather(x, self.group)
         errs = reference.block_errors(out, xs, block)
         bound = reference.error_bound(xs, kind, bits, block, x.dtype)
-        # a block with a non-finite input has no bound (its scale is not finite): stock's sum is not finite
-        # there either; vLLM's profiling run reduces uninitialised memory, which can hold such values
-        fin = torch.stack([quant.to_blocks(t, block).isfinite().all(1) for t in xs]).all(0)
+        # no stated bound for a block with a non-finite input, or with values so large (above about
+        # 2^128 / sqrt(block)) that its fp32 rotation overflows: its bound is not finite. vLLM's profiling run
+        # reduces uninitialised memory, which holds such values; real activations are far below.
+        fin = torch.stack([quant.to_blocks(t, block).isfinite().all(1) for t in xs]).all(0) & bound.isfinite()
         ok = (errs <= bound) | ~fin
         if bool(ok.all()):
             return ""

@@ -167,6 +167,7 @@ def _rank(rank: int, port: int, out: str) -> None:
     for n in (100, 8192):
         x = torch.randn(n, generator=gen).to(torch.bfloat16)
         x[5], x[300 % n] = float("nan"), float("inf") * (1 if rank else -1)
+        x[-128:] = 3e38 * (1 if rank else -1)  # finite, but its fp32 rotation overflows: no finite bound
         hook.run(x)
     capped = ar_.Hook("tp:2", group, 2, algorithms.Config(enabled=True, two_rank_max_mb=0), stock, check=True)
     res["capped"] = bool(torch.equal(capped.run(torch.ones(8)), torch.full((8,), 2.0)))
