@@ -57,7 +57,8 @@ class Plan:
         """The 'implementation in use' column of the startup table."""
         if self.mode is Impl.FUSED:
             where = f" via {self.extension_point}"
-            got = self.used or f"{self.module}:{self.op} (r9k, installed; used when the model is built)"
+            got = self.used or (f"{self.module}{':' + self.op if self.op else ''} (r9k, installed; used when the "
+                                "model is built)")
             return f"{got}{where}"
         if self.mode is Impl.STOCK:
             return "stock (vLLM's own path; nothing installed)"

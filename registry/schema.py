@@ -53,8 +53,9 @@ class Implementation(Strict):
     extension_point: how the plugin installs it (``pluggable_layer:gate_linear``, ``custom_op:NAME``,
               ``ir_op:NAME``, ``model_registry:NAME``, ``quantization:NAME`` (a quantization method registered
               with vLLM's ``register_quantization_config``), ``model_class:NAME`` (a plain ``nn.Module`` of a
-              vLLM model that has no extension point: named so the gap is on record), or ``env-only``: the
-              knob is only exported).
+              vLLM model that has no extension point: named so the gap is on record),
+              ``device_communicator:NAME`` (the class a vLLM platform names for its process groups'
+              collectives, ``Platform.get_device_communicator_cls``), or ``env-only``: the knob is only exported).
     sources:  repository paths whose content hash decides whether a recorded gate result is fresh.
     """
 
@@ -69,12 +70,13 @@ class Implementation(Strict):
     def _ext(cls, v: Optional[str]) -> Optional[str]:
         if v is None:
             return v
-        kinds = ("pluggable_layer:", "custom_op:", "ir_op:", "model_registry:", "quantization:", "model_class:")
+        kinds = ("pluggable_layer:", "custom_op:", "ir_op:", "model_registry:", "quantization:", "model_class:",
+                 "device_communicator:")
         if v == "env-only" or (v.startswith(kinds) and len(v.split(":", 1)[1]) > 0):
             return v
         raise ValueError(
             f"extension_point {v!r} must be 'env-only' or one of pluggable_layer:NAME, custom_op:NAME, "
-            "ir_op:NAME, model_registry:NAME, quantization:NAME, model_class:NAME"
+            "ir_op:NAME, model_registry:NAME, quantization:NAME, model_class:NAME, device_communicator:NAME"
         )
 
 

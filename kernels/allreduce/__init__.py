@@ -8,11 +8,20 @@
 * :mod:`.reference`: the stock path (``torch.distributed.all_reduce``: NCCL on GPUs), the fp64 sum and the
   stated error bounds.
 
+Op ``allreduce`` (variant ``p2p_allreduce_hook``, knob R9K_R4D_AR): stock
+:func:`.reference.all_reduce_stock` (the library's all-reduce), fused :func:`.algorithms.variant_all_reduce`
+(the schedule :class:`~.algorithms.Config` picks for the message's size). The plugin installs it where vLLM
+all-reduces (``r9k.plugin.allreduce``: the CPU backend's device communicator, the schedules over the same gloo
+group; notes/allreduce.md).
+
 The GPU transport (peer memory through PyTorch symmetric memory or CUDA IPC, multicast never used) is not
 here yet: its kernels need a machine with several GPUs (notes/allreduce.md).
 """
+from ..ops import KernelOp, register
 
-#: Why no registry variant names this folder as its implementation yet (tests/plugin/test_declared_once.py
-#: accepts a kernel folder without a variant only with such a reason): the schedules are not installed in vLLM.
-NOT_SERVED = ("not installed where vLLM all-reduces yet (its communicator classes); the registry's all-reduce "
-              "variants stay env-only, the original's HIP code (notes/allreduce.md)")
+from . import algorithms, reference
+
+register(KernelOp(name="allreduce", variant="p2p_allreduce_hook", stock=reference.all_reduce_stock,
+                  fused=algorithms.variant_all_reduce, fused_values=frozenset({"1"})))
+
+__all__ = ["algorithms", "reference"]

@@ -201,3 +201,9 @@ def all_reduce(x: torch.Tensor, cfg: Config, group=None, codec=TorchCodec, stock
     if kind == "compressed_one_shot":
         return kind, compressed_one_shot(x, group, cfg.ar2_bits, cfg.block, codec)
     return kind, hier4(x, group, cfg.ar4_bits, cfg.block, codec)
+
+
+def variant_all_reduce(x: torch.Tensor, group=None, cfg: "Config | None" = None, codec=TorchCodec) -> torch.Tensor:
+    """The op table's fused implementation (``allreduce``): the sum by the schedule ``cfg`` picks for this
+    message (:func:`all_reduce`); ``cfg`` None: every schedule on, at :class:`Config`'s thresholds."""
+    return all_reduce(x, cfg if cfg is not None else Config(enabled=True), group, codec)[1]

@@ -49,6 +49,23 @@ def test_schedules_in_a_gloo_group(world, seed, tmp_path):
     assert kinds["8192"] == ("hier4" if world == 4 else "compressed_one_shot")
 
 
+def test_sizes_pick_the_declared_schedule():
+    """The size rule at each threshold's edge (bytes), per rank count: what the registry's knobs decide."""
+    kb, mb = 1024, 1024 * 1024
+    cfg = algorithms.Config(enabled=True, two_rank_max_mb=48, ar2_compressed=True, ar2_bits=4, ar2_min_kb=128,
+                            oneshot_kb=16, max_kb=512, ar4_compressed=True, ar4_max_mb=64)
+    two = {1: "one_shot", 128 * kb - 2: "one_shot", 128 * kb: "compressed_one_shot", 64 * mb: "compressed_one_shot"}
+    four = {1: "one_shot", 16 * kb: "one_shot", 16 * kb + 2: "two_shot", 512 * kb: "two_shot",
+            512 * kb + 2: "hier4", 64 * mb: "hier4", 64 * mb + 2: "stock"}
+    for world, want in ((2, two), (4, four)):
+        got = {n: cfg.choose(n, world) for n in want}
+        assert got == want, (world, got)
+    assert {n: cfg.choose(n, 3) for n in four} == {**four, 512 * kb + 2: "stock", 64 * mb: "stock"}  # hier4: 4 ranks
+    exact2 = algorithms.Config(enabled=True, two_rank_max_mb=48)  # the compressed wire off: exact up to the cap
+    assert [exact2.choose(n, 2) for n in (48 * mb, 48 * mb + 2)] == ["one_shot", "stock"]
+    assert algorithms.Config(enabled=False).choose(64, 2) == "stock" and cfg.choose(64, 1) == "stock"
+
+
 def test_fused_codec_in_a_gloo_group(seed, tmp_path):
     pytest.importorskip("triton")
     _run_group(2, seed, tmp_path, "fused", iters=2)

@@ -6,6 +6,16 @@ the test checks that every process (API server, engine core, both workers) repor
 that the API server read the printed manifest, that vLLM applied each launcher request (``/r9k/status``
 ``applied``, from vLLM's final config), that the router runs this project's kernel in both workers
 (per-op layer counts and call counters, flushed by the workers), and that ``r9kctl status`` agrees.
+
+The same launch switches the all-reduce variants on (``--set R9K_R4D_AR=1``, the compressed 4-bit wire from
+64 KB: vLLM's profiling run, 1024 tokens x 128 x bf16 = 256 KB a message, takes it; the requests' messages,
+at most a few KB, stay exact) with the in-server check on (``envvars.SELFCHECK``): both workers' tensor-parallel
+groups run ``allreduce`` (fused calls > 0 of both schedules), and every checked call matched vLLM's stock
+all-reduce within its bound: the one-shot sum bitwise (2 ranks: one fp32 addition rounded once, what any
+correctly rounded sum gives), the compressed sum within its stated per-block L2 bound
+(kernels/allreduce/reference.py ``error_bound``, from both ranks' inputs). Every one-shot call is checked,
+so the requests' all-reduces, the only ones whose results reach the completions, are stock's bit for bit:
+the completions are what stock vLLM computes.
 """
 from __future__ import annotations
 
@@ -52,7 +62,9 @@ def test_pasted_dry_run_serves_tp2_with_the_same_set(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "_R9K_", "VLLM_"))}
     env["R9K_CACHE_DIR"] = str(tmp_path / "cache")
     dry = subprocess.run([PY, "-m", "r9k.r9kctl.cli", "launch", "--profile", "cpu-smoke", "--tp", "2",
-                          "--set", "NBT=1024", "--set", "UTIL=0.5", "--dry-run", "--", "--port", str(port)],
+                          "--set", "NBT=1024", "--set", "UTIL=0.5", "--set", "R9K_R4D_AR=1", "--set", "R9K_R4D_AR_MAX_MB=48",
+                          "--set", "R9K_AR_QUANT=1", "--set", "R9K_AR_QUANT_BITS=4", "--set", "R9K_AR_QUANT_MIN_KB=64",
+                          "--dry-run", "--", "--port", str(port)],
                          env=env, capture_output=True, text=True, timeout=300)
     assert dry.returncode == 0, dry.stderr[-3000:]
     text = dry.stdout
@@ -71,6 +83,7 @@ def test_pasted_dry_run_serves_tp2_with_the_same_set(tmp_path):
     log = open(tmp_path / "server.log", "wb")
     shell_env = {k: v for k, v in env.items() if k != "R9K_CACHE_DIR"}
     shell_env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    shell_env["R9K_SELFCHECK"] = "1"  # the all-reduce's in-server check against vLLM's stock all-reduce
     srv = subprocess.Popen(["bash", str(script)], env=shell_env, cwd=elsewhere, stdout=log,
                            stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
@@ -92,7 +105,9 @@ def test_pasted_dry_run_serves_tp2_with_the_same_set(tmp_path):
         for _ in range(30):
             st = _get(base + "/r9k/status")
             calls = st.get("ops", {}).get("router_gemm", {}).get("by_process", {})
-            if all(calls.get(w, {}).get("calls", {}).get("fused", 0) > 0 for w in ("VllmWorker-0", "VllmWorker-1")):
+            ar = st.get("ops", {}).get("allreduce", {}).get("by_process", {})
+            if all(calls.get(w, {}).get("calls", {}).get("fused", 0) > 0 and
+                   ar.get(w, {}).get("calls", {}).get("fused:one_shot", 0) > 0 for w in ("VllmWorker-0", "VllmWorker-1")):
                 break
             time.sleep(1)
         procs = st["processes"]
@@ -105,11 +120,24 @@ def test_pasted_dry_run_serves_tp2_with_the_same_set(tmp_path):
         op = st["ops"]["router_gemm"]
         assert op["installed"] == 2, op  # the tiny model's two MoE gates run the r9k router GEMM
         assert op["calls"].get("fused", 0) > 0, op
-        assert st["plan"]["installed"] == 1 and st["plan"]["fallback"] == 0
+        # R9K_ROUTER, and the all-reduce's switch with its four knobs (one adapter: the device communicator)
+        assert st["plan"]["installed"] == 6 and st["plan"]["fallback"] == 0, st["plan"]
+        ar = st["ops"]["allreduce"]
+        print(json.dumps(ar, indent=1))
+        for w in ("VllmWorker-0", "VllmWorker-1"):
+            mine = ar["by_process"][w]
+            c = mine["calls"]
+            assert mine["installed"] == 1, mine  # its tensor-parallel group
+            assert c.get("fused:one_shot", 0) > 0 and c.get("fused:compressed_one_shot", 0) > 0, (w, c)
+            said = [ln for ln in (tmp_path / "server.log").read_text(errors="replace").splitlines() if "r9k: allreduce" in ln]
+            assert not [p for p in c if p.startswith(("check-failed", "fallback"))], (w, c, said)
+            assert c["checked:one_shot"] == c["fused:one_shot"], (w, c)  # every exact call: stock's bits
+            assert c["checked:compressed_one_shot"] > 0, (w, c)
 
         cli = subprocess.run([PY, "-m", "r9k.r9kctl.cli", "--plain", "status", "--url", base], env=env,
                              capture_output=True, text=True, timeout=60)
         assert cli.returncode == 0 and h in cli.stdout and "router_gemm" in cli.stdout, cli.stdout + cli.stderr
+        assert "allreduce" in cli.stdout and "reference algorithm over gloo" in cli.stdout, cli.stdout
         logtext = (tmp_path / "server.log").read_text(errors="replace")
         for who in ("EngineCore", "VllmWorker-0", "VllmWorker-1"):
             assert re.search(rf"\({who} pid=\d+\).*r9k {h}: profile cpu-smoke \(tp 2", logtext), who

@@ -1,0 +1,324 @@
+"""The all-reduce variants where vLLM all-reduces: the device communicator of the CPU backend.
+
+Adapter ``device_communicator:cpu`` (registry/adapters.toml, install ``call``), op ``allreduce``
+(``r9k.kernels.allreduce``), switched by variant ``p2p_allreduce_hook`` and tuned by the comm area's
+thresholds (variants ``ar_scratch_mb``, ``ar2_compressed``, ``ar2_compressed_bits``, ``ar2_compressed_min_kb``,
+``arn_oneshot_cap``, ``arn_max_kb``, ``ar4_compressed``, ``ar4_bits``, ``ar4_max_mb``), read from the resolved
+set (never from the environment) into :class:`r9k.kernels.allreduce.algorithms.Config`.
+
+**The hook, and why this one.** Every vLLM collective goes ``GroupCoordinator.all_reduce`` ->
+``device_communicator.all_reduce``; the communicator's class is the one the platform names in its public
+``Platform.get_device_communicator_cls()`` (a qualified name that ``GroupCoordinator.__init__`` resolves). That
+classmethod is the extension point vLLM offers for the communicator; vLLM has no registry of communicator
+classes, and the only other way to change the answer is an out-of-tree *platform* plugin, which would replace
+the whole CPU platform in every process (the API server too, before any manifest is read) to change one class.
+So :func:`install_cpu` sets ``CpuPlatform.get_device_communicator_cls`` to name :class:`R9kCpuCommunicator`,
+a subclass of vLLM's ``CpuCommunicator`` that overrides only its public ``all_reduce``; everything else
+(SHM transport, gather, send/recv, all2all) is vLLM's. No private function is replaced. The install runs at
+``register()``, before any process group exists (the worker builds its groups after loading the plugins), and
+refuses when another plugin already changed the answer.
+
+**What runs.** A tensor-parallel group (vLLM's ``tp:*`` groups) of two or more ranks whose device group is
+gloo gets a hook: each call goes through the torch custom op ``torch.ops.r9k.allreduce`` (opaque to
+torch.compile, so the size is read and the counter runs at execution time). The op asks the size rule
+(:meth:`Config.choose`, the registry's thresholds at this TP size) for a schedule and runs it: the reference
+algorithms of :mod:`r9k.kernels.allreduce.algorithms` over the same gloo group vLLM's group holds (one-shot,
+two-shot, compressed one-shot, the 4-rank hierarchical schedule; the status labels them "reference algorithm
+over gloo"). Messages the rule leaves to stock run vLLM's own ``CpuCommunicator.all_reduce`` (SHM or gloo; on
+GPUs it would be NCCL). Counters (``r9kctl status``, ``/r9k/status``): ``fused:<schedule>`` per call a schedule
+ran, ``fallback:<why>`` per call left to vLLM (the size class or dtype that sent it there). Groups that are
+not tensor-parallel, a one-rank group, a non-gloo device group, or the switch off keep vLLM's path; the
+tensor-parallel group then records the reason (``kept``).
+
+**Checked in the server.** With the start-up self-check on (strict mode or ``envvars.SELFCHECK``), the first
+:data:`CHECK_CALLS` calls of each schedule in each process also run vLLM's stock all-reduce on a copy and
+compare: at 2 ranks the exact schedules must equal it bitwise (one fp32 addition of two values, rounded
+once: any correctly rounded sum gives the same bits; NaN where stock has NaN); otherwise exact schedules must
+stay within the fp32 accumulation bound of the fp64 sum, and compressed ones within their stated per-block L2
+bound (:func:`r9k.kernels.allreduce.reference.error_bound`, computed from every rank's input, gathered). Blocks
+without a finite bound are not compared: a non-finite input, or values above about 2^128 / sqrt(block) whose
+fp32 rotation overflows (vLLM's profiling run reduces uninitialised memory, which holds both). Counters
+``checked:<schedule>`` and ``check-failed:<schedule>``; a failed check turns the schedule off in this process
+(every later call of that size class runs vLLM's path, ``fallback:check failed``). Every rank reaches the
+same verdict (the result is bitwise identical on every rank and so are the gathered inputs), so the ranks
+never disagree on which collective comes next.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+from . import counters
+
+logger = logging.getLogger("vllm.r9k")
+
+OP = "allreduce"
+SWITCH = "p2p_allreduce_hook"
+#: the variants the size rule reads (registry area comm; their implementation names this module's adapter)
+MODIFIERS = ("ar_scratch_mb", "ar2_compressed", "ar2_compressed_bits", "ar2_compressed_min_kb", "arn_oneshot_cap",
+             "arn_max_kb", "ar4_compressed", "ar4_bits", "ar4_max_mb")
+STOCK_CPU = "vllm.distributed.device_communicators.cpu_communicator.CpuCommunicator"
+OURS = f"{__name__}.R9kCpuCommunicator"
+#: calls per schedule and process that the in-server check compares with vLLM's stock all-reduce
+CHECK_CALLS = 64
+_LABEL = "reference algorithm over gloo (CPU backend)"
+
+#: vLLM group name -> its hook (the custom op finds the group by the name it is called with)
+HOOKS: dict[str, "Hook"] = {}
+
+
+class InstallError(RuntimeError):
+    pass
+
+
+def install_cpu(module) -> None:
+    """Adapter of ``device_communicator:cpu``: vLLM's CPU platform names :class:`R9kCpuCommunicator` as its
+    device communicator (idempotent; refuses when another plugin changed the answer already)."""
+    cls = module.CpuPlatform
+    current = cls.get_device_communicator_cls()
+    if current == OURS:
+        return
+    if current != STOCK_CPU:
+        raise InstallError(f"CpuPlatform already names the device communicator {current}; not replacing it")
+    cls.get_device_communicator_cls = classmethod(lambda _cls: OURS)
+    logger.debug("r9k: CpuPlatform's device communicator is %s", OURS)
+
+
+def config_from(rs, world: int):
+    """``(Config, reason)`` of this group from the resolved set ``rs`` (a Manifest): the registry's knob values
+    at this TP size. ``reason`` is non-empty when nothing can run (the group keeps vLLM's path)."""
+    from ..kernels.allreduce import algorithms
+
+    def val(vid: str) -> Optional[str]:
+        try:
+            return rs.value(vid)
+        except KeyError:
+            return None
+
+    def knob(vid: str) -> str:
+        r = rs.items.get(vid)
+        return r.variant.knob if r is not None else vid
+
+    def num(vid: str) -> Optional[int]:
+        v = val(vid)
+        return None if v in (None, "") else int(v)
+
+    if val(SWITCH) != "1":
+        return algorithms.Config(enabled=False), f"{knob(SWITCH)}={val(SWITCH)}: vLLM's all-reduce"
+    kw = dict(enabled=True, ar2_compressed=val("ar2_compressed") == "1", ar4_compressed=val("ar4_compressed") == "1")
+    fields = {"ar_scratch_mb": "two_rank_max_mb", "ar2_compressed_bits": "ar2_bits", "ar2_compressed_min_kb": "ar2_min_kb",
+              "arn_oneshot_cap": "oneshot_kb", "arn_max_kb": "max_kb", "ar4_bits": "ar4_bits", "ar4_max_mb": "ar4_max_mb"}
+    # the thresholds the size rule reads at this TP size; one without a value here is not invented
+    need = ["ar_scratch_mb"] if world == 2 else ["arn_oneshot_cap", "arn_max_kb"]
+    if world == 2 and kw["ar2_compressed"]:
+        need += ["ar2_compressed_bits", "ar2_compressed_min_kb"]
+    if world == 4 and kw["ar4_compressed"]:
+        need += ["ar4_bits", "ar4_max_mb"]
+    for vid, field in fields.items():
+        n = num(vid)
+        if n is not None:
+            kw[field] = n
+        elif vid in need:
+            return algorithms.Config(enabled=False), f"{knob(vid)} has no value at TP {world}: vLLM's all-reduce"
+    return algorithms.Config(**kw), ""
+
+
+def stock_reason(cfg, nbytes: int, world: int) -> str:
+    """Why the size rule left a message of ``nbytes`` to vLLM (the counter's ``fallback:`` path): its size class."""
+    if world == 2:
+        return f"size>{cfg.two_rank_max_mb}MiB"
+    if world == 4 and cfg.ar4_compressed:
+        return f"size>{cfg.ar4_max_mb}MiB"
+    return f"size>{cfg.max_kb}KB" + ("" if world == 4 else f" (no compressed schedule at {world} ranks)")
+
+
+class Hook:
+    """One tensor-parallel group's all-reduce: the schedule for each message, its counters and the check."""
+
+    FLOATS = ("torch.float32", "torch.bfloat16", "torch.float16")
+
+    def __init__(self, name: str, group, world: int, cfg, stock: Callable, check: bool):
+        self.name, self.group, self.world, self.cfg, self.stock = name, group, world, cfg, stock
+        self.check = check
+        self.off: dict[str, str] = {}  # schedule -> why it no longer runs in this process
+
+    def _stock(self, x, why: str):
+        counters.hit(OP, f"fallback:{why}")
+        y = x.clone()  # the custom op returns a new tensor; vLLM's CPU all-reduce works in place
+        return self.stock(y)
+
+    def run(self, x):
+        from ..kernels.allreduce import algorithms
+
+        if str(x.dtype) not in self.FLOATS:
+            return self._stock(x, f"dtype {str(x.dtype).replace('torch.', '')}")
+        nbytes = x.numel() * x.element_size()
+        kind = self.cfg.choose(nbytes, self.world)
+        if kind == "stock":
+            return self._stock(x, stock_reason(self.cfg, nbytes, self.world))
+        if kind in self.off:
+            return self._stock(x, "check failed")
+        xc = x.contiguous()
+        _, out = algorithms.all_reduce(xc, self.cfg, self.group)
+        counters.hit(OP, f"fused:{kind}")
+        if self.check and counters.calls(OP, f"checked:{kind}") < CHECK_CALLS:
+            bad = self.verify(kind, xc, out)
+            counters.hit(OP, f"checked:{kind}")
+            if bad:
+                counters.hit(OP, f"check-failed:{kind}")
+                self.off[kind] = bad
+                logger.warning("r9k: %s: %s on %s: %s; this size class runs vLLM's all-reduce from now on",
+                               OP, kind, self.name, bad)
+                return self.stock(xc.clone())  # this call too: vLLM's result, on every rank
+        return out.view_as(x)
+
+    def verify(self, kind: str, x, out) -> str:
+        """Empty when ``out`` (the schedule's result) is within its stated bound of vLLM's stock result; else
+        what is wrong. Collective: every rank calls it for the same calls (the same counters)."""
+        import torch
+
+        from ..kernels.allreduce import algorithms, quant, reference
+
+        ref = self.stock(x.clone())
+        if kind in ("one_shot", "two_shot"):
+            if self.world == 2:
+                # equal values, NaN where stock has NaN (vLLM's profiling run reduces uninitialised memory)
+                same = (out == ref) | (out.isnan() & ref.isnan())
+                if bool(same.all()):
+                    return ""
+                return (f"{int((~same).sum())} of {out.numel()} elements differ from vLLM's all-reduce "
+                        "(expected bitwise equal at 2 ranks)")
+            xs = algorithms._gather(x, self.group)
+            lim = reference.exact_schedule_bound(xs, x.dtype)
+            err = (out.double() - reference.exact_sum(xs)).abs()
+            fin = torch.stack([t.isfinite() for t in xs]).all(0)
+            ok = (err <= lim) | ~fin
+            if bool(ok.all()):
+                return ""
+            return f"{int((~ok).sum())} element(s) outside the fp32 accumulation bound of the fp64 sum"
+        bits = self.cfg.ar2_bits if kind == "compressed_one_shot" else self.cfg.ar4_bits
+        block = self.cfg.block
+        xs = algorithms._gather(x, self.group)
+        errs = reference.block_errors(out, xs, block)
+        bound = reference.error_bound(xs, kind, bits, block, x.dtype)
+        # no stated bound for a block with a non-finite input, or with values so large (above about
+        # 2^128 / sqrt(block)) that its fp32 rotation overflows: its bound is not finite. vLLM's profiling run
+        # reduces uninitialised memory, which holds such values; real activations are far below.
+        fin = torch.stack([quant.to_blocks(t, block).isfinite().all(1) for t in xs]).all(0) & bound.isfinite()
+        ok = (errs <= bound) | ~fin
+        if bool(ok.all()):
+            return ""
+        worst = float((errs[~ok] / bound[~ok].clamp_min(1e-300)).max())
+        return f"{int((~ok).sum())} block(s) outside the stated L2 bound (worst {worst:.3g}x the bound)"
+
+
+def _impl(x, group: str):
+    return HOOKS[group].run(x)
+
+
+def _fake(x, group: str):
+    return x.new_empty(x.shape)
+
+
+def torch_op():
+    """``torch.ops.r9k.allreduce(x, group_name)`` (defined once per process)."""
+    from .layers._common import opaque
+
+    return opaque(OP, "(Tensor x, str group) -> Tensor", _impl, _fake)
+
+
+def attach(name: str, device_group, world: int, stock: Callable) -> Optional[Hook]:
+    """The hook of vLLM's group ``name`` (None: vLLM's path, the reason recorded where it concerns the tensor-
+    parallel group). Called once per group, when vLLM builds its communicator."""
+    from . import dispatch, selfcheck
+    from ..registry.manifest import Impl
+
+    table = dispatch.get_table()
+    if table is None or world < 2 or not name.startswith("tp"):
+        return None
+    plan = table.plans.get(SWITCH)
+    if plan is None or plan.mode is Impl.STOCK or plan.mode is Impl.UNSET:
+        return None
+    layer = f"group {name} ({world} ranks)"
+    if plan.mode is not Impl.FUSED:
+        counters.layer(OP, layer, False, plan.reason or f"{plan.knob}={plan.value}: vLLM's all-reduce")
+        return None
+    import torch.distributed as dist
+
+    backend = str(dist.get_backend(device_group))
+    if backend != "gloo":
+        counters.layer(OP, layer, False, f"device group backend {backend}, not gloo (the GPU transport is not written)")
+        return None
+    from . import active_set
+
+    cfg, why = config_from(active_set(), world)
+    if why:
+        counters.layer(OP, layer, False, why)
+        return None
+    choice = table.choose(OP, layer=layer)
+    if choice is None:  # the op did not load: a fallback the table already reported
+        counters.layer(OP, layer, False, table.plans[SWITCH].reason)
+        return None
+    plan.used = f"r9k.kernels.allreduce {_LABEL}: {describe(cfg, world)}"
+    for vid in MODIFIERS:  # the thresholds and widths: read by the size rule of this group
+        p = table.plans.get(vid)
+        if p is not None and p.mode is Impl.FUSED:
+            p.used = f"r9k.kernels.allreduce size rule of {layer} ({_LABEL})"
+    if table.on_change:
+        table.on_change(table)
+    torch_op()
+    hook = Hook(name, device_group, world, cfg, stock, selfcheck.enabled(table.strict))
+    HOOKS[name] = hook
+    counters.layer(OP, layer, True)
+    logger.info("r9k: all-reduce of %s: %s", layer, describe(cfg, world))
+    return hook
+
+
+def describe(cfg, world: int) -> str:
+    """The size classes of ``cfg`` at ``world`` ranks, as the status shows them."""
+    if world == 2:
+        exact = f"one_shot up to {cfg.two_rank_max_mb} MiB"
+        if cfg.ar2_compressed:
+            return (f"one_shot below {cfg.ar2_min_kb} KB, compressed_one_shot {cfg.ar2_bits}-bit from {cfg.ar2_min_kb} KB; "
+                    "stock: none")
+        return exact + "; stock above"
+    parts = [f"one_shot up to {cfg.oneshot_kb} KB", f"two_shot up to {cfg.max_kb} KB"]
+    if world == 4 and cfg.ar4_compressed:
+        parts.append(f"hier4 {cfg.ar4_bits}-bit up to {cfg.ar4_max_mb} MiB")
+    return ", ".join(parts) + "; stock above"
+
+
+def _communicator_class():
+    from vllm.distributed.device_communicators.cpu_communicator import CpuCommunicator
+
+    class R9kCpuCommunicator(CpuCommunicator):
+        """vLLM's ``CpuCommunicator`` with this project's all-reduce on tensor-parallel groups (module doc)."""
+
+        def __init__(self, cpu_group, device=None, device_group=None, unique_name: str = "", use_all2all: bool = False):
+            super().__init__(cpu_group, device, device_group, unique_name, use_all2all=use_all2all)
+            self._r9k = None
+            try:
+                self._r9k = attach(unique_name, self.device_group, self.world_size, super().all_reduce)
+            except Exception as exc:  # noqa: BLE001 - a hook that cannot attach leaves vLLM's path, said once
+                counters.layer(OP, f"group {unique_name}", False, f"hook failed: {type(exc).__name__}: {exc}")
+                logger.warning("r9k: %s: the all-reduce hook of %s failed (%s: %s); vLLM's all-reduce",
+                               OP, unique_name, type(exc).__name__, exc)
+
+        def all_reduce(self, input_):
+            if self._r9k is None:
+                return super().all_reduce(input_)
+            return torch_op()(input_, self.unique_name)
+
+    R9kCpuCommunicator.__module__ = __name__
+    R9kCpuCommunicator.__qualname__ = "R9kCpuCommunicator"
+    return R9kCpuCommunicator
+
+
+def __getattr__(name: str):
+    """``R9kCpuCommunicator`` is built on first use (vLLM resolves it by name in a worker), so that importing
+    this module does not import vLLM's communicators."""
+    if name == "R9kCpuCommunicator":
+        cls = _communicator_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(name)
