@@ -38,14 +38,19 @@ _FP: list[str] = []
 
 
 def fingerprint() -> str:
-    """The checking code's identity: pydantic's version and the source of every module of this project that
-    a schema check runs (the schema, its formula and version-spec parsers, this module)."""
+    """The checking code's identity: Python's, pydantic's and pydantic-core's versions and the source of every
+    module of this project that a schema check runs (the schema, its formula and version-spec parsers, this
+    module)."""
     if not _FP:
+        import sys
+
         import pydantic
+        import pydantic_core
 
         from . import formula, provenance, schema
 
-        h = hashlib.sha256(f"pydantic {pydantic.VERSION}".encode())
+        h = hashlib.sha256(f"python {sys.version_info[:3]} pydantic {pydantic.VERSION} "
+                           f"core {pydantic_core.__version__}".encode())
         for mod in (schema, formula, provenance):
             h.update(Path(mod.__file__).read_bytes())
         h.update(Path(__file__).read_bytes())
