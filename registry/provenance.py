@@ -37,7 +37,6 @@ import json
 import os
 import platform as _platform
 import re
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -290,6 +289,8 @@ def in_range(version: str | None, spec: str) -> bool:
 # ------------------------------------------------------------------------------------------ the file
 
 def _git_commit(root: Path) -> str | None:
+    import subprocess  # here: the engine imports this module on every command, which rarely asks git (~5 ms)
+
     try:
         r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                            timeout=10)

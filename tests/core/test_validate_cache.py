@@ -188,3 +188,31 @@ def test_a_warm_validate_builds_no_pydantic_validator(tmp_path):
     assert cold[0] == warm[0] and cold[1] == warm[1] and "tp4-default" in warm[1]
     assert cold[2]  # the cold run checked with pydantic
     assert warm[2] == [] and warm[3] is False
+
+
+def test_module_exists_answers_as_find_spec_without_importing_the_parents():
+    """availability.module_exists looks into a package not imported yet instead of importing it: the same
+    answers as importlib.util.find_spec (asked afterwards, in the same new process) for every module the
+    registry and the adapters name, their parents, and names that do not exist."""
+    code = (
+        "import importlib.util, json, sys\n"
+        "from r9k.registry import availability as A, load_registry\n"
+        "reg = load_registry()\n"
+        "names = sorted({v.implementation.module for v in reg.variants.values() if v.implementation.module}\n"
+        "               | {a.adapter_module for a in A.load_adapters().adapters.values()})\n"
+        "names += sorted({n.rpartition('.')[0] for n in names}) + ['r9k.kernels.no_such_op', 'r9k.no_such.x',\n"
+        "          'r9k.plugin.no_such.deeper', 'json.decoder.not_a_package', 'no_such_top.x', 'os.path', 'r9k']\n"
+        "before = [m for m in ('r9k.plugin', 'r9k.kernels') if m in sys.modules]\n"
+        "fast = [A.module_exists(n) for n in names]\n"
+        "imported = [m for m in ('r9k.plugin', 'r9k.kernels') if m in sys.modules and m not in before]\n"
+        "def real(n):\n"
+        "    try:\n"
+        "        return importlib.util.find_spec(n) is not None\n"
+        "    except (ImportError, ValueError):\n"
+        "        return False\n"
+        "print(json.dumps([names, fast, [real(n) for n in names], imported]))\n")
+    names, fast, real, imported = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True,
+                                                            text=True, timeout=600, check=True).stdout)
+    assert len(names) > 15 and any(fast) and not all(fast)
+    assert dict(zip(names, fast)) == dict(zip(names, real))
+    assert imported == []
