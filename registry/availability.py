@@ -198,9 +198,21 @@ def missing_tests(tests: list[str], repo_root: Path) -> list[str]:
             out.append(f"{t} (no file {file})")
             continue
         func = re.sub(r"\[.*$", "", name.split("::")[-1])
-        if func and not re.search(rf"^\s*(async\s+)?def {re.escape(func)}\s*\(", text, re.M):
+        if func and func not in _defs(text):
             out.append(f"{t} (no test {func} in {file})")
     return out
+
+
+_DEFS: dict[str, set] = {}  # a file's text -> the names its def lines define
+_DEF_LINE = re.compile(r"^\s*(?:async\s+)?def (\w+)\s*\(", re.M)
+
+
+def _defs(text: str) -> set:
+    """The names a file's ``def`` lines define (what a declared test id's function must be one of): one scan
+    of the text, not a pattern compiled per test id."""
+    if text not in _DEFS:
+        _DEFS[text] = set(_DEF_LINE.findall(text))
+    return _DEFS[text]
 
 
 def module_exists(name: str) -> bool:

@@ -147,7 +147,7 @@ def _is_closure_entry(entry) -> bool:
 
 def _inside(root: Path, rel: str) -> Path | None:
     """``root / rel`` for a plain relative path (a cache entry naming ``/etc/x`` or ``../x`` is not followed)."""
-    if not rel or os.path.isabs(rel) or ".." in Path(rel).parts:
+    if not rel or rel.startswith("/") or f"/{rel}/".find("/../") >= 0 or "\\" in rel:
         return None
     return root / rel
 

@@ -171,23 +171,33 @@ def _norm_dist(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name.lower())
 
 
+def _metadata_dirs(folder: str):
+    """Normalized name -> the metadata folders of a ``sys.path`` folder; None if it cannot be listed but
+    exists (a zip file); _ASK if it holds an ``.egg`` (importlib.metadata's other layout)."""
+    try:
+        children = os.listdir(folder)
+    except FileNotFoundError:
+        return {}
+    except OSError:  # a zip file on the path, an unreadable folder
+        return None
+    out: dict[str, list[str]] = {}
+    for child in children:
+        low = child.lower()
+        if low.endswith(".egg") or low == "egg-info":
+            return _ASK
+        if low.endswith((".dist-info", ".egg-info")):
+            out.setdefault(_norm_dist(low.rpartition(".")[0].partition("-")[0]), []).append(child)
+    return out
+
+
 def _fast_version(name: str):
     want = _norm_dist(name)
     for entry in sys.path:
         folder = entry or "."
-        try:
-            children = os.listdir(folder)
-        except FileNotFoundError:
-            continue
-        except OSError:  # a zip file on the path, an unreadable folder
+        found = _metadata_dirs(folder)
+        if found is None or found is _ASK:
             return _ASK
-        hits = []
-        for child in children:
-            low = child.lower()
-            if low.endswith(".egg") or low == "egg-info":
-                return _ASK
-            if low.endswith((".dist-info", ".egg-info")) and _norm_dist(low.rpartition(".")[0].partition("-")[0]) == want:
-                hits.append(child)
+        hits = found.get(want, [])
         if len(hits) > 1:
             return _ASK
         if hits:

@@ -216,3 +216,39 @@ def test_module_exists_answers_as_find_spec_without_importing_the_parents():
     assert len(names) > 15 and any(fast) and not all(fast)
     assert dict(zip(names, fast)) == dict(zip(names, real))
     assert imported == []
+
+
+def test_missing_tests_finds_what_the_pattern_per_test_found(tmp_path):
+    """availability.missing_tests scans a file's def lines once instead of compiling a pattern per test id:
+    the same answers as the pattern (``^\\s*(async\\s+)?def NAME\\s*\\(``) for every declared gate test and for
+    near misses (a longer name, a name only in a comment or string, a class method, async, parameters)."""
+    import re
+
+    from r9k.registry import availability as A
+    from r9k.registry.ledger import repo_root
+
+    def old(tests, root):
+        out = []
+        for t in tests:
+            file, _, name = t.partition("::")
+            try:
+                text = (root / file).read_text(encoding="utf-8")
+            except OSError:
+                out.append(f"{t} (no file {file})")
+                continue
+            func = re.sub(r"\[.*$", "", name.split("::")[-1])
+            if func and not re.search(rf"^\s*(async\s+)?def {re.escape(func)}\s*\(", text, re.M):
+                out.append(f"{t} (no test {func} in {file})")
+        return out
+
+    reg = load_registry()
+    root = repo_root(reg)
+    shipped = sorted({t for v in reg.variants.values() if v.gate for t in v.gate.tests})
+    assert len(shipped) > 20
+    assert A.missing_tests(shipped, root) == old(shipped, root) == []
+    (tmp_path / "t.py").write_text("def test_add_gpu():\n    pass\n# def test_comment():\nx = 'def test_str():'\n"
+                                   "class TestK:\n    async def test_m (self):\n        pass\ndef  test_two_spaces():\n")
+    probes = [f"t.py::{n}" for n in ("test_add", "test_add_gpu", "test_comment", "test_str", "TestK::test_m",
+                                     "test_m[1-2]", "test_two_spaces", "test_add_gpu[x::y]", "")] + ["nofile.py::x"]
+    assert A.missing_tests(probes, tmp_path) == old(probes, tmp_path)
+    assert len(old(probes, tmp_path)) == 6
