@@ -243,7 +243,9 @@ class ItemCache:
                 self.dirty = True
         return obj
 
-    MAX_ENTRIES = 4000  # about 20 registries' worth: the oldest entries go first
+    # about five registries' worth (the shipped one is ~200 items, ~270 KB): every run reads the whole file, so
+    # it is kept small; the entries a load used go last, the oldest go first
+    MAX_ENTRIES = 1000
 
     def save(self) -> None:
         """Write the cache if this load checked an item anew (atomically; the entries it used go last, the
