@@ -46,6 +46,15 @@ def version() -> str:
         return "unknown (not installed)"
 
 
+class _Version(argparse._VersionAction):
+    """``--version``: the installed version is looked up when asked for (``importlib.metadata`` is a
+    start-up cost of every command otherwise)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        self.version = f"r9kctl {version()}"
+        super().__call__(parser, namespace, values, option_string)
+
+
 def _add_globals(p: argparse.ArgumentParser, after: bool) -> None:
     group = p.add_argument_group("global options (before or after the command)") if after else p
     for flags, dest, kw in GLOBAL_OPTIONS:
@@ -122,7 +131,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                "prints a completion script (bash, zsh, fish).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"r9kctl {version()}")
+    p.add_argument("--version", action=_Version, version="r9kctl")
     _add_globals(p, after=False)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     for name in ([only] if only else COMMANDS):

@@ -35,9 +35,11 @@ NAMESPACE = "r9k"
 # Parsing every module of every gate's closure was most of a cold `r9kctl validate` (0.33 s of 0.35). What a
 # module's source says (its imports, the string constants that may name a data file beside it, whether it is
 # a program) depends on its bytes alone, so it is cached on disk keyed by the sha256 of those bytes
-# (<cache dir>/gatedeps-<format>.json); resolving the names to files stays live (a file created or removed is
-# seen at once), and a changed file has another hash, so its gate goes stale at once as before.
-# envvars.NO_CACHE = 1 bypasses it.
+# (<cache dir>/gatedeps-<format>.json); a changed file has another hash, so its gate goes stale at once.
+# Each gate's closure is cached there too (:func:`closure_cached`), checked against content, never against
+# modification times. The file is only a cache: read only when it is a regular file in the cache folder,
+# every entry checked for its shape before use (a corrupt, truncated or hand-edited one is computed again),
+# written through fileio's writer. envvars.NO_CACHE = 1 bypasses it.
 _CACHE_FORMAT = 1
 _disk: dict[str, dict] | None = None
 _dirty = False
@@ -47,19 +49,22 @@ def _cache_path() -> Path:
     return envvars.cache_dir() / f"gatedeps-{_CACHE_FORMAT}.json"
 
 
+def _read_disk(path: Path) -> dict:
+    """The cache file's entries; {} when it is missing, not a regular file, a link out of its folder, too
+    large, unreadable or not a JSON object (nothing is trusted: each entry is checked again when used)."""
+    try:
+        if os.path.islink(path) and os.path.dirname(os.path.realpath(path)) != os.path.realpath(path.parent):
+            return {}
+        data = json.loads(fileio.read_bytes(path, "gate closure cache"))
+    except (OSError, ValueError, fileio.FileError, RecursionError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def _cache() -> dict[str, dict]:
     global _disk
     if _disk is None:
-        from . import envvars
-
-        _disk = {}
-        if not envvars.NO_CACHE.on():
-            try:
-                data = json.loads(_cache_path().read_text(encoding="utf-8"))
-                if isinstance(data, dict):
-                    _disk = data
-            except (OSError, ValueError):
-                pass
+        _disk = {} if envvars.NO_CACHE.on() else _read_disk(_cache_path())
     return _disk
 
 
@@ -80,74 +85,104 @@ def save_cache() -> None:
 
 def closure_cached(root: Path, declaration: list, compute) -> tuple[dict[str, str], list[str]]:
     """``compute()`` (file -> sha256, missing declared paths) of one gate, or its cached result while still
-    valid (see :func:`r9k.registry.ledger.file_hashes`). The entry lives in the same cache file as the parses."""
+    valid: every file of the closure has the recorded content (sha256) and every folder it was looked up in
+    has the recorded entries (a module created where an import points, or one removed, changes its folder's
+    listing). Modification times are never consulted. The entry lives in the same cache file as the parses."""
     import time
 
     cache = _cache()
     key = "closure:" + hashlib.sha256(json.dumps(declaration, sort_keys=True).encode()).hexdigest()
     entry = cache.get(key)
-    if entry is not None:
+    if _is_closure_entry(entry):
         hashes = _still_valid(root, entry)
         if hashes is not None:
             return hashes, list(entry["missing"])
     t0 = time.time()
     files, missing = compute()
-    stats: dict[str, list] = {}
-    dirs = {".": _mtime(root)}
-    for rel, sha in files.items():
-        try:
-            st = (root / rel).stat()
-        except OSError:
-            return files, missing
-        stats[rel] = [st.st_mtime_ns, st.st_size, sha]
+    dirs = {".": _listing(root)}
+    for rel in files:
         d = Path(rel).parent
         while d.as_posix() not in dirs:  # the folder and every folder above it (lookups walk them)
-            dirs[d.as_posix()] = _mtime(root / d)
+            dirs[d.as_posix()] = _listing(root / d)
             d = d.parent
     for rel in missing:  # a declared path that is not there: its nearest folder that is
         d = Path(rel).parent
         while not (root / d).is_dir():
             d = d.parent
-        dirs.setdefault(d.as_posix(), _mtime(root / d))
+        dirs.setdefault(d.as_posix(), _listing(root / d))
     global _dirty
-    cache[key] = {"files": stats, "dirs": dirs, "missing": list(missing), "at": int(t0 * 1e9)}
+    cache[key] = {"files": dict(files), "dirs": dirs, "missing": list(missing), "at": int(t0 * 1e9)}
     _dirty = True
     save_cache()
     return files, missing
 
 
-RACY_NS = 2_000_000_000  # a file modified this close to the recording is compared by content, not stat
-
-
-def _mtime(p: Path) -> int | None:
+def _listing(d: Path) -> str | None:
+    """sha256 of a folder's entries (name, and whether it is a folder), or None if it cannot be listed."""
+    key = ("ls", d)
+    if key in _LOOKUPS:
+        return _LOOKUPS[key]
     try:
-        return p.stat().st_mtime_ns
+        with os.scandir(d) as it:
+            names = sorted(e.name + ("/" if e.is_dir() else "") for e in it)
     except OSError:
+        out = None
+    else:
+        out = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest()
+    _LOOKUPS[key] = out
+    return out
+
+
+def _is_sha(x) -> bool:
+    return isinstance(x, str) and len(x) == 64
+
+
+def _is_closure_entry(entry) -> bool:
+    """The shape :func:`closure_cached` writes (an entry of an older format or a damaged one is not)."""
+    return isinstance(entry, dict) and isinstance(entry.get("files"), dict) and isinstance(entry.get("dirs"), dict) \
+        and isinstance(entry.get("missing"), list) and all(isinstance(m, str) for m in entry["missing"]) \
+        and all(isinstance(k, str) and _is_sha(v) for k, v in entry["files"].items()) \
+        and all(isinstance(k, str) and (v is None or _is_sha(v)) for k, v in entry["dirs"].items())
+
+
+def _inside(root: Path, rel: str) -> Path | None:
+    """``root / rel`` for a plain relative path (a cache entry naming ``/etc/x`` or ``../x`` is not followed)."""
+    if not rel or rel.startswith("/") or f"/{rel}/".find("/../") >= 0 or "\\" in rel:
         return None
+    return root / rel
 
 
 def _still_valid(root: Path, entry: dict) -> dict[str, str] | None:
-    for rel, m in entry["dirs"].items():
-        if _mtime(root / rel) != m:
+    for rel, listing in entry["dirs"].items():
+        d = _inside(root, rel) if rel != "." else root
+        if d is None or _listing(d) != listing:
             return None
     out = {}
-    for rel, (mtime, size, sha) in entry["files"].items():
+    for rel, sha in entry["files"].items():
+        p = _inside(root, rel)
         try:
-            st = (root / rel).stat()
+            if p is None or content_hash(p)[0] != sha:
+                return None
         except OSError:
-            return None
-        if st.st_mtime_ns != mtime or st.st_size != size:
-            return None
-        if mtime >= entry["at"] - RACY_NS and content_hash(root / rel)[0] != sha:
             return None
         out[rel] = sha
     return out
 
 
+def _is_facts(hit) -> bool:
+    """The shape :func:`_facts` caches."""
+    return isinstance(hit, dict) and isinstance(hit.get("script"), bool) \
+        and isinstance(hit.get("consts"), list) and all(isinstance(c, str) for c in hit["consts"]) \
+        and isinstance(hit.get("imports"), list) \
+        and all(isinstance(i, list) and len(i) == 3 and isinstance(i[0], int) and not isinstance(i[0], bool)
+                and isinstance(i[1], str) and isinstance(i[2], list) and all(isinstance(n, str) for n in i[2])
+                for i in hit["imports"])
+
+
 def _facts_of(path: Path) -> dict:
     key, data = content_hash(path)
     hit = _cache().get(key)
-    return hit if hit is not None else _facts(data if data is not None else path.read_bytes(), str(path), key)
+    return hit if _is_facts(hit) else _facts(data if data is not None else path.read_bytes(), str(path), key)
 
 
 def _facts(data: bytes, filename: str, key: str | None = None) -> dict:
@@ -158,7 +193,7 @@ def _facts(data: bytes, filename: str, key: str | None = None) -> dict:
     key = key or hashlib.sha256(data).hexdigest()
     cache = _cache()
     hit = cache.get(key)
-    if hit is not None:
+    if _is_facts(hit):
         return hit
     try:
         tree = ast.parse(data, filename=filename)
@@ -186,12 +221,14 @@ def _facts(data: bytes, filename: str, key: str | None = None) -> dict:
 #: its package __init__ files, file -> (stat, sha256); every gate shares them, so the folders and files
 #: several closures have in common are looked at once
 _LOOKUPS: dict = {}
+_PASS = [0]  # the number of the pass: a module's direct dependencies are reused within one pass only
 
 
 def fresh_lookups() -> None:
     """Forget the file-system lookups (called at the start of each pass over the gates: files may have been
     created, removed or edited since the last)."""
     _LOOKUPS.clear()
+    _PASS[0] += 1
 
 
 def content_hash(path: Path) -> tuple[str, bytes | None]:
@@ -257,9 +294,10 @@ def _module_name(root: Path, path: Path) -> str:
 
 
 @lru_cache(maxsize=1024)
-def _direct(root: Path, path: Path, mtime_ns: int, size: int = -1) -> tuple[Path, ...]:
-    """Repository files one module depends on directly (see the module doc). Cached per file version; the
-    parse behind it per content hash (:func:`_facts`)."""
+def _direct(root: Path, path: Path, sha: str, pass_no: int = -1) -> tuple[Path, ...]:
+    """Repository files one module depends on directly (see the module doc). Reused within one pass for the
+    same content (the names it imports resolve to files as the folders are now); the parse behind it is
+    cached per content hash (:func:`_facts`)."""
     try:
         facts = _facts_of(path)
     except OSError:
@@ -320,8 +358,7 @@ def closure(root: str | Path, files: Iterable[str | Path]) -> list[str]:
         seen.add(p)
         todo += _package_inits(root, p)
         if p.suffix == ".py":
-            st = p.stat()
-            todo += _direct(root, p, st.st_mtime_ns, st.st_size)
+            todo += _direct(root, p, content_hash(p)[0], _PASS[0])
     save_cache()
     return sorted(p.relative_to(root).as_posix() for p in seen)
 

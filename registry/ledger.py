@@ -194,9 +194,8 @@ def file_hashes(reg_or_root: Any, variant: Any) -> tuple[dict[str, str], list[st
     """(repo-relative path -> sha256 of every file the gate depends on, declared paths that are missing).
 
     Cached on disk per gate (:mod:`r9k.registry.gatedeps`: :func:`~r9k.registry.gatedeps.closure_cached`):
-    the closure and the hashes are reused only while every file in it and every folder it was looked up in
-    has the size and modification time recorded (a file created or removed changes its folder's), and a file
-    modified within two seconds of the recording is hashed again (a same-size edit in the same clock tick)."""
+    the closure is reused only while every file in it has the recorded content (sha256) and every folder it
+    was looked up in has the recorded entries (a file created or removed changes its folder's listing)."""
     root = repo_root(reg_or_root)
     impl = getattr(variant, "implementation", None)
     key = [str(root), hashed_paths(variant), declared_tests(variant), getattr(impl, "module", None)]
@@ -285,7 +284,8 @@ class GateRecord:
         """Outcomes of the items a declared id covers (the id itself, or items under a file / class id)."""
         if test_id in self.outcomes:
             return [self.outcomes[test_id]]
-        return [o for item, o in self.outcomes.items() if item_of(item, test_id)]
+        under = (test_id + "::", test_id + "[")  # item_of, inlined: this runs per record x declared test
+        return [o for item, o in self.outcomes.items() if item.startswith(under)]
 
 
 def summarize(outcomes: Mapping[str, str]) -> str:

@@ -33,11 +33,10 @@ import datetime as _dt
 import functools as _functools
 import glob as _glob
 import hashlib
-import importlib.metadata as _md
 import json
 import os
 import platform as _platform
-import subprocess
+import re
 import sys
 from pathlib import Path
 from typing import Any, Mapping
@@ -140,12 +139,81 @@ def _proc_gpu_model() -> str | None:
 
 @_functools.lru_cache(maxsize=None)  # installed versions do not change within a process; ~2 ms a lookup
 def _dist_version(names: tuple[str, ...]) -> str | None:
+    """The installed version of the first of ``names`` that is installed, as ``importlib.metadata.version``
+    gives it. Importing ``importlib.metadata`` (and the email parser under it) costs every command that
+    checks gates ~30 ms, so the plain case is read here: the one ``<name>-*.dist-info`` (or ``.egg-info``)
+    folder of the first ``sys.path`` folder that has one, and its ``Version:`` line. Anything else (two
+    candidates in a folder, an ``.egg``, a zip on the path, no metadata, a name found nowhere) is asked of
+    ``importlib.metadata`` itself (test_validate_cache.py compares both on every installed distribution)."""
     for n in names:
-        try:
-            return _md.version(n)
-        except _md.PackageNotFoundError:
-            continue
+        v = _fast_version(n)
+        if v is _ASK:
+            import importlib.metadata as _md  # noqa: PLC0415 - see the docstring
+
+            try:
+                return _md.version(n)
+            except _md.PackageNotFoundError:
+                continue
+        return v
     return None
+
+
+def dist_version(*names: str) -> str | None:
+    """The installed version of the first of ``names`` (distribution names) that is installed, else None."""
+    return _dist_version(tuple(names))
+
+
+_ASK = object()  # _fast_version: importlib.metadata must answer
+
+
+def _norm_dist(name: str) -> str:
+    """importlib.metadata's normalized distribution name (``Prepared.normalize``)."""
+    return re.sub(r"[-_.]+", "_", name.lower())
+
+
+def _metadata_dirs(folder: str):
+    """Normalized name -> the metadata folders of a ``sys.path`` folder; None if it cannot be listed but
+    exists (a zip file); _ASK if it holds an ``.egg`` (importlib.metadata's other layout)."""
+    try:
+        children = os.listdir(folder)
+    except FileNotFoundError:
+        return {}
+    except OSError:  # a zip file on the path, an unreadable folder
+        return None
+    out: dict[str, list[str]] = {}
+    for child in children:
+        low = child.lower()
+        if low.endswith(".egg") or low == "egg-info":
+            return _ASK
+        if low.endswith((".dist-info", ".egg-info")):
+            out.setdefault(_norm_dist(low.rpartition(".")[0].partition("-")[0]), []).append(child)
+    return out
+
+
+def _fast_version(name: str):
+    want = _norm_dist(name)
+    for entry in sys.path:
+        folder = entry or "."
+        found = _metadata_dirs(folder)
+        if found is None or found is _ASK:
+            return _ASK
+        hits = found.get(want, [])
+        if len(hits) > 1:
+            return _ASK
+        if hits:
+            for meta in ("METADATA", "PKG-INFO"):
+                try:
+                    with open(os.path.join(folder, hits[0], meta), encoding="utf-8") as f:
+                        for line in f:
+                            if not line.strip():
+                                break  # the end of the headers
+                            if line.startswith("Version:"):
+                                return line[len("Version:"):].strip() or _ASK
+                except OSError:
+                    continue
+                return _ASK
+            return _ASK
+    return _ASK
 
 
 def toolchain(use_torch: bool = False) -> dict[str, str | None]:
@@ -231,6 +299,8 @@ def in_range(version: str | None, spec: str) -> bool:
 # ------------------------------------------------------------------------------------------ the file
 
 def _git_commit(root: Path) -> str | None:
+    import subprocess  # here: the engine imports this module on every command, which rarely asks git (~5 ms)
+
     try:
         r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                            timeout=10)

@@ -377,7 +377,7 @@ def resolve(
     rs = ResolvedSet(profile=profile, model=model, tp=tp, platform=plat,
                      release=base, chain=[p.name for p in chain], items=items, extra_env=extra_env,
                      serve_args=serve_args, model_path=model_path,
-                     hardware=hardware.model_dump() if hardware else None, gpu_memory_utilization=util,
+                     hardware=hardware.plain() if hardware else None, gpu_memory_utilization=util,
                      strict=strict_flag, diagnostics=diags, registry_root=reg.root, tp_from=tp_from,
                      command_line=command_line)
     return rs

