@@ -49,6 +49,9 @@ import logging
 from typing import Callable, Optional
 
 from . import counters
+from .layers._common import opaque
+from . import active_set, dispatch, selfcheck
+from ..registry.manifest import Impl
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -222,17 +225,12 @@ def _fake(x, group: str):
 
 def torch_op():
     """``torch.ops.r9k.allreduce(x, group_name)`` (defined once per process)."""
-    from .layers._common import opaque
-
     return opaque(OP, "(Tensor x, str group) -> Tensor", _impl, _fake)
 
 
 def attach(name: str, device_group, world: int, stock: Callable) -> Optional[Hook]:
     """The hook of vLLM's group ``name`` (None: vLLM's path, the reason recorded where it concerns the tensor-
     parallel group). Called once per group, when vLLM builds its communicator."""
-    from . import dispatch, selfcheck
-    from ..registry.manifest import Impl
-
     table = dispatch.get_table()
     if table is None or world < 2 or not name.startswith("tp"):
         return None
@@ -249,7 +247,6 @@ def attach(name: str, device_group, world: int, stock: Callable) -> Optional[Hoo
     if backend != "gloo":
         counters.layer(OP, layer, False, f"device group backend {backend}, not gloo (the GPU transport is not written)")
         return None
-    from . import active_set
 
     cfg, why = config_from(active_set(), world)
     if why:
