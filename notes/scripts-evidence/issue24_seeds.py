@@ -49,8 +49,8 @@ oq = old_module("old_qsa", "kernels/qsa_glue/test_qsa_glue.py", [
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 G = th.SMALL if SMOKE else th.REAL
 N = 3 if SMOKE else 200
-CAP = 5 if SMOKE else 30  # seconds per group at most (then the seeds run so far are reported)
-CAP2 = 5 if SMOKE else 8  # the other parametrizations
+CAP = 5 if SMOKE else 25  # seconds per group at most (then the seeds run so far are reported)
+CAP2 = 5 if SMOKE else 6  # the other parametrizations
 print("torch", torch.__version__, "device", DEV, torch.cuda.get_device_name() if DEV == "cuda" else "",
       "allow_tf32", torch.backends.cuda.matmul.allow_tf32, torch.get_float32_matmul_precision(), flush=True)
 
