@@ -24,6 +24,7 @@ import ast
 import hashlib
 import json
 import os
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
@@ -224,11 +225,32 @@ _LOOKUPS: dict = {}
 _PASS = [0]  # the number of the pass: a module's direct dependencies are reused within one pass only
 
 
+_IN_PASS = [False]  # inside :func:`one_pass`: the gates of the pass share the lookups
+
+
 def fresh_lookups() -> None:
     """Forget the file-system lookups (called at the start of each pass over the gates: files may have been
     created, removed or edited since the last)."""
     _LOOKUPS.clear()
     _PASS[0] += 1
+
+
+@contextmanager
+def one_pass():
+    """A pass over several gates that share the file-system lookups (taken once, at its start)."""
+    fresh_lookups()
+    _IN_PASS[0] = True
+    try:
+        yield
+    finally:
+        _IN_PASS[0] = False
+
+
+def lookups_for_a_gate() -> None:
+    """Called before one gate's closure: outside :func:`one_pass`, each gate is its own pass (a file created,
+    removed or edited since an earlier call in this process is seen)."""
+    if not _IN_PASS[0]:
+        fresh_lookups()
 
 
 def content_hash(path: Path) -> tuple[str, bytes | None]:

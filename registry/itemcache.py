@@ -44,13 +44,12 @@ def fingerprint() -> str:
     if not _FP:
         import sys
 
-        import pydantic
-        import pydantic_core
+        from pydantic import version as pydantic_version  # it names pydantic-core's version too
 
         from . import formula, provenance, schema
 
-        h = hashlib.sha256(f"python {sys.version_info[:3]} pydantic {pydantic.VERSION} "
-                           f"core {pydantic_core.__version__}".encode())
+        h = hashlib.sha256(f"python {sys.version_info[:3]} pydantic {pydantic_version.VERSION} "
+                           f"core {pydantic_version.__pydantic_core_version__}".encode())
         for mod in (schema, formula, provenance):
             h.update(Path(mod.__file__).read_bytes())
         h.update(Path(__file__).read_bytes())

@@ -51,7 +51,7 @@ from typing import Any, Iterable, Mapping
 from . import envvars, fileio
 from . import gatedeps
 from . import provenance  # toolchain() looked up at call time: callers and tests replace provenance.toolchain
-from .gatedeps import closure_cached, content_hash, fresh_lookups
+from .gatedeps import closure_cached, content_hash, lookups_for_a_gate, one_pass
 from .availability import platform_admits
 
 LEDGER_RELPATH = Path("gates") / "ledger.jsonl"
@@ -196,6 +196,7 @@ def file_hashes(reg_or_root: Any, variant: Any) -> tuple[dict[str, str], list[st
     Cached on disk per gate (:mod:`r9k.registry.gatedeps`: :func:`~r9k.registry.gatedeps.closure_cached`):
     the closure is reused only while every file in it has the recorded content (sha256) and every folder it
     was looked up in has the recorded entries (a file created or removed changes its folder's listing)."""
+    lookups_for_a_gate()
     root = repo_root(reg_or_root)
     impl = getattr(variant, "implementation", None)
     key = [str(root), hashed_paths(variant), declared_tests(variant), getattr(impl, "module", None)]
@@ -545,10 +546,10 @@ def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list
 
 def gate_states(reg: Any, ledger: str | Path | None = None) -> dict[str, GateState]:
     """Gate state of every variant that declares gate tests, by variant id (see the module doc)."""
-    fresh_lookups()  # every gate of this pass shares the file-system lookups; a file changed since is seen
-    records, _problems = read_ledger(ledger or ledger_path(reg))
-    tcs = Toolchains(records)
-    return {vid: state_of(reg, v, records, tcs) for vid, v in reg.variants.items() if declared_tests(v)}
+    with one_pass():  # every gate of this pass shares the file-system lookups; a file changed since is seen
+        records, _problems = read_ledger(ledger or ledger_path(reg))
+        tcs = Toolchains(records)
+        return {vid: state_of(reg, v, records, tcs) for vid, v in reg.variants.items() if declared_tests(v)}
 
 
 def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],

@@ -145,6 +145,11 @@ def test_the_cpu_flash_next_profiles_carry_tp4_defaults_kernel_variants():
         return {r.variant.knob for r in resolve(reg, profile).non_stock() if r.variant.implementation.op}
 
     not_on_cpu: set[str] = set()
-    want = kernels("tp4-default") - not_on_cpu
+    # the all-reduce variants run where vLLM all-reduces (TP >= 2): served at TP 2 by the cpu-smoke launch of
+    # tests/plugin/test_serve_tp2.py (with --set, its thresholds made for the tiny model), not by these profiles
+    all_reduce = {r.variant.knob for r in resolve(reg, "tp4-default").non_stock()
+                  if r.variant.implementation.op == "allreduce"}
+    assert all_reduce, "tp4-default switches an all-reduce variant on"
+    want = kernels("tp4-default") - not_on_cpu - all_reduce
     assert want and kernels("cpu-flash-next") == want
     assert kernels("cpu-flash-next-tp2") == want - {"R9K_HC_FP8_DECODE", "R9K_FP8_QA"}

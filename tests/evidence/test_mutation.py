@@ -54,11 +54,23 @@ MUTANTS = [
 CONTROL = ("qsa_indexer_glue", "qsa_glue", "rne_bf16(o1).to(tl.bfloat16)", "rne_bf16(o1).to(tl.bfloat16)")
 
 
+#: The all-reduce variants' gates run their schedules in spawned gloo ranks (worker processes that import the
+#: module afresh), which this harness's in-process mutation cannot reach; their gate file checks itself against
+#: a broken codec (``test_bound_catches_a_broken_codec``) and every schedule against stock in the ranks. Not
+#: mutated here (a limitation, notes/evidence.md), and only while their gates stay in that one file.
+SPAWNED_RANKS = ("r9k.kernels.allreduce", "kernels/allreduce/test_allreduce.py::")
+
+
 def test_every_fused_kernel_has_a_mutant():
     """Every variant with gate tests and a kernel of its own is mutated here (a new kernel needs a mutant)."""
     reg = load_registry()
     gated = {vid for vid, v in reg.variants.items()
              if L.declared_tests(v) and getattr(v.implementation, "module", None)}
+    module, tests = SPAWNED_RANKS
+    spawned = {vid for vid in gated if reg.variants[vid].implementation.module == module}
+    for vid in spawned:
+        assert all(t.startswith(tests) for t in L.declared_tests(reg.variants[vid])), vid
+    gated -= spawned
     assert gated <= {m[0] for m in MUTANTS}, f"no mutant for {sorted(gated - {m[0] for m in MUTANTS})}"
 
 
