@@ -29,6 +29,8 @@ from ...registry.formula import Formula
 from ...plugin.models import schedule
 from ...kernels._triton import vllm_peer
 
+E2E_MINUTES = 1  # two tiny-step tests of 35-38 s under load 5-10 on 2026-12-01: tests/conftest.py runs it early (no server; slow)
+
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.toml"))
 

@@ -14,6 +14,8 @@ import socket
 
 import pytest
 
+E2E_MINUTES = 1  # its gloo groups: 42 + 24 + 12 s under load 5-10 on 2026-12-01: tests/conftest.py runs it early (no server; slow)
+
 torch = pytest.importorskip("torch")
 
 from . import algorithms, quant, reference  # noqa: E402

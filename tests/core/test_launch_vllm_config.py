@@ -6,6 +6,8 @@ import subprocess
 
 import pytest
 
+E2E_MINUTES = 1  # vLLM's parser per profile: 35 + 32 s under load 5-10 on 2026-12-01: tests/conftest.py runs it early (no server; slow)
+
 
 def test_vllm_config_reads_back_to_the_same_arguments(r9kctl, tmp_path):
     pytest.importorskip("vllm")

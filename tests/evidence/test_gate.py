@@ -15,6 +15,8 @@ from r9k.registry import envvars, load_registry
 
 from .fake_repo import make_repo, variant
 
+E2E_MINUTES = 1  # the paired gate on the CPU decode step: 63 s under load 5-10 on 2026-12-01: tests/conftest.py runs it early (no server; slow)
+
 VARIANTS = "\n".join([
     variant("evfake_add", "Test-only fused add.", ["kernels/evfake/test_evfake.py::test_exact"],
             type="enum", choices=["r9k", "stock"], stock="stock", state="default-on", defaults={"tp1": "r9k"},

@@ -18,6 +18,8 @@ from r9k.registry import envvars
 from r9k.registry import ledger as L
 from r9k.registry import load_registry
 
+E2E_MINUTES = 2  # the mutants' gate runs: 146 s under load 5-10 on 2026-12-01: tests/conftest.py runs it early (no server; slow)
+
 # Checked without importing them: importing triton here, before the kernels' TRITON_INTERPRET is set, would
 # change how other tests in this process run the kernels.
 pytestmark = pytest.mark.skipif(not (importlib.util.find_spec("torch") and importlib.util.find_spec("triton")),

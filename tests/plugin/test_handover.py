@@ -13,6 +13,8 @@ import sys
 
 from r9k.registry import envvars
 
+E2E_MINUTES = 1  # its launch children: 41 + 17 s under load 5-10 on 2026-12-01: tests/conftest.py runs it early (no server; slow)
+
 # The child fails if anything resolves or validates a profile: the hand-off is load-and-check only.
 NO_RESOLVE = ("import r9k.registry.resolve as R, r9k.registry.validate as V\n"
               "def _boom(*a, **k): raise SystemExit('resolved again')\n"
