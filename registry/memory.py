@@ -68,6 +68,7 @@ class Budget:
     costs: list[VariantCost] = field(default_factory=list)
     fixed_kv_bytes: Optional[int] = None
     kv_pool_separate: bool = False  # the KV cache is its own allocation (vLLM's CPU backend: VLLM_CPU_KVCACHE_SPACE)
+    hybrid: Optional["HybridLayout"] = None  # a hybrid model's page arithmetic (kv_tokens follows vLLM's)
 
     @property
     def variant_bytes(self) -> int:
@@ -87,6 +88,8 @@ class Budget:
 
     @property
     def kv_tokens(self) -> int:
+        if self.hybrid is not None:
+            return self.hybrid.tokens(self.kv_bytes)
         return max(0, self.kv_bytes // self.kv_bytes_per_token)
 
     def to_dict(self) -> dict:
@@ -96,7 +99,94 @@ class Budget:
             "kv_bytes": self.kv_bytes, "kv_bytes_per_token": self.kv_bytes_per_token, "kv_tokens": self.kv_tokens,
             "fixed_kv_bytes": self.fixed_kv_bytes, "headroom_bytes": self.headroom,
             "costs": [c.__dict__ for c in self.costs],
+            **({"kv_hybrid": self.hybrid.__dict__} if self.hybrid is not None else {}),
         }
+
+
+@dataclass
+class HybridLayout:
+    """vLLM 0.32's KV-cache arithmetic for a model of attention and recurrent-state (GDN/Mamba) layers, on one
+    rank (``registry/models.toml``'s ``kv_hybrid``; the rule's sources in vLLM are named at each step):
+
+    * the attention block grows to hold a state page: ``block = align x ceil(state / (align x attn))``
+      (``platforms/interface.py: _align_hybrid_block_size``; ``attn``: one attention layer's bytes a token),
+      and every layer's page is ``block x attn`` (the state page padded to it);
+    * layers are grouped by type into groups of equal size: the smaller type's count, or the larger one's when
+      it is under 1.5 times the smaller (``kv_cache_utils._get_kv_cache_groups_uniform_page_size``); the pool
+      is ``kv_bytes // (page x group_size)`` blocks shared by every group;
+    * a request of ``max_model_len`` tokens takes ``ceil(max_model_len / block)`` blocks of each attention group
+      and ``state_blocks`` of each state group (``max_memory_usage_bytes`` of each spec), and vLLM's capacity
+      ("KV cache size: N tokens") is ``int(blocks / per_request x max_model_len)``
+      (``get_max_concurrency_for_kv_cache_config``, ``get_kv_cache_capacity``).
+    """
+
+    attn_bytes_per_token: int  # one attention layer's, this rank
+    state_bytes: int  # one state layer's state a sequence, this rank
+    attention_layers: int
+    state_layers: int
+    block_alignment: int
+    state_blocks: int  # a request's blocks of each state group
+    max_model_len: int
+
+    @property
+    def block_size(self) -> int:
+        a = self.block_alignment
+        return a * -(-self.state_bytes // (a * self.attn_bytes_per_token))
+
+    @property
+    def page_bytes(self) -> int:
+        return self.block_size * self.attn_bytes_per_token
+
+    @property
+    def group_size(self) -> int:
+        lo, hi = sorted((self.attention_layers, self.state_layers))
+        return hi if hi < lo * 1.5 else lo
+
+    @property
+    def blocks_per_request(self) -> int:
+        g = self.group_size
+        attn_groups, state_groups = -(-self.attention_layers // g), -(-self.state_layers // g)
+        return attn_groups * -(-self.max_model_len // self.block_size) + state_groups * self.state_blocks
+
+    @property
+    def bytes_per_request(self) -> int:
+        """The pool's bytes one request of max_model_len tokens takes (every group, every layer of a group)."""
+        return self.blocks_per_request * self.page_bytes * self.group_size
+
+    def blocks(self, kv_bytes: int) -> int:
+        return max(0, kv_bytes) // (self.page_bytes * self.group_size)
+
+    def tokens(self, kv_bytes: int) -> int:
+        return int(self.blocks(kv_bytes) / self.blocks_per_request * self.max_model_len)
+
+
+def hybrid_layout(m, tp: int, serve_args: Optional[list] = None) -> Optional[HybridLayout]:
+    """The page arithmetic of a hybrid model at a TP size, with the profile's vLLM arguments (its
+    ``--max-model-len``; ``--no-enable-prefix-caching``: one state block a request, vLLM's mamba cache mode
+    'none'), or None for a model without ``kv_hybrid``."""
+    h = getattr(m, "kv_hybrid", None)
+    if h is None:
+        return None
+    from .consistency import _serve_options
+
+    key = f"tp{tp}"
+    max_len, state_blocks = h.max_model_len, h.state_blocks_per_request
+    for _, opt, val in _serve_options(list(serve_args or [])):
+        if opt == "--max-model-len" and val is not None:
+            try:
+                max_len = int(val)
+            except ValueError:
+                raise BudgetError("--max-model-len", val, "not a whole number of tokens") from None
+            if max_len < 1:
+                raise BudgetError("--max-model-len", val, "must be at least 1")
+        elif opt == "--no-enable-prefix-caching":
+            state_blocks = 1
+        elif opt == "--enable-prefix-caching":
+            state_blocks = h.state_blocks_per_request
+    return HybridLayout(attn_bytes_per_token=m.kv_bytes_per_token[key] // h.attention_layers,
+                        state_bytes=h.state_bytes[key], attention_layers=h.attention_layers,
+                        state_layers=h.state_layers, block_alignment=h.block_alignment,
+                        state_blocks=state_blocks, max_model_len=max_len)
 
 
 def budget(reg: Registry, rs: ResolvedSet, errors: Optional[list] = None) -> Optional[Budget]:
@@ -120,7 +210,7 @@ def _budget(reg: Registry, rs: ResolvedSet) -> Optional[Budget]:
     if (rs.platform or "") == "cpu" and rs.extra_env.get("VLLM_CPU_KVCACHE_SPACE"):
         fixed_gib = _gib("VLLM_CPU_KVCACHE_SPACE", rs.extra_env["VLLM_CPU_KVCACHE_SPACE"])  # the CPU KV space
     b = budget_of(reg, rs.model, rs.tp, rs.hardware["memory_gib_per_gpu"], values, util, fixed_gib,
-                  active={r.variant.id for r in rs.active()})
+                  active={r.variant.id for r in rs.active()}, serve_args=rs.serve_args)
     if b is not None and fixed_gib is not None and not values.get(KVMEM_KNOB):
         b.kv_pool_separate = True
     return b
@@ -128,9 +218,10 @@ def _budget(reg: Registry, rs: ResolvedSet) -> Optional[Budget]:
 
 def budget_of(reg: Registry, model: str, tp: int, memory_gib: float, values: Mapping[str, Optional[str]],
               utilization: Optional[float] = None, fixed_kv_gib: Optional[float] = None,
-              active: Optional[set] = None) -> Optional[Budget]:
+              active: Optional[set] = None, serve_args: Optional[list] = None) -> Optional[Budget]:
     """The budget of a model at a TP size on GPUs of ``memory_gib``, with the knobs at ``values`` (knob ->
-    value). ``active``: the variant ids that are on (for costs given as fixed bytes, charged only when on)."""
+    value). ``active``: the variant ids that are on (for costs given as fixed bytes, charged only when on).
+    ``serve_args``: the profile's vLLM arguments (a hybrid model's capacity depends on its max_model_len)."""
     if model not in reg.models:
         return None
     m = reg.models[model]
@@ -149,9 +240,12 @@ def budget_of(reg: Registry, model: str, tp: int, memory_gib: float, values: Map
     if bpt <= 0:
         raise BudgetError(f"kv_bytes_per_token.{key}", bpt, f"model {m.name}: must be a positive number of bytes")
     memory_gib = _gib("hardware.memory_gib_per_gpu", memory_gib)
+    hybrid = hybrid_layout(m, tp, serve_args)
+    if hybrid is not None:  # a token's share of a request's pages: what a variant's bytes cost in tokens
+        bpt = max(1, round(hybrid.bytes_per_request / hybrid.max_model_len))
     b = Budget(model=m.name, tp=tp, memory_bytes=int(memory_gib * GIB), utilization=util,
                weights=m.weight_bytes_per_gpu[key], overhead=m.overhead_bytes_per_gpu.get(key, 0),
-               kv_bytes_per_token=bpt, fixed_kv_bytes=fixed)
+               kv_bytes_per_token=bpt, fixed_kv_bytes=fixed, hybrid=hybrid)
     # a model without dims (the tiny CPU models) has no formula costs: only its weights, overhead and KV
     with_dims = bool(m.dims or m.derived)
     try:
@@ -200,7 +294,7 @@ def cost_if_toggled(reg: Registry, rs: ResolvedSet, variant_id: str) -> Optional
     other[v.knob] = v.stock if on else _on_value(v)
     try:
         there = budget_of(reg, rs.model, rs.tp, rs.hardware["memory_gib_per_gpu"], other, rs.gpu_memory_utilization,
-                          None, (active - {variant_id}) if on else (active | {variant_id}))
+                          None, (active - {variant_id}) if on else (active | {variant_id}), serve_args=rs.serve_args)
     except BudgetError:
         return None
     if there is None:

@@ -581,6 +581,36 @@ class Release(Strict):
 # ----------------------------------------------------------------------------------------- models
 
 
+class HybridKV(Strict):
+    """How vLLM's hybrid KV-cache allocator lays out a model of attention and recurrent-state (GDN/Mamba) layers
+    (vLLM 0.32 ``platforms/interface.py: _align_hybrid_block_size``, ``v1/core/kv_cache_utils.py``): every
+    layer gets pages of one size (the attention block grown until its page holds a state page), layers are
+    grouped, and its "KV cache size: N tokens" is the pool's blocks over the blocks one request of
+    ``max_model_len`` tokens takes, times ``max_model_len``. ``registry/memory.py: hybrid_kv`` computes it."""
+
+    attention_layers: int = Field(ge=1)
+    state_layers: int = Field(ge=1)
+    # one state layer's state a sequence and rank (recurrent state + conv state), before vLLM pads it to the page
+    state_bytes: dict[str, int]
+    # the backend's kernel block size the attention block is a multiple of (vLLM's CPU backend: 128)
+    block_alignment: int = Field(default=128, ge=1)
+    # state blocks a request holds per state group: 2 in vLLM's 'align' mamba cache mode (prefix caching on, its
+    # default), 1 without prefix caching (``MambaSpec.max_memory_usage_bytes``)
+    state_blocks_per_request: int = Field(default=2, ge=1)
+    # vLLM's max_model_len when the profile's serve_args set none (the checkpoint's max_position_embeddings)
+    max_model_len: int = Field(ge=1)
+
+    @field_validator("state_bytes")
+    @classmethod
+    def _keys(cls, v: dict[str, int]) -> dict[str, int]:
+        for k, n in v.items():
+            if not TP_KEY.match(k):
+                raise ValueError(f"key {k!r} must be a TP key like 'tp4'")
+            if n <= 0 or n > 1 << 50:
+                raise ValueError(f"{k} = {n}: must be a positive number of bytes (at most 2**50)")
+        return v
+
+
 class ModelSpec(Strict):
     """What the memory budget needs of a model, per TP key (``tp4``...): the weights a GPU holds, the
     memory that is neither weights nor KV cache (graphs, activations, state pools, parts the dims do not
@@ -594,6 +624,8 @@ class ModelSpec(Strict):
     weight_bytes_per_gpu: dict[str, int]
     overhead_bytes_per_gpu: dict[str, int] = Field(default_factory=dict)
     kv_bytes_per_token: dict[str, int]
+    # a hybrid model's page arithmetic in vLLM (then kv_bytes_per_token is its attention layers' bytes a token)
+    kv_hybrid: Optional[HybridKV] = None
     # the dimensions the variants' memory formulas read (hidden sizes, layer and module counts, bytes a token
     # of graph memory...), with the derived quantities as expressions of them
     dims: dict[str, Union[int, float]] = Field(default_factory=dict)
@@ -611,6 +643,19 @@ class ModelSpec(Strict):
                 raise ValueError(f"{k} = {n}: must be a {'positive' if info.field_name == 'kv_bytes_per_token' else 'non-negative'} "
                                  "number of bytes (at most 2**50)")
         return v
+
+    @model_validator(mode="after")
+    def _hybrid_keys(self) -> "ModelSpec":
+        h = self.kv_hybrid
+        if h is not None:
+            if set(h.state_bytes) != set(self.kv_bytes_per_token):
+                raise ValueError(f"kv_hybrid.state_bytes has TP keys {sorted(h.state_bytes)}, kv_bytes_per_token "
+                                 f"{sorted(self.kv_bytes_per_token)}: they must be the same")
+            for k, n in self.kv_bytes_per_token.items():
+                if n % h.attention_layers:
+                    raise ValueError(f"kv_bytes_per_token.{k} = {n} is not a whole number of bytes a token for each "
+                                     f"of kv_hybrid.attention_layers = {h.attention_layers}")
+        return self
 
     def supports_tp(self, tp: int) -> bool:
         return f"tp{tp}" in self.kv_bytes_per_token and f"tp{tp}" in self.weight_bytes_per_gpu

@@ -173,3 +173,91 @@ def test_cpu_backend_kv_space_is_a_fixed_budget(reg):
 def test_stock_costs_only_what_stock_vllm_holds(reg):
     b = budget(reg, resolve(reg, "stock", env={}))
     assert {c.knob for c in b.costs} <= {"CGSIZES", "NSEQ", "NBT"} and b.kv_tokens > 0
+
+
+# ------------------------------------------------------------------ hybrid models: vLLM's page arithmetic
+
+
+# vLLM 0.32's "CPU KV cache size" line of the three hybrid cpu profiles' launches (VLLM_CPU_KVCACHE_SPACE=1,
+# --max-model-len 512): server logs of tests/plugin/test_e2e_flash_next.py and test_e2e_adapters.py of
+# 2026-12-01 (notes/flash-next.md, "The KV gap"). The registry predicted 262,144 / 524,288 / 1,048,576.
+VLLM_LOGGED = {"cpu-flash-next": 419_430, "cpu-flash-next-tp2": 838_860, "cpu-qwen3-next": 524_288}
+
+
+@pytest.mark.parametrize("profile", sorted(VLLM_LOGGED))
+def test_hybrid_kv_capacity_is_what_vllm_logged(reg, profile):
+    assert kv(reg, profile) == VLLM_LOGGED[profile]
+
+
+def _vllm_capacity(layout, kv_bytes: int, attn_layers: int, gdn: dict, kv_heads: int, head_dim: int, tp: int):
+    """vLLM's own grouping and capacity (v1/core/kv_cache_utils.py) for specs built from a tiny checkpoint's
+    config: one FullAttentionSpec per attention layer, one GDN MambaSpec (conv state bf16, recurrent state fp32
+    as vLLM's CPU backend keeps it) per state layer, the state page padded to the attention page."""
+    import torch
+    from types import SimpleNamespace
+
+    from vllm.config import VllmConfig
+    from vllm.v1.core import kv_cache_utils as ku
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
+
+    block = layout.block_size
+    conv_ch = (2 * gdn["linear_num_key_heads"] * gdn["linear_key_head_dim"]
+               + gdn["linear_num_value_heads"] * gdn["linear_value_head_dim"]) // tp
+    shapes = ((conv_ch, gdn["linear_conv_kernel_dim"] - 1),
+              (gdn["linear_num_value_heads"] // tp, gdn["linear_key_head_dim"], gdn["linear_value_head_dim"]))
+    mode = "align" if layout.state_blocks == 2 else "none"
+    specs = {}
+    for i in range(attn_layers):
+        specs[f"attn.{i}"] = FullAttentionSpec(block_size=block, num_kv_heads=kv_heads // tp, head_size=head_dim,
+                                               dtype=torch.bfloat16)
+    page = specs["attn.0"].page_size_bytes
+    for i in range(layout.state_layers):
+        specs[f"gdn.{i}"] = MambaSpec(block_size=block, shapes=shapes, dtypes=(torch.bfloat16, torch.float32),
+                                      page_size_padded=page, mamba_cache_mode=mode)
+    cfg = VllmConfig()
+    cfg.cache_config.mamba_cache_mode = mode
+    cfg.cache_config.kv_cache_layout = "LBHNC"  # what vLLM's CPU engine resolves (its log: "Using LBHNC")
+    cfg.model_config = SimpleNamespace(max_model_len=layout.max_model_len, use_mla=False)
+    kc = ku.get_kv_cache_config_from_groups(cfg, ku.get_kv_cache_groups(cfg, specs), kv_bytes)
+    state_bytes = specs["gdn.0"].real_page_size_bytes
+    return kc.num_blocks, ku.get_kv_cache_capacity(cfg, kc)[0], page // block, state_bytes
+
+
+@pytest.mark.parametrize("profile, sets, args", [
+    ("cpu-flash-next", {}, []), ("cpu-flash-next-tp2", {}, []), ("cpu-qwen3-next", {}, []),
+    ("cpu-flash-next", {}, ["--max-model-len", "300"]), ("cpu-flash-next-tp2", {}, ["--no-enable-prefix-caching"]),
+    ("cpu-qwen3-next", {}, ["--max-model-len=1000", "--no-enable-prefix-caching"]),
+])
+def test_hybrid_kv_follows_vllms_own_arithmetic(reg, profile, sets, args):
+    """The registry's hybrid layout (block size, blocks, capacity) against vLLM 0.32's grouping and capacity
+    functions run on specs built from the tiny checkpoint's config; the registry's per-layer numbers
+    (attention bytes a token, a GDN layer's state) against those specs."""
+    pytest.importorskip("vllm")
+    from r9k.plugin.models.tiny_flash_next import CONFIG as FN
+    from r9k.plugin.tiny_model import QWEN3_NEXT_CONFIG as Q3
+
+    rs = resolve(reg, profile, env={}, sets=sets)
+    rs.serve_args = list(rs.serve_args) + args
+    b = budget(reg, rs)
+    h = b.hybrid
+    cfg = FN if rs.model == "tiny-flash-next" else Q3
+    attn_layers = sum(t != "linear_attention" for t in cfg["layer_types"])
+    assert (h.attention_layers, h.state_layers) == (attn_layers, cfg["layer_types"].count("linear_attention"))
+    blocks, tokens, attn_bpt, state = _vllm_capacity(h, b.kv_bytes, attn_layers, cfg, cfg["num_key_value_heads"],
+                                                     cfg["head_dim"], rs.tp)
+    assert (h.attn_bytes_per_token, h.state_bytes) == (attn_bpt, state)
+    assert (h.blocks(b.kv_bytes), b.kv_tokens) == (blocks, tokens)
+
+
+def test_a_hybrid_layout_whose_tp_keys_differ_is_a_schema_error():
+    from pydantic import ValidationError
+
+    from r9k.registry.schema import ModelSpec
+
+    base = dict(name="m", description="d", weight_bytes_per_gpu={"tp1": 1}, kv_bytes_per_token={"tp1": 1024},
+                basis="b")
+    ModelSpec(**base, kv_hybrid=dict(attention_layers=1, state_layers=3, state_bytes={"tp1": 7}, max_model_len=8))
+    with pytest.raises(ValidationError, match="same"):
+        ModelSpec(**base, kv_hybrid=dict(attention_layers=1, state_layers=3, state_bytes={"tp2": 7}, max_model_len=8))
+    with pytest.raises(ValidationError, match="whole number"):
+        ModelSpec(**base, kv_hybrid=dict(attention_layers=3, state_layers=1, state_bytes={"tp1": 7}, max_model_len=8))
