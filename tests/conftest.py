@@ -13,10 +13,10 @@ them), and the failure report of every e2e test, which ends with the last lines 
 """
 from __future__ import annotations
 
-import sys
+from pathlib import Path
 
 import pytest
-from servers import Server, SharedServer
+from servers import LOG_TAIL_LINES, Server, SharedServer
 
 
 def _weight(item) -> float:
@@ -65,3 +65,13 @@ def pytest_runtest_makereport(item, call):
     if rep.failed:
         for s in mine:
             rep.sections.append((f"server log {s.log} (last {len(s.tail().splitlines())} lines)", s.tail()))
+        # servers an e2e test started otherwise (its own Popen, r9kctl bench serve, the panel): their logs in
+        # the test's folder
+        tmp = (getattr(item, "funcargs", None) or {}).get("tmp_path")
+        if item.get_closest_marker("e2e") is not None and tmp is not None:
+            seen = {Path(s.log) for s in mine}
+            logs = sorted((f for f in Path(tmp).rglob("*.log") if f.is_file() and f not in seen),
+                          key=lambda f: f.stat().st_mtime, reverse=True)[:4]
+            for f in logs:
+                lines = f.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+                rep.sections.append((f"log {f} (last {len(lines)} lines)", "\n".join(lines)))
