@@ -19,7 +19,7 @@ import time
 import pytest
 
 from r9k.registry import envvars
-from servers import stop_group
+from servers import CPU_BIND, stop_group
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed")]
@@ -36,7 +36,7 @@ def test_strict_server_refuses_a_router_kernel_that_returns_zeros(tmp_path, free
     env.pop("TRITON_INTERPRET", None)  # the profile sets it
     # vLLM's cache: the session's, shared by its launches (tests/plugin/test_e2e_cpu_smoke.vllm_cache)
     env.update({envvars.CACHE_DIR.name: str(tmp_path / "r9k-cache"), "VLLM_CACHE_ROOT": str(tmp_path.parent / "vllm-cache"),
-                "PYTHONUNBUFFERED": "1", envvars.MUTATE.name: json.dumps(ZEROS),
+                "PYTHONUNBUFFERED": "1", envvars.MUTATE.name: json.dumps(ZEROS), **CPU_BIND,
                 "PYTHONPATH": os.pathsep.join([str(hook)] + [p for p in [os.environ.get("PYTHONPATH")] if p])})
     argv = [sys.executable, "-m", "r9k.r9kctl.cli", "launch", "--profile", "cpu-smoke", "--strict",
             "--", "--port", str(free_port), "--host", "127.0.0.1"]

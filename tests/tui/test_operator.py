@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from r9k.r9kctl.tui.app import R9kApp
-from servers import free_port, live_pids, stop_group
+from servers import CPU_BIND, free_port, live_pids, stop_group
 
 E2E_MINUTES = 3  # its wall time in the CI rehearsal of 2026-12-01 (130, 66 and 60 s): tests/conftest.py runs it early
 
@@ -53,7 +53,7 @@ def vllm_cache(tmp: Path) -> str:
 def server_env(tmp: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "_R9K_"))}
     env.pop("TRITON_INTERPRET", None)  # the profile sets it
-    env.update({"VLLM_CACHE_ROOT": vllm_cache(tmp), "PYTHONUNBUFFERED": "1"})
+    env.update({"VLLM_CACHE_ROOT": vllm_cache(tmp), "PYTHONUNBUFFERED": "1", **CPU_BIND})
     return env
 
 
@@ -64,6 +64,8 @@ def clean_server_environ(monkeypatch, tmp: Path) -> None:
             monkeypatch.delenv(k)
     monkeypatch.setenv("VLLM_CACHE_ROOT", vllm_cache(tmp))
     monkeypatch.setenv("PYTHONUNBUFFERED", "1")
+    for k, v in CPU_BIND.items():
+        monkeypatch.setenv(k, v)
 
 
 def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None) -> None:
