@@ -12,7 +12,7 @@ shapes to *emulated* kernels that round where the fused kernels round but sum in
 
 Not a measurement of the GPU: it shows whether each rule accepts outputs that differ from the reference only
 by a legitimate fp32 order / rounding-mode difference, at the gate's shapes and seeds."""
-import itertools, os, subprocess, sys, tempfile, time, importlib.util
+import itertools, os, sys, time
 os.environ.setdefault("TRITON_INTERPRET", "1")
 import torch
 
@@ -24,26 +24,9 @@ from r9k.kernels.hc_mix import reference as href, test_hc_mix as th, triton_kern
 from r9k.kernels.qsa_glue import reference as qref, test_qsa_glue as tq, triton_kernel as qk
 
 
-def old_module(name, path, replace):
-    src = subprocess.run(["git", "show", f"4e97c0b:{path}"], capture_output=True, text=True, check=True).stdout
-    for a, b in replace:
-        src = src.replace(a, b)
-    f = os.path.join(tempfile.mkdtemp(), name + ".py")
-    open(f, "w").write(src)
-    spec = importlib.util.spec_from_file_location(name, f)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+from issue24_old_rules import old_rules, outcome as _outcome  # noqa: E402 (this folder is on sys.path when run as a script)
 
-
-oh = old_module("old_hc", "kernels/hc_mix/test_hc_mix.py", [
-    ("from .._testing import", "from r9k.kernels._testing import"),
-    ("from . import reference as ref", "from r9k.kernels.hc_mix import reference as ref"),
-    ("from . import triton_kernel as tk", "from r9k.kernels.hc_mix import triton_kernel as tk")])
-oq = old_module("old_qsa", "kernels/qsa_glue/test_qsa_glue.py", [
-    ("from .._testing import", "from r9k.kernels._testing import"),
-    ("from ..ops import", "from r9k.kernels.ops import"),
-    ("from . import reference, triton_kernel", "from r9k.kernels.qsa_glue import reference, triton_kernel")])
+oh, oq = old_rules()
 
 
 def trunc32(v):
@@ -104,11 +87,7 @@ def emul_qsa(x, weight, positions=None, cos_sin_cache=None, eps=1e-6, mrope_sect
 
 
 def outcome(fn, seed):
-    try:
-        fn(seed)
-        return None
-    except AssertionError as e:
-        return str(e).splitlines()[0][:110]
+    return _outcome(fn, seed, 110)
 
 
 def gen(seed):

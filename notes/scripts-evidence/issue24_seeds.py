@@ -5,7 +5,7 @@ parametrization of both gates under both rules; how wide the derived ranges are;
 
 The old rules are read from commit 4e97c0b (the gates before issue 24) with ``git -C GIT_DIR show`` (default:
 the current directory). SMOKE=1: a quick check on the CPU (Triton interpreter, small shapes, 3 seeds)."""
-import importlib.util, itertools, os, subprocess, sys, tempfile, time
+import itertools, os, sys, time
 import torch
 
 GIT_DIR = sys.argv[1] if len(sys.argv) > 1 else "."
@@ -17,35 +17,9 @@ from r9k.kernels.conftest import _poison
 from r9k.kernels.hc_mix import reference as href, test_hc_mix as th, triton_kernel as hk
 from r9k.kernels.qsa_glue import reference as qref, test_qsa_glue as tq, triton_kernel as qk
 from r9k.kernels._testing import bf16_ulp
+from issue24_old_rules import old_rules, outcome as _outcome  # noqa: E402 (this folder is on sys.path when run as a script)
 
-
-def load(name, path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
-
-
-def old_module(name, path, replace):
-    src = subprocess.run(["git", "-C", GIT_DIR, "show", f"4e97c0b:{path}"], capture_output=True, text=True,
-                         check=True).stdout
-    for a, b in replace:
-        assert a in src, (path, a)
-        src = src.replace(a, b)
-    f = os.path.join(tempfile.mkdtemp(), name + ".py")
-    with open(f, "w") as fh:
-        fh.write(src)
-    return load(name, f)
-
-
-oh = old_module("old_hc", "kernels/hc_mix/test_hc_mix.py", [
-    ("from .._testing import", "from r9k.kernels._testing import"),
-    ("from . import reference as ref", "from r9k.kernels.hc_mix import reference as ref"),
-    ("from . import triton_kernel as tk", "from r9k.kernels.hc_mix import triton_kernel as tk")])
-oq = old_module("old_qsa", "kernels/qsa_glue/test_qsa_glue.py", [
-    ("from .._testing import", "from r9k.kernels._testing import"),
-    ("from ..ops import", "from r9k.kernels.ops import"),
-    ("from . import reference, triton_kernel", "from r9k.kernels.qsa_glue import reference, triton_kernel")])
+oh, oq = old_rules(GIT_DIR)
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 G = th.SMALL if SMOKE else th.REAL
 N = 3 if SMOKE else 200
@@ -62,11 +36,7 @@ def gen(seed):
 
 
 def outcome(fn, seed):
-    try:
-        fn(seed)
-        return None
-    except AssertionError as e:
-        return str(e).splitlines()[0][:140]
+    return _outcome(fn, seed, 140)
 
 
 def hc_fn(mod, M, strided):
