@@ -36,6 +36,19 @@ def bf16_ulp(t: torch.Tensor) -> torch.Tensor:
     return torch.exp2(torch.floor(torch.log2(a)) - 7)
 
 
+def bf16_within(got: torch.Tensor, exact: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
+    """Which elements of ``got`` (bf16) are the bf16 rounding of some value within ``tol`` of ``exact`` (fp64).
+
+    Rounding is monotone, so the roundings of the values in ``[exact - tol, exact + tol]`` are exactly the bf16
+    values from the rounding of the low end to that of the high end: an element whose computed (fp32) value is
+    within its derived error bound of the exact one passes, whether or not it landed across a rounding boundary,
+    and nothing else does. No count of flips, so no chance of a seed that crosses more boundaries than a quota."""
+    lo = (exact - tol).to(torch.bfloat16).double()
+    hi = (exact + tol).to(torch.bfloat16).double()
+    g = got.double()
+    return (g >= lo) & (g <= hi)
+
+
 def fp32_dot_error(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """A bound on the fp32 accumulation error of ``x @ w.T`` (any summation order): K * 2^-24 * |x| @ |w|.T."""
     return x.shape[-1] * 2.0 ** -24 * (x.double().abs() @ w.double().abs().t())

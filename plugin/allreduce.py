@@ -48,9 +48,8 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional
 
-from . import counters
 from .layers._common import opaque
-from . import active_set, dispatch, selfcheck
+from . import active_set, counters, dispatch, selfcheck
 from ..registry.manifest import Impl
 
 logger = logging.getLogger("vllm.r9k")

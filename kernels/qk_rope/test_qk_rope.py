@@ -1,6 +1,7 @@
 """Gate of R9K_FUSED_QKROPE (docs/semantics.md 3.8): q and k within relative max error 2e-2 of stock (we also
-require bit-equality but for < 0.1% of elements, since the rounding points are stock's), the gate bit-exact,
-both paths close to an fp64 evaluation. CPU interpreter at small T; TP4 (6/1 heads) and TP2 (12/1) on a GPU."""
+require every element within the derived distance of stock's: an adjacent bf16 value where the fp32 norm's
+rounding lands across a bf16 boundary, plus what stock's extra roundings can move it; no quota of flips, whose
+number is the inputs' business), the gate bit-exact, both paths close to an fp64 evaluation. CPU interpreter at small T; TP4 (6/1 heads) and TP2 (12/1) on a GPU."""
 from __future__ import annotations
 
 import pytest
@@ -48,15 +49,14 @@ def _check(kw, seed, poison):
     for name, f, s, r in (("q", fq, sq, rq), ("k", fk, sk, rk)):
         rel = (f.float() - s.float()).abs().max().item() / s.float().abs().max().item()
         assert rel < 2e-2, f"{name}: relative max error {rel} vs stock (seed {seed})"
-        flips = (f != s).sum().item()
-        # a flip is a rounding of the fp32 norm landing on the other side of a bf16 boundary: an adjacent
-        # bf16 value, on at most max(1, 0.1%) of the elements (small tensors: 0.1% of 512 would allow none)
-        assert flips <= max(1, 1e-3 * f.numel()), f"{name}: {flips} of {f.numel()} differ from stock (seed {seed})"
-        # what stock's extra roundings (the normed input, the products) can move the value before the last
-        # rounding, plus half an ulp of each result's own rounding (the larger ulp where they straddle a binade)
+        # a flip is a rounding of the fp32 norm landing on the other side of a bf16 boundary (an adjacent bf16
+        # value), plus what stock's extra roundings (the normed input, the products) can move the value before
+        # the last rounding; the larger ulp where the two straddle a binade. Checked per element, no count:
+        # a quota of max(1, 0.1%) flips is a coin the inputs toss (hc_norm's failed CI at one row that way)
         bound = torch.maximum(bf16_ulp(s), bf16_ulp(f)) + slack[name]
-        assert ((f.double() - s.double()).abs() <= bound * (1 + 1e-6)).all(), \
-            f"{name}: an element differs from stock by more than its rounding allows (seed {seed})"
+        far = int(((f.double() - s.double()).abs() > bound * (1 + 1e-6)).sum())
+        assert far == 0, (f"{name}: {far} of {f.numel()} elements differ from stock by more than their rounding "
+                          f"allows ({int((f != s).sum())} differ at all; seed {seed})")
         for which, v in (("fused", f), ("stock", s)):
             e = (v.double() - r).abs().max().item() / r.abs().max().item()
             assert e < 2e-2, f"{name} {which}: error {e} vs fp64 (seed {seed})"
