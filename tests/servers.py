@@ -13,7 +13,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import pytest
 
@@ -158,14 +158,21 @@ def base_env(tmp: Path) -> dict:
     return env
 
 
-def launch_cpu_smoke(env: dict, tmp: Path, name: str, *sets: str) -> tuple[Server, int]:
-    """``r9kctl launch --profile cpu-smoke [--set ...] -- --port P --host 127.0.0.1``, as a user starts it."""
+def launch_profile(env: dict, tmp: Path, profile: str, name: str, *sets: str, flags: Sequence[str] = (),
+                   vllm_args: Sequence[str] = ()) -> tuple[Server, int]:
+    """``r9kctl launch --profile P [flags] [--set ...] -- --port N --host 127.0.0.1 [vllm_args]``, as a user
+    starts it, on a free port; the server's log is ``tmp/<name>.log``."""
     port = free_port()
-    argv = R9KCTL + ["launch", "--profile", "cpu-smoke"]
+    argv = R9KCTL + ["launch", "--profile", profile, *flags]
     for s in sets:
         argv += ["--set", s]
-    argv += ["--", "--port", str(port), "--host", "127.0.0.1"]
+    argv += ["--", "--port", str(port), "--host", "127.0.0.1", *vllm_args]
     return Server(argv, env, tmp / f"{name}.log"), port
+
+
+def launch_cpu_smoke(env: dict, tmp: Path, name: str, *sets: str) -> tuple[Server, int]:
+    """The cpu-smoke profile launched as :func:`launch_profile` does."""
+    return launch_profile(env, tmp, "cpu-smoke", name, *sets)
 
 
 class SharedServer:

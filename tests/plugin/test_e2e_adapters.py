@@ -35,7 +35,8 @@ from pathlib import Path
 
 import pytest
 
-from .test_e2e_cpu_smoke import R9KCTL, Server, base_env, compile_dirs, free_port, post, wait_healthy
+from servers import launch_profile
+from .test_e2e_cpu_smoke import R9KCTL, Server, base_env, compile_dirs, post, wait_healthy
 
 pytestmark = pytest.mark.e2e
 E2E_MINUTES = 4  # its wall time in the CI rehearsal of 2026-12-01 (230 s and 70 s): tests/conftest.py runs it early
@@ -156,12 +157,8 @@ def strict_flag(env: dict, profile: str, sets: tuple[str, ...]) -> list[str]:
 
 
 def launch(env: dict, tmp: Path, profile: str, name: str, *sets: str) -> tuple[Server, int]:
-    port = free_port()
-    argv = R9KCTL + ["launch", "--profile", profile] + strict_flag(env, profile, sets)
-    for s in sets:
-        argv += ["--set", s]
-    argv += ["--", "--port", str(port), "--host", "127.0.0.1"] + EXTRA_ARGS.get(profile, [])
-    return Server(argv, env, tmp / f"{name}.log"), port
+    return launch_profile(env, tmp, profile, name, *sets, flags=strict_flag(env, profile, sets),
+                          vllm_args=EXTRA_ARGS.get(profile, []))
 
 
 def serve(env: dict, tmp: Path, profile: str, name: str, started: list, *sets: str, extra=None):
