@@ -20,19 +20,37 @@ logger = logging.getLogger("vllm.r9k")
 _report: Optional[dict] = None
 
 
-def predicted(active) -> tuple[Optional[int], str]:
-    """The registry's KV tokens for the active set, and what it is based on."""
+def applied_args(vllm_config) -> list[str]:
+    """The vLLM arguments a hybrid model's capacity depends on, as vLLM applied them (``--max-model-len``, prefix
+    caching): the profile's ``serve_args`` are what the manifest carries, but ``r9kctl launch ... -- --max-model-len
+    N`` (or vLLM's own defaulting) can change them, and the prediction must be of the engine that runs."""
+    out: list[str] = []
+    n = getattr(getattr(vllm_config, "model_config", None), "max_model_len", None)
+    if isinstance(n, int) and n > 0:
+        out += ["--max-model-len", str(n)]
+    pc = getattr(getattr(vllm_config, "cache_config", None), "enable_prefix_caching", None)
+    if isinstance(pc, bool):
+        out.append("--enable-prefix-caching" if pc else "--no-enable-prefix-caching")
+    return out
+
+
+def predicted(active, vllm_config=None) -> tuple[Optional[int], str]:
+    """The registry's KV tokens for the active set (with what vLLM applied of the arguments the prediction
+    depends on, when ``vllm_config`` is given: :func:`applied_args`), and what it is based on."""
     from ..registry.memory import budget
 
     from ..registry.resolve import ResolvedSet
 
     reg = startup._load_registry()
     rs = ResolvedSet.from_manifest(active.rs.to_dict(), reg)  # the engine's shape of the manifest, for budget()
+    applied = applied_args(vllm_config)
+    rs.serve_args = list(rs.serve_args) + applied  # vLLM's last value of an option wins, as in its parser
     b = budget(reg, rs)
     if b is None:
         return None, f"no memory budget for model {rs.model} at TP{rs.tp} (registry/models.toml)"
     how = "fixed KV budget" if b.fixed_kv_bytes is not None else f"UTIL {b.utilization:g}"
-    return b.kv_tokens, f"registry budget ({rs.model}, TP{rs.tp}, {how})"
+    at = f", max-model-len {b.hybrid.max_model_len} as vLLM applied it" if b.hybrid is not None and applied else ""
+    return b.kv_tokens, f"registry budget ({rs.model}, TP{rs.tp}, {how}{at})"
 
 
 def allocated(vllm_config) -> dict:
@@ -78,7 +96,7 @@ def on_engine_ready(engine_client) -> Optional[dict]:
     if _active is None:
         return None
     try:
-        pred, basis = predicted(_active)
+        pred, basis = predicted(_active, getattr(engine_client, "vllm_config", None))
     except Exception as exc:  # the comparison is informative; never stop the server for it
         pred, basis = None, f"no prediction: {exc}"
     _report = compare(pred, basis, allocated(getattr(engine_client, "vllm_config", None)))

@@ -68,3 +68,26 @@ def test_init_state_records_it_in_the_route_and_the_log(plugin_env):
     kv = body["kv_cache"]
     assert kv["actual_tokens"] == 65_536 * 16 and kv["predicted_tokens"] and kv["difference_tokens"] is not None
     assert any(f"r9k {plugin.active_set().hash}: KV cache: predicted" in ln for ln in lines), lines
+
+
+def test_the_prediction_is_of_the_max_model_len_vllm_applied():
+    """A hybrid model's capacity depends on max-model-len (vLLM reports blocks / blocks-a-request x max-model-len);
+    ``r9kctl launch --profile P -- --max-model-len N`` makes vLLM apply N, not the profile's, and the prediction
+    follows what the engine applied (it read only the profile's before)."""
+    from r9k.registry.manifest import from_resolved
+
+    reg = load_registry()
+    rs = resolve(reg, "cpu-qwen3-next", env={})
+    active = SimpleNamespace(rs=from_resolved(rs))
+    as_declared, basis = kvcache.predicted(active)
+    assert as_declared == budget(reg, rs).kv_tokens and "as vLLM applied" not in basis
+    cfg = SimpleNamespace(model_config=SimpleNamespace(max_model_len=64),
+                          cache_config=SimpleNamespace(enable_prefix_caching=True))
+    pred, basis = kvcache.predicted(active, cfg)
+    rs.serve_args = list(rs.serve_args) + ["--max-model-len", "64"]
+    assert pred == budget(reg, rs).kv_tokens != as_declared
+    assert "max-model-len 64 as vLLM applied it" in basis
+    # the same max-model-len as the profile's predicts the same as the manifest alone
+    cfg.model_config.max_model_len = 512
+    assert kvcache.predicted(active, cfg)[0] == as_declared
+    assert kvcache.applied_args(None) == [] and kvcache.applied_args(SimpleNamespace()) == []
