@@ -171,9 +171,29 @@ def _norm_dist(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name.lower())
 
 
+_LISTED: dict[str, Any] = {}
+
+
 def _metadata_dirs(folder: str):
     """Normalized name -> the metadata folders of a ``sys.path`` folder; None if it cannot be listed but
-    exists (a zip file); _ASK if it holds an ``.egg`` (importlib.metadata's other layout)."""
+    exists (a zip file); _ASK if it holds an ``.egg`` (importlib.metadata's other layout). A folder is listed
+    again only when its own stat changes (an entry added or removed): site-packages holds hundreds of
+    entries and each version looked up read them all (a process-local memo, never written anywhere)."""
+    try:
+        st = os.stat(folder)
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    hit = _LISTED.get(folder)
+    if key is not None and hit is not None and hit[0] == key:
+        return hit[1]
+    out = _list_metadata_dirs(folder)
+    if key is not None:
+        _LISTED[folder] = (key, out)
+    return out
+
+
+def _list_metadata_dirs(folder: str):
     try:
         children = os.listdir(folder)
     except FileNotFoundError:
