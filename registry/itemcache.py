@@ -93,24 +93,25 @@ def _converter(ann: Any):
 _REQUIRED = object()
 
 
-def _default_of(f) -> Any:
-    """A function giving a field's default as validation would (a fresh one from a factory), or _REQUIRED."""
+def _default_of(f) -> tuple[Any, Any]:
+    """(the default, None) or (None, its factory: a fresh one each time) as validation gives it, or
+    (_REQUIRED, None) for a field always stored."""
     if f.is_required():
-        return _REQUIRED
+        return _REQUIRED, None
     if f.default_factory is not None:
-        return f.default_factory
+        return None, f.default_factory
     d = f.default
     if isinstance(d, (list, dict, set)) or (d is not None and type(d) not in (str, int, float, bool)):
-        return _REQUIRED  # a mutable or odd default: always stored
-    return lambda: d
+        return _REQUIRED, None  # a mutable or odd default: always stored
+    return d, None
 
 
 def _plan(cls: type) -> list:
-    """(field name, converter, default) of each field of a schema class."""
+    """(field name, converter, default, default factory) of each field of a schema class."""
     plan = _PLANS.get(cls)
     if plan is None:
         types_ = field_types(cls)
-        plan = _PLANS[cls] = [(name, _converter(types_[name]), _default_of(f)) for name, f in cls.model_fields.items()]
+        plan = _PLANS[cls] = [(name, _converter(types_[name]), *_default_of(f)) for name, f in cls.model_fields.items()]
     return plan
 
 
@@ -121,17 +122,19 @@ def construct(cls: type, data: Any) -> Any:
     """``cls`` rebuilt from :func:`dump`'s form without checking (KeyError/TypeError if the form is not one)."""
     if not isinstance(data, dict):
         raise TypeError(f"{cls.__name__}: not an object")
-    fields = _plan(cls)
+    fields = _PLANS.get(cls) or _plan(cls)
     kw, found = {}, 0
-    for name, conv, default in fields:
+    for name, conv, default, factory in fields:
         if name in data:
             v = data[name]
             kw[name] = v if conv is None or v is None else conv(v)
             found += 1
+        elif factory is not None:
+            kw[name] = factory()
         elif default is _REQUIRED:
             raise KeyError(f"{cls.__name__}: {name} missing")
         else:
-            kw[name] = default()
+            kw[name] = default
     if found != len(data):
         raise KeyError(f"{cls.__name__}: unknown fields")
     m = cls.__new__(cls)  # the fields in the order validation gives them, defaults included
@@ -167,9 +170,10 @@ def dump(obj: PlainModel) -> Optional[dict]:
 def _fields_of(o: Any) -> Any:
     if isinstance(o, PlainModel):
         out = {}
-        for name, _conv, default in _plan(type(o)):
+        for name, _conv, default, factory in _plan(type(o)):
             v = getattr(o, name)
-            if default is _REQUIRED or type(v) is not type(d := default()) or v != d:
+            d = factory() if factory is not None else default
+            if d is _REQUIRED or type(v) is not type(d) or v != d:
                 out[name] = v
         return out
     raise TypeError(f"not JSON: {type(o).__name__}")

@@ -35,7 +35,6 @@ import glob as _glob
 import hashlib
 import json
 import os
-import platform as _platform
 import re
 import sys
 from pathlib import Path
@@ -236,12 +235,23 @@ def _fast_version(name: str):
     return _ASK
 
 
+def _python_version() -> str:
+    """``platform.python_version()``: CPython's version is the first word of ``sys.version`` (importing
+    ``platform`` cost a new process ~3 ms); any other interpreter or form is asked of ``platform``."""
+    first = sys.version.split(" ", 1)[0]
+    if sys.implementation.name == "cpython" and re.fullmatch(r"\d+\.\d+\.\d+[A-Za-z0-9+]*", first):
+        return first
+    import platform  # noqa: PLC0415
+
+    return platform.python_version()
+
+
 def toolchain(use_torch: bool = False) -> dict[str, str | None]:
     """The toolchain of this machine. Versions come from distribution metadata (nothing heavy is imported);
     the device from the NVIDIA driver (first GPU), or from torch when ``use_torch`` (the GPU script: also
     right for ROCm, and for a GPU that CUDA_VISIBLE_DEVICES hides nothing of)."""
     tc: dict[str, str | None] = {k: _dist_version(d) for k, d in _DISTS.items()}
-    tc["python"] = _platform.python_version()
+    tc["python"] = _python_version()
     device = None
     if use_torch:
         try:
