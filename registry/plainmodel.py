@@ -22,6 +22,7 @@ Standard library only at import.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 _MISSING = object()
@@ -205,14 +206,18 @@ def field_types(cls: type) -> dict[str, Any]:
     return types
 
 
+_BUILDING = threading.RLock()  # one model per class, also when two threads check their first items at once
+
+
 def pydantic_model(cls: type) -> type:
     """The pydantic model checking ``cls``: made on first use from the same declaration (with those of every
     class declared before it, which its fields may nest)."""
     twin = _TWINS.get(cls)
     if twin is None:
-        for c in list(_CLASSES):
-            if c not in _TWINS:
-                _make(c)
+        with _BUILDING:
+            for c in _CLASSES[: _CLASSES.index(cls) + 1]:
+                if c not in _TWINS:
+                    _make(c)
         twin = _TWINS[cls]
     return twin
 
