@@ -99,6 +99,8 @@ def _default_of(f) -> tuple[Any, Any]:
     if f.is_required():
         return _REQUIRED, None
     if f.default_factory is not None:
+        if isinstance(f.default_factory, type) and issubclass(f.default_factory, PlainModel):
+            return _REQUIRED, None  # a model made by checking {}: always stored, so a rebuild checks nothing
         return None, f.default_factory
     d = f.default
     if isinstance(d, (list, dict, set)) or (d is not None and type(d) not in (str, int, float, bool)):

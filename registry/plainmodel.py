@@ -53,8 +53,9 @@ class FieldSpec:
         kw = dict(self.kwargs)
         if self.default is not _MISSING:
             kw["default"] = self.default
-        if self.default_factory is not None:
-            kw["default_factory"] = self.default_factory
+        if self.default_factory is not None:  # a model as its own factory: the checking model's (no check of {})
+            f = self.default_factory
+            kw["default_factory"] = pydantic_model(f) if isinstance(f, type) and issubclass(f, PlainModel) else f
         return _Field(**kw)
 
     def __repr__(self) -> str:

@@ -67,7 +67,8 @@ def test_the_checking_models_are_made_from_the_declaration():
                 assert repr(f.annotation) == repr(eval(ann, glob)), (cls, name)  # same qualified names
                 assert f.is_required() == spec.is_required(), (cls, name)
                 assert f.alias == spec.alias, (cls, name)
-                assert f.default_factory is spec.default_factory, (cls, name)
+                factory = spec.default_factory  # a model as its own factory: the checking model's
+                assert f.default_factory is (pydantic_model(factory) if factory in plainmodel._TWINS else factory)
                 if not spec.is_required() and spec.default_factory is None:
                     assert f.default == spec.default, (cls, name)
                 assert f.metadata == Field(**spec.kwargs).metadata, (cls, name)  # ge, gt, min_length...
@@ -140,3 +141,16 @@ def test_importing_the_schema_imports_no_pydantic():
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pydantic', 'pydantic_core')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_a_model_made_by_default_is_cached_so_a_rebuild_checks_nothing(monkeypatch):
+    """A variant without an [implementation] table gets ``Implementation()`` (a check of {}): its cached form
+    holds it, so rebuilding the variant from the cache checks nothing (and imports no pydantic)."""
+    base = dict(id="x_y", knob="R9K_X", type="bool", category="fusion", area="decode", summary="s",
+                status={"state": "opt-in", "reason": "r"})
+    v = schema.Variant.model_validate(base)
+    assert v.implementation == schema.Implementation.model_validate({})
+    data = itemcache.dump(v)
+    assert data is not None and data["implementation"] == {}
+    monkeypatch.setattr(PlainModel, "model_validate", classmethod(lambda cls, *a, **k: pytest.fail("checked")))
+    assert itemcache._tree(itemcache.construct(schema.Variant, json.loads(json.dumps(data)))) == itemcache._tree(v)
