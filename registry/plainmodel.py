@@ -36,7 +36,7 @@ class FieldSpec:
     __slots__ = ("default", "default_factory", "kwargs")
 
     def __init__(self, default: Any = _MISSING, *, default_factory: Any = None, **kwargs: Any) -> None:
-        self.default = default
+        self.default = _MISSING if default is Ellipsis else default  # Field(...): required, as pydantic
         self.default_factory = default_factory
         self.kwargs = kwargs
 
@@ -121,10 +121,13 @@ class PlainModel:
             if name.startswith("_") or (isinstance(ann, str) and ann.startswith(("ClassVar", "typing.ClassVar"))):
                 continue
             value = cls.__dict__.get(name, _MISSING)
+            _refuse_pydantic(cls, name, value)
             fields[name] = value if isinstance(value, FieldSpec) else FieldSpec(value)
             own[name] = ann
             if value is not _MISSING:
                 delattr(cls, name)  # as pydantic: the default is the field's, not a class attribute
+        for name, value in cls.__dict__.items():
+            _refuse_pydantic(cls, name, value)
         cls.model_fields = fields
         cls.__plain_annotations__ = own
         _CLASSES.append(cls)
@@ -184,6 +187,13 @@ class PlainModel:
         if name.startswith("model_"):
             return getattr(to_pydantic(self), name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+
+def _refuse_pydantic(cls: type, name: str, value: Any) -> None:
+    """pydantic's own ``Field``/validators in a plain declaration would be a silent default: refused."""
+    if type(value).__module__.split(".")[0] in ("pydantic", "pydantic_core"):
+        raise TypeError(f"{cls.__qualname__}.{name}: a pydantic {type(value).__name__}; declare the schema with "
+                        "registry/plainmodel's Field, field_validator and model_validator")
 
 
 def field_types(cls: type) -> dict[str, Any]:

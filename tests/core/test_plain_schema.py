@@ -154,3 +154,28 @@ def test_a_model_made_by_default_is_cached_so_a_rebuild_checks_nothing(monkeypat
     assert data is not None and data["implementation"] == {}
     monkeypatch.setattr(PlainModel, "model_validate", classmethod(lambda cls, *a, **k: pytest.fail("checked")))
     assert itemcache._tree(itemcache.construct(schema.Variant, json.loads(json.dumps(data)))) == itemcache._tree(v)
+
+
+def test_a_declaration_outside_the_schema_is_checked_as_pydantic_would():
+    """``Field(...)`` is required, a nested model and a model as a default factory are the checking model's
+    (a class declared after the schema's, in another module)."""
+    F = plainmodel.Field
+
+    class Inner(schema.Strict):
+        n: int = F(default=1, ge=1)
+
+    class Outer(schema.Strict):
+        a: int = F(..., ge=1)
+        inner: Inner = F(default_factory=Inner)
+        more: list[Inner] = F(default_factory=list)
+
+    twin = pydantic_model(Outer)
+    assert Outer.model_fields["a"].is_required() and twin.model_fields["a"].is_required()
+    o = Outer(a=2, more=[{"n": 3}])
+    assert type(o.inner) is Inner and type(o.more[0]) is Inner and o.more[0].n == 3 and o.inner.n == 1
+    for bad in ({}, {"a": 0}, {"a": 1, "more": [{"n": 0}]}, {"a": 1, "x": 1}):
+        with pytest.raises(ValidationError):
+            Outer.model_validate(bad)
+    with pytest.raises(TypeError, match="a pydantic FieldInfo"):
+        class Wrong(schema.Strict):  # noqa: F841 - pydantic's own Field in a plain declaration
+            a: int = Field(default=1, ge=1)
