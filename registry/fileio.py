@@ -32,7 +32,6 @@ import json
 import os
 import re
 import stat
-import tempfile
 import threading
 import tomllib
 from pathlib import Path
@@ -238,8 +237,12 @@ def _too_deep(path, text: str, what: str, comments: bool = True) -> FileError:
     return error(path, "too-deep", f"{what} nests deeper than {MAX_DEPTH} levels", *at)
 
 
-def _depth(obj: Any, limit: int = MAX_DEPTH) -> bool:
-    """True when ``obj`` nests deeper than ``limit`` (iterative: no recursion on hostile input)."""
+def _depth(obj: Any, limit: int = MAX_DEPTH, text: Optional[str] = None) -> bool:
+    """True when ``obj`` nests deeper than ``limit`` (iterative: no recursion on hostile input). ``text``: the
+    JSON it was parsed from, when known: with no more than ``limit`` brackets in all it cannot nest deeper
+    (each level opens one), and is not walked (a ledger line: most of the walk's cost)."""
+    if text is not None and text.count("[") + text.count("{") <= limit:
+        return False
     stack = [(obj, 1)]
     while stack:
         o, d = stack.pop()
@@ -330,7 +333,7 @@ def parse_json(text: str, path: Optional[PathLike] = None, what: str = "JSON fil
         raise _too_deep(path, text, what, comments=False) from None
     except ValueError as exc:  # e.g. an integer with too many digits
         raise error(path, "json-syntax", f"JSON error: {exc}", 1 + line_offset, 1) from None
-    if _depth(obj, MAX_DEPTH):
+    if _depth(obj, MAX_DEPTH, text):
         raise _too_deep(path, text, what, comments=False)
     if expect is not None:
         types = _tuple(expect)
@@ -599,6 +602,8 @@ def atomic_write(path: PathLike, data: Union[str, bytes], what: str = "file", mo
     _remove_stale_temps(target)
     tmp = None
     try:
+        import tempfile  # noqa: PLC0415 - with random and shutil under it, only when something is written
+
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.{os.getpid()}.", suffix=".tmp")
         try:
             _write_all(fd, data)

@@ -5,10 +5,11 @@ Checking a variant, release, model or profile with its pydantic schema first bui
 them, pydantic's plugin loader and ``importlib.metadata``. What a check accepts depends only on the item's
 data and on the code that checks it, so an item that passed is kept here: its checked fields as JSON, under
 the sha256 of its file's text, its index in the file, its schema class and (a profile's name defaults to its
-file's) the file's stem. A later load of the same text rebuilds the item with ``model_construct`` (nothing
-is checked twice); any other text, an item that fails, or a file of another version of the checking code is
-checked as before. Only exact items are kept: one whose rebuilt form differs in any value or type from the
-checked one (a tuple, a float that JSON cannot carry) is never cached.
+file's) the file's stem. A later load of the same text rebuilds the item as the schema's plain classes
+(:mod:`.plainmodel`: nothing is checked twice, and pydantic is not imported); any other text, an item
+that fails, or a file of another version of the checking code is checked as before. Only exact items are
+kept: one whose rebuilt form differs in any value or type from the checked one (a tuple, a float that JSON
+cannot carry) is never cached.
 
 The file, ``<cache dir>/validated-<FORMAT>.json``, is a cache only: its first line holds the format, the
 fingerprint of the checking code (:func:`fingerprint`: pydantic's version and the sources of the schema and
@@ -27,9 +28,8 @@ import types
 from pathlib import Path
 from typing import Any, Optional, Union, get_args, get_origin
 
-from pydantic import BaseModel
-
 from . import envvars, fileio
+from .plainmodel import PlainModel, field_types
 
 FORMAT = 1
 MAGIC = f"r9k-validated/{FORMAT}"
@@ -38,19 +38,18 @@ _FP: list[str] = []
 
 
 def fingerprint() -> str:
-    """The checking code's identity: Python's, pydantic's and pydantic-core's versions and the source of every
-    module of this project that a schema check runs (the schema, its formula and version-spec parsers, this
-    module)."""
+    """The checking code's identity: Python's, pydantic's and pydantic-core's installed versions (read from
+    their metadata: importing pydantic is what this cache saves) and the source of every module of this
+    project that a schema check runs (the schema, its plain classes, its formula and version-spec parsers,
+    this module)."""
     if not _FP:
         import sys
 
-        from pydantic import version as pydantic_version  # it names pydantic-core's version too
+        from . import formula, plainmodel, provenance, schema
 
-        from . import formula, provenance, schema
-
-        h = hashlib.sha256(f"python {sys.version_info[:3]} pydantic {pydantic_version.VERSION} "
-                           f"core {pydantic_version.__pydantic_core_version__}".encode())
-        for mod in (schema, formula, provenance):
+        h = hashlib.sha256(f"python {sys.version_info[:3]} pydantic {provenance.dist_version('pydantic')} "
+                           f"core {provenance.dist_version('pydantic-core', 'pydantic_core')}".encode())
+        for mod in (schema, plainmodel, formula, provenance):
             h.update(Path(mod.__file__).read_bytes())
         h.update(Path(__file__).read_bytes())
         _FP.append(h.hexdigest()[:32])
@@ -68,7 +67,7 @@ _PLANS: dict[type, list] = {}
 
 def _converter(ann: Any):
     """How a JSON value becomes the field's value: None (as it is), or a function building nested models."""
-    if isinstance(ann, type) and issubclass(ann, BaseModel):
+    if isinstance(ann, type) and issubclass(ann, PlainModel):
         return lambda v, c=ann: construct(c, v)
     origin = get_origin(ann)
     if origin in (Union, types.UnionType):
@@ -94,30 +93,27 @@ def _converter(ann: Any):
 _REQUIRED = object()
 
 
-def _default_of(f) -> Any:
-    """A function giving a field's default as validation would (a fresh one from a factory), or _REQUIRED."""
+def _default_of(f) -> tuple[Any, Any]:
+    """(the default, None) or (None, its factory: a fresh one each time) as validation gives it, or
+    (_REQUIRED, None) for a field always stored."""
     if f.is_required():
-        return _REQUIRED
+        return _REQUIRED, None
     if f.default_factory is not None:
-        if getattr(f, "default_factory_takes_data", False):
-            return _REQUIRED
-        return f.default_factory
+        if isinstance(f.default_factory, type) and issubclass(f.default_factory, PlainModel):
+            return _REQUIRED, None  # a model made by checking {}: always stored, so a rebuild checks nothing
+        return None, f.default_factory
     d = f.default
     if isinstance(d, (list, dict, set)) or (d is not None and type(d) not in (str, int, float, bool)):
-        return _REQUIRED  # a mutable or odd default: always stored
-    return lambda: d
+        return _REQUIRED, None  # a mutable or odd default: always stored
+    return d, None
 
 
-def _plan(cls: type) -> tuple[list, bool]:
-    """(field name, converter, default) of each field, and whether the model is a plain one that
-    :func:`construct` may build as ``model_construct`` does, without its per-field alias lookups (no private
-    attributes, no extra fields, no post-init, not a root model)."""
+def _plan(cls: type) -> list:
+    """(field name, converter, default, default factory) of each field of a schema class."""
     plan = _PLANS.get(cls)
     if plan is None:
-        plain = not cls.__private_attributes__ and cls.__pydantic_post_init__ is None \
-            and not cls.__pydantic_root_model__ and cls.model_config.get("extra") != "allow"
-        plan = _PLANS[cls] = ([(name, _converter(f.annotation), _default_of(f))
-                               for name, f in cls.model_fields.items()], plain)
+        types_ = field_types(cls)
+        plan = _PLANS[cls] = [(name, _converter(types_[name]), *_default_of(f)) for name, f in cls.model_fields.items()]
     return plan
 
 
@@ -128,33 +124,30 @@ def construct(cls: type, data: Any) -> Any:
     """``cls`` rebuilt from :func:`dump`'s form without checking (KeyError/TypeError if the form is not one)."""
     if not isinstance(data, dict):
         raise TypeError(f"{cls.__name__}: not an object")
-    fields, plain = _plan(cls)
+    fields = _PLANS.get(cls) or _plan(cls)
     kw, found = {}, 0
-    for name, conv, default in fields:
+    for name, conv, default, factory in fields:
         if name in data:
             v = data[name]
             kw[name] = v if conv is None or v is None else conv(v)
             found += 1
+        elif factory is not None:
+            kw[name] = factory()
         elif default is _REQUIRED:
             raise KeyError(f"{cls.__name__}: {name} missing")
         else:
-            kw[name] = default()
+            kw[name] = default
     if found != len(data):
         raise KeyError(f"{cls.__name__}: unknown fields")
-    if not plain:
-        return cls.model_construct(**kw)
-    m = cls.__new__(cls)  # what model_construct does for such a model (pydantic 2.x), without its lookups
+    m = cls.__new__(cls)  # the fields in the order validation gives them, defaults included
     _set(m, "__dict__", kw)
-    _set(m, "__pydantic_fields_set__", set(kw))
-    _set(m, "__pydantic_extra__", None)
-    _set(m, "__pydantic_private__", None)
     return m
 
 
 def _tree(obj: Any) -> Any:
     """A JSON-able picture of an item that keeps what ``==`` does not: each model's class, int/float/bool,
     list/tuple."""
-    if isinstance(obj, BaseModel):
+    if isinstance(obj, PlainModel):
         return {"<model>": type(obj).__qualname__, **{k: _tree(getattr(obj, k)) for k in type(obj).model_fields}}
     if isinstance(obj, dict):
         return {"<dict>": [[_tree(k), _tree(v)] for k, v in obj.items()]}
@@ -165,7 +158,7 @@ def _tree(obj: Any) -> Any:
     raise TypeError(f"not cached: a {type(obj).__name__}")
 
 
-def dump(obj: BaseModel) -> Optional[dict]:
+def dump(obj: PlainModel) -> Optional[dict]:
     """The cached form of a checked item (its fields as JSON, those at their default left out), or None when
     rebuilding it from that form would not give the very same item."""
     try:
@@ -177,11 +170,12 @@ def dump(obj: BaseModel) -> Optional[dict]:
 
 
 def _fields_of(o: Any) -> Any:
-    if isinstance(o, BaseModel):
+    if isinstance(o, PlainModel):
         out = {}
-        for name, _conv, default in _plan(type(o))[0]:
+        for name, _conv, default, factory in _plan(type(o)):
             v = getattr(o, name)
-            if default is _REQUIRED or type(v) is not type(d := default()) or v != d:
+            d = factory() if factory is not None else default
+            if d is _REQUIRED or type(v) is not type(d) or v != d:
                 out[name] = v
         return out
     raise TypeError(f"not JSON: {type(o).__name__}")

@@ -436,13 +436,20 @@ class Toolchains:
 
 
 def _test_status(test_id: str, records: list[GateRecord], current: str,
-                 tcs: Toolchains) -> tuple[str, set[str], dict[str, GateRecord]]:
+                 tcs: Toolchains, seen: dict | None = None) -> tuple[str, set[str], dict[str, GateRecord]]:
+    """``seen``: (record's id, test id) -> its outcome, shared by the calls of one :func:`state_of` (the
+    per-platform pass asks again what the first pass found)."""
     latest: dict[str, str] = {}  # platform -> latest conclusive outcome of a valid record
     deciding: dict[str, GateRecord] = {}  # platform -> the record that gave it
     passed_before = False
     needs_gpu = False
     for rec in records:  # file order = time order
-        outcome = _record_outcome(rec, test_id)
+        if seen is None:
+            outcome = _record_outcome(rec, test_id)
+        elif (key := (id(rec), test_id)) in seen:
+            outcome = seen[key]
+        else:
+            outcome = seen[key] = _record_outcome(rec, test_id)
         if rec.source_hash != current or not tcs.ok(rec):
             passed_before |= outcome == PASSED
             continue
@@ -495,8 +502,9 @@ def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord], tcs: Too
     statuses: dict[str, str] = {}
     platforms: set[str] = set()
     deciding: dict[str, GateRecord] = {}
+    seen: dict = {}  # the records live as long as this call: their ids are not reused within it
     for t in tests:
-        st, on, dec = _test_status(t, mine, current, tcs)
+        st, on, dec = _test_status(t, mine, current, tcs, seen)
         statuses[t] = st
         platforms |= on
         for p, rec in dec.items():  # the newest record that decided a test there
@@ -505,7 +513,7 @@ def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord], tcs: Too
     per_platform = {}
     for p in dict.fromkeys(r.platform for r in mine):
         on_p = [r for r in mine if r.platform == p]
-        per_platform[p] = _platform_state({t: _test_status(t, on_p, current, tcs)[0] for t in tests}, p)
+        per_platform[p] = _platform_state({t: _test_status(t, on_p, current, tcs, seen)[0] for t in tests}, p)
     counts = {s: sum(1 for v in statuses.values() if v == s) for s in set(statuses.values())}
     n = len(tests)
     needs_gpu = [t for t, s in statuses.items() if s == "needs-gpu"]

@@ -22,15 +22,17 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from . import envvars, fileio
 from .errors import Diagnostic, RegistryError
 from .fileio import display_path  # noqa: F401 - re-exported (r9kctl, the plugin and the TUI use it)
 from .itemcache import ItemCache, text_hash
+from .plainmodel import validation_error  # pydantic's ValidationError, imported only once something failed
 from .schema import ModelSpec, Profile, Release, Variant
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
@@ -503,7 +505,7 @@ def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic]
     try:
         item = schema.model_validate(data) if items is None else \
             items.check(schema, data, text_hash(text), stem=path.stem if name_from_file else "")
-    except ValidationError as exc:
+    except validation_error() as exc:
         diags += _schema_diags(path, text, exc, items=[path.stem])
         return None
     name = getattr(item, key)
@@ -578,7 +580,7 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
             vid = raw.get("id", f"#{i}") if isinstance(raw, dict) else f"#{i}"
             try:
                 v = checked.check(Variant, raw, sha, i)
-            except ValidationError as exc:
+            except validation_error() as exc:
                 diags += _schema_diags(path, text, exc, base_loc=("variant", i), items=[str(vid)])
                 continue
             if _declared_before(origins, ("variant", v.id), f"variant id '{v.id}'", shown, line, diags):
@@ -602,7 +604,7 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
         for i, raw in enumerate(_array_of_tables(data, "model", text, mpath, shown, diags)):
             try:
                 m = checked.check(ModelSpec, raw, sha, i)
-            except ValidationError as exc:
+            except validation_error() as exc:
                 diags += _schema_diags(mpath, text, exc, base_loc=("model", i))
                 continue
             line = mheads[i] if i < len(mheads) else 1

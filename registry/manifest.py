@@ -21,10 +21,8 @@ pick all say it with it. Standard library only (no torch, vLLM, pydantic).
 """
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
-import zlib
 import dataclasses
 from dataclasses import dataclass, field
 from enum import Enum
@@ -358,12 +356,17 @@ CARRIER_KEY = "r9k"
 
 def encode(data: dict) -> str:
     """A manifest dict as one compact string (JSON, zlib, base64): a few kB for ~150 variants."""
+    import base64  # noqa: PLC0415 - (and zlib) only where a manifest is carried: not on validate's path
+    import zlib  # noqa: PLC0415
+
     raw = json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
     return base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
 
 
 def decode(value: str) -> dict:
+    import base64  # noqa: PLC0415
     import binascii
+    import zlib  # noqa: PLC0415
 
     try:
         data = json.loads(zlib.decompress(base64.b64decode(value.encode("ascii"), validate=True)))

@@ -35,7 +35,6 @@ import glob as _glob
 import hashlib
 import json
 import os
-import platform as _platform
 import re
 import sys
 from pathlib import Path
@@ -171,9 +170,29 @@ def _norm_dist(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name.lower())
 
 
+_LISTED: dict[str, Any] = {}
+
+
 def _metadata_dirs(folder: str):
     """Normalized name -> the metadata folders of a ``sys.path`` folder; None if it cannot be listed but
-    exists (a zip file); _ASK if it holds an ``.egg`` (importlib.metadata's other layout)."""
+    exists (a zip file); _ASK if it holds an ``.egg`` (importlib.metadata's other layout). A folder is listed
+    again only when its own stat changes (an entry added or removed): site-packages holds hundreds of
+    entries and each version looked up read them all (a process-local memo, never written anywhere)."""
+    try:
+        st = os.stat(folder)
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+    except OSError:
+        key = None
+    hit = _LISTED.get(folder)
+    if key is not None and hit is not None and hit[0] == key:
+        return hit[1]
+    out = _list_metadata_dirs(folder)
+    if key is not None:
+        _LISTED[folder] = (key, out)
+    return out
+
+
+def _list_metadata_dirs(folder: str):
     try:
         children = os.listdir(folder)
     except FileNotFoundError:
@@ -216,12 +235,23 @@ def _fast_version(name: str):
     return _ASK
 
 
+def _python_version() -> str:
+    """``platform.python_version()``: CPython's version is the first word of ``sys.version`` (importing
+    ``platform`` cost a new process ~3 ms); any other interpreter or form is asked of ``platform``."""
+    first = sys.version.split(" ", 1)[0]
+    if sys.implementation.name == "cpython" and re.fullmatch(r"\d+\.\d+\.\d+[A-Za-z0-9+]*", first):
+        return first
+    import platform  # noqa: PLC0415
+
+    return platform.python_version()
+
+
 def toolchain(use_torch: bool = False) -> dict[str, str | None]:
     """The toolchain of this machine. Versions come from distribution metadata (nothing heavy is imported);
     the device from the NVIDIA driver (first GPU), or from torch when ``use_torch`` (the GPU script: also
     right for ROCm, and for a GPU that CUDA_VISIBLE_DEVICES hides nothing of)."""
     tc: dict[str, str | None] = {k: _dist_version(d) for k, d in _DISTS.items()}
-    tc["python"] = _platform.python_version()
+    tc["python"] = _python_version()
     device = None
     if use_torch:
         try:

@@ -14,7 +14,8 @@ Two rewrites, over every ``.py`` file of the folders ``setup.py`` maps under ``r
 
    * the file is one of :data:`LAZY` (start-up cost: each with its reason),
    * the imported module is *heavy*: importing it loads one of :data:`HEAVY` at its top level (directly or
-     through the project's own top-level imports), so moving it would put that cost on every importer,
+     through the project's own top-level imports) or one of :data:`HEAVY_FILES`, so moving it would put that
+     cost on every importer,
    * moving it would close an import cycle among top-level imports,
    * its name is bound otherwise in the module, or the statement is not a whole line directly in a function
      body (inside ``try``/``if``: a deliberate guard).
@@ -52,6 +53,11 @@ SCRIPTS = {"registry/provenance.py": "scripts/gpu.sh runs it by path on the GPU 
 #: Third-party packages whose import is a start-up cost (seconds for vLLM and torch).
 HEAVY = {"torch", "triton", "vllm", "textual", "rich", "scipy", "matplotlib", "transformers", "tokenizers",
          "safetensors", "fastapi", "numpy", "pytest", "pydantic", "tomlkit"}
+#: Project files that count as heavy though their top level imports none of HEAVY, and why.
+HEAVY_FILES = {
+    "registry/plainmodel.py": "the schema's classes: checking an item imports pydantic (every load of a registry "
+                              "not checked before), so what imports the schema stays where it was (in functions)",
+}
 
 
 def folders(root: Path) -> list[str]:
@@ -139,7 +145,8 @@ class Tree:
             if path in seen:
                 return False
             self._heavy[path] = bool(self.third[path] & HEAVY) or any(
-                self.heavy(q, seen | {path}) for q in self.edges[path])
+                self.heavy(q, seen | {path}) for q in self.edges[path]) \
+                or path.relative_to(self.root).as_posix() in HEAVY_FILES
         return self._heavy[path]
 
     def reaches(self, start: Path, goal: Path) -> bool:
