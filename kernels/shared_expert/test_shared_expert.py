@@ -60,13 +60,34 @@ def _gemm_bound(a, s, packed, scales, gate=None):
     return exact, (2 * a.shape[1] * U32 * mag * f.abs() + 3 * U32 * exact.abs()) * 2
 
 
+def _e4m3_codes_outside(codes, r, d) -> int:
+    """How many fp8 ``codes`` are not the e4m3 rounding of some value within ``d`` of ``r`` (fp64; rounding is
+    monotone, so those are the codes from the rounding of ``r - d`` to that of ``r + d``)."""
+    lo = (r - d).clamp(-448, 448).float().to(torch.float8_e4m3fn).float()
+    hi = (r + d).clamp(-448, 448).float().to(torch.float8_e4m3fn).float()
+    c = codes.float()
+    return int(((c < lo) | (c > hi)).sum())
+
+
+def _input_quant_outside(x, xq, xs) -> int:
+    """The input quant (appendix B): the scale exactly stock's ``A / 448`` (both divide correctly rounded), each
+    code an e4m3 rounding of ``x * (448 / A)`` within two fp32 roundings (``448 / A``, the product). Not bit-equal
+    to torch's: on the GPU the compiler contracts the product into the subnormal path's add (``fma(x, inv,
+    24576)``), which rounds the exact product once where torch rounds it to fp32 first; a code below 2^-6 can
+    then differ by one step (H200, 2026-12-02: 9 of 400 draws, e.g. 3.4999 steps -> 3 where torch's 3.5 -> 4)."""
+    xf = x.double()
+    A = xf.abs().amax(-1).clamp_min(1e-12)
+    assert torch.equal(xs, reference.row_quant_fp8_torch(x)[1]), "input scale differs from stock's"
+    r = xf * (448 / A)[:, None]
+    return _e4m3_codes_outside(xq, r, 2 * 2 * U32 * r.abs())
+
+
 def _check_stages(x, W, out, seed):
     """The fused path's four launches against the semantics they declare, element by element (module note); and
     the fused call's output bit-equal to the stages' (every launch is deterministic, split-K included)."""
     xq, xs, g = triton_kernel.row_quant_gate(x, W.wg)
-    q_t, s_t = reference.row_quant_fp8_torch(x)
-    assert torch.equal(xq.view(torch.uint8), q_t.view(torch.uint8)) and torch.equal(xs, s_t), \
-        f"input quant differs from stock's (seed {seed})"
+    bad = _input_quant_outside(x, xq, xs)
+    assert bad == 0, f"input quant: {bad} of {xq.numel()} codes are not an e4m3 rounding of x * 448 / A (seed {seed})"
     gu = triton_kernel.mxfp4_gemm(xq, xs, W.w1_packed, W.w1_scales)
     exact, tol = _gemm_bound(xq, xs, W.w1_packed, W.w1_scales)
     bad = int((~bf16_within(gu, exact, tol)).sum())
@@ -83,12 +104,8 @@ def _check_stages(x, W, out, seed):
     A = v.abs().amax(-1).clamp_min(1e-12)
     assert ((as_.double() - A / 448).abs() <= 2 * es * A / 448).all(), f"activation scale (seed {seed})"
     r = v * (448 / A)[:, None]
-    d = 2 * (ev + 2 * es[:, None] + U32) * r.abs()
-    lo = (r - d).clamp(-448, 448).float().to(torch.float8_e4m3fn).float()
-    hi = (r + d).clamp(-448, 448).float().to(torch.float8_e4m3fn).float()
-    c = aq.float()
-    bad = int(((c < lo) | (c > hi)).sum())
-    assert bad == 0, f"{bad} of {c.numel()} activation codes are not an e4m3 rounding of silu(g) * u (seed {seed})"
+    bad = _e4m3_codes_outside(aq, r, 2 * (ev + 2 * es[:, None] + U32) * r.abs())
+    assert bad == 0, f"{bad} of {aq.numel()} activation codes are not an e4m3 rounding of silu(g) * u (seed {seed})"
     staged = triton_kernel.mxfp4_gemm(aq, as_, W.w2_packed, W.w2_scales, gate=g)
     exact, tol = _gemm_bound(aq, as_, W.w2_packed, W.w2_scales, gate=g)
     bad = int((~bf16_within(staged, exact, tol)).sum())
@@ -172,7 +189,7 @@ def test_building_blocks_interpreter(seed, device, poison):
     x = _x(g, device, M, H)
     q1, s1 = reference.row_quant_fp8_torch(x)
     q2, s2 = triton_kernel.row_quant(x)
-    assert torch.equal(q1.view(torch.uint8), q2.view(torch.uint8)) and torch.equal(s1, s2)
+    assert torch.equal(s1, s2) and _input_quant_outside(x, q2, s2) == 0  # bit-equal but for the GPU's fma (above)
     gu1 = reference.mxfp4_gemm_torch(q1, s1, W.w1_packed, W.w1_scales)
     gu2 = triton_kernel.mxfp4_gemm(q1, s1, W.w1_packed, W.w1_scales, out=poison(torch.empty_like(gu1)))
     assert int((gu1 != gu2).sum()) <= max(2, gu1.numel() // 500), "gate_up GEMM differs beyond summation order"
