@@ -162,9 +162,11 @@ class Hook:
             return self._stock(x, "check failed")
         xc = x.contiguous()
         _, out = algorithms.all_reduce(xc, self.cfg, self.group)
-        counters.hit(OP, f"fused:{kind}")
         if self.check and counters.calls(OP, f"checked:{kind}") < CHECK_CALLS:
-            bad = self.verify(kind, xc, out)
+            bad = self.verify(kind, xc, out)  # a collective: stock's all-reduce on a copy
+            # counted after the check, together: the status flusher (another thread) never sees the call
+            # fused for the length of a collective without its check
+            counters.hit(OP, f"fused:{kind}")
             counters.hit(OP, f"checked:{kind}")
             if bad:
                 counters.hit(OP, f"check-failed:{kind}")
@@ -172,6 +174,8 @@ class Hook:
                 logger.warning("r9k: %s: %s on %s: %s; this size class runs vLLM's all-reduce from now on",
                                OP, kind, self.name, bad)
                 return self.stock(xc.clone())  # this call too: vLLM's result, on every rank
+        else:
+            counters.hit(OP, f"fused:{kind}")
         return out.view_as(x)
 
     def verify(self, kind: str, x, out) -> str:

@@ -110,6 +110,16 @@ def test_pasted_dry_run_serves_tp2_with_the_same_set(tmp_path):
                    ar.get(w, {}).get("calls", {}).get("fused:one_shot", 0) > 0 for w in ("VllmWorker-0", "VllmWorker-1")):
                 break
             time.sleep(1)
+        # then until the all-reduce counters stand still for longer than a flush interval: a worker's file is
+        # a snapshot taken by its flusher thread once a second, possibly in the middle of a call
+        prev = None
+        for _ in range(30):
+            now = {w: v.get("calls") for w, v in st.get("ops", {}).get("allreduce", {}).get("by_process", {}).items()}
+            if now == prev:
+                break
+            prev = now
+            time.sleep(1.5)
+            st = _get(base + "/r9k/status")
         procs = st["processes"]
         assert {"MainProcess", "EngineCore", "VllmWorker-0", "VllmWorker-1"} <= set(procs)
         assert {p["hash"] for p in procs.values()} == {h} and st["agree"]
