@@ -46,7 +46,7 @@ def add_parser(sub):
                          description=_serve_doc(), formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
     sv.add_argument("--profiles", required=True, help="comma-separated profiles; the first is the baseline")
     sv.add_argument("--concurrency", default="1,4", help="comma-separated client concurrencies (default 1,4)")
-    sv.add_argument("--repeats", type=int, default=3, help="runs per profile and concurrency (default 3)")
+    sv.add_argument("--repeats", type=int, default=3, help="interleaved rounds A B, A B, ...: each starts every profile once, in turn (default 3)")
     sv.add_argument("--num-prompts", type=int, default=32)
     sv.add_argument("--input-len", type=int, default=128, help="random prompt length in tokens (default 128)")
     sv.add_argument("--output-len", type=int, default=64, help="tokens generated per request (default 64)")
@@ -199,7 +199,7 @@ def _serve(args) -> int:
     if not profiles:
         return usage("--profiles: name one or more profiles")
     if len(set(profiles)) != len(profiles):
-        return usage(f"--profiles {args.profiles!r} names a profile twice (for a run-to-run floor use --repeats)")
+        return usage(f"--profiles {args.profiles!r} names a profile twice (its A/A floor comes from the baseline's own rounds: --repeats)")
     if not conc or min(conc) < 1:
         return usage(f"--concurrency {args.concurrency!r}: give one or more concurrencies of at least 1")
     for opt, v in (("--repeats", args.repeats), ("--num-prompts", args.num_prompts), ("--input-len", args.input_len),
