@@ -80,6 +80,9 @@ LEDGER = _v("R9K_LEDGER", "path", "registry/gates/ledger.jsonl of the tree in us
             "the gate ledger to read and append to", ("registry.ledger",))
 REPO_ROOT = _v("R9K_REPO_ROOT", "path", "the package's parent folder",
                "the root that a variant's implementation sources are relative to", ("registry.ledger",))
+ACCEPT_IMPORTED_GATES = _v("R9K_ACCEPT_IMPORTED_GATES", "bool", "0",
+                           "1: a strict launch accepts gates fresh only on imported (unverified) records of its "
+                           "platform", ("registry.ledger",), vllm=True)
 NO_CACHE = _v("R9K_NO_CACHE", "bool", "0", "1: parse every TOML file and gate module again (no parse cache)",
               ("registry.loader", "registry.gatedeps"))
 NO_REGISTRY_CACHE = _v("R9K_NO_REGISTRY_CACHE", "bool", "0",

@@ -63,6 +63,7 @@ FAILING = {FAILED, ERROR, NOT_FOUND}
 
 STATES = ("fresh", "stale", "missing", "failed")
 RAN_HERE = "ran here"
+RAN_ELSEWHERE = "ran elsewhere"  # by r9kctl gate, in another checkout or on another machine: came with the ledger
 
 # Never part of a source hash: caches and bytecode that change without a source edit.
 _IGNORED_PARTS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
@@ -255,6 +256,8 @@ class GateRecord:
     # Set on a record made by ``r9kctl gate --import-junit`` (the run was elsewhere; nothing here re-ran it):
     # {"file": the JUnit file's name, "created": the provenance's date, "checks": what the import checked}
     imported: dict[str, Any] | None = None
+    # provenance.checkout_id() of the checkout and machine r9kctl gate ran in (None: an import, or older)
+    ran_at: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -272,10 +275,15 @@ class GateRecord:
         """Made by an import (also the records written before imports were marked: their note says so)."""
         return self.imported is not None or (self.note or "").startswith("imported from")
 
-    def evidence(self) -> str:
-        """``ran here`` (``r9kctl gate`` ran the tests) or ``imported from <platform>, <date>, unverified``."""
+    def evidence(self, here: str | None = None) -> str:
+        """``ran here`` (``r9kctl gate`` ran the tests in this checkout on this machine: ``here`` is its
+        :func:`~r9k.registry.provenance.checkout_id`), ``ran elsewhere, <date>`` (``r9kctl gate`` ran them in
+        another checkout or on another machine: the record came with the ledger), or ``imported from
+        <platform>, <date>, unverified``."""
         if not self.was_imported:
-            return RAN_HERE
+            if here is not None and self.ran_at == here:
+                return RAN_HERE
+            return f"{RAN_ELSEWHERE}, {self.date[:10]}"
         created = (self.imported or {}).get("created") or ""
         if not created and "(provenance of " in (self.note or ""):
             created = self.note.split("(provenance of ", 1)[1]
@@ -348,8 +356,8 @@ class GateState:
 
     @property
     def imported_only(self) -> bool:
-        """Fresh, and only on imported evidence (nothing that counts ran here)."""
-        return bool(self.evidence) and RAN_HERE not in self.evidence.values()
+        """Fresh, and only on imported evidence (nothing that counts ran under r9kctl gate)."""
+        return bool(self.evidence) and all(e.endswith("unverified") for e in self.evidence.values())
 
     def label(self) -> str:
         """Where the counted evidence came from: ``ran here`` / ``imported from cuda-h200, <date>, unverified``
@@ -534,7 +542,8 @@ def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord], tcs: Too
         detail = "never run" if not mine else f"{counts.get('passed', 0)}/{n} passed at the current sources"
     if needs_gpu and state != "failed":
         detail += f"; {len(needs_gpu)} need a GPU (only skipped so far)"
-    evidence = {p: deciding[p].evidence() for p in sorted(deciding) if p in platforms or state == "failed"}
+    here = provenance.checkout_id(repo_root(reg_or_root))
+    evidence = {p: deciding[p].evidence(here) for p in sorted(deciding) if p in platforms or state == "failed"}
     return GateState(variant.id, state, detail, statuses, current, mine[-1].source_hash if mine else None,
                      mine[-1].date if mine else None, sorted(platforms), needs_gpu, changes,
                      {p: dict(tcs.current(p) or {}) for p in sorted(platforms)}, evidence, per_platform)
@@ -595,6 +604,11 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
             if state != "fresh":
                 out.append(("gate", v, ("gate",), f"default-on variant '{v.id}' ({v.knob}): gate {state} on "
                             f"{platform} ({detail}); run `r9kctl gate {v.id}` there"))
+            elif (unverified := imported_only_on(st, platform)) and not envvars.ACCEPT_IMPORTED_GATES.on():
+                out.append(("gate-unverified", v, ("gate",), f"default-on variant '{v.id}' ({v.knob}): gate fresh "
+                            f"on {platform} only on imported records ({'; '.join(unverified)}): nothing here ran "
+                            f"them, so a strict launch refuses; run `r9kctl gate {v.id}` there, or accept them "
+                            f"with {envvars.ACCEPT_IMPORTED_GATES.name}=1"))
             continue
         if st is None or st.state != "fresh":
             state = st.state if st else "missing"
@@ -602,6 +616,14 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
             out.append(("gate", v, ("gate",), f"default-on variant '{v.id}' ({v.knob}): gate {state} ({detail}); "
                         f"run `r9kctl gate {v.id}`"))
     return out
+
+
+def imported_only_on(st: GateState, platform: str) -> list[str]:
+    """``platform: evidence`` of each counted record for ``platform`` when every one of them is an import
+    (unverified), else []."""
+    ev = {p: e for p, e in st.evidence.items() if platform_matches(p, platform)}
+    unverified = [f"{p}: {e}" for p, e in ev.items() if e.endswith("unverified")]
+    return unverified if ev and len(unverified) == len(ev) else []
 
 
 def _admits(variant: Any, platform: str) -> bool:
@@ -615,7 +637,7 @@ def summary(variants: Iterable[Any], states: Mapping[str, GateState], platform: 
     """One line over the gated variants a profile switches on, for its platform: how many are fresh with
     evidence that ran here, fresh on imported evidence only (unverified), not fresh, and with no record on
     that platform at all."""
-    here, imported, other, none = [], [], [], []
+    here, elsewhere, imported, other, none = [], [], [], [], []
     for v in variants:
         st = states.get(v.id)
         if st is None:
@@ -626,13 +648,18 @@ def summary(variants: Iterable[Any], states: Mapping[str, GateState], platform: 
             none.append(v.id)
         elif state == "fresh" and RAN_HERE in on_p.values():
             here.append(v.id)
+        elif state == "fresh" and any(e.startswith(RAN_ELSEWHERE) for e in on_p.values()):
+            elsewhere.append(v.id)
         elif state == "fresh":
             imported.append(v.id)
         else:
             other.append(f"{v.id} {state}")
     parts = [f"{len(here)} fresh (ran here)"]
+    if elsewhere:
+        parts.append(f"{len(elsewhere)} fresh on records that ran elsewhere (came with the ledger): "
+                     f"{', '.join(elsewhere)}")
     if imported:
-        kinds = sorted({e for v in imported for e in states[v].evidence.values() if e != RAN_HERE})
+        kinds = sorted({e for v in imported for e in states[v].evidence.values() if e.endswith("unverified")})
         parts.append(f"{len(imported)} fresh only on imported evidence ({'; '.join(kinds)}): {', '.join(imported)}")
     if other:
         parts.append(f"not fresh: {', '.join(other)}")

@@ -265,6 +265,26 @@ def toolchain(use_torch: bool = False) -> dict[str, str | None]:
     return {k: tc.get(k) for k in TOOLCHAIN_KEYS}
 
 
+@_functools.lru_cache(maxsize=8)
+def checkout_id(root: str | Path) -> str:
+    """Who "here" is for a gate record: a short hash of this machine (``/etc/machine-id``, else the host name)
+    and the checkout's folder. A record made by ``r9kctl gate`` in this checkout on this machine "ran here";
+    one that came with a clone (or another worktree, or another machine) did not, whatever it says."""
+    machine = ""
+    for f in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            machine = Path(f).read_text().strip()
+        except OSError:
+            continue
+        if machine:
+            break
+    if not machine:
+        import socket  # noqa: PLC0415
+
+        machine = socket.gethostname()
+    return hashlib.sha256(f"{machine}\0{Path(root).resolve()}".encode()).hexdigest()[:16]
+
+
 def toolchain_changes(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
     """Human-readable differences, e.g. ``["triton 3.6.0 -> 3.9.0"]``; old None -> one 'not recorded' line."""
     if old is None:

@@ -190,7 +190,7 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
             variant=v.id, tests=L.declared_tests(v), result=L.summarize(mine), outcomes=mine,
             platform=platform, date=date, source_hash=L.hash_of(files, missing), files=len(files),
             commit=commit, dirty=dirty, duration_s=round(duration, 2),  # of the whole pytest run
-            deps=files, toolchain=tc))
+            deps=files, toolchain=tc, ran_at=provenance.checkout_id(root)))
     if record and records:
         L.append_records(ledger or L.ledger_path(reg), records)
     return GateRun(records, platform, exitstatus, log_tail, collect_errors)

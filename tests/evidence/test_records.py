@@ -42,3 +42,53 @@ def test_the_latest_conclusive_outcome_decides_in_both_orders(reg, order, expect
     # an inconclusive record after them (skipped) changes nothing
     recs.append(record(reg, "skipped", "2026-12-03T10:00:00Z"))
     assert L.state_of(reg, reg.variants["evrec_add"], recs, L.Toolchains(recs, local=CPU_TC)).state == expect
+
+
+def test_a_record_that_came_with_the_clone_did_not_run_here(reg, tmp_path):
+    """``ran here`` only for a record r9kctl gate made in this checkout on this machine: one without that
+    identity (as every record that came with a clone, or one from another worktree) ran elsewhere."""
+    here = L.provenance.checkout_id(L.repo_root(reg))
+    v = reg.variants["evrec_add"]
+    for ran_at, expect in ((None, "ran elsewhere, 2026-12-01"), ("0123456789abcdef", "ran elsewhere, 2026-12-01"),
+                           (here, "ran here")):
+        recs = [record(reg, "passed", "2026-12-01T10:00:00Z", ran_at=ran_at)]
+        st = L.state_of(reg, v, recs, L.Toolchains(recs, local=CPU_TC))
+        assert st.state == "fresh" and st.evidence == {"cpu-triton-interpret": expect}
+        assert L.summary([v], {v.id: st}, "cpu").startswith(
+            "gates on cpu: 1 fresh (ran here)" if ran_at == here else
+            "gates on cpu: 0 fresh (ran here); 1 fresh on records that ran elsewhere")
+    assert here != L.provenance.checkout_id(tmp_path)  # another folder is another checkout
+
+
+def test_a_strict_launch_names_and_refuses_unverified_imported_records_unless_accepted(reg, tmp_path, monkeypatch,
+                                                                                         capsys):
+    from r9k.r9kctl import cli
+    from r9k.registry import envvars
+
+    prof = tmp_path / "profiles"
+    prof.mkdir()
+    (prof / "evrec-h200.toml").write_text('description = "the test-only add on the H200"\nextends = "stock"\n'
+                                          'tp = 1\nplatform = "cuda-h200"\n[knobs]\nR9K_EVREC_ADD = "r9k"\n')
+    monkeypatch.setenv(envvars.PROFILES_DIR.name, str(prof))
+    monkeypatch.delenv(envvars.ACCEPT_IMPORTED_GATES.name, raising=False)
+    reg = load_registry()
+    imp = record(reg, "passed", "2026-12-01T10:00:00Z", "cuda-h200", GPU_TC,
+                 imported={"file": "gates-h200.xml", "created": "2026-12-01T09:00:00Z", "checks": "no stamp"})
+    L.append_records(L.ledger_path(reg), [imp])
+    assert cli.main(["launch", "--profile", "evrec-h200", "--dry-run", "--strict"]) == 1
+    err = capsys.readouterr().err
+    assert "warning[gate-unverified]: default-on variant 'evrec_add'" in err
+    assert "cuda-h200: imported from cuda-h200, 2026-12-01, unverified" in err
+    assert envvars.ACCEPT_IMPORTED_GATES.name + "=1" in err
+    from r9k.registry.validate import validate
+
+    def unverified():
+        return [d for d in validate(load_registry(), profile="evrec-h200").warnings if d.code == "gate-unverified"]
+
+    assert len(unverified()) == 1
+    monkeypatch.setenv(envvars.ACCEPT_IMPORTED_GATES.name, "1")  # the user opts in
+    assert unverified() == []
+    # a record that ran under r9kctl gate on that platform is not an import: nothing to accept
+    monkeypatch.delenv(envvars.ACCEPT_IMPORTED_GATES.name)
+    L.append_records(L.ledger_path(reg), [record(reg, "passed", "2026-12-02T10:00:00Z", "cuda-h200", GPU_TC)])
+    assert unverified() == []
