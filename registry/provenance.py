@@ -71,7 +71,48 @@ def tree_hashes(root: str | Path) -> dict[str, str]:
             if p.suffix in _EXCLUDED_SUFFIXES or p.is_symlink() or not p.is_file():
                 continue
             out[p.relative_to(root).as_posix()] = file_sha256(p)
+    cfg = pytest_config_hash(root)
+    if cfg is not None:
+        out[PYTEST_CONFIG] = cfg
     return dict(sorted(out.items()))
+
+
+#: The pseudo-file of a gate's dependencies (and of a provenance's files) that stands for the pytest
+#: configuration at the repository root: what the gate's tests run under (markers, addopts, paths).
+PYTEST_CONFIG = "<pytest configuration>"
+_PYTEST_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
+
+
+def pytest_config_hash(root: str | Path) -> str | None:
+    """sha256 of the pytest configuration at ``root``: ``pyproject.toml``'s ``[tool.pytest.ini_options]``
+    table (only it: a version or dependency edit elsewhere in the file changes no gate), and the whole of
+    ``pytest.ini``, ``.pytest.ini``, and of ``tox.ini`` / ``setup.cfg`` when they hold a pytest section. None
+    when there is none. (Every conftest.py pytest loads is a dependency of its own.)"""
+    root = Path(root)
+    parts: dict[str, Any] = {}
+    try:
+        data = (root / "pyproject.toml").read_bytes()
+    except OSError:
+        data = None
+    if data is not None:
+        import tomllib  # noqa: PLC0415
+
+        try:
+            table = tomllib.loads(data.decode("utf-8")).get("tool", {}).get("pytest", {})
+        except (UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+            table = {"unreadable pyproject.toml": hashlib.sha256(data).hexdigest()}
+        if table:
+            parts["pyproject.toml [tool.pytest]"] = table
+    for name in _PYTEST_FILES:
+        try:
+            text = (root / name).read_bytes()
+        except OSError:
+            continue
+        if name.endswith("pytest.ini") or b"[pytest]" in text or b"[tool:pytest]" in text:
+            parts[name] = hashlib.sha256(text).hexdigest()
+    if not parts:
+        return None
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def tree_hash(files: Mapping[str, str]) -> str:

@@ -108,7 +108,7 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
     dirty = None
     if commit is not None:
         dirty = bool(_git(root, "status", "--porcelain", "--", *sorted({p for files, _ in deps.values()
-                                                                       for p in files})))
+                                                                       for p in files if p != provenance.PYTEST_CONFIG})))
     outcomes: dict[str, str] = {}
     not_found: list[str] = []
     collect_errors: dict[str, str] = {}

@@ -92,3 +92,24 @@ def test_a_strict_launch_names_and_refuses_unverified_imported_records_unless_ac
     monkeypatch.delenv(envvars.ACCEPT_IMPORTED_GATES.name)
     L.append_records(L.ledger_path(reg), [record(reg, "passed", "2026-12-02T10:00:00Z", "cuda-h200", GPU_TC)])
     assert unverified() == []
+
+
+def test_the_pytest_configuration_is_in_the_gate_hash(reg):
+    """Editing pyproject's [tool.pytest.ini_options] (an addopts, a marker) changes what the gate's tests run
+    under, so the gate goes stale; an edit elsewhere in pyproject.toml does not."""
+    root = L.repo_root(reg)
+    v = reg.variants["evrec_add"]
+    (root / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "1"\n\n[tool.pytest.ini_options]\n'
+                                         'addopts = "-ra"\n')
+    recs = [record(reg, "passed", "2026-12-01T10:00:00Z")]
+    tcs = L.Toolchains(recs, local=CPU_TC)
+    assert L.state_of(reg, v, recs, tcs).state == "fresh"
+    (root / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "2"\n\n[tool.pytest.ini_options]\n'
+                                         'addopts = "-ra"\n')
+    assert L.state_of(reg, v, recs, tcs).state == "fresh"  # the version is not the pytest configuration
+    (root / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "2"\n\n[tool.pytest.ini_options]\n'
+                                         'addopts = "-ra -p no:randomly --deselect kernels/evrec"\n')
+    st = L.state_of(reg, v, recs, tcs)
+    assert st.state == "stale" and st.changes == ["<pytest configuration> changed"]
+    (root / "pytest.ini").write_text("[pytest]\naddopts = -x\n")  # a pytest.ini counts too
+    assert L.state_of(reg, v, recs, tcs).source_hash != st.source_hash
