@@ -142,7 +142,9 @@ def run(args) -> int:
         return _err(f"unknown variant or knob {exc}")
 
     out = sys.stderr if args.format == "json" else sys.stdout
-    records, _problems = L.read_ledger(L.ledger_path(reg))
+    records, problems = L.read_ledger(L.ledger_path(reg))
+    for msg in problems:  # one located warning per ledger line that is not a record (skipped)
+        print(msg, file=sys.stderr)
 
     if args.status or args.dry_run:
         states = {v.id: L.state_of(reg, v, records) for v in plan.variants}

@@ -310,28 +310,121 @@ def summarize(outcomes: Mapping[str, str]) -> str:
     return "pass" if vals == {PASSED} else "partial"
 
 
-def read_ledger(path: str | Path) -> tuple[list[GateRecord], list[str]]:
-    """(records in file order, problems: one located message per unreadable line). A missing file is empty."""
+#: The size policy: the ledger a gate run appends to is one segment; an append that would take it past
+#: SEGMENT_BYTES first moves it aside, unchanged, as ``ledger.0001.jsonl`` (then 0002, ...), and starts a new
+#: one. Readers read the segments in order and then the ledger, line by line with no limit on the whole, so
+#: growth never makes the ledger unreadable, and an append never rewrites more than one segment.
+SEGMENT_BYTES = 8 * 1024 * 1024
+#: A longer line is not a record (the largest are ~10 kB): skipped with a warning, read no further.
+LINE_BYTES = 1024 * 1024
+
+
+def segments(path: str | Path) -> list[Path]:
+    """The ledger's files in time order: its moved-aside segments (``<stem>.NNNN<suffix>``), then itself."""
     p = Path(path)
-    if not p.exists():
-        return [], []
+    old = []
+    for q in p.parent.glob(f"{_glob.escape(p.stem)}.[0-9][0-9][0-9][0-9]*{_glob.escape(p.suffix)}"):
+        num = q.name[len(p.stem) + 1: len(q.name) - len(p.suffix)]
+        if num.isdigit():
+            old.append((int(num), q))
+    return [q for _, q in sorted(old)] + [p]
+
+
+def _bad(p: Path, lineno: int, col: int, why: str, code: str = "ledger-line"):
+    from .errors import Diagnostic
+
+    return Diagnostic("warning", code, why if code != "ledger-line" else f"line skipped: {why}",
+                      fileio.display_path(p), lineno, col)
+
+
+def _read_segment(p: Path, records: list[GateRecord], problems: list) -> None:
+    import os
+    import stat
+
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        problems.append(_bad(p, 1, 1, f"cannot read the gate ledger ({exc.strerror}); its records are not "
+                             "counted", "ledger"))
+        return
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        problems.append(_bad(p, 1, 1, "the gate ledger is not a regular file; its records are not counted",
+                             "ledger"))
+        return
+    with os.fdopen(fd, "rb") as fh:
+        lineno = 0
+        while True:
+            raw = fh.readline(LINE_BYTES + 1)
+            if not raw:
+                break
+            lineno += 1
+            if len(raw) > LINE_BYTES and not raw.endswith(b"\n"):
+                while raw and not raw.endswith(b"\n"):  # the rest of the long line, read and dropped
+                    raw = fh.readline(LINE_BYTES)
+                problems.append(_bad(p, lineno, 1, f"longer than {LINE_BYTES // 1024} KiB"))
+                continue
+            if not raw.strip():
+                continue
+            nul = raw.find(b"\0")
+            if nul >= 0:
+                problems.append(_bad(p, lineno, nul + 1, "holds a NUL byte"))
+                continue
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                problems.append(_bad(p, lineno, exc.start + 1, f"not UTF-8 (byte 0x{raw[exc.start]:02x})"))
+                continue
+            try:
+                obj = fileio.parse_json(text, p, f"line {lineno} of this gate ledger", dict, lineno - 1)
+                records.append(GateRecord.from_json(obj))
+            except fileio.FileError as exc:
+                problems.append(_bad(p, lineno, exc.diagnostic.col or 1, exc.diagnostic.message))
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                problems.append(_bad(p, lineno, 1, f"not a gate record ({exc})"))
+
+
+def read_ledger(path: str | Path) -> tuple[list[GateRecord], list[str]]:
+    """(records in time order, problems: one located warning per line that is not a record, which is skipped;
+    the other lines still count). A missing ledger is empty. Its moved-aside segments are read first."""
+    records, diags = read_ledger_diagnostics(path)
+    return records, [d.format() for d in diags]
+
+
+def read_ledger_diagnostics(path: str | Path) -> tuple[list[GateRecord], list]:
+    """:func:`read_ledger` with the problems as Diagnostics."""
     records: list[GateRecord] = []
-    problems: list[str] = []
-    bad: list = []
-    for lineno, obj in fileio.read_jsonl(p, "gate ledger", problems=bad):
-        try:
-            records.append(GateRecord.from_json(obj))
-        except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            problems.append(f"{fileio.display_path(p)}:{lineno}: unreadable ledger line ({exc})")
-    problems += [d.format() for d in bad]
+    problems: list = []
+    for seg in segments(path):
+        _read_segment(seg, records, problems)
     return records, problems
 
 
 def append_records(path: str | Path, records: Iterable[GateRecord]) -> None:
+    """Append under the ledger's lock, all or nothing; past SEGMENT_BYTES the ledger is first moved aside."""
+    import os
+
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records)
-    fileio.atomic_append(p, text, "gate ledger")  # all or nothing: a failed write leaves the ledger as it was
+    with fileio.locked(p):
+        try:
+            size = os.stat(p).st_size if p.is_file() and not p.is_symlink() else 0
+        except OSError:
+            size = 0
+        if size and size + len(text.encode("utf-8")) > SEGMENT_BYTES:
+            old = segments(p)[:-1]
+            nxt = (int(old[-1].name[len(p.stem) + 1: len(old[-1].name) - len(p.suffix)]) + 1) if old else 1
+            fileio.move_into_place(p, p.with_name(f"{p.stem}.{nxt:04d}{p.suffix}"), "gate ledger segment")
+        fileio.atomic_append(p, text, "gate ledger")  # a failed write leaves the ledger as it was
+
+
+class States(dict):
+    """Gate states by variant id, with ``problems``: the ledger's located warnings (Diagnostics)."""
+
+    problems: list = []
 
 
 # --------------------------------------------------------------------------------------------- state
@@ -568,9 +661,11 @@ def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list
 def gate_states(reg: Any, ledger: str | Path | None = None) -> dict[str, GateState]:
     """Gate state of every variant that declares gate tests, by variant id (see the module doc)."""
     with one_pass():  # every gate of this pass shares the file-system lookups; a file changed since is seen
-        records, _problems = read_ledger(ledger or ledger_path(reg))
+        records, problems = read_ledger_diagnostics(ledger or ledger_path(reg))
         tcs = Toolchains(records)
-        return {vid: state_of(reg, v, records, tcs) for vid, v in reg.variants.items() if declared_tests(v)}
+        out = States((vid, state_of(reg, v, records, tcs)) for vid, v in reg.variants.items() if declared_tests(v))
+        out.problems = problems
+        return out
 
 
 def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],

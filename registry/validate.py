@@ -291,6 +291,8 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
     except Exception as exc:  # a broken ledger must not hide the rest of the report
         report.add(Diagnostic("warning", "gate-ledger", f"cannot read the gate ledger: {exc}"))
         return
+    for d in getattr(states, "problems", ()):  # one located warning per ledger line skipped
+        report.add(d)
 
     active = [r.variant for r in rs.active()]
     for code, v, key, msg in ledger.gate_findings(active, states, platform=rs.platform):

@@ -113,3 +113,49 @@ def test_the_pytest_configuration_is_in_the_gate_hash(reg):
     assert st.state == "stale" and st.changes == ["<pytest configuration> changed"]
     (root / "pytest.ini").write_text("[pytest]\naddopts = -x\n")  # a pytest.ini counts too
     assert L.state_of(reg, v, recs, tcs).source_hash != st.source_hash
+
+
+def test_each_bad_ledger_line_is_one_located_warning_and_the_rest_still_counts(reg, capsys):
+    from r9k.r9kctl import cli
+
+    p = L.ledger_path(reg)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    good = record(reg, "passed", "2026-12-01T10:00:00Z").to_json()
+    import json
+
+    p.write_bytes(b'{"variant": "evrec_add"}\n' + b'{"a": 1\x00}\n' + b"not json\n" + b"\xff\xfe\n"
+                  + json.dumps(good).encode() + b"\n")
+    records, problems = L.read_ledger(p)
+    assert [r.variant for r in records] == ["evrec_add"] and len(problems) == 4
+    assert [m.split(": warning[ledger-line]: ")[0] for m in problems] == [f"{p}:1:1", f"{p}:2:8", f"{p}:3:1",
+                                                                           f"{p}:4:1"]
+    assert "NUL byte" in problems[1] and "not UTF-8" in problems[3]
+    assert L.gate_states(reg).problems and cli.main(["gate", "--status", "evrec_add"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("warning[ledger-line]") == 4
+    L.append_records(p, [record(reg, "failed", "2026-12-02T10:00:00Z")])  # appends still work
+    assert [r.outcomes[TEST] for r in L.read_ledger(p)[0]] == ["passed", "failed"]
+
+
+def test_growth_never_makes_the_ledger_unreadable(reg, monkeypatch):
+    """A ledger past the 32 MiB file limit is still read (line by line) and appended to (it is moved aside
+    as a segment first); appends past SEGMENT_BYTES start a new segment, and the records stay in order."""
+    import json
+
+    p = L.ledger_path(reg)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    big = record(reg, "passed", "2026-12-01T10:00:00Z", note="x" * 1_000_000).to_json()
+    with p.open("w") as fh:
+        for _ in range(34):  # 34 MB of records
+            fh.write(json.dumps(big) + "\n")
+    L.append_records(p, [record(reg, "failed", "2026-12-02T10:00:00Z")])
+    records, problems = L.read_ledger(p)
+    assert problems == [] and len(records) == 35 and records[-1].outcomes[TEST] == "failed"
+    assert [s.name for s in L.segments(p)] == ["ledger.0001.jsonl", "ledger.jsonl"] and p.stat().st_size < 10_000
+    assert L.state_of(reg, reg.variants["evrec_add"], records, L.Toolchains(records, local=CPU_TC)).state == "failed"
+    monkeypatch.setattr(L, "SEGMENT_BYTES", 3 * len(json.dumps(record(reg, "passed", "x").to_json())))
+    for i in range(7):
+        L.append_records(p, [record(reg, "passed", f"2026-12-03T10:00:0{i}Z")])
+    assert len(L.segments(p)) >= 4 and all(s.stat().st_size <= L.SEGMENT_BYTES for s in L.segments(p)[1:])
+    assert [r.date for r in L.read_ledger(p)[0]][-8:] == ["2026-12-02T10:00:00Z"] + [
+        f"2026-12-03T10:00:0{i}Z" for i in range(7)]

@@ -256,6 +256,8 @@ THROUGH = {
     ("registry/ledger.py", "ledger_path", "fileio.atomic_write"): "fileio.atomic_write (first copy of the ledger)",
     ("registry/profile_io.py", "atomic_write", "fileio.atomic_write"): "profile_io.atomic_write",
     ("registry/ledger.py", "append_records", "fileio.atomic_append"): "ledger.append_records",
+    ("registry/ledger.py", "append_records", "fileio.move_into_place"): "ledger.append_records (a full segment moved "
+                                                                        "aside: tests/evidence/test_records.py)",
     ("registry/loader.py", "_ParseCache.save", "fileio.atomic_write"): "loader parse cache",
     ("registry/gatedeps.py", "save_cache", "fileio.atomic_write"): "gatedeps.save_cache",
     ("registry/itemcache.py", "ItemCache.save", "fileio.atomic_write"): "itemcache.ItemCache.save",
