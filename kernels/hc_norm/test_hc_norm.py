@@ -11,7 +11,8 @@ semantics fix (``out`` to bf16 before the norm). Bounds, from the rounding the o
   seed 1289983731: 2 of 1024, both within 2^-22 of their sums' boundary). A 0.1% error in ``g`` fails it;
 * ``y``: one bf16 rounding of an fp32 value: relative L2 against fp64 at most 2.5e-3 (the rms of a bf16
   rounding is 2^-9 / sqrt(3) = 1.1e-3 of the value), and no worse than 1.5x the plain composition's error;
-* every output element written (poisoned first); the grouped norm alone (``blk`` None) returns ``res`` itself.
+* every output element written (poisoned first); the grouped norm alone (``blk`` None) returns ``res`` itself;
+* the stock reference (``reference.hc_combine_norm``, the op's stock path) meets the same two bounds.
 The bound can fail: ``y`` off by 1% (one wrong epilogue factor) is 4x over it (checked in each test).
 CPU: interpreter, small streams (HD 256, tiles of 256) and the real 2560 at two rows; GPU: the real shapes.
 """
@@ -88,8 +89,16 @@ def _check(M, HD, gen, device, poison, shared=True, strided=False, combine=True)
     else:
         assert o is res
     e_fused = rel_l2(yy, y64)
-    _, y_plain = ref.hc_combine_norm(res, blk, inj, w, 1e-6, 4)
+    o_plain, y_plain = ref.hc_combine_norm(res, blk, inj, w, 1e-6, 4)
     e_plain = rel_l2(y_plain, y64)
+    # The stock reference (the op's stock path, and the fused kernel's yardstick below) meets the declared
+    # semantics with the same bounds: a wrong stock path would otherwise loosen the 1.5x bound unseen.
+    if combine:
+        ok = bf16_within(o_plain, exact, tol)
+        assert ok.all(), f"stock reference: {int((~ok).sum())} of {o_plain.numel()} out elements off the semantics"
+    else:
+        assert o_plain is res
+    assert e_plain <= Y_TOL, f"stock reference: y's relative L2 {e_plain:.3g} against fp64 is over {Y_TOL}"
     assert e_fused <= Y_TOL, (e_fused, e_plain)
     assert e_fused <= 1.5 * e_plain + 1e-6, (e_fused, e_plain)
     # the bound sees a 2% error (1% sat on the bound: seed 1006 measured 0.00992 against 0.01)

@@ -52,6 +52,13 @@ MUTANTS = [
      "rne_bf16(O * rr[:, None] * w[None, :] * g * 1.01)"),
 ]
 
+# Mutants of a gate's stock reference (the op's stock path): the gate checks it against the declared semantics
+# too, so a wrong stock path fails the gate instead of loosening the fused kernel's relative bound.
+STOCK_MUTANTS = [
+    ("hc_combine_norm_fused", "r9k.kernels.hc_norm.reference", "g = 2.0 * torch.sigmoid(inj.float() / hc)",
+     "g = 2.02 * torch.sigmoid(inj.float() / hc)"),
+]
+
 # The same machinery with a mutation that changes nothing: the gate must pass.
 CONTROL = ("qsa_indexer_glue", "qsa_glue", "rne_bf16(o1).to(tl.bfloat16)", "rne_bf16(o1).to(tl.bfloat16)")
 
@@ -100,5 +107,5 @@ def test_mutants_fail_their_gates():
     """All mutants, two pytest runs at a time (each one pytest process, stopping at its first failure)."""
     reg = load_registry()
     with ThreadPoolExecutor(max_workers=2) as pool:
-        problems = [p for p in pool.map(lambda m: _run_mutant(reg, m), MUTANTS + [CONTROL]) if p]
+        problems = [p for p in pool.map(lambda m: _run_mutant(reg, m), MUTANTS + STOCK_MUTANTS + [CONTROL]) if p]
     assert not problems, "\n".join(problems)
