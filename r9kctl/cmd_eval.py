@@ -105,6 +105,7 @@ def _compare(args) -> int:
     if args.format == "json":
         d = cmp.to_dict()
         d["discordance_ci"] = list(mcnemar.discordance_ci(cmp.n, cmp.b + cmp.c, cmp.confidence))
+        d["verdict_basis"] = cmp.verdict_basis(args.alpha)
         if args.aa:
             d["mode"] = "aa"
         if floor is not None:
@@ -129,6 +130,7 @@ def _compare(args) -> int:
             if floor is not None and not cmp.significant(args.alpha) and cmp.b + cmp.c <= floor.b + floor.c:
                 verdict += " (A/B discordance within the run-to-run floor)"
         print(f"verdict        {verdict} at alpha = {args.alpha:g}")
+        print(f"               ({cmp.verdict_basis(args.alpha)})")
         if args.into:
             print(f"quality record appended to {args.into}")
     if args.aa:

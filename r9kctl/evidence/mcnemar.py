@@ -69,6 +69,23 @@ class Comparison:
     def significant(self, alpha: float = 0.05) -> bool:
         return self.p_value < alpha
 
+    def verdict_basis(self, alpha: float = 0.05) -> str:
+        """How the verdict was reached, said beside it: the exact McNemar p decides; the CI is shown as well,
+        and where it disagrees (it excludes 0 while p >= alpha, or includes 0 while p < alpha) that is said,
+        with why the p-value is the one that decides."""
+        lo, hi = self.diff_ci
+        excludes = lo > 0 or hi < 0
+        sig = self.significant(alpha)
+        basis = f"the verdict follows the exact McNemar p = {self.p_value:.4g} (alpha {alpha:g})"
+        ci = f"{100 * self.confidence:.0f}% CI [{100 * lo:+.2f}, {100 * hi:+.2f}]"
+        if excludes and not sig:
+            return (f"{basis}; the {ci} excludes 0, but that interval (Newcombe's score method) is an "
+                    f"approximation, while the exact test at {self.b + self.c} discordant questions does not "
+                    "reject: no difference is established")
+        if sig and not excludes:
+            return f"{basis}; the {ci} still includes 0 (an approximate interval), the exact test rejects"
+        return f"{basis}; the {ci} agrees"
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["diff_ci"] = list(self.diff_ci)

@@ -176,3 +176,21 @@ def _args(a, b, **kw):
                 note=None, aa=False, floor=None)
     base.update(kw)
     return argparse.Namespace(**base)
+
+
+def test_a_ci_that_excludes_0_beside_no_detectable_difference_says_the_verdict_follows_p(tmp_path, capsys,
+                                                                                         build_pair, eval_cli):
+    """b = 0, c = 5 of 100: the exact p is 0.0625 (no rejection at 0.05) while Newcombe's 95% CI,
+    [+0.07, +11.12] points, excludes 0; the output says which decides, and why."""
+    pa, pb = build_pair(tmp_path, both=85, b=0, c=5, neither=10)
+    assert eval_cli(["eval", "compare", str(pa), str(pb)]) == 0
+    out = capsys.readouterr().out
+    assert "no detectable difference" in out
+    assert "the verdict follows the exact McNemar p = 0.0625" in out and "excludes 0" in out
+    assert "no difference is established" in out
+    assert eval_cli(["eval", "compare", str(pa), str(pb), "--format", "json"]) == 0
+    assert "excludes 0" in json.loads(capsys.readouterr().out)["verdict_basis"]
+    # where they agree, it says so
+    pa, pb = build_pair(tmp_path, both=775, b=5, c=1, neither=19)
+    assert eval_cli(["eval", "compare", str(pa), str(pb)]) == 0
+    assert "the verdict follows the exact McNemar p = 0.2188 (alpha 0.05); the 95% CI" in capsys.readouterr().out
