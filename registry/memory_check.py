@@ -38,6 +38,7 @@ class Figure:
     sets: dict = field(default_factory=dict)  # knob -> value on top of the release's defaults
     base_sets: Optional[dict] = None  # a difference: tokens(base_sets) - tokens(sets)
     range: Optional[list] = None  # [low, high]: the record is a range; the error is the distance to it
+    calibrates: Optional[str] = None  # the model constant this figure set (registry/models.toml): in-sample
 
     def error_pct(self, predicted: int) -> float:
         """Relative error of ``predicted``: against the target, or (a range record) against the nearer end of
@@ -83,6 +84,21 @@ def predict(reg: Registry, f: Figure) -> int:
     return tokens(reg, f.model, f.tp, f.release, f.sets)
 
 
+def fitted(reg: Registry, f: Figure) -> bool:
+    """Whether the overhead fit (:func:`fit`) balances its error on ``f``: a bounded absolute figure without a
+    fixed KV budget."""
+    return not f.is_delta and f.bound_pct is not None and "KVMEM" not in f.sets \
+        and not values_at(reg, f.release, f.model, f.tp, f.sets).get("KVMEM")
+
+
+def sample(reg: Registry, f: Figure) -> str:
+    """``in-sample: <what it calibrates>`` for a figure a model constant was set from (its error shows the fit,
+    not a prediction), else ``held out``."""
+    if fitted(reg, f):
+        return f"in-sample: {f.model} overhead_bytes_per_gpu tp{f.tp} (memory_check --fit)"
+    return f"in-sample: {f.calibrates}" if f.calibrates else "held out"
+
+
 def table(reg: Registry) -> list[dict]:
     out = []
     for f in FIGURES:
@@ -91,18 +107,26 @@ def table(reg: Registry) -> list[dict]:
         out.append({"figure": f.label, "original": f.target, "predicted": p, "error_pct": err,
                     "range": f.range,
                     "bound_pct": f.bound_pct, "ok": None if f.bound_pct is None else abs(err) <= f.bound_pct,
-                    "source": f.source})
+                    "sample": sample(reg, f), "source": f.source})
     return out
 
 
 def render(rows: list[dict]) -> str:
-    lines = ["| KV figure | original | predicted | error | bound | |", "|---|---|---|---|---|---|"]
+    lines = ["| KV figure | original | predicted | error | bound | | sample |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         bound = f"{r['bound_pct']:g}%" if r["bound_pct"] is not None else "-"
         mark = "" if r["ok"] is None else ("ok" if r["ok"] else "**over**")
         rec = f"{r['original']:,}" + (f" (record {r['range'][0]:,}-{r['range'][1]:,})" if r.get("range") else "")
         lines.append(f"| {r['figure']} | {rec} | {r['predicted']:,} | {r['error_pct']:+.1f}% | {bound} | "
-                     f"{mark} |")
+                     f"{mark} | {r['sample']} |")
+    ins = sum(1 for r in rows if r["sample"].startswith("in-sample"))
+    held = [r for r in rows if not r["sample"].startswith("in-sample")]
+    worst = max(held, key=lambda r: abs(r["error_pct"]), default=None)
+    lines += ["", f"{ins} of {len(rows)} figures are in-sample (a model constant was set from them: their error "
+                  f"shows the calibration, not a prediction); {len(held)} are held out"
+              + (f" (largest error {worst['error_pct']:+.1f}%: {worst['figure']})" if worst else "")
+              + "; every bounded row is in-sample" * all(r["sample"].startswith("in-sample")
+                                                          for r in rows if r["bound_pct"] is not None)]
     return "\n".join(lines)
 
 
@@ -110,11 +134,10 @@ def fit(reg: Registry) -> dict:
     """The overhead a (model, TP size) that minimises the largest relative error of its bounded absolute figures
     without a fixed KV budget (the calibration; the variants' costs and the weights are from the dims)."""
     out = {}
-    keys = sorted({(f.model, f.tp) for f in FIGURES if not f.is_delta and f.bound_pct is not None
-                   and "KVMEM" not in f.sets and not values_at(reg, f.release, f.model, f.tp, f.sets).get("KVMEM")})
+    keys = sorted({(f.model, f.tp) for f in FIGURES if fitted(reg, f)})
     for model, tp in keys:
         m = reg.models[model]
-        figs = [f for f in FIGURES if f.model == model and f.tp == tp and not f.is_delta and f.bound_pct is not None]
+        figs = [f for f in FIGURES if f.model == model and f.tp == tp and fitted(reg, f)]
         cur = m.overhead_bytes_per_gpu.get(f"tp{tp}", 0)
         bpt = m.kv_bytes_per_token[f"tp{tp}"]
         # tokens move by -1/bpt a byte of overhead: shift so the largest over- and under-prediction balance

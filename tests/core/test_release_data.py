@@ -212,13 +212,15 @@ def test_the_issue_24_values(reg):
     d = diff(reg, "v0.3.0", "v0.3.1")
     assert "hc_fp8_decode_maxm" not in d.added and "R9K_HC_FP8_DECODE_MAXM" not in {c.knob for c in d.changed}
     assert "hc_fp8_decode_maxm" in diff(reg, "v0.3.1", "v0.3.2").added
-    # 133,306 (Flash-Next TP2, v0.3.0) is a warm-cache figure (reference releases.toml); nothing calls it cold
+    # 133,306 (Flash-Next TP2, v0.3.0): the reference's note calls it warm "per v0.3.1 notes", but those notes
+    # compare it with 103,517, a cold-compile launch, as the fp8 down copy's cost: it is the cold figure (issue 38;
+    # tests/evidence/test_memory_evidence.py checks that diff no longer sets it against the warm 166,818)
     ref = next(b for r in RELEASES["release"] if r["version"] == "v0.3.0" for b in r["bench"]
                if b["config"] == "fn_tp2" and b.get("kv_cache_tokens") == 133306)
     assert "warm" in ref["note"]
     recs = [b for r in reg.releases.values() for b in r.bench if 133306.0 in (b.value, b.before)]
-    assert recs and all(b.launch != "cold" for b in recs), [(b.config, b.launch) for b in recs]
-    assert any(b.launch == "warm" and b.value == 133306.0 for b in reg.releases["v0.3.0"].bench)
+    assert recs and all(b.launch != "warm" for b in recs), [(b.config, b.launch) for b in recs]
+    assert any(b.launch == "cold" and b.value == 133306.0 for b in reg.releases["v0.3.0"].bench)
     # the v0.3.1 notes: the bf16 hc decode kernels were the step's largest stream, 1.29 GB a step
     assert any(b.value == 1.29 and "GB" in (b.unit or "") for b in reg.releases["v0.3.1"].bench)
     assert "1.29" in diff_markdown(reg, "v0.3.0", "v0.3.1")
