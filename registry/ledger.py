@@ -386,6 +386,20 @@ def _read_segment(p: Path, records: list[GateRecord], problems: list) -> None:
                 problems.append(_bad(p, lineno, 1, f"not a gate record ({exc})"))
 
 
+def split_by_where_it_ran(outcomes: Mapping[str, str], ran_on: Mapping[str, str | None], platform: str,
+                          toolchain: Mapping[str, Any] | None) -> list[tuple[str, dict[str, str], dict | None]]:
+    """[(platform, outcomes, toolchain)] of one gate run: a record's platform is where its code ran, so on a GPU
+    platform the items that ran on the CPU (``ran_on`` ``cpu``: :func:`r9k.registry.provenance.ran_on`) are a
+    record of their own on ``cpu`` (the toolchain's device ``cpu``); items of unknown placement (not found, not
+    run) stay with the GPU's."""
+    cpu = {n: o for n, o in outcomes.items() if ran_on.get(n) == "cpu"}
+    if platform_matches(platform, "cpu") or not cpu:
+        return [(platform, dict(outcomes), dict(toolchain) if toolchain is not None else None)]
+    gpu = {n: o for n, o in outcomes.items() if n not in cpu}
+    out = [(platform, gpu, dict(toolchain) if toolchain is not None else None)] if gpu else []
+    return out + [("cpu", cpu, dict(toolchain or {}, device="cpu"))]
+
+
 def read_ledger(path: str | Path) -> tuple[list[GateRecord], list[str]]:
     """(records in time order, problems: one located warning per line that is not a record, which is skipped;
     the other lines still count). A missing ledger is empty. Its moved-aside segments are read first."""

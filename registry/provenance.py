@@ -144,6 +144,44 @@ def pytest_sessionstart(session) -> None:  # the pytest plugin (see the module d
     xml.add_global_property(STAMP_PLATFORM, d["platform"])
 
 
+# Where each test's code ran, as a JUnit <property> of its test case (``r9k_ran_on``: ``gpu`` or ``cpu``): a
+# test ran on the GPU when the CUDA caching allocator served an allocation while it ran, or when it is marked
+# ``gpu``; any other test (a gloo CPU group, a pure-Python check) ran on the CPU even on a GPU host, and its
+# results are a CPU record (:func:`r9k.registry.ledger.split_by_where_it_ran`).
+STAMP_RAN_ON = "r9k_ran_on"
+_ALLOCS_AT_START: dict[str, int | None] = {}
+
+
+def _cuda_allocations() -> int | None:
+    torch = sys.modules.get("torch")
+    try:
+        if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+            return None
+        return int(torch.cuda.memory_stats().get("allocation.all.allocated", 0))
+    except Exception:  # noqa: BLE001 - a broken driver: nothing ran on it
+        return None
+
+
+def test_started(nodeid: str) -> None:
+    _ALLOCS_AT_START[nodeid] = _cuda_allocations()
+
+
+def ran_on(item) -> str:
+    """``gpu`` or ``cpu`` for a pytest item whose test has run (see above)."""
+    before, after = _ALLOCS_AT_START.pop(item.nodeid, None), _cuda_allocations()
+    if after is not None and (after > (before or 0) or item.get_closest_marker("gpu") is not None):
+        return "gpu"
+    return "cpu"
+
+
+def pytest_runtest_logstart(nodeid, location) -> None:  # the pytest plugin: before the test's setup
+    test_started(nodeid)
+
+
+def pytest_runtest_teardown(item) -> None:  # before the teardown report, which carries the properties
+    item.user_properties.append((STAMP_RAN_ON, ran_on(item)))
+
+
 # ------------------------------------------------------------------------------------------ toolchain
 
 def normalize_device(name: str | None) -> str:

@@ -110,6 +110,7 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
         dirty = bool(_git(root, "status", "--porcelain", "--", *sorted({p for files, _ in deps.values()
                                                                        for p in files if p != provenance.PYTEST_CONFIG})))
     outcomes: dict[str, str] = {}
+    ran_on: dict[str, str | None] = {}  # nodeid -> "gpu" | "cpu" (the plugin's)
     not_found: list[str] = []
     collect_errors: dict[str, str] = {}
     platform, exitstatus = "unknown", None
@@ -153,6 +154,7 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
                             elif ev["event"] == "result":
                                 done += 1
                                 outcomes[ev["nodeid"]] = ev["outcome"]
+                                ran_on[ev["nodeid"]] = ev.get("ran_on")
                                 say(f"[{done}/{total or '?'}] {ev['outcome']:<9} {ev['nodeid']}")
                             elif ev["event"] == "collect-error":
                                 collect_errors[ev["nodeid"]] = ev["message"]
@@ -186,11 +188,12 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
             else:
                 mine[t] = L.NOT_RUN
         files, missing = deps[v.id]
-        records.append(L.GateRecord(
-            variant=v.id, tests=L.declared_tests(v), result=L.summarize(mine), outcomes=mine,
-            platform=platform, date=date, source_hash=L.hash_of(files, missing), files=len(files),
-            commit=commit, dirty=dirty, duration_s=round(duration, 2),  # of the whole pytest run
-            deps=files, toolchain=tc, ran_at=provenance.checkout_id(root)))
+        for where, part, where_tc in L.split_by_where_it_ran(mine, ran_on, platform, tc):
+            records.append(L.GateRecord(
+                variant=v.id, tests=L.declared_tests(v), result=L.summarize(part), outcomes=part,
+                platform=where, date=date, source_hash=L.hash_of(files, missing), files=len(files),
+                commit=commit, dirty=dirty, duration_s=round(duration, 2),  # of the whole pytest run
+                deps=files, toolchain=where_tc, ran_at=provenance.checkout_id(root)))
     if record and records:
         L.append_records(ledger or L.ledger_path(reg), records)
     return GateRun(records, platform, exitstatus, log_tail, collect_errors)

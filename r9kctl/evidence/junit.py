@@ -72,7 +72,8 @@ def _read(path: str | Path) -> tuple[dict[str, tuple[str, int | None]], dict[str
         raise fileio.error(path, "junit", f"not a JUnit XML file: the root element is <{root.tag}>, not "
                            "<testsuites> or <testsuite>", 1, 1)
     lines = _case_lines(text)
-    props = {p.get("name", ""): p.get("value", "") for p in root.iter("property")}
+    props = {p.get("name", ""): p.get("value", "") for p in root.iter("property")
+             if p.get("name") != P.STAMP_RAN_ON}  # the suites' (per-case placements are added below)
     out: dict[str, tuple[str, int | None]] = {}
     for case in root.iter("testcase"):
         name = case.get("name", "")
@@ -96,6 +97,9 @@ def _read(path: str | Path) -> tuple[dict[str, tuple[str, int | None]], dict[str
             outcome = L.PASSED
         line = lines.get(xml_escape(name, {'"': "&quot;"})) or lines.get(name)
         out[nodeid] = (outcome, line)
+        where = [p.get("value") for p in case.iter("property") if p.get("name") == P.STAMP_RAN_ON]
+        if where and where[-1] in ("gpu", "cpu"):
+            props[f"{P.STAMP_RAN_ON}:{nodeid}"] = where[-1]
     return out, props
 
 
@@ -252,12 +256,18 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
         result = ("fail" if vals & L.FAILING else "pass" if all_passed else
                   "partial" if L.PASSED in vals else "skipped")
         files, missing = deps[v.id]
-        records.append(L.GateRecord(
-            variant=v.id, tests=L.declared_tests(v), result=result, outcomes=mine, platform=prov["platform"],
-            date=date, source_hash=L.hash_of(files, missing), files=len(files), commit=prov.get("commit"),
-            note=f"imported from {xml.name} (provenance of {prov.get('created')})", deps=files,
-            toolchain={k: prov["toolchain"].get(k) for k in P.TOOLCHAIN_KEYS},
-            imported={"file": xml.name, "created": prov.get("created"), "checks": checks}))
+        ran_on = {n: props.get(f"{P.STAMP_RAN_ON}:{n}") for n in mine}
+        tc = {k: prov["toolchain"].get(k) for k in P.TOOLCHAIN_KEYS}
+        for where, part, where_tc in L.split_by_where_it_ran(mine, ran_on, prov["platform"], tc):
+            vals = set(part.values())
+            res = result if where == prov["platform"] and part == mine else (
+                "fail" if vals & L.FAILING else "pass" if vals == {L.PASSED} else
+                "partial" if L.PASSED in vals else "skipped")
+            records.append(L.GateRecord(
+                variant=v.id, tests=L.declared_tests(v), result=res, outcomes=part, platform=where,
+                date=date, source_hash=L.hash_of(files, missing), files=len(files), commit=prov.get("commit"),
+                note=f"imported from {xml.name} (provenance of {prov.get('created')})", deps=files,
+                toolchain=where_tc, imported={"file": xml.name, "created": prov.get("created"), "checks": checks}))
     return records
 
 

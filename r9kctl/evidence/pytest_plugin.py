@@ -15,12 +15,14 @@ import json
 import sys
 
 from ...registry import envvars, fileio
+from ...registry import provenance
 from ...registry.provenance import normalize_device, platform_name as name
 from ...registry.ledger import item_of
 
 _events_path = envvars.GATE_EVENTS.get()
 _select = json.loads(envvars.GATE_SELECT.get()) if envvars.GATE_SELECT.get() else None
 _outcomes: dict[str, str] = {}
+_ran_on: dict[str, str] = {}  # nodeid -> "gpu" | "cpu": where its code ran (provenance.ran_on)
 _gpu: bool | None = None
 
 _RANK = {"passed": 0, "skipped": 1, "needs-gpu": 1, "failed": 2, "error": 3}
@@ -94,9 +96,17 @@ def pytest_runtest_logreport(report):
             _outcomes[report.nodeid] = outcome
 
 
+def pytest_runtest_logstart(nodeid, location):
+    provenance.test_started(nodeid)
+
+
+def pytest_runtest_teardown(item):
+    _ran_on[item.nodeid] = provenance.ran_on(item)
+
+
 def pytest_runtest_logfinish(nodeid, location):
     if nodeid in _outcomes:
-        _emit({"event": "result", "nodeid": nodeid, "outcome": _outcomes[nodeid]})
+        _emit({"event": "result", "nodeid": nodeid, "outcome": _outcomes[nodeid], "ran_on": _ran_on.get(nodeid)})
 
 
 def pytest_collectreport(report):

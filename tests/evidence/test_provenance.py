@@ -281,3 +281,31 @@ def test_known_bad_ranges_make_validate_warn(repo, tmp_path, monkeypatch):
     toml.write_text(toml.read_text().replace('">=3.4,<3.7.1"', '"~3.4"'))
     with pytest.raises(Exception, match="cannot read version clause"):
         load_registry()
+
+
+def test_a_cpu_test_on_a_gpu_host_is_a_cpu_record(repo, tmp_path, capsys):
+    """A record's platform is where its code ran: on the H200, a test whose code made no CUDA allocation (a gloo
+    CPU group, a pure-Python check) is recorded on cpu, not cuda-h200 (the GPU run stamps each case with
+    r9k_ran_on); the cases that used the GPU stay on cuda-h200."""
+    on = lambda where: f'<properties><property name="{P.STAMP_RAN_ON}" value="{where}"/></properties>'  # noqa: E731
+    cases = [(ADD, f"test_add[{n}]", on("cpu")) for n in (1, 2, 3)] + [(ADD, "test_add_gpu", on("gpu"))]
+    xml = _gpu_run(repo, tmp_path, cases)
+    assert cli.main(["gate", "--import-junit", str(xml)]) == 0
+    recs = {r["platform"]: r for r in (json.loads(x) for x in
+                                       (repo / "registry/gates/ledger.jsonl").read_text().splitlines())}
+    assert set(recs) == {"cuda-h200", "cpu"}
+    assert set(recs["cuda-h200"]["outcomes"]) == {f"{ADD}::test_add_gpu"}
+    assert set(recs["cpu"]["outcomes"]) == {f"{ADD}::test_add[{n}]" for n in (1, 2, 3)}
+    assert recs["cpu"]["toolchain"] == dict(GPU_TC, device="cpu")
+    st = _states()["evdep_add"]
+    assert st.per_platform["cuda-h200"] == "missing"  # test_add's code never ran on the GPU there
+
+
+def test_split_by_where_it_ran():
+    from r9k.registry import ledger as L
+
+    outs = {"a": "passed", "b": "passed", "c": "not-found"}
+    assert L.split_by_where_it_ran(outs, {"a": "gpu", "b": "cpu"}, "cuda-h200", GPU_TC) == [
+        ("cuda-h200", {"a": "passed", "c": "not-found"}, GPU_TC), ("cpu", {"b": "passed"}, dict(GPU_TC, device="cpu"))]
+    assert L.split_by_where_it_ran(outs, {"a": "cpu", "b": "cpu"}, "cpu-triton-interpret", LOCAL_TC) == [
+        ("cpu-triton-interpret", outs, LOCAL_TC)]  # on a CPU host everything is a CPU record already
