@@ -16,10 +16,13 @@ which writes (format 1)::
 The same file is a pytest plugin (``PYTHONPATH=registry python3 -m pytest -p provenance --junitxml=...``):
 it stamps the JUnit XML with the tree hash (:func:`tree_hash` of the tree pytest ran in), the toolchain and
 the platform as ``<property>`` elements of the test suite, so an import can check that the XML and the
-provenance file describe the same run (a hand-written XML carries no stamp and says so).
+provenance file describe the same run (a hand-written XML carries no stamp and says so); and it stamps each
+test case with where its code ran (``r9k_ran_on``: ``gpu`` or ``cpu``, :func:`ran_on`), so a CPU test on the
+GPU host is imported as a CPU record.
 
 ``files`` covers every file of the tree (not ``.git``, virtual environments, caches, ``shared/``,
-``*.egg-info``, bytecode). ``r9kctl gate --import-junit`` compares, for every gate the XML covers, these
+``*.egg-info``, bytecode), plus ``<pytest configuration>``: :func:`pytest_config_hash` (it is in every gate's
+hash). ``r9kctl gate --import-junit`` compares, for every gate the XML covers, these
 hashes with the local files the gate depends on and refuses the import on the first difference.
 
 The same module gives the engine the *local* toolchain (:func:`toolchain`): versions from the installed
@@ -84,8 +87,9 @@ _PYTEST_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
 
 
 def pytest_config_hash(root: str | Path) -> str | None:
-    """sha256 of the pytest configuration at ``root``: ``pyproject.toml``'s ``[tool.pytest.ini_options]``
-    table (only it: a version or dependency edit elsewhere in the file changes no gate), and the whole of
+    """sha256 of the pytest configuration at ``root``: the lines of ``pyproject.toml``'s
+    ``[tool.pytest.ini_options]`` section, blank and comment lines dropped (only it: a version or dependency
+    edit elsewhere in the file changes no gate), and the whole of
     ``pytest.ini``, ``.pytest.ini``, and of ``tox.ini`` / ``setup.cfg`` when they hold a pytest section. None
     when there is none. (Every conftest.py pytest loads is a dependency of its own.)"""
     root = Path(root)
@@ -94,15 +98,15 @@ def pytest_config_hash(root: str | Path) -> str | None:
         data = (root / "pyproject.toml").read_bytes()
     except OSError:
         data = None
-    if data is not None:
-        import tomllib  # noqa: PLC0415
-
-        try:
-            table = tomllib.loads(data.decode("utf-8")).get("tool", {}).get("pytest", {})
-        except (UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
-            table = {"unreadable pyproject.toml": hashlib.sha256(data).hexdigest()}
-        if table:
-            parts["pyproject.toml [tool.pytest]"] = table
+    if data is not None:  # the section's text (no TOML parser: the GPU machine's Python may predate tomllib)
+        section, inside = [], False
+        for line in data.decode("utf-8", "replace").splitlines():
+            if line.startswith("["):
+                inside = line.split("#", 1)[0].strip() in ("[tool.pytest.ini_options]", "[tool.pytest]")
+            if inside and line.strip() and not line.lstrip().startswith("#"):
+                section.append(line.rstrip())
+        if section:
+            parts["pyproject.toml [tool.pytest]"] = section
     for name in _PYTEST_FILES:
         try:
             text = (root / name).read_bytes()
