@@ -18,7 +18,7 @@ import pytest
 from r9k.r9kctl import cli
 from r9k.registry import envvars
 
-E2E_MINUTES = 3  # its wall time in the CI rehearsal of 2026-12-01 (168 s): tests/conftest.py runs it early
+E2E_MINUTES = 13  # four vLLM starts (two interleaved rounds): 756 s at load 10-12 on 2026-12-03 (168 s with two starts on 2026-12-01): tests/conftest.py runs it early
 
 PROFILE = textwrap.dedent("""\
     description = "cpu-smoke with the router at stock (the pair of cpu-smoke in the bench serve test)"
