@@ -268,8 +268,6 @@ THROUGH = {
     ("r9kctl/evidence/serve_bench.py", "start", "fileio.open_for_writing"): "fileio.open_for_writing",
     ("r9kctl/tui/recovery.py", "write_recovery", "fileio.atomic_write"): "profile_io.atomic_write",
     ("r9kctl/tui/server.py", "Server._spawn", "fileio.open_for_writing"): "tui server log",
-    ("scripts/import_reference.py", "main", "fileio.atomic_write"): "fileio.atomic_write",
-    ("scripts/imports.py", "run", "fileio.atomic_write"): "fileio.atomic_write",
     ("scripts/vllm_interface.py", "main", "fileio.atomic_write"): "fileio.atomic_write",
 }
 
