@@ -1,31 +1,33 @@
 """Repository-wide pytest setup.
 
-pytest imports a test file by its path from the repository root, so ``kernels/hc_mix/test_hc_mix.py``
-would arrive as the module ``kernels.hc_mix.test_hc_mix``, and its package ``kernels`` would run a
-second time beside the installed ``r9k.kernels`` (two op tables, two copies of every kernel module:
-the reason the folders are mapped under one namespace). This finder makes every ``kernels[.X]`` import
-return the one ``r9k.kernels[.X]`` module instead.
+The kernels' and benchmarks' gate tests are collected by their paths (``kernels/hc_mix/test_hc_mix.py``),
+and pytest would name such a file after its folders, ``kernels.hc_mix.test_hc_mix``: a second package
+``kernels`` beside ``r9k.kernels`` (two op tables, two copies of every kernel module). This collection hook
+imports each of them as the module of the one package instead (``r9k.kernels.hc_mix.test_hc_mix``, through
+the ``r9k/`` links: docs/architecture.md, "The layout"). Nothing else is redirected: no import hook.
 """
+from __future__ import annotations
+
 import importlib
-import importlib.abc
-import importlib.util
-import sys
+from pathlib import Path
 
-ALIASED = ("kernels", "bench")  # top-level folders whose code is imported as r9k.<folder>
+import pytest
+
+ROOT = Path(__file__).resolve().parent
+IN_R9K = ("kernels", "bench")  # top-level folders with test files, imported as r9k.<folder>
 
 
-class _NamespaceAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, fullname, path, target=None):
-        if fullname.split(".", 1)[0] in ALIASED:
-            return importlib.util.spec_from_loader(fullname, self)
+class _PackageModule(pytest.Module):
+    def _getobj(self):
+        name = ".".join(("r9k", *self.path.relative_to(ROOT).with_suffix("").parts))
+        return importlib.import_module(name)
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent):
+    try:
+        rel = module_path.relative_to(ROOT)
+    except ValueError:
         return None
-
-    def create_module(self, spec):
-        return importlib.import_module("r9k." + spec.name)  # the real module, registered under both names
-
-    def exec_module(self, module):
-        pass  # already executed as r9k.<name>
-
-
-if not any(isinstance(f, _NamespaceAlias) for f in sys.meta_path):
-    sys.meta_path.insert(0, _NamespaceAlias())
+    if rel.parts[0] in IN_R9K:
+        return _PackageModule.from_parent(parent, path=module_path)
+    return None

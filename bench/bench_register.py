@@ -9,7 +9,7 @@ with ``time.perf_counter``. Cases:
 * ``first-cold``:  profile cpu-smoke (``envvars.PROFILE``), empty caches: the registry's TOML is parsed (once per
                    machine and registry change);
 * ``first``:       the first process of a launch (the API server): full resolution and validation,
-                   registry snapshot cached;
+                   the TOML parse cache filled;
 * ``manifest``:    the same from ``r9kctl launch``'s manifest (re-resolved and compared);
 * ``later``:       the engine core / a worker of the same launch (its inputs equal the first
                    process's: the launch snapshot is loaded);
@@ -83,7 +83,7 @@ def main() -> int:
             line += f"  | textual/rich imported: {', '.join(ui) or 'no'}"
             print(line, flush=True)
 
-        run_case(dict(prof), 1)  # warm-up: bytecode and registry snapshot
+        run_case(dict(prof), 1)  # warm-up: bytecode and the TOML parse cache
         f, s, ui = run_case(dict(base, **{CACHE: str(cache)}), args.runs)
         report("inactive", f, s, ui)
         colds = []

@@ -183,10 +183,10 @@ def wants_activation(environ: Mapping[str, str]) -> bool:
 def _load_registry():
     from ..registry.errors import RegistryError
 
-    from .regcache import load_registry_cached
+    from ..registry.loader import load_registry
 
     try:
-        return load_registry_cached()
+        return load_registry()
     except RegistryError as exc:
         raise StartupError([d.format() for d in exc.diagnostics],
                            "r9k: the registry does not load; refusing to start vLLM") from None
@@ -242,10 +242,9 @@ def this_registry_fingerprint(environ: Optional[Mapping[str, str]] = None) -> st
     """The fingerprint of the registry files this process would load (:func:`manifest.registry_fingerprint`)."""
     from ..registry.manifest import registry_fingerprint
 
-    from .regcache import default_dirs, package_dir
+    from ..registry.loader import PACKAGE_DIR, default_registry_root
 
-    root, _ = default_dirs(os.environ if environ is None else environ)
-    return registry_fingerprint(root, package_dir("r9k.registry") / "adapters.toml")
+    return registry_fingerprint(default_registry_root(environ), PACKAGE_DIR / "adapters.toml")
 
 
 def check_manifest(m: Manifest, where: str, environ: Mapping[str, str], launched: bool = False) -> None:

@@ -1,8 +1,8 @@
 """r9k-stack: declarative, checked kernel variants and serving profiles for vLLM.
 
-The top-level folders of the repository are mapped under this one namespace (see setup.py):
-``registry/`` -> ``r9k.registry``, ``profiles/`` -> ``r9k.profiles``, ``r9kctl/`` -> ``r9k.r9kctl``,
-``kernels/`` -> ``r9k.kernels``, ``plugin/`` -> ``r9k.plugin``, ``bench/`` -> ``r9k.bench``.
+The repository's top-level folders are this package's subpackages through one link each (``r9k/registry`` ->
+``../registry``, likewise ``profiles``, ``r9kctl``, ``kernels``, ``plugin``, ``bench``): every tool sees
+``r9k.registry`` at ``r9k/registry`` (docs/architecture.md, "The layout").
 """
 
 __version__ = "0.1.0"

@@ -72,10 +72,10 @@ CACHE_DIR = _v("R9K_CACHE_DIR", "path", "$XDG_CACHE_HOME/r9k, else ~/.cache/r9k"
                "parse cache, manifests, status files, tiny models (see cache_dir())",
                ("registry.loader", "r9kctl.launch", "plugin.tiny_model", "plugin.startup"), vllm=True)
 REGISTRY = _v("R9K_REGISTRY", "path", "the packaged registry", "the registry tree to load instead",
-              ("registry.loader", "plugin.regcache"), vllm=True)
+              ("registry.loader", "plugin.startup"), vllm=True)
 PROFILES_DIR = _v("R9K_PROFILES_DIR", "paths", "only the packaged profiles",
                   "extra profile folders, later ones win over earlier ones and the packaged ones",
-                  ("registry.loader", "plugin.regcache"), vllm=True)
+                  ("registry.loader", "plugin.startup"), vllm=True)
 LEDGER = _v("R9K_LEDGER", "path", "registry/gates/ledger.jsonl of the tree in use",
             "the gate ledger to read and append to", ("registry.ledger",))
 REPO_ROOT = _v("R9K_REPO_ROOT", "path", "the package's parent folder",
@@ -85,8 +85,6 @@ ACCEPT_IMPORTED_GATES = _v("R9K_ACCEPT_IMPORTED_GATES", "bool", "0",
                            "platform", ("registry.ledger",), vllm=True)
 NO_CACHE = _v("R9K_NO_CACHE", "bool", "0", "1: parse every TOML file and gate module again (no parse cache)",
               ("registry.loader", "registry.gatedeps"))
-NO_REGISTRY_CACHE = _v("R9K_NO_REGISTRY_CACHE", "bool", "0",
-                       "1: the plugin loads the registry instead of its pickled snapshot", ("plugin.regcache",))
 DEBUG = _v("R9K_DEBUG", "bool", "0", "1: r9kctl shows the traceback of an unexpected error instead of one line",
            ("r9kctl.cli",))
 PLAIN = _v("R9K_PLAIN", "bool", "0", "1: plain text output even on a terminal (like r9kctl --plain)",

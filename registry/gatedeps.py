@@ -12,9 +12,10 @@ repository is followed, together with the ``__init__.py`` of every package on th
 ``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py``). A string constant in a module that names a file
 beside it (``"tuned_h200.json"``) makes that data file a dependency too.
 
-Module names map to files as the installed package does (``setup.py``): ``r9k.<folder>.<...>`` is
-``<folder>/<...>`` (``r9k`` itself is ``r9k/``), and a bare ``kernels.<...>`` (pytest's path import,
-aliased by the root ``conftest.py``) is the same file. Names that are not files of the repository
+Module names map to files as the installed package does (``r9k/<folder>`` links ``<folder>/``):
+``r9k.<folder>.<...>`` is ``<folder>/<...>`` (``r9k`` itself is ``r9k/``), and a bare ``kernels.<...>``
+(a test file named by its path, which the root ``conftest.py`` imports as ``r9k.kernels.<...>``) is the
+same file. Names that are not files of the repository
 (torch, triton, the standard library) are not followed: their versions are part of the toolchain
 (:mod:`r9k.registry.provenance`). Dynamic imports (``importlib.import_module(name)``) are not seen.
 """

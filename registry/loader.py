@@ -22,23 +22,20 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Optional
+from typing import Iterable, Optional
+
+from pydantic import ValidationError
 
 from . import envvars, fileio
 from .errors import Diagnostic, RegistryError
 from .fileio import display_path  # noqa: F401 - re-exported (r9kctl, the plugin and the TUI use it)
-from .itemcache import ItemCache, text_hash
-from .plainmodel import validation_error  # pydantic's ValidationError, imported only once something failed
 from .schema import ModelSpec, Profile, Release, Variant
-
-if TYPE_CHECKING:
-    from pydantic import ValidationError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 
-def default_registry_root() -> Path:
-    own = envvars.REGISTRY.get()
+def default_registry_root(environ=None) -> Path:
+    own = envvars.REGISTRY.get(environ)
     return Path(own).expanduser() if own else PACKAGE_DIR
 
 
@@ -457,8 +454,7 @@ def _vkey(v: str) -> tuple:
 
 def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origins: dict,
                   cache: Optional[_ParseCache] = None,
-                  problems: Optional[dict[str, list[Diagnostic]]] = None,
-                  items: Optional[ItemCache] = None) -> dict[str, Profile]:
+                  problems: Optional[dict[str, list[Diagnostic]]] = None) -> dict[str, Profile]:
     """The profiles of ``dirs`` (a later folder's file replaces an earlier one of the same name). A file
     that does not load goes to ``problems`` (name -> its diagnostics) when that is given, else to ``diags``;
     either way it hides a profile of the same name in an earlier folder."""
@@ -469,7 +465,7 @@ def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origin
             continue
         for path in sorted(d.glob("*.toml")):
             local: list[Diagnostic] = []
-            prof = _load_profile(path, local, texts, cache, items)
+            prof = _load_profile(path, local, texts, cache)
             if local or prof is None:
                 profiles.pop(path.stem, None)
                 if problems is None:
@@ -484,13 +480,12 @@ def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origin
     return profiles
 
 
-def _load_profile(path: Path, diags: list[Diagnostic], texts: dict, cache,
-                  items: Optional[ItemCache] = None) -> Optional[Profile]:
-    return _load_named(path, Profile, "name", "profile", diags, texts, cache, name_from_file=True, items=items)
+def _load_profile(path: Path, diags: list[Diagnostic], texts: dict, cache) -> Optional[Profile]:
+    return _load_named(path, Profile, "name", "profile", diags, texts, cache, name_from_file=True)
 
 
 def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic], texts: dict, cache,
-                name_from_file: bool = False, items: Optional[ItemCache] = None):
+                name_from_file: bool = False):
     """One file holding one item named like the file (a profile, a release): read it, check it against
     ``schema``, and check that its ``key`` field (which the file name supplies when ``name_from_file``
     and it is absent) is the file's name. None after adding the located errors to ``diags``."""
@@ -503,9 +498,8 @@ def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic]
         data = dict(data)
         data.setdefault(key, path.stem)
     try:
-        item = schema.model_validate(data) if items is None else \
-            items.check(schema, data, text_hash(text), stem=path.stem if name_from_file else "")
-    except validation_error() as exc:
+        item = schema.model_validate(data)
+    except ValidationError as exc:
         diags += _schema_diags(path, text, exc, items=[path.stem])
         return None
     name = getattr(item, key)
@@ -561,14 +555,12 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
         raise RegistryError([Diagnostic("error", "io", "not a registry tree (no variants/ folder)", display_path(root))])
 
     cache = _ParseCache()
-    checked = ItemCache()  # items whose text was checked before are rebuilt, not checked again (itemcache.py)
     for path in sorted((root / "variants").glob("*.toml")):
         data, text, heads = _read(path, diags, cache)
         shown = display_path(path)
         texts[shown] = text
         if data is None:
             continue
-        sha = text_hash(text)
         extra = set(data) - {"variant"}
         if extra:
             for k in sorted(extra):
@@ -579,8 +571,8 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
             line = heads[i] if i < len(heads) else None
             vid = raw.get("id", f"#{i}") if isinstance(raw, dict) else f"#{i}"
             try:
-                v = checked.check(Variant, raw, sha, i)
-            except validation_error() as exc:
+                v = Variant.model_validate(raw)
+            except ValidationError as exc:
                 diags += _schema_diags(path, text, exc, base_loc=("variant", i), items=[str(vid)])
                 continue
             if _declared_before(origins, ("variant", v.id), f"variant id '{v.id}'", shown, line, diags):
@@ -590,7 +582,7 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
 
     rdir = root / "releases"
     for path in sorted(rdir.glob("*.toml")) if rdir.is_dir() else []:
-        rel = _load_named(path, Release, "version", "release", diags, texts, cache, items=checked)
+        rel = _load_named(path, Release, "version", "release", diags, texts, cache)
         if rel is not None:
             releases[rel.version] = rel
             origins[("release", rel.version)] = (display_path(path), 1)
@@ -600,11 +592,10 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
         data, text, mheads = _read(mpath, diags, cache, header="[[model]]")
         shown = display_path(mpath)
         texts[shown] = text
-        sha = text_hash(text)
         for i, raw in enumerate(_array_of_tables(data, "model", text, mpath, shown, diags)):
             try:
-                m = checked.check(ModelSpec, raw, sha, i)
-            except validation_error() as exc:
+                m = ModelSpec.model_validate(raw)
+            except ValidationError as exc:
                 diags += _schema_diags(mpath, text, exc, base_loc=("model", i))
                 continue
             line = mheads[i] if i < len(mheads) else 1
@@ -615,9 +606,8 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
 
     problems: Optional[dict[str, list[Diagnostic]]] = {} if broken_profiles == "keep" else None
     profiles = load_profiles(profile_dirs if profile_dirs is not None else default_profile_dirs(), diags, texts, origins,
-                             cache, problems, checked)
+                             cache, problems)
     cache.save()
-    checked.save()
     if diags:
         raise RegistryError(diags)
     return Registry(root=root, variants=variants, releases=releases, models=models, profiles=profiles,

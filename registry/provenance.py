@@ -226,7 +226,7 @@ def _dist_version(names: tuple[str, ...]) -> str | None:
     checks gates ~30 ms, so the plain case is read here: the one ``<name>-*.dist-info`` (or ``.egg-info``)
     folder of the first ``sys.path`` folder that has one, and its ``Version:`` line. Anything else (two
     candidates in a folder, an ``.egg``, a zip on the path, no metadata, a name found nowhere) is asked of
-    ``importlib.metadata`` itself (test_validate_cache.py compares both on every installed distribution)."""
+    ``importlib.metadata`` itself (test_validate_fastpaths.py compares both on every installed distribution)."""
     for n in names:
         v = _fast_version(n)
         if v is _ASK:

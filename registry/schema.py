@@ -1,9 +1,5 @@
 """The registry's schema: variants, releases, models and profiles, as strict pydantic v2 models.
 
-Declared with pydantic's spelling but imported from :mod:`.plainmodel`: the classes are plain ones, and
-pydantic checks an item through a model made from the same declaration, imported only when something is
-checked (a ``validate`` whose items were all checked before never imports it; issue 24 item 7).
-
 Every model forbids unknown fields, so a misspelt key in a TOML file is an error located at its line,
 not a silently ignored setting. Values that travel as environment variables are canonical strings
 (``"1"``, ``"r9k"``, ``"0.98"``); :meth:`Variant.normalize` turns user input (TOML ints and bools
@@ -15,7 +11,8 @@ import math
 import re
 from typing import Literal, Optional, Union
 
-from .plainmodel import ConfigDict, Field, PlainModel, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
 from .provenance import parse_spec
 
 #: A variable name that POSIX shells and ``execve`` both accept (``[env]`` keys of a profile).
@@ -34,7 +31,7 @@ _TRUE = {"1", "true", "on", "yes"}
 _FALSE = {"0", "false", "off", "no"}
 
 
-class Strict(PlainModel):
+class Strict(BaseModel):
     # defer_build: validators are built on first use, not at import (halves the import on the plugin's path)
     model_config = ConfigDict(extra="forbid", frozen=False, populate_by_name=True, defer_build=True)
 
@@ -45,7 +42,7 @@ class Strict(PlainModel):
 
 
 def _plain(v):
-    if isinstance(v, PlainModel):
+    if isinstance(v, BaseModel):
         raise TypeError("plain(): a nested model; use model_dump()")
     if isinstance(v, dict):
         return {k: _plain(x) for k, x in v.items()}

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 from ...kernels import ops
-from ...kernels._triton import timing, vllm_peer
+from ...kernels._triton import vllm_peer
+from .. import timing
 from .config import get_config
 
 COLS = ["op", "M", "stock us", "fused us", "vllm us", "vs vllm"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -266,3 +267,76 @@ def test_semantics_citations_point_at_sections_that_exist():
     assert len(cited) >= 10
     missing = [(f, n) for f, n in cited if n not in sections]
     assert not missing, missing
+
+
+# ----------------------------------------------------------------------------- the architecture page is true
+
+_FOLDERS = ("registry", "plugin", "r9kctl", "kernels", "bench", "profiles")
+
+
+def _module_file(parts: list[str]):
+    base = ROOT.joinpath(*parts)
+    for f in (base.with_suffix(".py"), base / "__init__.py"):
+        if f.is_file():
+            return f
+    return None
+
+
+def _defines(tree, name: str) -> bool:
+    import ast
+
+    for n in tree.body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == name:
+            return True
+        targets = n.targets if isinstance(n, ast.Assign) else [n.target] if isinstance(n, ast.AnnAssign) else []
+        if any(getattr(t, "id", None) == name for t in targets):
+            return True
+        if isinstance(n, (ast.Import, ast.ImportFrom)) and any((a.asname or a.name) == name for a in n.names):
+            return True
+    return False
+
+
+def cited_name_problems(text: str) -> list[str]:
+    """Every dotted project name (``registry.loader.load_registry``, ``r9k.registry.manifest.Manifest``,
+    ``plugin.startup.find_carrier``) and every project path (``plugin/startup.py``, ``kernels/``) the text cites
+    that does not exist: a module is a file, a name is defined at the module's top level or in its class."""
+    import ast
+
+    bad = []
+    for m in sorted(set(re.findall(rf"\b(?:r9k\.)?(?:{'|'.join(_FOLDERS)})(?:\.\w+)+", text))):
+        parts = m.split(".")[1:] if m.startswith("r9k.") else m.split(".")
+        k = max((i for i in range(1, len(parts) + 1) if _module_file(parts[:i])), default=0)
+        if not k:
+            bad.append(f"{m}: no module")
+            continue
+        rest = parts[k:]
+        if not rest:
+            continue
+        tree = ast.parse(_module_file(parts[:k]).read_text(encoding="utf-8"))
+        if not _defines(tree, rest[0]):
+            bad.append(f"{m}: {'.'.join(parts[:k])} defines no {rest[0]}")
+        elif len(rest) > 1:
+            cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == rest[0]), None)
+            if cls is not None and not _defines(cls, rest[1]):
+                bad.append(f"{m}: {rest[0]} defines no {rest[1]}")
+    for p in sorted(set(re.findall(rf"`((?:{'|'.join(_FOLDERS)}|docs|tests|notes|scripts)/[\w./-]*)`", text))):
+        if "<" not in p and "*" not in p and not (ROOT / p).exists():
+            bad.append(f"{p}: no such path")
+    return bad
+
+
+def test_every_name_the_architecture_page_cites_exists():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert len(re.findall(r"\bplugin\.startup\.\w+", text)) >= 3  # the page does cite names
+    assert cited_name_problems(text) == []
+
+
+def test_the_name_check_sees_a_stale_name():
+    text = ("`plugin/startup.py` registry.loader.load_registry() r9k.registry.manifest.from_resolved "
+            "plugin.startup.no_such_step registry.no_such_module.x `plugin/regcache.py` "
+            "r9k.registry.manifest.Manifest.no_such_method")
+    assert cited_name_problems(text) == [
+        "plugin.startup.no_such_step: plugin.startup defines no no_such_step",
+        "r9k.registry.manifest.Manifest.no_such_method: Manifest defines no no_such_method",
+        "registry.no_such_module.x: registry defines no no_such_module",
+        "plugin/regcache.py: no such path"]

@@ -4,9 +4,14 @@ top-level folder, inside functions too, names only what that folder's row allows
 from __future__ import annotations
 
 import ast
+import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 MAP = ROOT / "docs" / "architecture.md"
@@ -103,3 +108,56 @@ def test_the_check_sees_a_disallowed_import(tmp_path, monkeypatch):
     assert [b.split(": imports ")[1].split(" ")[0] for b in r] == ["plugin.startup", "numpy"], r
     k = violations("kernels", {"torch"}, folders)
     assert [b.split(": imports ")[1].split(" ")[0] for b in k] == ["registry.envvars"], k
+
+
+# ------------------------------------------------------------------------------------- the layout tools read
+
+FOLDERS = ("registry", "profiles", "r9kctl", "kernels", "plugin", "bench")
+
+
+def test_a_clone_imports_itself(tmp_path):
+    """A second checkout run from its root imports its own files, never the installed checkout's (``r9k/``
+    holds a link per folder: docs/architecture.md, "The layout"), and the suite's import check passes there;
+    pytest names a kernel's test file ``r9k.kernels.<op>.test_<op>`` (no second copy of a kernel module)."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)], check=True, timeout=300)
+    code = ("import json, sys\nimport r9k, r9k.registry.loader, r9k.r9kctl.cli, r9k.plugin.api, r9k.kernels.ops,"
+            " r9k.bench, r9k.profiles\nimport pytest\n"
+            "rc = pytest.main(['-q', '-p', 'no:cacheprovider', '--collect-only', 'kernels/hc_mix/test_hc_mix.py'])\n"
+            "mods = [m for m in sys.modules if m.split('.')[0] in ('r9k', 'kernels', 'bench', 'registry')]\n"
+            "print(json.dumps([int(rc), {m: getattr(sys.modules[m], '__file__', None) for m in mods}]))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=clone, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    rc, files = json.loads(out.stdout.strip().splitlines()[-1])
+    assert rc == 0 and "r9k.kernels.hc_mix.test_hc_mix" in files
+    # pytest imports a folder's conftest.py by its path (kernels.conftest: fixtures, no project import), with its
+    # folder's __init__.py (a docstring); every module of the project's code is r9k's
+    assert {m for m in files if not m.startswith("r9k.")} <= {"r9k", "kernels", "kernels.conftest"}, sorted(files)
+    elsewhere = {m: f for m, f in files.items() if f and not Path(f).resolve().is_relative_to(clone.resolve())}
+    assert not elsewhere, elsewhere
+    check = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
+                            "tests/core/test_import_map.py::test_every_import_is_one_the_map_allows"],
+                           cwd=clone, capture_output=True, text=True, timeout=600)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def _project_files() -> list[str]:
+    return sorted(os.path.join(d, f) for d, _, fs in os.walk(ROOT / "r9k", followlinks=True)
+                  for f in fs if f.endswith(".py") and "__pycache__" not in d)
+
+
+def test_a_static_checker_resolves_every_import(tmp_path):
+    """mypy, with import resolution the only check kept: every import of the project's code, relative or as
+    ``r9k.<folder>``, names a module (or a module's name) that exists. Third-party packages are left out
+    (``--no-site-packages``): what is checked is the project's own graph, as an IDE or pyright sees it."""
+    pytest.importorskip("mypy", reason="the dev extra's mypy (pip install -e '.[dev]')")
+    assert len(_project_files()) > 150  # the folders are seen through r9k/
+    out = subprocess.run([sys.executable, "-m", "mypy", "--no-site-packages", "--follow-imports=silent",
+                          "--cache-dir", str(tmp_path / "cache"), "--python-version", "3.11", "--no-error-summary",
+                          "--hide-error-context", "-p", "r9k"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    bad = [ln for ln in out.stdout.splitlines()
+           if (ln.endswith("[import-not-found]") and re.search(r'module named "(r9k|\.)', ln))
+           or (ln.endswith("[attr-defined]") and re.search(r'Module "r9k[.\w]*" has no attribute', ln))]
+    assert out.returncode in (0, 1), out.stdout[-2000:] + out.stderr  # 2: mypy itself failed
+    assert not bad, "\n".join(bad)

@@ -1,8 +1,9 @@
-"""The wheel ships every mapped folder whole: benchmarks live in ``bench/``, apart from the product packages,
+"""The wheel ships every linked folder whole: benchmarks live in ``bench/``, apart from the product packages,
 so no build-time filter is needed (and none exists)."""
 from __future__ import annotations
 
 import ast
+import os
 import tomllib
 from pathlib import Path
 
@@ -20,12 +21,21 @@ def _imports(path: Path) -> list[str]:
     return out
 
 
-def test_setup_maps_every_package_folder_and_filters_nothing():
-    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
-    folders = next(ast.literal_eval(n.value) for n in tree.body if isinstance(n, ast.Assign)
-                   and any(getattr(t, "id", "") == "FOLDERS" for t in n.targets))
-    assert folders == {f"r9k.{d.name}": d.name for d in ROOT.iterdir() if (d / "__init__.py").is_file() and d.name != "r9k"}
-    assert not any(isinstance(n, ast.ClassDef) for n in tree.body), "a build_py override filters the wheel"
+def test_r9k_links_every_package_folder_and_the_build_finds_them_all():
+    """r9k/ holds one link per top-level package folder and nothing else but its __init__.py; pyproject's
+    package find (the one declaration, no setup.py) ships every package below them, none filtered."""
+    folders = {d.name for d in ROOT.iterdir() if (d / "__init__.py").is_file() and d.name != "r9k"}
+    links = {p.name: os.readlink(p) for p in (ROOT / "r9k").iterdir() if p.is_symlink()}
+    assert links == {f: f"../{f}" for f in folders}
+    assert {p.name for p in (ROOT / "r9k").iterdir()} - set(links) <= {"__init__.py", "__pycache__"}
+    assert not (ROOT / "setup.py").exists()
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]["find"]
+    from setuptools import find_packages
+
+    shipped = set(find_packages(where=str(ROOT), include=find["include"]))
+    want = {"r9k"} | {".".join(("r9k", *p.parent.relative_to(ROOT).parts)) for f in folders
+                      for p in (ROOT / f).rglob("__init__.py") if "__pycache__" not in p.parts}
+    assert shipped == want
 
 
 def test_benchmarks_live_in_bench_and_the_product_does_not_import_them():

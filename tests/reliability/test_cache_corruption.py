@@ -1,5 +1,4 @@
-"""Class "cache corruption": the parse cache (registry/loader.py) and the plugin's registry snapshots
-(plugin/regcache.py) are an optimisation only. An entry is used only for the exact bytes it was made from
+"""Class "cache corruption": the parse cache (registry/loader.py) is an optimisation only. An entry is used only for the exact bytes it was made from
 (content hash, not mtime and size); a truncated, bit-flipped, foreign-version, garbage, empty, folder, FIFO
 or unwritable cache is ignored and rebuilt, and the results never change."""
 from __future__ import annotations
@@ -107,64 +106,3 @@ def test_cache_entry_keyed_by_content(reg_copy, tmp_path):
     reg = load_registry(reg_copy, [])
     assert any(v.knob for v in reg.variants.values())
     assert len(reg.variants) == len(_values(reg_copy))
-
-
-# ------------------------------------------------------------------------------- the plugin's snapshots
-
-
-def _snapshots(tmp_path):
-    return sorted((tmp_path / "cache" / "registry-snapshots").glob("*.pickle"))
-
-
-@pytest.mark.parametrize("damage", ["flip", "truncate", "garbage", "empty", "folder", "fifo", "foreign"])
-def test_plugin_snapshot_damage_never_stops_a_start(reg_copy, tmp_path, damage):
-    from r9k.plugin import regcache
-
-    first = regcache.load_registry_cached(reg_copy, [])
-    (snap,) = _snapshots(tmp_path)
-    raw = bytearray(snap.read_bytes())
-    snap.unlink()
-    if damage == "flip":
-        raw[len(raw) // 2] ^= 0x10
-        snap.write_bytes(bytes(raw))
-    elif damage == "truncate":
-        snap.write_bytes(bytes(raw[:100]))
-    elif damage == "garbage":
-        snap.write_bytes(os.urandom(len(raw)))
-    elif damage == "empty":
-        snap.write_bytes(b"")
-    elif damage == "folder":
-        snap.mkdir()
-    elif damage == "fifo":
-        os.mkfifo(snap)
-    elif damage == "foreign":  # a bare pickle of something else (an older format or another program)
-        import pickle
-
-        snap.write_bytes(pickle.dumps({"not": "a registry"}))
-    again = regcache.load_registry_cached(reg_copy, [])
-    assert sorted(again.variants) == sorted(first.variants)
-    assert {k: v.stock for k, v in again.variants.items()} == {k: v.stock for k, v in first.variants.items()}
-
-
-def test_plugin_snapshot_follows_a_same_size_same_mtime_edit(reg_copy, tmp_path):
-    from r9k.plugin import regcache
-
-    regcache.load_registry_cached(reg_copy, [])
-    f = _variant_file(reg_copy)
-    text, st = f.read_text(), os.stat(f)
-    i = text.index('summary = "') + len('summary = "')
-    ch = "Z" if text[i] != "Z" else "Y"
-    f.write_text(text[:i] + ch + text[i + 1:])
-    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
-    reg = regcache.load_registry_cached(reg_copy, [])
-    assert any(v.summary.startswith(ch) for v in reg.variants.values())
-
-
-def test_plugin_snapshot_in_an_unusable_cache_folder(reg_copy, tmp_path, monkeypatch):
-    from r9k.plugin import regcache
-
-    blocker = tmp_path / "not-a-folder"
-    blocker.write_text("x")
-    monkeypatch.setenv(envvars.CACHE_DIR.name, str(blocker))
-    reg = regcache.load_registry_cached(reg_copy, [])
-    assert reg.variants

@@ -158,18 +158,6 @@ def _parse_cache(path, tmp, mp):
     return "skipped"
 
 
-def _item_cache(path, tmp, mp):
-    from r9k.registry import itemcache
-
-    mp.setenv(envvars.CACHE_DIR.name, str(path.parent))
-    mp.delenv(envvars.NO_CACHE.name, raising=False)
-    cache = itemcache.ItemCache()
-    assert cache.path == path and cache.items == {}  # not read either
-    cache.used, cache.dirty = {"k": {}}, True
-    cache.save()
-    return "skipped"
-
-
 def _tui_server_log(path, tmp, mp):
     from r9k.r9kctl.tui import server
 
@@ -222,7 +210,6 @@ WRITERS = {
     "startup.hand_on": (f"cache/run/manifest-abc-{os.getpid()}.json", _hand_on),
     "gatedeps.save_cache": ("cache/gatedeps-1.json", _gatedeps_cache),
     "loader parse cache": ("cache/toml-cache.pickle", _parse_cache),
-    "itemcache.ItemCache.save": ("cache/validated-1.json", _item_cache),
     "tui server log": ("logs/server.log", _tui_server_log),
 }
 
@@ -260,13 +247,10 @@ THROUGH = {
                                                                         "aside: tests/evidence/test_records.py)",
     ("registry/loader.py", "_ParseCache.save", "fileio.atomic_write"): "loader parse cache",
     ("registry/gatedeps.py", "save_cache", "fileio.atomic_write"): "gatedeps.save_cache",
-    ("registry/itemcache.py", "ItemCache.save", "fileio.atomic_write"): "itemcache.ItemCache.save",
     ("plugin/startup.py", "hand_on", "fileio.atomic_write"): "startup.hand_on",
     ("plugin/status.py", "write_section", "fileio.atomic_write"): "status.write_section",
     ("plugin/status.py", "write_counters", "fileio.atomic_write"): "status.write_counters",
     ("plugin/status.py", "write_cluster", "fileio.atomic_write"): "fileio.atomic_write (rank 0's cluster file)",
-    ("plugin/regcache.py", "load_registry_cached", "fileio.atomic_write"):
-        "fileio.atomic_write with within=cache_dir() (test_cache_corruption: FIFO, folder at the path)",
     ("plugin/models/tiny_flash_next.py", "to_block_fp8", "fileio.atomic_write"): "fileio.atomic_write",
     ("r9kctl/cmd_schema.py", "run", "fileio.atomic_write"): "schema --out",
     ("r9kctl/cmd_bench.py", "run", "fileio.atomic_write"): "fileio.atomic_write (--export-plan)",
@@ -286,8 +270,6 @@ THROUGH = {
     ("r9kctl/evidence/serve_bench.py", "start", "fileio.open_for_writing"): "fileio.open_for_writing",
     ("r9kctl/tui/recovery.py", "write_recovery", "fileio.atomic_write"): "profile_io.atomic_write",
     ("r9kctl/tui/server.py", "Server._spawn", "fileio.open_for_writing"): "tui server log",
-    ("scripts/import_reference.py", "main", "fileio.atomic_write"): "fileio.atomic_write",
-    ("scripts/imports.py", "run", "fileio.atomic_write"): "fileio.atomic_write",
     ("scripts/vllm_interface.py", "main", "fileio.atomic_write"): "fileio.atomic_write",
 }
 

@@ -84,7 +84,7 @@ def test_bad_manifest(plugin, monkeypatch, tmp_path, name, data, line, kind):
 @pytest.mark.parametrize("env", [
     {envvars.NO_CACHE.name: "1"}, {"R9K_LOG_LEVEL": "debug"}, {envvars.CACHE_DIR.name: "/tmp"},
     {envvars.DEBUG.name: "1"}, {envvars.PLAIN.name: "1"}, {envvars.STATUS_FILE.name: "/tmp/r9k-status.json"},
-    {envvars.NO_REGISTRY_CACHE.name: "1"}, {envvars.REGISTRY.name: "/nonexistent"},
+    {envvars.REGISTRY.name: "/nonexistent"},
     {envvars.PROFILES_DIR.name: "/nonexistent"}, {envvars.LEDGER.name: "/x"},
     {envvars.NO_CACHE.name: "1", "R9K_LOG_LEVEL": "info", envvars.DEBUG.name: "1"}, {"R9K_VERBOSE": "1"},
 ], ids=lambda e: "+".join(e))
