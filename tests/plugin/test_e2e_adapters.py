@@ -86,14 +86,18 @@ def non_stock(profile: str) -> dict[str, tuple[str, str]]:
 
 
 def greedy(port: int) -> list[dict]:
-    """The prompts concurrently (one decode batch), greedy, with the top-2 logprobs of each position."""
+    """The prompts concurrently (one decode batch), greedy, with the top-2 logprobs of each position. Tokens
+    come as ``token_id:<id>`` (``return_tokens_as_token_ids``): ``top_logprobs`` is a dict keyed by the token,
+    and as text two tokens that decode alike (the tiny byte-level vocabulary has many that decode to ``''``:
+    incomplete UTF-8) are one key, so the top 2 would read as one entry and the margin as infinite."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30) as r:
         model = json.loads(r.read())["data"][0]["id"]
     out: list = [None] * len(PROMPTS)
 
     def one(i: int) -> None:
         res = post(port, "/v1/completions", {"model": model, "prompt": PROMPTS[i], "max_tokens": MAX_TOKENS,
-                                             "temperature": 0, "seed": 0, "logprobs": 2})
+                                             "temperature": 0, "seed": 0, "logprobs": 2,
+                                             "return_tokens_as_token_ids": True})
         out[i] = res["choices"][0]["logprobs"]
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
@@ -131,9 +135,11 @@ def compare(on: list[dict], stock: list[dict]) -> float:
                 assert d <= LOGPROB_BOUND, (p, i, ta, a["token_logprobs"][i], b["token_logprobs"][i])
                 continue
             top = sorted(b["top_logprobs"][i].values(), reverse=True)
-            margin = top[0] - top[1] if len(top) > 1 else float("inf")
+            assert len(top) >= 2, (p, i, b["top_logprobs"][i])  # logprobs=2: two distinct tokens
+            margin = top[0] - top[1]
             assert margin < 2 * LOGPROB_BOUND, (f"{p!r}: token {i} differs ({ta!r} vs stock {tb!r}) where stock's "
-                                                f"top-2 margin is {margin:.3f} nats (no near-tie)")
+                                                f"top-2 margin is {margin:.3f} nats (no near-tie): stock's top "
+                                                f"{b['top_logprobs'][i]}, ours {a['top_logprobs'][i]}")
             print(f"{p!r}: greedy tokens differ from position {i} on (stock margin {margin:.3f} nats)")
             break
     return worst
