@@ -100,12 +100,19 @@ def greedy(port: int) -> list[dict]:
                                              "return_tokens_as_token_ids": True})
         out[i] = res["choices"][0]["logprobs"]
 
+    def prompt(i: int) -> None:  # the logprob of every prompt token given the ones before it (echo)
+        res = post(port, "/v1/completions", {"model": model, "prompt": PROMPTS[i], "max_tokens": 1, "echo": True,
+                                             "temperature": 0, "logprobs": 0})
+        out[i]["prompt_logprobs"] = res["choices"][0]["logprobs"]["token_logprobs"][1:-1]
+
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert all(o is not None for o in out), out
+    for i in range(len(PROMPTS)):
+        prompt(i)
     return out
 
 
@@ -212,6 +219,12 @@ def test_every_variant_of_the_profile_runs_in_served_vllm_and_matches_stock(prof
         if d1 and d2:  # torch.compile ran: the graph-affecting knobs are part of vLLM's compile-cache key
             assert d1.isdisjoint(d2), (d1, d2)
         worst = compare(out_on, out_stock)
+        # the same contexts in both launches (the prompts): no greedy path that could part on a near-tie, so
+        # every position is within the bound (a kernel that is really wrong cannot hide behind a near-tie)
+        pd = [abs(x - y) for a, b in zip(out_on, out_stock) for x, y in zip(a["prompt_logprobs"], b["prompt_logprobs"],
+                                                                          strict=True)]
+        print(f"{profile}: prompt-token logprobs, largest difference {max(pd):.4f} nats over {len(pd)} positions")
+        assert pd and max(pd) <= LOGPROB_BOUND, pd
         print(f"{profile}: stock launch {time.time() - t1:.0f} s; greedy on: {[o['tokens'] for o in out_on]}; "
               f"stock: {[o['tokens'] for o in out_stock]}; largest logprob difference {worst:.4f} nats")
     finally:
