@@ -144,6 +144,7 @@ def _rank(rank: int, port: int, out: str) -> None:
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     group = dist.new_group([0, 1], backend="gloo")
+    res = {}
 
     def stock(y):
         dist.all_reduce(y, group=group)
@@ -153,8 +154,25 @@ def _rank(rank: int, port: int, out: str) -> None:
         dist.all_reduce(y, group=group)
         return y + y.abs() * 2.0 ** -7
 
+    def toward_zero(y):  # vLLM's shared-memory all-reduce of its AVX-512 build without BF16 (_C_AVX512): the
+        s = y.float()    # fp32 sum with its low 16 bits dropped
+        dist.all_reduce(s, group=group)
+        return (s.view(torch.int32) >> 16).to(torch.int16).view(torch.bfloat16)
+
+    def flush_subnormals(y):  # ... of its AVX-512 BF16 build (_C, vcvtneps2bf16): to nearest, subnormals to 0
+        s = y.float()
+        dist.all_reduce(s, group=group)
+        return torch.where(s.abs() < torch.finfo(torch.bfloat16).tiny, 0.0, s).to(torch.bfloat16)
+
     cfg = algorithms.Config(enabled=True, two_rank_max_mb=1, ar2_compressed=True, ar2_bits=4, ar2_min_kb=16)
-    res = {}
+    gen = torch.Generator().manual_seed(99 + rank)
+    for name, transport in (("trunc", toward_zero), ("ftz", flush_subnormals)):
+        h = ar_.Hook(f"tp:{name}", group, 2, cfg, transport, check=True)
+        x = torch.randn(2000, generator=gen).to(torch.bfloat16)
+        x[:64] = torch.randn(64, generator=gen) * 1e-39  # sums in the subnormal range
+        h.run(x)
+        res[name] = h.off
+    c.reset()
     gen = torch.Generator().manual_seed(1234 + rank)
     hook = ar_.Hook("tp:0", group, 2, cfg, stock, check=True)
     outs = []
@@ -202,6 +220,9 @@ def test_counters_and_the_check_in_a_two_rank_group(tmp_path):
         assert res["bad_calls"] == {"fused:one_shot": 1, "checked:one_shot": 1, "check-failed:one_shot": 1,
                                     "fallback:check failed": 1}, res["bad_calls"]
         assert "differ from vLLM's all-reduce" in res["bad_off"]["one_shot"]
+        # vLLM's shared-memory transports round the same fp32 sum otherwise (toward zero, or subnormals to 0):
+        # a rounding of the same sum, not a failure (issue 34: every call failed on an AVX-512 machine)
+        assert res["trunc"] == {} and res["ftz"] == {}, (res["trunc"], res["ftz"])
 
 
 def test_the_variants_the_rule_reads_are_those_naming_the_adapter(registry):

@@ -86,15 +86,24 @@ def non_stock(profile: str) -> dict[str, tuple[str, str]]:
 
 
 def greedy(port: int) -> list[dict]:
-    """The prompts concurrently (one decode batch), greedy, with the top-2 logprobs of each position."""
+    """The prompts concurrently (one decode batch), greedy, with the top-2 logprobs of each position. Tokens
+    come as ``token_id:<id>`` (``return_tokens_as_token_ids``): ``top_logprobs`` is a dict keyed by the token,
+    and as text two tokens that decode alike (the tiny byte-level vocabulary has many that decode to ``''``:
+    incomplete UTF-8) are one key, so the top 2 would read as one entry and the margin as infinite."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30) as r:
         model = json.loads(r.read())["data"][0]["id"]
     out: list = [None] * len(PROMPTS)
 
     def one(i: int) -> None:
         res = post(port, "/v1/completions", {"model": model, "prompt": PROMPTS[i], "max_tokens": MAX_TOKENS,
-                                             "temperature": 0, "seed": 0, "logprobs": 2})
+                                             "temperature": 0, "seed": 0, "logprobs": 2,
+                                             "return_tokens_as_token_ids": True})
         out[i] = res["choices"][0]["logprobs"]
+
+    def prompt(i: int) -> None:  # the logprob of every prompt token given the ones before it (echo)
+        res = post(port, "/v1/completions", {"model": model, "prompt": PROMPTS[i], "max_tokens": 1, "echo": True,
+                                             "temperature": 0, "logprobs": 0})
+        out[i]["prompt_logprobs"] = res["choices"][0]["logprobs"]["token_logprobs"][1:-1]
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
     for t in threads:
@@ -102,6 +111,8 @@ def greedy(port: int) -> list[dict]:
     for t in threads:
         t.join()
     assert all(o is not None for o in out), out
+    for i in range(len(PROMPTS)):
+        prompt(i)
     return out
 
 
@@ -131,9 +142,11 @@ def compare(on: list[dict], stock: list[dict]) -> float:
                 assert d <= LOGPROB_BOUND, (p, i, ta, a["token_logprobs"][i], b["token_logprobs"][i])
                 continue
             top = sorted(b["top_logprobs"][i].values(), reverse=True)
-            margin = top[0] - top[1] if len(top) > 1 else float("inf")
+            assert len(top) >= 2, (p, i, b["top_logprobs"][i])  # logprobs=2: two distinct tokens
+            margin = top[0] - top[1]
             assert margin < 2 * LOGPROB_BOUND, (f"{p!r}: token {i} differs ({ta!r} vs stock {tb!r}) where stock's "
-                                                f"top-2 margin is {margin:.3f} nats (no near-tie)")
+                                                f"top-2 margin is {margin:.3f} nats (no near-tie): stock's top "
+                                                f"{b['top_logprobs'][i]}, ours {a['top_logprobs'][i]}")
             print(f"{p!r}: greedy tokens differ from position {i} on (stock margin {margin:.3f} nats)")
             break
     return worst
@@ -206,6 +219,12 @@ def test_every_variant_of_the_profile_runs_in_served_vllm_and_matches_stock(prof
         if d1 and d2:  # torch.compile ran: the graph-affecting knobs are part of vLLM's compile-cache key
             assert d1.isdisjoint(d2), (d1, d2)
         worst = compare(out_on, out_stock)
+        # the same contexts in both launches (the prompts): no greedy path that could part on a near-tie, so
+        # every position is within the bound (a kernel that is really wrong cannot hide behind a near-tie)
+        pd = [abs(x - y) for a, b in zip(out_on, out_stock) for x, y in zip(a["prompt_logprobs"], b["prompt_logprobs"],
+                                                                          strict=True)]
+        print(f"{profile}: prompt-token logprobs, largest difference {max(pd):.4f} nats over {len(pd)} positions")
+        assert pd and max(pd) <= LOGPROB_BOUND, pd
         print(f"{profile}: stock launch {time.time() - t1:.0f} s; greedy on: {[o['tokens'] for o in out_on]}; "
               f"stock: {[o['tokens'] for o in out_stock]}; largest logprob difference {worst:.4f} nats")
     finally:

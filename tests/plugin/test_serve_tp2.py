@@ -10,12 +10,14 @@ that the API server read the printed manifest, that vLLM applied each launcher r
 The same launch switches the all-reduce variants on (``--set R9K_R4D_AR=1``, the compressed 4-bit wire from
 64 KB: vLLM's profiling run, 1024 tokens x 128 x bf16 = 256 KB a message, takes it; the requests' messages,
 at most a few KB, stay exact) with the in-server check on (``envvars.SELFCHECK``): both workers' tensor-parallel
-groups run ``allreduce`` (fused calls > 0 of both schedules), and every checked call matched vLLM's stock
-all-reduce within its bound: the one-shot sum bitwise (2 ranks: one fp32 addition rounded once, what any
-correctly rounded sum gives), the compressed sum within its stated per-block L2 bound
-(kernels/allreduce/reference.py ``error_bound``, from both ranks' inputs). Every one-shot call is checked,
-so the requests' all-reduces, the only ones whose results reach the completions, are stock's bit for bit:
-the completions are what stock vLLM computes.
+groups run ``allreduce`` (fused calls > 0 of both schedules), and every checked call passed its check: the
+one-shot sum is the fp32 sum of the two ranks' inputs rounded to nearest, bit for bit, and vLLM's stock
+all-reduce of the same call a rounding of that same fp32 sum (plugin/allreduce.py ``roundings``: bit for bit
+where vLLM's CPU transport rounds to nearest, i.e. gloo, which its AVX2 build uses; one step of the dtype apart
+where its AVX-512 shared-memory all-reduce rounds toward zero), the compressed sum within its stated
+per-block L2 bound (kernels/allreduce/reference.py ``error_bound``, from both ranks' inputs). Every one-shot
+call is checked, so the requests' all-reduces, the only ones whose results reach the completions, are
+stock's sum up to that rounding.
 """
 from __future__ import annotations
 
@@ -141,7 +143,7 @@ def test_pasted_dry_run_serves_tp2_with_the_same_set(tmp_path):
             assert c.get("fused:one_shot", 0) > 0 and c.get("fused:compressed_one_shot", 0) > 0, (w, c)
             said = [ln for ln in (tmp_path / "server.log").read_text(errors="replace").splitlines() if "r9k: allreduce" in ln]
             assert not [p for p in c if p.startswith(("check-failed", "fallback"))], (w, c, said)
-            assert c["checked:one_shot"] == c["fused:one_shot"], (w, c)  # every exact call: stock's bits
+            assert c["checked:one_shot"] == c["fused:one_shot"], (w, c)  # every exact call: stock's sum
             assert c["checked:compressed_one_shot"] > 0, (w, c)
 
         cli = subprocess.run([PY, "-m", "r9k.r9kctl.cli", "--plain", "status", "--url", base], env=env,
