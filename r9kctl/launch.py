@@ -21,7 +21,7 @@ from ..registry import envvars
 from ..registry.validate import Report, validate
 from ..registry.manifest import CARRIER_KEY
 from ..registry.availability import summary_line
-from ..registry.vllm_map import check_profile_launch, mapping, serve_argv
+from ..registry.vllm_map import check_profile_launch, serve_argv
 from ..registry.vllm_interface import installed_version, series, target
 from ..registry import manifest as mf
 from ..registry.errors import Diagnostic
@@ -292,8 +292,8 @@ def _gpu_count(platform: str) -> Optional[int]:
 
 def preflight_problems(reg: Registry, rs, model: str) -> list:
     """What would make vLLM fail after it started (or run something else), found before exec: the model
-    path or hub id, the platform and device count, the vLLM version against the releases' validated ones, the
-    files launcher knobs name. One located error each."""
+    path or hub id, the platform and device count, the vLLM version against the releases' validated ones (the
+    files launcher knobs name: validate, ``registry.launch_checks``). One located error each."""
     import re
 
     out = []
@@ -336,15 +336,6 @@ def preflight_problems(reg: Registry, rs, model: str) -> list:
             rf, rl, rc = reg.locate("release", rel, ("vllm_validated",))
             out.append(Diagnostic("error", "preflight", f"vLLM {version} is not a version release {rel} was validated "
                                   f"on ({', '.join(r.vllm_validated)})", file=rf, line=rl, col=rc, items=[rel]))
-    for it in sorted(rs.items.values(), key=lambda r: r.variant.knob):
-        s = it.variant.sets
-        if s is None or not getattr(s, "path", False) or it.value in (None, "") or it.value == it.variant.stock:
-            continue
-        if not os.path.isfile(os.path.expanduser(it.value)):
-            f, ln, col = reg.locate("variant", it.variant.id, ("sets", "path"))
-            out.append(Diagnostic("error", "preflight", f"{it.variant.knob}={it.value!r}: {mapping(s).name} takes a file "
-                                  "and there is none at that path (vLLM would read the value as the template text "
-                                  "itself)", file=f, line=ln, col=col, items=[it.variant.id, rs.profile]))
     return out
 
 

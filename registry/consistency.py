@@ -462,6 +462,10 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
             f, ln, col = reg.locate("model", rs.model, tuple(knob.split(".")))
         elif knob.startswith("hardware."):
             f, ln, col = hardware_where()
+        elif knob in rs.extra_env:  # a variable of the profile's [env] (VLLM_CPU_KVCACHE_SPACE)
+            from .launch_checks import env_where
+
+            f, ln, col = env_where(reg, rs, knob)
         else:
             r, (f, ln, col) = knob_where(knob)
             if r is not None and not ln:
