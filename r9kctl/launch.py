@@ -179,9 +179,11 @@ def _max_model_len(args: list[str]) -> Optional[int]:
 def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Optional[Mapping] = None,
                 env: Optional[Mapping[str, str]] = None, strict: bool = False, extra_args: Optional[list[str]] = None,
                 write_manifest: bool = True, build_model: bool = True, preflight: bool = False,
-                server: Optional[str] = None) -> LaunchPlan:
+                server: Optional[str] = None, inline: Optional[bool] = None) -> LaunchPlan:
     """Validate ``profile`` and build the launch; ``server``: the server instance id to carry (default: a new one;
-    the nodes of one multi-node server carry the same, :func:`multinode_server_id`)."""
+    the nodes of one multi-node server carry the same, :func:`multinode_server_id`). ``inline``: the manifest
+    itself in ``--additional-config`` rather than its file's path and hash (default: only for vLLM's Ray
+    executor, whose workers on other nodes do not have the launcher's file; and without a written manifest)."""
     report = validate(reg, profile=profile, tp=tp, env=env, sets=sets, strict=strict)
     rs = report.profiles.get(profile)
     if rs is not None:
@@ -254,7 +256,10 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         path = envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
 
     plan.server = server or mf.new_server_id(rs.profile)
-    argv = add_carrier(argv, mf.carrier(mf.from_dict(manifest), plan.server, str(path)))
+    if inline is None:
+        inline = last_value(list(rs.serve_args) + list(extra_args or []), "--distributed-executor-backend") == "ray"
+    argv = add_carrier(argv, mf.carrier(mf.from_dict(manifest), plan.server, str(path),
+                                        inline=inline or not write_manifest))
     plan.argv, plan.env, plan.rs = argv, penv, rs
     return plan
 

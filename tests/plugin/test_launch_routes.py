@@ -80,3 +80,40 @@ def test_the_route_answers_503_and_status_fails_when_the_server_has_no_set(plugi
     plugin_env.setattr(netclient, "get_json", lambda *a, **k: {"schema": status.SCHEMA, "in_use": {}, "hash": None})
     assert main(["status", "--url", "http://127.0.0.1:9"]) == 2
     assert "names no set" in capsys.readouterr().err
+
+
+def test_the_dry_run_carries_the_manifest_by_reference_and_prints_what_runs(tmp_path, monkeypatch):
+    import shlex
+
+    from r9k.r9kctl.launch import plan_launch
+    from r9k.registry import load_registry
+    from r9k.registry import manifest as mf
+
+    monkeypatch.setenv(envvars.CACHE_DIR.name, str(tmp_path))
+    reg = load_registry()
+    plan = plan_launch(reg, "tp4-default", env={}, build_model=False)
+    assert plan.ok, [d.format() for d in plan.report.errors]
+    command = plan.display().splitlines()[-1]
+    assert command == shlex.join(plan.argv) and len(command) < 2000, len(command)  # the exec'd argv, as printed
+    carried = json.loads(plan.argv[plan.argv.index("--additional-config") + 1])["r9k"]
+    assert "manifest" not in carried and carried["path"] == str(plan.manifest_path)
+    m, server = mf.from_carrier(carried)
+    assert m.hash == carried["hash"] == plan.manifest["hash"] and server == plan.server
+    # the file changed after the launch printed its hash: refused
+    data = json.loads(plan.manifest_path.read_text())
+    data["values"]["router_gemm"]["value"] = "stock"
+    plan.manifest_path.write_text(json.dumps(data))
+    with pytest.raises(mf.ManifestError, match="does not match its values"):
+        mf.from_carrier(carried)
+    data["hash"] = mf.set_hash(data["model"], data["tp"], {e["knob"]: e["value"] for e in data["values"].values()},
+                               data["extra_env"])  # rewritten whole, consistent: not the set the command names
+    plan.manifest_path.write_text(json.dumps(data))
+    with pytest.raises(mf.ManifestError, match="announces hash"):
+        mf.from_carrier(carried)
+    plan.manifest_path.unlink()
+    with pytest.raises(mf.ManifestError, match="--inline-manifest"):
+        mf.from_carrier(carried)
+    # vLLM's Ray executor (workers on other nodes): inline, as before
+    ray = plan_launch(reg, "tp4-default", env={}, build_model=False,
+                      extra_args=["--distributed-executor-backend", "ray"])
+    assert "manifest" in json.loads(ray.argv[ray.argv.index("--additional-config") + 1])["r9k"]
