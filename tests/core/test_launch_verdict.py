@@ -51,3 +51,14 @@ def test_an_env_value_vllm_cannot_read_is_an_error_at_its_line(r9kctl, tmp_path)
     (prof / "mine.toml").write_text('extends = "cpu-smoke"\n\n[env]\nVLLM_CPU_KVCACHE_SPACE = "lots"\n')
     rc, out, err = r9kctl("--profiles-dir", str(prof), "validate", "-p", "mine", "--vllm-version", "0.32")
     assert rc == 2 and _errors(out + err)["memory"].endswith("profiles/mine.toml:4"), out + err
+
+
+def test_validate_all_folds_the_platform_warnings_into_one_line_saying_what_is_expected(r9kctl):
+    rc, out, err = r9kctl("validate", "--all")
+    lines = [ln for ln in (out + err).splitlines() if "no-implementation" in ln or "falls back:" in ln]
+    assert len(lines) == 1, lines  # one cause (the platform), one line
+    assert "platform 'rocm-gfx1201'" in lines[0] and "Expected here" in lines[0]
+    assert "cuda-h200" in lines[0] and "Triton interpreter" in lines[0]
+    # one profile: each variant still listed
+    rc, out, err = r9kctl("validate", "-p", "tp4-default")
+    assert sum("falls back:" in ln for ln in out.splitlines()) > 1
