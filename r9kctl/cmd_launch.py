@@ -42,8 +42,8 @@ def add_parser(sub):
 
     p = sub.add_parser("launch", help="validate a profile and start vllm serve with it (or --dry-run)",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profile", "-p", required=True)
-    p.add_argument("--tp", type=int)
+    p.add_argument("--profile", "-p", required=True, help="the profile to launch (r9kctl profiles lists them)")
+    p.add_argument("--tp", type=int, help="tensor-parallel size (vLLM's --tensor-parallel-size), instead of the profile's")
     add_set_option(p)
     p.add_argument("--dry-run", action="store_true", help="print the command and environment, start nothing")
     p.add_argument("--strict", action="store_true", help="refuse on warnings too; the plugin runs strict")

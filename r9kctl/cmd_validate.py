@@ -17,15 +17,15 @@ def add_parser(sub):
     p = sub.add_parser("validate", help="validate the registry and a profile (or all profiles)", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--profile", "-p")
+    g.add_argument("--profile", "-p", help="the profile to validate (r9kctl profiles lists them)")
     g.add_argument("--all", action="store_true", help="every profile")
-    p.add_argument("--tp", type=int)
+    p.add_argument("--tp", type=int, help="validate at this tensor-parallel size instead of the profile's")
     add_set_option(p)
     p.add_argument("--strict", action="store_true",
                    help="warnings fail (exit 1 when the input is otherwise valid); undeclared R9K_ variables are errors")
     p.add_argument("--vllm-version", metavar="X.Y",
                    help="check launches against this vLLM's interface description (default: the installed vLLM's)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json (scripts)")
     p.set_defaults(func=run)
     return p
 

@@ -62,3 +62,28 @@ def test_validate_all_folds_the_platform_warnings_into_one_line_saying_what_is_e
     # one profile: each variant still listed
     rc, out, err = r9kctl("validate", "-p", "tp4-default")
     assert sum("falls back:" in ln for ln in out.splitlines()) > 1
+
+
+def test_a_mistyped_command_gets_a_located_did_you_mean(r9kctl):
+    rc, out, err = r9kctl("--plain", "valdate", "--all")
+    assert rc == 2 and err.strip() == ("<command line>:1:16: error[usage]: 'valdate' is not an r9kctl command "
+                                       "(did you mean validate?)"), err
+
+
+def test_the_arguments_of_diff_validate_and_launch_have_help_and_every_command_examples():
+    from r9k.r9kctl.cli import build_parser
+
+    p = build_parser()
+    sub = next(a for a in p._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name in ("diff", "validate", "launch"):
+        missing = [a.dest for a in sub.choices[name]._actions if not a.help and a.dest != "help"]
+        assert missing == [], (name, missing)
+
+    def walk(prefix, sp):
+        yield prefix, sp
+        for s in (a for a in sp._actions if a.__class__.__name__ == "_SubParsersAction"):
+            for n, c in s.choices.items():
+                yield from walk(f"{prefix} {n}".strip(), c)
+
+    bare = [n for n, sp in walk("", p) if n and "r9kctl " not in (sp.epilog or "") + (sp.description or "")]
+    assert bare == [], bare
