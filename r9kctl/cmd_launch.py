@@ -184,5 +184,9 @@ def run(args) -> int:
 
         sys.stderr.write(f"r9kctl launch: cannot start vllm serve: {problem}\n")
         return 2
+    import sys
+
+    for n in plan.notes:  # what the dry run prints as comments (the tiny model's random weights, ...)
+        sys.stderr.write(f"r9kctl launch: {n}\n")
     exec_plan(plan)
     return 0  # not reached

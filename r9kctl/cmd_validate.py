@@ -75,7 +75,8 @@ def run(args) -> int:
         b = report.budgets.get(name)
         line = f"{name}: tp{rs.tp} {rs.model or '-'} hash {rs.hash}, {len(rs.active())} active"
         if b:
-            line += f", KV cache {b.kv_tokens:,} tokens ({fmt_bytes(b.kv_bytes)})"
+            line += f", KV cache {b.kv_tokens:,} tokens " + (f"({fmt_bytes(b.kv_bytes)})" if b.kv_bytes >= 0 else
+                                                              f"(does not fit: {fmt_bytes(-b.kv_bytes)} short)")
             for c in b.costs:
                 line += f"; {c.knob} {'costs' if c.bytes > 0 else 'frees'} {fmt_bytes(abs(c.bytes))} = {abs(c.tokens):,} tokens"
         print(line)

@@ -197,6 +197,8 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         return plan
     model = rs.model_path or rs.model or ""
     if model.startswith(TINY_PREFIX):
+        plan.notes.append(f"{model} has random weights (built here, no download): its completions are gibberish "
+                          "by design; it checks the kernels and the route, not the text")
         if build_model:
             try:
                 from ..plugin.api import resolve_model_ref

@@ -87,3 +87,14 @@ def test_the_arguments_of_diff_validate_and_launch_have_help_and_every_command_e
 
     bare = [n for n, sp in walk("", p) if n and "r9kctl " not in (sp.epilog or "") + (sp.description or "")]
     assert bare == [], bare
+
+
+def test_the_tiny_models_random_weights_are_said(r9kctl):
+    rc, out, err = r9kctl("launch", "-p", "cpu-smoke", "--dry-run")
+    assert rc == 0 and "random weights" in out and "gibberish" in out, out + err
+
+
+def test_a_memory_error_from_set_points_at_the_set_and_no_figure_goes_negative(r9kctl):
+    rc, out, err = r9kctl("--plain", "validate", "-p", "tp2-default", "--set", "R9K_EXPERT_CACHE_SLOTS=99999")
+    assert rc == 2 and _errors(out + err)["memory"] == "<command line>:1", out + err
+    assert "R9K_EXPERT_CACHE_SLOTS=99999" in err and "does not fit" in out and "(-" not in out, out + err
