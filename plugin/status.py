@@ -24,6 +24,7 @@ import json
 import time
 from pathlib import Path
 from typing import Optional
+from ..registry import envvars
 from . import check_applied, counters, current_status, kvcache
 from .models import SUPERSEDED, SUPERSEDED_BY
 from ..registry.manifest import Impl
@@ -391,8 +392,8 @@ def _mark_superseded(data: dict, op_variants: dict) -> None:
 
 #: What the route answers (HTTP 503) when the API server has no set: the plugin is inactive in it.
 NO_SET = ("the r9k plugin runs no set in this server's API process: vLLM got no r9k block in its additional_config "
-          "(--additional-config, or a --config file's additional-config) and no R9K_PROFILE or R9K_MANIFEST; "
-          "start it with r9kctl launch, its --dry-run or its --format vllm-config files")
+          f"(--additional-config, or a --config file's additional-config) and no {envvars.PROFILE.name} or "
+          f"{envvars.MANIFEST.name}; start it with r9kctl launch, its --dry-run or its --format vllm-config files")
 
 
 class StatusEndpoint:
