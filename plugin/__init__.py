@@ -101,7 +101,7 @@ def _register() -> None:
     first_process = startup.check_agreement(active, proc)
     if first_process:  # the processes this one starts (helpers included) load its manifest, never resolve
         startup.hand_on(active)
-    server = startup.server_id(active, proc)
+    server = startup.server_id(active, proc, first=first_process)
     table = dispatch.DispatchTable(active.rs, strict=active.rs.strict)
     table.plan()
     envdecl.declare(active.rs)

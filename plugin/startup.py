@@ -11,7 +11,9 @@ Where the set comes from (first that applies), always as one :class:`r9k.registr
    ``v1/worker/worker_base.py:276``; the offline ``EngineArgs.create_engine_config``:
    ``engine/arg_utils.py:906``) but does not pass it: :func:`find_carrier` reads it from the calling frame,
    and in the API server (plugins load while its argument parser is built, before it parses) from the
-   command line.
+   command line as vLLM's parser will read it, a ``--config`` YAML file's ``additional-config`` included
+   (``r9kctl launch --format vllm-config``). The first process claims the carried server id; a second
+   server started from the same files takes one of its own (:func:`claim_server_id`).
 2. ``envvars.MANIFEST``: a manifest file (the first process of a server started by hand writes one for the
    processes after it; ``r9kctl bisect`` writes one per step).
 3. ``envvars.PROFILE`` / ``envvars.TP`` / a declared knob in the environment (started by hand): the first
@@ -34,6 +36,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
 import socket
 import sys
 from dataclasses import dataclass, field
@@ -209,8 +212,25 @@ def _check(reg, rs, strict: bool) -> list[str]:
 
 
 def _argv_additional_config(argv: list[str]) -> Optional[str]:
-    """The value of ``--additional-config`` on a command line (the last one wins, as in vLLM's parser)."""
-    return last_value(argv, "--additional-config")
+    """The value of ``--additional-config`` as vLLM's parser will read this command line: a ``--config FILE``
+    (``vllm serve --config config.yaml``, :func:`r9k.r9kctl.launch.vllm_config_files`) is expanded by vLLM's own
+    loader (``FlexibleArgumentParser.load_config_file``) and, as in vLLM, its arguments come before the
+    command line's (the last value wins); ``additional_config`` is ``additional-config`` to vLLM."""
+    args = [re.sub(r"^--additional_config(?==|$)", "--additional-config", a) for a in argv]
+    if "--config" in args and args.index("--config") + 1 < len(args):
+        i = args.index("--config")
+        try:
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+        except ImportError:  # no vLLM here (unit tests of the core): nothing parses the file
+            return last_value(args, "--additional-config")
+        try:
+            cfg = FlexibleArgumentParser().load_config_file(args[i + 1])
+        except Exception as exc:  # noqa: BLE001 - vLLM itself refuses this file next; say why, located
+            raise StartupError([f"{args[i + 1]}:1:1: error[manifest]: vLLM's --config file does not load: "
+                                f"{type(exc).__name__}: {exc}"]) from None
+        cfg = [re.sub(r"^--additional_config(?==|$)", "--additional-config", a) for a in cfg]
+        args = cfg + args[:i] + args[i + 2:]
+    return last_value(args, "--additional-config")
 
 
 def find_carrier(argv: Optional[list[str]] = None, depth: int = 12) -> tuple[Optional[Any], str]:
@@ -228,14 +248,16 @@ def find_carrier(argv: Optional[list[str]] = None, depth: int = 12) -> tuple[Opt
             if isinstance(ac, dict):
                 return ac.get(CARRIER_KEY), f"additional_config of {type(cand).__name__}"
         f = f.f_back
-    raw = _argv_additional_config(list(sys.argv if argv is None else argv))
+    argv_ = list(sys.argv if argv is None else argv)
+    raw = _argv_additional_config(argv_)
     if raw is None:
         return None, ""
     try:
         ac = json.loads(raw)
     except ValueError as exc:
         raise StartupError([f"error[manifest]: --additional-config is not JSON: {exc}"]) from None
-    return (ac.get(CARRIER_KEY) if isinstance(ac, dict) else None), "--additional-config of the command line"
+    where = "--additional-config of the command line" + (" (with --config)" if "--config" in argv_ else "")
+    return (ac.get(CARRIER_KEY) if isinstance(ac, dict) else None), where
 
 
 def this_registry_fingerprint(environ: Optional[Mapping[str, str]] = None) -> str:
@@ -463,18 +485,59 @@ def apply_profile_env(active: Active, environ=None) -> list[str]:
     return notes
 
 
-def server_id(active: Active, proc: ProcessInfo, environ=None) -> str:
-    """This server's instance id: the launch's (carried in vLLM's config), else the one the first process of
-    a server started by hand made (``envvars.SERVER``, inherited by the processes it starts)."""
+def server_id(active: Active, proc: ProcessInfo, environ=None, first: bool = False) -> str:
+    """This server's instance id. The first process of a server (``first``) takes the id its launch carries
+    (``r9kctl launch``, a pasted dry run, a ``--config`` file), or makes one when started by hand, and claims
+    it (:func:`claim_server_id`): a second server started from the same file or text gets an id of its own.
+    The processes it starts inherit its choice (``envvars.SERVER``)."""
     environ = os.environ if environ is None else environ
-    sid = active.server or envvars.SERVER.get(environ)
-    if not sid:
-        from ..registry.manifest import new_server_id
+    from ..registry.manifest import new_server_id
 
-        sid = new_server_id(active.rs.profile)
+    if first:
+        sid = active.server or new_server_id(active.rs.profile)
+        if "--headless" not in sys.argv:  # a headless node of a multi-node server writes under the head's id
+            sid = claim_server_id(sid, proc, environ)
+    else:
+        sid = envvars.SERVER.get(environ) or active.server or new_server_id(active.rs.profile)
     active.server = sid
     environ[envvars.SERVER.name] = sid
     return sid
+
+
+def claim_server_id(base: str, proc: ProcessInfo, environ=None) -> str:
+    """``base``, or ``base.2``, ``base.3``... : the first whose claim file (``<cache>/run/server-<id>.claim``)
+    this process creates, or whose claimant no longer runs (same pid and start time: :func:`process_alive`).
+    The claim is an exclusive create, so two servers starting at once never take the same id."""
+    run = Path(status_file_for("x", environ)).parent
+    try:
+        run.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return base
+    mine = json.dumps({"pid": proc.pid, "started": proc.started, "node": proc.node})
+    for n in range(1, 1000):
+        sid = base if n == 1 else f"{base}.{n}"
+        claim = run / f"server-{sid}.claim"
+        for _ in range(2):
+            try:
+                fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                try:
+                    held = json.loads(claim.read_text())
+                except (OSError, ValueError):
+                    held = {}
+                if held.get("node") not in (None, proc.node) or process_alive(held.get("pid"), held.get("started")):
+                    break  # another live server's (or another node's): the next id
+                try:  # a dead server's claim: free it and try again
+                    claim.unlink()
+                except OSError:
+                    break
+                continue
+            except OSError:
+                return base  # no claims possible here (read-only cache): the carried id, as before
+            with os.fdopen(fd, "w") as f:
+                f.write(mine)
+            return sid
+    return base
 
 
 def status_file_for(server: str, environ=None) -> str:

@@ -24,6 +24,7 @@ import json
 import time
 from pathlib import Path
 from typing import Optional
+from ..registry import envvars
 from . import check_applied, counters, current_status, kvcache
 from .models import SUPERSEDED, SUPERSEDED_BY
 from ..registry.manifest import Impl
@@ -365,7 +366,7 @@ def clean_dead(run_dir: Path, keep: Optional[str] = None) -> list[str]:
             continue
         pids = {sec.get("process", {}).get("pid") for sec in data.get("processes", {}).values()}
         handed = [m for pid in pids if pid for m in f.parent.glob(f"manifest-*-{pid}.json")]  # startup.hand_on's
-        for g in [f, f.with_name(f.name + ".lock"), *f.parent.glob(f.name + ".*.counters.json"), cluster_path(str(f)),
+        for g in [f, f.with_name(f.name + ".lock"), f.with_name(f.name.replace(".status.json", ".claim")), *f.parent.glob(f.name + ".*.counters.json"), cluster_path(str(f)),
                   *handed]:
             try:
                 g.unlink()
@@ -389,6 +390,12 @@ def _mark_superseded(data: dict, op_variants: dict) -> None:
         data["plan"] = plan
 
 
+#: What the route answers (HTTP 503) when the API server has no set: the plugin is inactive in it.
+NO_SET = ("the r9k plugin runs no set in this server's API process: vLLM got no r9k block in its additional_config "
+          f"(--additional-config, or a --config file's additional-config) and no {envvars.PROFILE.name} or "
+          f"{envvars.MANIFEST.name}; start it with r9kctl launch, its --dry-run or its --format vllm-config files")
+
+
 class StatusEndpoint:
     """A ``vllm.endpoint_plugins`` entry: ``GET /r9k/status`` answers the active set as JSON."""
 
@@ -399,7 +406,10 @@ class StatusEndpoint:
         from fastapi.responses import JSONResponse
 
         async def r9k_status():
-            return JSONResponse(current_status())
+            data = current_status()
+            if not data.get("hash"):  # no set in this server: say so, never an empty 200
+                return JSONResponse({"error": NO_SET}, status_code=503)
+            return JSONResponse(data)
 
         app.add_api_route(ROUTE, r9k_status, methods=["GET"], name="r9k_status")
 

@@ -219,9 +219,38 @@ def internal_error(exc: BaseException, words: list[str]) -> int:
     return 3
 
 
+def _mistyped_command(words: list[str]) -> int | None:
+    """A first word that is no command, said in one located line with the nearest command (exit 2); None when
+    the words name no command at all (argparse's usage and help then)."""
+    import difflib
+
+    import shlex
+
+    takes_value = {f for flags, _d, kw in GLOBAL_OPTIONS if kw.get("action") != "store_true" for f in flags}
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if w in takes_value:
+            i += 2
+            continue
+        if w.startswith("-"):
+            i += 1
+            continue
+        near = difflib.get_close_matches(w, COMMANDS, n=1, cutoff=0.6)
+        hint = f" (did you mean {near[0]}?)" if near else f" (commands: {', '.join(COMMANDS)})"
+        col = len("r9kctl ") + 1 + sum(len(shlex.quote(x)) + 1 for x in words[:i])
+        sys.stderr.write(f"<command line>:1:{col}: error[usage]: {w!r} is not an r9kctl command{hint}\n")
+        return 2
+    return None
+
+
 def _main(words: list[str]) -> int:
     # the first word naming a command; an option's value never names one here (they are paths and names)
     chosen = next((w for w in words if w in COMMANDS), None)
+    if chosen is None:
+        wrong = _mistyped_command(words)
+        if wrong is not None:
+            return wrong
     parser = build_parser(chosen)
     try:
         args = merge_globals(parser.parse_args(words))

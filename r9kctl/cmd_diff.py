@@ -200,9 +200,10 @@ def value_text(v) -> str:
 def add_parser(sub):
     p = sub.add_parser("diff", help="compare two releases or profiles (values, per-TP defaults, numbers)")
     p.add_argument("a", help="release (v0.3.0) or profile (tp4-default)")
-    p.add_argument("b")
+    p.add_argument("b", help="the release or profile to compare A with (the second column)")
     p.add_argument("--tp", type=int, help="only this TP size")
-    p.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    p.add_argument("--format", choices=("table", "json", "markdown"), default="table",
+                   help="table (default), json, or markdown (for notes and release pages)")
     p.add_argument("--all-numbers", action="store_true",
                    help="also the figures no notes of A or B state (launcher headers, PROGRESS.md, later notes)")
     p.set_defaults(func=run)

@@ -42,8 +42,8 @@ def add_parser(sub):
 
     p = sub.add_parser("launch", help="validate a profile and start vllm serve with it (or --dry-run)",
                        description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--profile", "-p", required=True)
-    p.add_argument("--tp", type=int)
+    p.add_argument("--profile", "-p", required=True, help="the profile to launch (r9kctl profiles lists them)")
+    p.add_argument("--tp", type=int, help="tensor-parallel size (vLLM's --tensor-parallel-size), instead of the profile's")
     add_set_option(p)
     p.add_argument("--dry-run", action="store_true", help="print the command and environment, start nothing")
     p.add_argument("--strict", action="store_true", help="refuse on warnings too; the plugin runs strict")
@@ -51,6 +51,10 @@ def add_parser(sub):
                    help="with --dry-run: text (the command), json; vllm-config writes config.yaml for "
                         "'vllm serve --config' and vllm.env (to --out) and starts nothing")
     p.add_argument("--out", default=".", metavar="DIR", help="with --format vllm-config: where to write (default .)")
+    p.add_argument("--inline-manifest", action="store_true",
+                   help="carry the manifest itself in --additional-config (a few kB) instead of its file's path and "
+                        "hash: for a command run where the launcher's cache is not (another machine); --nnodes and "
+                        "vLLM's Ray executor always carry it inline")
     p.add_argument("--no-preflight", action="store_true",
                    help="skip the pre-flight (model path or hub id, platform and device count, validated vLLM version)")
     add_node_options(p)
@@ -108,7 +112,7 @@ def run(args) -> int:
     try:
         plan = plan_launch(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict, extra_args=args.extra,
                            preflight=not args.no_preflight and not dry, build_model=not dry or have_module("torch"),
-                           server=server)
+                           server=server, inline=True if args.inline_manifest or args.nnodes > 1 else None)
     except OSError as exc:  # a full, read-only or odd cache folder: one located line, not an internal error
         import sys
 
@@ -180,5 +184,9 @@ def run(args) -> int:
 
         sys.stderr.write(f"r9kctl launch: cannot start vllm serve: {problem}\n")
         return 2
+    import sys
+
+    for n in plan.notes:  # what the dry run prints as comments (the tiny model's random weights, ...)
+        sys.stderr.write(f"r9kctl launch: {n}\n")
     exec_plan(plan)
     return 0  # not reached

@@ -42,6 +42,8 @@ def fetch(url: str, timeout: float = 10.0) -> dict:
     if not isinstance(data, dict):
         raise ValueError(f"{full}: the answer is not a JSON object (is this an r9k server?)")
     problem = _shape_problem(data) if "in_use" not in data else None
+    if problem is None and not data.get("hash"):
+        problem = "it names no set (no profile, no hash): the server's r9k plugin is inactive"
     if problem:
         raise ValueError(f"{full}: not a usable status: {problem}")
     return data
@@ -104,6 +106,11 @@ def _run(args) -> int:
         if exc.kind == "http":
             hint = " (the server runs without the plugin's route: VLLM_PLUGINS must name r9k)" \
                 if exc.status == 404 else ""
+            if exc.status == 503 and '"error"' in (exc.body or ""):  # the route's own word: the server has no set
+                try:
+                    hint = f": {json.loads(exc.body)['error']}"
+                except (ValueError, KeyError, TypeError):
+                    pass
             print(f"r9kctl status: error[http]: {args.url}{ROUTE}: HTTP {exc.status}{hint}", file=sys.stderr)
         elif exc.kind == "connection":
             print(f"r9kctl status: error[connection]: {exc} (is the server running?)", file=sys.stderr)

@@ -6,6 +6,8 @@ and the warnings --strict turns into errors); 2 invalid (errors without --strict
 """
 from __future__ import annotations
 
+import re
+
 from .common import add_set_option
 
 
@@ -15,15 +17,15 @@ def add_parser(sub):
     p = sub.add_parser("validate", help="validate the registry and a profile (or all profiles)", description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--profile", "-p")
+    g.add_argument("--profile", "-p", help="the profile to validate (r9kctl profiles lists them)")
     g.add_argument("--all", action="store_true", help="every profile")
-    p.add_argument("--tp", type=int)
+    p.add_argument("--tp", type=int, help="validate at this tensor-parallel size instead of the profile's")
     add_set_option(p)
     p.add_argument("--strict", action="store_true",
                    help="warnings fail (exit 1 when the input is otherwise valid); undeclared R9K_ variables are errors")
     p.add_argument("--vllm-version", metavar="X.Y",
                    help="check launches against this vLLM's interface description (default: the installed vLLM's)")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or json (scripts)")
     p.set_defaults(func=run)
     return p
 
@@ -67,12 +69,14 @@ def run(args) -> int:
         d["exit_code"] = code
         print_json(d)
         return code
-    diagnostics(report.diagnostics)
+    shown, platforms = group_platform_warnings(report, reg)
+    diagnostics(shown)
     for name, rs in report.profiles.items():
         b = report.budgets.get(name)
         line = f"{name}: tp{rs.tp} {rs.model or '-'} hash {rs.hash}, {len(rs.active())} active"
         if b:
-            line += f", KV cache {b.kv_tokens:,} tokens ({fmt_bytes(b.kv_bytes)})"
+            line += f", KV cache {b.kv_tokens:,} tokens " + (f"({fmt_bytes(b.kv_bytes)})" if b.kv_bytes >= 0 else
+                                                              f"(does not fit: {fmt_bytes(-b.kv_bytes)} short)")
             for c in b.costs:
                 line += f"; {c.knob} {'costs' if c.bytes > 0 else 'frees'} {fmt_bytes(abs(c.bytes))} = {abs(c.tokens):,} tokens"
         print(line)
@@ -80,7 +84,7 @@ def run(args) -> int:
         if verdicts is not None:
             print(f"  {name}: {summary_line(verdicts)}")
             for v in verdicts.values():
-                if v.state == "fallback":
+                if v.state == "fallback" and not args.all:  # --all: the grouped line above says why
                     print(f"    falls back: {v.knob}={v.value}: {v.reason}")
         if report.gates.get(name):
             print(f"  {name}: {report.gates[name]}")
@@ -88,6 +92,41 @@ def run(args) -> int:
     status = "ok" if code == 0 else "failed"
     print(f"{status}: {n_err} error(s), {n_warn} warning(s)")
     return code
+
+
+def kernel_platforms(reg) -> list[str]:
+    """The platforms this project's kernels have an implementation for (every variant's, from the registry)."""
+    return sorted({p for v in (reg.variants.values() if reg is not None else ()) for p in v.implementation.platforms})
+
+
+def group_platform_warnings(report, reg) -> tuple[list, list[str]]:
+    """The diagnostics to print, with the "cannot run here: no implementation for platform P" warnings (one per
+    variant and profile: one cause, the platform) folded into one line per platform that says what is expected
+    here; returns (diagnostics, platforms folded)."""
+    from ..registry.errors import Diagnostic
+
+    by_platform: dict[str, list] = {}
+    rest = []
+    for d in report.diagnostics:
+        m = re.search(r"no implementation for platform '([^']+)'", d.message) if d.code == "no-implementation" else None
+        if m and d.level == "warning":
+            by_platform.setdefault(m.group(1), []).append(d)
+        else:
+            rest.append(d)
+    if sum(len(ds) for ds in by_platform.values()) <= 1:
+        return list(report.diagnostics), []
+    label = {"triton-interpret": "the Triton interpreter (triton-interpret, any CPU)"}
+    runs = [label.get(p, p) for p in kernel_platforms(reg)]
+    for plat, ds in sorted(by_platform.items()):
+        profiles = sorted({d.items[-1] for d in ds if d.items})
+        knobs = sorted({d.message.split("=", 1)[0] for d in ds})
+        rest.append(Diagnostic("warning", "no-implementation",
+                               f"{len(knobs)} variants set by {len(profiles)} profile(s) ({', '.join(profiles)}) have no "
+                               f"implementation for platform '{plat}': the plugin keeps vLLM's own path for each. Expected "
+                               f"here: this project's kernels run on {' and '.join(runs) or 'no platform'}, not on the "
+                               f"'{plat}' machine these profiles describe (the original deployment's); "
+                               f"`r9kctl validate -p PROFILE` lists each"))
+    return rest, sorted(by_platform)
 
 
 def strict_exit_code(report, strict: bool, lenient) -> int:

@@ -222,10 +222,10 @@ _r9kctl() {
         return 0
     fi
     if [[ $full == *=* && $piece != "$full" ]]; then
-        # bash replaces only the part after the '=': offer the values alone
+        # readline replaces only the text after the '=' (a word break), even where COMP_WORDS ends with the
+        # '=' itself: offer the values alone, never an '=' of their own (KNOB==VALUE)
         local head="${full%%=*}="
         out=("${out[@]#"$head"}")
-        [[ $piece == "=" ]] && out=("${out[@]/#/=}")
     fi
     COMPREPLY=("${out[@]}")
     if [ ${#out[@]} -eq 1 ] && [[ ${out[0]} == *= ]]; then

@@ -83,6 +83,30 @@ r9kctl bisect plan --good round2-numerics --bad tp4-default --dir bisect/ --data
     "bisect status": """
 r9kctl bisect status --dir bisect/
 """,
+    "bisect": """
+r9kctl bisect plan --good round2-numerics --bad tp4-default --dir bisect/ --dataset arith-smoke
+r9kctl bisect run --dir bisect/ --launch 'r9kctl launch -p {profile} -- --port {port}' --url-template http://127.0.0.1:{port}
+r9kctl bisect status --dir bisect/
+""",
+    "bisect run": """
+r9kctl bisect run --dir bisect/ --launch 'r9kctl launch -p {profile} -- --port {port}' --url-template http://127.0.0.1:{port}
+""",
+    "eval": """
+r9kctl eval record --url http://127.0.0.1:8000 --dataset arith-smoke --out a.jsonl --api completions
+r9kctl eval compare a.jsonl b.jsonl
+""",
+    "doctor": """
+r9kctl doctor                                   against the installed vLLM
+r9kctl doctor --vllm-src DIR                     against another vLLM's sources (a folder holding vllm/, or a wheel)
+""",
+    "gate": """
+r9kctl gate --status                            the gate states, nothing run
+r9kctl gate --profile cpu-smoke                 run the gates of a profile's non-stock variants here
+r9kctl gate --all --dry-run                     what would run
+""",
+    "bench serve": """
+r9kctl bench serve --profiles cpu-flash-next-stock,cpu-flash-next --concurrency 1,4 --repeats 3 --out bench-serve
+""",
 }
 
 

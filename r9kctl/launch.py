@@ -21,7 +21,7 @@ from ..registry import envvars
 from ..registry.validate import Report, validate
 from ..registry.manifest import CARRIER_KEY
 from ..registry.availability import summary_line
-from ..registry.vllm_map import check_profile_launch, mapping, serve_argv
+from ..registry.vllm_map import check_profile_launch, serve_argv
 from ..registry.vllm_interface import installed_version, series, target
 from ..registry import manifest as mf
 from ..registry.errors import Diagnostic
@@ -179,9 +179,11 @@ def _max_model_len(args: list[str]) -> Optional[int]:
 def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Optional[Mapping] = None,
                 env: Optional[Mapping[str, str]] = None, strict: bool = False, extra_args: Optional[list[str]] = None,
                 write_manifest: bool = True, build_model: bool = True, preflight: bool = False,
-                server: Optional[str] = None) -> LaunchPlan:
+                server: Optional[str] = None, inline: Optional[bool] = None) -> LaunchPlan:
     """Validate ``profile`` and build the launch; ``server``: the server instance id to carry (default: a new one;
-    the nodes of one multi-node server carry the same, :func:`multinode_server_id`)."""
+    the nodes of one multi-node server carry the same, :func:`multinode_server_id`). ``inline``: the manifest
+    itself in ``--additional-config`` rather than its file's path and hash (default: only for vLLM's Ray
+    executor, whose workers on other nodes do not have the launcher's file; and without a written manifest)."""
     report = validate(reg, profile=profile, tp=tp, env=env, sets=sets, strict=strict)
     rs = report.profiles.get(profile)
     if rs is not None:
@@ -195,6 +197,8 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         return plan
     model = rs.model_path or rs.model or ""
     if model.startswith(TINY_PREFIX):
+        plan.notes.append(f"{model} has random weights (built here, no download): its completions are gibberish "
+                          "by design; it checks the kernels and the route, not the text")
         if build_model:
             try:
                 from ..plugin.api import resolve_model_ref
@@ -254,7 +258,10 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         path = envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
 
     plan.server = server or mf.new_server_id(rs.profile)
-    argv = add_carrier(argv, mf.carrier(mf.from_dict(manifest), plan.server, str(path)))
+    if inline is None:
+        inline = last_value(list(rs.serve_args) + list(extra_args or []), "--distributed-executor-backend") == "ray"
+    argv = add_carrier(argv, mf.carrier(mf.from_dict(manifest), plan.server, str(path),
+                                        inline=inline or not write_manifest))
     plan.argv, plan.env, plan.rs = argv, penv, rs
     return plan
 
@@ -292,8 +299,8 @@ def _gpu_count(platform: str) -> Optional[int]:
 
 def preflight_problems(reg: Registry, rs, model: str) -> list:
     """What would make vLLM fail after it started (or run something else), found before exec: the model
-    path or hub id, the platform and device count, the vLLM version against the releases' validated ones, the
-    files launcher knobs name. One located error each."""
+    path or hub id, the platform and device count, the vLLM version against the releases' validated ones (the
+    files launcher knobs name: validate, ``registry.launch_checks``). One located error each."""
     import re
 
     out = []
@@ -336,15 +343,6 @@ def preflight_problems(reg: Registry, rs, model: str) -> list:
             rf, rl, rc = reg.locate("release", rel, ("vllm_validated",))
             out.append(Diagnostic("error", "preflight", f"vLLM {version} is not a version release {rel} was validated "
                                   f"on ({', '.join(r.vllm_validated)})", file=rf, line=rl, col=rc, items=[rel]))
-    for it in sorted(rs.items.values(), key=lambda r: r.variant.knob):
-        s = it.variant.sets
-        if s is None or not getattr(s, "path", False) or it.value in (None, "") or it.value == it.variant.stock:
-            continue
-        if not os.path.isfile(os.path.expanduser(it.value)):
-            f, ln, col = reg.locate("variant", it.variant.id, ("sets", "path"))
-            out.append(Diagnostic("error", "preflight", f"{it.variant.knob}={it.value!r}: {mapping(s).name} takes a file "
-                                  "and there is none at that path (vLLM would read the value as the template text "
-                                  "itself)", file=f, line=ln, col=col, items=[it.variant.id, rs.profile]))
     return out
 
 

@@ -462,6 +462,10 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
             f, ln, col = reg.locate("model", rs.model, tuple(knob.split(".")))
         elif knob.startswith("hardware."):
             f, ln, col = hardware_where()
+        elif knob in rs.extra_env:  # a variable of the profile's [env] (VLLM_CPU_KVCACHE_SPACE)
+            from .launch_checks import env_where
+
+            f, ln, col = env_where(reg, rs, knob)
         else:
             r, (f, ln, col) = knob_where(knob)
             if r is not None and not ln:
@@ -475,10 +479,18 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
     if b.fixed_kv_bytes is None and b.kv_tokens <= 0:
         r, (f, ln, col) = knob_where(UTIL_KNOB)
         user_set = r is not None and r.layer not in ("registry", "release")
-        if not (ln and user_set):  # the GPU's size is what the profile says: point there
-            f, ln, col = hardware_where()
+        # a --set that costs memory is what the user just changed: point there first (the largest such cost)
+        typed = sorted(((c.bytes, knob_where(c.knob)) for c in b.costs if c.bytes > 0), key=lambda x: -x[0])
+        typed = [w for _, w in typed if w[0] is not None and w[0].layer == "override" and w[1][1]]
+        lead = ""
         src = (set_by(rs, r) or f" ({r.layer}: {r.source})") if user_set else ""
-        out.append(Diagnostic("error", "memory", f"profile '{name}' does not fit: {b.memory_bytes / (1 << 30):g} GiB a "
+        if typed and not (user_set and r.layer == "override"):
+            (r2, (f, ln, col)) = typed[0]
+            cost = next(c.bytes for c in b.costs if c.knob == r2.variant.knob)
+            lead = f"{r2.variant.knob}={r2.value}{set_by(rs, r2)} costs {fmt_bytes(cost)}; "
+        elif not (ln and user_set):  # the GPU's size is what the profile says: point there
+            f, ln, col = hardware_where()
+        out.append(Diagnostic("error", "memory", f"profile '{name}' does not fit: {lead}{b.memory_bytes / (1 << 30):g} GiB a "
                               f"GPU at {UTIL_KNOB}={b.utilization:g}{src} leaves {fmt_bytes(b.memory_bytes * b.utilization)}; "
                               f"weights {fmt_bytes(b.weights)}, overhead {fmt_bytes(b.overhead)} and variants "
                               f"{fmt_bytes(b.variant_bytes)} leave no room for the KV cache", f, ln, col,

@@ -377,21 +377,34 @@ def decode(value: str) -> dict:
     return data
 
 
-def carrier(m: Manifest, server: str, path: Optional[str] = None) -> dict:
+def carrier(m: Manifest, server: str, path: Optional[str] = None, inline: bool = True) -> dict:
     """What ``r9kctl launch`` puts in ``--additional-config`` under :data:`CARRIER_KEY`: the set's hash, the
-    server instance id, the manifest itself (encoded), and where the launcher wrote it (informative)."""
-    out = {"hash": m.hash, "server": server, "manifest": encode(m.to_dict())}
+    server instance id, and the manifest: ``inline`` (encoded, a few kB: for processes on nodes without the
+    launcher's files, a multi-node or Ray server) or by reference, ``path`` (the file the launcher wrote; every
+    process loads it and checks its hash against the one carried: the printed command stays short)."""
+    out = {"hash": m.hash, "server": server}
+    if inline or not path:
+        out["manifest"] = encode(m.to_dict())
     if path:
         out["path"] = str(path)
     return out
 
 
 def from_carrier(carried: Any) -> tuple[Manifest, str]:
-    """The manifest and server id of a carrier (:func:`carrier`); :class:`ManifestError` when it is not one
-    or its hash is not the one it announces."""
-    if not isinstance(carried, dict) or not isinstance(carried.get("manifest"), str):
-        raise ManifestError(f"additional_config[{CARRIER_KEY!r}] is not an r9k carrier (no 'manifest' string)")
-    m = from_dict(decode(carried["manifest"]))
+    """The manifest and server id of a carrier (:func:`carrier`); :class:`ManifestError` when it is not one,
+    its file cannot be read here, or its hash is not the one it announces."""
+    if not isinstance(carried, dict) or not isinstance(carried.get("manifest", carried.get("path")), str):
+        raise ManifestError(f"additional_config[{CARRIER_KEY!r}] is not an r9k carrier (no 'manifest' or 'path' string)")
+    if isinstance(carried.get("manifest"), str):
+        m = from_dict(decode(carried["manifest"]))
+    else:
+        path = carried["path"]
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ManifestError(f"the manifest file it names, {path}, cannot be read here ({exc}); a process on "
+                                "another node needs the manifest inline (r9kctl launch --inline-manifest)") from None
+        m = from_dict(data)
     if carried.get("hash") != m.hash:
         raise ManifestError(f"the carrier announces hash {carried.get('hash')}, its manifest is {m.hash}")
     return m, str(carried.get("server") or "")

@@ -24,7 +24,17 @@ from .resolve import ResolvedSet
 GIB = 1 << 30
 UTIL_KNOB = "UTIL"
 KVMEM_KNOB = "KVMEM"
-DEFAULT_UTIL = 0.9  # vLLM's default --gpu-memory-utilization
+UTIL_FLAG = "--gpu-memory-utilization"
+
+
+def vllm_default_utilization() -> Optional[float]:
+    """vLLM's own ``--gpu-memory-utilization`` default, from the target vLLM's interface description (what a launch
+    that passes nothing gets); None when no description ships for it."""
+    from .vllm_interface import target
+
+    iface, _ = target()
+    fl = iface.flag(UTIL_FLAG) if iface is not None else None
+    return float(fl.default) if fl is not None and fl.default is not None else None
 
 
 class BudgetError(ValueError):
@@ -228,10 +238,13 @@ def budget_of(reg: Registry, model: str, tp: int, memory_gib: float, values: Map
     key = f"tp{tp}"
     if not m.supports_tp(tp):
         return None
-    util = utilization or DEFAULT_UTIL
+    # what vLLM runs at: the knob's value where the launch passes it (off its stock), else vLLM's own default
+    util_v = next((v for v in reg.variants.values() if v.knob == UTIL_KNOB), None)
     uv = values.get(UTIL_KNOB)
-    if uv:
+    if uv and (util_v is None or uv != util_v.stock):
         util = _gib(UTIL_KNOB, uv)
+    else:
+        util = utilization or vllm_default_utilization() or _gib(UTIL_KNOB, uv or (util_v.stock if util_v else 1.0))
     fixed = int(fixed_kv_gib * GIB) if fixed_kv_gib else None
     kv = values.get(KVMEM_KNOB)
     if kv:

@@ -346,6 +346,10 @@ def validate(
                               "scripts/vllm_interface.py)"))
     else:
         check_mappings(reg, report, iface)
+    from . import launch_checks  # what the launch or its vLLM would refuse: the caller's VLLM_*, files, [env]
+
+    if iface is not None and names:
+        launch_checks.check_caller_env(reg, iface, report, env)
     for name in names:
         rs = resolve(reg, name, tp=tp, env=env, sets=sets,
                      platform=platform, strict=strict or None)
@@ -353,6 +357,7 @@ def validate(
         report.budgets[name] = check_profile(reg, rs, report)
         if iface is not None and not any(d.level == "error" and name in d.items for d in report.diagnostics):
             check_profile_launch(reg, rs, report, iface)
+            launch_checks.check_profile(reg, rs, report, iface, env)
     group_cascades(report, reg)
     return report
 

@@ -42,6 +42,9 @@ class Flag:
     config_class: Optional[str] = None
     deprecated: bool = False
     positional: bool = False
+    #: an enum vLLM's config looks up by name (``AttentionBackendEnum``): its usable members, and its name
+    names: Optional[tuple[str, ...]] = None
+    names_from: Optional[str] = None
 
     @property
     def takes_value(self) -> bool:
@@ -79,7 +82,8 @@ class Interface:
                       default=f.get("default"), help=f.get("help", ""), unit=f.get("unit"),
                       optional=bool(f.get("optional")), human_readable=bool(f.get("human_readable")),
                       fields=dict(f.get("fields") or {}), config_class=f.get("config_class"),
-                      deprecated=bool(f.get("deprecated")), positional=bool(f.get("positional")))
+                      deprecated=bool(f.get("deprecated")), positional=bool(f.get("positional")),
+                      names=tuple(f["names"]) if f.get("names") else None, names_from=f.get("names_from"))
             self.flags.append(fl)
             for o in fl.options:
                 self._by_option[o] = fl
@@ -127,6 +131,11 @@ class Interface:
             return None
         if fl.choices is not None and value not in fl.choices:
             return f"{opt} {value!r}: not one of {', '.join(fl.choices)}"
+        if fl.names and value.upper() not in fl.names and value.lower() != "auto":
+            near = difflib.get_close_matches(value.upper(), fl.names, n=3, cutoff=0.5)
+            return (f"{opt} {value!r}: no usable {fl.names_from} member of that name in vLLM {self.version} (a "
+                    f"placeholder such as CUSTOM must be registered before use, and nothing here registers one); "
+                    f"{len(fl.names)} usable, e.g. {', '.join(near or fl.names[:3])}")
         if fl.type == "int":
             v = value.strip()
             if fl.human_readable:

@@ -144,6 +144,30 @@ def _jsonable(v):
     return repr(v)
 
 
+def _enum_names(dest: str):
+    """(usable member names, the enum's name) when ``EngineArgs.<dest>`` is an enum the parser leaves a string and
+    vLLM's config looks up by name (``--attention-backend``: ``AttentionBackendEnum[value.upper()]``); a member without a value (``CUSTOM``: "must be
+    registered before use") is not usable. None for every other flag."""
+    import enum
+    import typing
+
+    from vllm.engine import arg_utils
+
+    f = getattr(arg_utils.EngineArgs, "__dataclass_fields__", {}).get(dest)
+    if f is None:
+        return None
+    t = f.type
+    if isinstance(t, str):
+        try:
+            t = eval(t, vars(arg_utils))  # noqa: S307 - an annotation of vLLM's own dataclass
+        except Exception:  # noqa: BLE001 - a name only TYPE_CHECKING imports: not an enum we can read
+            return None
+    for cls in typing.get_args(t) or (t,):
+        if isinstance(cls, type) and issubclass(cls, enum.Enum) and not issubclass(cls, int):
+            return [m.name for m in cls if m.value], cls.__name__
+    return None
+
+
 def describe_parser(parser) -> list[dict]:
     flags = []
     for a in parser._actions:
@@ -159,6 +183,8 @@ def describe_parser(parser) -> list[dict]:
             d["positional"] = True
         if a.choices is not None:
             d["choices"] = [str(_jsonable(c)) for c in a.choices]
+        elif _enum_names(a.dest):  # the parser takes any string; vLLM refuses a name its enum cannot use
+            d["names"], d["names_from"] = _enum_names(a.dest)
         d["default"] = _jsonable(a.default) if d.get("type") != "json" else None
         d["deprecated"] = a in getattr(parser, "_deprecated", ())
         help_text = (a.help or "").strip()

@@ -79,16 +79,20 @@ class BudgetPanel(Vertical):
             t.append(f"{sep}(as saved)", "dim")
         t.append("\n")
         cap = int(b.memory_bytes * b.utilization)
-        kv = b.kv_bytes if b.fixed_kv_bytes is None else b.fixed_kv_bytes
-        t.append_text(bar([("weights", b.weights), ("overhead", b.overhead), ("variants", b.variant_bytes),
-                           ("KV", kv), ("free", max(0, b.headroom))], width))
+        kv_raw = b.kv_bytes if b.fixed_kv_bytes is None else b.fixed_kv_bytes
+        kv = max(0, kv_raw)  # a budget that does not fit has no KV cache, not a negative one
+        kv_text = fmt_bytes(kv) if kv_raw >= 0 else f"none ({fmt_bytes(-kv_raw)} short)"
+        # vLLM's CPU backend: the KV cache is its own allocation (VLLM_CPU_KVCACHE_SPACE), not in the GPU share
+        of_text = "its own pool" if b.kv_pool_separate else f"of {fmt_bytes(cap)}"
+        t.append_text(bar([("weights", b.weights), ("overhead", b.overhead), ("variants", b.variant_bytes)]
+                          + ([] if b.kv_pool_separate else [("KV", kv)]) + [("free", max(0, b.headroom))], width))
         t.append("\n")
         if compact:
             t.append("■ ", "magenta")
             t.append(f"variants {fmt_bytes(b.variant_bytes)}\n")
             t.append("■ ", "green")
-            t.append(f"KV {fmt_bytes(kv)}", "")
-            t.append(f" of {fmt_bytes(cap)}", "dim")
+            t.append(f"KV {kv_text}", "")
+            t.append(f" {of_text}", "dim")
             txt.update(t, layout=False)
             return
         t.append("■ ", "blue")
@@ -98,8 +102,12 @@ class BudgetPanel(Vertical):
         t.append("■ ", "magenta")
         t.append(f"variants {fmt_bytes(b.variant_bytes):<11} ")
         t.append("■ ", "green")
-        t.append(f"KV {fmt_bytes(kv)}\n")
-        t.append(f"of {fmt_bytes(cap)} usable ({b.utilization:g} x {fmt_bytes(b.memory_bytes)})", "dim")
+        t.append(f"KV {kv_text}\n")
+        if b.kv_pool_separate:
+            t.append(f"KV: its own pool; the rest of {fmt_bytes(cap)} usable ({b.utilization:g} x "
+                     f"{fmt_bytes(b.memory_bytes)})", "dim")
+        else:
+            t.append(f"of {fmt_bytes(cap)} usable ({b.utilization:g} x {fmt_bytes(b.memory_bytes)})", "dim")
         if len(s.kv_history) > 1:
             t.append("\nKV over the edits ", "dim")
             t.append(spark(s.kv_history[-(width - 18):]), "green")

@@ -51,11 +51,12 @@ def test_every_shipped_profile_launch_parses_with_0_32_abbreviations_off():
 
 def test_27b_sends_its_kv_budget_in_bytes_and_no_dead_variable():
     reg = load_registry()
-    rs = validate(reg, profile="27b-tp2", vllm_version="0.32").profiles["27b-tp2"]
+    rs = validate(reg, profile="27b-tp2", vllm_version="0.32", sets={"ATTN": "TRITON_ATTN",
+                                                                       "CHAT_TEMPLATE": __file__}).profiles["27b-tp2"]
     args, env, reqs, _ = launch_args(rs, load("0.32"))
     i = args.index("--kv-cache-memory-bytes")
     assert args[i + 1] == str(9 * 2**30)
-    assert "VLLM_ATTENTION_BACKEND" not in env and args[args.index("--attention-backend") + 1] == "CUSTOM"
+    assert "VLLM_ATTENTION_BACKEND" not in env and args[args.index("--attention-backend") + 1] == "TRITON_ATTN"
     spec = json.loads(args[args.index("--speculative-config") + 1])
     assert spec == {"method": "dflash", "model": "DFlash2-FP8", "num_speculative_tokens": 7}
     knobs = {q.knob for q in reqs}

@@ -32,7 +32,8 @@ def _plan(plugin_env, tmp_path, registry, **sets):
     from r9k.r9kctl.launch import plan_launch
 
     plugin_env.setenv(envvars.CACHE_DIR.name, str(tmp_path / "launcher" / "cache"))
-    plan = plan_launch(registry, "cpu-smoke", env={}, sets=sets or None, build_model=False)
+    # inline: these nodes stand for machines without the launcher's files (its manifest file)
+    plan = plan_launch(registry, "cpu-smoke", env={}, sets=sets or None, build_model=False, inline=True)
     assert plan.ok and plan.manifest_path.exists()
     return plan
 

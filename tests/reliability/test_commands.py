@@ -78,7 +78,9 @@ def _options():
     ]:
         yield Case("options/" + " ".join(a for a in argv if "{T}" not in a), REG + argv, {}, 2, contains=(contains,))
     yield Case("options/bench-without-what", REG + ["bench"], {}, 2, kind="usage", contains=("decode-step",))
-    for argv in (["list", "--format", "yaml"], ["validate", "--bogus"], ["diff"], ["eval"], ["frobnicate"],
+    yield Case("options/unknown-command", REG + ["frobnicate"], {}, 2, kind="usage",
+               contains=("'frobnicate' is not an r9kctl command",))  # one located line, with the commands
+    for argv in (["list", "--format", "yaml"], ["validate", "--bogus"], ["diff"], ["eval"],
                  ["bench", "decode-step", "--config", "huge"], ["status", "--url", "x", "--file", "y"]):
         yield Case("options/argparse/" + " ".join(argv), REG + argv, {}, 2, errors=None, located=False)
 

@@ -61,7 +61,7 @@ def test_dry_runs_and_launch_files_hold_no_credential(setup, tmp_path):
     assert "# HF_TOKEN=***" in out and "export PLAIN_SETTING=seen" in out
     cmd = next(ln for ln in out.splitlines() if "--additional-config" in ln)
     carried = json.loads(cmd.split("--additional-config ", 1)[1].split("' ", 1)[0].strip("'"))[CARRIER_KEY]
-    manifest = decode(carried["manifest"])
+    manifest = decode(carried["manifest"]) if "manifest" in carried else json.loads(open(carried["path"]).read())
     _clean(json.dumps(manifest), "the carried manifest")
     ref = manifest["extra_env"]["HF_TOKEN"]
     assert redact.is_reference(ref) and ref == redact.reference("HF_TOKEN", TOKEN)
