@@ -286,6 +286,8 @@ def _gpu_count(platform: str) -> Optional[int]:
     if platform.startswith("rocm"):
         return len(glob.glob("/dev/dri/renderD*")) if os.path.exists("/dev/kfd") else 0
     if platform.startswith("cuda"):
+        if not os.path.isdir("/proc/driver/nvidia/gpus"):  # no driver, or one that does not list its GPUs there
+            return None if glob.glob("/dev/nvidia[0-9]*") else 0
         return len(glob.glob("/proc/driver/nvidia/gpus/*"))
     return None
 
