@@ -116,6 +116,10 @@ serve() {
   timeout "${T_SERVE:-540}" python3 scripts/gpu_serve.py --fused "${1:-gpu-qwen2-moe}" --stock "${2:-gpu-qwen2-moe-stock}" \
     --out "$OUT" --logs "$LOGS" ${R9K_SERVE_ARGS:-}
   echo "serve rc=$? in $(( $(date +%s) - t0 )) s"
+  # the op-sum model's prediction for the same configuration (the GPU is free again)
+  timeout "${T_PREDICT:-120}" python3 scripts/gpu_predict.py --out "$OUT/predict.json" 2>"$LOGS/predict.log" \
+    || { echo "predict failed"; tail -5 "$LOGS/predict.log"; }
+  [ -f "$OUT/summary.txt" ] && cat "$OUT/summary.txt"
 }
 
 cmd=${1:-all}; shift || true

@@ -6,7 +6,7 @@ defaults), both up at once on the one GPU (each its share of the memory) and dri
 1. the deliberately broken kernel: the fused profile started with the router GEMM made to return zeros (the
    mutation plugin of r9kctl/evidence/mutate.py through a sitecustomize hook, as tests/evidence/test_e2e_selfcheck.py
    does on the CPU) must be refused by the self-check (``error[self-check]``, a non-zero exit, never served);
-2. both servers up; ``/r9k/status`` of each (counters, self-check, applied vs requested, vLLM's per-layer choices);
+2. both servers up (started one after the other); ``/r9k/status`` of each (counters, self-check, applied vs requested, vLLM's per-layer choices);
 3. the same greedy prompts to both: token agreement;
 4. rounds interleaved A/B/A/B (``--rounds``): TPOT at 1 request (streamed, (last - first token) / (tokens - 1)) and
    output tok/s at each concurrency; the ratio fused/stock per round (paired), mean with a 95 % t interval;
@@ -156,6 +156,49 @@ def t_interval(xs: list[float]) -> tuple[float, float, float]:
     return m, m - h, m + h
 
 
+def compact(st: dict) -> dict:
+    """What the served truth reads of one /r9k/status: per op the layers installed / kept and the calls by path,
+    the applied-vs-requested mismatches, whether vLLM's per-layer choices table is there (its layer kinds)."""
+    vc = st.get("vllm_choices") or {}
+    return {"ops": {op: {"installed": o.get("installed"), "kept": o.get("kept"), "calls": o.get("calls")}
+                    for op, o in (st.get("ops") or {}).items()},
+            "applied_mismatches": len((st.get("applied") or {}).get("mismatches") or []),
+            "applied_rows": len((st.get("applied") or {}).get("rows") or []),
+            "choices_layers": {k: sorted(v) for k, v in (vc.get("layers") or {}).items()},
+            "choices_mismatches": len(vc.get("mismatches") or []), "strict": st.get("strict"),
+            "error": st.get("error")}
+
+
+def table_of(rows: list[dict], fused: str, stock: str, concs: list[int], rounds: int) -> list[dict]:
+    """Per concurrency: medians over the rounds, and the paired ratios (round r of fused over round r of stock)
+    with their mean and 95 % t interval."""
+    table = []
+    for c in concs:
+        def pick(prof, key):
+            return [next(x[key] for x in rows if x["round"] == r and x["profile"] == prof and x["conc"] == c)
+                    for r in range(rounds)]
+        fs, ss = pick(fused, "tok_s"), pick(stock, "tok_s")
+        ft, st_ = pick(fused, "tpot_ms"), pick(stock, "tpot_ms")
+        table.append({"conc": c, "fused_tok_s": statistics.median(fs), "stock_tok_s": statistics.median(ss),
+                      "ratio": t_interval([f / s for f, s in zip(fs, ss)]), "fused_tpot_ms": statistics.median(ft),
+                      "stock_tpot_ms": statistics.median(st_),
+                      "tpot_speedup": t_interval([s / f for f, s in zip(ft, st_)])})
+    return table
+
+
+def format_table(table: list[dict], date: str, a) -> list[str]:
+    lines = [f"served A/B on {date}: {a.fused} vs {a.stock}, {a.rounds} rounds interleaved, "
+             f"{a.max_tokens} output tokens a request, greedy, prompt {a.prompt_len} words",
+             f"{'conc':>4} {'fused tok/s':>12} {'stock tok/s':>12} {'ratio [95% CI]':>24} {'TPOT fused':>11} "
+             f"{'TPOT stock':>11} {'stock/fused TPOT [95% CI]':>28}"]
+    for t in table:
+        r, q = t["ratio"], t["tpot_speedup"]
+        lines.append(f"{t['conc']:>4} {t['fused_tok_s']:>12.1f} {t['stock_tok_s']:>12.1f} "
+                     f"{r[0]:>8.3f} [{r[1]:.3f}, {r[2]:.3f}] {t['fused_tpot_ms']:>9.3f}ms {t['stock_tpot_ms']:>9.3f}ms "
+                     f"{q[0]:>12.3f} [{q[1]:.3f}, {q[2]:.3f}]")
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fused", default="gpu-qwen2-moe")
@@ -188,19 +231,18 @@ def main() -> int:
         served = wait_up(p, 8200, log, a.start_timeout)
         stop(p)
         text = log.read_text(errors="replace")
-        lines = [ln for ln in text.splitlines() if "error[self-check]" in ln]
+        lines = [ln for ln in text.splitlines() if "error[self-check]: op" in ln]
         summary["broken_kernel"] = {"served": served, "returncode": p.returncode, "refused": not served and bool(lines),
                                     "lines": lines[:3], "seconds": round(time.time() - t0, 1)}
         say("broken kernel:", json.dumps(summary["broken_kernel"])[:600])
         summary["broken_kernel"]["tail"] = text.splitlines()[-40:]
         save()
 
-    ports = {a.fused: 8100, a.stock: 8101}  # 2. both up
-    procs, t0 = {}, time.time()
-    for prof, port in ports.items():
-        procs[prof] = launch(prof, port, logs / f"{prof}.log")
+    ports = {a.fused: 8100, a.stock: 8101}  # 2. both up, one after the other (vLLM's memory profiling of a
+    procs, t0 = {}, time.time()             # starting server reads the device's free memory: one start at a time)
     try:
         for prof, port in ports.items():
+            procs[prof] = launch(prof, port, logs / f"{prof}.log")
             ok = wait_up(procs[prof], port, logs / f"{prof}.log", a.start_timeout)
             summary.setdefault("up", {})[prof] = {"up": ok, "seconds": round(time.time() - t0, 1)}
             if not ok:
@@ -209,6 +251,11 @@ def main() -> int:
                 save()
                 return 1
         say("both up in", round(time.time() - t0, 1), "s")
+        for prof in ports:  # which model runner vLLM instantiated, its compile and graph lines, the choices table
+            text = (logs / f"{prof}.log").read_text(errors="replace").splitlines()
+            summary.setdefault("log_lines", {})[prof] = [ln[-300:] for ln in text if any(
+                k in ln for k in ("Model Runner", "model runner", "CUDA graph", "cudagraph", "torch.compile",
+                                  "vLLM chose", "MISMATCH", "self-check", "r9k: "))][:60]
         models = {prof: model_id(port) for prof, port in ports.items()}
 
         statuses: dict = {}
@@ -220,6 +267,8 @@ def main() -> int:
                 except Exception as exc:  # noqa: BLE001
                     st = {"error": f"{type(exc).__name__}: {exc}"}
                 statuses[f"{'fused' if prof == a.fused else 'stock'}-{tag}"] = st
+                summary.setdefault("status", {})[f"{'fused' if prof == a.fused else 'stock'}-{tag}"] = compact(st)
+                say(f"status {prof} {tag}:", json.dumps(compact(st), default=str)[:1500])
             (out / "status.json").write_text(json.dumps(statuses, indent=1, default=str))
         status("start")
 
@@ -245,7 +294,7 @@ def main() -> int:
                 load_run(port, models[prof], c, c, 16, a.prompt_len, 0)
         rows = []
         for rnd in range(a.rounds):
-            order = [a.fused, a.stock] if rnd % 2 == 0 else [a.stock, a.fused]
+            order = [a.fused, a.stock]  # A/B/A/B
             for prof in order:
                 for c in concs:
                     n = max(3, 2 * c)
@@ -253,30 +302,10 @@ def main() -> int:
                     rows.append({"round": rnd, "profile": prof, "conc": c, **r})
                     say(f"round {rnd} {prof:<22} c={c:<3} {r['tok_s']:9.1f} tok/s  TPOT {r['tpot_ms']:.3f} ms")
         summary["rows"] = rows
-        table = []
-        for c in concs:
-            def pick(prof, key):
-                return [next(x[key] for x in rows if x["round"] == r and x["profile"] == prof and x["conc"] == c)
-                        for r in range(a.rounds)]
-            fs, ss = pick(a.fused, "tok_s"), pick(a.stock, "tok_s")
-            ft, st_ = pick(a.fused, "tpot_ms"), pick(a.stock, "tpot_ms")
-            ratio = t_interval([f / s for f, s in zip(fs, ss)])
-            tpot_ratio = t_interval([s / f for f, s in zip(ft, st_)])
-            table.append({"conc": c, "fused_tok_s": statistics.median(fs), "stock_tok_s": statistics.median(ss),
-                          "ratio": ratio, "fused_tpot_ms": statistics.median(ft), "stock_tpot_ms": statistics.median(st_),
-                          "tpot_speedup": tpot_ratio})
-        summary["table"] = table
+        summary["table"] = table = table_of(rows, a.fused, a.stock, concs, a.rounds)
         status("end")
         save()
-        lines = [f"served A/B on {summary['date']}: {a.fused} vs {a.stock}, {a.rounds} rounds interleaved, "
-                 f"{a.max_tokens} output tokens a request, greedy, prompt {a.prompt_len} words",
-                 f"{'conc':>4} {'fused tok/s':>12} {'stock tok/s':>12} {'ratio (95% CI)':>24} {'TPOT fused':>11} "
-                 f"{'TPOT stock':>11} {'stock/fused TPOT (95% CI)':>28}"]
-        for t in table:
-            r, q = t["ratio"], t["tpot_speedup"]
-            lines.append(f"{t['conc']:>4} {t['fused_tok_s']:>12.1f} {t['stock_tok_s']:>12.1f} "
-                         f"{r[0]:>8.3f} [{r[1]:.3f}, {r[2]:.3f}] {t['fused_tpot_ms']:>10.3f}m {t['stock_tpot_ms']:>10.3f}m "
-                         f"{q[0]:>12.3f} [{q[1]:.3f}, {q[2]:.3f}]")
+        lines = format_table(table, summary["date"], a)
         (out / "summary.txt").write_text("\n".join(lines) + "\n")
         say("\n".join(lines))
         return 0
