@@ -25,12 +25,12 @@ mkdir -p "$OUT" "$LOGS"
 PLAN_DEFAULT=bench/decode_step/plans/h200_tp4-default_vs_stock.json
 
 setup() {
-  [ -n "${R9K_SETUP_DONE:-}" ] && return
+  [ -n "${GPU_SETUP_DONE:-}" ] && return
   python3 -m pip install -q --no-deps --no-build-isolation -e . >"$LOGS/pip.log" 2>&1 || { echo "pip install failed"; tail -3 "$LOGS/pip.log"; }
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit --format=csv,noheader | tee "$OUT/gpu.txt"
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
   python3 -c "from r9k.kernels._triton import vllm_peer; print('vLLM peer kernels:', vllm_peer.available())" | tee -a "$OUT/gpu.txt"
-  export R9K_SETUP_DONE=1
+  export GPU_SETUP_DONE=1
 }
 
 gates() {
@@ -114,7 +114,7 @@ serve() {
   echo "model built in $(( $(date +%s) - t0 )) s: $(tail -1 "$LOGS/model.log")"
   python3 -m r9k.r9kctl.cli doctor 2>&1 | grep -E "runner:|error\[runner\]|would break" | tee -a "$OUT/gpu.txt"
   timeout "${T_SERVE:-540}" python3 scripts/gpu_serve.py --fused "${1:-gpu-qwen2-moe}" --stock "${2:-gpu-qwen2-moe-stock}" \
-    --out "$OUT" --logs "$LOGS" ${R9K_SERVE_ARGS:-}
+    --out "$OUT" --logs "$LOGS" ${SERVE_ARGS:-}
   echo "serve rc=$? in $(( $(date +%s) - t0 )) s"
   # the op-sum model's prediction for the same configuration (the GPU is free again)
   timeout "${T_PREDICT:-120}" python3 scripts/gpu_predict.py --out "$OUT/predict.json" 2>"$LOGS/predict.log" \
