@@ -113,6 +113,10 @@ serve() {
   python3 -m r9k.plugin.tiny_model qwen2-moe-h200 >"$LOGS/model.log" 2>&1 || { echo "model build failed"; tail -5 "$LOGS/model.log"; return 1; }
   echo "model built in $(( $(date +%s) - t0 )) s: $(tail -1 "$LOGS/model.log")"
   python3 -m r9k.r9kctl.cli doctor 2>&1 | grep -E "runner:|error\[runner\]|would break" | tee -a "$OUT/gpu.txt"
+  # strict mode refuses a default-on variant whose gate is not fresh on this toolchain (vLLM 0.26 is new here): run
+  # the fused profile's gates on this GPU first (the ledger the launch reads)
+  timeout "${T_GATE:-150}" python3 -m r9k.r9kctl.cli gate --profile "${1:-gpu-qwen2-moe}" >"$LOGS/gate.log" 2>&1
+  echo "gates rc=$?: $(grep -E "passed|failed|fresh|stale" "$LOGS/gate.log" | tail -3 | tr '\n' ' ')" | tee -a "$OUT/gpu.txt"
   timeout "${T_SERVE:-540}" python3 scripts/gpu_serve.py --fused "${1:-gpu-qwen2-moe}" --stock "${2:-gpu-qwen2-moe-stock}" \
     --out "$OUT" --logs "$LOGS" ${SERVE_ARGS:-}
   echo "serve rc=$? in $(( $(date +%s) - t0 )) s"
