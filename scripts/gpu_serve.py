@@ -3,14 +3,15 @@
 stock twin, each started with ``r9kctl launch --profile P --strict`` (CUDA graphs and torch.compile at vLLM's
 defaults), both up at once on the one GPU (each its share of the memory) and driven in turn, never together:
 
-1. the deliberately broken kernel: the fused profile started with the router GEMM made to return zeros (the
+1. both servers up (started one after the other); ``/r9k/status`` of each (counters, applied vs requested,
+   vLLM's per-layer choices);
+2. the same greedy prompts to both: token agreement;
+3. rounds interleaved A/B/A/B (``--rounds``): TPOT at 1 request (streamed, (last - first token) / (tokens - 1)) and
+   output tok/s at each concurrency; the ratio fused/stock per round (paired), mean with a 95 % t interval;
+4. ``/r9k/status`` again (the counters after the traffic); both servers stopped;
+5. last, the deliberately broken kernel: the fused profile started with the router GEMM made to return zeros (the
    mutation plugin of r9kctl/evidence/mutate.py through a sitecustomize hook, as tests/evidence/test_e2e_selfcheck.py
    does on the CPU) must be refused by the self-check (``error[self-check]``, a non-zero exit, never served);
-2. both servers up (started one after the other); ``/r9k/status`` of each (counters, self-check, applied vs requested, vLLM's per-layer choices);
-3. the same greedy prompts to both: token agreement;
-4. rounds interleaved A/B/A/B (``--rounds``): TPOT at 1 request (streamed, (last - first token) / (tokens - 1)) and
-   output tok/s at each concurrency; the ratio fused/stock per round (paired), mean with a 95 % t interval;
-5. ``/r9k/status`` again (the counters after the traffic).
 
 Writes ``summary.json`` and ``summary.txt`` into ``--out`` and each server's log; prints the table last.
 Standard library only (the image's Python), plus scipy for the t quantile when present.
@@ -169,6 +170,26 @@ def compact(st: dict) -> dict:
             "error": st.get("error")}
 
 
+def broken_kernel(a, logs: Path, summary: dict) -> None:
+    """The fused profile started with the router GEMM made to return zeros: the self-check must refuse it."""
+    hook = Path(tempfile.mkdtemp())
+    (hook / "sitecustomize.py").write_text("import r9k.r9kctl.evidence.mutate  # noqa: F401 - test-only\n")
+    from r9k.registry import envvars
+
+    log = logs / "broken.log"
+    t0 = time.time()
+    p = launch(a.fused, 8200, log, {envvars.MUTATE.name: json.dumps(ZEROS)}, hook)
+    served = wait_up(p, 8200, log, a.start_timeout)
+    stop(p)
+    text = log.read_text(errors="replace")
+    lines = [ln for ln in text.splitlines() if "error[self-check]: op" in ln]
+    checks = [ln[-300:] for ln in text.splitlines() if "self-check" in ln or "mutat" in ln][:20]
+    summary["broken_kernel"] = {"served": served, "returncode": p.returncode, "refused": not served and bool(lines),
+                                "lines": lines[:3], "self_check_lines": checks, "seconds": round(time.time() - t0, 1)}
+    say("broken kernel:", json.dumps(summary["broken_kernel"])[:600])
+    summary["broken_kernel"]["tail"] = text.splitlines()[-40:]
+
+
 def table_of(rows: list[dict], fused: str, stock: str, concs: list[int], rounds: int) -> list[dict]:
     """Per concurrency: medians over the rounds, and the paired ratios (round r of fused over round r of stock)
     with their mean and 95 % t interval."""
@@ -220,26 +241,8 @@ def main() -> int:
     def save():
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
 
-    if not a.skip_broken:  # 1. the broken kernel, refused
-        hook = Path(tempfile.mkdtemp())
-        (hook / "sitecustomize.py").write_text("import r9k.r9kctl.evidence.mutate  # noqa: F401 - test-only\n")
-        from r9k.registry import envvars
-
-        log = logs / "broken.log"
-        t0 = time.time()
-        p = launch(a.fused, 8200, log, {envvars.MUTATE.name: json.dumps(ZEROS)}, hook)
-        served = wait_up(p, 8200, log, a.start_timeout)
-        stop(p)
-        text = log.read_text(errors="replace")
-        lines = [ln for ln in text.splitlines() if "error[self-check]: op" in ln]
-        summary["broken_kernel"] = {"served": served, "returncode": p.returncode, "refused": not served and bool(lines),
-                                    "lines": lines[:3], "seconds": round(time.time() - t0, 1)}
-        say("broken kernel:", json.dumps(summary["broken_kernel"])[:600])
-        summary["broken_kernel"]["tail"] = text.splitlines()[-40:]
-        save()
-
     ports = {a.fused: 8100, a.stock: 8101}  # 2. both up, one after the other (vLLM's memory profiling of a
-    procs, t0 = {}, time.time()             # starting server reads the device's free memory: one start at a time)
+    procs, t0, rc = {}, time.time(), 1      # starting server reads the device's free memory: one start at a time)
     try:
         for prof, port in ports.items():
             procs[prof] = launch(prof, port, logs / f"{prof}.log")
@@ -249,7 +252,8 @@ def main() -> int:
                 say(f"{prof} did not come up (rc {procs[prof].poll()}); its log's tail:")
                 say("\n".join((logs / f"{prof}.log").read_text(errors="replace").splitlines()[-40:]))
                 save()
-                return 1
+                rc = 1
+                return rc
         say("both up in", round(time.time() - t0, 1), "s")
         for prof in ports:  # which model runner vLLM instantiated, its compile and graph lines, the choices table
             text = (logs / f"{prof}.log").read_text(errors="replace").splitlines()
@@ -272,7 +276,7 @@ def main() -> int:
             (out / "status.json").write_text(json.dumps(statuses, indent=1, default=str))
         status("start")
 
-        agree = []  # 3. the same greedy prompts
+        agree = []  # 2. the same greedy prompts
         for pr in PROMPTS:
             r = {prof: complete(port, models[prof], pr, 32, stream=False, ignore_eos=True)
                  for prof, port in ports.items()}
@@ -308,7 +312,7 @@ def main() -> int:
         lines = format_table(table, summary["date"], a)
         (out / "summary.txt").write_text("\n".join(lines) + "\n")
         say("\n".join(lines))
-        return 0
+        rc = 0
     finally:
         for p in procs.values():
             stop(p)
@@ -318,6 +322,10 @@ def main() -> int:
                 (out / f"{'fused' if prof == a.fused else 'stock'}.log.tail").write_text(
                     "\n".join(lg.read_text(errors="replace").splitlines()[-150:]))
         save()
+    if not a.skip_broken:  # last, so that a slow start of it cannot eat the served comparison's time
+        broken_kernel(a, logs, summary)
+        save()
+    return rc
 
 
 if __name__ == "__main__":
