@@ -194,6 +194,15 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     if rs is None or report.errors or (strict and report.warnings):
         return plan
     model = rs.model_path or rs.model or ""
+    if model.startswith(TINY_PREFIX) and preflight:  # refused here (wrong platform, no device): build nothing
+        for d in preflight_problems(reg, rs, model):
+            report.add(d)
+        if report.errors:
+            return plan
+    version = installed_version()
+    if build_model and model.startswith(TINY_PREFIX) and rs.platform not in (None, "", "cpu") \
+            and version is not None and "+cpu" in version:
+        build_model = False  # a GPU profile's model is built where it runs (10 GB for r9k-tiny:qwen2-moe-h200)
     if model.startswith(TINY_PREFIX):
         if build_model:
             try:

@@ -52,3 +52,25 @@ def test_the_h200_checkpoint_weighs_what_the_model_entry_says(reg):
     assert reg.models["h200-qwen2-moe"].weight_bytes_per_gpu["tp1"] == 2 * params
     assert json.loads(json.dumps(c))["architectures"] == ["Qwen2MoeForCausalLM"]
     assert tiny_model.recipe_hash("qwen2-moe-h200") != tiny_model.recipe_hash("qwen2-moe")
+
+
+@pytest.mark.parametrize("dry", [False, True])
+def test_a_gpu_profile_on_the_cpu_build_is_one_preflight_line_and_builds_nothing(r9kctl, tmp_path, dry):
+    """Refused (or, dry, printed) before its 10 GB checkpoint is built: the model is made where it runs."""
+    from r9k.registry import envvars
+    from r9k.registry.vllm_interface import installed_version
+
+    v = installed_version()
+    if v is None or "+cpu" not in v:
+        pytest.skip(f"needs vLLM's CPU build installed (found {v})")
+    cache = tmp_path / "cache"
+    rc, out, err = r9kctl("launch", "--profile", "gpu-qwen2-moe", *(["--dry-run"] if dry else []),
+                          env={envvars.CACHE_DIR.name: str(cache)})
+    assert not (cache / "models").exists() or not any((cache / "models").iterdir()), list((cache / "models").iterdir())
+    assert "Traceback" not in err
+    if dry:
+        assert rc == 0 and "built in the user's cache at launch" in out + err, out + err
+    else:
+        lines = [ln for ln in err.splitlines() if "error[" in ln]
+        assert rc == 2 and len(lines) == 1 and "error[preflight]" in lines[0] and "CPU build" in lines[0], err
+        assert "profiles/gpu-qwen2-moe.toml:" in lines[0].split(": error[")[0]
