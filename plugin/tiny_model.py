@@ -4,6 +4,9 @@ Two recipes, referenced in profiles as ``r9k-tiny:<name>`` (their ``model_path``
 
 * ``qwen2-moe``: Qwen2-MoE architecture (MoE router ``mlp.gate``, which vLLM builds as a ``GateLinear``,
   and a sigmoid-gated shared expert), hidden 128, 2 layers; weights written tensor by tensor.
+* ``qwen2-moe-h200``: the same architecture at the layer dimensions of Qwen1.5-MoE-A2.7B (hidden 2048, 16 heads
+  of 128, 60 experts of 1408 top-4, shared expert 5632, vocab 151,936), 8 layers instead of 24: the ``gpu-qwen2-moe``
+  profiles on one H200 (10.5 GB of bf16 weights, drawn on the GPU when there is one).
 * ``qwen3-next``: Qwen3-Next architecture, built from transformers' own ``Qwen3NextConfig`` /
   ``Qwen3NextForCausalLM`` (random init from a fixed seed): hidden 256, 4 layers alternating Gated
   DeltaNet (linear attention) and gated full attention (q/k RMS norm, partial rope, output gate),
@@ -74,6 +77,12 @@ CONFIG: dict = {
     "torch_dtype": "bfloat16",
 }
 
+# Recipe of ``qwen2-moe-h200``: Qwen1.5-MoE-A2.7B's layer (its config.json), 8 of its 24 layers.
+H200_QWEN2_MOE: dict = dict(CONFIG, vocab_size=151936, hidden_size=2048, intermediate_size=5632, num_hidden_layers=8,
+                            num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=8192,
+                            moe_intermediate_size=1408, shared_expert_intermediate_size=5632, num_experts_per_tok=4,
+                            num_experts=60, norm_topk_prob=False)
+
 # Recipe of ``qwen3-next``: keyword arguments of transformers' Qwen3NextConfig.
 QWEN3_NEXT_CONFIG: dict = {
     "vocab_size": 512,
@@ -119,12 +128,12 @@ CORPUS = [
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2 (match bos/eos above)
 
 
-NAMES = ("qwen2-moe", "qwen3-next", "flash-next")
+NAMES = ("qwen2-moe", "qwen2-moe-h200", "qwen3-next", "flash-next")
 RECIPE_VERSION = 2  # 2: shared-expert weights on the MXFP4 grid; qwen3-next added
 
 
 def recipe_hash(name: str = "qwen2-moe") -> str:
-    config = {"qwen2-moe": CONFIG, "qwen3-next": QWEN3_NEXT_CONFIG,
+    config = {"qwen2-moe": CONFIG, "qwen2-moe-h200": H200_QWEN2_MOE, "qwen3-next": QWEN3_NEXT_CONFIG,
               "flash-next": dict(_flash_next().CONFIG, norm_std=_flash_next().NORM_STD,
                                  quantization_config=_flash_next().QUANTIZATION_CONFIG)}[name]
     blob = json.dumps({"name": name, "config": config, "seed": SEED, "std": INIT_STD, "corpus": CORPUS,
@@ -183,24 +192,26 @@ def _shape_weights(sd: dict) -> dict:
     return sd
 
 
-def build_qwen2_moe(out: Path) -> None:
-    """Write config, random weights and a trained tokenizer into ``out`` (an empty directory)."""
+def build_qwen2_moe(out: Path, c: dict = CONFIG, device: str = "cpu") -> None:
+    """Write config ``c``, random weights (drawn on ``device``) and a trained tokenizer into ``out`` (empty)."""
     import torch
     from safetensors.torch import save_file
 
-    _write_tokenizer(out, CONFIG["vocab_size"], CONFIG["max_position_embeddings"])
-    (out / "config.json").write_text(json.dumps(CONFIG, indent=1))
+    _write_tokenizer(out, c["vocab_size"], c["max_position_embeddings"])
+    (out / "config.json").write_text(json.dumps(c, indent=1))
 
     # Weights: names as in transformers' Qwen2MoeForCausalLM checkpoints (what vLLM loads).
-    c = CONFIG
-    gen = torch.Generator().manual_seed(SEED)
+    gen = torch.Generator(device=device).manual_seed(SEED)
     h, e, mi, si = c["hidden_size"], c["num_experts"], c["moe_intermediate_size"], \
         c["shared_expert_intermediate_size"]
     hd = h // c["num_attention_heads"]
     kv = c["num_key_value_heads"] * hd
+    # the realistic width: N(0, 1/sqrt(fan-in)) keeps the activations of 2048-wide layers O(1); the tiny one
+    # keeps its INIT_STD (its recipe hash and its tests' figures)
+    std = INIT_STD if c is CONFIG else h ** -0.5
 
     def rnd(*shape):
-        return (torch.randn(*shape, generator=gen) * INIT_STD).to(torch.bfloat16)
+        return (torch.randn(*shape, generator=gen, device=device) * std).to(torch.bfloat16).cpu()
 
     def ones(n):
         return torch.ones(n, dtype=torch.bfloat16)
@@ -257,7 +268,14 @@ def build_flash_next(out: Path) -> None:
     _flash_next().build(out, SEED, _shape_weights, _write_tokenizer)
 
 
-BUILDERS = {"qwen2-moe": build_qwen2_moe, "qwen3-next": build_qwen3_next, "flash-next": build_flash_next}
+def build_qwen2_moe_h200(out: Path) -> None:
+    import torch
+
+    build_qwen2_moe(out, H200_QWEN2_MOE, "cuda" if torch.cuda.is_available() else "cpu")
+
+
+BUILDERS = {"qwen2-moe": build_qwen2_moe, "qwen2-moe-h200": build_qwen2_moe_h200, "qwen3-next": build_qwen3_next,
+            "flash-next": build_flash_next}
 
 
 def build(out: Path, name: str = "qwen2-moe") -> None:

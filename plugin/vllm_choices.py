@@ -263,7 +263,13 @@ def table_lines(res: dict, prefix: str) -> list[str]:
 
 # --- the hook --------------------------------------------------------------------------------------------
 
-RUNNERS = (("vllm.v1.worker.gpu_model_runner", "GPUModelRunner"), ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner"))
+#: The model runners whose ``load_model`` is wrapped: V1 and V2 of the GPU and CPU workers. vLLM picks V2 on a GPU
+#: for the architectures and configurations ``VllmConfig.use_v2_model_runner`` names (0.26: Qwen2-MoE and dense
+#: models; 0.34 has no V1 GPU runner); a subclass (0.32's ``MMEncoderModelRunner``) inherits the wrapped method.
+#: ``r9kctl doctor`` reads which classes the workers instantiate and checks each is covered here.
+RUNNERS = (("vllm.v1.worker.gpu_model_runner", "GPUModelRunner"), ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner"),
+           ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner"), ("vllm.v1.worker.cpu.model_runner", "CPUModelRunner"))
+HOOKED = "load_model"
 
 
 def on_model_built(runner) -> None:
@@ -294,7 +300,7 @@ def on_model_built(runner) -> None:
 
 def _wrap(module, cls_name: str) -> None:
     cls = getattr(module, cls_name, None)
-    orig = cls.__dict__.get("load_model") if cls is not None else None
+    orig = cls.__dict__.get(HOOKED) if cls is not None else None
     if orig is None or getattr(orig, "_r9k_choices", False):
         return
 

@@ -9,6 +9,10 @@ Read as source (nothing of that vLLM is imported, so a version that needs anothe
   peer kernels the files kernels/_triton/vllm_peer.py loads and every name it takes from them
   interface    registry/vllm/<version>.json ships for that version; every launcher mapping and every shipped
                profile's launch is valid there; the latest release was validated on it
+  runners      behaviour, not names: the model-runner classes vLLM's GPU and CPU workers instantiate (V1, V2,
+               their subclasses), each named on a ``runner`` line; each must be one the "what vLLM chose per
+               layer" hook wraps (r9k.plugin.vllm_choices.RUNNERS) or inherit from one, and have the hooked
+               method on it (else the choices table and strict mode's error[not-chosen] vanish there)
 
 One line per finding. Exit 0: nothing breaks; 1: something would break (the lines say what); 2: DIR is not
 a vLLM source tree.
@@ -204,8 +208,88 @@ def peer_uses() -> tuple[dict[str, str], list[tuple[int, str, str]]]:
     return files, sorted(set(uses))
 
 
+WORKERS = ("vllm/v1/worker/gpu_worker.py", "vllm/v1/worker/cpu_worker.py")
+
+
+def _class_chain(t: Tree, module: str, cls: str, depth: int = 0) -> list[tuple[str, str]]:
+    """``(module, class)`` of ``cls`` and of its bases, read as source (an import followed to its module)."""
+    rel = t.module_file(module)
+    mod = t.tree(rel) if rel else None
+    if mod is None or depth > 8:
+        return []
+    names = top_names(mod)
+    node = names.get(cls)
+    if isinstance(node, ast.ImportFrom) and node.module:
+        src = node.module if node.level == 0 else _relative(module, node.module, node.level, rel)
+        return _class_chain(t, src, next((a.name for a in node.names if (a.asname or a.name) == cls), cls), depth + 1)
+    if not isinstance(node, ast.ClassDef):
+        return []
+    out = [(module, cls)]
+    for base in node.bases:
+        bname = base.id if isinstance(base, ast.Name) else None
+        imp = names.get(bname) if bname else None
+        if isinstance(imp, ast.ImportFrom) and imp.module:
+            src = imp.module if imp.level == 0 else _relative(module, imp.module, imp.level, rel)
+            real = next((a.name for a in imp.names if (a.asname or a.name) == bname), bname)
+            out += _class_chain(t, src, real, depth + 1)
+        elif isinstance(imp, ast.ClassDef):
+            out += _class_chain(t, module, bname, depth + 1)
+    return out
+
+
+def instantiated_runners(t: Tree) -> list[tuple[str, int, str, str]]:
+    """(worker file, line, module, class) of each model-runner class a worker constructs: the names it imports
+    (at top level or inside a method, under any alias) that end in ``ModelRunner`` and that it calls."""
+    out = []
+    for rel in WORKERS:
+        mod = t.tree(rel)
+        if mod is None:
+            continue
+        alias: dict[str, tuple[str, str]] = {}
+        for n in ast.walk(mod):
+            if isinstance(n, ast.ImportFrom) and n.module and n.level == 0:
+                for a in n.names:
+                    if a.name.endswith("ModelRunner"):
+                        alias[a.asname or a.name] = (n.module, a.name)
+        seen = set()
+        for n in ast.walk(mod):
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in alias:
+                key = alias[n.func.id]
+                if key not in seen:
+                    seen.add(key)
+                    out.append((rel, n.lineno, *key))
+    return out
+
+
+def runner_findings(t: Tree) -> tuple[list[str], list[str]]:
+    """(the ``runner`` lines: what each worker instantiates and how it is hooked, the errors)."""
+    from ..plugin.vllm_choices import HOOKED, RUNNERS
+
+    info, errors = [], []
+    found = instantiated_runners(t)
+    if not found and any(t.read(w) is not None for w in WORKERS):
+        errors.append(f"{WORKERS[0]}: error[runner]: no model-runner class found constructed in the workers (the "
+                      f"'what vLLM chose' hook wraps {', '.join(m + '.' + c for m, c in RUNNERS)})")
+    for rel, line, module, cls in found:
+        chain = _class_chain(t, module, cls)
+        hooked = next(((m, c) for m, c in chain if (m, c) in RUNNERS), None)
+        v = "V2" if any(".worker.gpu." in m or ".worker.cpu." in m for m, _c in chain) else "V1"
+        where = f"{rel}:{line}"
+        if not chain:
+            errors.append(f"{where}: error[runner]: {module}.{cls} (constructed here) is not found in this vLLM")
+        elif hooked is None:
+            errors.append(f"{where}: error[runner]: {module}.{cls} ({v}) derives from no runner the 'what vLLM "
+                          f"chose' hook wraps: the choices table and strict mode's error[not-chosen] vanish there")
+        elif not class_has_method(t, module, cls, HOOKED):
+            errors.append(f"{where}: error[runner]: {module}.{cls} ({v}) has no {HOOKED} (the hooked method)")
+        else:
+            via = "" if hooked == (module, cls) else f" via {hooked[0]}.{hooked[1]}"
+            info.append(f"{where}: runner: {module}.{cls} ({v}) constructed here; {HOOKED} hooked{via}")
+    return info, errors
+
+
 def diagnose(t: Tree, reg) -> list[str]:
-    lines: list[str] = []
+    lines: list[str] = runner_findings(t)[1]
     for file, line, module, name in project_vllm_imports():
         ok, why = has_name(t, module, name)
         if not ok:
@@ -319,6 +403,8 @@ def run(args) -> int:
         for d in exc.diagnostics:
             sys.stderr.write(d.format() + "\n")
         return 2
+    for line in runner_findings(t)[0]:
+        print(line)
     findings = diagnose(t, reg)
     for line in findings:
         print(line)

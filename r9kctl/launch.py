@@ -196,6 +196,15 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     if rs is None or report.errors or (strict and report.warnings):
         return plan
     model = rs.model_path or rs.model or ""
+    if model.startswith(TINY_PREFIX) and preflight:  # refused here (wrong platform, no device): build nothing
+        for d in preflight_problems(reg, rs, model):
+            report.add(d)
+        if report.errors:
+            return plan
+    version = installed_version()
+    if build_model and model.startswith(TINY_PREFIX) and rs.platform not in (None, "", "cpu") \
+            and version is not None and "+cpu" in version:
+        build_model = False  # a GPU profile's model is built where it runs (10 GB for r9k-tiny:qwen2-moe-h200)
     if model.startswith(TINY_PREFIX):
         plan.notes.append(f"{model} has random weights (built here, no download): its completions are gibberish "
                           "by design; it checks the kernels and the route, not the text")
@@ -293,6 +302,8 @@ def _gpu_count(platform: str) -> Optional[int]:
     if platform.startswith("rocm"):
         return len(glob.glob("/dev/dri/renderD*")) if os.path.exists("/dev/kfd") else 0
     if platform.startswith("cuda"):
+        if not os.path.isdir("/proc/driver/nvidia/gpus"):  # no driver, or one that does not list its GPUs there
+            return None if glob.glob("/dev/nvidia[0-9]*") else 0
         return len(glob.glob("/proc/driver/nvidia/gpus/*"))
     return None
 

@@ -301,9 +301,23 @@ def accepted_values(var, iface) -> Optional[list[str]]:
     return None
 
 
+def _accepted_by_another(var, val: str, version: str) -> bool:
+    """Whether a shipped vLLM version other than ``version`` that has the switch accepts ``val``."""
+    from .vllm_interface import load, series, versions
+
+    for v in versions():
+        if v != series(version) and switch_exists(var, v):
+            ok = accepted_values(var, load(v))
+            if ok is None or val in ok:
+                return True
+    return False
+
+
 def check_switches(reg, report, iface) -> None:
     """Every declared vLLM switch against ``iface``: each value the variant declares (its choices, stock and
-    defaults) is one that vLLM version accepts (a located error naming the nearest accepted value)."""
+    defaults) is one that vLLM version accepts (a located error naming the nearest accepted value). A choice
+    of an enum's vocabulary that this version lacks is an error only when no other shipped version accepts it
+    (a typo); a launch asking this version for it is refused by :func:`check_launch`."""
     import difflib
 
     for vid, var in sorted(reg.variants.items()):
@@ -312,11 +326,12 @@ def check_switches(reg, report, iface) -> None:
         ok = accepted_values(var, iface)
         if ok is None:
             continue
-        vals = list(var.choices) if var.type == "enum" else []
-        vals += [x for _w, x in var._declared_values()]
-        for val in dict.fromkeys(vals):
+        declared = [x for _w, x in var._declared_values()]
+        for val in dict.fromkeys((list(var.choices) if var.type == "enum" else []) + declared):
             if val in ("", None) or val in ok:
                 continue
+            if val not in declared and _accepted_by_another(var, val, iface.version):
+                continue  # the knob's vocabulary spans versions; a profile asking this one for it is refused
             near = difflib.get_close_matches(val, ok, n=1, cutoff=0.5)
             f, ln, col = reg.locate("variant", vid, ("choices",))
             if ln is None:

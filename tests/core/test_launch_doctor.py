@@ -61,3 +61,41 @@ def test_doctor_lists_a_missing_adapter_class(r9kctl, tmp_path):
 def test_doctor_refuses_a_folder_that_is_no_vllm(r9kctl, tmp_path):
     rc, out, err = r9kctl("doctor", "--vllm-src", str(tmp_path))
     assert rc == 2 and "not a vLLM source tree" in err and "Traceback" not in err
+
+
+VLLM_SRC = Path(os.environ.get("R9K_VLLM_SRC_ROOT", "/work/vllm-src"))
+
+
+@pytest.mark.parametrize("version", ["0.26.0", "0.33.0", "0.34.0"])
+def test_doctor_names_the_model_runners_each_vllm_release_constructs(r9kctl, version):
+    """Behaviour, not names: the runner classes the GPU and CPU workers of that release construct, V1 and V2,
+    each hooked (the 'what vLLM chose' table); the releases' Python sources unpacked under /work/vllm-src."""
+    root = VLLM_SRC / version / "src"
+    if not (root / "vllm" / "__init__.py").is_file():
+        pytest.skip(f"vLLM {version}'s sources are not unpacked at {root} (R9K_VLLM_SRC_ROOT names another root)")
+    rc, out, err = r9kctl("doctor", "--vllm-src", str(root))
+    assert rc in (0, 1) and "Traceback" not in err, out + err
+    runners = [ln for ln in out.splitlines() if ": runner: " in ln or "error[runner]" in ln]
+    gpu = [ln for ln in runners if ln.startswith("vllm/v1/worker/gpu_worker.py:")]
+    assert any("vllm.v1.worker.gpu.model_runner.GPUModelRunner (V2)" in ln and "hooked" in ln for ln in gpu), out
+    if version == "0.34.0":  # 0.34 has no V1 GPU runner; its CPU worker constructs a runner the hook does not wrap
+        assert not any("gpu_model_runner.GPUModelRunner" in ln for ln in gpu), out
+        assert any("error[runner]" in ln and "StandaloneCPUModelRunner" in ln for ln in runners), out
+    else:
+        assert any("vllm.v1.worker.gpu_model_runner.GPUModelRunner (V1)" in ln and "hooked" in ln for ln in gpu), out
+        assert not any("error[runner]" in ln for ln in runners), out
+
+
+def test_doctor_refuses_a_runner_without_the_hooked_method(r9kctl, tmp_path):
+    """A V2 runner whose load_model is renamed: the hook would wrap nothing there."""
+    root = _linked_tree(tmp_path)
+    p = root / "vllm" / "v1" / "worker" / "gpu" / "model_runner.py"
+    text = p.read_text()
+    assert "    def load_model(" in text
+    p.unlink()
+    p.write_text(text.replace("    def load_model(", "    def load_model_v2(", 1))
+    rc, out, err = r9kctl("doctor", "--vllm-src", str(root))
+    assert rc == 1, out + err
+    line = next(ln for ln in out.splitlines() if "error[runner]" in ln)
+    assert "vllm.v1.worker.gpu.model_runner.GPUModelRunner (V2) has no load_model" in line
+    assert line.startswith("vllm/v1/worker/gpu_worker.py:")

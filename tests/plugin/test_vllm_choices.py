@@ -187,3 +187,27 @@ def test_the_launch_snapshot_carries_the_switches(reg, monkeypatch):
     ch = vllm_choices.read_model(_model(), _cfg())
     assert vllm_choices.compare(light, ch, _cfg()) == vllm_choices.compare(rs, ch, _cfg())
     assert {r["knob"] for r in vllm_choices.compare(light, ch, _cfg())} == {"CUSTOM_OP_RMS_NORM", "VLLM_CPU_ATTN_SPLIT_KV"}
+
+
+def test_the_v2_model_runner_is_hooked_where_vllm_imports_it(monkeypatch):
+    """vLLM 0.26 (Qwen2-MoE) and 0.32/0.33 on GPUs run the V2 runner (``vllm.v1.worker.gpu.model_runner``); 0.34
+    has no other. Its module imported after install_hooks gets a wrapped load_model, as the V1 modules do."""
+    from r9k.plugin import install
+
+    calls = []
+    monkeypatch.setattr(install, "HOOKS", NS(add=lambda mod, cb: calls.append((mod, cb))))
+    monkeypatch.setattr(vllm_choices, "HOOKS", install.HOOKS)
+    vllm_choices.install_hooks()
+    hooked = dict(calls)
+    assert "vllm.v1.worker.gpu.model_runner" in hooked and "vllm.v1.worker.gpu_model_runner" in hooked
+
+    class V2:
+        def load_model(self, load_dummy_weights=False, *a, **k):
+            self.model = "m"
+
+    seen = []
+    monkeypatch.setattr(vllm_choices, "on_model_built", seen.append)
+    hooked["vllm.v1.worker.gpu.model_runner"](NS(GPUModelRunner=V2))
+    r = V2()
+    r.load_model(load_dummy_weights=True)
+    assert seen == [r] and getattr(V2.load_model, "_r9k_choices", False)
