@@ -7,6 +7,8 @@ implementation in use.
 
 Each server writes its own file (keyed by the server instance id ``r9kctl launch`` creates); the file of a
 server whose processes are all gone (pid not running, or reused by another process) is reported dead.
+A server started with ``--api-key`` / ``VLLM_API_KEY`` guards the route with that key: ``--url`` sends
+``VLLM_API_KEY`` from this environment.
 The cluster view lists every rank per node (as the ranks told each other when they agreed) and the ranks
 that have not reported.
 
@@ -37,8 +39,12 @@ def add_parser(sub) -> None:
 
 
 def fetch(url: str, timeout: float = 10.0) -> dict:
+    import os
+
     full = url.rstrip("/") + ROUTE
-    data = netclient.get_json(full, timeout_s=timeout, expect=(dict, list, str, int, float, bool, type(None)))
+    key = os.environ.get("VLLM_API_KEY")  # a server started with it (or --api-key) guards the route with it
+    data = netclient.get_json(full, timeout_s=timeout, headers={"Authorization": f"Bearer {key}"} if key else None,
+                              expect=(dict, list, str, int, float, bool, type(None)))
     if not isinstance(data, dict):
         raise ValueError(f"{full}: the answer is not a JSON object (is this an r9k server?)")
     problem = _shape_problem(data) if "in_use" not in data else None
