@@ -32,6 +32,7 @@ from ..registry import fileio
 from .startup import process_alive
 from . import vllm_choices
 from .agree import STALE_AFTER_S
+from ..registry.redact import is_secret, MASK
 
 SCHEMA = "r9k-status/1"
 ROUTE = "/r9k/status"
@@ -415,8 +416,6 @@ def public(data):
     """The answer without file paths or secrets: a credential-named key's value and the value after a
     credential-named option (``--api-key K``) masked, any absolute path replaced (the status file, a
     model folder, a manifest). ``GET /r9k/status?paths=1`` from this machine answers them as they are."""
-    from ..registry.redact import MASK, is_secret
-
     def secret_option(x) -> bool:
         return isinstance(x, str) and x.startswith("--") and is_secret(x[2:].split("=")[0].replace("-", "_"))
 

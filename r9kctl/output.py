@@ -172,9 +172,22 @@ def print_json(obj) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False, default=str))
 
 
+SHOWN_PER_FILE = 20  # the first problems of a file and level are shown, then "and K more" (json lists all)
+
+
 def diagnostics(diags: Sequence[Diagnostic], stream=None) -> None:
-    """One located line per diagnostic, errors first; to stderr by default."""
+    """One located line per diagnostic, errors first; to stderr by default. At most
+    :data:`SHOWN_PER_FILE` of one file and level, then one line saying how many more there are."""
     stream = stream or sys.stderr
     order = {"error": 0, "warning": 1, "info": 2}
+    counts: dict[tuple, int] = {}
     for d in sorted(diags, key=lambda d: order.get(d.level, 3)):
-        stream.write(d.format() + "\n")
+        key = (d.file, d.level)
+        counts[key] = counts.get(key, 0) + 1
+        if counts[key] <= SHOWN_PER_FILE:
+            stream.write(d.format() + "\n")
+    for (file, level), n in counts.items():
+        if n > SHOWN_PER_FILE:
+            more = Diagnostic(level, "more", f"and {n - SHOWN_PER_FILE} more {level}(s) in this file, not shown "
+                                             f"(--format json lists every one)", file)
+            stream.write(more.format() + "\n")
