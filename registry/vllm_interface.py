@@ -12,6 +12,7 @@ API (shared with the variant tables that declare vLLM's own switches)::
 """
 from __future__ import annotations
 
+import bisect
 import difflib
 import json
 import re
@@ -121,8 +122,6 @@ class Interface:
         """The flags argparse (``allow_abbrev=True``, vLLM's default) would accept ``option`` as a prefix of."""
         if not option.startswith("--") or option in self._by_option:
             return []
-        import bisect
-
         names = self._sorted_options()
         out, i = [], bisect.bisect_left(names, option)
         while i < len(names) and names[i].startswith(option):  # the sorted run of names with this prefix
