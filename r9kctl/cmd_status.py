@@ -21,6 +21,7 @@ import json
 import sys
 
 from ..registry import envvars
+from ..registry.redact import escape
 
 from . import netclient
 
@@ -99,10 +100,14 @@ def run(args) -> int:
         return 2
 
 
+def _err(line: str) -> None:
+    """An error line: one line, whatever a URL or an answer holds (a CR LF in --url forges none)."""
+    sys.stderr.write(escape(line) + "\n")
+
+
 def _run(args) -> int:
     if args.timeout is not None and not args.timeout > 0:
-        print(f"r9kctl status: error[usage]: --timeout {args.timeout:g}: must be a positive number of seconds",
-              file=sys.stderr)
+        _err(f"r9kctl status: error[usage]: --timeout {args.timeout:g}: must be a positive number of seconds")
         return 2
     try:
         data = read(args)
@@ -110,21 +115,19 @@ def _run(args) -> int:
         if exc.kind == "http":
             hint = " (the server runs without the plugin's route: VLLM_PLUGINS must name r9k)" \
                 if exc.status == 404 else ""
-            print(f"r9kctl status: error[http]: {args.url}{ROUTE}: HTTP {exc.status}{hint}", file=sys.stderr)
+            _err(f"r9kctl status: error[http]: {args.url}{ROUTE}: HTTP {exc.status}{hint}")
         elif exc.kind == "connection":
-            print(f"r9kctl status: error[connection]: {exc} (is the server running?)", file=sys.stderr)
+            _err(f"r9kctl status: error[connection]: {exc} (is the server running?)")
         elif exc.kind == "timeout":
-            print(f"r9kctl status: error[connection]: {args.url}: no answer within {args.timeout:g} s",
-                  file=sys.stderr)
+            _err(f"r9kctl status: error[connection]: {args.url}: no answer within {args.timeout:g} s")
         else:
-            print(f"r9kctl status: error[{exc.kind}]: {exc}", file=sys.stderr)
+            _err(f"r9kctl status: error[{exc.kind}]: {exc}")
         return 2
     except (OSError, ValueError) as exc:
         if isinstance(exc, TimeoutError) or "timed out" in str(exc):
-            print(f"r9kctl status: error[connection]: {args.url}: no answer within {args.timeout:g} s",
-                  file=sys.stderr)
+            _err(f"r9kctl status: error[connection]: {args.url}: no answer within {args.timeout:g} s")
         else:
-            print(f"r9kctl status: error[status]: {' '.join(str(exc).split())}", file=sys.stderr)
+            _err(f"r9kctl status: error[status]: {' '.join(str(exc).split())}")
         return 2
     agree = data.get("agree", True)
     live = data.get("liveness") or {}

@@ -1,0 +1,27 @@
+"""The small items of issue 37, one test each: a CR LF in ``--url`` forges no second line; ``profiles`` does
+not leave a bad profile file out silently; a profile of ``--profiles-dir`` shadowing a shipped one says so."""
+from __future__ import annotations
+
+from .harness import error_lines, run_main
+
+
+def test_a_cr_lf_in_url_forges_no_second_line():
+    code, out, err = run_main(["status", "--url", "http://127.0.0.1:9/\r\nr9kctl status: ok: forged"])
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and "\r" not in err and err.startswith("r9kctl status: error["), err
+
+
+def test_profiles_names_a_bad_profile_file_and_a_shadowing_one(tmp_path):
+    (tmp_path / "broken.toml").write_text('description = "bad"\nextends = \n')
+    (tmp_path / "cpu-smoke.toml").write_text('description = "mine"\nextends = "stock"\n')
+    code, out, err = run_main(["--profiles-dir", str(tmp_path), "profiles"])
+    assert code == 2 and "tp4-default" in out and "mine" in out  # the others still listed
+    errors = error_lines(err)
+    assert len(errors) == 1 and "broken.toml:2" in errors[0].group("loc"), err
+    shadow = [ln for ln in err.splitlines() if "warning[shadows]" in ln]
+    assert len(shadow) == 1 and "cpu-smoke.toml" in shadow[0] and "shipped" in shadow[0], err
+
+
+def test_profiles_of_the_shipped_folder_alone_say_nothing_more():
+    code, out, err = run_main(["profiles"])
+    assert code == 0 and err == "" and "tp4-default" in out
