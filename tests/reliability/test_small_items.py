@@ -25,3 +25,14 @@ def test_profiles_names_a_bad_profile_file_and_a_shadowing_one(tmp_path):
 def test_profiles_of_the_shipped_folder_alone_say_nothing_more():
     code, out, err = run_main(["profiles"])
     assert code == 0 and err == "" and "tp4-default" in out
+
+
+def test_env_setting_loader_variables_is_a_located_warning(tmp_path):
+    (tmp_path / "pre.toml").write_text('description = "p"\nextends = "cpu-smoke"\n\n[env]\nLD_PRELOAD = "/tmp/x.so"\n'
+                                       'PYTHONPATH = "/tmp"\nMY_OWN = "1"\n')
+    code, out, err = run_main(["--profiles-dir", str(tmp_path), "validate", "-p", "pre"])
+    warned = [ln for ln in err.splitlines() if "warning[code-loading-env]" in ln]
+    assert len(warned) == 2 and "pre.toml:5:1" in warned[0] and "pre.toml:6:1" in warned[1], err
+    assert "MY_OWN" not in err
+    code, _, _ = run_main(["--profiles-dir", str(tmp_path), "validate", "-p", "pre", "--strict"])
+    assert code == 1
