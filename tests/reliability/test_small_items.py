@@ -36,3 +36,10 @@ def test_env_setting_loader_variables_is_a_located_warning(tmp_path):
     assert "MY_OWN" not in err
     code, _, _ = run_main(["--profiles-dir", str(tmp_path), "validate", "-p", "pre", "--strict"])
     assert code == 1
+
+
+def test_tp_true_is_not_tp_1(tmp_path):
+    (tmp_path / "b.toml").write_text('description = "p"\nextends = "cpu-smoke"\ntp = true\n')
+    code, out, err = run_main(["--profiles-dir", str(tmp_path), "validate", "-p", "b"])
+    errors = error_lines(err)
+    assert code == 2 and len(errors) == 1 and "b.toml:3" in errors[0].group("loc") and "tp" in errors[0].group("msg")
