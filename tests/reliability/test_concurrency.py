@@ -126,6 +126,7 @@ def test_panel_saves_from_two_processes_lose_no_acknowledged_save(tmp_path):
 
     on_disk = set(tomllib.loads(path.read_text())["knobs"])
     lost = [k for k in acked if k not in on_disk]
+    print(f"{len(lost)} of {len(acked)} acknowledged saves lost")
     assert acked and not lost, f"{len(lost)} of {len(acked)} acknowledged saves lost"
 
 
