@@ -288,7 +288,7 @@ class Variant(Strict):
     memory: Optional[MemoryCost] = None
     gate: Optional[Gate] = None
     status: StatusInfo
-    since: Optional[str] = None
+    since: Optional[str] = Field(default=None, pattern=r"^v\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?$")  # a release version
     history: list[DefaultChange] = Field(default_factory=list)
     measured: list[Measurement] = Field(default_factory=list)
     requires: list[str] = Field(default_factory=list)

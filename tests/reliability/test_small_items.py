@@ -43,3 +43,21 @@ def test_tp_true_is_not_tp_1(tmp_path):
     code, out, err = run_main(["--profiles-dir", str(tmp_path), "validate", "-p", "b"])
     errors = error_lines(err)
     assert code == 2 and len(errors) == 1 and "b.toml:3" in errors[0].group("loc") and "tp" in errors[0].group("msg")
+
+
+def test_a_malformed_since_version_is_an_error_at_its_line(tmp_path):
+    import shutil
+
+    from .harness import REPO
+
+    reg = tmp_path / "registry"
+    for part in ("variants", "releases"):
+        shutil.copytree(REPO / "registry" / part, reg / part)
+    shutil.copy(REPO / "registry" / "models.toml", reg / "models.toml")
+    f = reg / "variants" / "attention.toml"
+    text = f.read_text()
+    line = text[:text.index('since = "v0.1.0"')].count("\n") + 1
+    f.write_text(text.replace('since = "v0.1.0"', 'since = "banana"', 1))
+    code, out, err = run_main(["--registry", str(reg), "validate"])
+    errors = error_lines(err)
+    assert code == 2 and len(errors) == 1 and f"attention.toml:{line}" in errors[0].group("loc"), err
