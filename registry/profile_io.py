@@ -175,7 +175,7 @@ class ProfileDocument:
         with locked(self.path):  # refuses a FIFO, socket, device or folder at once
             if not force and self.changed_on_disk():
                 raise ProfileConflict(self.path, self._stamp.mtime_ns or 0, _stamp(self.path).mtime_ns)
-            written = _atomic_write(self.path, text, "profile")
+            written = atomic_write(self.path, text)
             mtime_ns = written.stat().st_mtime_ns
         self.text = text
         self._stamp = _Stamp(mtime_ns, _digest(text.encode("utf-8")))
@@ -198,11 +198,11 @@ def _typed_like(old: object, value: str) -> object:
     return value
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically (:func:`r9k.registry.fileio.atomic_write`: temporary file in the
     same folder, fsync, rename; a symlink's target is updated; the permission bits are kept). Raises
     :class:`~r9k.registry.fileio.WriteError` (an OSError) with the old file intact."""
-    _atomic_write(path, text, "profile")
+    return _atomic_write(path, text, "profile")
 
 
 def new_profile_text(name: str, extends: str, knobs: dict[str, str], description: str = "") -> str:
