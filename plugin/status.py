@@ -21,6 +21,7 @@ resolved set, merged with the file's per-process sections.
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 from typing import Optional
@@ -32,6 +33,7 @@ from ..registry import fileio
 from .startup import process_alive
 from . import vllm_choices
 from .agree import STALE_AFTER_S
+from ..registry.redact import is_secret, MASK
 
 SCHEMA = "r9k-status/1"
 ROUTE = "/r9k/status"
@@ -396,6 +398,53 @@ NO_SET = ("the r9k plugin runs no set in this server's API process: vLLM got no 
           f"{envvars.MANIFEST.name}; start it with r9kctl launch, its --dry-run or its --format vllm-config files")
 
 
+def authorized(request) -> bool:
+    """Whether ``request`` may read the status: under the key that guards vLLM's own API. vLLM applies
+    ``--api-key`` / ``VLLM_API_KEY`` as its ``AuthenticationMiddleware``, which guards only its own paths
+    (``/v1``...); the route asks that very middleware (the keys it holds, its check). A server with a key
+    set but no such middleware found (another vLLM) answers 401 rather than leave the route open."""
+    app = request.app
+    for m in getattr(app, "user_middleware", []):
+        if getattr(m.cls, "__name__", "") == "AuthenticationMiddleware" and hasattr(m.cls, "verify_token"):
+            return bool(m.cls(None, *m.args, **m.kwargs).verify_token(request.headers))
+    args = getattr(app.state, "args", None)
+    return not (getattr(args, "api_key", None) or os.environ.get("VLLM_API_KEY"))
+
+
+def _local(request) -> bool:
+    host = getattr(request.client, "host", "") or ""
+    return host in ("127.0.0.1", "::1", "localhost") or host.startswith("127.")
+
+
+PATH_SHOWN = "<a path: ask from this machine with ?paths=1>"
+
+
+def public(data):
+    """The answer without file paths or secrets: a credential-named key's value and the value after a
+    credential-named option (``--api-key K``) masked, any absolute path replaced (the status file, a
+    model folder, a manifest). ``GET /r9k/status?paths=1`` from this machine answers them as they are."""
+    def secret_option(x) -> bool:
+        return isinstance(x, str) and x.startswith("--") and is_secret(x[2:].split("=")[0].replace("-", "_"))
+
+    def walk(v):
+        if isinstance(v, dict):
+            return {k: (MASK if is_secret(str(k).replace("-", "_")) and isinstance(x, str) and x else walk(x))
+                    for k, x in v.items() if k != "status_file"}
+        if isinstance(v, list):
+            out, hide = [], False
+            for x in v:
+                out.append(MASK if hide and isinstance(x, str) else walk(x))
+                hide = secret_option(x) and "=" not in x
+            return out
+        if secret_option(v) and "=" in v:
+            return v.split("=")[0] + "=" + MASK
+        if isinstance(v, str) and (v.startswith(("/", "~/")) or "=/" in v):
+            return PATH_SHOWN
+        return v
+
+    return walk(data)
+
+
 class StatusEndpoint:
     """A ``vllm.endpoint_plugins`` entry: ``GET /r9k/status`` answers the active set as JSON."""
 
@@ -403,13 +452,20 @@ class StatusEndpoint:
     required_tasks = None
 
     def attach_router(self, app) -> None:
+        from fastapi import Request
         from fastapi.responses import JSONResponse
 
-        async def r9k_status():
+        async def r9k_status(request: Request):
+            if not authorized(request):
+                return JSONResponse({"error": "Unauthorized"}, status_code=401)  # vLLM's own answer
             data = current_status()
             if not data.get("hash"):  # no set in this server: say so, never an empty 200
                 return JSONResponse({"error": NO_SET}, status_code=503)
+            if not (request.query_params.get("paths") == "1" and _local(request)):
+                data = public(data)
             return JSONResponse(data)
+
+        r9k_status.__annotations__["request"] = Request  # a real class, not this module's postponed string
 
         app.add_api_route(ROUTE, r9k_status, methods=["GET"], name="r9k_status")
 

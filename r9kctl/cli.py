@@ -264,7 +264,9 @@ def _main(words: list[str]) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        if chosen == "tui":  # the panel draws the terminal itself (its widgets escape data: tui/...)
+            return int(args.func(args) or 0)
+        return int(output.guarded(args.func, args) or 0)
     except Exit as exc:  # a helper reported what is wrong
         return exc.code
 

@@ -1,5 +1,7 @@
 """``r9kctl profiles``: the profiles that exist, one line each (name, what it extends, model, TP size,
-description)."""
+description). A profile file that does not load is not left out silently: its located error lines follow
+the list and the exit code is 2; a profile of ``--profiles-dir`` that replaces a shipped one of the same
+name says so in one warning line."""
 from __future__ import annotations
 
 
@@ -21,4 +23,18 @@ def run(args) -> int:
                      "description": p.description, "file": reg.origins.get(("profile", name), ("", 0))[0]})
     columns = [("name", "name"), ("extends", "extends"), ("model", "model"), ("tp", "tp"),
                ("description", "description")]
-    return print_listing(args.format, names, rows, columns, f"{len(rows)} profiles")
+    code = print_listing(args.format, names, rows, columns, f"{len(rows)} profiles")
+    from pathlib import Path
+
+    from ..registry.errors import Diagnostic
+    from ..registry.loader import default_profile_dirs
+    from .output import diagnostics
+
+    shipped = default_profile_dirs()[0]
+    shadows = [Diagnostic("warning", "shadows", f"profile '{r['name']}' here replaces the shipped one of that name "
+                                                f"({shipped / (r['name'] + '.toml')})", r["file"], None)
+               for r in rows if r["file"] and Path(r["file"]).resolve().parent != shipped
+               and (shipped / f"{r['name']}.toml").is_file()]
+    broken = [d for ds in reg.profile_problems.values() for d in ds]
+    diagnostics(broken + shadows)
+    return 2 if any(d.level == "error" for d in broken) else code

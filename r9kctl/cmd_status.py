@@ -7,6 +7,8 @@ implementation in use.
 
 Each server writes its own file (keyed by the server instance id ``r9kctl launch`` creates); the file of a
 server whose processes are all gone (pid not running, or reused by another process) is reported dead.
+A server started with ``--api-key`` / ``VLLM_API_KEY`` guards the route with that key: ``--url`` sends
+``VLLM_API_KEY`` from this environment.
 The cluster view lists every rank per node (as the ranks told each other when they agreed) and the ranks
 that have not reported.
 
@@ -19,6 +21,7 @@ import json
 import sys
 
 from ..registry import envvars
+from ..registry.redact import escape
 
 from . import netclient
 
@@ -37,8 +40,12 @@ def add_parser(sub) -> None:
 
 
 def fetch(url: str, timeout: float = 10.0) -> dict:
+    import os
+
     full = url.rstrip("/") + ROUTE
-    data = netclient.get_json(full, timeout_s=timeout, expect=(dict, list, str, int, float, bool, type(None)))
+    key = os.environ.get("VLLM_API_KEY")  # a server started with it (or --api-key) guards the route with it
+    data = netclient.get_json(full, timeout_s=timeout, headers={"Authorization": f"Bearer {key}"} if key else None,
+                              expect=(dict, list, str, int, float, bool, type(None)))
     if not isinstance(data, dict):
         raise ValueError(f"{full}: the answer is not a JSON object (is this an r9k server?)")
     problem = _shape_problem(data) if "in_use" not in data else None
@@ -95,10 +102,14 @@ def run(args) -> int:
         return 2
 
 
+def _err(line: str) -> None:
+    """An error line: one line, whatever a URL or an answer holds (a CR LF in --url forges none)."""
+    sys.stderr.write(escape(line) + "\n")
+
+
 def _run(args) -> int:
     if args.timeout is not None and not args.timeout > 0:
-        print(f"r9kctl status: error[usage]: --timeout {args.timeout:g}: must be a positive number of seconds",
-              file=sys.stderr)
+        _err(f"r9kctl status: error[usage]: --timeout {args.timeout:g}: must be a positive number of seconds")
         return 2
     try:
         data = read(args)
@@ -111,21 +122,19 @@ def _run(args) -> int:
                     hint = f": {json.loads(exc.body)['error']}"
                 except (ValueError, KeyError, TypeError):
                     pass
-            print(f"r9kctl status: error[http]: {args.url}{ROUTE}: HTTP {exc.status}{hint}", file=sys.stderr)
+            _err(f"r9kctl status: error[http]: {args.url}{ROUTE}: HTTP {exc.status}{hint}")
         elif exc.kind == "connection":
-            print(f"r9kctl status: error[connection]: {exc} (is the server running?)", file=sys.stderr)
+            _err(f"r9kctl status: error[connection]: {exc} (is the server running?)")
         elif exc.kind == "timeout":
-            print(f"r9kctl status: error[connection]: {args.url}: no answer within {args.timeout:g} s",
-                  file=sys.stderr)
+            _err(f"r9kctl status: error[connection]: {args.url}: no answer within {args.timeout:g} s")
         else:
-            print(f"r9kctl status: error[{exc.kind}]: {exc}", file=sys.stderr)
+            _err(f"r9kctl status: error[{exc.kind}]: {exc}")
         return 2
     except (OSError, ValueError) as exc:
         if isinstance(exc, TimeoutError) or "timed out" in str(exc):
-            print(f"r9kctl status: error[connection]: {args.url}: no answer within {args.timeout:g} s",
-                  file=sys.stderr)
+            _err(f"r9kctl status: error[connection]: {args.url}: no answer within {args.timeout:g} s")
         else:
-            print(f"r9kctl status: error[status]: {' '.join(str(exc).split())}", file=sys.stderr)
+            _err(f"r9kctl status: error[status]: {' '.join(str(exc).split())}")
         return 2
     agree = data.get("agree", True)
     live = data.get("liveness") or {}

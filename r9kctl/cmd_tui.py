@@ -4,9 +4,9 @@ starts vLLM in the background (its own process group, a log file in the cache) a
 which follows ``GET /r9k/status``; the panel stops the server it started when it ends.
 
 ``--attach URL`` opens the server screen alone on a server started elsewhere (``r9kctl launch``).
-``--serve`` serves the panel to a browser (textual-serve, extra ``web``): loopback by default; any other
-``--host`` needs the printed token in the URL. The panel needs a terminal: with stdout not one (a pipe, a
-file) it refuses in one line, exit 2."""
+``--serve`` serves the panel to a browser (textual-serve, extra ``web``): loopback by default, always behind
+the token printed once at start, Host and Origin checked, a cap on panels (r9kctl/tui/web.py).
+The panel needs a terminal: with stdout not one (a pipe, a file) it refuses in one line, exit 2."""
 from __future__ import annotations
 
 
@@ -25,8 +25,9 @@ def add_parser(sub):
                    help="serve the panel to a web browser (needs textual-serve: pip install 'r9k-stack[web]')")
     p.add_argument("--port", type=int, default=8080, help="with --serve: the port (default 8080)")
     p.add_argument("--host", default="127.0.0.1",
-                   help="with --serve: the address to listen on (default 127.0.0.1, loopback only; any other "
-                        "needs the printed token)")
+                   help="with --serve: the address to listen on (default 127.0.0.1, loopback only)")
+    p.add_argument("--max-panels", type=int, default=4,
+                   help="with --serve: the most browser panels at once (each a ~55 MB process; default 4)")
     p.set_defaults(func=run)
     return p
 
@@ -128,7 +129,7 @@ def run(args) -> int:
     if args.serve:
         from .tui.web import serve
 
-        return serve(panel_argv(args), host=args.host, port=args.port)
+        return serve(panel_argv(args), host=args.host, port=args.port, max_panels=args.max_panels)
     from .tui.app import R9kApp, config_path
 
     keys, theme = read_keymap(Path(args.keymap) if args.keymap else config_path(), explicit=bool(args.keymap))

@@ -2,6 +2,13 @@
 
 rich is imported only when a table is drawn for a terminal, so scripted use (``--format json``, pipes)
 stays fast.
+
+The one output rule for data (:func:`r9k.registry.redact.escape`): every command writes through
+:class:`SafeStream` (``cli.main`` puts it over stdout and stderr), which shows C0/C1 and bidi controls
+escaped, wherever the string came from (a profile's description, an ``[env]`` value, a result file's header,
+a server's answer, an unknown key in an error line); only newlines, tabs and, on a terminal, the SGR
+sequences rich draws with pass. Table cells and diagnostics are escaped before rich sees them, so data
+cannot bring its own SGR either.
 """
 from __future__ import annotations
 
@@ -12,6 +19,40 @@ from typing import Iterable, Optional, Sequence
 
 from ..registry import envvars
 from ..registry.errors import Diagnostic
+from ..registry.redact import escape, escape_output
+
+
+class SafeStream:
+    """A text stream that writes ``escape_output`` of what it is given to ``raw`` (see the module text)."""
+
+    def __init__(self, raw):
+        self.raw = raw
+        try:
+            self.colour = bool(raw.isatty())
+        except (AttributeError, ValueError, OSError):
+            self.colour = False
+
+    def write(self, s: str) -> int:
+        self.raw.write(escape_output(s, self.colour))
+        return len(s)
+
+    def __getattr__(self, name):
+        return getattr(self.raw, name)
+
+
+def guarded(fn, *args):
+    """``fn(*args)`` with stdout and stderr behind :class:`SafeStream` (restored afterwards)."""
+    out, err = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = SafeStream(out), SafeStream(err)
+    try:
+        return fn(*args)
+    finally:
+        for s in (sys.stdout, sys.stderr):
+            try:
+                s.flush()
+            except (OSError, ValueError):
+                pass
+        sys.stdout, sys.stderr = out, err
 
 
 _PLAIN = False  # set by ``r9kctl --plain``
@@ -33,7 +74,7 @@ def _cell(v) -> str:
         return "-"
     if isinstance(v, float):
         return f"{v:g}"
-    return str(v)
+    return escape(v, "\n")
 
 
 KEY_COLUMNS = {"id", "knob", "variant", "name", "profile", "release", "field", "config"}  # never hidden
@@ -131,9 +172,22 @@ def print_json(obj) -> None:
     print(json.dumps(obj, indent=2, sort_keys=False, default=str))
 
 
+SHOWN_PER_FILE = 20  # the first problems of a file and level are shown, then "and K more" (json lists all)
+
+
 def diagnostics(diags: Sequence[Diagnostic], stream=None) -> None:
-    """One located line per diagnostic, errors first; to stderr by default."""
+    """One located line per diagnostic, errors first; to stderr by default. At most
+    :data:`SHOWN_PER_FILE` of one file and level, then one line saying how many more there are."""
     stream = stream or sys.stderr
     order = {"error": 0, "warning": 1, "info": 2}
+    counts: dict[tuple, int] = {}
     for d in sorted(diags, key=lambda d: order.get(d.level, 3)):
-        stream.write(d.format() + "\n")
+        key = (d.file, d.level)
+        counts[key] = counts.get(key, 0) + 1
+        if counts[key] <= SHOWN_PER_FILE:
+            stream.write(d.format() + "\n")
+    for (file, level), n in counts.items():
+        if n > SHOWN_PER_FILE:
+            more = Diagnostic(level, "more", f"and {n - SHOWN_PER_FILE} more {level}(s) in this file, not shown "
+                                             f"(--format json lists every one)", file)
+            stream.write(more.format() + "\n")

@@ -35,7 +35,9 @@ class Diagnostic:
         text = f"{self.level}[{self.code}]: {self.message}"
         if self.hint:
             text += f" ({self.hint})"
-        return f"{loc}: {text}" if loc else text
+        from .redact import escape  # the one output rule: no control or bidi character of data reaches a terminal
+
+        return escape(f"{loc}: {text}" if loc else text)
 
     def to_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v not in (None, [])}

@@ -15,6 +15,7 @@ text for the line and column of the offending key, so the happy path stays cheap
 """
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import json
@@ -51,17 +52,51 @@ def default_profile_dirs() -> list[Path]:
 _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.\-\"]+)\s*\]\]?")
 
 
-def _key_re(key: str) -> re.Pattern:
-    return re.compile(r'^\s*(?:"%s"|%s)\s*=' % (re.escape(key), re.escape(key)))
+class _Index:
+    """One text's lines, its table headers and its ``key =`` lines, made once per text (an error list of
+    10^4 entries locates each in O(log n), not by scanning the file again: issue 37)."""
+
+    _KEY = re.compile(r'^\s*(?:"([^"]*)"|([A-Za-z0-9_\-]+))\s*=')
+
+    def __init__(self, text: str):
+        self.lines = text.splitlines()
+        self.headers: list[int] = []  # line numbers of every header
+        self.heads: list = []  # their matches
+        self.by_name: dict[tuple[bool, str], list[int]] = {}  # (array of tables?, exact name) -> lines
+        self.keys: dict[str, list[int]] = {}  # key -> lines where it starts a line
+        self.braces: list[int] = []  # lines holding an inline table
+        for n, ln in enumerate(self.lines):
+            m = _HEADER.match(ln)
+            if m:
+                self.headers.append(n)
+                self.heads.append(m)
+                e = re.match(r"^\s*(\[\[?)\s*(.*?)\s*\]", ln)
+                if e:
+                    self.by_name.setdefault((e.group(1) == "[[", e.group(2)), []).append(n)
+            k = self._KEY.match(ln)
+            if k:
+                self.keys.setdefault(k.group(1) if k.group(1) is not None else k.group(2), []).append(n)
+            if "{" in ln:
+                self.braces.append(n)
+
+    @staticmethod
+    def within(positions: list[int], lo: int, hi: int) -> list[int]:
+        return positions[bisect.bisect_left(positions, lo):bisect.bisect_left(positions, hi)]
+
+    def first_header(self, lo: int, hi: int, stop) -> int:
+        """The first header line in ``lo..hi`` for which ``stop(match, line)`` holds; ``hi`` if none."""
+        for j in range(bisect.bisect_left(self.headers, lo), len(self.headers)):
+            n = self.headers[j]
+            if n >= hi:
+                break
+            if stop(self.heads[j], self.lines[n]):
+                return n
+        return hi
 
 
-def _first(lines: list[str], lo: int, hi: int, stop) -> int:
-    """The first line in ``lo..hi`` that is a table header for which ``stop(match, line)`` holds; ``hi`` if none."""
-    for n in range(lo, hi):
-        m = _HEADER.match(lines[n])
-        if m and stop(m, lines[n]):
-            return n
-    return hi
+@functools.lru_cache(maxsize=8)
+def _index(text: str) -> _Index:
+    return _Index(text)
 
 
 def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
@@ -70,7 +105,8 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
     Handles arrays of tables (``[[variant]]`` .. index .. key), sub-tables (``[variant.gate]``),
     inline tables and top-level keys. Returns (None, None) when nothing matches.
     """
-    lines = text.splitlines()
+    ix = _index(text)
+    lines = ix.lines
     lo, hi = 0, len(lines)
     best: tuple[Optional[int], Optional[int]] = (None, None)
     prefix = ""
@@ -83,40 +119,35 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
             continue
         name = f"{prefix}.{part}" if prefix else str(part)
         nxt = loc[i + 1] if i + 1 < len(loc) else None
-        aot = re.compile(r"^\s*\[\[\s*%s\s*\]\]" % re.escape(name))
-        heads = [n for n in range(lo, hi) if aot.match(lines[n])]
+        heads = ix.within(ix.by_name.get((True, name), []), lo, hi)
         if heads and isinstance(nxt, int) and nxt < len(heads):
             start = heads[nxt]
             # up to the next element of this array, or a header outside it
-            end = _first(lines, start + 1, hi, lambda m, ln: (ln.lstrip().startswith("[[") and m.group(1) == name)
-                         or not m.group(1).startswith(name))
+            end = ix.first_header(start + 1, hi, lambda m, ln: (ln.lstrip().startswith("[[") and m.group(1) == name)
+                                  or not m.group(1).startswith(name))
             lo, hi = start, end
             best = (start + 1, 1)
             prefix = name
             i += 2
             continue
-        tab = re.compile(r"^\s*\[\s*%s\s*\]" % re.escape(name))
-        tabs = [n for n in range(lo, hi) if tab.match(lines[n])]
+        tabs = ix.within(ix.by_name.get((False, name), []), lo, hi)
         if tabs:
             start = tabs[0]
             # up to the next header that is not one of its own sub-tables
-            end = _first(lines, start + 1, hi, lambda m, ln: not m.group(1).startswith(name + "."))
+            end = ix.first_header(start + 1, hi, lambda m, ln: not m.group(1).startswith(name + "."))
             lo, hi = start, end
             best = (start + 1, 1)
             prefix = name
             i += 1
             continue
-        kr = _key_re(str(part))
-        found = None
-        for n in range(lo, hi):
-            if n > lo and _HEADER.match(lines[n]):
-                break  # the next table: the key is not in this one
-            if kr.match(lines[n]):
-                found = n
-                break
-            # a key inside an inline table on one line: gate = { kind = [...] }
-            m = re.search(r"[{,]\s*(?:\"%s\"|%s)\s*=" % (re.escape(str(part)), re.escape(str(part))), lines[n])
-            if m and lo < n < hi and found is None:
+        # the key: on its own line before the next table, or inside a one-line inline table before that
+        stop = ix.first_header(lo + 1, hi, lambda m, ln: True)
+        own = ix.within(ix.keys.get(str(part), []), lo, stop)
+        found = own[0] if own else None
+        pat = re.compile(r"[{,]\s*(?:\"%s\"|%s)\s*=" % (re.escape(str(part)), re.escape(str(part))))
+        for n in ix.within(ix.braces, lo + 1, found if found is not None else stop):
+            m = pat.search(lines[n])
+            if m and n < hi:
                 found = n
                 best = (n + 1, m.start() + 2)
                 break
@@ -127,15 +158,22 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
             best = (found + 1, col)
         lo = found
         # a multi-line value: stay from this key to the next key/header
-        end = hi
-        for n in range(found + 1, hi):
-            if _HEADER.match(lines[n]) or re.match(r"^\s*[A-Za-z0-9_\"\-]+\s*=", lines[n]):
-                end = n
-                break
-        hi = end
+        nxt_key = min([n for n in (ix.first_header(found + 1, hi, lambda m, ln: True),) if n < hi] +
+                      [n for n in _next_key_line(ix, found + 1, hi)], default=hi)
+        hi = nxt_key
         prefix = name
         i += 1
     return best
+
+
+def _next_key_line(ix: _Index, lo: int, hi: int) -> list[int]:
+    """The first line in ``lo..hi`` that starts with ``key =`` (any key), as a one-element list or []."""
+    for n in range(lo, hi):  # usually the very next line: a value rarely spans many
+        if re.match(r"^\s*[A-Za-z0-9_\"\-]+\s*=", ix.lines[n]):
+            return [n]
+        if _HEADER.match(ix.lines[n]):
+            return []
+    return []
 
 
 def _source_text(path: Path) -> str:

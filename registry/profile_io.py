@@ -8,7 +8,7 @@ this module is the write side, used by the control panel (``r9kctl tui``):
   :meth:`~ProfileDocument.remove_knob` touch only the one key (under ``[knobs]``, an inline
   ``knobs = {...}`` table or dotted ``knobs.KEY = ...`` keys, whichever the file uses).
 * :meth:`~ProfileDocument.save` writes atomically (a temporary file in the same folder, fsync, then
-  ``os.replace``) and refuses to overwrite a file that changed on disk since it was loaded
+  ``os.replace``) under the folder's lock, and refuses to overwrite a file that changed on disk since it was loaded
   (:class:`ProfileConflict`). "Changed" means the content hash differs; the modification time is kept
   too, for the message, but a file that was only touched is not a conflict.
 * :func:`save_as` creates a new profile that ``extends`` an existing one and holds the given knobs; it
@@ -27,7 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
-from .fileio import atomic_write as _atomic_write, decode, read_bytes
+from .fileio import atomic_write as _atomic_write, decode, locked, read_bytes
 
 if TYPE_CHECKING:
     from tomlkit.items import InlineTable, Table
@@ -167,14 +167,18 @@ class ProfileDocument:
 
     def save(self, force: bool = False) -> None:
         """Write the document atomically. Raises :class:`ProfileConflict` if the file changed on disk
-        since it was loaded (unless ``force``)."""
-        if not force and self.changed_on_disk():
-            raise ProfileConflict(self.path, self._stamp.mtime_ns or 0, _stamp(self.path).mtime_ns)
+        since it was loaded (unless ``force``). The rule of every writer of user files: lock, then check,
+        then write (:func:`~r9k.registry.fileio.locked`), so two panels saving the same profile take turns
+        and the second sees the first's save as a conflict instead of overwriting it; a target that is not
+        a regular file (a FIFO put in its place) is refused before anything reads it."""
         text = self.render()
-        atomic_write(self.path, text)
-        data = text.encode("utf-8")
+        with locked(self.path):  # refuses a FIFO, socket, device or folder at once
+            if not force and self.changed_on_disk():
+                raise ProfileConflict(self.path, self._stamp.mtime_ns or 0, _stamp(self.path).mtime_ns)
+            written = atomic_write(self.path, text)
+            mtime_ns = written.stat().st_mtime_ns
         self.text = text
-        self._stamp = _Stamp(self.path.stat().st_mtime_ns, _digest(data))
+        self._stamp = _Stamp(mtime_ns, _digest(text.encode("utf-8")))
 
 
 def _typed_like(old: object, value: str) -> object:
@@ -194,11 +198,11 @@ def _typed_like(old: object, value: str) -> object:
     return value
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` atomically (:func:`r9k.registry.fileio.atomic_write`: temporary file in the
     same folder, fsync, rename; a symlink's target is updated; the permission bits are kept). Raises
     :class:`~r9k.registry.fileio.WriteError` (an OSError) with the old file intact."""
-    _atomic_write(path, text, "profile")
+    return _atomic_write(path, text, "profile")
 
 
 def new_profile_text(name: str, extends: str, knobs: dict[str, str], description: str = "") -> str:

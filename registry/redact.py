@@ -10,7 +10,10 @@ A credential a profile's ``[env]`` sets never travels in clear either: the launc
 ``--additional-config`` and what the ranks exchange carry a reference (:func:`reference`: the name's
 fingerprint), and each process of the server takes the value from its own environment.
 
-Also the one place where an ``export NAME=value`` line is made: the value quoted for POSIX shells
+Also the one output rule for data (:func:`escape`): every string that came from a file, the environment or
+the network is shown with C0/C1 controls and bidi controls escaped, so that no value can drive a terminal
+(OSC 52 clipboard writes, OSC 0 titles, CSI 2J, RLO reordering) or forge a line. And the one place where an
+``export NAME=value`` line is made: the value quoted for POSIX shells
 (:func:`shlex.quote`), the name checked, so that no output of this project runs code when sourced.
 Standard library only (the plugin imports it on its startup path).
 """
@@ -24,6 +27,38 @@ _SECRET = re.compile(r"(?:^|_)(?:TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENT
                      r"AUTH|AUTHORIZATION|COOKIE|PRIVATE|SIGNATURE)(?:_|$)", re.IGNORECASE)
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MASK = "***"
+
+
+# C0 and C1 controls, DEL, and the bidi controls (embeddings, overrides, isolates, marks) of Unicode
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_SGR = re.compile(r"\x1b\[[0-9;]*m")  # select graphic rendition: colour, bold (what rich draws with)
+
+
+def _escaped(m: "re.Match") -> str:
+    c = m.group(0)
+    return c.encode("unicode_escape").decode("ascii") if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+
+def escape(text, keep: str = "") -> str:
+    """``text`` with every control and bidi character shown escaped (``\\x1b``, ``\\r``, ``\\u202e``), the
+    characters in ``keep`` (e.g. newline and tab, for a whole block of output) left as they are."""
+    text = str(text)
+    if not _UNSAFE.search(text):
+        return text
+    return _UNSAFE.sub(lambda m: m.group(0) if m.group(0) in keep else _escaped(m), text)
+
+
+def escape_output(text: str, colour: bool = False) -> str:
+    """What a command writes to its streams: :func:`escape` keeping newline and tab; with ``colour`` (rich
+    drawing on a terminal) the SGR sequences too (data reaches rich already escaped: see ``r9kctl/output.py``)."""
+    if not colour:
+        return escape(text, "\n\t")
+    out, last = [], 0
+    for m in _SGR.finditer(text):
+        out += [escape(text[last:m.start()], "\n\t"), m.group(0)]
+        last = m.end()
+    out.append(escape(text[last:], "\n\t"))
+    return "".join(out)
 
 
 def is_secret(name: str) -> bool:
@@ -51,7 +86,27 @@ def export_line(name: str, value: str, export: bool = True) -> str:
         raise ValueError(f"{name!r} is not an environment variable name")
     if is_secret(name) and value:
         return f"# {name}={MASK} (a credential: masked, not exported; set it in your own environment)"
-    return f"{'export ' if export else ''}{name}={shlex.quote(value)}"
+    return f"{'export ' if export else ''}{name}={sh_quote(value)}"
+
+
+_UNSAFE_IN_WORD = re.compile("(?:(?![\n\t])" + _UNSAFE.pattern + ")+")
+
+
+def sh_quote(value: str) -> str:
+    """``value`` as one POSIX shell word that prints safely: :func:`shlex.quote`, except that a run of control or
+    bidi characters (not newline or tab) becomes ``"$(printf '\\ooo...')"`` (octal bytes), so that sourcing the
+    line gives the exact value and showing it drives no terminal."""
+    if not _UNSAFE_IN_WORD.search(value):
+        return shlex.quote(value)
+    out, last = [], 0
+    for m in _UNSAFE_IN_WORD.finditer(value):
+        if m.start() > last:
+            out.append(shlex.quote(value[last:m.start()]))
+        out.append("\"$(printf '" + "".join(f"\\{b:03o}" for b in m.group(0).encode("utf-8")) + "')\"")
+        last = m.end()
+    if last < len(value):
+        out.append(shlex.quote(value[last:]))
+    return "".join(out)
 
 
 # ---- credentials a launch needs: carried by reference, never by value

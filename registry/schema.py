@@ -285,7 +285,7 @@ class Variant(Strict):
     memory: Optional[MemoryCost] = None
     gate: Optional[Gate] = None
     status: StatusInfo
-    since: Optional[str] = None
+    since: Optional[str] = Field(default=None, pattern=r"^v\d+\.\d+\.\d+(?:-[0-9A-Za-z.]+)?$")  # a release version
     history: list[DefaultChange] = Field(default_factory=list)
     measured: list[Measurement] = Field(default_factory=list)
     requires: list[str] = Field(default_factory=list)
@@ -682,7 +682,7 @@ class Profile(Strict):
     extends: Optional[str] = None  # "release:v0.3.2", "stock" (every variant at its stock value) or a profile
     platform: Optional[str] = None  # rocm-gfx1201, cuda, cpu: where it is served (implementation checks)
     model: Optional[str] = None
-    tp: Optional[int] = Field(default=None, ge=1)
+    tp: Optional[int] = Field(default=None, ge=1, strict=True)  # strict: `tp = true` is not TP 1
     hardware: Optional[Hardware] = None
     gpu_memory_utilization: Optional[float] = Field(default=None, gt=0, le=1)
     serve_args: list[str] = Field(default_factory=list)

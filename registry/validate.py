@@ -83,6 +83,12 @@ class Report:
         }
 
 
+#: variables that decide which code a process loads (the dynamic loader's, Python's, the shells'): a profile's
+#: ``[env]`` may set them, with a warning (issue 37)
+CODE_LOADING_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PATH", "PYTHONPATH", "PYTHONHOME",
+                              "PYTHONSTARTUP", "PYTHONUSERBASE", "BASH_ENV", "ENV"})
+
+
 def availability_dict(verdicts: Mapping) -> dict:
     """The per-profile availability report: counts, installed knobs, fallbacks with their reason."""
     c = availability.counts(verdicts)
@@ -258,6 +264,11 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
                 f, ln, col = reg.locate("profile", name, ("env", key))
                 report.add(Diagnostic("warning", "knob-in-env", f"{key} is a declared knob; set it under [knobs] so it "
                                       "is validated and shows its provenance", f, ln, col, [key, name]))
+            elif key in CODE_LOADING_ENV:
+                f, ln, col = reg.locate("profile", name, ("env", key))
+                report.add(Diagnostic("warning", "code-loading-env", f"[env] sets {key}: it changes which code every "
+                                      "vLLM process loads; make sure this profile's file comes from someone you trust",
+                                      f, ln, col, [key, name]))
 
     from .consistency import budget_diagnostics, check_resolved
 

@@ -12,6 +12,7 @@ API (shared with the variant tables that declare vLLM's own switches)::
 """
 from __future__ import annotations
 
+import bisect
 import difflib
 import json
 import re
@@ -23,6 +24,9 @@ from typing import Any, Optional
 from .provenance import dist_version
 
 DATA_DIR = Path(__file__).resolve().parent / "vllm"
+
+
+SUGGEST_FIRST = 20  # spelling suggestions for the first unknown flags (r9kctl shows the first problems)
 
 
 @dataclass(frozen=True)
@@ -122,7 +126,17 @@ class Interface:
         """The flags argparse (``allow_abbrev=True``, vLLM's default) would accept ``option`` as a prefix of."""
         if not option.startswith("--") or option in self._by_option:
             return []
-        return sorted(o for o in self._by_option if o.startswith(option))
+        names = self._sorted_options()
+        out, i = [], bisect.bisect_left(names, option)
+        while i < len(names) and names[i].startswith(option):  # the sorted run of names with this prefix
+            out.append(names[i])
+            i += 1
+        return out
+
+    def _sorted_options(self) -> list[str]:
+        if getattr(self, "_sorted", None) is None:
+            self._sorted = sorted(self._by_option)
+        return self._sorted
 
     # --- checks -----------------------------------------------------------------------------------
     def check_value(self, fl: Flag, value: str, opt: str) -> Optional[str]:
@@ -199,8 +213,8 @@ class Interface:
                         "abbreviated-flag", f"{opt} is not a flag of vLLM {self.version}; its parser would take it "
                         f"as an abbreviation of {abbrev[0]}" + (f" (or {', '.join(abbrev[1:3])})" if len(abbrev) > 1 else "")
                         + ": spell the flag out", opt))
-                else:
-                    near = self.nearest_flag(opt)
+                else:  # a spelling suggestion costs ~10 ms: for the first few only (the rest are not shown)
+                    near = self.nearest_flag(opt) if len(problems) < SUGGEST_FIRST else None
                     problems.append(Problem("unknown-flag", f"{opt} is not a flag of vLLM {self.version}"
                                             + (f" (nearest: {near})" if near else ""), opt))
                 if not eq and i < len(argv) and not argv[i].startswith("-"):

@@ -79,6 +79,72 @@ def test_route_answers_the_active_set(plugin_env):
     assert "MainProcess" in body["processes"]
 
 
+def _vllm_app(argv, monkeypatch):
+    """A FastAPI app with this route and vLLM's own middleware, as ``vllm serve ARGV`` sets it up
+    (vLLM's parser, its ``build_app`` steps: ``app.state.args``, endpoint plugins, then its middleware)."""
+    fastapi = pytest.importorskip("fastapi")
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    from vllm.entrypoints.serve.middleware.register import init_entrypoints_middleware
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+    app = fastapi.FastAPI()
+    app.state.args = args
+    status.endpoint_plugin().attach_router(app)
+
+    @app.get("/v1/models")
+    def models():
+        return {"data": []}
+
+    init_entrypoints_middleware(args, app, ())
+    return app
+
+
+@pytest.mark.parametrize("how", ["--api-key", "VLLM_API_KEY"])
+def test_route_is_under_vllms_api_key_and_answers_no_paths_or_secrets(plugin_env, tmp_path, how):
+    """With ``vllm serve --api-key K`` (or ``VLLM_API_KEY=K``), ``/r9k/status`` answers 401 as ``/v1/models``
+    does without ``Authorization: Bearer K`` (main d8f2320: 200 with pids, every value and the status file's
+    path); with it, the answer holds no file path unless asked for with ``?paths=1`` from this machine."""
+    from fastapi.testclient import TestClient
+
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
+    plugin_env.setenv(envvars.STATUS_FILE.name, str(tmp_path / "server.status.json"))
+    plugin_env.setattr(plugin, "_emit", lambda level, line: None)
+    plugin.register()
+    argv = ["--api-key", "k3y"] if how == "--api-key" else []
+    if how == "VLLM_API_KEY":
+        plugin_env.setenv("VLLM_API_KEY", "k3y")
+    client = TestClient(_vllm_app(argv, plugin_env))
+    for path in ("/v1/models", status.ROUTE):
+        assert client.get(path).status_code == 401, path
+        assert client.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401, path
+    ok = {"Authorization": "Bearer k3y"}
+    res = client.get(status.ROUTE, headers=ok)
+    assert res.status_code == 200 and res.json()["profile"] == "cpu-smoke"
+    assert str(tmp_path) not in res.text and "status_file" not in res.json() and "k3y" not in res.text
+    # TestClient's peer is "testclient", not a loopback address: ?paths=1 from elsewhere changes nothing
+    assert str(tmp_path) not in client.get(status.ROUTE + "?paths=1", headers=ok).text
+
+
+def test_route_without_a_key_stays_open(plugin_env):
+    from fastapi.testclient import TestClient
+
+    plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
+    plugin_env.delenv("VLLM_API_KEY", raising=False)
+    plugin_env.setattr(plugin, "_emit", lambda level, line: None)
+    plugin.register()
+    assert TestClient(_vllm_app([], plugin_env)).get(status.ROUTE).status_code == 200
+
+
+def test_public_masks_credentials_and_paths():
+    data = {"status_file": "/c/run/s.json", "applied": {"args": ["--api-key", "k", "--x=/p", "--api-key=z"]},
+            "env": {"HF_TOKEN": "t", "R9K_A": "1"}, "model": "/models/q", "values": {"R9K_B": "r9k"}}
+    out = status.public(data)
+    assert "status_file" not in out and out["applied"]["args"][1] == "***" and out["applied"]["args"][3] == "--api-key=***"
+    assert out["env"] == {"HF_TOKEN": "***", "R9K_A": "1"} and out["values"] == {"R9K_B": "r9k"}
+    assert out["model"] == status.PATH_SHOWN and out["applied"]["args"][2] == status.PATH_SHOWN
+
+
 def test_a_workers_counters_file_is_merged_into_its_section(tmp_path):
     path = str(tmp_path / "s.json")
     status.write_section(path, _section("VllmWorker-0", "worker", 0, "aaaaaaaaaaaa"))

@@ -326,12 +326,15 @@ def test_served_panel_needs_the_token_off_loopback(workspace, tmp_path):
             assert r.status == 200
     finally:
         stop_group(proc)
-    # loopback (the default): no token
+    # loopback (the default): the token too (issue 37: any web page can reach a loopback port)
     port = free_port()
     proc, url, _log = _serve(["--port", str(port)], dict(os.environ), tmp_path)
     try:
-        assert "token" not in url and url.startswith("http://127.0.0.1:")
+        assert re.search(r"token=[\w-]+", url) and url.startswith("http://127.0.0.1:")
         wait_http(url, 60)
+        with pytest.raises(urllib.error.HTTPError) as exc:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30)
+        assert exc.value.code == 403
     finally:
         stop_group(proc)
 
