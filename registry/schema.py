@@ -239,6 +239,8 @@ class VllmSwitch(Strict):
     default:   vLLM's own choice when unset, per platform family (``all`` for every platform).
     decides:   the layer kind it chooses for (attention, moe, linear, custom-op, cpu, ...).
     source:    where vLLM reads it (``vllm/envs.py``, ``vllm/config/kernel.py``).
+    fast:      the fast path per platform family, as a value of the switch: left to vLLM, a layer that runs
+               another is a slow fallback (plugin/fallback.py warns, strict refuses), restored by this value.
     """
 
     versions: str = ""
@@ -246,6 +248,7 @@ class VllmSwitch(Strict):
     default: dict[str, str] = Field(default_factory=dict)
     decides: str = Field(min_length=1)
     source: str = Field(min_length=1)
+    fast: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("versions")
     @classmethod
