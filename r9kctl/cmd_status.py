@@ -227,3 +227,7 @@ def _print_vllm_choices(ch) -> None:
               [[r["state"], r["knob"], r["switch"], r["layer"], r["requested"],
                 (r["chosen"] or "?") + (f": {r['note']}" if r["note"] else "")] for r in ch["rows"]],
               title=f"vLLM switches: requested vs chosen ({len(ch.get('mismatches', []))} mismatch(es))")
+    if ch.get("fallbacks"):  # plugin/fallback.py: left to vLLM, off the declared fast path
+        table(["KNOB", "LAYER", "FAST PATH", "VLLM RAN", "LAYERS", "RESTORE WITH"],
+              [[r["knob"], r["layer"], f"{r['fast']} ({r['platform']})", ", ".join(r["slow"]), r["slow_layers"],
+                r["restore"]] for r in ch["fallbacks"]], title=f"slow fallbacks ({len(ch['fallbacks'])})")
