@@ -338,7 +338,7 @@ def check_switches(reg, report, iface) -> None:
         if ok is None:
             continue
         vals = list(var.choices) if var.type == "enum" else []
-        vals += [x for _w, x in var._declared_values()]
+        vals += [x for _w, x in var._declared_values()] + list(var.vllm.fast.values())  # fast paths too
         f, ln, col = reg.locate("variant", vid, ("choices",))
         if ln is None:
             f, ln, col = reg.locate("variant", vid)

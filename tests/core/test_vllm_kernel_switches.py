@@ -92,3 +92,14 @@ def test_list_shows_the_switches_per_version(r9kctl):
     assert "kc_monokernel" in counts["0.34"] and "kc_monokernel" not in counts["0.32"]
     rc, out, err = r9kctl("list", "--vllm-version", "0.33", "--plain", "-s", "MOE_BACKEND")
     assert rc == 0 and "24: " in out, out
+
+
+def test_a_fast_path_no_vllm_accepts_is_a_located_error(r9kctl, registry_copy):
+    f = registry_copy / "variants" / "vllm.toml"
+    text = f.read_text()
+    assert 'fast = { cpu = "CPU_ATTN"' in text
+    f.write_text(text.replace('fast = { cpu = "CPU_ATTN"', 'fast = { cpu = "CPU_ATN"', 1))
+    rc, out, err = r9kctl("--registry", str(registry_copy), "validate", "--profile", "cpu-smoke")
+    assert rc == 2, out + err
+    line = next(ln for ln in (out + err).splitlines() if "error[vllm-value]" in ln)
+    assert "variants/vllm.toml:" in line and "'CPU_ATN'" in line and "did you mean 'CPU_ATTN'" in line, line
