@@ -618,6 +618,13 @@ class HybridKV(Strict):
         return v
 
 
+class KnobRange(Strict):
+    """A model's own bound on a knob's value (``[model] ranges``): the values its facts make meaningful."""
+    min: Optional[float] = None
+    max: Optional[float] = None
+    basis: str = Field(min_length=1)  # the fact it follows from
+
+
 class ModelSpec(Strict):
     """What the memory budget needs of a model, per TP key (``tp4``...): the weights a GPU holds, the
     memory that is neither weights nor KV cache (graphs, activations, state pools, parts the dims do not
@@ -639,6 +646,8 @@ class ModelSpec(Strict):
     derived: dict[str, str] = Field(default_factory=dict)
     basis: str
     checks: list[str] = Field(default_factory=list)  # what the numbers were checked against
+    # knob -> the range the model's facts allow (MTP depths from its MTP head): validate refuses a value outside
+    ranges: dict[str, KnobRange] = Field(default_factory=dict)
 
     @field_validator("weight_bytes_per_gpu", "overhead_bytes_per_gpu", "kv_bytes_per_token")
     @classmethod
