@@ -323,8 +323,9 @@ def _accepted_anywhere(var) -> tuple[Optional[list[str]], list[str]]:
 def check_switches(reg, report, iface) -> None:
     """Every declared vLLM switch: each value it declares (choices, stock, defaults) is accepted by some shipped
     vLLM version that has it (per-version legality is the profile's check, :func:`check_profile_switches`), an
-    enum switch declares every value those versions accept, and every switch ``iface``'s vLLM has that chooses a
-    kernel for the shipped models (``Interface.kernel_switches``) is declared: a located error each."""
+    enum switch declares every value those versions accept (a located error each), and, in a registry that
+    declares vLLM's switches, every switch ``iface``'s vLLM has that chooses a kernel for the shipped models
+    (``Interface.kernel_switches``) is declared (a warning each: a newer vLLM than the declarations)."""
     import difflib
 
     names = {}
@@ -354,10 +355,10 @@ def check_switches(reg, report, iface) -> None:
             report.add(Diagnostic("error", "vllm-value", f"{var.knob}: vLLM {', '.join(have)} also accept "
                                   f"{', '.join(missing)}: not declared (regenerate: scripts/vllm_interface.py "
                                   "--switches registry/variants/vllm.toml)", file=f, line=ln, col=col, items=[vid]))
-    for sw in iface.kernel_switches():
+    for sw in iface.kernel_switches() if names else ():  # a registry that declares vLLM's switches: all of them
         if sw.name not in names:
-            f, ln, col = reg.locate("variant", next(iter(names.values()))) if names else (None, None, None)
-            report.add(Diagnostic("error", "vllm-undeclared", f"vLLM {iface.version}'s {sw.name} chooses a kernel "
+            f, ln, col = reg.locate("variant", next(iter(names.values())))
+            report.add(Diagnostic("warning", "vllm-undeclared", f"vLLM {iface.version}'s {sw.name} chooses a kernel "
                                   f"({sw.decides}) and no variant declares it (regenerate: scripts/vllm_interface.py "
                                   "--switches registry/variants/vllm.toml)", file=f, line=1 if f else None, col=1 if f else None,
                                   items=[f"vllm {iface.version}"]))

@@ -382,7 +382,7 @@ def generate_switches(toml_path: Path) -> tuple[str, int, int]:
         present = [ver for ver, _ in seen]
         sw = seen[-1][1]
         knob = _checked_knob(sw)
-        vid = "vllm_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_").removeprefix("vllm_")
+        vid = knob.lower()  # at most 26 characters, like the knob (tables at 80 columns keep both whole)
         what = {"custom-op": f"--compilation-config custom_ops +{sw.name[10:]} / -{sw.name[10:]}: vLLM's kernel (+) "
                              "or the native torch path (-)",
                 "kernel-config": f"{sw.name}: a field of vLLM's kernel config",

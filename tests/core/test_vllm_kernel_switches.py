@@ -103,3 +103,16 @@ def test_a_fast_path_no_vllm_accepts_is_a_located_error(r9kctl, registry_copy):
     assert rc == 2, out + err
     line = next(ln for ln in (out + err).splitlines() if "error[vllm-value]" in ln)
     assert "variants/vllm.toml:" in line and "'CPU_ATN'" in line and "did you mean 'CPU_ATTN'" in line, line
+
+
+def test_a_kernel_switch_no_variant_declares_is_named(r9kctl, registry_copy):
+    import re
+
+    f = registry_copy / "variants" / "vllm.toml"
+    text = f.read_text()
+    block = re.search(r'\[\[variant\]\]\nid = "mamba_backend"\n(?:(?!\[\[variant\]\]).*\n)*', text).group(0)
+    f.write_text(text.replace(block, ""))
+    rc, out, err = r9kctl("--registry", str(registry_copy), "validate", "--profile", "cpu-smoke",
+                          "--vllm-version", "0.34")
+    line = next(ln for ln in (out + err).splitlines() if "vllm-undeclared" in ln)
+    assert "warning[vllm-undeclared]" in line and "--mamba-backend" in line and "0.34" in line, line
