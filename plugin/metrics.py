@@ -13,7 +13,7 @@ the figures ``/r9k/status`` answers), and yields, per process that wrote them:
 - ``r9k_op_layers{op, process, state="fused"|"stock", reason}``: layers of the model that run this project's
   kernel, and those that kept vLLM's path with the reason (a refused self-check among them);
 - ``r9k_op_calls_total{op, process, path}``: calls per path (``fused``, ``fallback:<why>``);
-- ``r9k_set_info{process, profile, hash}`` = 1: the set each process serves.
+- ``r9k_set_info{process, profile, hash, code}`` = 1: the set each process serves and its kernels' code identity.
 
 Nothing is added to the calls' hot path: the figures are the ones the flusher already writes.
 """
@@ -55,11 +55,14 @@ def families(secs: list[dict]):
                                labels=["op", "process", "state", "reason"])
     calls = CounterMetricFamily("r9k_op_calls", "Calls of this project's ops per path (fused, fallback:<why>), "
                                 "per op and process", labels=["op", "process", "path"])
-    info = GaugeMetricFamily("r9k_set_info", "The r9k set each process serves (its hash)",
-                             labels=["process", "profile", "hash"])
+    info = GaugeMetricFamily("r9k_set_info", "The r9k set each process serves (its values' hash) and the identity of "
+                             "the kernel code it runs (plugin/codeid.py)", labels=["process", "profile", "hash", "code"])
     for s in secs:
         proc = str(s.get("process", {}).get("name", "?"))
-        info.add_metric([proc, str(s.get("profile") or ""), str(s.get("hash") or "")], 1)
+        from . import codeid
+
+        info.add_metric([proc, str(s.get("profile") or ""), str(s.get("hash") or ""),
+                         codeid.combined(s.get("code") or {}) or ""], 1)
         for op, c in sorted((s.get("counters") or {}).items()):
             layers.add_metric([op, proc, "fused", ""], len(c.get("installed", [])))
             for reason, names in sorted((c.get("kept") or {}).items()):

@@ -140,8 +140,10 @@ def _run(args) -> int:
 
         print(kv_cache_line(data["kv_cache"]))
     procs = data.get("processes", {})
-    table(["PROCESS", "PID", "ROLE", "RANK", "HASH"],
-          [[n, p.get("pid"), p.get("role"), p.get("rank"), p.get("hash")] for n, p in procs.items()],
+    table(["PROCESS", "PID", "ROLE", "RANK", "HASH", "KERNEL CODE"],
+          [[n, p.get("pid"), p.get("role"), p.get("rank"), p.get("hash"),
+            "-" if not p.get("code") else p["code"] + ("" if p.get("code_as_on_disk", True) else " (not the files' text)")]
+           for n, p in procs.items()],
           title="processes")
     cl = data.get("cluster") or {}
     if cl.get("nodes"):

@@ -135,3 +135,24 @@ def test_every_layer_of_a_refused_op_is_counted_stock_and_the_plan_says_fallback
     finally:
         counters.reset()
         dispatch.set_table(old)
+
+
+def test_the_status_plan_is_the_model_building_workers(tmp_path):
+    """The API server plans the router fused; the worker's self-check refused it: the merged status shows the
+    worker's plan (no kernel installed, the fallback and its reason), not the front's."""
+    import json
+
+    from r9k.plugin import status
+
+    def sec(name, role, plan):
+        return {"profile": "p", "hash": "h", "tp": 1, "model": "m", "platform": "cpu", "origin": "o", "strict": False,
+                "values": {}, "non_stock": [], "process": {"name": name, "pid": 1, "role": role, "rank": 0,
+                                                           "node": "x"}, "plan": plan, "counters": {}}
+
+    front = sec("MainProcess", "main", {"installed": 1, "fallback": 0, "env_only": 0, "fallbacks": {}})
+    worker = sec("VllmWorker-0", "worker", {"installed": 0, "fallback": 1, "env_only": 0,
+                                            "fallbacks": {"R9K_ROUTER": "self-check failed: zeros"}})
+    f = tmp_path / "status.json"
+    f.write_text(json.dumps({"processes": {"VllmWorker-0": worker}}))
+    data = status.merged_status(front, str(f))
+    assert data["plan"]["installed"] == 0 and data["plan"]["fallbacks"] == {"R9K_ROUTER": "self-check failed: zeros"}
