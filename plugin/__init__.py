@@ -123,6 +123,10 @@ def _register() -> None:
     # plain subprocess (e.g. the model inspection of vllm.model_executor.models.registry): it checks
     # agreement like every process, but does not speak for the server in the status file.
     helper = proc.role == "main" and not first_process
+    if proc.role == "main" and first_process:  # the API server: the counters on vLLM's /metrics
+        from . import metrics
+
+        metrics.install(install.HOOKS)
     _status_path = None if helper else startup.default_status_file(server=server)
     if first_process and _status_path:  # a new server: clean the files of dead servers, start its own
         from . import status

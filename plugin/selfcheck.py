@@ -133,7 +133,9 @@ def verify(choice, layer: str, probe: Callable[[], tuple],
     reason = f"self-check failed: {why}"
     plan = table.plans.get(choice.variant_id) if table is not None else None
     if plan is not None and plan.mode == "fused":
-        plan.mode, plan.reason = "fallback", reason
+        from ..registry.manifest import Impl  # the enum member: plan_counts and the status compare by identity
+
+        plan.mode, plan.reason = Impl.FALLBACK, reason
         if table.on_change:
             table.on_change(table)
     if (choice.op, "warned") not in _RESULTS:

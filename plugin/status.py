@@ -31,7 +31,7 @@ from .models import SUPERSEDED, SUPERSEDED_BY
 from ..registry.manifest import Impl
 from ..registry import fileio
 from .startup import process_alive
-from . import vllm_choices
+from . import codeid, vllm_choices
 from .agree import STALE_AFTER_S
 from ..registry.redact import is_secret, MASK
 
@@ -63,6 +63,7 @@ def snapshot(active, table, proc, applied: Optional[dict] = None, ranks: Optiona
         "plan": plan_counts(table),
         "op_variants": dict(table.by_op) if table is not None else {},
         "counters": counters.snapshot(),
+        "code": codeid.snapshot(table),  # the kernels' source identity as loaded (plugin/codeid.py)
         "applied": applied,
         "kv_cache": _kv_cache(),  # predicted vs allocated, once the engine is ready (plugin/kvcache.py)
         "ranks": ranks,  # every rank's record, where this process took part in the ranks' agreement
@@ -234,7 +235,8 @@ def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
         data.update({k: file_data.get(k) for k in ("profile", "hash", "tp", "model")})
     data["processes"] = {n: {"pid": s["process"]["pid"], "role": s["process"]["role"],
                              "rank": s["process"]["rank"], "hash": s["hash"], "in_use": s.get("in_use", {}),
-                             "time": s.get("time")}
+                             "time": s.get("time"), "code": codeid.combined(s.get("code") or {}),
+                             "code_as_on_disk": all(c.get("as_on_disk") for c in (s.get("code") or {}).values())}
                          for n, s in sorted(procs.items())}
     # rank 0 first: its layer list speaks for the model (every rank builds the same layers, sharded)
     ordered = sorted(procs.values(), key=lambda s: (s["process"]["role"] != "worker", s["process"]["rank"],
@@ -247,6 +249,8 @@ def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
                      key=lambda s: s["process"]["rank"])
     builder = workers[0] if workers else (own or next(iter(procs.values()), None))
     data["in_use"] = builder.get("in_use", {}) if builder else {}
+    if builder is not None and builder["process"]["role"] == "worker" and builder.get("plan"):
+        data["plan"] = builder["plan"]  # the model-building worker's: a kernel its self-check refused is a fallback
     data["in_use_from"] = builder["process"]["name"] if builder else None
     _mark_superseded(data, (front or builder or {}).get("op_variants") or {})
     data["agree"] = len({s["hash"] for s in procs.values()}) <= 1

@@ -289,7 +289,12 @@ def on_model_built(runner) -> None:
     proc = getattr(plugin, "_proc", None)
     res = build(rs, model, getattr(runner, "vllm_config", None), process=getattr(proc, "name", ""))
     _choices = res
+    from . import fallback  # slow fallbacks against the declared fast paths (issue 38)
+
+    fallback.check(rs, res, lambda ln: plugin._emit(30, ln))
     plugin.record_vllm_choices(res)
+    if rs.strict:
+        fallback.refuse(res["fallbacks"])
     if res["mismatches"] and rs.strict:
         from .startup import StartupError
 

@@ -10,6 +10,10 @@ def add_parser(sub):
     p.add_argument("--status", action="append", help="only this status: default-on, opt-in, rejected, removed")
     p.add_argument("--tp", type=int, help="only variants with a default at this TP size; show that default")
     p.add_argument("--search", "-s", help="substring of id, knob or summary")
+    p.add_argument("--vllm", action="store_true", help="only vLLM's own switches: switch, versions, platforms, "
+                   "values and vLLM's default")
+    p.add_argument("--vllm-version", metavar="X.Y", help="only vLLM's own switches that vLLM X.Y has (its description "
+                   "in registry/vllm/), with the values that version accepts")
     p.add_argument("--format", choices=("table", "json", "ids"), default="table")
     p.set_defaults(func=run)
     return p
@@ -31,8 +35,17 @@ def run(args) -> int:
                or choice_problem("--area", args.area, sorted({v.area for v in reg.variants.values()}))
                or (choice_problem("--tp", [str(args.tp)], [str(t) for t in sorted(
                    {int(k[2:]) for v in reg.variants.values() for k in v.defaults})]) if args.tp is not None else None))
+    iface = None
+    if args.vllm_version:
+        from ..registry.vllm_interface import load as load_iface, versions
+
+        iface = load_iface(args.vllm_version)
+        if iface is None:
+            return usage_error("r9kctl list", f"--vllm-version {args.vllm_version}: no description ships (have "
+                               f"{', '.join(versions())})")
     if problem:
         return usage_error("r9kctl list", problem)
+    from ..registry.vllm_map import accepted_values, switch_exists, switch_name
     rows = []
     needle = (args.search or "").lower()
     for vid in sorted(reg.variants, key=lambda i: (reg.variants[i].area, i)):
@@ -47,12 +60,30 @@ def run(args) -> int:
             continue
         if needle and needle not in f"{vid} {v.knob} {v.summary}".lower():
             continue
+        if (args.vllm or iface is not None) and v.vllm is None:
+            continue
+        if iface is not None and not switch_exists(v, iface.version):
+            continue
         rows.append(v)
     if args.format == "json":
         print_json([v.model_dump(mode="json", by_alias=True, exclude_defaults=True) for v in rows])
         return 0
     if args.format == "ids":
         print("\n".join(v.id for v in rows))
+        return 0
+    if args.vllm or iface is not None:
+        from ..registry.vllm_interface import versions
+
+        out = []
+        for v in rows:
+            vals = accepted_values(v, iface) if iface is not None else (list(v.choices) or None)
+            out.append([v.knob, switch_name(v), v.vllm.versions or ", ".join(versions()),
+                        ", ".join(v.vllm.platforms) or "all", v.vllm.decides,
+                        f"{len(vals)}: {', '.join(vals)}" if vals else v.type,
+                        "; ".join(f"{k}: {x}" for k, x in v.vllm.default.items())])
+        where = f"in vLLM {iface.version}" if iface is not None else "declared"
+        table(["knob", "vLLM switch", "versions", "platforms", "decides", "values", "vLLM's default"], out,
+              title=f"{len(rows)} of vLLM's switches {where}")
         return 0
     key = f"tp{args.tp}" if args.tp is not None else None
     cols = ["id", "knob", "area", "category", "status", "stock"] + ([key] if key else ["tp4", "tp2"]) + ["summary"]

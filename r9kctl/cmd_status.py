@@ -156,8 +156,10 @@ def _run(args) -> int:
 
         print(kv_cache_line(data["kv_cache"]))
     procs = data.get("processes", {})
-    table(["PROCESS", "PID", "ROLE", "RANK", "HASH"],
-          [[n, p.get("pid"), p.get("role"), p.get("rank"), p.get("hash")] for n, p in procs.items()],
+    table(["PROCESS", "PID", "ROLE", "RANK", "HASH", "KERNEL CODE"],
+          [[n, p.get("pid"), p.get("role"), p.get("rank"), p.get("hash"),
+            "-" if not p.get("code") else p["code"] + ("" if p.get("code_as_on_disk", True) else " (not the files' text)")]
+           for n, p in procs.items()],
           title="processes")
     cl = data.get("cluster") or {}
     if cl.get("nodes"):
@@ -243,3 +245,7 @@ def _print_vllm_choices(ch) -> None:
               [[r["state"], r["knob"], r["switch"], r["layer"], r["requested"],
                 (r["chosen"] or "?") + (f": {r['note']}" if r["note"] else "")] for r in ch["rows"]],
               title=f"vLLM switches: requested vs chosen ({len(ch.get('mismatches', []))} mismatch(es))")
+    if ch.get("fallbacks"):  # plugin/fallback.py: left to vLLM, off the declared fast path
+        table(["KNOB", "LAYER", "FAST PATH", "VLLM RAN", "LAYERS", "RESTORE WITH"],
+              [[r["knob"], r["layer"], f"{r['fast']} ({r['platform']})", ", ".join(r["slow"]), r["slow_layers"],
+                r["restore"]] for r in ch["fallbacks"]], title=f"slow fallbacks ({len(ch['fallbacks'])})")

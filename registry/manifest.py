@@ -115,6 +115,7 @@ class Switch:
     default: dict = field(default_factory=dict)
     decides: str = ""
     source: str = ""
+    fast: dict = field(default_factory=dict)  # the fast path per platform family (plugin/fallback.py)
 
 
 @dataclass

@@ -236,6 +236,8 @@ class VllmSwitch(Strict):
     default:   vLLM's own choice when unset, per platform family (``all`` for every platform).
     decides:   the layer kind it chooses for (attention, moe, linear, custom-op, cpu, ...).
     source:    where vLLM reads it (``vllm/envs.py``, ``vllm/config/kernel.py``).
+    fast:      the fast path per platform family, as a value of the switch: left to vLLM, a layer that runs
+               another is a slow fallback (plugin/fallback.py warns, strict refuses), restored by this value.
     """
 
     versions: str = ""
@@ -243,6 +245,7 @@ class VllmSwitch(Strict):
     default: dict[str, str] = Field(default_factory=dict)
     decides: str = Field(min_length=1)
     source: str = Field(min_length=1)
+    fast: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("versions")
     @classmethod
@@ -612,6 +615,13 @@ class HybridKV(Strict):
         return v
 
 
+class KnobRange(Strict):
+    """A model's own bound on a knob's value (``[model] ranges``): the values its facts make meaningful."""
+    min: Optional[float] = None
+    max: Optional[float] = None
+    basis: str = Field(min_length=1)  # the fact it follows from
+
+
 class ModelSpec(Strict):
     """What the memory budget needs of a model, per TP key (``tp4``...): the weights a GPU holds, the
     memory that is neither weights nor KV cache (graphs, activations, state pools, parts the dims do not
@@ -633,6 +643,8 @@ class ModelSpec(Strict):
     derived: dict[str, str] = Field(default_factory=dict)
     basis: str
     checks: list[str] = Field(default_factory=list)  # what the numbers were checked against
+    # knob -> the range the model's facts allow (MTP depths from its MTP head): validate refuses a value outside
+    ranges: dict[str, KnobRange] = Field(default_factory=dict)
 
     @field_validator("weight_bytes_per_gpu", "overhead_bytes_per_gpu", "kv_bytes_per_token")
     @classmethod

@@ -22,6 +22,7 @@ from .loader import Registry, load_registry
 from .memory import Budget, budget
 from .resolve import ResolvedSet, resolve, suggest
 from . import ledger
+from . import model_ranges
 from .vllm_map import check_mappings, check_profile_launch
 from .vllm_interface import target
 from .ledger import platform_matches
@@ -366,6 +367,7 @@ def validate(
                      platform=platform, strict=strict or None)
         report.profiles[name] = rs
         report.budgets[name] = check_profile(reg, rs, report)
+        model_ranges.check(reg, rs, report)  # the served model's own bounds (registry/models.toml ranges)
         if iface is not None and not any(d.level == "error" and name in d.items for d in report.diagnostics):
             check_profile_launch(reg, rs, report, iface)
             launch_checks.check_profile(reg, rs, report, iface, env)

@@ -9,6 +9,8 @@ API (shared with the variant tables that declare vLLM's own switches)::
     iface.env("VLLM_KV_CACHE_LAYOUT")      # EnvVar: type, default, choices
     iface.nearest_flag("--kv-cache-memory")
     iface.parse(argv)                      # problems of an argument list, abbreviations off
+    iface.kernel_switches()                # every switch that chooses a kernel for the shipped models
+    removed_name("VLLM_ATTENTION_BACKEND", iface)  # a removed or renamed name and its successor
 """
 from __future__ import annotations
 
@@ -65,6 +67,69 @@ class EnvVar:
 
 
 @dataclass(frozen=True)
+class Switch:
+    """One switch of vLLM that chooses a kernel or backend: ``name`` as :func:`registry.vllm_map.switch_name`
+    spells it (``--moe-backend``, ``--kernel-config monokernel``, ``custom op rms_norm``, ``VLLM_USE_DEEP_GEMM``),
+    the values this vLLM accepts (None: a free string), its default here and the layer kind it decides."""
+    name: str
+    kind: str  # vllm-arg, kernel-config, custom-op, vllm-env
+    values: Optional[tuple[str, ...]]
+    default: Optional[str]
+    decides: str
+    type: str = "enum"  # enum, bool, string
+    help: str = ""
+
+
+#: vLLM's serve flags that choose a kernel or backend for the shipped models' layers -> (layer kind, the enum
+#: whose member names the flag takes when its parser takes any string). Not here: the flags of layers no shipped
+#: model has (DeepSeek's sparse indexer ``--sparse-indexer-topk-backend``, Kimi's ``--kda-*-backend``) and the
+#: flags that choose no kernel (executor, offload, KV transfer backends).
+KERNEL_FLAGS = {
+    "--attention-backend": ("attention", "AttentionBackendEnum"),
+    "--mm-encoder-attn-backend": ("attention", "AttentionBackendEnum"),
+    "--moe-backend": ("moe", None),
+    "--all2all-backend": ("moe", None),
+    "--linear-backend": ("linear", None),
+    "--gdn-prefill-backend": ("gdn", None),
+    "--mamba-backend": ("gdn", "MambaBackendEnum"),
+}
+
+#: vLLM's variables that choose a kernel or backend for the shipped models (attention, Gated DeltaNet, MoE,
+#: block-fp8 / MXFP4 / int4 linear, all-reduce, the model runner) on cpu, cuda and rocm -> layer kind. Values,
+#: types and defaults come from each version's envs.py; a name a version lacks is absent there.
+KERNEL_ENVS = {
+    "VLLM_DISABLED_KERNELS": "linear", "VLLM_USE_V2_MODEL_RUNNER": "all",
+    "VLLM_USE_DEEP_GEMM": "linear", "VLLM_MOE_USE_DEEP_GEMM": "moe", "VLLM_USE_DEEP_GEMM_E8M0": "linear",
+    "VLLM_DEEP_GEMM_WARMUP": "warmup", "VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER": "linear",
+    "VLLM_USE_FUSED_MOE_GROUPED_TOPK": "moe", "VLLM_USE_FLASHINFER_SAMPLER": "sampler",
+    "VLLM_MARLIN_USE_ATOMIC_ADD": "moe", "VLLM_MXFP4_EMULATION_DEQUANT_AT_LOAD": "moe",
+    "VLLM_GDN_DECODE_KERNEL": "gdn",
+    "VLLM_ALLREDUCE_USE_FLASHINFER": "comm", "VLLM_ALLREDUCE_USE_SYMM_MEM": "comm",
+    "VLLM_FLASHINFER_ALLREDUCE_BACKEND": "comm", "VLLM_USE_NCCL_SYMM_MEM": "comm",
+    "VLLM_CPU_ATTN_SPLIT_KV": "attention", "VLLM_CPU_INT4_W4A8": "linear", "VLLM_CPU_SGL_KERNEL": "linear",
+    "VLLM_CPU_OMP_THREADS_BIND": "cpu",
+    "VLLM_ROCM_USE_AITER": "all", "VLLM_ROCM_USE_AITER_MOE": "moe", "VLLM_ROCM_USE_AITER_MHA": "attention",
+    "VLLM_ROCM_USE_AITER_LINEAR": "linear", "VLLM_ROCM_USE_AITER_RMSNORM": "custom-op",
+    "VLLM_ROCM_USE_AITER_TRITON_ROPE": "custom-op", "VLLM_ROCM_USE_AITER_TRITON_GEMM": "linear",
+    "VLLM_ROCM_USE_AITER_UNIFIED_ATTENTION": "attention", "VLLM_ROCM_USE_AITER_FP8BMM": "linear",
+    "VLLM_ROCM_USE_AITER_FP4_ASM_GEMM": "linear", "VLLM_ROCM_USE_AITER_CUSTOM_AR": "comm",
+    "VLLM_ROCM_USE_AITER_FUSION_SHARED_EXPERTS": "moe", "VLLM_ROCM_USE_SKINNY_GEMM": "linear",
+    "VLLM_ROCM_FP8_PADDING": "linear", "VLLM_ROCM_MOE_PADDING": "moe", "VLLM_ROCM_MONO_DECODE": "decode",
+    "VLLM_ROCM_FP8_MFMA_PAGE_ATTN": "attention",
+}
+
+#: Names vLLM removed or renamed whose successor its sources of the shipped versions no longer state (vLLM
+#: >= 0.34 keeps ``removed_environment_variables`` with a hint: that is read from the description instead).
+SUCCESSORS = {
+    "VLLM_ATTENTION_BACKEND": "--attention-backend (the flag; the variable was removed before vLLM 0.26)",
+    "VLLM_USE_V1": "nothing: V1 is vLLM's only engine since before 0.26; unset it",
+    "VLLM_ROCM_MONO_DECODE": "--kernel-config monokernel (vLLM 0.33)",
+    "VLLM_USE_V2_MODEL_RUNNER": "nothing: vLLM 0.34 has only the V2 model runner; unset it (0 is refused)",
+    "VLLM_CPU_SGL_KERNEL": "nothing in vLLM 0.32 (the CPU backend chooses its linear kernels itself)",
+}
+
+
+@dataclass(frozen=True)
 class Problem:
     """One fault of an argument list or environment: ``kind`` is the diagnostic code."""
     kind: str  # unknown-flag, abbreviated-flag, bad-value, missing-value, unknown-variable, bad-env-value
@@ -94,6 +159,52 @@ class Interface:
         self.envs: dict[str, EnvVar] = {
             n: EnvVar(n, e.get("type"), e.get("default"), tuple(e["choices"]) if e.get("choices") else None)
             for n, e in data["envs"].items()}
+        self.removed_envs: dict[str, str] = dict(data.get("removed_envs") or {})
+        self.custom_ops: dict[str, str] = dict(data.get("custom_ops") or {})
+        self.enums: dict[str, list[str]] = dict(data.get("enums") or {})
+
+    def switch(self, name: str) -> Optional[Switch]:
+        """The kernel switch ``name`` (as :meth:`kernel_switches` spells it), None when this vLLM has none."""
+        if getattr(self, "_switches", None) is None:
+            self._switches = {sw.name: sw for sw in self.kernel_switches()}
+        return self._switches.get(name)
+
+    def kernel_switches(self) -> list[Switch]:
+        """Every switch of this vLLM that chooses a kernel or backend for the shipped models: the flags of
+        :data:`KERNEL_FLAGS`, every boolean field of ``--kernel-config``, every custom op, the variables of
+        :data:`KERNEL_ENVS` this version reads."""
+        out: list[Switch] = []
+        for opt, (decides, enum) in KERNEL_FLAGS.items():
+            fl = self.flag(opt)
+            if fl is None:
+                continue
+            vals = fl.choices if fl.choices is not None else (tuple(self.enums[enum]) if enum in self.enums else None)
+            vals = tuple(v for v in vals if v != "None") if vals is not None else None
+            out.append(Switch(opt, "vllm-arg", vals, None if fl.default in (None, "None") else str(fl.default),
+                              decides, "enum" if vals else "string", fl.help))
+        kc = self.flag("--kernel-config")
+        for fld, typ in sorted((kc.fields if kc is not None else {}).items()):
+            if typ == "bool":
+                out.append(Switch(f"--kernel-config {fld}", "kernel-config", ("0", "1"), None,
+                                  "moe" if "flashinfer" in fld else "attention" if "attn" in fld else
+                                  "decode" if fld == "monokernel" else "warmup", "bool"))
+        for op in self.custom_ops:
+            out.append(Switch(f"custom op {op}", "custom-op", ("+", "-"), None, "custom-op", "enum",
+                              f"registered in {self.custom_ops[op]}"))
+        for name, decides in KERNEL_ENVS.items():
+            e = self.envs.get(name)
+            if e is None:
+                continue
+            t = (e.type or "").replace(" | None", "")
+            if e.choices:
+                vals, typ = e.choices, "enum"
+            elif t == "bool":
+                vals, typ = ("0", "1"), "bool"
+            else:
+                vals, typ = None, "string"
+            default = e.default.strip("'\"") if e.default is not None else None
+            out.append(Switch(name, "vllm-env", tuple(vals) if vals else None, default, decides, typ))
+        return out
 
     # --- look-ups ---------------------------------------------------------------------------------
     def flag(self, option: str) -> Optional[Flag]:
@@ -121,6 +232,14 @@ class Interface:
     def nearest_env(self, name: str) -> Optional[str]:
         near = difflib.get_close_matches(name, sorted(self.envs), n=1, cutoff=0.6)
         return near[0] if near else None
+
+    def unknown_env(self, name: str) -> str:
+        """Why ``name`` is not a variable of this vLLM: removed or renamed (its successor), else the nearest."""
+        gone = removed_name(name, self)
+        if gone:
+            return f"{name} is not read by vLLM {self.version}: {gone}"
+        near = self.nearest_env(name)
+        return f"{name} is not read by vLLM {self.version}" + (f" (nearest: {near})" if near else "")
 
     def abbreviation_of(self, option: str) -> list[str]:
         """The flags argparse (``allow_abbrev=True``, vLLM's default) would accept ``option`` as a prefix of."""
@@ -214,9 +333,10 @@ class Interface:
                         f"as an abbreviation of {abbrev[0]}" + (f" (or {', '.join(abbrev[1:3])})" if len(abbrev) > 1 else "")
                         + ": spell the flag out", opt))
                 else:  # a spelling suggestion costs ~10 ms: for the first few only (the rest are not shown)
-                    near = self.nearest_flag(opt) if len(problems) < SUGGEST_FIRST else None
+                    gone = removed_name(opt, self)
+                    near = self.nearest_flag(opt) if not gone and len(problems) < SUGGEST_FIRST else None
                     problems.append(Problem("unknown-flag", f"{opt} is not a flag of vLLM {self.version}"
-                                            + (f" (nearest: {near})" if near else ""), opt))
+                                            + (f": {gone}" if gone else f" (nearest: {near})" if near else ""), opt))
                 if not eq and i < len(argv) and not argv[i].startswith("-"):
                     i += 1  # its value
                 continue
@@ -266,9 +386,7 @@ class Interface:
                 continue
             e = self.envs.get(name)
             if e is None:
-                near = self.nearest_env(name)
-                out.append(Problem("unknown-variable", f"{name} is not read by vLLM {self.version}"
-                                   + (f" (nearest: {near})" if near else ""), name))
+                out.append(Problem("unknown-variable", self.unknown_env(name), name))
             elif e.choices and env[name] not in e.choices and env[name] != "":
                 out.append(Problem("bad-env-value", f"{name}={env[name]!r}: vLLM {self.version} takes one of "
                                    f"{', '.join(e.choices)}", name))
@@ -312,3 +430,41 @@ def target(version: Optional[str] = None) -> tuple[Optional[Interface], str]:
             return None, "?"
         v = shipped[-1]
     return load(v), v
+
+
+def _has(iface: Interface, name: str) -> bool:
+    return iface.flag(name) is not None if name.startswith("-") else name in iface.envs
+
+
+def removed_name(name: str, iface: Interface) -> Optional[str]:
+    """How ``name`` (a flag or a variable ``iface``'s vLLM lacks) left vLLM: the shipped versions that still have
+    it, vLLM's own hint (``removed_environment_variables``) and its successor (:data:`SUCCESSORS`), as one
+    clause; None when no shipped version had it and no successor is known (a typo: the caller names the nearest)."""
+    if _has(iface, name):
+        return None
+    had = [v for v in versions() if (i := load(v)) is not None and _has(i, name)]
+    older = [v for v in had if _key(v) < _key(iface.version)]
+    newer = [v for v in had if _key(v) > _key(iface.version)]
+    hint = iface.removed_envs.get(name) or next((load(v).removed_envs[name] for v in versions()
+                                                 if name in (load(v).removed_envs or {})), None)
+    succ = SUCCESSORS.get(name)
+    if not (had or hint or succ):
+        return None
+    parts = []
+    if older and not newer:
+        parts.append(f"removed after vLLM {older[-1]}")
+    elif newer and not older:
+        parts.append(f"new in vLLM {newer[0]}")
+    elif had:
+        parts.append(f"read by vLLM {', '.join(had)} only")
+    else:
+        parts.append("removed")
+    if succ:
+        parts.append(f"its successor is {succ}")
+    if hint:
+        parts.append(f"vLLM says: {hint}")
+    return "; ".join(parts)
+
+
+def _key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", series(v)))

@@ -238,8 +238,7 @@ def mapping_problems(m: Mapping, iface) -> list[tuple[str, str]]:
             if reads_vllm and m.program != "vllm":
                 out.append(("program", f"{n} is a vLLM variable but the mapping says {m.program} reads it"))
             if m.program == "vllm" and iface.env(n) is None:
-                near = iface.nearest_env(n)
-                out.append(("name", f"{n} is not read by vLLM {v}" + (f" (nearest: {near})" if near else "")
+                out.append(("name", iface.unknown_env(n)
                             + ("" if reads_vllm else "; a variable for another program names it: program = \"...\"")))
     elif m.kind == "custom-op":
         fl = iface.flag("--compilation-config")
@@ -280,6 +279,9 @@ def accepted_values(var, iface) -> Optional[list[str]]:
     """The values ``iface``'s vLLM accepts for the switch (the parser's choices, the variable's declared
     choices; a boolean variable: 0/1); None where the description names none (a free string)."""
     m = mapping(var.sets)
+    sw = iface.switch(switch_name(var)) if m.kind == "vllm-arg" else None
+    if sw is not None:  # a kernel flag: the parser's choices, else the enum its parser converts to
+        return list(sw.values) if sw.values is not None else None
     if m.kind in ("vllm-arg", "vllm-flag"):
         fl = iface.flag(m.name)
         return list(fl.choices) if fl is not None and fl.choices is not None else None
@@ -301,44 +303,65 @@ def accepted_values(var, iface) -> Optional[list[str]]:
     return None
 
 
-def _accepted_by_another(var, val: str, version: str) -> bool:
-    """Whether a shipped vLLM version other than ``version`` that has the switch accepts ``val``."""
-    from .vllm_interface import load, series, versions
+def _accepted_anywhere(var) -> tuple[Optional[list[str]], list[str]]:
+    """(the values some shipped vLLM version that has the switch accepts, those versions)."""
+    from .vllm_interface import load, versions
 
-    for v in versions():
-        if v != series(version) and switch_exists(var, v):
-            ok = accepted_values(var, load(v))
-            if ok is None or val in ok:
-                return True
-    return False
+    union: Optional[list[str]] = None
+    have = []
+    for ver in versions():
+        i = load(ver)
+        if i is None or not switch_exists(var, i.version):
+            continue
+        ok = accepted_values(var, i)
+        have.append(ver)
+        if ok is not None:
+            union = list(dict.fromkeys((union or []) + ok))
+    return union, have
 
 
 def check_switches(reg, report, iface) -> None:
-    """Every declared vLLM switch against ``iface``: each value the variant declares (its choices, stock and
-    defaults) is one that vLLM version accepts (a located error naming the nearest accepted value). A choice
-    of an enum's vocabulary that this version lacks is an error only when no other shipped version accepts it
-    (a typo); a launch asking this version for it is refused by :func:`check_launch`."""
+    """Every declared vLLM switch: each value it declares (choices, stock, defaults) is accepted by some shipped
+    vLLM version that has it (per-version legality is the profile's check, :func:`check_profile_switches`), an
+    enum switch declares every value those versions accept (a located error each), and, in a registry that
+    declares vLLM's switches, every switch ``iface``'s vLLM has that chooses a kernel for the shipped models
+    (``Interface.kernel_switches``) is declared (a warning each: a newer vLLM than the declarations)."""
     import difflib
 
+    names = {}
     for vid, var in sorted(reg.variants.items()):
-        if var.vllm is None or var.sets is None or not switch_exists(var, iface.version):
+        if var.vllm is None or var.sets is None:
             continue
-        ok = accepted_values(var, iface)
+        names[switch_name(var)] = vid
+        if not switch_exists(var, iface.version):
+            continue
+        ok, have = _accepted_anywhere(var)
         if ok is None:
             continue
-        declared = [x for _w, x in var._declared_values()]
-        for val in dict.fromkeys((list(var.choices) if var.type == "enum" else []) + declared):
+        vals = list(var.choices) if var.type == "enum" else []
+        vals += [x for _w, x in var._declared_values()] + list(var.vllm.fast.values())  # fast paths too
+        f, ln, col = reg.locate("variant", vid, ("choices",))
+        if ln is None:
+            f, ln, col = reg.locate("variant", vid)
+        for val in dict.fromkeys(vals):
             if val in ("", None) or val in ok:
                 continue
-            if val not in declared and _accepted_by_another(var, val, iface.version):
-                continue  # the knob's vocabulary spans versions; a profile asking this one for it is refused
             near = difflib.get_close_matches(val, ok, n=1, cutoff=0.5)
-            f, ln, col = reg.locate("variant", vid, ("choices",))
-            if ln is None:
-                f, ln, col = reg.locate("variant", vid)
-            report.add(Diagnostic("error", "vllm-value", f"{var.knob}: vLLM {iface.version} does not accept "
+            report.add(Diagnostic("error", "vllm-value", f"{var.knob}: no vLLM of {', '.join(have)} accepts "
                                   f"{val!r}" + (f" (did you mean {near[0]!r}?)" if near else ""), file=f, line=ln,
                                   col=col, items=[vid, f"vllm {iface.version}"]))
+        missing = [x for x in ok if x not in var.choices] if var.type == "enum" else []
+        if missing:
+            report.add(Diagnostic("error", "vllm-value", f"{var.knob}: vLLM {', '.join(have)} also accept "
+                                  f"{', '.join(missing)}: not declared (regenerate: scripts/vllm_interface.py "
+                                  "--switches registry/variants/vllm.toml)", file=f, line=ln, col=col, items=[vid]))
+    for sw in iface.kernel_switches() if names else ():  # a registry that declares vLLM's switches: all of them
+        if sw.name not in names:
+            f, ln, col = reg.locate("variant", next(iter(names.values())))
+            report.add(Diagnostic("warning", "vllm-undeclared", f"vLLM {iface.version}'s {sw.name} chooses a kernel "
+                                  f"({sw.decides}) and no variant declares it (regenerate: scripts/vllm_interface.py "
+                                  "--switches registry/variants/vllm.toml)", file=f, line=1 if f else None, col=1 if f else None,
+                                  items=[f"vllm {iface.version}"]))
 
 
 def check_profile_switches(reg, rs, report, iface) -> None:
@@ -348,7 +371,9 @@ def check_profile_switches(reg, rs, report, iface) -> None:
         var = r.variant
         if var.vllm is None or not _active(r):
             continue
-        if switch_exists(var, iface.version) and switch_on_platform(var, rs.platform):
+        ok = accepted_values(var, iface) if switch_exists(var, iface.version) else None
+        bad_value = ok is not None and r.value not in ok
+        if switch_exists(var, iface.version) and switch_on_platform(var, rs.platform) and not bad_value:
             continue
         where = value_where(reg, rs, r)  # the layer that set it (a child profile, --set, ...)
         if where[0] is None:
@@ -357,6 +382,14 @@ def check_profile_switches(reg, rs, report, iface) -> None:
         if not switch_exists(var, iface.version):
             report.add(Diagnostic("error", "vllm-version", f"{var.knob}={r.value}{by}: vLLM {iface.version} has no "
                                   f"{switch_name(var)} (it exists in vLLM {var.vllm.versions})",
+                                  file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
+        if bad_value:
+            import difflib
+
+            near = difflib.get_close_matches(r.value, ok, n=1, cutoff=0.5)
+            report.add(Diagnostic("error", "vllm-value", f"{var.knob}={r.value}{by}: vLLM {iface.version}'s "
+                                  f"{switch_name(var)} does not take {r.value!r}" + (f" (did you mean {near[0]!r}?)"
+                                  if near else f"; it takes {', '.join(ok[:12])}{' ...' if len(ok) > 12 else ''}"),
                                   file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
         if not switch_on_platform(var, rs.platform):
             report.add(Diagnostic("error", "vllm-platform", f"{var.knob}={r.value}{by}: {switch_name(var)} does "

@@ -60,6 +60,15 @@ def installed(op: str, layer: str) -> None:
     counters.layer(op, layer, True)
 
 
+def _refused(op: str) -> Optional[str]:
+    """The reason the op's plan fell back while layers were being built (a failed self-check), else None."""
+    table = get_table()
+    vid = table.by_op.get(op) if table is not None else None
+    plan = table.plans.get(vid) if vid is not None else None
+    reason = getattr(plan, "reason", None) or ""
+    return reason if reason.startswith("self-check failed") else None
+
+
 def eligible_choice(op: str, layer: str, ineligible: Callable[[], str],
                     probe: Optional[Callable[[], tuple]] = None, bound: Optional[Callable] = None) -> Optional[Choice]:
     """The table's choice of ``op`` for this layer, or None: when the table leaves the layer to vLLM, or
@@ -68,6 +77,9 @@ def eligible_choice(op: str, layer: str, ineligible: Callable[[], str],
     ``bound``: optional, see there) finds the fused kernel off its stock path."""
     choice = choose(op, layer)
     if choice is None:
+        refused = _refused(op)
+        if refused:  # the op's plan fell back at an earlier layer (its self-check): this layer is stock too
+            keep(op, layer, refused)
         return None
     reason = ineligible()
     if not reason and probe is not None:

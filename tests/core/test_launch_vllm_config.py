@@ -94,6 +94,6 @@ except SystemExit:
 print(json.dumps(bad))
 """
     p = subprocess.run([os.sys.executable, "-c", code], input=json.dumps(launches), capture_output=True, text=True,
-                       timeout=600)
+                       timeout=600)  # on stdin: 11 launches' manifests exceed one argument's 128 KiB
     assert p.returncode == 0, p.stderr[-3000:]
     assert json.loads(p.stdout.strip().splitlines()[-1]) == {}, p.stderr[-3000:]

@@ -99,3 +99,60 @@ def test_the_hook_keeps_vllms_path_for_a_failing_layer(monkeypatch):
     probe = lambda: selfcheck.probe_linear(torch.empty((8, 16), dtype=torch.bfloat16))  # noqa: E731
     assert _common.eligible_choice("router_gemm", "m.gate", lambda: "", probe=probe) is None
     assert kept and kept[0][0] is False and kept[0][1].startswith("self-check failed")
+
+
+def test_every_layer_of_a_refused_op_is_counted_stock_and_the_plan_says_fallback(monkeypatch):
+    """Issue 38 item 7: after the first layer's self-check fails, the plan falls back; the later layers of the
+    op must be accounted for as stock too (both router layers of the tiny MoE, not only the first), and the
+    process's plan counts show no installed kernel for it."""
+    from r9k.plugin import counters, dispatch, status
+    from r9k.plugin.layers import _common
+    from r9k.registry import load_registry
+    from r9k.registry.manifest import from_resolved
+    from r9k.registry.resolve import resolve
+
+    monkeypatch.setenv(envvars.SELFCHECK.name, "1")
+    rs = from_resolved(resolve(load_registry(), "cpu-smoke", env={}))
+    table = dispatch.DispatchTable(rs, strict=False, platform_probe=lambda: "interpret")
+    table.plan()
+    vid = table.by_op["router_gemm"]
+    assert table.plans[vid].mode == "fused"
+    old = dispatch.get_table()
+    dispatch.set_table(table)
+    monkeypatch.setattr(_common, "get_table", lambda: table)
+    monkeypatch.setattr(selfcheck, "check", lambda *a, **k: "relative L2 error 1 against stock > 0.0039")
+    counters.reset()
+    try:
+        probe = lambda: selfcheck.probe_linear(torch.empty((8, 16), dtype=torch.bfloat16))  # noqa: E731
+        for layer in ("model.layers.0.mlp.gate", "model.layers.1.mlp.gate"):
+            assert _common.eligible_choice("router_gemm", layer, lambda: "", probe=probe) is None
+        snap = counters.snapshot()["router_gemm"]
+        assert snap["installed"] == []
+        (reason, layers), = snap["kept"].items()
+        assert reason.startswith("self-check failed") and len(layers) == 2, snap
+        counts = status.plan_counts(table)
+        assert counts["installed"] == 0 and counts["fallbacks"][table.plans[vid].knob].startswith("self-check failed")
+    finally:
+        counters.reset()
+        dispatch.set_table(old)
+
+
+def test_the_status_plan_is_the_model_building_workers(tmp_path):
+    """The API server plans the router fused; the worker's self-check refused it: the merged status shows the
+    worker's plan (no kernel installed, the fallback and its reason), not the front's."""
+    import json
+
+    from r9k.plugin import status
+
+    def sec(name, role, plan):
+        return {"profile": "p", "hash": "h", "tp": 1, "model": "m", "platform": "cpu", "origin": "o", "strict": False,
+                "values": {}, "non_stock": [], "process": {"name": name, "pid": 1, "role": role, "rank": 0,
+                                                           "node": "x"}, "plan": plan, "counters": {}}
+
+    front = sec("MainProcess", "main", {"installed": 1, "fallback": 0, "env_only": 0, "fallbacks": {}})
+    worker = sec("VllmWorker-0", "worker", {"installed": 0, "fallback": 1, "env_only": 0,
+                                            "fallbacks": {"R9K_ROUTER": "self-check failed: zeros"}})
+    f = tmp_path / "status.json"
+    f.write_text(json.dumps({"processes": {"VllmWorker-0": worker}}))
+    data = status.merged_status(front, str(f))
+    assert data["plan"]["installed"] == 0 and data["plan"]["fallbacks"] == {"R9K_ROUTER": "self-check failed: zeros"}
