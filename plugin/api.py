@@ -5,7 +5,8 @@ importing this module loads no torch and no vLLM.
 * models the plugin builds: :func:`resolve_model_ref` (a ``tiny:`` reference to a checkpoint in the cache),
   :data:`ARCHITECTURE` and :func:`precheck` (the Flash-Next checkpoint check before anything starts);
 * the status: :func:`merged_status` (one view of every process's section), :func:`kv_cache_line`;
-* where vLLM's sources are (``r9kctl doctor``): :func:`vllm_source_root`, the folder the kernels' peer loader reads.
+* where vLLM's sources are (``r9kctl doctor``): :func:`vllm_source_root`, the folder the kernels' peer loader reads;
+* the model runners the plugin hooks (``r9kctl doctor``'s runner check): :data:`RUNNERS`, :data:`HOOKED`.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from .kvcache import line as kv_cache_line
 from .models.checkpoint import ARCHITECTURE, precheck
 from .status import merged_status
 from .tiny_model import resolve_model_ref
+from .vllm_choices import HOOKED, RUNNERS
 from ..kernels._triton.vllm_peer import source_root as vllm_source_root
 
-__all__ = ["ARCHITECTURE", "kv_cache_line", "merged_status", "precheck", "resolve_model_ref", "vllm_source_root"]
+__all__ = ["ARCHITECTURE", "HOOKED", "RUNNERS", "kv_cache_line", "merged_status", "precheck", "resolve_model_ref", "vllm_source_root"]

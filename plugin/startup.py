@@ -521,10 +521,12 @@ def claim_server_id(base: str, proc: ProcessInfo, environ=None) -> str:
             try:
                 fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
             except FileExistsError:
-                try:
-                    held = json.loads(claim.read_text())
-                except (OSError, ValueError):
-                    held = {}
+                from ..registry import fileio
+
+                try:  # a regular file only: a FIFO or folder at the name is never opened, only passed over
+                    held = fileio.read_json(claim, "server id claim", expect=dict, max_bytes=4096)
+                except fileio.FileError:
+                    break  # not a claim to take over: the next id
                 if held.get("node") not in (None, proc.node) or process_alive(held.get("pid"), held.get("started")):
                     break  # another live server's (or another node's): the next id
                 try:  # a dead server's claim: free it and try again

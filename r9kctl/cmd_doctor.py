@@ -263,7 +263,7 @@ def instantiated_runners(t: Tree) -> list[tuple[str, int, str, str]]:
 
 def runner_findings(t: Tree) -> tuple[list[str], list[str]]:
     """(the ``runner`` lines: what each worker instantiates and how it is hooked, the errors)."""
-    from ..plugin.vllm_choices import HOOKED, RUNNERS
+    from ..plugin.api import HOOKED, RUNNERS
 
     info, errors = [], []
     found = instantiated_runners(t)

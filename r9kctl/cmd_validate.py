@@ -101,8 +101,8 @@ def kernel_platforms(reg) -> list[str]:
 
 def group_platform_warnings(report, reg) -> tuple[list, list[str]]:
     """The diagnostics to print, with the "cannot run here: no implementation for platform P" warnings (one per
-    variant and profile: one cause, the platform) folded into one line per platform that says what is expected
-    here; returns (diagnostics, platforms folded)."""
+    variant and profile: one cause, the platform) of several profiles folded into one line per platform that says
+    what is expected here; returns (diagnostics, platforms folded)."""
     from ..registry.errors import Diagnostic
 
     by_platform: dict[str, list] = {}
@@ -113,8 +113,8 @@ def group_platform_warnings(report, reg) -> tuple[list, list[str]]:
             by_platform.setdefault(m.group(1), []).append(d)
         else:
             rest.append(d)
-    if sum(len(ds) for ds in by_platform.values()) <= 1:
-        return list(report.diagnostics), []
+    if sum(len(ds) for ds in by_platform.values()) <= 1 or len(report.profiles) <= 1:
+        return list(report.diagnostics), []  # one profile: each value at its own line
     label = {"triton-interpret": "the Triton interpreter (triton-interpret, any CPU)"}
     runs = [label.get(p, p) for p in kernel_platforms(reg)]
     for plat, ds in sorted(by_platform.items()):

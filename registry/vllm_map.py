@@ -117,6 +117,17 @@ def _active(r) -> bool:
     return not (r.variant.sets is None or r.value in (None, "") or r.value == r.variant.stock)
 
 
+def _resolved_by_vllm(r, iface) -> bool:
+    """A value at stock that is passed all the same: the target vLLM's option has no default of its own (vLLM
+    resolves it at run time: 0.34's ``--gpu-memory-utilization`` is 1.0 with its extensible KV cache, 0.92
+    otherwise), so the stock is sent and what the memory model charges is what the server runs at."""
+    if iface is None or r.variant.sets is None or r.value in (None, ""):
+        return False
+    m = mapping(r.variant.sets)
+    fl = iface.flag(m.name) if m.kind == "vllm-arg" else None
+    return fl is not None and fl.default is None
+
+
 def negative_option(name: str, iface=None) -> str:
     """The option that turns a boolean flag off: the description's own (``--disable-x`` in 0.33,
     ``--no-x`` in 0.32), else ``--no-x``."""
@@ -133,7 +144,7 @@ def requests(rs, iface=None) -> list[Request]:
     target vLLM's description, for the spellings that differ between versions."""
     out: list[Request] = []
     for r in sorted(rs.items.values(), key=lambda r: r.variant.knob):
-        if not _active(r):
+        if not (_active(r) or _resolved_by_vllm(r, iface)):
             continue
         m, knob, val = mapping(r.variant.sets), r.variant.knob, r.value
         if m.kind == "vllm-arg":

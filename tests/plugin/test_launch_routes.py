@@ -70,7 +70,7 @@ def test_the_route_answers_503_and_status_fails_when_the_server_has_no_set(plugi
     from r9k.r9kctl import netclient
     from r9k.r9kctl.cli import main
 
-    def answer(url, timeout_s=None, expect=None):
+    def answer(url, **kw):
         raise netclient.ClientError("http", f"GET {url}: HTTP 503", 503, json.dumps(res.json()))
 
     plugin_env.setattr(netclient, "get_json", answer)

@@ -275,6 +275,8 @@ THROUGH = {
 
 _TMP = "writes only inside a folder it has just made itself (tempfile), never a path anyone names"
 #: Raw writes (not through the one writer), each with why it cannot replace what is not its own.
+_DEVICE = ("a device-machine script (the GPU image's Python, no package): writes only into the run's --out "
+           "folder, the device call's fresh $OUT")
 RAW = {
     ("registry/profile_io.py", "save_as", "tempfile.mkstemp"): "a new temporary file (O_EXCL) in the folder",
     ("registry/profile_io.py", "save_as", "os.fdopen"): "writes that new temporary file",
@@ -291,6 +293,15 @@ RAW = {
     ("r9kctl/evidence/dataset.py", "run_humaneval", ".write_text"): _TMP,
     ("r9kctl/evidence/gate.py", "run", "tempfile.TemporaryDirectory"): _TMP,
     ("r9kctl/evidence/junit.py", "collect", "tempfile.TemporaryDirectory"): _TMP,
+    ("plugin/startup.py", "claim_server_id", "os.open"):
+        "create-exclusive (O_CREAT | O_EXCL: fails on anything at the name, a link included) in the cache's run/",
+    ("plugin/startup.py", "claim_server_id", "os.fdopen"): "writes that new claim file",
+    **{("scripts/gpu_serve.py", f, k): _DEVICE for f, k in [
+        ("launch", ".open"), ("main", ".write_text"), ("main.save", ".write_text"), ("main.status", ".write_text")]},
+    ("scripts/gpu_serve.py", "broken_kernel", "tempfile.mkdtemp"): _TMP,
+    ("scripts/gpu_serve.py", "broken_kernel", ".write_text"): _TMP,
+    ("scripts/gpu_predict.py", "main", "open"): _DEVICE,
+    ("scripts/gpu_predict.py", "main", "json.dump"): _DEVICE,
     ("r9kctl/evidence/bisect.py", "set_aside_results", ".rename"):
         "moves its own results folder to a results.oldN name it checked is free",
 }
