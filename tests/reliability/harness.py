@@ -137,6 +137,12 @@ def _remove(p: Path) -> None:
         shutil.rmtree(p)
 
 
+def copy_registry(dst: Path) -> Path:
+    """A writable copy of the shipped registry's data (variants, releases, models, vLLM descriptions) at ``dst``."""
+    shutil.copytree(REPO / "registry", dst, ignore=shutil.ignore_patterns("*.py", "__pycache__", "gates"))
+    return dst
+
+
 def run_main(argv: list[str], env: Optional[dict] = None) -> tuple[int, str, str]:
     """``r9kctl ARGV`` in this process: (exit code, stdout, stderr)."""
     from r9k.r9kctl import cli

@@ -13,7 +13,6 @@ import json
 import os
 import random
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from .harness import REPO, run_main
+from .harness import copy_registry, run_main
 
 PAYLOADS = ["\x1b]52;c;cHduZWQ=\x07", "\x1b]0;pwned\x07", "\x1b[2J", "\x9b2J", "\u202e", "\u2066", "\r", "\x08",
             "\x1b[31m", "\x1bP+q\x1b\\", "\x00"[:0] + "\x7f", "\x85"]
@@ -37,10 +36,7 @@ def toml_str(s: str) -> str:
 
 
 def make_tree(root: Path, rng: random.Random) -> Path:
-    reg = root / "registry"
-    for part in ("variants", "releases"):
-        shutil.copytree(REPO / "registry" / part, reg / part)
-    shutil.copy(REPO / "registry" / "models.toml", reg / "models.toml")
+    reg = copy_registry(root / "registry")
     att = reg / "variants" / "attention.toml"
     text = att.read_text()
     att.write_text(text.replace('summary = "Paged attention', f'summary = {toml_str(payload(rng))[:-1]}Paged attention', 1))

@@ -118,14 +118,9 @@ def test_bad_environment(plugin, monkeypatch, env, kind):
     (NEW_VARIANT.replace('knob = "R9K_ZZ_EXTRA"', "knob = 5").encode(), "schema"),
 ], ids=["syntax", "latin1", "utf16", "schema"])
 def test_bad_registry(plugin, monkeypatch, tmp_path, content, kind):
-    import shutil
+    from .harness import copy_registry
 
-    from .harness import REPO
-
-    root = tmp_path / "registry"
-    for part in ("variants", "releases"):
-        shutil.copytree(REPO / "registry" / part, root / part)
-    shutil.copy(REPO / "registry" / "models.toml", root / "models.toml")
+    root = copy_registry(tmp_path / "registry")
     (root / "variants" / "zz.toml").write_bytes(content)
     monkeypatch.setenv(envvars.REGISTRY.name, str(root))
     monkeypatch.setenv(envvars.PROFILE.name, "tp4-default")

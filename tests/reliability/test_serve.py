@@ -36,6 +36,18 @@ async def client(child: str = POLITE, max_panels: int = 4) -> tuple[TestClient, 
     return c, srv
 
 
+def served(body, child: str = POLITE, max_panels: int = 4):
+    """``await body(client, server)`` against a fresh panel server, the client closed after it."""
+    async def go():
+        c, srv = await client(child, max_panels)
+        try:
+            await body(c, srv)
+        finally:
+            await c.close()
+
+    run(go())
+
+
 def test_host_and_origin_checks_are_pure():
     names = web.allowed_hosts("127.0.0.1")
     assert web.host_ok("127.0.0.1:8080", names) and web.host_ok("[::1]:8080", names)
@@ -49,51 +61,39 @@ def test_host_and_origin_checks_are_pure():
 
 
 def test_the_token_is_required_on_loopback_too():
-    async def go():
-        c, _ = await client()
-        try:
-            for path in ("/", "/ws", "/static/js/textual.js", "/?token=wrong"):
-                r = await c.get(path)
-                assert r.status == 403, path
-            r = await c.get(f"/?token={TOKEN}")
-            assert r.status == 200 and "HttpOnly" in r.headers["Set-Cookie"]
-            r = await c.get("/static/js/textual.js")  # the cookie the first answer set
-            assert r.status == 200
-        finally:
-            await c.close()
+    async def body(c, _):
+        for path in ("/", "/ws", "/static/js/textual.js", "/?token=wrong"):
+            r = await c.get(path)
+            assert r.status == 403, path
+        r = await c.get(f"/?token={TOKEN}")
+        assert r.status == 200 and "HttpOnly" in r.headers["Set-Cookie"]
+        r = await c.get("/static/js/textual.js")  # the cookie the first answer set
+        assert r.status == 200
 
-    run(go())
+    served(body)
 
 
 def test_a_foreign_host_is_refused_dns_rebinding():
-    async def go():
-        c, _ = await client()
-        try:
-            r = await c.get(f"/?token={TOKEN}", headers={"Host": "evil.example:8080"})
-            assert r.status == 403 and "Host" in await r.text()
-            r = await c.get(f"/?token={TOKEN}", headers={"Host": f"127.0.0.1:{c.port}"})
-            assert r.status == 200
-        finally:
-            await c.close()
+    async def body(c, _):
+        r = await c.get(f"/?token={TOKEN}", headers={"Host": "evil.example:8080"})
+        assert r.status == 403 and "Host" in await r.text()
+        r = await c.get(f"/?token={TOKEN}", headers={"Host": f"127.0.0.1:{c.port}"})
+        assert r.status == 200
 
-    run(go())
+    served(body)
 
 
 def test_a_foreign_origin_websocket_is_refused_and_starts_no_panel():
-    async def go():
-        c, srv = await client()
-        try:
-            with pytest.raises(WSServerHandshakeError) as exc:
-                await c.ws_connect(f"/ws?token={TOKEN}", origin="http://evil.example")
-            assert exc.value.status == 403
-            assert not srv.panels and not srv.starting
-            ws = await c.ws_connect(f"/ws?token={TOKEN}", origin=f"http://127.0.0.1:{c.port}")
-            await _wait(lambda: len(srv.panels) == 1)
-            await ws.close()
-        finally:
-            await c.close()
+    async def body(c, srv):
+        with pytest.raises(WSServerHandshakeError) as exc:
+            await c.ws_connect(f"/ws?token={TOKEN}", origin="http://evil.example")
+        assert exc.value.status == 403
+        assert not srv.panels and not srv.starting
+        ws = await c.ws_connect(f"/ws?token={TOKEN}", origin=f"http://127.0.0.1:{c.port}")
+        await _wait(lambda: len(srv.panels) == 1)
+        await ws.close()
 
-    run(go())
+    served(body)
 
 
 async def _wait(cond, timeout=60.0):
@@ -105,25 +105,21 @@ async def _wait(cond, timeout=60.0):
 
 
 def test_panels_are_capped():
-    async def go():
-        c, srv = await client(max_panels=2)
-        try:
-            a = await c.ws_connect(f"/ws?token={TOKEN}")
-            b = await c.ws_connect(f"/ws?token={TOKEN}")
-            await _wait(lambda: len(srv.panels) == 2)
-            with pytest.raises(WSServerHandshakeError) as exc:
-                await c.ws_connect(f"/ws?token={TOKEN}")
-            assert exc.value.status == 503
-            await a.close()  # one closed: room for one again
-            await _wait(lambda: len(srv.panels) + srv.starting < 2)
-            d = await c.ws_connect(f"/ws?token={TOKEN}")
-            await _wait(lambda: len(srv.panels) == 2)
-            await b.close()
-            await d.close()
-        finally:
-            await c.close()
+    async def body(c, srv):
+        a = await c.ws_connect(f"/ws?token={TOKEN}")
+        b = await c.ws_connect(f"/ws?token={TOKEN}")
+        await _wait(lambda: len(srv.panels) == 2)
+        with pytest.raises(WSServerHandshakeError) as exc:
+            await c.ws_connect(f"/ws?token={TOKEN}")
+        assert exc.value.status == 503
+        await a.close()  # one closed: room for one again
+        await _wait(lambda: len(srv.panels) + srv.starting < 2)
+        d = await c.ws_connect(f"/ws?token={TOKEN}")
+        await _wait(lambda: len(srv.panels) == 2)
+        await b.close()
+        await d.close()
 
-    run(go())
+    served(body, max_panels=2)
 
 
 @pytest.mark.parametrize("how", ["the server stops", "the tab closes"])

@@ -46,14 +46,9 @@ def test_tp_true_is_not_tp_1(tmp_path):
 
 
 def test_a_malformed_since_version_is_an_error_at_its_line(tmp_path):
-    import shutil
+    from .harness import copy_registry
 
-    from .harness import REPO
-
-    reg = tmp_path / "registry"
-    for part in ("variants", "releases"):
-        shutil.copytree(REPO / "registry" / part, reg / part)
-    shutil.copy(REPO / "registry" / "models.toml", reg / "models.toml")
+    reg = copy_registry(tmp_path / "registry")
     f = reg / "variants" / "attention.toml"
     text = f.read_text()
     line = text[:text.index('since = "v0.1.0"')].count("\n") + 1
