@@ -20,7 +20,7 @@ folder's parent) and gate test files, plus, computed by :mod:`r9k.registry.gated
 within the repository of the tests, of the conftest.py files pytest loads for them, of the implementation
 module and of the modules under the sources (so a shared ``kernels/router/tl_common.py`` or
 ``kernels/_testing.py`` is a dependency of every gate that imports it, and of no other), plus the pytest
-configuration the tests run under (:func:`r9k.registry.provenance.pytest_config_hash`: pyproject's
+configuration the tests run under (:func:`r9k.registry.provenance.ini_options_hash`: pyproject's
 ``[tool.pytest.ini_options]``, a ``pytest.ini``; the key ``<pytest configuration>``). The **source
 hash** is the sha256 over (path, file sha256) of all of them; a declared path that does not exist
 contributes a marker, so creating it changes the hash too.
@@ -209,7 +209,7 @@ def file_hashes(reg_or_root: Any, variant: Any) -> tuple[dict[str, str], list[st
         return {rel: content_hash(root / rel)[0] for rel in files}, missing
 
     files, missing = closure_cached(root, key, compute)
-    cfg = provenance.pytest_config_hash(root)  # what the tests run under: in every gate's hash
+    cfg = provenance.ini_options_hash(root)  # what the tests run under: in every gate's hash
     return ({**files, provenance.PYTEST_CONFIG: cfg} if cfg else files), missing
 
 

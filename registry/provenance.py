@@ -21,7 +21,7 @@ test case with where its code ran (``r9k_ran_on``: ``gpu`` or ``cpu``, :func:`ra
 GPU host is imported as a CPU record.
 
 ``files`` covers every file of the tree (not ``.git``, virtual environments, caches, ``shared/``,
-``*.egg-info``, bytecode), plus ``<pytest configuration>``: :func:`pytest_config_hash` (it is in every gate's
+``*.egg-info``, bytecode), plus ``<pytest configuration>``: :func:`ini_options_hash` (it is in every gate's
 hash). ``r9kctl gate --import-junit`` compares, for every gate the XML covers, these
 hashes with the local files the gate depends on and refuses the import on the first difference.
 
@@ -74,7 +74,7 @@ def tree_hashes(root: str | Path) -> dict[str, str]:
             if p.suffix in _EXCLUDED_SUFFIXES or p.is_symlink() or not p.is_file():
                 continue
             out[p.relative_to(root).as_posix()] = file_sha256(p)
-    cfg = pytest_config_hash(root)
+    cfg = ini_options_hash(root)
     if cfg is not None:
         out[PYTEST_CONFIG] = cfg
     return dict(sorted(out.items()))
@@ -86,7 +86,7 @@ PYTEST_CONFIG = "<pytest configuration>"
 _PYTEST_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
 
 
-def pytest_config_hash(root: str | Path) -> str | None:
+def ini_options_hash(root: str | Path) -> str | None:
     """sha256 of the pytest configuration at ``root``: the lines of ``pyproject.toml``'s
     ``[tool.pytest.ini_options]`` section, blank and comment lines dropped (only it: a version or dependency
     edit elsewhere in the file changes no gate), and the whole of
