@@ -181,6 +181,19 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
                 or not (root / f).resolve().is_relative_to(root.resolve()):
             raise _refuse(xml, "outside-tree", f"{nid}: file {f} is not a path inside the tree", line)
 
+    # A file named through the package's links (``r9k/kernels/...``: pytest's module path when the project is
+    # installed) is the tree's own file (``kernels/...``).
+    real = {}
+    for nid in cases:
+        f = L.test_file(nid)
+        if f not in real:
+            real[f] = (root / f).resolve().relative_to(root.resolve()).as_posix()
+    renamed = {nid: real[L.test_file(nid)] + nid[len(L.test_file(nid)):] for nid in cases}
+    cases = {renamed[n]: c for n, c in cases.items()}
+    props = {(k.split(":", 1)[0] + ":" + renamed[k.split(":", 1)[1]]
+              if k.startswith(P.STAMP_RAN_ON + ":") and k.split(":", 1)[1] in renamed else k): v
+             for k, v in props.items()}
+
     # Every test case: a test file of this tree, unchanged, and a function it defines.
     local_hash: dict[str, str | None] = {}
     funcs: dict[str, set[str]] = {}

@@ -184,3 +184,15 @@ def test_junit_reading_is_linear(tmp_path):
     assert len(cases) == 10_000 and len(cases_big) == 100_000
     assert cases_big["kernels/x/test_x.py::test_a[99999]"] == ("passed", 100_001)
     assert (t2 - t1) < 40 * max(t1 - t0, 1e-3), (t1 - t0, t2 - t1)
+
+
+def test_a_file_named_through_the_package_links_is_the_trees_own(repo, tmp_path, capsys):  # noqa: F811
+    """pytest names an installed checkout's kernel test ``r9k/kernels/...`` (the package's link to kernels/):
+    the same file, recorded under its own path."""
+    (repo / "r9k").mkdir(exist_ok=True)
+    if not (repo / "r9k" / "kernels").exists():
+        (repo / "r9k" / "kernels").symlink_to("../kernels")
+    xml = _gpu_run(repo, tmp_path, [("r9k/" + NEG, "test_neg", "")])
+    assert cli.main(["gate", "--import-junit", str(xml)]) == 0, capsys.readouterr().err
+    rec = json.loads((repo / "registry/gates/ledger.jsonl").read_text().splitlines()[0])
+    assert any(t.startswith(NEG + "::") for t in json.dumps(rec).split('"')), rec
