@@ -42,7 +42,12 @@ def add_parser(sub) -> None:
 def fetch(url: str, timeout: float = 10.0) -> dict:
     import os
 
+    from urllib.parse import urlsplit
+
     full = url.rstrip("/") + ROUTE
+    host = urlsplit(full).hostname or ""
+    if host in ("localhost", "::1") or host.startswith("127."):
+        full += "?paths=1"  # a server on this machine answers its file paths (the status file) to this machine
     key = os.environ.get("VLLM_API_KEY")  # a server started with it (or --api-key) guards the route with it
     data = netclient.get_json(full, timeout_s=timeout, headers={"Authorization": f"Bearer {key}"} if key else None,
                               expect=(dict, list, str, int, float, bool, type(None)))

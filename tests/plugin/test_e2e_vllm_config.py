@@ -47,7 +47,7 @@ def test_the_vllm_config_files_start_the_server_with_its_own_status(tmp_path):
     srv = Server(["bash", "-c", command], env, tmp_path / "vllm-config.log")
     try:
         wait_healthy(srv, port)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/r9k/status", timeout=60) as r:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/r9k/status?paths=1", timeout=60) as r:
             st = json.loads(r.read())
         log = srv.tail()
         assert st["hash"] == h and st["profile"] == "cpu-smoke", log
