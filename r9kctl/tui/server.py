@@ -41,7 +41,7 @@ def url_of(argv: list[str]) -> str:
 
 
 #: vLLM's access-log lines of the screen's own polls: every 1.5 s they would push everything else out.
-OWN_POLLS = ('"GET /health HTTP', '"GET /r9k/status HTTP')
+OWN_POLLS = ('"GET /health HTTP', '"GET /r9k/status HTTP', '"GET /r9k/status?paths=1 HTTP')
 
 
 def log_tail(path: Optional[Path], lines: int = 12) -> list[str]:
