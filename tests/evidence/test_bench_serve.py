@@ -18,7 +18,7 @@ import pytest
 from r9k.r9kctl import cli
 from r9k.registry import envvars
 
-E2E_MINUTES = 13  # four vLLM starts (two interleaved rounds): 756 s at load 10-12 on 2026-12-03 (168 s with two starts on 2026-12-01): tests/conftest.py runs it early
+E2E_MINUTES = 4  # two vLLM starts (one round): 168 s on 2026-12-01 (two rounds, four starts: 756 s at load 10-12): tests/conftest.py runs it early
 
 PROFILE = textwrap.dedent("""\
     description = "cpu-smoke with the router at stock (the pair of cpu-smoke in the bench serve test)"
@@ -65,7 +65,7 @@ def test_bench_serve_two_cpu_profiles(tmp_path, monkeypatch, capsys, free_port):
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     out = tmp_path / "out"
     args = ["bench", "serve", "--profiles", "cpu-smoke-stock-router,cpu-smoke", "--concurrency", "1",
-            "--repeats", "2", "--num-prompts", "2", "--input-len", "16", "--output-len", "4", "--warmups", "0",
+            "--repeats", "1", "--num-prompts", "2", "--input-len", "16", "--output-len", "4", "--warmups", "0",
             "--port", str(free_port), "--out", str(out), "--start-timeout", "400"]
     plot = importlib.util.find_spec("matplotlib") is not None
     # --enforce-eager for both launches (after --, as a user passes vLLM arguments): this checks the command's
@@ -73,14 +73,15 @@ def test_bench_serve_two_cpu_profiles(tmp_path, monkeypatch, capsys, free_port):
     argv = args + (["--plot", str(out / "p.png")] if plot else []) + ["--", "--enforce-eager"]
     assert cli.main(argv) == 0, capsys.readouterr().err
     text = capsys.readouterr().out
-    assert "conc  profile" in text and "cpu-smoke-stock-router" in text and "x)" in text and "95% CI" in text
+    assert "conc  profile" in text and "cpu-smoke-stock-router" in text and "x)" in text
     summary = json.loads((out / "summary.json").read_text())
     rows = {r["profile"]: r for r in summary["rows"]}
-    assert rows["cpu-smoke"]["repeats"] == 2 and rows["cpu-smoke"]["out_tok_s"] > 0
+    assert rows["cpu-smoke"]["repeats"] == 1 and rows["cpu-smoke"]["out_tok_s"] > 0
     assert rows["cpu-smoke"]["out_tok_s_ratio"] > 0 and "tpot_p90_spread_pct" in rows["cpu-smoke"]
-    assert len(list(out.glob("cpu-smoke-c1-r*.json"))) == 2  # vLLM's own result files
-    assert rows["cpu-smoke"]["out_tok_s_ratio_lo"] <= rows["cpu-smoke"]["out_tok_s_ratio"]  # a CI from 2 rounds
-    assert len(list(out.glob("server-*-r*.log"))) == 4  # two interleaved rounds: each profile started twice
+    assert len(list(out.glob("cpu-smoke-c1-r*.json"))) == 1  # vLLM's own result file
+    # one round: each profile started once (the rounds' interleaving, the paired CI and the A/A floor are
+    # checked on stand-in servers below; each round here is two more vLLM starts, ~3 minutes each on 2 cores)
+    assert len(list(out.glob("server-*-r*.log"))) == 2
     if plot:
         assert (out / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

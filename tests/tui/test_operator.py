@@ -231,9 +231,9 @@ print(json.dumps(out, sort_keys=True))
     src = tmp_path / "src"
     files = subprocess.run(["git", "ls-files"], cwd=REPO, capture_output=True, text=True, check=True).stdout.split("\n")
     for f in files:
-        if f and not f.startswith("tests/") and (REPO / f).is_file():
+        if f and not f.startswith("tests/") and ((REPO / f).is_file() or (REPO / f).is_symlink()):
             (src / f).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / f, src / f)
+            shutil.copy2(REPO / f, src / f, follow_symlinks=False)  # r9k/<folder>: the package's links
     # the README's command (section "Installing beside an existing vLLM"), build isolation off: the
     # existing environment has setuptools, and the test needs no index
     res = subprocess.run([str(vpy), "-m", "pip", "install", "--no-build-isolation", "--disable-pip-version-check",
@@ -465,7 +465,7 @@ def test_memory_check_exits_nonzero_when_a_row_is_over_its_bound(monkeypatch, ca
     err = capsys.readouterr().err
     assert all(r["figure"] in err for r in over)
     ok_row = {"figure": "a", "original": 100, "predicted": 101, "error_pct": 1.0, "bound_pct": 2.0, "ok": True,
-              "source": "s"}
+              "source": "s", "sample": "held out"}
     monkeypatch.setattr(memory_check, "table", lambda reg: [ok_row, dict(ok_row, ok=None, bound_pct=None)])
     assert memory_check.main([]) == 0
     monkeypatch.setattr(memory_check, "table", lambda reg: [ok_row, dict(ok_row, figure="b", ok=False,
