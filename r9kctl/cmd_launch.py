@@ -174,6 +174,7 @@ def run(args) -> int:
                         "notes": plan.notes, "server": plan.server, "nodes": plan.nodes,
                         "requests": [{"knob": q.knob, "sends": q.text(), "program": q.program} for q in plan.requests]})
         else:
+            plan.write_env_file()
             print(plan.display())
         return 0
     from .launch import serve_problem

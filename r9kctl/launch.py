@@ -43,6 +43,7 @@ class LaunchPlan:
     requests: list = field(default_factory=list)  # registry.vllm_map.Request: each launcher knob's request
     server: str = ""  # the server instance id (names its status file: r9kctl status --file)
     nodes: list[list[str]] = field(default_factory=list)  # with --nnodes: one argv per node, node rank order
+    env_file: Optional[Path] = None  # the knobs' variables, sourced by the printed command (write_env_file)
 
     @property
     def ok(self) -> bool:
@@ -56,8 +57,11 @@ class LaunchPlan:
         for n in self.notes:
             lines.append(f"# {n}")
 
-        for k in sorted(self.env):
+        in_file = self.knob_vars() if self.env_file else set()
+        for k in sorted(set(self.env) - in_file):
             lines.append(export_line(k, self.env[k]))  # quoted; a credential's value masked
+        if in_file:
+            lines.append(f"set -a; . {shlex.quote(str(self.env_file))}; set +a  # the knobs' {len(in_file)} variables")
         if self.server:
             lines.append(f"# server {self.server}; status: r9kctl status --file {status_file(self.server)}")
         if not self.nodes:
@@ -66,6 +70,29 @@ class LaunchPlan:
             lines.append(f"# node {rank} of {len(self.nodes)}{' (head: API server)' if rank == 0 else ' (headless)'}")
             lines.append(" ".join(shlex.quote(a) for a in argv))
         return "\n".join(lines)
+
+
+    def knob_vars(self) -> set[str]:
+        """The variables the profile's knobs set (a knob read from the environment, a launcher knob's variable),
+        as opposed to the launch's own (VLLM_PLUGINS, where the registry is, a credential)."""
+        knobs = {r.variant.knob for r in self.rs.items.values()} if self.rs is not None else set()
+        knobs |= {q.target for q in self.requests if q.kind == "env"}
+        return {k for k in self.env if k in knobs and not k.startswith("VLLM_PLUGINS")}
+
+    def write_env_file(self) -> None:
+        """The knobs' variables into an env file beside the manifest (``set -a; . FILE``): the dry run passes
+        them by reference, as it passes the manifest; its printed command sources it. One machine only (with
+        ``--nnodes`` the other nodes do not have the file: the exports stay inline)."""
+        names = self.knob_vars()
+        if not names or self.manifest_path is None or self.nodes:
+            return
+        from ..registry import fileio
+
+        path = self.manifest_path.with_suffix(".env")
+        text = "".join(export_line(k, self.env[k], export=False) + "\n" for k in sorted(names))
+        fileio.atomic_write(path, f"# {self.manifest_path.name}: the knobs' variables (set -a; . FILE)\n" + text,
+                            "launch env file")
+        self.env_file = path
 
 
 def have_module(name: str) -> bool:

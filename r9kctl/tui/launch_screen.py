@@ -33,8 +33,12 @@ class LaunchScreen(ModalScreen[bool]):
         self.plan = self._plan()
 
     def _plan(self):
-        """The plan that a launch runs (final: the manifest written, the model a path)."""
-        return self.session.plan_launch(final=True)
+        """The plan that a launch runs (final: the manifest written, the model a path); its text the dry
+        run's (the knobs' variables by reference, in the env file beside the manifest)."""
+        plan = self.session.plan_launch(final=True)
+        if plan.ok:
+            plan.write_env_file()
+        return plan
 
     def compose(self):
         p = self.plan

@@ -181,3 +181,20 @@ def test_releases_record_validated_vllm_versions():
     for f in (REPO / "registry" / "releases").glob("*.toml"):
         d = tomllib.loads(f.read_text())
         assert "vllm_validated" not in d or d.get("project") == "r9k-stack", f.name
+
+
+def test_the_dry_run_passes_the_knobs_variables_by_reference(r9kctl, tmp_path):
+    """tp4-default's dry run is a screenful (under 2,000 characters): its 69 knob variables are in an env file
+    beside the manifest that the printed command sources; sourced, it gives exactly the launch's values."""
+    env = {envvars.CACHE_DIR.name: str(tmp_path / "cache")}
+    code, out, err = r9kctl("launch", "--profile", "tp4-default", "--dry-run", env=env)
+    assert code == 0, err
+    assert len(out) < 2000, len(out)
+    line = next(ln for ln in out.splitlines() if ln.startswith("set -a; . "))
+    code, js, err = r9kctl("launch", "--profile", "tp4-default", "--dry-run", "--format", "json", env=env)
+    want = {k: v for k, v in json.loads(js)["env"].items() if k.startswith("R9K_") and k != envvars.PROFILES_DIR.name}
+    got = subprocess.run(["bash", "-c", line.split("  #")[0] + "; env -0"], capture_output=True, timeout=60,
+                         env={"PATH": os.environ["PATH"]}).stdout.decode().split("\0")
+    got = dict(kv.split("=", 1) for kv in got if kv.startswith("R9K_"))
+    assert len(want) > 60 and got == want
+    assert not any(ln.startswith("export R9K_ROUTER") for ln in out.splitlines())

@@ -257,6 +257,7 @@ THROUGH = {
     ("r9kctl/cmd_bench.py", "_serve", "fileio.atomic_write"): "fileio.atomic_write (summary.json)",
     ("r9kctl/cmd_launch.py", "run", "fileio.atomic_write"): "fileio.atomic_write (--vllm-config files)",
     ("r9kctl/launch.py", "plan_launch", "fileio.atomic_write"): "fileio.atomic_write (the launch manifest)",
+    ("r9kctl/launch.py", "LaunchPlan.write_env_file", "fileio.atomic_write"): "fileio.atomic_write (the manifest's .env file)",
     ("r9kctl/evidence/bisect.py", "write_plan", "fileio.atomic_write"): "fileio.atomic_write",
     ("r9kctl/evidence/bisect.py", "run_end_to_end", "fileio.open_for_writing"): "fileio.open_for_writing",
     ("r9kctl/evidence/bisect.py", "run_end_to_end", "fileio.move_into_place"): "fileio.move_into_place",
