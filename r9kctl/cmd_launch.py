@@ -136,7 +136,9 @@ def run(args) -> int:
         return strict_exit_code(plan.report, args.strict, lambda: plan_launch(
             reg, args.profile, tp=args.tp, sets=sets, extra_args=args.extra, write_manifest=False,
             build_model=False, preflight=not args.no_preflight and not dry).report) if args.strict else 2
-    diagnostics(plan.report.diagnostics)
+    from .cmd_validate import group_platform_warnings
+
+    diagnostics(group_platform_warnings(plan.report, reg)[0])
     plan.env.update(child_env(args))  # --registry / --profiles-dir: vLLM's processes load the same ones
     if dry and plan.rs is not None and not args.no_preflight:  # what a real launch would refuse, said now
         from .launch import preflight_problems

@@ -102,7 +102,8 @@ def kernel_platforms(reg) -> list[str]:
 def group_platform_warnings(report, reg) -> tuple[list, list[str]]:
     """The diagnostics to print, with the "cannot run here: no implementation for platform P" warnings (one per
     variant and profile: one cause, the platform) of several profiles folded into one line per platform that says
-    what is expected here; returns (diagnostics, platforms folded)."""
+    what is expected here (one profile: each kept at its line, and that line added as an info); returns
+    (diagnostics, platforms folded)."""
     from ..registry.errors import Diagnostic
 
     by_platform: dict[str, list] = {}
@@ -113,10 +114,17 @@ def group_platform_warnings(report, reg) -> tuple[list, list[str]]:
             by_platform.setdefault(m.group(1), []).append(d)
         else:
             rest.append(d)
-    if sum(len(ds) for ds in by_platform.values()) <= 1 or len(report.profiles) <= 1:
-        return list(report.diagnostics), []  # one profile: each value at its own line
+    if not by_platform:
+        return list(report.diagnostics), []
     label = {"triton-interpret": "the Triton interpreter (triton-interpret, any CPU)"}
     runs = [label.get(p, p) for p in kernel_platforms(reg)]
+    if len(report.profiles) <= 1:  # one profile: each value at its own line, and one line on their cause
+        return list(report.diagnostics) + [
+            Diagnostic("info", "no-implementation",
+                       f"{len(ds)} warning(s) say \"no implementation for platform '{plat}'\", all for one reason: this "
+                       f"project's kernels run on {' and '.join(runs) or 'no platform'}, not on the '{plat}' machine "
+                       "the profile describes (the original deployment's); there the plugin keeps vLLM's own path")
+            for plat, ds in sorted(by_platform.items())], []
     for plat, ds in sorted(by_platform.items()):
         profiles = sorted({d.items[-1] for d in ds if d.items})
         knobs = sorted({d.message.split("=", 1)[0] for d in ds})

@@ -62,6 +62,14 @@ def test_validate_all_folds_the_platform_warnings_into_one_line_saying_what_is_e
     # one profile: each variant still listed
     rc, out, err = r9kctl("validate", "-p", "tp4-default")
     assert sum("falls back:" in ln for ln in out.splitlines()) > 1
+    # ... and one line, after them, says why (the launch's too)
+    for args in (("validate", "-p", "tp4-default"), ("launch", "-p", "tp4-default", "--dry-run")):
+        rc, out, err = r9kctl(*args)
+        warned = [ln for ln in err.splitlines() if ": warning[no-implementation]: " in ln]
+        why = [ln for ln in err.splitlines() if ln.startswith("info[no-implementation]")]
+        assert rc == 0 and len(warned) > 1 and len(why) == 1, (args, err)
+        assert f"{len(warned)} warning(s)" in why[0] and "cuda-h200" in why[0] and "rocm-gfx1201" in why[0], why
+        assert err.splitlines().index(why[0]) > err.splitlines().index(warned[-1])
 
 
 def test_a_mistyped_command_gets_a_located_did_you_mean(r9kctl):
