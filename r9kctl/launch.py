@@ -90,8 +90,13 @@ class LaunchPlan:
 
         path = self.manifest_path.with_suffix(".env")
         text = "".join(export_line(k, self.env[k], export=False) + "\n" for k in sorted(names))
-        fileio.atomic_write(path, f"# {self.manifest_path.name}: the knobs' variables (set -a; . FILE)\n" + text,
-                            "launch env file")
+        try:
+            fileio.atomic_write(path, f"# {self.manifest_path.name}: the knobs' variables (set -a; . FILE)\n" + text,
+                                "launch env file")
+        except OSError as exc:  # a cache that filled up after the manifest: the exports stay inline, still exact
+            self.notes.append(f"the knobs' variables are exported inline: cannot write {fileio.display_path(path)} "
+                              f"({getattr(exc, 'strerror', None) or exc})")
+            return
         self.env_file = path
 
 

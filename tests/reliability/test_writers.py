@@ -257,3 +257,25 @@ def test_export_plan_disk_full_keeps_the_old_plan(tmp_path, monkeypatch):
     code, out, err = run_main(["bench", "decode-step", "--export-plan", str(plan)])
     assert code == 2 and "error[write]" in err and "Traceback" not in err, err
     assert plan.read_text() == '{"old": true}\n' and _leftovers(tmp_path) == []
+
+
+def test_a_dry_run_with_a_full_cache_is_one_line_and_a_full_env_file_keeps_the_exports_inline(tmp_path, monkeypatch):
+    env = {"R9K_CACHE_DIR": str(tmp_path / "cache")}
+    _patch(monkeypatch, *FAILURES["disk-full-on-write"])
+    code, out, err = run_main(["launch", "-p", "tp4-default", "--dry-run"], env)
+    assert code == 2 and out == "" and "Traceback" not in err, err
+    (line,) = [ln for ln in err.splitlines() if ": error[" in ln]
+    assert "error[write]" in line and "No space left" in line, err
+    # the manifest written, the disk full at the env file: the printed command exports every variable itself
+    monkeypatch.undo()
+    real = fileio.atomic_write
+
+    def full_at_env(path, *a, **k):
+        if str(path).endswith(".env"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(fileio, "atomic_write", full_at_env)
+    code, out, err = run_main(["launch", "-p", "tp4-default", "--dry-run"], env)
+    assert code == 0 and "Traceback" not in err, err
+    assert "set -a;" not in out and "export R9K_AG=1" in out and "exported inline: cannot write" in out, out
