@@ -48,6 +48,16 @@ def escape(text, keep: str = "") -> str:
     return _UNSAFE.sub(lambda m: m.group(0) if m.group(0) in keep else _escaped(m), text)
 
 
+def has_controls(text: str) -> bool:
+    """Whether ``text`` holds a control or bidi character (what :func:`escape` shows escaped)."""
+    return bool(_UNSAFE.search(text))
+
+
+def drop_controls(text: str) -> str:
+    """``text`` without its control and bidi characters (where an escape's extra width would not fit: the panel)."""
+    return _UNSAFE.sub("", text)
+
+
 def escape_output(text: str, colour: bool = False) -> str:
     """What a command writes to its streams: :func:`escape` keeping newline and tab; with ``colour`` (rich
     drawing on a terminal) the SGR sequences too (data reaches rich already escaped: see ``r9kctl/output.py``)."""

@@ -10,6 +10,7 @@ from typing import Mapping, Optional
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.filter import LineFilter
 from textual.theme import Theme
 
 from ...registry.errors import Diagnostic, RegistryError
@@ -32,6 +33,22 @@ LIGHT = Theme(name="r9k-light", primary="#0969DA", secondary="#8250DF", accent="
               dark=False)
 
 
+class DropControls(LineFilter):
+    """The output rule for data in the panel: a control or bidi character in what a widget draws (a profile's
+    description, a value, a server's answer) never reaches the terminal. Textual writes a segment's text as it is,
+    so an OSC 52 in a description would write the clipboard. They are dropped (their cell width is 0, so the
+    layout stays as measured); the command line shows the same text escaped (registry/redact.escape)."""
+
+    def apply(self, segments, background):
+        from rich.segment import Segment
+
+        from ...registry.redact import drop_controls, has_controls
+
+        if not any(has_controls(s.text) for s in segments):
+            return segments
+        return [Segment(drop_controls(s.text), s.style, s.control) for s in segments]
+
+
 def _read(path: Path) -> Optional[bytes]:
     try:
         return Path(path).read_bytes()
@@ -42,6 +59,9 @@ def _read(path: Path) -> Optional[bytes]:
 def config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
     return Path(base) / "r9k" / "tui.toml"
+
+
+DROP_CONTROLS = DropControls()
 
 
 class R9kApp(App):
@@ -80,6 +100,9 @@ class R9kApp(App):
         self.theme = theme if theme in self.available_themes else "r9k-dark"
         if keymap:
             self.set_keymap(dict(keymap))
+
+    def get_line_filters(self):
+        return [*super().get_line_filters(), DROP_CONTROLS]
 
     def on_mount(self) -> None:
         self._catch_hangup()

@@ -4,7 +4,7 @@ For each ``cpu-*`` profile of a tiny model (``cpu-qwen2-moe``: router GEMM, fuse
 ``cpu-qwen3-next``: those plus the GDN decode core and the gated attention's q/k norm + rope):
 
 1. ``r9kctl launch --profile P --strict`` (see :func:`strict_flag` for stale gate records) starts real vLLM (this project's kernels under Triton's CPU
-   interpreter); the test sends greedy completions (concurrently, so decode steps batch) and reads
+   interpreter); the test sends greedy completions (the prompts in one request: one decode batch) and reads
    ``/r9k/status``: every non-stock variant is installed, its op's layers are exactly the ones the model's
    config says it has (e.g. the GDN core in the linear-attention layers, the q/k rope in the full-attention
    ones), none kept vLLM's path, and its kernel ran (``calls["fused"] > 0``).
@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 import tomllib
 import urllib.request
@@ -86,33 +85,25 @@ def non_stock(profile: str) -> dict[str, tuple[str, str]]:
 
 
 def greedy(port: int) -> list[dict]:
-    """The prompts concurrently (one decode batch), greedy, with the top-2 logprobs of each position. Tokens
-    come as ``token_id:<id>`` (``return_tokens_as_token_ids``): ``top_logprobs`` is a dict keyed by the token,
-    and as text two tokens that decode alike (the tiny byte-level vocabulary has many that decode to ``''``:
-    incomplete UTF-8) are one key, so the top 2 would read as one entry and the margin as infinite."""
+    """The prompts as one request (one decode batch from the first step: with the fused kernels under the Triton
+    interpreter a step costs about the same for one row as for three, and prompts sent apart join the batch a
+    step or two late), greedy, with the top-2 logprobs of each position; then the logprob of every prompt token
+    given the ones before it (``echo``), again one request. Tokens come as ``token_id:<id>``
+    (``return_tokens_as_token_ids``): ``top_logprobs`` is a dict keyed by the token, and as text two tokens that
+    decode alike (the tiny byte-level vocabulary has many that decode to ``''``: incomplete UTF-8) are one key,
+    so the top 2 would read as one entry and the margin as infinite."""
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=30) as r:
         model = json.loads(r.read())["data"][0]["id"]
-    out: list = [None] * len(PROMPTS)
 
-    def one(i: int) -> None:
-        res = post(port, "/v1/completions", {"model": model, "prompt": PROMPTS[i], "max_tokens": MAX_TOKENS,
-                                             "temperature": 0, "seed": 0, "logprobs": 2,
-                                             "return_tokens_as_token_ids": True})
-        out[i] = res["choices"][0]["logprobs"]
+    def choices(**body) -> list[dict]:
+        res = post(port, "/v1/completions", {"model": model, "prompt": PROMPTS, "temperature": 0, **body})
+        got = sorted(res["choices"], key=lambda c: c["index"])
+        assert [c["index"] for c in got] == list(range(len(PROMPTS))), res
+        return got
 
-    def prompt(i: int) -> None:  # the logprob of every prompt token given the ones before it (echo)
-        res = post(port, "/v1/completions", {"model": model, "prompt": PROMPTS[i], "max_tokens": 1, "echo": True,
-                                             "temperature": 0, "logprobs": 0})
-        out[i]["prompt_logprobs"] = res["choices"][0]["logprobs"]["token_logprobs"][1:-1]
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(PROMPTS))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert all(o is not None for o in out), out
-    for i in range(len(PROMPTS)):
-        prompt(i)
+    out = [c["logprobs"] for c in choices(max_tokens=MAX_TOKENS, seed=0, logprobs=2, return_tokens_as_token_ids=True)]
+    for o, c in zip(out, choices(max_tokens=1, echo=True, logprobs=0), strict=True):
+        o["prompt_logprobs"] = c["logprobs"]["token_logprobs"][1:-1]
     return out
 
 

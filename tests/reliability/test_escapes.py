@@ -132,3 +132,48 @@ def test_on_a_real_pty_only_sgr_reaches_the_terminal(tmp_path):
         rest = re.sub(r"\x1b\[[0-9;]*m", "", text).replace("\r\n", "\n")  # the pty turns \n into \r\n
         bad = [(m.group(0), rest[max(0, m.start() - 30):m.end() + 10]) for m in UNSAFE.finditer(rest)]
         assert not bad, f"{argv}: {bad[:3]}"
+
+
+def test_the_panel_on_a_real_pty_draws_no_control_of_the_data(tmp_path):
+    """``r9kctl tui -p evil`` (the description, model path, serve_args and [env] values above, a variant's
+    summary) on a pseudo-terminal: Textual writes a segment's text as it is, so without the panel's filter the
+    description's OSC 52 writes the clipboard. The terminal receives none of the payloads' sequences."""
+    pty = pytest.importorskip("pty")
+    import select
+    import time
+
+    root = make_tree(tmp_path, random.Random(7))
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "R9K_PLAIN")}
+    env.update({"COLUMNS": "160", "LINES": "45", "TERM": "xterm-256color", "R9K_CACHE_DIR": str(tmp_path / "c")})
+    cmd = [sys.executable, "-m", "r9k.r9kctl.cli", "--registry", str(root / "registry"),
+           "--profiles-dir", str(root / "p"), "tui", "-p", "evil"]
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True,
+                            start_new_session=True)
+    os.close(slave)
+    data, t0, quit_sent = b"", time.monotonic(), False
+    try:
+        while time.monotonic() - t0 < 90:
+            if not quit_sent and b"evil" in data and time.monotonic() - t0 > 4:
+                os.write(master, b"\x11")  # ctrl+q
+                quit_sent = True
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                data += chunk
+            elif proc.poll() is not None:
+                break
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+        os.close(master)
+    text = data.decode("utf-8", errors="replace")
+    assert quit_sent, text[-2000:]
+    for bad in ("\x1b]52;", "\x1b]0;pwned", "\u202e", "\u2066", "\x9b", "\x85", "\x1bP+q"):
+        assert bad not in text, (bad, text[max(0, text.find(bad) - 60):text.find(bad) + 20])
