@@ -62,6 +62,7 @@ def config_path() -> Path:
 
 
 DROP_CONTROLS = DropControls()
+HANG_UP_GRACE_S = 3.0  # after SIGHUP / SIGTERM: the app's own exit first, then the process's
 
 
 class R9kApp(App):
@@ -199,10 +200,17 @@ class R9kApp(App):
             pass  # not the main thread, or no such signals here
 
     def _hang_up(self) -> None:
+        import threading
+
         from .recovery import write_recovery
 
         if self.session is not None:
             write_recovery(self.session)
+        # An app still starting (its first frame, the registry's load) may not get to its exit: with nobody to
+        # ask and the edits saved, the process ends a few seconds later whatever the app is doing.
+        stop = threading.Timer(HANG_UP_GRACE_S, os._exit, (129,))
+        stop.daemon = True  # an exit that completes is not delayed by it
+        stop.start()
         self.exit(return_code=129)
 
     def exit(self, result=None, return_code: int = 0, message=None) -> None:

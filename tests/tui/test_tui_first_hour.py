@@ -476,3 +476,44 @@ def test_a_closed_terminal_keeps_the_edits_for_the_next_start(fx_workspace):
 
     run(scenario())
     assert not rec.exists()
+
+
+@pytest.mark.parametrize("after", [0.0, 0.15, 0.3, "frame"])
+def test_a_terminal_closed_while_the_panel_starts_ends_it(tmp_path, after):
+    """The terminal closes while the panel is still starting (``after`` seconds after its first bytes: Textual
+    up, the registry still loading) or once it shows its first frame: the panel ends either way. Before, a
+    hang-up in the first ~0.5 s after the first bytes left it running, orphaned, ignoring SIGTERM (here, on
+    2026-12-03: at 0.15 and 0.3 s both times, at 0 s once of three); now its handler writes the recovery file, asks the app to exit and ends the process
+    HANG_UP_GRACE_S later if the app has not."""
+    import pty
+    import select
+    import time
+
+    env = dict(os.environ, TERM="xterm-256color", COLUMNS="100", LINES="30", R9K_CACHE_DIR=str(tmp_path / "c"),
+               XDG_CONFIG_HOME=str(tmp_path / "cfg"))
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execve(sys.executable, [sys.executable, "-m", "r9k.r9kctl.cli", "tui", "--profile", "cpu-smoke"], env)
+    try:
+        buf, first, end = b"", None, time.monotonic() + 120
+        while time.monotonic() < end:
+            if first is not None and (b"knob" in buf if after == "frame" else time.monotonic() - first >= after):
+                break
+            if select.select([fd], [], [], 0.02)[0]:
+                buf += os.read(fd, 65536)
+                first = first or time.monotonic()
+        assert first is not None and time.monotonic() < end, buf[-500:]
+        os.close(fd)  # the terminal closes: the kernel hangs up the panel's session
+        fd = -1
+        end = time.monotonic() + 30
+        while os.waitpid(pid, os.WNOHANG) == (0, 0):
+            assert time.monotonic() < end, "the panel outlived its terminal by 30 s"
+            time.sleep(0.1)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
