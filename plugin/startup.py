@@ -486,15 +486,16 @@ def apply_profile_env(active: Active, environ=None) -> list[str]:
 
 
 def server_id(active: Active, proc: ProcessInfo, environ=None, first: bool = False) -> str:
-    """This server's instance id. The first process of a server (``first``) takes the id its launch carries
-    (``r9kctl launch``, a pasted dry run, a ``--config`` file), or makes one when started by hand, and claims
+    """This server's instance id. The first process of a server (``first``) takes the id its launch gives it
+    (``envvars.SERVER``: ``r9kctl launch``, a pasted dry run, a ``--config`` file's env file), or makes one when
+    started by hand, and claims
     it (:func:`claim_server_id`): a second server started from the same file or text gets an id of its own.
     The processes it starts inherit its choice (``envvars.SERVER``)."""
     environ = os.environ if environ is None else environ
     from ..registry.manifest import new_server_id
 
     if first:
-        sid = active.server or new_server_id(active.rs.profile)
+        sid = active.server or envvars.SERVER.get(environ) or new_server_id(active.rs.profile)
         if "--headless" not in sys.argv:  # a headless node of a multi-node server writes under the head's id
             sid = claim_server_id(sid, proc, environ)
     else:

@@ -299,6 +299,7 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
         path = envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
 
     plan.server = server or mf.new_server_id(rs.profile)
+    penv[envvars.SERVER.name] = plan.server  # in the environment, not in the config vLLM hashes (mf.carrier)
     if inline is None:
         inline = last_value(list(rs.serve_args) + list(extra_args or []), "--distributed-executor-backend") == "ray"
     argv = add_carrier(argv, mf.carrier(mf.from_dict(manifest), plan.server, str(path),

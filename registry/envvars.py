@@ -117,8 +117,9 @@ LAUNCH_HASH = _v("_R9K_LAUNCH_HASH", "str", None,
 LAUNCH_PID = _v("_R9K_LAUNCH_PID", "int", None, "the process that set _R9K_LAUNCH_HASH", ("plugin.startup",),
                 vllm=True)
 SERVER = _v("_R9K_SERVER", "str", None,
-            "the server instance id of a server started by hand (made by its first process; r9kctl launch "
-            "carries its own in vLLM's config): names the status and counter files", ("plugin.startup",), vllm=True)
+            "the server instance id (r9kctl launch sets it; made by the first process of a server started by "
+            "hand; never in vLLM's config, whose hash keys the compile cache): names the status and counter files",
+            ("plugin.startup",), vllm=True)
 
 ALL: dict[str, EnvVar] = {v.name: v for v in globals().values() if isinstance(v, EnvVar)}
 

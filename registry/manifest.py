@@ -379,12 +379,17 @@ def decode(value: str) -> dict:
 
 
 def carrier(m: Manifest, server: str, path: Optional[str] = None, inline: bool = True) -> dict:
-    """What ``r9kctl launch`` puts in ``--additional-config`` under :data:`CARRIER_KEY`: the set's hash, the
-    server instance id, and the manifest: ``inline`` (encoded, a few kB: for processes on nodes without the
-    launcher's files, a multi-node or Ray server) or by reference, ``path`` (the file the launcher wrote; every
-    process loads it and checks its hash against the one carried: the printed command stays short)."""
-    out = {"hash": m.hash, "server": server}
+    """What ``r9kctl launch`` puts in ``--additional-config`` under :data:`CARRIER_KEY`: the set's hash and the
+    manifest: ``inline`` (encoded, a few kB: for processes on nodes without the launcher's files, a multi-node or
+    Ray server) or by reference, ``path`` (the file the launcher wrote; every process loads it and checks its
+    hash against the one carried: the printed command stays short). Nothing that differs between two starts of
+    one set: vLLM hashes ``additional_config`` into its compile-cache key, so a per-start value there (the server
+    instance id: it travels in the environment, envvars.SERVER) would make every start compile afresh. Inline
+    only (processes on other nodes, Ray's workers, which do not get the launcher's environment), the id is
+    carried too, at that cost."""
+    out: dict = {"hash": m.hash}
     if inline or not path:
+        out["server"] = server
         out["manifest"] = encode(m.to_dict())
     if path:
         out["path"] = str(path)
@@ -392,7 +397,8 @@ def carrier(m: Manifest, server: str, path: Optional[str] = None, inline: bool =
 
 
 def from_carrier(carried: Any) -> tuple[Manifest, str]:
-    """The manifest and server id of a carrier (:func:`carrier`); :class:`ManifestError` when it is not one,
+    """The manifest and server id of a carrier (:func:`carrier`; the id is "" unless an older launcher carried
+    one); :class:`ManifestError` when it is not one,
     its file cannot be read here, or its hash is not the one it announces."""
     if not isinstance(carried, dict) or not isinstance(carried.get("manifest", carried.get("path")), str):
         raise ManifestError(f"additional_config[{CARRIER_KEY!r}] is not an r9k carrier (no 'manifest' or 'path' string)")

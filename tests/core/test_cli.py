@@ -139,7 +139,12 @@ def test_launch_dry_run_and_refusal(r9kctl):
     assert "/models/Qwen3.8-Flash-Next" in argv and argv[argv.index("--tensor-parallel-size") + 1] == "4"
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.98"
     carried = json.loads(argv[argv.index("--additional-config") + 1])["r9k"]  # the set, in vLLM's own config
-    assert carried["hash"] == plan["manifest"]["hash"] and carried["server"] == plan["server"]
+    assert carried["hash"] == plan["manifest"]["hash"] and plan["env"]["_R9K_SERVER"] == plan["server"]
+    # nothing per start in the config vLLM hashes into its compile-cache key: two plans of one set carry the same
+    code, out2, err = r9kctl("launch", "--profile", "tp4-default", "--dry-run", "--format", "json")
+    argv2 = json.loads(out2)["argv"]
+    assert json.loads(out2)["server"] != plan["server"]
+    assert argv2[argv2.index("--additional-config") + 1] == argv[argv.index("--additional-config") + 1]
     assert carried["path"].endswith(f"tp4-default-tp4-{plan['manifest']['hash']}.json")
     assert "R9K_HC_FP8_DECODE" not in plan["env"], "installed by the plugin from the carried set: not exported"
     assert plan["env"]["R9K_PDL"] == "1"  # env-only: read from the environment by the kernels' helper

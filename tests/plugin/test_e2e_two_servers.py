@@ -8,6 +8,7 @@ beside it with the same cache directory and stopped by the test; marked ``e2e``.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 
@@ -48,6 +49,13 @@ def test_two_servers_of_one_profile_report_only_their_own(tmp_path, cpu_smoke_se
         assert sa["server"] and sb["server"] and sa["server"] != sb["server"]
         assert sa["status_file"] != sb["status_file"]
         assert sa["hash"] == sb["hash"], "one profile, one set: only the server differs"
+        # nothing per start in the config vLLM hashes into its compile-cache key (the server id travels in the
+        # environment): B's compiled model is looked up where A saved its own (what vLLM then does with it is
+        # vLLM's: 0.32's CPU build with torch 2.13 fails to load the AOT artifact and compiles again, 10 s
+        # against A's 44 s on 2026-12-03, its inductor caches warm)
+        key = re.compile(r"torch_aot_compile/([0-9a-f]{16,})")
+        keys_a, keys_b = set(key.findall(a.text())), set(key.findall(b.text()))
+        assert keys_a and keys_a == keys_b, (keys_a, keys_b)
         own_a, own_b = set(live_pids(session=a.proc.pid)), set(live_pids(session=b.proc.pid))
         assert _pids(sa) and _pids(sa) <= own_a, (sa["processes"], own_a)
         assert _pids(sb) and _pids(sb) <= own_b, (sb["processes"], own_b)

@@ -32,7 +32,8 @@ def test_the_vllm_config_files_start_the_server_with_its_own_status(tmp_path):
     assert command.startswith("set -a; . ") and command.endswith(f"serve --config {out / 'config.yaml'}"), command
     cfg = (out / "config.yaml").read_text()
     h = re.match(r"# r9k-stack profile cpu-smoke tp1 hash ([0-9a-f]{12})", cfg).group(1)
-    carried = json.loads(json.loads(re.search(r"^additional-config: (.*)$", cfg, re.M).group(1)))["r9k"]["server"]
+    assert "server" not in json.loads(json.loads(re.search(r"^additional-config: (.*)$", cfg, re.M).group(1)))["r9k"]
+    carried = re.search(r"^_R9K_SERVER=(\S+)$", (out / "vllm.env").read_text(), re.M).group(1)  # the files' server id
 
     # the first server of these files holds their id (this test process stands for it: alive)
     from r9k.plugin.startup import pid_start_time

@@ -98,7 +98,8 @@ def test_the_dry_run_carries_the_manifest_by_reference_and_prints_what_runs(tmp_
     carried = json.loads(plan.argv[plan.argv.index("--additional-config") + 1])["r9k"]
     assert "manifest" not in carried and carried["path"] == str(plan.manifest_path)
     m, server = mf.from_carrier(carried)
-    assert m.hash == carried["hash"] == plan.manifest["hash"] and server == plan.server
+    assert m.hash == carried["hash"] == plan.manifest["hash"] and server == ""  # the id: in the environment
+    assert plan.env[envvars.SERVER.name] == plan.server
     # the file changed after the launch printed its hash: refused
     data = json.loads(plan.manifest_path.read_text())
     data["values"]["router_gemm"]["value"] = "stock"
