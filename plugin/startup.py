@@ -280,9 +280,11 @@ def check_manifest(m: Manifest, where: str, environ: Mapping[str, str], launched
             s = r.variant.sets
             if s is None or s.kind != "env" or r.value in (None, "") or r.value == r.variant.stock:
                 continue
-            if environ.get(s.name) != r.value:
-                errors.append(f"{where}: error[launcher-env]: {r.variant.knob}={r.value} sets {s.name}={r.value}, "
-                              f"this process has {s.name}={environ.get(s.name)!r}")
+            wanted = s.env.get(str(r.value)) if s.env else {s.name: r.value}  # a value may set other variables
+            for name, value in (wanted or {}).items():
+                if environ.get(name) != value:
+                    errors.append(f"{where}: error[launcher-env]: {r.variant.knob}={r.value} sets {name}={value}, "
+                                  f"this process has {name}={environ.get(name)!r}")
     if m.registry:
         here = this_registry_fingerprint(environ)
         if here != m.registry:
@@ -363,7 +365,9 @@ def load_active(environ: Optional[Mapping[str, str]] = None, carried: Any = None
                                     f"{_first_diff(other, m)}"])
         where = f"{carried_from}, from r9kctl launch"
         check_manifest(m, where, environ, launched=True)
-        return Active(m, where, list(m.warnings), server)
+        # the launch's server id: carried inline, else in the environment the launch set (envvars.SERVER); a
+        # server started by hand (no carrier) makes its own, whatever an earlier paste left in the shell
+        return Active(m, where, list(m.warnings), server or envvars.SERVER.get(environ) or "")
     if path:
         m = _manifest_file(path)
         check_manifest(m, path, environ)
@@ -495,7 +499,7 @@ def server_id(active: Active, proc: ProcessInfo, environ=None, first: bool = Fal
     from ..registry.manifest import new_server_id
 
     if first:
-        sid = active.server or envvars.SERVER.get(environ) or new_server_id(active.rs.profile)
+        sid = active.server or new_server_id(active.rs.profile)
         if "--headless" not in sys.argv:  # a headless node of a multi-node server writes under the head's id
             sid = claim_server_id(sid, proc, environ)
     else:

@@ -100,6 +100,11 @@ def test_the_dry_run_carries_the_manifest_by_reference_and_prints_what_runs(tmp_
     m, server = mf.from_carrier(carried)
     assert m.hash == carried["hash"] == plan.manifest["hash"] and server == ""  # the id: in the environment
     assert plan.env[envvars.SERVER.name] == plan.server
+    # the first process takes the launch's id from the environment; one started by hand (no carrier) ignores
+    # what an earlier paste left in the shell
+    env = {**plan.env, envvars.CACHE_DIR.name: str(tmp_path)}  # what the launch exports, its id included
+    active = startup.load_active(env, carried=carried, carried_from="--additional-config")
+    assert active.server == plan.server and startup.server_id(active, _proc(), dict(env), first=True) == plan.server
     # the file changed after the launch printed its hash: refused
     data = json.loads(plan.manifest_path.read_text())
     data["values"]["router_gemm"]["value"] = "stock"
