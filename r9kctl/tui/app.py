@@ -46,7 +46,7 @@ class DropControls(LineFilter):
 
         if not any(has_controls(s.text) for s in segments):
             return segments
-        return [Segment(drop_controls(s.text), s.style, s.control) for s in segments]
+        return [s if s.control else Segment(drop_controls(s.text), s.style) for s in segments]
 
 
 def _read(path: Path) -> Optional[bytes]:
