@@ -55,8 +55,8 @@ def test_launch_screen_command_first(fx_workspace, snap_compare, size, monkeypat
         plan = real(self, final)
         if plan.argv:
             plan.argv[0] = Path(plan.argv[0]).name
-        if "--additional-config" in plan.argv:  # the carried set holds a fresh server id: its shape only
-            plan.argv[plan.argv.index("--additional-config") + 1] = '{"r9k":{"hash":"...","server":"...","manifest":"..."}}'
+        if "--additional-config" in plan.argv:  # the carried set names a file in this run's cache: its shape only
+            plan.argv[plan.argv.index("--additional-config") + 1] = '{"r9k":{"hash":"...","path":"..."}}'
         plan.server = "SERVER"
         return plan
 
