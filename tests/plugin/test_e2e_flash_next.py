@@ -56,7 +56,7 @@ PROFILE_TP2 = "cpu-flash-next-tp2"  # the same variants at TP 2
 # TP 2 (fused, cpu-flash-next-tp2's set) against TP 1 at stock, the logprob of every prompt token. Like for like
 # (TP 1 with TP 2's set) it was 0.379 nats at most over 159 positions (notes/flash-next.md): each rank sums its
 # shard in another order; the fused kernels' own rounding against stock adds at most the fused-vs-stock greedy
-# difference (0.104 nats there). Measured this way: 0.191 nats over 159 positions (notes/core.md, third session).
+# difference (0.104 nats there). Measured this way: 0.191 nats over 159 positions (notes/flash-next.md, "TP 2 against stock TP 1").
 # The bound catches wiring errors (a swapped layer moves logprobs by nats), not a
 # doubled shared expert (0.617 measured): tests/plugin/test_layers.py checks the reduction.
 TP_BOUND = 1.0
