@@ -276,12 +276,13 @@ def check_manifest(m: Manifest, where: str, environ: Mapping[str, str], launched
     another environment is refused). No resolution: a comparison of strings."""
     errors = []
     if launched:
+        from ..registry.vllm_map import env_pairs
+
         for r in sorted(m.items.values(), key=lambda r: r.variant.knob):
             s = r.variant.sets
             if s is None or s.kind != "env" or r.value in (None, "") or r.value == r.variant.stock:
                 continue
-            wanted = s.env.get(str(r.value)) if s.env else {s.name: r.value}  # a value may set other variables
-            for name, value in (wanted or {}).items():
+            for name, value in env_pairs(str(r.value), s).items():  # what the launch exported for this value
                 if environ.get(name) != value:
                     errors.append(f"{where}: error[launcher-env]: {r.variant.knob}={r.value} sets {name}={value}, "
                                   f"this process has {name}={environ.get(name)!r}")

@@ -77,7 +77,7 @@ class LaunchPlan:
         as opposed to the launch's own (VLLM_PLUGINS, where the registry is, a credential)."""
         knobs = {r.variant.knob for r in self.rs.items.values()} if self.rs is not None else set()
         knobs |= {q.target for q in self.requests if q.kind == "env"}
-        return {k for k in self.env if k in knobs and not k.startswith("VLLM_PLUGINS")}
+        return {k for k in self.env if k in knobs}
 
     def write_env_file(self) -> None:
         """The knobs' variables into an env file beside the manifest (``set -a; . FILE``): the dry run passes

@@ -91,6 +91,12 @@ class Request:
         return f"not applied: {self.note}"
 
 
+def env_pairs(value: str, m: Mapping) -> dict[str, str]:
+    """The variables an ``env`` mapping sets for ``value`` (its value map, else NAME=converted value): what the
+    launch exports and what every launched process checks it has."""
+    return dict(m.env.get(value) or {}) if m.env else {m.name: str(convert(value, m))}
+
+
 def convert(value: str, m: Mapping) -> Any:
     """The knob's value as vLLM takes it (unit conversion, then encoding). ValueError when impossible."""
     v: Any = value
@@ -161,8 +167,7 @@ def requests(rs, iface=None) -> list[Request]:
         elif m.kind == "custom-op":  # "+" / "-": one entry of --compilation-config's custom_ops list
             out.append(Request(knob, "json-list", f"--compilation-config.{m.field}", f"{val}{m.name}", val))
         elif m.kind == "env":
-            pairs = m.env.get(val) if m.env else {m.name: str(convert(val, m))}
-            for var, x in sorted((pairs or {}).items()):
+            for var, x in sorted(env_pairs(val, m).items()):
                 out.append(Request(knob, "env", var, x, val, program=m.program))
         else:
             out.append(Request(knob, "none", m.name, None, val, program=m.name,
