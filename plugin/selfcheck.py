@@ -159,8 +159,8 @@ def probe_linear(weight, rows: int = 4, seed: int = 0) -> tuple:
 
     gen = torch.Generator(device="cpu").manual_seed(seed)
     out_f, in_f = weight.shape[0], weight.shape[-1]
-    x = torch.randn((rows, in_f), generator=gen, dtype=torch.float32).to(weight.dtype).to(weight.device)
-    w = (torch.randn((out_f, in_f), generator=gen, dtype=torch.float32) / in_f ** 0.5).to(weight.dtype)
+    x = torch.randn((rows, in_f), generator=gen, dtype=torch.float32, device="cpu").to(weight.dtype).to(weight.device)
+    w = (torch.randn((out_f, in_f), generator=gen, dtype=torch.float32, device="cpu") / in_f ** 0.5).to(weight.dtype)
     return x, w.to(weight.device)
 
 

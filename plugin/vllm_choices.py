@@ -292,15 +292,40 @@ def on_model_built(runner) -> None:
     from . import fallback  # slow fallbacks against the declared fast paths (issue 38)
 
     fallback.check(rs, res, lambda ln: plugin._emit(30, ln))
+    res["not_installed"] = absent = not_installed()
+    for ln in absent:
+        plugin._emit(30, f"r9k: NOT INSTALLED {ln}")
     plugin.record_vllm_choices(res)
     if rs.strict:
         fallback.refuse(res["fallbacks"])
+        if absent:
+            from .startup import StartupError
+
+            raise StartupError([f"error[not-installed]: {ln} (strict mode)" for ln in absent],
+                               "r9k: a requested kernel runs in no layer of this model; refusing to serve")
     if res["mismatches"] and rs.strict:
         from .startup import StartupError
 
         raise StartupError([f"error[not-chosen]: {r['knob']}: requested {r['requested']} ({r['switch']}), vLLM "
                             f"chose {r['chosen']} for {r['layer']} (strict mode)" for r in res["mismatches"]],
                            "r9k: vLLM did not make the requested kernel choice; refusing to serve")
+
+
+def not_installed() -> list[str]:
+    """The variants chosen fused whose adapter's layer class the built model has none of (the kernel runs
+    nowhere; vLLM's own path serves): one line each. vLLM 0.26's Qwen2-MoE, say, builds its router as a plain
+    ReplicatedLinear, not the GateLinear the router adapter replaces."""
+    from . import dispatch
+    from ..registry.manifest import Impl
+
+    table = dispatch.get_table()
+    out = []
+    for p in (table.plans.values() if table is not None else ()):
+        if p.mode == Impl.FUSED and p.pluggable and p.op and p.layers == 0:
+            cls = getattr(p.adapter, "vllm_class", None) or p.extension_point
+            out.append(f"{p.knob}={p.value}: the model built no {cls} layer ({p.extension_point}), so {p.op} "
+                       "runs nowhere and vLLM's own path serves")
+    return out
 
 
 def _wrap(module, cls_name: str) -> None:

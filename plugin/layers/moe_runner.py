@@ -226,9 +226,42 @@ def shared_ineligible(m) -> str:
     return ""
 
 
+#: the self-check's bound for the shared expert (relative L2 against stock): one e4m3 step (2^-3). The fused
+#: form quantizes the activation from its own fused silu * up and gates inside the down GEMM, so an activation
+#: code may round one e4m3 step (3 mantissa bits) away from stock's; zeros or noise are ~1 (measured under the
+#: interpreter, 4 rows, random MXFP4 weights: 0.004-0.034)
+SHARED_REL_L2 = 2.0 ** -3
+
+
+def _shared_probe(module, rows: int = 4, seed: int = 0) -> tuple:
+    """The self-check's arguments at this layer's H and I: random rows and random weights on the MXFP4 grid
+    (fresh values on the layer's device; its own weights are not loaded yet)."""
+    from ...kernels.shared_expert.reference import prepare_shared_expert, quantize_mxfp4
+
+    dev = module.down_proj.weight.device
+    H, inter = module.down_proj.weight.shape[0], module.down_proj.weight.shape[1]
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    def rand(*shape):  # on the CPU generator, whatever device vLLM's construction context defaults to
+        return torch.randn(shape, generator=g, device="cpu")
+
+    x, wg = rand(rows, H), rand(H) / H ** 0.5
+    w1 = quantize_mxfp4((rand(2 * inter, H) / H ** 0.5).to(dev))
+    w2 = quantize_mxfp4((rand(H, inter) / inter ** 0.5).to(dev))
+    return (x.to(torch.bfloat16).to(dev),
+            prepare_shared_expert(w1[0], w1[1], w2[0], w2[1], wg.to(torch.bfloat16).to(dev)))
+
+
+def _shared_bound(got, ref):
+    den = float(ref.double().norm())
+    rel = float((got.double() - ref.double()).norm()) / den if den else float((got.double()).norm())
+    return None if rel <= SHARED_REL_L2 else f"relative L2 error {rel:.3g} against stock > {SHARED_REL_L2:.3g}"
+
+
 def attach_shared_expert(module, layer: str) -> None:
-    """Give the shared-expert MLP ``module`` this project's kernel when chosen and eligible."""
-    choice = _common.eligible_choice(SHARED, layer, lambda: shared_ineligible(module))
+    """Give the shared-expert MLP ``module`` this project's kernel when chosen and eligible (the startup
+    self-check probes it at this layer's shapes)."""
+    choice = _common.eligible_choice(SHARED, layer, lambda: shared_ineligible(module),
+                                     probe=lambda: _shared_probe(module), bound=_shared_bound)
     if choice is None:
         return
     # keep the plain weights on the CPU backend (they are converted at the first call; vLLM's own path,

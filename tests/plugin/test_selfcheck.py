@@ -156,3 +156,26 @@ def test_the_status_plan_is_the_model_building_workers(tmp_path):
     f.write_text(json.dumps({"processes": {"VllmWorker-0": worker}}))
     data = status.merged_status(front, str(f))
     assert data["plan"]["installed"] == 0 and data["plan"]["fallbacks"] == {"R9K_ROUTER": "self-check failed: zeros"}
+
+
+@pytest.mark.parametrize("broken, passes", [
+    (None, True),
+    (lambda f: lambda x, w: f(x, w).zero_(), False),                      # the served case's zeros
+    (lambda f: lambda x, w: torch.randn_like(f(x, w)), False),            # noise
+])
+def test_the_shared_expert_probe_passes_its_kernel_and_refuses_a_broken_one(monkeypatch, broken, passes):
+    """The shared expert's probe (random rows and MXFP4-grid weights at the layer's H and I) and its bound (one
+    e4m3 step): the real kernel passes under the interpreter, zeros and noise do not."""
+    from types import SimpleNamespace as NS
+
+    from r9k.kernels import ops
+    from r9k.plugin.layers import moe_runner
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    op = ops.get("shared_expert")
+    module = NS(down_proj=NS(weight=torch.empty((64, 128), dtype=torch.bfloat16)))  # H 64, I 128
+    args = moe_runner._shared_probe(module)
+    assert tuple(args[0].shape) == (4, 64) and args[1].intermediate == 128
+    fused = op.fused if broken is None else broken(op.fused)
+    why = selfcheck.check(op.name, fused, op.stock, args, moe_runner._shared_bound)
+    assert (why is None) == passes, why

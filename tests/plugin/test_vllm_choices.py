@@ -211,3 +211,35 @@ def test_the_v2_model_runner_is_hooked_where_vllm_imports_it(monkeypatch):
     r = V2()
     r.load_model(load_dummy_weights=True)
     assert seen == [r] and getattr(V2.load_model, "_r9k_choices", False)
+
+
+def test_a_fused_variant_whose_layer_class_the_model_lacks_is_named_and_strict_refuses_it(reg, monkeypatch):
+    """vLLM 0.26's Qwen2-MoE builds its router as a ReplicatedLinear: R9K_ROUTER=r9k then installs in no layer.
+    The start says so (one line), and strict mode refuses to serve (error[not-installed])."""
+    import r9k.plugin as plugin
+    from r9k.plugin import dispatch
+    from r9k.registry.manifest import Impl
+
+    plan = NS(mode=Impl.FUSED, pluggable=True, op="router_gemm", layers=0, knob="R9K_ROUTER", value="r9k",
+              adapter=NS(vllm_class="GateLinear"), extension_point="pluggable_layer:gate_linear")
+    monkeypatch.setattr(dispatch, "get_table", lambda: NS(plans={"router": plan}))
+    emitted = []
+    monkeypatch.setattr(plugin, "_emit", lambda level, ln: emitted.append(ln))
+    monkeypatch.setattr(plugin, "record_vllm_choices", lambda res: None)
+    runner = NS(model=_model(), vllm_config=_cfg())
+    for strict in (False, True):
+        rs = resolve(reg, "cpu-smoke", env={}, strict=strict)
+        monkeypatch.setattr(plugin, "_active", NS(rs=rs, hash=rs.hash))
+        if not strict:
+            vllm_choices.on_model_built(runner)
+            assert any("NOT INSTALLED R9K_ROUTER=r9k: the model built no GateLinear layer" in ln for ln in emitted)
+            assert vllm_choices.current()["not_installed"]
+        else:
+            with pytest.raises(StartupError) as exc:
+                vllm_choices.on_model_built(runner)
+            assert exc.value.lines[0].startswith("error[not-installed]: R9K_ROUTER=r9k")
+    plan.layers = 1  # one layer asked for it: nothing to say
+    rs = resolve(reg, "cpu-smoke", env={})
+    monkeypatch.setattr(plugin, "_active", NS(rs=rs, hash=rs.hash))
+    vllm_choices.on_model_built(runner)
+    assert vllm_choices.current()["not_installed"] == []
