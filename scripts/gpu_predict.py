@@ -1,15 +1,14 @@
 #!/usr/bin/env python3
 """The op-sum model's prediction for the served gpu-qwen2-moe pair (``bash scripts/gpu.sh serve`` runs it after the
 servers are gone; notes/gpu-serve.md): the decode-step model's method (a step is the sum of its ops; a fused op
-saves its stock sequence's time less its own) at the served configuration. Per layer and batch M, the two ops the
-fused profile switches on, each timed as CUDA-graph replays (``triton.testing.do_bench_cudagraph``, the servers
+saves its stock sequence's time less its own) at the served configuration. Per layer and batch M, the op the
+fused profile switches on (vLLM 0.26's Qwen2-MoE has no GateLinear for the router kernel), timed as CUDA-graph replays (``triton.testing.do_bench_cudagraph``, the servers
 run graphs) on random inputs at the checkpoint's shapes:
 
-* router GEMM: stock = vLLM's unquantized GateLinear path (``F.linear``, cuBLAS), fused = this project's kernel;
 * shared expert: stock = vLLM's path (``gate_up`` and ``down`` as ``F.linear``, vLLM's ``silu_and_mul`` CUDA op,
   the sigmoid gate), fused = this project's MXFP4 kernel (4 launches) on the same weights snapped to MXFP4.
 
-Saving a step = layers x (router + shared-expert savings). Printed per M; written to ``--out`` as JSON.
+Saving a step = layers x the shared expert's saving. Printed per M; written to ``--out`` as JSON.
 """
 from __future__ import annotations
 
@@ -28,7 +27,6 @@ def main() -> int:
     a = ap.parse_args()
     import triton.testing
 
-    from r9k.kernels.router import triton_kernel as rk
     from r9k.kernels.shared_expert import prepare_shared_expert, quantize_mxfp4
     from r9k.kernels.shared_expert import triton_kernel as sk
     from r9k.plugin.tiny_model import H200_QWEN2_MOE as c
@@ -49,9 +47,8 @@ def main() -> int:
             return F.silu(g) * u
 
     dev = "cuda"
-    H, E, I, L = c["hidden_size"], c["num_experts"], c["shared_expert_intermediate_size"], c["num_hidden_layers"]
+    H, I, L = c["hidden_size"], c["shared_expert_intermediate_size"], c["num_hidden_layers"]
     g = torch.Generator(device=dev).manual_seed(0)
-    wr = (torch.randn(E, H, device=dev, generator=g) * H ** -0.5).to(torch.bfloat16)
     wgu = (torch.randn(2 * I, H, device=dev, generator=g) * H ** -0.5)
     wd = (torch.randn(H, I, device=dev, generator=g) * I ** -0.5)
     wg = (torch.randn(1, H, device=dev, generator=g) * H ** -0.5).to(torch.bfloat16)
@@ -67,14 +64,12 @@ def main() -> int:
     for M in [int(m) for m in a.rows.split(",")]:
         x = torch.randn(M, H, device=dev, generator=g).to(torch.bfloat16)
         t = {
-            "router_stock": triton.testing.do_bench_cudagraph(lambda: F.linear(x, wr), rep=200),
-            "router_fused": triton.testing.do_bench_cudagraph(lambda: rk.router_gemm(x, wr), rep=200),
             "shared_stock": triton.testing.do_bench_cudagraph(lambda: stock_se(x), rep=200),
             "shared_fused": triton.testing.do_bench_cudagraph(lambda: sk.shared_expert(x, sw), rep=200),
         }
-        save_ms = L * ((t["router_stock"] - t["router_fused"]) + (t["shared_stock"] - t["shared_fused"]))
+        save_ms = L * (t["shared_stock"] - t["shared_fused"])
         rows.append({"M": M, **{k: v * 1e3 for k, v in t.items()}, "step_saving_ms": save_ms})
-        print(f"M={M:<3} router {t['router_stock']*1e3:7.2f} -> {t['router_fused']*1e3:7.2f} us   shared expert "
+        print(f"M={M:<3} shared expert "
               f"{t['shared_stock']*1e3:7.2f} -> {t['shared_fused']*1e3:7.2f} us   a step ({L} layers) saves "
               f"{save_ms:.4f} ms", flush=True)
     res = {"layers": L, "silu_and_mul": silu_src, "device": torch.cuda.get_device_name(0), "rows": rows,

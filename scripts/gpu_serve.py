@@ -9,7 +9,7 @@ defaults), both up at once on the one GPU (each its share of the memory) and dri
 3. rounds interleaved A/B/A/B (``--rounds``): TPOT at 1 request (streamed, (last - first token) / (tokens - 1)) and
    output tok/s at each concurrency; the ratio fused/stock per round (paired), mean with a 95 % t interval;
 4. ``/r9k/status`` again (the counters after the traffic); both servers stopped;
-5. last, the deliberately broken kernel: the fused profile started with the router GEMM made to return zeros (the
+5. last, the deliberately broken kernel: the fused profile started with the shared-expert kernel made to return zeros (the
    mutation plugin of r9kctl/evidence/mutate.py through a sitecustomize hook, as tests/evidence/test_e2e_selfcheck.py
    does on the CPU) must be refused by the self-check (``error[self-check]``, a non-zero exit, never served);
 
@@ -35,8 +35,9 @@ from pathlib import Path
 PROMPTS = ["The quick brown fox", "A router picks two experts for every token", "Kernels are checked against",
            "The capital of France is", "Numbers: 0 1 2 3", "Once upon a time there was", "Hello world! How are",
            "The server reports which implementation"]
-ZEROS = [{"module": "r9k.kernels.router.triton_kernel", "old": "    return skinny_gemm(x, w, out=out)\n",
-          "new": "    return skinny_gemm(x, w, out=out).zero_()\n"}]
+ZEROS = [{"module": "r9k.kernels.shared_expert.triton_kernel",
+          "old": "    return mxfp4_gemm(aq, as_, w.w2_packed, w.w2_scales, gate=g, out=out)\n",
+          "new": "    return mxfp4_gemm(aq, as_, w.w2_packed, w.w2_scales, gate=g, out=out).zero_()\n"}]
 
 
 def say(*a):
@@ -171,7 +172,7 @@ def compact(st: dict) -> dict:
 
 
 def broken_kernel(a, logs: Path, summary: dict) -> None:
-    """The fused profile started with the router GEMM made to return zeros: the self-check must refuse it."""
+    """The fused profile started with the shared-expert kernel made to return zeros: the self-check must refuse it."""
     hook = Path(tempfile.mkdtemp())
     (hook / "sitecustomize.py").write_text("import r9k.r9kctl.evidence.mutate  # noqa: F401 - test-only\n")
     from r9k.registry import envvars

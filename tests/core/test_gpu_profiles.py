@@ -12,9 +12,10 @@ from r9k.registry.resolve import resolve
 from r9k.registry.validate import validate
 
 PAIRS = [("gpu-qwen2-moe", "gpu-qwen2-moe-stock")]
-# the ops whose adapters install into Qwen2-MoE's layers (vLLM's GateLinear and MoERunner; the others act on
-# hyper-connections, GDN, QSA, block-fp8 linears and TP all-reduces)
-QWEN2_MOE_OPS = {"router_gemm", "moe_route", "shared_expert"}
+# the ops whose adapters install into vLLM 0.26's Qwen2-MoE layers (its MoERunner; its router is a plain
+# ReplicatedLinear, not GateLinear; the other ops act on hyper-connections, GDN, QSA, block-fp8 linears and TP
+# all-reduces)
+QWEN2_MOE_OPS = {"moe_route", "shared_expert"}
 
 
 @pytest.fixture(scope="module")
