@@ -238,11 +238,17 @@ def budget_of(reg: Registry, model: str, tp: int, memory_gib: float, values: Map
     key = f"tp{tp}"
     if not m.supports_tp(tp):
         return None
-    # what vLLM runs at: the knob's value where the launch passes it (off its stock), else vLLM's own default
+    # what vLLM runs at: the knob's value where the launch passes it (off its stock), else the profile's own
+    # serve_args value (a knob at stock passes nothing), else vLLM's own default
     util_v = next((v for v in reg.variants.values() if v.knob == UTIL_KNOB), None)
     uv = values.get(UTIL_KNOB)
+    from .consistency import _serve_options
+
+    passed = next((val for _, opt, val in _serve_options(list(serve_args or [])) if opt == UTIL_FLAG), None)
     if uv and (util_v is None or uv != util_v.stock):
         util = _gib(UTIL_KNOB, uv)
+    elif passed and not utilization:
+        util = _gib(f"serve_args {UTIL_FLAG}", passed)
     else:
         util = utilization or vllm_default_utilization() or _gib(UTIL_KNOB, uv or (util_v.stock if util_v else 1.0))
     fixed = int(fixed_kv_gib * GIB) if fixed_kv_gib else None

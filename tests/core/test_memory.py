@@ -261,3 +261,15 @@ def test_a_hybrid_layout_whose_tp_keys_differ_is_a_schema_error():
         ModelSpec(**base, kv_hybrid=dict(attention_layers=1, state_layers=3, state_bytes={"tp2": 7}, max_model_len=8))
     with pytest.raises(ValidationError, match="whole number"):
         ModelSpec(**base, kv_hybrid=dict(attention_layers=3, state_layers=1, state_bytes={"tp1": 7}, max_model_len=8))
+
+
+
+def test_the_budget_charges_the_utilization_vllm_is_given(reg):
+    """UTIL at stock passes nothing, so vLLM takes a profile's own ``--gpu-memory-utilization`` from serve_args
+    (gpu-qwen2-moe: 0.4, both servers on one H200); the budget charges that, not vLLM's default (which made the
+    prediction 2.7x vLLM's allocation on the H200); a UTIL set off its stock is what the launch passes."""
+    rs = resolve(reg, "gpu-qwen2-moe")
+    util = next(r for r in rs.items.values() if r.variant.knob == "UTIL")
+    assert util.value == util.variant.stock and "0.4" in rs.serve_args
+    assert budget(reg, rs).utilization == 0.4
+    assert budget(reg, resolve(reg, "gpu-qwen2-moe", sets={"UTIL": "0.5"})).utilization == 0.5
