@@ -2,11 +2,15 @@
 """The op-sum model's prediction for the served gpu-qwen2-moe pair (``bash scripts/gpu.sh serve`` runs it after the
 servers are gone; notes/gpu-serve.md): the decode-step model's method (a step is the sum of its ops; a fused op
 saves its stock sequence's time less its own) at the served configuration. Per layer and batch M, the op the
-fused profile switches on (vLLM 0.26's Qwen2-MoE has no GateLinear for the router kernel), timed as CUDA-graph replays (``triton.testing.do_bench_cudagraph``, the servers
-run graphs) on random inputs at the checkpoint's shapes:
+fused profile switches on (vLLM 0.26's Qwen2-MoE has no GateLinear for the router kernel), timed as CUDA-graph
+replays (``triton.testing.do_bench_cudagraph``, the servers run graphs) on random inputs at the checkpoint's shapes:
 
-* shared expert: stock = vLLM's path (``gate_up`` and ``down`` as ``F.linear``, vLLM's ``silu_and_mul`` CUDA op,
-  the sigmoid gate), fused = this project's MXFP4 kernel (4 launches) on the same weights snapped to MXFP4.
+* shared expert: stock = vLLM's path, launch for launch where it is a library call (``gate_up``, ``down`` and the
+  expert gate as ``F.linear``: cuBLAS, as vLLM's unquantized linears run; the sigmoid and the product), with one
+  labelled stand-in: the served server disables vLLM's ``silu_and_mul`` custom op (its choices table:
+  ``-silu_and_mul``) and runs the native form compiled by Inductor, while this stock calls vLLM's
+  ``_C.silu_and_mul`` CUDA op (``silu_and_mul`` in the JSON names what ran). Fused = this project's MXFP4 kernel
+  (4 launches) on the same weights snapped to MXFP4; both are timed in the same run.
 
 Saving a step = layers x the shared expert's saving. Printed per M; written to ``--out`` as JSON.
 """
@@ -33,7 +37,7 @@ def main() -> int:
 
     try:
         import vllm._custom_ops  # noqa: F401 - registers torch.ops._C.silu_and_mul
-        silu_src = "vLLM's _C.silu_and_mul"
+        silu_src = "vLLM's _C.silu_and_mul (stand-in for the served server's Inductor-compiled native form)"
 
         def silu_mul(gu):
             out = torch.empty(gu.shape[0], gu.shape[1] // 2, dtype=gu.dtype, device=gu.device)
@@ -69,9 +73,8 @@ def main() -> int:
         }
         save_ms = L * (t["shared_stock"] - t["shared_fused"])
         rows.append({"M": M, **{k: v * 1e3 for k, v in t.items()}, "step_saving_ms": save_ms})
-        print(f"M={M:<3} shared expert "
-              f"{t['shared_stock']*1e3:7.2f} -> {t['shared_fused']*1e3:7.2f} us   a step ({L} layers) saves "
-              f"{save_ms:.4f} ms", flush=True)
+        print(f"M={M:<3} shared expert {t['shared_stock']*1e3:7.2f} -> {t['shared_fused']*1e3:7.2f} us   "
+              f"a step ({L} layers) saves {save_ms:.4f} ms", flush=True)
     res = {"layers": L, "silu_and_mul": silu_src, "device": torch.cuda.get_device_name(0), "rows": rows,
            "units": "us per call (CUDA-graph replay median); step_saving_ms per decode step"}
     with open(a.out, "w") as f:

@@ -9,9 +9,9 @@ defaults), both up at once on the one GPU (each its share of the memory) and dri
 3. rounds interleaved A/B/A/B (``--rounds``): TPOT at 1 request (streamed, (last - first token) / (tokens - 1)) and
    output tok/s at each concurrency; the ratio fused/stock per round (paired), mean with a 95 % t interval;
 4. ``/r9k/status`` again (the counters after the traffic); both servers stopped;
-5. last, the deliberately broken kernel: the fused profile started with the shared-expert kernel made to return zeros (the
-   mutation plugin of r9kctl/evidence/mutate.py through a sitecustomize hook, as tests/evidence/test_e2e_selfcheck.py
-   does on the CPU) must be refused by the self-check (``error[self-check]``, a non-zero exit, never served);
+5. last, the deliberately broken kernel: the fused profile started with the shared-expert kernel made to return
+   zeros (the mutation plugin of r9kctl/evidence/mutate.py through a sitecustomize hook, as
+   tests/evidence/test_e2e_selfcheck.py does on the CPU) must be refused by the self-check (``error[self-check]``, a non-zero exit, never served);
 
 Writes ``summary.json`` and ``summary.txt`` into ``--out`` and each server's log; prints the table last.
 Standard library only (the image's Python), plus scipy for the t quantile when present.
@@ -172,7 +172,7 @@ def compact(st: dict) -> dict:
 
 
 def broken_kernel(a, logs: Path, summary: dict) -> None:
-    """The fused profile started with the shared-expert kernel made to return zeros: the self-check must refuse it."""
+    """The fused profile with the shared-expert kernel made to return zeros: the self-check must refuse it."""
     hook = Path(tempfile.mkdtemp())
     (hook / "sitecustomize.py").write_text("import r9k.r9kctl.evidence.mutate  # noqa: F401 - test-only\n")
     from r9k.registry import envvars

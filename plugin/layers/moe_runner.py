@@ -237,24 +237,22 @@ def _shared_probe(module, rows: int = 4, seed: int = 0) -> tuple:
     """The self-check's arguments at this layer's H and I: random rows and random weights on the MXFP4 grid
     (fresh values on the layer's device; its own weights are not loaded yet)."""
     from ...kernels.shared_expert.reference import prepare_shared_expert, quantize_mxfp4
+    from ..selfcheck import randn
 
     dev = module.down_proj.weight.device
     H, inter = module.down_proj.weight.shape[0], module.down_proj.weight.shape[1]
     g = torch.Generator(device="cpu").manual_seed(seed)
-    def rand(*shape):  # on the CPU generator, whatever device vLLM's construction context defaults to
-        return torch.randn(shape, generator=g, device="cpu")
-
-    x, wg = rand(rows, H), rand(H) / H ** 0.5
-    w1 = quantize_mxfp4((rand(2 * inter, H) / H ** 0.5).to(dev))
-    w2 = quantize_mxfp4((rand(H, inter) / inter ** 0.5).to(dev))
+    x, wg = randn(g, rows, H), randn(g, H) / H ** 0.5
+    w1 = quantize_mxfp4((randn(g, 2 * inter, H) / H ** 0.5).to(dev))
+    w2 = quantize_mxfp4((randn(g, H, inter) / inter ** 0.5).to(dev))
     return (x.to(torch.bfloat16).to(dev),
             prepare_shared_expert(w1[0], w1[1], w2[0], w2[1], wg.to(torch.bfloat16).to(dev)))
 
 
 def _shared_bound(got, ref):
-    den = float(ref.double().norm())
-    rel = float((got.double() - ref.double()).norm()) / den if den else float((got.double()).norm())
-    return None if rel <= SHARED_REL_L2 else f"relative L2 error {rel:.3g} against stock > {SHARED_REL_L2:.3g}"
+    from ..selfcheck import default_bound
+
+    return default_bound(got, ref, SHARED_REL_L2)
 
 
 def attach_shared_expert(module, layer: str) -> None:
