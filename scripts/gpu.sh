@@ -117,12 +117,13 @@ serve() {
   # the fused profile's gates on this GPU first (the ledger the launch reads)
   timeout "${T_GATE:-150}" python3 -m r9k.r9kctl.cli gate --profile "${1:-gpu-qwen2-moe}" >"$LOGS/gate.log" 2>&1
   echo "gates rc=$?: $(grep -E "passed|failed|fresh|stale" "$LOGS/gate.log" | tail -3 | tr '\n' ' ')" | tee -a "$OUT/gpu.txt"
-  timeout "${T_SERVE:-480}" python3 scripts/gpu_serve.py --fused "${1:-gpu-qwen2-moe}" --stock "${2:-gpu-qwen2-moe-stock}" \
+  timeout "${T_SERVE:-900}" python3 scripts/gpu_serve.py --fused "${1:-gpu-qwen2-moe}" --stock "${2:-gpu-qwen2-moe-stock}" \
     --out "$OUT" --logs "$LOGS" ${SERVE_ARGS:-}
   echo "serve rc=$? in $(( $(date +%s) - t0 )) s"
   # the op-sum model's prediction for the same configuration (the GPU is free again)
   timeout "${T_PREDICT:-120}" python3 scripts/gpu_predict.py --out "$OUT/predict.json" 2>"$LOGS/predict.log" \
     || { echo "predict failed"; tail -5 "$LOGS/predict.log"; }
+  tar -czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null   # every server's whole log, the gate and model logs
   [ -f "$OUT/summary.txt" ] && cat "$OUT/summary.txt"
 }
 

@@ -40,15 +40,55 @@ ZEROS = [{"module": "r9k.kernels.shared_expert.triton_kernel",
           "new": "    return mxfp4_gemm(aq, as_, w.w2_packed, w.w2_scales, gate=g, out=out).zero_()\n"}]
 
 
+ERRORS: list[str] = []  # every failed request: "port P: <error> <the server's answer>"
+
+
 def say(*a):
     print(*a, flush=True)
+
+
+PROFILES_DIR: list[str] = []  # --profiles-dir for every launch: the profiles made for the card present, if any
+
+
+def for_this_card(profiles: list[str]) -> dict[str, str]:
+    """The profiles to serve on the GPU present: each one itself when its ``platform`` is this card's, else a
+    profile that extends it for this card (``<name>-<card>``, written to a temporary ``--profiles-dir``) with
+    platform ``cuda`` (the family: the kernels' declared platforms are where they have run, e.g. cuda-h200, and
+    a strict launch then counts only gate records of a CUDA card, which scripts/gpu.sh makes on this one just
+    before) and this card's memory (the KV budget). The card is named in the summary."""
+    import torch
+
+    from r9k.registry import provenance
+    from r9k.registry import load_registry
+
+    name = torch.cuda.get_device_name(0)
+    plat = provenance.platform_name(provenance.normalize_device(name))
+    gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+    reg = load_registry()
+    out, folder = {}, None
+    for prof in profiles:
+        p = reg.profiles[prof]
+        if (p.platform or "") == plat:
+            out[prof] = prof
+            continue
+        folder = folder or Path(tempfile.mkdtemp(prefix="r9k-card-"))
+        new = f"{prof}-{plat.split('-', 1)[-1]}"
+        (folder / f"{new}.toml").write_text(
+            f'description = "{prof} on the GPU present ({name}); written by scripts/gpu_serve.py"\n'
+            f'extends = "{prof}"\nplatform = "cuda"\n\n[hardware]\ngpus = 1\n'
+            f'memory_gib_per_gpu = {gib:.1f}\nname = "{name}"\n')
+        out[prof] = new
+        say(f"{prof} is for {p.platform}; this GPU is {name} ({plat}): serving {new}, which extends it")
+    if folder is not None:
+        PROFILES_DIR[:] = ["--profiles-dir", str(folder)]
+    return out
 
 
 def launch(profile: str, port: int, log: Path, env_extra: dict | None = None, hook: Path | None = None):
     env = dict(os.environ, PYTHONUNBUFFERED="1", **(env_extra or {}))
     if hook is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(hook)] + [p for p in [env.get("PYTHONPATH")] if p])
-    argv = [sys.executable, "-m", "r9k.r9kctl.cli", "launch", "--profile", profile, "--strict", "--",
+    argv = [sys.executable, "-m", "r9k.r9kctl.cli", *PROFILES_DIR, "launch", "--profile", profile, "--strict", "--",
             "--port", str(port), "--host", "127.0.0.1"]
     f = log.open("w")
     return subprocess.Popen(argv, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
@@ -93,7 +133,14 @@ def complete(port: int, model: str, prompt, max_tokens: int, stream: bool, ignor
                                  headers={"Content-Type": "application/json"})
     t0 = time.perf_counter()
     stamps, ids, text = [], [], ""
-    with urllib.request.urlopen(req, timeout=300) as r:
+    try:
+        r = urllib.request.urlopen(req, timeout=300)
+    except Exception as exc:  # noqa: BLE001 - an HTTP error's body says what the server refused
+        body = exc.read().decode(errors="replace")[:400] if hasattr(exc, "read") else ""
+        ERRORS.append(f"port {port}: {type(exc).__name__}: {exc} {body}".strip())
+        return {"text": "", "ids": [], "tokens": 0, "tpot": None, "ttft": None, "t": time.perf_counter() - t0,
+                "error": ERRORS[-1]}
+    with r:
         if not stream:
             d = json.loads(r.read())
             c = d["choices"][0]
@@ -140,7 +187,9 @@ def load_run(port: int, model: str, conc: int, n_req: int, max_tokens: int, prom
     wall = time.perf_counter() - t0
     toks = sum(r["tokens"] for r in out)
     tpots = [r["tpot"] for r in out if r["tpot"] is not None]
-    return {"tok_s": toks / wall, "tokens": toks, "wall_s": wall, "tpot_ms": 1e3 * statistics.median(tpots)}
+    errors = sum(1 for r in out if r.get("error"))
+    return {"tok_s": toks / wall, "tokens": toks, "wall_s": wall, "errors": errors,
+            "tpot_ms": 1e3 * statistics.median(tpots) if tpots else float("nan")}
 
 
 def t_interval(xs: list[float]) -> tuple[float, float, float]:
@@ -237,7 +286,12 @@ def main() -> int:
     out, logs = Path(a.out), Path(a.logs)
     out.mkdir(parents=True, exist_ok=True)
     logs.mkdir(parents=True, exist_ok=True)
-    summary: dict = {"fused": a.fused, "stock": a.stock, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    import torch
+
+    card = for_this_card([a.fused, a.stock])
+    a.fused, a.stock = card[a.fused], card[a.stock]
+    summary: dict = {"fused": a.fused, "stock": a.stock, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                     "gpu": torch.cuda.get_device_name(0), "request_errors": ERRORS}
 
     def save():
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
@@ -260,7 +314,8 @@ def main() -> int:
             text = (logs / f"{prof}.log").read_text(errors="replace").splitlines()
             summary.setdefault("log_lines", {})[prof] = [ln[-300:] for ln in text if any(
                 k in ln for k in ("Model Runner", "model runner", "CUDA graph", "cudagraph", "torch.compile",
-                                  "vLLM chose", "MISMATCH", "self-check", "r9k: "))][:60]
+                                  "Graph capturing", "init engine", "Compil", "compil", "autotun", "warm",
+                                  "vLLM chose", "MISMATCH", "self-check", "r9k: "))][:80]
         models = {prof: model_id(port) for prof, port in ports.items()}
 
         statuses: dict = {}
@@ -305,12 +360,14 @@ def main() -> int:
                     n = max(3, 2 * c)
                     r = load_run(ports[prof], models[prof], c, n, a.max_tokens, a.prompt_len, 1000 * rnd + c)
                     rows.append({"round": rnd, "profile": prof, "conc": c, **r})
-                    say(f"round {rnd} {prof:<22} c={c:<3} {r['tok_s']:9.1f} tok/s  TPOT {r['tpot_ms']:.3f} ms")
+                    say(f"round {rnd} {prof:<22} c={c:<3} {r['tok_s']:9.1f} tok/s  TPOT {r['tpot_ms']:.3f} ms"
+                        + (f"  {r['errors']} failed request(s)" if r["errors"] else ""))
         summary["rows"] = rows
         summary["table"] = table = table_of(rows, a.fused, a.stock, concs, a.rounds)
         status("end")
         save()
-        lines = format_table(table, summary["date"], a)
+        lines = format_table(table, summary["date"], a) + [f"GPU: {summary['gpu']}; failed requests: {len(ERRORS)}"]
+        lines += [f"  {e[:300]}" for e in ERRORS[:5]]
         (out / "summary.txt").write_text("\n".join(lines) + "\n")
         say("\n".join(lines))
         rc = 0
