@@ -27,11 +27,36 @@ R9KCTL = [PY, "-m", "r9k.r9kctl.cli"]
 CPU_BIND = {"VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
 
+def _ports():
+    """This process's ports: below the kernel's ephemeral range (``bind(("", 0))`` and outgoing connections take
+    theirs from that range, so no other process, not vLLM's own ZMQ and torch.distributed sockets, nor another
+    xdist worker's server, can be handed one of these between the check here and the server's bind: CI saw
+    ``Address already in use`` when tests took theirs from that range), a block of its own per xdist worker."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    n = int(worker[2:]) if worker[2:].isdigit() else 0
+    block = max(64, (low - 10000) // 16)
+    start = 10000 + (n % 16) * block
+    yield from range(start, min(start + block, low))
+
+
+_PORTS = _ports()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (bound, then released)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that nothing listens on (checked by binding it), from :func:`_ports`: each one
+    once in a test session."""
+    for port in _PORTS:
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port left below the ephemeral range")
 
 
 def live_pids(*, session: Optional[int] = None, pgid: Optional[int] = None) -> list[int]:

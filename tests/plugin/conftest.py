@@ -9,9 +9,9 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
+from servers import free_port
 
 from r9k.registry import envvars
 
@@ -59,10 +59,7 @@ def vllm_ctx():
     cfg = VllmConfig()
     with set_current_vllm_config(cfg):
         if not model_parallel_is_initialized():
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-            s.close()
+            port = free_port()
             init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                          distributed_init_method=f"tcp://127.0.0.1:{port}")
             initialize_model_parallel(1, 1)

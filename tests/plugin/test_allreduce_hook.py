@@ -12,10 +12,10 @@
 from __future__ import annotations
 
 import json
-import socket
 import sys
 
 import pytest
+from servers import free_port
 
 torch = pytest.importorskip("torch")
 
@@ -129,10 +129,6 @@ def test_which_groups_get_the_hook(registry, plugin_env):
         counters.reset()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank(rank: int, port: int, out: str) -> None:
@@ -206,7 +202,7 @@ def _rank(rank: int, port: int, out: str) -> None:
 def test_counters_and_the_check_in_a_two_rank_group(tmp_path):
     import torch.multiprocessing as mp
 
-    mp.spawn(_rank, args=(_free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_rank, args=(free_port(), str(tmp_path)), nprocs=2, join=True)
     for r in range(2):
         res = json.loads((tmp_path / f"rank{r}.json").read_text())
         # one-shot calls equal the stock sum bitwise; the compressed one is not equal (4-bit wire) but checked

@@ -18,6 +18,7 @@ import subprocess
 import sys
 
 import pytest
+from servers import free_port
 
 from r9k.registry import envvars
 
@@ -26,10 +27,6 @@ E2E_MINUTES = 1  # its wall time in the CI rehearsal of 2026-12-01 (57, 30, 21 a
 RANK_TIMEOUT_S = 600  # each rank imports torch and vLLM: slow on a loaded 2-core machine
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rank_main(rank: int, world: int, port: int, env: dict, out, done, calls: int) -> None:
@@ -91,7 +88,7 @@ def _run_group(world: int, envs: list[dict], tmp_path, calls: bool = False) -> d
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     done = ctx.Event()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_rank_main, args=(r, world, port, dict(envs[r], R9K_CACHE_DIR=str(tmp_path / f"c{r}")),
                                                   out, done, r + 2 if calls else 0), name=f"VllmWorker-{r}")
              for r in range(world)]

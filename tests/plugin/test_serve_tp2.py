@@ -26,13 +26,13 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
 import pytest
+from servers import free_port
 
 pytestmark = pytest.mark.e2e
 E2E_MINUTES = 2  # its wall time in the CI rehearsal of 2026-12-01 (77 s): tests/conftest.py runs it early
@@ -42,10 +42,6 @@ START_TIMEOUT_S = 600
 PY = sys.executable
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(url: str, timeout: float = 5.0):
@@ -60,7 +56,7 @@ def _post(url: str, body: dict) -> dict:
 
 
 def test_pasted_dry_run_serves_tp2_with_the_same_set(tmp_path):
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "_R9K_", "VLLM_"))}
     env["R9K_CACHE_DIR"] = str(tmp_path / "cache")
     dry = subprocess.run([PY, "-m", "r9k.r9kctl.cli", "launch", "--profile", "cpu-smoke", "--tp", "2",

@@ -301,6 +301,8 @@ RAW = {
         ("launch", ".open"), ("main", ".write_text"), ("main.save", ".write_text"), ("main.status", ".write_text")]},
     ("scripts/gpu_serve.py", "broken_kernel", "tempfile.mkdtemp"): _TMP,
     ("scripts/gpu_serve.py", "broken_kernel", ".write_text"): _TMP,
+    ("scripts/gpu_serve.py", "for_this_card", "tempfile.mkdtemp"): _TMP,
+    ("scripts/gpu_serve.py", "for_this_card", ".write_text"): _TMP,
     ("scripts/gpu_predict.py", "main", "open"): _DEVICE,
     ("scripts/gpu_predict.py", "main", "json.dump"): _DEVICE,
     ("r9kctl/evidence/bisect.py", "set_aside_results", ".rename"):
