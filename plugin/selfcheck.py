@@ -59,7 +59,16 @@ def _tensors(x: Any) -> list:
 
 
 def _signature(args: tuple) -> tuple:
-    return tuple((tuple(t.shape), str(t.dtype)) if hasattr(t, "shape") else repr(t) for t in args)
+    """Each probe argument by what the check depends on: a tensor's shape and dtype; an object holding tensors
+    (an op's prepared weights) by its type and its tensors' shapes, never their values (a value dump in an
+    error line is unreadable, and a cache key must not depend on the numbers printed)."""
+    def one(t):
+        if hasattr(t, "shape"):
+            return (tuple(t.shape), str(t.dtype))
+        fields = getattr(t, "__dict__", None) or {}
+        shapes = [f"{k}={'x'.join(map(str, v.shape))}" for k, v in fields.items() if hasattr(v, "shape")]
+        return f"{type(t).__name__}({', '.join(shapes)})" if shapes else repr(t)[:80]
+    return tuple(one(t) for t in args)
 
 
 def default_bound(got: Any, ref: Any, limit: Optional[float] = None) -> Optional[str]:

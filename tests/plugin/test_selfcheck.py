@@ -179,3 +179,25 @@ def test_the_shared_expert_probe_passes_its_kernel_and_refuses_a_broken_one(monk
     fused = op.fused if broken is None else broken(op.fused)
     why = selfcheck.check(op.name, fused, op.stock, args, moe_runner._shared_bound)
     assert (why is None) == passes, why
+
+
+def test_a_refused_probe_is_named_by_shapes_not_values(monkeypatch):
+    """The strict refusal's one line names each probe argument by its shape (the shared expert's weights by
+    their tensors' shapes): on the GPU it printed the packed weights' values, a tensor dump mid-line."""
+    from types import SimpleNamespace as NS
+
+    from r9k.plugin import dispatch
+    from r9k.plugin.dispatch import Choice
+    from r9k.plugin.layers import moe_runner
+    from r9k.plugin.startup import StartupError
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(dispatch, "get_table", lambda: _Table(True))
+    module = NS(down_proj=NS(weight=torch.empty((64, 128), dtype=torch.bfloat16)))
+    zeros = Choice("shared_expert", "shared_expert", "fused", lambda x, w: torch.zeros_like(x), "test")
+    with pytest.raises(StartupError) as err:
+        selfcheck.verify(zeros, "model.layers.0.mlp.shared_expert", lambda: moe_runner._shared_probe(module),
+                         moe_runner._shared_bound)
+    line = next(ln for ln in err.value.lines if "error[self-check]" in ln)
+    assert "tensor(" not in line and "\n" not in line, line
+    assert "probe [4x64, SharedExpertWeights(w1_packed=256x32, " in line, line
