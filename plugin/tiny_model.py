@@ -309,7 +309,8 @@ def ensure_tiny_model(name: str = "qwen2-moe") -> Path:
 def resolve_model_ref(model: str) -> str:
     """Turns the profile's model reference (``r9k-tiny:<name>``) into a path ``vllm serve`` accepts."""
     if model.startswith(PREFIX):
-        return str(ensure_tiny_model(model[len(PREFIX):]))
+        # resolved: one model at one place is one path, the path vLLM hashes into its compile-cache key
+        return str(ensure_tiny_model(model[len(PREFIX):]).resolve())
     return model
 
 

@@ -170,7 +170,21 @@ def vllm_cache(tmp: Path) -> str:
     return str(Path(tmp).parent / "vllm-cache")
 
 
+def shared_models(tmp: Path) -> None:
+    """The tiny models of this worker's launches built once: the test's cache folder's ``models/`` is a link to
+    one folder per xdist worker, and ``r9kctl launch`` hands vLLM the model's resolved path, so two starts of one
+    set in two tests have one model path, which vLLM hashes into its compile-cache key: the second start finds
+    the first one's compiled graph (and its Inductor kernels) instead of tracing and compiling again."""
+    models = Path(tmp).parent / "r9k-models"
+    models.mkdir(exist_ok=True)
+    link = Path(tmp) / "r9k-cache" / "models"
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if not link.exists():
+        link.symlink_to(models, target_is_directory=True)
+
+
 def base_env(tmp: Path) -> dict:
+    shared_models(tmp)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "_R9K_", "VLLM_"))}
     env.pop("TRITON_INTERPRET", None)  # the profile sets it; the test must not
     env.update({
