@@ -165,15 +165,16 @@ def launch(env: dict, tmp: Path, profile: str, name: str, *sets: str) -> tuple[S
                           vllm_args=EXTRA_ARGS.get(profile, []))
 
 
-def serve(env: dict, tmp: Path, profile: str, name: str, started: list, *sets: str, extra=None):
-    """One launch: start, wait for /health, the greedy prompts (and ``extra(port)`` if given), the status, stop.
+def serve(env: dict, tmp: Path, profile: str, name: str, started: list, *sets: str, extra=None, with_greedy=True):
+    """One launch: start, wait for /health, the greedy prompts (unless ``with_greedy`` is false; then None) and
+    ``extra(port)`` if given, the status, stop.
     Returns (greedy outputs, status, server, seconds to /health, what ``extra`` returned)."""
     t0 = time.time()
     srv, port = launch(env, tmp, profile, name, *sets)
     started.append(srv)
     wait_healthy(srv, port)
     t_up = time.time() - t0
-    out = greedy(port)
+    out = greedy(port) if with_greedy else None
     more = extra(port) if extra is not None else None
     st = status(port, env)
     srv.stop()
