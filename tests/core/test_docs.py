@@ -232,3 +232,11 @@ def test_a_broken_page_shows_every_kind_of_problem():
     assert f"flibbertigibbet: no code of {', '.join(f + '/' for f in CODE)} uses the word" in problems
     assert not any("bench serve" in p or "eval" in p for p in problems)  # a real subcommand; prose after a group
     assert glossary_problems(good.replace("## Glossary", "## Words")) == ["no '## Glossary' section"]
+
+
+def test_the_readme_indexes_every_note():
+    """README.md's table of notes/ lists each file once, and only files that exist (the notes' index)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (notes/[\w-]+\.md) \|", text, re.M)
+    assert len(rows) == len(set(rows)), rows
+    assert set(rows) == {f"notes/{p.name}" for p in (ROOT / "notes").glob("*.md")}
