@@ -5,7 +5,8 @@
 * every ``r9kctl <command>`` they name answers ``--help`` with exit 0 (a subcommand of a group too);
 * the architecture page's glossary has at most 15 lines, one word per line, each word once, each used in
   the code (``registry/``, ``r9kctl/``, ``plugin/``, ``kernels/``);
-* every ``notes/<topic>.md`` that the docs, the README, the notes and the code cite exists.
+* every ``notes/<topic>.md`` (and ``notes/<topic>.md, "Section"``) that the docs, the README, the notes and the code
+  cite exists, and README.md indexes every note.
 
 Each check is a function returning its problems, and a broken page shows each kind of problem
 (:func:`test_a_broken_page_shows_every_kind_of_problem`).
@@ -180,6 +181,32 @@ def note_citation_problems() -> list[str]:
     return bad
 
 
+_SECTION = re.compile(r'notes/([\w-]+\.md)[,:]? \(?"([^"]{3,80})"')
+
+
+def note_section_problems(texts: dict[str, str]) -> list[str]:
+    """Every ``notes/<topic>.md, "Section"`` (or ``("Section"``) citation whose file has no heading starting with or
+    containing that section name (case-insensitive; the cited text's line breaks read as spaces)."""
+    heads = {p.name: [h.strip().lower() for h in re.findall(r"^#+ (.*)$", p.read_text(encoding="utf-8"), re.M)]
+             for p in (ROOT / "notes").glob("*.md")}
+    bad = []
+    for where, text in texts.items():
+        for name, sec in _SECTION.findall(" ".join(text.split())):
+            if name in heads and not any(h.startswith(sec.lower()) or sec.lower() in h for h in heads[name]):
+                bad.append(f"{where}: notes/{name} has no section {sec!r}")
+    return bad
+
+
+def _citing_texts() -> dict[str, str]:
+    out = {}
+    for top in _CITING:
+        base = ROOT / top
+        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.suffix in {".md", ".py", ".sh"})
+        out.update({str(p.relative_to(ROOT)): p.read_text(encoding="utf-8", errors="replace") for p in files
+                    if "__pycache__" not in p.parts})
+    return out
+
+
 def doc_problems(text: str, glossary: bool = True) -> list[str]:
     return cited_name_problems(text) + command_problems(text) + (glossary_problems(text) if glossary else [])
 
@@ -205,6 +232,14 @@ def test_the_adding_a_kernel_page_names_what_exists():
 
 def test_every_cited_note_exists():
     assert note_citation_problems() == []
+
+
+def test_every_cited_note_section_exists():
+    texts = {k: v for k, v in _citing_texts().items() if k != "tests/core/test_docs.py"}  # its own example below
+    assert sum(len(_SECTION.findall(" ".join(x.split()))) for x in texts.values()) >= 5  # the notes do cite sections
+    assert note_section_problems(texts) == []
+    assert note_section_problems({"x.md": 'see notes/core.md, "No such section here"'}) == [
+        "x.md: notes/core.md has no section 'No such section here'"]
 
 
 def test_the_name_check_sees_a_stale_name():
