@@ -1,7 +1,7 @@
 """``r9kctl eval``: paired evaluations.
 
 ``r9kctl eval compare A B``        accuracy of each, discordant counts, exact McNemar p, CI, identical outputs
-                                   (``--into MANIFEST --config CFG`` also appends it as a quality record)
+                                   (``--into RELEASE_TOML --config CFG`` also appends it as a quality record)
 ``r9kctl eval record --url URL --dataset FILE --out FILE``
                                    ask a question set of a running OpenAI-compatible server at concurrency 1
 
@@ -37,7 +37,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "(exit 1 when they differ significantly: the eval is not reproducible)")
     c.add_argument("--floor", metavar="A2",
                    help="a second run of A's profile: report A vs A2 (the run-to-run floor) beside A vs B")
-    c.add_argument("--into", metavar="MANIFEST", help="append the result as a [[quality]] record to this release TOML")
+    c.add_argument("--into", metavar="RELEASE_TOML", help="append the result as a [[quality]] record to this release TOML")
     c.add_argument("--config", help="quality record's config (fn_tp4, h200_tp4, ...); required with --into")
     c.add_argument("--eval-name", help="quality record's eval name (default: the dataset name)")
     c.add_argument("--baseline-label", help="what A is, in words (default: A's label)")

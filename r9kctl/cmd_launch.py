@@ -16,10 +16,12 @@ exit codes (one rule, as validate): 0 started or printed; 1 valid without --stri
 
 more than one process, more than one node:
   --tp N starts vLLM with --tensor-parallel-size N. The resolved set travels in vLLM's config
-  (--additional-config '{{"r9k": {{hash, server, manifest}}}}'): pickled to every engine core and worker, and
-  on the command line of every node, so no process resolves again and no node needs the launcher's files.
-  Every process checks the set's hash and the registry fingerprint; once vLLM's distributed groups exist
-  every rank all-gathers its set and a difference stops the start, naming node, rank and knob.
+  (--additional-config '{{"r9k": {{hash, path}}}}', the manifest file the launch wrote; with --nnodes, Ray or
+  --inline-manifest '{{"r9k": {{hash, server, manifest}}}}', the manifest itself, so no node needs the
+  launcher's files): pickled to every engine core and worker, and on the command line of every node, so no
+  process resolves again. Every process checks the set's hash and the registry fingerprint; once vLLM's world
+  group exists every rank publishes its set in the group's store and a difference stops the start, naming
+  node, rank and knob.
   CPU backend, TP 2 on one machine:
     VLLM_CPU_OMP_THREADS_BIND=nobind r9kctl launch --profile cpu-smoke --tp 2
   Several nodes through Ray (vLLM's distributed executor; every node has this project and the same

@@ -1,4 +1,4 @@
-"""``r9kctl releases``: the release manifests, oldest first, one line each (version, date, the release it
+"""``r9kctl releases``: the release files, oldest first, one line each (version, date, the release it
 follows, headline)."""
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 manifest, build the ``vllm serve`` argument list and environment, then start it (never through a shell).
 
 The manifest (:mod:`r9k.registry.manifest`) travels in vLLM's own config: ``--additional-config
-'{"r9k": {hash, server, manifest}}'`` (:func:`add_carrier`), hashed by vLLM, pickled to every engine core
+'{"r9k": {hash, path}}'`` (the file this launch wrote; inline, ``{hash, server, manifest}``, for other nodes and
+Ray: :func:`r9k.registry.manifest.carrier`, :func:`add_carrier`), hashed by vLLM, pickled to every engine core
 and worker, and on the command line of every node (:func:`node_commands`); the plugin in every vLLM process
 loads it from there and never resolves again. Environment variables are exported only for code that reads
 them (knobs read by kernels or by vLLM, the profile's ``[env]``, ``VLLM_PLUGINS``).

@@ -1,4 +1,4 @@
-"""The registry: every kernel variant and fusion, the release manifests and the models, in TOML under
+"""The registry: every kernel variant and fusion, the release files and the models, in TOML under
 this folder, loaded through the strict schema of :mod:`r9k.registry.schema`.
 
     from r9k.registry import load_registry

@@ -52,15 +52,19 @@ def _v(name: str, type: str, default: Optional[str], meaning: str, readers: tupl
 # ------------------------------------------------------------------ what a user or the launcher sets
 
 MANIFEST = _v("R9K_MANIFEST", "path", None,
-              "the resolved manifest (JSON) the plugin serves; written and exported by r9kctl launch",
-              ("plugin.startup", "r9kctl.launch", "r9kctl.evidence.bisect"), vllm=True)
+              "a launch manifest file (JSON) the plugin loads instead of resolving: written and named by the first "
+              "process of a server started by hand for the processes it starts, and by r9kctl bisect per step "
+              "(r9kctl launch carries its manifest in vLLM's --additional-config instead)",
+              ("plugin", "plugin.startup", "r9kctl.evidence.bisect"), vllm=True)
 PROFILE = _v("R9K_PROFILE", "str", None,
-             "the profile the plugin resolves in each process when no manifest is named",
-             ("plugin", "plugin.startup"), vllm=True)
-TP = _v("R9K_TP", "int", "the profile's TP size", "the TP size to resolve R9K_PROFILE at",
-        ("plugin.startup",), vllm=True)
-STRICT = _v("R9K_STRICT", "bool", "0", "warnings count as errors (resolver, plugin start-up)",
-            ("registry.resolve", "plugin.startup"), vllm=True)
+             "started by hand (no carried manifest, none named): the profile the plugin's first process resolves "
+             "once, handing the manifest on to the processes it starts",
+             ("plugin", "plugin.startup", "r9kctl.evidence.bisect"), vllm=True)
+TP = _v("R9K_TP", "int", "the profile's TP size", "the TP size to resolve R9K_PROFILE at (started by hand)",
+        ("plugin", "plugin.startup", "r9kctl.evidence.bisect"), vllm=True)
+STRICT = _v("R9K_STRICT", "bool", "0",
+            "warnings count as errors where a profile is resolved (r9kctl, a plugin started by hand); a launched "
+            "server takes strict mode from its manifest", ("registry.resolve",), vllm=True)
 SELFCHECK = _v("R9K_SELFCHECK", "bool", "on in strict mode, else off",
                "1: each installed kernel runs once at start-up on a probe at its layer's shapes against its stock "
                "path (a failure keeps vLLM's path for that op, or refuses the start in strict mode); 0: never",
@@ -112,10 +116,10 @@ TUNED_DEVICE = _v("R9K_TUNED_DEVICE", "str", "the name of this process's GPU",
 # ------------------------------------------------------------------ set by the plugin for its own processes
 
 LAUNCH_HASH = _v("_R9K_LAUNCH_HASH", "str", None,
-                 "the hash of the set the first process resolved; every later process must match it",
-                 ("plugin.startup", "plugin"), vllm=True)
-LAUNCH_PID = _v("_R9K_LAUNCH_PID", "int", None, "the process that set _R9K_LAUNCH_HASH", ("plugin.startup",),
-                vllm=True)
+                 "the hash of the first plugin process's manifest (carried, named or resolved); every later process "
+                 "of the node must match it", ("plugin.startup", "plugin"), vllm=True)
+LAUNCH_PID = _v("_R9K_LAUNCH_PID", "int", None, "the process that set _R9K_LAUNCH_HASH",
+                ("plugin.startup",), vllm=True)
 SERVER = _v("_R9K_SERVER", "str", None,
             "the server instance id (r9kctl launch sets it; made by the first process of a server started by "
             "hand; never in vLLM's config, whose hash keys the compile cache): names the status and counter files",

@@ -3,7 +3,7 @@
 Layout of a registry tree::
 
     <root>/variants/<area>.toml    [[variant]] tables (schema.Variant)
-    <root>/releases/<version>.toml  one release manifest each (schema.Release)
+    <root>/releases/<version>.toml  one release file each (schema.Release)
     <root>/models.toml              [[model]] tables (schema.ModelSpec)
 
 Profiles live in the packaged ``profiles/`` folder, plus any folder named by ``envvars.PROFILES_DIR``

@@ -103,7 +103,7 @@ def availability_dict(verdicts: Mapping) -> dict:
 
 def check_registry(reg: Registry, report: Report) -> None:
     """References inside the registry: requires/conflicts ids, releases named in histories and
-    measurements, knobs named in release manifests, the release chain."""
+    measurements, knobs named in release files, the release chain."""
     ids = set(reg.variants)
     for vid, v in reg.variants.items():
         for kind in ("requires", "conflicts"):

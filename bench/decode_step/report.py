@@ -139,7 +139,7 @@ def headline(res: dict) -> list[str]:
 
 
 def release_records(res: dict, command: str, platform: str = "h200") -> list[dict]:
-    """``[[bench]]`` records (registry BenchRecord fields) for a release manifest, one config per profile
+    """``[[bench]]`` records (registry BenchRecord fields) for a release file, one config per profile
     (``h200_tp4_shard.<profile>``): ms per step and graph nodes per request count (``@r<requests>``), and the
     speedup over the baseline profile."""
     recs = []

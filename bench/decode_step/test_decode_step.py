@@ -408,7 +408,7 @@ def test_shadow_check_catches_a_wrong_fused_op(rng, tiny_weights):
 
 
 def test_release_records_show_in_r9kctl_diff(tmp_path, capsys, reg):
-    """Recorded into a release manifest (a copy of the registry), the numbers show in ``r9kctl diff``: the
+    """Recorded into a release file (a copy of the registry), the numbers show in ``r9kctl diff``: the
     H200 decode-step records are this project's (its own release, e.g. v0.3.2-r9k.1, not the original's)."""
     import re
     import shutil

@@ -10,5 +10,5 @@ Modules (imported lazily by the ``r9kctl`` commands, so ``r9kctl --help`` stays 
 ``gate``      runs declared gate tests through pytest and records them in the ledger
               (``r9k.registry.ledger``).
 ``bisect``    plans / drives the search for the knob that moved a result between two profiles.
-``quality``   appends a comparison as a quality record to a release manifest (TOML, comments kept).
+``quality``   appends a comparison as a quality record to a release file (TOML, comments kept).
 """

@@ -1,4 +1,4 @@
-"""A paired comparison as a release quality record (``r9kctl eval compare A B --into MANIFEST``).
+"""A paired comparison as a release quality record (``r9kctl eval compare A B --into RELEASE_TOML``).
 
 The record has the shape of ``r9k.registry.schema.QualityRecord`` and is validated against it before the
 manifest is touched. A is the baseline (the previous default), B the candidate (the release's default), as
@@ -64,7 +64,7 @@ def validate_record(rec: dict[str, Any]) -> None:
 
 
 def append_quality_record(manifest: str | Path, rec: dict[str, Any]) -> None:
-    """Append ``rec`` as a ``[[quality]]`` table to a release manifest, keeping its comments and layout.
+    """Append ``rec`` as a ``[[quality]]`` table to a release file, keeping its comments and layout.
     The read-modify-write holds the writer's lock: concurrent ``--into`` runs keep every record."""
     validate_record(rec)
 
@@ -73,11 +73,11 @@ def append_quality_record(manifest: str | Path, rec: dict[str, Any]) -> None:
 
 
 def _append_locked(path: Path, rec: dict[str, Any]) -> None:
-    text = fileio.read_text(path, "release manifest")
-    fileio.parse_toml(text, path, "release manifest")  # a located syntax error before tomlkit sees it
+    text = fileio.read_text(path, "release file")
+    fileio.parse_toml(text, path, "release file")  # a located syntax error before tomlkit sees it
     doc = tomlkit.parse(text)
     if "version" not in doc:
-        raise ValueError(f"{path}: not a release manifest (no 'version')")
+        raise ValueError(f"{path}: not a release file (no 'version')")
     table = tomlkit.table()
     for key, value in rec.items():
         if isinstance(value, dict):
@@ -95,4 +95,4 @@ def _append_locked(path: Path, rec: dict[str, Any]) -> None:
         aot = tomlkit.aot()
         aot.append(table)
         doc.append("quality", aot)
-    fileio.atomic_write(path, tomlkit.dumps(doc), "release manifest")  # the old file stays intact on failure
+    fileio.atomic_write(path, tomlkit.dumps(doc), "release file")  # the old file stays intact on failure

@@ -84,6 +84,28 @@ def _changed(before: Path, after: Path) -> set[str]:
                  or (before / p.relative_to(after)).read_bytes() != p.read_bytes())}
 
 
+_WORDS = {"Ten": 10, "Eleven": 11, "Twelve": 12, "Nine": 9, "Eight": 8, "four": 4, "five": 5, "three": 3, "six": 6}
+
+
+def test_the_page_names_the_files_this_test_checks():
+    """The page's opening lists exactly OWN | SHARED, and its counts are theirs (no fixture: quick)."""
+    intro = DOC.read_text(encoding="utf-8").split("\n\n")[1]
+    head = intro.split("An eleventh")[0]
+    named, folder = set(), ""
+    for tok in re.findall(r"`([^`]+)`", head):
+        if " " in tok:
+            continue  # a command (`r9kctl schema profile --out`)
+        if tok.endswith("/"):
+            folder = tok
+        elif "/" not in tok and folder:
+            named.add(folder + tok)
+        else:
+            named.add(tok)
+    assert named == OWN | SHARED, sorted(named ^ (OWN | SHARED))
+    m = re.match(r"\*\*(\w+) files, (\w+) of them shared with every kernel\.\*\*", intro)
+    assert m and (_WORDS[m.group(1)], _WORDS[m.group(2)]) == (len(OWN | SHARED), len(SHARED)), intro[:80]
+
+
 def test_the_page_takes_the_ten_files_it_names(followed):
     before, after, written, _ = followed
     assert set(written) == OWN | {"docs/semantics.md", "registry/adapters.toml"}

@@ -1,4 +1,4 @@
-"""eval compare --into: the comparison lands in a release manifest as a quality record that the registry
+"""eval compare --into: the comparison lands in a release file as a quality record that the registry
 loads and ``r9kctl diff`` shows; the manifest's comments survive."""
 from __future__ import annotations
 
@@ -64,5 +64,5 @@ def test_quality_record_is_checked_against_the_schema(tmp_path, tmp_registry, bu
     assert manifest.read_text() == text  # untouched
     not_a_release = tmp_path / "x.toml"
     not_a_release.write_text("# just a comment\nname = 'x'\n")
-    with pytest.raises(ValueError, match="not a release manifest"):
+    with pytest.raises(ValueError, match="not a release file"):
         quality.append_quality_record(not_a_release, quality.quality_record(cmp, config="fn_tp4"))

@@ -1,6 +1,6 @@
 """Corpus, part 3: the command line. Options whose values form a closed set (with did-you-mean), commands
 that cannot do their job (no GPU, nothing listening), and every other file a command reads (results,
-status files, plans, JUnit XML, keymaps, manifests given to --into) broken in each way."""
+status files, plans, JUnit XML, keymaps, release files given to --into) broken in each way."""
 from __future__ import annotations
 
 import json
@@ -172,7 +172,7 @@ def _inputs():
                "a.jsonl", None, "result-file")
     yield Case("input/eval-result/confidence-2", REG + ["eval", "compare", "{T}/" + a, "{T}/" + b, "--confidence", "2"],
                {a: RESULT, b: RESULT}, 2, kind="usage")
-    # eval compare --into: a release manifest that is not one; the file stays as it was
+    # eval compare --into: a release file that is not one; the file stays as it was
     into = f"{X}/release.toml"
     release = (REPO / "registry/releases/v0.3.2.toml").read_text()
     for name, data, line, kind in [
