@@ -184,12 +184,44 @@ def _source_text(path: Path) -> str:
         return ""
 
 
+_TYPE_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean"}
+
+
+def _merge_union_errors(errors: list) -> list:
+    """One error for a value that matches no member of a union (``knobs.X = ["r9k"]``): pydantic reports one
+    per member (``knobs.X.str``, ``knobs.X.int``, ...), four lines for one fault."""
+    out: list = []
+    for err in errors:
+        loc = tuple(err["loc"])
+        prev = out[-1] if out else None
+        if loc and loc[-1] in _TYPE_NAMES and prev is not None and prev.get("_members") \
+                and tuple(prev["loc"]) == loc[:-1]:
+            prev["_members"].append(loc[-1])
+        elif loc and loc[-1] in _TYPE_NAMES:
+            out.append(dict(err, loc=loc[:-1], _members=[loc[-1]]))
+        else:
+            out.append(err)
+    for err in out:
+        members = err.pop("_members", None)
+        if members and len(members) == 1:  # not a union of scalars after all
+            err["loc"] = tuple(err["loc"]) + tuple(members)
+        elif members:
+            kinds = [_TYPE_NAMES[m] for m in members]
+            kinds = ", ".join(kinds[:-1]) + " or " + kinds[-1]
+            err["msg"] = f"Input should be {kinds}, not {_toml_type(err.get('input'))}"
+    return out
+
+
+def _toml_type(value) -> str:
+    return {list: "an array", dict: "a table"}.get(type(value), f"a {type(value).__name__}")
+
+
 def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_loc: tuple = (),
                   items=()) -> list[Diagnostic]:
     out = []
     if text is None:  # parsed data came from the cache: read the text only now, to locate the error
         text = _source_text(path)
-    for err in exc.errors():
+    for err in _merge_union_errors(exc.errors()):
         loc = base_loc + tuple(err["loc"])
         line, col = locate(text, loc)
         if line is None and err["type"] == "missing":  # a missing key: at its table (the file's top: line 1)
