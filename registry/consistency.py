@@ -250,7 +250,7 @@ def _missing_gate_tests(reg: Registry, vid: str) -> list[Diagnostic]:
     for tid in v.gate.tests:
         rel = test_file(tid)
         path = root / rel
-        if not path.parent.is_dir():
+        if not (root / Path(rel).parts[0]).is_dir():
             continue  # a registry tree kept apart from the code it describes: nothing to check against
         def where():
             return reg.locate("variant", vid, ("gate", "tests"))
@@ -332,8 +332,18 @@ def _releases(reg: Registry, report) -> None:
                 report.add(Diagnostic("error", "release-order", f"release {ver} names {rel.previous} as its previous "
                                       f"release, but by date the one before it is {want}", f, ln, col,
                                       [ver, rel.previous, want]))
+    primary = next((m for m in reg.models.values() if m.primary), None)
+    scopes = {"all"} | {m.scope for m in reg.models.values() if m.scope} | \
+        {f"tp{n}" for n in (primary.tp_sizes if primary else [])}
     for ver, rel in reg.releases.items():
         for i, ch in enumerate(rel.default_changes):
+            if reg.models and ch.tp.strip().lower() not in scopes:  # it would silently apply to nothing
+                f, ln, col = reg.locate("release", ver, ("default_changes", i, "tp"))
+                report.add(Diagnostic("error", "unknown-scope", f"release {ver} scopes its change of {ch.knob} to "
+                                      f"{ch.tp!r}, which names no model scope or TP size of the primary model "
+                                      f"(known: {', '.join(sorted(scopes))})", f, ln, col, [ver],
+                                      hint=suggest(ch.tp, sorted(scopes))))
+                continue
             v = reg.find_variant(ch.knob)
             if v is None:
                 continue  # validate's unknown-knob

@@ -16,6 +16,7 @@ text for the line and column of the offending key, so the happy path stays cheap
 from __future__ import annotations
 
 import bisect
+import difflib
 import functools
 import hashlib
 import json
@@ -583,7 +584,15 @@ def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic]
 
 def _array_of_tables(data: Optional[dict], key: str, text: Optional[str], path: Path, shown: str,
                      diags: list[Diagnostic]) -> list:
-    """The ``[[key]]`` tables of a file; [] after a located error when ``key`` holds something else."""
+    """The ``[[key]]`` tables of a file; [] after a located error when ``key`` holds something else. Any
+    other top-level key is a located error too (a misspelt ``[[models]]`` would otherwise hide every table
+    under it and surface as "unknown model" wherever one is named)."""
+    for k in sorted(set(data or {}) - {key}):
+        line, col = locate(text or _source_text(path), (k,)) if not isinstance(data[k], list) else \
+            locate(text or _source_text(path), (k, 0))
+        hint = difflib.get_close_matches(k, [key], n=1)
+        diags.append(Diagnostic("error", "schema", f"unknown top-level key '{k}' ({path.name} holds [[{key}]] "
+                                "tables)", shown, line, col, hint=f"did you mean [[{key}]]?" if hint else None))
     tables = (data or {}).get(key, [])
     if isinstance(tables, list):
         return tables
@@ -631,12 +640,6 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
         texts[shown] = text
         if data is None:
             continue
-        extra = set(data) - {"variant"}
-        if extra:
-            for k in sorted(extra):
-                line, col = locate(text or _source_text(path), (k,))
-                diags.append(Diagnostic("error", "schema", f"unknown top-level key '{k}' (a variants file holds "
-                                        "[[variant]] tables)", shown, line, col))
         for i, raw in enumerate(_array_of_tables(data, "variant", text, path, shown, diags)):
             line = heads[i] if i < len(heads) else None
             vid = raw.get("id", f"#{i}") if isinstance(raw, dict) else f"#{i}"
