@@ -466,6 +466,16 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
                 return reg.locate("profile", pname, ("hardware", "memory_gib_per_gpu"))
         return reg.origins.get(("profile", name), (None, None)) + (None,)
 
+    files = [reg.origins.get(("profile", p), (None,))[0] for p in rs.chain]
+
+    def nearness(where) -> int:
+        """How near the profile the user named a place is: the command line, then its own file, then its
+        parents'; a release or registry default (no profile file) last."""
+        f = where[0]
+        if f == "<command line>":
+            return len(files) + 1
+        return files.index(f) + 1 if f in files and where[1] else 0
+
     for exc in errors:
         knob = getattr(exc, "knob", "?")
         if knob.startswith("kv_bytes_per_token"):
@@ -490,8 +500,11 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
         r, (f, ln, col) = knob_where(UTIL_KNOB)
         user_set = r is not None and r.layer not in ("registry", "release")
         # a --set that costs memory is what the user just changed: point there first (the largest such cost)
+        # a memory cost set nearer than the GPU's size (a --set, or a knob of the profile over its parent's
+        # [hardware]) is what the user just changed: point there first (the largest such cost)
         typed = sorted(((c.bytes, knob_where(c.knob)) for c in b.costs if c.bytes > 0), key=lambda x: -x[0])
-        typed = [w for _, w in typed if w[0] is not None and w[0].layer == "override" and w[1][1]]
+        typed = [w for _, w in typed if w[0] is not None and w[0].layer in ("override", "profile") and w[1][1]
+                 and nearness(w[1]) >= max(nearness(hardware_where()), 1)]
         lead = ""
         src = (set_by(rs, r) or f" ({r.layer}: {r.source})") if user_set else ""
         if typed and not (user_set and r.layer == "override"):
@@ -507,11 +520,19 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
                               [name] + costs))
     elif b.fixed_kv_bytes is not None and b.headroom < 0:
         r, (f, ln, col) = knob_where(KVMEM_KNOB)
-        src = "" if r is None else f" (from {r.layer}: {r.source})" if not ln else set_by(rs, r)
-        out.append(Diagnostic("error", "memory", f"profile '{name}' does not fit: {KVMEM_KNOB}="
-                              f"{r.value if r is not None else '?'}{src} asks for a KV cache of "
-                              f"{fmt_bytes(b.fixed_kv_bytes)}, {fmt_bytes(-b.headroom)} more than is left at "
-                              f"{UTIL_KNOB}={b.utilization:g}", f, ln, col, [name] + costs))
+        if r is not None and r.value:
+            what = f"{KVMEM_KNOB}={r.value}" + (f" (from {r.layer}: {r.source})" if not ln else set_by(rs, r))
+        else:  # the CPU backend's KV space, from the profile's [env]
+            from .launch_checks import env_where
+
+            cpu = "VLLM_CPU_KVCACHE_SPACE"
+            what, (f, ln, col) = f"{cpu}={rs.extra_env.get(cpu, '?')}", env_where(reg, rs, cpu)
+        if nearness(hardware_where()) > nearness((f, ln)):  # the GPU's size was set nearer: the fault is there
+            f, ln, col = hardware_where()
+        out.append(Diagnostic("error", "memory", f"profile '{name}' does not fit: {what} asks for a KV cache of "
+                              f"{fmt_bytes(b.fixed_kv_bytes)}, {fmt_bytes(-b.headroom)} more than is left of "
+                              f"{b.memory_bytes / (1 << 30):g} GiB a GPU at {UTIL_KNOB}={b.utilization:g}", f, ln, col,
+                              [name] + costs))
     return out
 
 
