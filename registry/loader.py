@@ -525,16 +525,23 @@ def _vkey(v: str) -> tuple:
 
 def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origins: dict,
                   cache: Optional[_ParseCache] = None,
-                  problems: Optional[dict[str, list[Diagnostic]]] = None) -> dict[str, Profile]:
+                  problems: Optional[dict[str, list[Diagnostic]]] = None,
+                  only: Optional[Iterable[str]] = None) -> dict[str, Profile]:
     """The profiles of ``dirs`` (a later folder's file replaces an earlier one of the same name). A file
     that does not load goes to ``problems`` (name -> its diagnostics) when that is given, else to ``diags``;
-    either way it hides a profile of the same name in an earlier folder."""
+    either way it hides a profile of the same name in an earlier folder. ``only``: these profiles and what
+    they extend, the other files left unread (a junk file in the folder costs nothing); every file when one
+    of them has no file (the unknown name's error lists the others)."""
     profiles: dict[str, Profile] = {}
+    files = {d: sorted(d.glob("*.toml")) for d in dirs if d.is_dir()}
+    need = _profiles_needed(files, only, cache) if only is not None else None
     for d in dirs:
         if not d.is_dir():
             diags.append(Diagnostic("error", "io", "profile folder does not exist", display_path(d)))
             continue
-        for path in sorted(d.glob("*.toml")):
+        for path in files[d]:
+            if need is not None and path.stem not in need:
+                continue
             local: list[Diagnostic] = []
             prof = _load_profile(path, local, texts, cache)
             if local or prof is None:
@@ -549,6 +556,28 @@ def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origin
             profiles[prof.name] = prof
             origins[("profile", prof.name)] = (display_path(path), 1)
     return profiles
+
+
+def _profiles_needed(files: dict[Path, list[Path]], only: Iterable[str], cache) -> Optional[set[str]]:
+    """The names of ``only`` and of the profiles they extend (transitively); None when one has no file."""
+    by_stem: dict[str, list[Path]] = {}
+    for paths in files.values():
+        for path in paths:
+            by_stem.setdefault(path.stem, []).append(path)
+    need: set[str] = set()
+    todo = list(only)
+    while todo:
+        name = todo.pop()
+        if name in need or name == "stock" and name not in by_stem:
+            continue
+        if name not in by_stem:
+            return None
+        need.add(name)
+        data, _, _ = _read(by_stem[name][-1], [], cache)  # the last folder's file is the profile
+        parent = data.get("extends") if isinstance(data, dict) else None
+        if isinstance(parent, str) and not parent.startswith("release:"):
+            todo.append(parent)
+    return need
 
 
 def _load_profile(path: Path, diags: list[Diagnostic], texts: dict, cache) -> Optional[Profile]:
@@ -614,14 +643,15 @@ def _declared_before(origins: dict, key: tuple[str, str], what: str, shown: str,
 
 
 def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None,
-                  broken_profiles: str = "keep") -> Registry:
+                  broken_profiles: str = "keep", only_profiles: Optional[Iterable[str]] = None) -> Registry:
     """Load and schema-check the registry tree and the profiles; raise RegistryError with every
     located schema error found (not just the first).
 
     A profile file that does not load does not stop the rest: with ``broken_profiles="keep"`` (the
     default) it is left out of ``profiles`` and its diagnostics are kept in ``profile_problems``, reported
     by whatever reads that profile (resolve, validate) and by ``validate --all``; ``"raise"`` makes it an
-    error of the load."""
+    error of the load. ``only_profiles``: a command about these profiles reads only their files and their
+    parents' (:func:`load_profiles`)."""
     root = Path(root).expanduser() if root else default_registry_root()
     diags: list[Diagnostic] = []
     texts: dict[str, str] = {}
@@ -679,7 +709,7 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
 
     problems: Optional[dict[str, list[Diagnostic]]] = {} if broken_profiles == "keep" else None
     profiles = load_profiles(profile_dirs if profile_dirs is not None else default_profile_dirs(), diags, texts, origins,
-                             cache, problems)
+                             cache, problems, only_profiles)
     cache.save()
     if diags:
         raise RegistryError(diags)
