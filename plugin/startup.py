@@ -175,11 +175,12 @@ def wants_activation(environ: Mapping[str, str]) -> bool:
     import difflib
     import logging
 
+    declared = {n.upper(): n for n in [*knobs, *envvars.ALL]}  # knobs and control variables (envvars.PROFILE...)
     for k in names:
-        close = difflib.get_close_matches(k, list(knobs), n=1, cutoff=0.85)
+        close = difflib.get_close_matches(k.upper(), list(declared), n=1, cutoff=0.85)
         logging.getLogger("vllm.r9k").warning(
             "r9k: %s is set but is neither a knob of the registry nor a control variable; the plugin stays "
-            "inactive%s", k, f" (did you mean {close[0]}?)" if close else "")
+            "inactive%s", k, f" (did you mean {declared[close[0]]}?)" if close else "")
     return False
 
 

@@ -3,6 +3,8 @@ the release notes lay them out (per configuration, each figure with how it was m
 ranges, the reference stack's column with the ratio, the quality gate with all its counts)."""
 from __future__ import annotations
 
+import re
+
 LABELS = {
     "decode_step_ms": "decode step",
     "single_stream_tok_s": "single-stream decode",
@@ -214,11 +216,18 @@ def run(args) -> int:
     from ..registry.diff import diff, parse_side
     from ..registry.resolve import suggest
 
-    from .common import fail, load
+    from ..registry.resolve import resolve
+
+    from .common import fail, load, report_errors
     from .output import heading, print_json, table
 
-    reg = load(args)
+    reg = load(args, [s for s in (args.a, args.b) if not re.match(r"(release:)?v\d", s)])  # only the profiles named
     for spec in (args.a, args.b):
+        if spec in reg.profiles or spec in reg.profile_problems:  # an invalid profile: its errors, not a diff
+            rs = resolve(reg, spec, tp=args.tp, env={})
+            if not rs.ok:
+                report_errors(rs.diagnostics, args.format)
+                return 2
         try:
             parse_side(reg, spec)
         except KeyError:

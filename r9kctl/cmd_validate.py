@@ -48,7 +48,8 @@ def run(args) -> int:
     from .common import registry_location
 
     try:  # the registry and profiles the global options name (--registry, --profiles-dir)
-        reg = load_registry(*registry_location(args))
+        reg = load_registry(*registry_location(args),
+                            only_profiles=[args.profile] if args.profile and not args.all else None)
     except RegistryError as exc:  # schema errors: reported like validate's phase 1
         reg, report = None, Report()
         for d in exc.diagnostics:

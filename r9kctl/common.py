@@ -46,11 +46,12 @@ def child_env(args=None) -> dict[str, str]:
     return env
 
 
-def load(args=None) -> Registry:
-    """The registry at the location ``args``' global options name. One that does not load: its located
-    errors are printed (as JSON under ``--format json``) and :class:`Exit` (2) ends the command."""
+def load(args=None, profiles: Optional[list[str]] = None) -> Registry:
+    """The registry at the location ``args``' global options name (of the profiles, only ``profiles`` and
+    what they extend, when given). One that does not load: its located errors are printed (as JSON under
+    ``--format json``) and :class:`Exit` (2) ends the command."""
     try:
-        return load_registry(*registry_location(args))
+        return load_registry(*registry_location(args), only_profiles=profiles)
     except RegistryError as exc:
         report_errors(exc.diagnostics, getattr(args, "format", "table"))
         raise Exit(2) from None
@@ -103,21 +104,21 @@ def parse_sets(items: Optional[list[str]], words: Optional[list[str]] = None) ->
     return out, errs
 
 
-def load_with_sets(args) -> Optional[tuple[Registry, dict[str, str]]]:
+def load_with_sets(args, profiles: Optional[list[str]] = None) -> Optional[tuple[Registry, dict[str, str]]]:
     """The registry and the ``--set`` overrides of ``args``; None after printing what is wrong (exit 2)."""
     fmt = getattr(args, "format", "table")
     sets, errs = parse_sets(getattr(args, "sets", None), getattr(args, "argv", None))
     if errs:
         report_errors(errs, fmt)
         return None
-    return load(args), sets
+    return load(args, profiles), sets
 
 
 def load_for_profile(args, command: str) -> Optional[tuple[Registry, dict[str, str]]]:
     """For a command that resolves ``args.profile`` at ``args.tp``: :func:`load_with_sets`, then the
     ``--tp`` check (:func:`tp_problem`, reported as ``<command>: error[usage]: ...``); None after printing
     what is wrong (exit 2)."""
-    loaded = load_with_sets(args)
+    loaded = load_with_sets(args, [args.profile] if args.profile else None)  # that profile's files only
     if loaded is None:
         return None
     problem = tp_problem(loaded[0], args.tp, args.profile)

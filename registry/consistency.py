@@ -250,7 +250,7 @@ def _missing_gate_tests(reg: Registry, vid: str) -> list[Diagnostic]:
     for tid in v.gate.tests:
         rel = test_file(tid)
         path = root / rel
-        if not path.parent.is_dir():
+        if not (root / Path(rel).parts[0]).is_dir():
             continue  # a registry tree kept apart from the code it describes: nothing to check against
         def where():
             return reg.locate("variant", vid, ("gate", "tests"))
@@ -332,8 +332,18 @@ def _releases(reg: Registry, report) -> None:
                 report.add(Diagnostic("error", "release-order", f"release {ver} names {rel.previous} as its previous "
                                       f"release, but by date the one before it is {want}", f, ln, col,
                                       [ver, rel.previous, want]))
+    primary = next((m for m in reg.models.values() if m.primary), None)
+    scopes = {"all"} | {m.scope for m in reg.models.values() if m.scope} | \
+        {f"tp{n}" for n in (primary.tp_sizes if primary else [])}
     for ver, rel in reg.releases.items():
         for i, ch in enumerate(rel.default_changes):
+            if reg.models and ch.tp.strip().lower() not in scopes:  # it would silently apply to nothing
+                f, ln, col = reg.locate("release", ver, ("default_changes", i, "tp"))
+                report.add(Diagnostic("error", "unknown-scope", f"release {ver} scopes its change of {ch.knob} to "
+                                      f"{ch.tp!r}, which names no model scope or TP size of the primary model "
+                                      f"(known: {', '.join(sorted(scopes))})", f, ln, col, [ver],
+                                      hint=suggest(ch.tp, sorted(scopes))))
+                continue
             v = reg.find_variant(ch.knob)
             if v is None:
                 continue  # validate's unknown-knob
@@ -456,6 +466,16 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
                 return reg.locate("profile", pname, ("hardware", "memory_gib_per_gpu"))
         return reg.origins.get(("profile", name), (None, None)) + (None,)
 
+    files = [reg.origins.get(("profile", p), (None,))[0] for p in rs.chain]
+
+    def nearness(where) -> int:
+        """How near the profile the user named a place is: the command line, then its own file, then its
+        parents'; a release or registry default (no profile file) last."""
+        f = where[0]
+        if f == "<command line>":
+            return len(files) + 1
+        return files.index(f) + 1 if f in files and where[1] else 0
+
     for exc in errors:
         knob = getattr(exc, "knob", "?")
         if knob.startswith("kv_bytes_per_token"):
@@ -480,8 +500,11 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
         r, (f, ln, col) = knob_where(UTIL_KNOB)
         user_set = r is not None and r.layer not in ("registry", "release")
         # a --set that costs memory is what the user just changed: point there first (the largest such cost)
+        # a memory cost set nearer than the GPU's size (a --set, or a knob of the profile over its parent's
+        # [hardware]) is what the user just changed: point there first (the largest such cost)
         typed = sorted(((c.bytes, knob_where(c.knob)) for c in b.costs if c.bytes > 0), key=lambda x: -x[0])
-        typed = [w for _, w in typed if w[0] is not None and w[0].layer == "override" and w[1][1]]
+        typed = [w for _, w in typed if w[0] is not None and w[0].layer in ("override", "profile") and w[1][1]
+                 and nearness(w[1]) >= max(nearness(hardware_where()), 1)]
         lead = ""
         src = (set_by(rs, r) or f" ({r.layer}: {r.source})") if user_set else ""
         if typed and not (user_set and r.layer == "override"):
@@ -497,11 +520,19 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
                               [name] + costs))
     elif b.fixed_kv_bytes is not None and b.headroom < 0:
         r, (f, ln, col) = knob_where(KVMEM_KNOB)
-        src = "" if r is None else f" (from {r.layer}: {r.source})" if not ln else set_by(rs, r)
-        out.append(Diagnostic("error", "memory", f"profile '{name}' does not fit: {KVMEM_KNOB}="
-                              f"{r.value if r is not None else '?'}{src} asks for a KV cache of "
-                              f"{fmt_bytes(b.fixed_kv_bytes)}, {fmt_bytes(-b.headroom)} more than is left at "
-                              f"{UTIL_KNOB}={b.utilization:g}", f, ln, col, [name] + costs))
+        if r is not None and r.value:
+            what = f"{KVMEM_KNOB}={r.value}" + (f" (from {r.layer}: {r.source})" if not ln else set_by(rs, r))
+        else:  # the CPU backend's KV space, from the profile's [env]
+            from .launch_checks import env_where
+
+            cpu = "VLLM_CPU_KVCACHE_SPACE"
+            what, (f, ln, col) = f"{cpu}={rs.extra_env.get(cpu, '?')}", env_where(reg, rs, cpu)
+        if nearness(hardware_where()) > nearness((f, ln)):  # the GPU's size was set nearer: the fault is there
+            f, ln, col = hardware_where()
+        out.append(Diagnostic("error", "memory", f"profile '{name}' does not fit: {what} asks for a KV cache of "
+                              f"{fmt_bytes(b.fixed_kv_bytes)}, {fmt_bytes(-b.headroom)} more than is left of "
+                              f"{b.memory_bytes / (1 << 30):g} GiB a GPU at {UTIL_KNOB}={b.utilization:g}", f, ln, col,
+                              [name] + costs))
     return out
 
 

@@ -276,6 +276,12 @@ def toml_syntax_error(path: Optional[PathLike], text: str, exc: Exception) -> Fi
     if m:
         line, col = int(m.group(1)), int(m.group(2))
         msg = msg[: m.start()].strip()
+        src = text.splitlines()[line - 1] if 0 < line <= len(text.splitlines()) else ""
+        if msg.startswith(("Cannot overwrite", "Cannot declare")) and src.strip():
+            # tomllib points after the value; the fault is the key (or the table header) given a second time
+            col = len(src) - len(src.lstrip()) + 1
+            key = src.strip().split("=", 1)[0].strip() if "=" in src else src.strip().split("#", 1)[0].strip()
+            msg = f"{key} is given twice in this file ({msg})"
     elif "(at end of document)" in msg:
         line = len(text.splitlines()) or 1
         msg = msg.replace("(at end of document)", "").strip()

@@ -16,6 +16,7 @@ text for the line and column of the offending key, so the happy path stays cheap
 from __future__ import annotations
 
 import bisect
+import difflib
 import functools
 import hashlib
 import json
@@ -184,12 +185,44 @@ def _source_text(path: Path) -> str:
         return ""
 
 
+_TYPE_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean"}
+
+
+def _merge_union_errors(errors: list) -> list:
+    """One error for a value that matches no member of a union (``knobs.X = ["r9k"]``): pydantic reports one
+    per member (``knobs.X.str``, ``knobs.X.int``, ...), four lines for one fault."""
+    out: list = []
+    for err in errors:
+        loc = tuple(err["loc"])
+        prev = out[-1] if out else None
+        if loc and loc[-1] in _TYPE_NAMES and prev is not None and prev.get("_members") \
+                and tuple(prev["loc"]) == loc[:-1]:
+            prev["_members"].append(loc[-1])
+        elif loc and loc[-1] in _TYPE_NAMES:
+            out.append(dict(err, loc=loc[:-1], _members=[loc[-1]]))
+        else:
+            out.append(err)
+    for err in out:
+        members = err.pop("_members", None)
+        if members and len(members) == 1:  # not a union of scalars after all
+            err["loc"] = tuple(err["loc"]) + tuple(members)
+        elif members:
+            kinds = [_TYPE_NAMES[m] for m in members]
+            kinds = ", ".join(kinds[:-1]) + " or " + kinds[-1]
+            err["msg"] = f"Input should be {kinds}, not {_toml_type(err.get('input'))}"
+    return out
+
+
+def _toml_type(value) -> str:
+    return {list: "an array", dict: "a table"}.get(type(value), f"a {type(value).__name__}")
+
+
 def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_loc: tuple = (),
                   items=()) -> list[Diagnostic]:
     out = []
     if text is None:  # parsed data came from the cache: read the text only now, to locate the error
         text = _source_text(path)
-    for err in exc.errors():
+    for err in _merge_union_errors(exc.errors()):
         loc = base_loc + tuple(err["loc"])
         line, col = locate(text, loc)
         if line is None and err["type"] == "missing":  # a missing key: at its table (the file's top: line 1)
@@ -492,16 +525,23 @@ def _vkey(v: str) -> tuple:
 
 def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origins: dict,
                   cache: Optional[_ParseCache] = None,
-                  problems: Optional[dict[str, list[Diagnostic]]] = None) -> dict[str, Profile]:
+                  problems: Optional[dict[str, list[Diagnostic]]] = None,
+                  only: Optional[Iterable[str]] = None) -> dict[str, Profile]:
     """The profiles of ``dirs`` (a later folder's file replaces an earlier one of the same name). A file
     that does not load goes to ``problems`` (name -> its diagnostics) when that is given, else to ``diags``;
-    either way it hides a profile of the same name in an earlier folder."""
+    either way it hides a profile of the same name in an earlier folder. ``only``: these profiles and what
+    they extend, the other files left unread (a junk file in the folder costs nothing); every file when one
+    of them has no file (the unknown name's error lists the others)."""
     profiles: dict[str, Profile] = {}
+    files = {d: sorted(d.glob("*.toml")) for d in dirs if d.is_dir()}
+    need = _profiles_needed(files, only, cache) if only is not None else None
     for d in dirs:
         if not d.is_dir():
             diags.append(Diagnostic("error", "io", "profile folder does not exist", display_path(d)))
             continue
-        for path in sorted(d.glob("*.toml")):
+        for path in files[d]:
+            if need is not None and path.stem not in need:
+                continue
             local: list[Diagnostic] = []
             prof = _load_profile(path, local, texts, cache)
             if local or prof is None:
@@ -516,6 +556,28 @@ def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origin
             profiles[prof.name] = prof
             origins[("profile", prof.name)] = (display_path(path), 1)
     return profiles
+
+
+def _profiles_needed(files: dict[Path, list[Path]], only: Iterable[str], cache) -> Optional[set[str]]:
+    """The names of ``only`` and of the profiles they extend (transitively); None when one has no file."""
+    by_stem: dict[str, list[Path]] = {}
+    for paths in files.values():
+        for path in paths:
+            by_stem.setdefault(path.stem, []).append(path)
+    need: set[str] = set()
+    todo = list(only)
+    while todo:
+        name = todo.pop()
+        if name in need or name == "stock" and name not in by_stem:
+            continue
+        if name not in by_stem:
+            return None
+        need.add(name)
+        data, _, _ = _read(by_stem[name][-1], [], cache)  # the last folder's file is the profile
+        parent = data.get("extends") if isinstance(data, dict) else None
+        if isinstance(parent, str) and not parent.startswith("release:"):
+            todo.append(parent)
+    return need
 
 
 def _load_profile(path: Path, diags: list[Diagnostic], texts: dict, cache) -> Optional[Profile]:
@@ -551,7 +613,15 @@ def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic]
 
 def _array_of_tables(data: Optional[dict], key: str, text: Optional[str], path: Path, shown: str,
                      diags: list[Diagnostic]) -> list:
-    """The ``[[key]]`` tables of a file; [] after a located error when ``key`` holds something else."""
+    """The ``[[key]]`` tables of a file; [] after a located error when ``key`` holds something else. Any
+    other top-level key is a located error too (a misspelt ``[[models]]`` would otherwise hide every table
+    under it and surface as "unknown model" wherever one is named)."""
+    for k in sorted(set(data or {}) - {key}):
+        line, col = locate(text or _source_text(path), (k,)) if not isinstance(data[k], list) else \
+            locate(text or _source_text(path), (k, 0))
+        hint = difflib.get_close_matches(k, [key], n=1)
+        diags.append(Diagnostic("error", "schema", f"unknown top-level key '{k}' ({path.name} holds [[{key}]] "
+                                "tables)", shown, line, col, hint=f"did you mean [[{key}]]?" if hint else None))
     tables = (data or {}).get(key, [])
     if isinstance(tables, list):
         return tables
@@ -573,14 +643,15 @@ def _declared_before(origins: dict, key: tuple[str, str], what: str, shown: str,
 
 
 def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None,
-                  broken_profiles: str = "keep") -> Registry:
+                  broken_profiles: str = "keep", only_profiles: Optional[Iterable[str]] = None) -> Registry:
     """Load and schema-check the registry tree and the profiles; raise RegistryError with every
     located schema error found (not just the first).
 
     A profile file that does not load does not stop the rest: with ``broken_profiles="keep"`` (the
     default) it is left out of ``profiles`` and its diagnostics are kept in ``profile_problems``, reported
     by whatever reads that profile (resolve, validate) and by ``validate --all``; ``"raise"`` makes it an
-    error of the load."""
+    error of the load. ``only_profiles``: a command about these profiles reads only their files and their
+    parents' (:func:`load_profiles`)."""
     root = Path(root).expanduser() if root else default_registry_root()
     diags: list[Diagnostic] = []
     texts: dict[str, str] = {}
@@ -599,12 +670,6 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
         texts[shown] = text
         if data is None:
             continue
-        extra = set(data) - {"variant"}
-        if extra:
-            for k in sorted(extra):
-                line, col = locate(text or _source_text(path), (k,))
-                diags.append(Diagnostic("error", "schema", f"unknown top-level key '{k}' (a variants file holds "
-                                        "[[variant]] tables)", shown, line, col))
         for i, raw in enumerate(_array_of_tables(data, "variant", text, path, shown, diags)):
             line = heads[i] if i < len(heads) else None
             vid = raw.get("id", f"#{i}") if isinstance(raw, dict) else f"#{i}"
@@ -644,7 +709,7 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
 
     problems: Optional[dict[str, list[Diagnostic]]] = {} if broken_profiles == "keep" else None
     profiles = load_profiles(profile_dirs if profile_dirs is not None else default_profile_dirs(), diags, texts, origins,
-                             cache, problems)
+                             cache, problems, only_profiles)
     cache.save()
     if diags:
         raise RegistryError(diags)

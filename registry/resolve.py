@@ -356,8 +356,18 @@ def resolve(
         items[v.id].override(val, origin)
 
     for p in chain:
+        seen: dict[str, tuple[str, Optional[int]]] = {}  # variant id -> (the key that set it, its line)
         for key, raw in p.knobs.items():
             file, line, col = reg.locate("profile", p.name, ("knobs", key))
+            v = reg.find_variant(key)
+            if v is not None and v.id in seen:  # R9K_ROUTER and router_gemm: one knob, set twice
+                k0, l0 = seen[v.id]
+                diags.append(Diagnostic("error", "duplicate-knob", f"{key} sets knob {v.knob} again: {k0} set it "
+                                        f"already (line {l0}); only one of them may stay", file, line, col,
+                                        [v.id, p.name]))
+                continue
+            if v is not None:
+                seen[v.id] = (key, line)
             origin = Origin("profile", file, line) if file else Origin("profile", detail=p.name)
             apply(key, raw, origin, (file, line, col))
 

@@ -226,7 +226,7 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
             at = tp_where(reg, rs) if rs.tp_from == "--tp" and r.layer != "override" else where()
             report.add(Diagnostic("error", "unsupported-tp", f"{v.knob}={r.value}{by()}: variant '{vid}' supports TP "
                                   f"sizes {v.supported_tp}, not {rs.tp} ({tp_text(rs)})", *at, [vid, name]))
-        if r.active and rs.model and ((v.models and rs.model not in v.models) or rs.model in v.excluded_models):
+        if r.active and rs.model in reg.models and ((v.models and rs.model not in v.models) or rs.model in v.excluded_models):
             report.add(Diagnostic("error", "unsupported-model", f"{v.knob}={r.value}{by()}: variant '{vid}' does not apply "
                                   f"to model {rs.model} (applies to: {', '.join(v.models) or 'all but ' + ', '.join(v.excluded_models)})", *where(), [vid, name]))
         av = verdicts[vid]
