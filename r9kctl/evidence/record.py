@@ -133,6 +133,27 @@ def _resume_state(out: Path, ds_hash: str) -> set[str]:
     return set(rf.results)
 
 
+def _write_line(fh, out: Path, line: str, answers: int) -> None:
+    """One whole line of the result file, or none: a failed write (a full disk) is cut back to the last whole
+    line and is one located error naming the file and what it keeps (the answers before; --resume goes on)."""
+    try:
+        pos = fh.tell()
+    except OSError:  # a stream (/dev/stdout): nothing to cut back
+        pos = None
+    try:
+        fh.write(line + "\n")
+        fh.flush()
+    except OSError as exc:
+        if pos is not None:
+            try:
+                fh.truncate(pos)
+            except OSError:
+                pass
+        raise fileio.WriteError(fileio.Diagnostic(
+            "error", "write", f"cannot write this result file: {exc.strerror or exc}; it keeps the {answers} "
+            "answer(s) recorded before, whole (--resume asks the rest)", fileio.display_path(out))) from None
+
+
 def record(dataset: Dataset, url: str, out: str | Path, *, model: str | None = None, max_tokens: int = 512,
            api: str = "chat", label: str | None = None, limit: int | None = None, resume: bool = False,
            execute_code: bool = False, api_key: str | None = None, timeout_s: float = 600.0,
@@ -169,8 +190,7 @@ def record(dataset: Dataset, url: str, out: str | Path, *, model: str | None = N
 
     with fileio.open_for_writing(out, append=mode == "a", what="result file") as fh:
         if not done:
-            fh.write(json.dumps(header) + "\n")
-            fh.flush()
+            _write_line(fh, out, json.dumps(header), len(done))
         todo = [q for q in questions if q.id not in done]
         for i, q in enumerate(todo, 1):
             text, usage = client.generate(model, q.prompt, max_tokens, api)
@@ -181,8 +201,7 @@ def record(dataset: Dataset, url: str, out: str | Path, *, model: str | None = N
                    "completion_tokens": usage.get("completion_tokens")}
             if keep_output:
                 rec["output"] = text
-            fh.write(json.dumps(rec, ensure_ascii=False) + "\n")
-            fh.flush()
+            _write_line(fh, out, json.dumps(rec, ensure_ascii=False), len(done) + i - 1)
             if on_result:
                 on_result(q.id, ok)
             if progress is not None:

@@ -279,3 +279,52 @@ def test_a_dry_run_with_a_full_cache_is_one_line_and_a_full_env_file_keeps_the_e
     code, out, err = run_main(["launch", "-p", "tp4-default", "--dry-run"], env)
     assert code == 0 and "Traceback" not in err, err
     assert "set -a;" not in out and "export R9K_AG=1" in out and "exported inline: cannot write" in out, out
+
+
+def test_eval_record_disk_full_mid_run_names_the_file_and_leaves_whole_lines(tmp_path, monkeypatch):
+    """A full disk while answers arrive: one located error line naming the result file and what it keeps,
+    exit 2; the file ends at its last whole line (a torn line was left before), and --resume goes on from it."""
+    from r9k.r9kctl.evidence import record as R
+    from r9k.r9kctl.evidence import results
+
+    monkeypatch.setattr(R.Client, "generate", lambda self, model, prompt, n, api: ("42", {"completion_tokens": 1}))
+    monkeypatch.setattr(R, "server_status", lambda base, timeout_s=5.0: None)
+    real = fileio.open_for_writing
+    writes = {"n": 0}
+
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def write(self, s):
+            writes["n"] += 1
+            if writes["n"] == 4:  # the header and 2 answers fit; the 3rd answer's line is torn by a full disk
+                self.fh.write(s[: len(s) // 2])
+                self.fh.flush()
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.fh.write(s)
+
+        def __getattr__(self, name):
+            return getattr(self.fh, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return self.fh.__exit__(*exc)
+
+    monkeypatch.setattr(fileio, "open_for_writing", lambda *a, **k: Full(real(*a, **k)))
+    out = tmp_path / "run.jsonl"
+    code, o, err = run_main(["eval", "record", "--url", "http://127.0.0.1:9", "--dataset", "arith-smoke",
+                             "--out", str(out), "--model", "m", "--quiet"])
+    lines = [ln for ln in err.splitlines() if "error[" in ln]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    assert "run.jsonl" in lines[0] and "error[write]" in lines[0] and "2 answer(s)" in lines[0], lines[0]
+    text = out.read_text()
+    assert text.endswith("}\n") and len(text.splitlines()) == 3, text  # the header and 2 whole answers
+    monkeypatch.setattr(fileio, "open_for_writing", real)
+    code, o, err = run_main(["eval", "record", "--url", "http://127.0.0.1:9", "--dataset", "arith-smoke",
+                             "--out", str(out), "--model", "m", "--quiet", "--resume"])
+    assert code == 0, err
+    rf = results.load(out)
+    assert rf.n == len(rf.results) and rf.n > 3
