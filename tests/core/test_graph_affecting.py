@@ -76,3 +76,10 @@ def test_a_kernel_knob_with_no_extension_point_must_say_what_it_changes():
     assert not Variant(**base, changes=["tuning"]).graph_affecting
     with pytest.raises(ValueError):
         Variant(**base, changes=["colour"])
+
+
+def test_show_says_what_a_switch_changes(r9kctl):
+    rc, out, err = r9kctl("show", "nvfp4_path")
+    assert rc == 0 and "weights (declared; graph-affecting: yes, part of vLLM's compile-cache key)" in out, out + err
+    rc, out, err = r9kctl("show", "router_max_m")
+    assert rc == 0 and "tuning (derived; graph-affecting: no)" in out, out + err
