@@ -7,7 +7,7 @@ torch.compile cache key (``vllm.envs.compile_factors``: every declared variable 
 list).
 
 So every knob of the registry is declared, with a getter that depends on whether the knob changes
-the compiled graph (``graph_affecting`` in its TOML):
+the compiled graph (``Variant.graph_affecting``, derived from what the switch changes: registry/effects.py):
 
 * graph-affecting knobs return the value *resolved* for this process (profile, environment or
   manifest), so switching e.g. ``R9K_ROUTER`` between ``r9k`` and ``stock`` yields another compile

@@ -98,7 +98,11 @@ def describe(reg, v) -> list[tuple[str, str]]:
         add("measured", "\n".join(lines))
     if v.sets:
         add("sets", f"{v.sets.kind} {v.sets.name}")
-    add("graph affecting", "yes (part of vLLM's compile-cache key)" if v.graph_affecting else None)
+    from ..registry.effects import changes
+
+    how = "declared" if v.changes else "derived"
+    ga = "yes, part of vLLM's compile-cache key" if v.graph_affecting else "no"
+    add("changes", f"{', '.join(changes(v))} ({how}; graph-affecting: {ga})")
     add("note", v.note)
     file, line = reg.origins.get(("variant", v.id), (None, None))
     add("declared in", f"{file}:{line}" if file else None)

@@ -26,6 +26,8 @@ def check(reg, rs, report) -> None:
             where = reg.locate("model", m.name, ("ranges",))
         lo = "" if rng.min is None else f"{rng.min:g}"
         hi = "" if rng.max is None else f"{rng.max:g}"
+        own = r.variant.range.min if r.variant.range is not None else None
+        takes = "no value" if rng.max is not None and own is not None and rng.max < own else f"{lo}..{hi}"
         report.add(Diagnostic("error", "model-range", f"{r.variant.knob}={r.value}{set_by(rs, r)}: model {m.name} "
-                              f"takes {lo}..{hi} ({rng.basis})", file=where[0], line=where[1], col=where[2],
+                              f"takes {takes} ({rng.basis})", file=where[0], line=where[1], col=where[2],
                               items=[r.variant.id, rs.profile]))

@@ -20,6 +20,8 @@ ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 ValueType = Literal["bool", "enum", "int", "float", "string", "path"]
 Category = Literal["fusion", "kernel", "comm", "tuning", "diagnostic", "launcher"]
+# What a switch changes (registry/effects.py KINDS): weights, shapes, ops put it in the compile-cache key.
+ChangeKind = Literal["weights", "shapes", "ops", "tuning", "collective", "host", "diagnostic"]
 Status = Literal["default-on", "opt-in", "rejected", "removed"]
 GateKind = Literal["bit-exact", "tolerance", "paired-eval"]
 
@@ -296,7 +298,9 @@ class Variant(Strict):
     supported_tp: list[int] = Field(default_factory=list)  # empty: every TP size
     models: list[str] = Field(default_factory=list)  # empty: every model
     excluded_models: list[str] = Field(default_factory=list)  # models that lack the part this variant touches
-    graph_affecting: bool = False  # changes the compiled graph: part of vLLM's compile-cache key
+    # what switching it changes; empty: derived from the other facts (registry/effects.py), required of a
+    # kernel knob with no extension point. Weights, shapes or ops: graph-affecting, in vLLM's compile-cache key
+    changes: list[ChangeKind] = Field(default_factory=list)
     sets: Optional[Sets] = None
     vllm: Optional[VllmSwitch] = None  # one of vLLM's own switches: versions, platforms, vLLM's default
     note: Optional[str] = None
@@ -324,8 +328,20 @@ class Variant(Strict):
                 raise ValueError(f"default key {k!r} must be a TP key like 'tp4'")
         return v
 
+    @property
+    def graph_affecting(self) -> bool:
+        """Changes weights, shapes or the graph's kernels (registry/effects.py): part of vLLM's compile-cache key."""
+        from .effects import graph_affecting
+
+        return graph_affecting(self)
+
     @model_validator(mode="after")
     def _consistent(self) -> "Variant":
+        from .effects import needs_declaring
+
+        if not self.changes and needs_declaring(self.category, self.implementation.extension_point):
+            raise ValueError("a kernel knob with no extension point declares 'changes' (what switching it changes: "
+                             "weights, shapes, ops, tuning, ...): nothing else says whether it is graph-affecting")
         if self.type == "enum" and not self.choices:
             raise ValueError("an enum variant needs 'choices'")
         if self.type != "enum" and self.choices:

@@ -14,7 +14,8 @@ Gates (from the original's tests):
   :func:`_mix_range`: the GPU sums in another order, contracts to FMA, uses approximate exp/divide), so an
   element differs from the rounding of the exact value only where that lies within the bound of a bf16
   rounding boundary; at most max(4, 1%) of them differ from the fp32 reference, which rounds at the same
-  points (a 1% error in one term moves most elements); a second launch gives the same bits.
+  points (a 1% error in one term moves most elements); a second launch gives the same bits; the stock
+  reference (``reference.hc_mix_fp8``) meets the same derived bounds.
 CPU: interpreter at a small geometry (4 streams of 96, lora 40, 48 down rows: tails everywhere);
 GPU (``-m gpu``): the real one (4 x 2560, lora 320, 336 down rows).
 """
@@ -205,6 +206,14 @@ def _check_fp8(M, g, device, gen, poison, strided=False):
     _few_flips(y, ref.hc_gate_mix_torch(xn, gate), "block input")
     buf2, y2 = tk.hc_mix_fp8(xn, *p, lora_rank=R)
     assert torch.equal(buf, buf2) and torch.equal(y, y2), "a second launch gave other bits"
+    # The stock reference (ref.hc_mix_fp8, the op's stock path) meets the same derived bounds, its block input
+    # from its own lora: a wrong stock path fails here instead of going unseen (the gate compares the fused
+    # kernel with the fp32 dequant reference, not with the stock function)
+    sbuf, sy = ref.hc_mix_fp8(xn, *p, lora_rank=R)
+    _in_range(sbuf[:, :R], slo, shi, "stock reference: lora")
+    _in_range(sbuf[:, R:], lo[:, R:], hi[:, R:], "stock reference: injection + zero rows")
+    sglo, sghi = (_rn_bf16(b) for b in _dot_range(sbuf[:, :R], p[2], p[3]))
+    _in_range(sy, *_mix_range(xn, sglo, sghi), "stock reference: block input")
     return rel_l2(y, ry)
 
 

@@ -1,5 +1,7 @@
 """Gate tests for the router GEMM and fused routing (docs/semantics.md 3.4, 3.5).
 
+The stock references are checked against fp64 too (router_gemm: one bf16 rounding of an fp32 dot; routing: the
+fp64 softmax's top-k and weights), so a wrong stock path fails the gate instead of loosening its bounds.
 CPU: Triton interpreter at small shapes (plus the real 512 x 2560 at one width). GPU (``-m gpu``):
 the real shapes at decode widths. Fresh random inputs per run (seed printed), outputs poisoned.
 """
@@ -10,10 +12,13 @@ import math
 import pytest
 import torch
 
-from .._testing import assert_written, bf16_flips, bf16_ulp, fp32_dot_error, randn
+from .._testing import assert_written, bf16_flips, bf16_ulp, bf16_within, fp32_dot_error, randn, rel_l2
 
 from . import reference as ref
 from . import triton_kernel as tk
+
+
+STOCK_TOL = 2.5e-3  # the stock router GEMM's relative L2 against fp64 (see _router_gate)
 
 
 def _need_triton(device):
@@ -29,6 +34,16 @@ def _router_gate(x, w, poison):
     assert_written(y, "router logits")
     r64 = ref.router_gemm_fp64(x, w)
     stock = ref.router_gemm(x, w)
+    # The stock reference (the op's stock path, and the yardstick of the 1.5x bound below) meets the declared
+    # semantics too, else a wrong stock path would loosen that bound unseen: one bf16 rounding of an fp32 dot (any
+    # summation order: within fp32_dot_error of the exact one, checked per element) where torch runs one GEMM; on
+    # a GPU, where cuBLAS may reduce split-K partials in bf16, a relative L2 against fp64 of at most 2.5e-3 (one bf16
+    # rounding's rms is 2^-9 / sqrt(3) = 1.1e-3 of the value); a 1% error is 4x over it.
+    e_stock = rel_l2(stock, r64)
+    assert e_stock <= STOCK_TOL, f"stock reference: relative L2 {e_stock:.3g} against fp64 is over {STOCK_TOL}"
+    if not x.is_cuda:
+        ok = bf16_within(stock, r64, fp32_dot_error(x, w))
+        assert ok.all(), f"stock reference: {int((~ok).sum())} of {ok.numel()} logits are no rounding of the fp32 dot"
     err = (y.double() - r64).abs().max().item()
     err_stock = (stock.double() - r64).abs().max().item()
     assert err <= 1.5 * err_stock + 1e-30, (err, err_stock)
@@ -124,6 +139,15 @@ def _route_gate(logits, k, renorm, poison):
     sw, sids = ref.moe_route(logits, k, renorm)
     p64 = ref.moe_route_fp64(logits).cpu()
     w, ids, sw, sids = w.cpu(), ids.cpu(), sw.cpu(), sids.cpu()
+    # the stock reference against the declared semantics: its weights are the fp64 softmax's at its ids
+    # (renormalised over them), in fp32; its ids a top-k of the fp64 probabilities up to near-ties
+    ps = torch.gather(p64, 1, sids.long())
+    if renorm:
+        ps = ps / ps.sum(dim=1, keepdim=True)
+    assert ((sw.double() - ps).abs() <= 2e-6).all(), \
+        f"stock reference: weights off the fp64 softmax by {(sw.double() - ps).abs().max().item():.3g}"
+    kth = p64.topk(k, dim=1).values[:, -1:]
+    assert (ps.shape[1] == k) and (torch.gather(p64, 1, sids.long()) >= kth - 1e-5).all(), "stock reference: not a top-k"
     for m in range(M):
         a, b = set(ids[m].tolist()), set(sids[m].tolist())
         assert len(a) == k

@@ -4,7 +4,8 @@ semantics, element by element within its derived fp32 error (:func:`_check_stage
 stock's, each GEMM output the bf16 rounding of a value within its accumulation bound of the exact sum, each
 activation code an e4m3 rounding of ``silu(gate) * up`` from the kernel's own ``gu`` within the fp32 error of exp
 and the row scale); mean |error| vs an fp64 reference (stock semantics from the same fp8 input quant, activation
-unquantized) <= 1.05x stock's (pooled over ceil(16/M) activation draws at M < 16: see ``_draws``).
+unquantized) <= 1.05x stock's (pooled over ceil(16/M) activation draws at M < 16: see ``_draws``); the stock
+reference itself against its declared semantics, stage by stage (:func:`_check_stock`).
 
 The original's "within 3% relative L2 of stock" is printed, not asserted: it measures the fused form's semantics
 (its activation codes come from fp32 ``v`` where stock's come from ``bf16(v)``), not the kernel, and it is
@@ -113,12 +114,43 @@ def _check_stages(x, W, out, seed):
     assert torch.equal(out, staged), f"the fused call differs from its own launches (seed {seed})"
 
 
+def _check_stock(x, W, stock, seed):
+    """The stock reference (``reference.shared_expert``, the op's stock path and the 1.05x rule's yardstick) against
+    its declared semantics, from its own launches (the blocks it runs on this device; each gated on its own in
+    ``test_building_blocks_interpreter``): the gate_up GEMM within its accumulation bound; the output the bf16
+    product of the down GEMM's bf16 result (within its bound of the exact sum of stock's activation codes) and the
+    expert gate ``sigmoid(F.linear(x, wg))``. Rounding is monotone and the gate positive, so the output lies from
+    the rounding of the low end to that of the high end: a wrong stock path fails here (the 1.05x rule alone
+    would loosen with it)."""
+    if reference._use_triton(x):
+        from . import blocks as B
+
+        quant, gemm, act = B.row_quant, B.mxfp4_gemm, B.silu_and_mul
+    else:
+        quant, gemm, act = reference.row_quant_fp8_torch, reference.mxfp4_gemm_torch, reference.silu_and_mul_torch
+    xq, xs = quant(x)
+    gu = gemm(xq, xs, W.w1_packed, W.w1_scales)
+    exact, tol = _gemm_bound(xq, xs, W.w1_packed, W.w1_scales)
+    bad = int((~bf16_within(gu, exact, tol)).sum())
+    assert bad == 0, f"stock reference: gate_up GEMM {bad} of {gu.numel()} outside the bound (seed {seed})"
+    aq, as_ = quant(act(gu))
+    exact, tol = _gemm_bound(aq, as_, W.w2_packed, W.w2_scales)
+    g = torch.sigmoid(F.linear(x, W.wg.view(1, -1))).double()
+    lo = ((exact - tol).to(torch.bfloat16).double() * g).to(torch.bfloat16).double()
+    hi = ((exact + tol).to(torch.bfloat16).double() * g).to(torch.bfloat16).double()
+    sd = stock.double()
+    bad = int(((sd < lo) | (sd > hi)).sum())
+    assert bad == 0, (f"stock reference: {bad} of {stock.numel()} outputs are not the bf16 product of the down GEMM "
+                      f"and sigmoid(x wg) (seed {seed})")
+
+
 def _gate_check(x_draws, W, seed, poison):
     """The gate over one or more independent activation draws of the same shape (see the module note on pooling)."""
     outs, stocks, refs = [], [], []
     for x in x_draws:
         M = x.shape[0]
         stock = reference.shared_expert(x, W)
+        _check_stock(x, W, stock, seed)
         out = poison(torch.empty_like(stock))
         res = triton_kernel.shared_expert(x, W, out=out)
         assert res.data_ptr() == out.data_ptr() and not torch.isnan(out).any(), f"unwritten output (seed {seed})"

@@ -32,3 +32,21 @@ def test_the_range_is_the_models_and_a_profile_line_is_located(r9kctl, registry_
     assert rc == 2, out + err
     line = _lines(out, err, "model-range")[0]
     assert "mine.toml:4:" in line and "takes 1..3" in line, line
+
+
+def test_mtp_1_is_accepted_and_an_out_of_range_depth_is_one_located_error(r9kctl):
+    rc, out, err = r9kctl("validate", "--profile", "tp4-default", "--set", "MTP=1")
+    assert rc == 0, out + err
+    rc, out, err = r9kctl("validate", "--profile", "tp4-default", "--set", "MTP=7")
+    assert rc == 2
+    assert len(_lines(out, err, "model-range")) == 1, out + err
+
+
+def test_a_model_without_an_mtp_block_takes_no_depth(r9kctl):
+    """The tiny Flash-Next has no MTP block (its facts say so): MTP unset validates, MTP=1 does not."""
+    rc, out, err = r9kctl("validate", "--profile", "cpu-flash-next")
+    assert rc == 0 or not _lines(out, err, "model-range"), out + err
+    rc, out, err = r9kctl("validate", "--profile", "cpu-flash-next", "--set", "MTP=1")
+    assert rc == 2, out + err
+    (line,) = _lines(out, err, "model-range")
+    assert line.startswith("<command line>:") and "tiny-flash-next takes no value (no MTP block" in line, line

@@ -8,9 +8,11 @@ failure (not an import error: a mutation whose text no longer occurs in the kern
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -52,12 +54,35 @@ MUTANTS = [
      "rne_bf16(O * rr[:, None] * w[None, :] * g * 1.01)"),
 ]
 
-# Mutants of a gate's stock reference (the op's stock path): the gate checks it against the declared semantics
-# too, so a wrong stock path fails the gate instead of loosening the fused kernel's relative bound.
-STOCK_MUTANTS = [
-    ("hc_combine_norm_fused", "r9k.kernels.hc_norm.reference", "g = 2.0 * torch.sigmoid(inj.float() / hc)",
-     "g = 2.02 * torch.sigmoid(inj.float() / hc)"),
-]
+# Mutants of a gate's stock reference (the op's stock path), one for every op of the op table (kernels/*/__init__.py,
+# read without importing it): the gate checks the stock path against the declared semantics too, so a wrong stock
+# path fails the gate instead of loosening the fused kernel's bound (router_gemm's 1.5x err_stock) unseen. Op ->
+# (variant, module, old text, new text); the old text is in the stock function itself
+# (test_every_stock_reference_has_a_mutant).
+STOCK_MUTANTS = {
+    "hc_combine_norm": ("hc_combine_norm_fused", "r9k.kernels.hc_norm.reference",
+                        "g = 2.0 * torch.sigmoid(inj.float() / hc)", "g = 2.02 * torch.sigmoid(inj.float() / hc)"),
+    "router_gemm": ("router_gemm", "r9k.kernels.router.reference", "    y = F.linear(x, w)\n",
+                    "    y = F.linear(x, w) * 1.01\n"),
+    "moe_route": ("moe_fused_routing", "r9k.kernels.router.reference", "    p = torch.softmax(logits.float(), dim=-1)\n",
+                  "    p = torch.softmax(logits.float(), dim=-1) * 1.01\n"),
+    "fp8_block_linear": ("fp8_block_fused_act_quant", "r9k.kernels.fp8_block.triton_kernel",
+                         "qa[m0:m1], sa[m0:m1], w_q", "qa[m0:m1], sa[m0:m1] * 1.01, w_q"),
+    "gdn_decode": ("gdn_spec_decode_core", "r9k.kernels.gdn_decode.reference",
+                   "    y = y.to(torch.bfloat16)\n    return into(out, y)",
+                   "    y = (y * 1.01).to(torch.bfloat16)\n    return into(out, y)"),
+    "hc_mix": ("hc_decode_mix", "r9k.kernels.hc_mix.reference", "    buf = F.linear(xn, w_down)\n",
+               "    buf = F.linear(xn, w_down) * 1.01\n"),
+    "hc_mix_fp8": ("hc_fp8_decode", "r9k.kernels.hc_mix.reference", "    buf = _w8a16(xn, down_q, down_s)\n",
+                   "    buf = _w8a16(xn, down_q, down_s) * 1.01\n"),
+    "qk_norm_rope": ("fused_qk_norm_rope", "r9k.kernels.qk_rope.reference",
+                     "    q = gemma_rmsnorm(q.view(T, hq, D), q_weight, eps)\n",
+                     "    q = gemma_rmsnorm(q.view(T, hq, D), q_weight, eps) * 1.01\n"),
+    "qsa_glue": ("qsa_indexer_glue", "r9k.kernels.qsa_glue.reference", "    y = gemma_rmsnorm(x, weight, eps)\n",
+                 "    y = gemma_rmsnorm(x, weight, eps) * 1.01\n"),
+    "shared_expert": ("shared_expert_fused", "r9k.kernels.shared_expert.reference", "g = torch.sigmoid(gl)",
+                      "g = 1.01 * torch.sigmoid(gl)"),
+}
 
 # The same machinery with a mutation that changes nothing: the gate must pass.
 CONTROL = ("qsa_indexer_glue", "qsa_glue", "rne_bf16(o1).to(tl.bfloat16)", "rne_bf16(o1).to(tl.bfloat16)")
@@ -81,6 +106,40 @@ def test_every_fused_kernel_has_a_mutant():
         assert all(t.startswith(tests) for t in L.declared_tests(reg.variants[vid])), vid
     gated -= spawned
     assert gated <= {m[0] for m in MUTANTS}, f"no mutant for {sorted(gated - {m[0] for m in MUTANTS})}"
+
+
+def _stock_references() -> dict:
+    """Op -> (variant, stock module, the stock function's source) from every ``register(KernelOp(...))`` of
+    kernels/*/__init__.py, by reading the files (nothing imported)."""
+    root = Path(__file__).resolve().parents[2] / "kernels"
+    out = {}
+    for init in sorted(root.glob("*/__init__.py")):
+        for node in ast.walk(ast.parse(init.read_text())):
+            if not (isinstance(node, ast.Call) and getattr(node.func, "id", None) == "KernelOp"):
+                continue
+            kw = {k.arg: k.value for k in node.keywords}
+            stock = kw["stock"]
+            assert isinstance(stock, ast.Attribute) and isinstance(stock.value, ast.Name), ast.dump(stock)
+            mod = f"r9k.kernels.{init.parent.name}.{stock.value.id}"
+            tree = ast.parse(src := (init.parent / f"{stock.value.id}.py").read_text())
+            fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == stock.attr)
+            out[kw["name"].value] = (kw["variant"].value, mod, ast.get_source_segment(src, fn))
+    return out
+
+
+def test_every_stock_reference_has_a_mutant():
+    """Every op's stock reference is mutated here, in the stock function itself, and its gate must catch it (a new
+    op needs a stock mutant too); the all-reduce's stock runs in spawned ranks (SPAWNED_RANKS)."""
+    refs = _stock_references()
+    assert len(refs) >= 11, sorted(refs)
+    spawned = {op for op, (_, mod, _) in refs.items() if mod.startswith(SPAWNED_RANKS[0] + ".")}
+    assert spawned == {"allreduce"}, spawned
+    missing = set(refs) - spawned - set(STOCK_MUTANTS)
+    assert not missing, f"no stock mutant for {sorted(missing)}"
+    for op, (variant, module, old, new) in STOCK_MUTANTS.items():
+        want_variant, want_module, source = refs[op]
+        assert (variant, module) == (want_variant, want_module), op
+        assert old in source and old != new, f"{op}: the mutant's text is not in {module}'s stock function"
 
 
 def _run_mutant(reg, mutant):
@@ -107,5 +166,5 @@ def test_mutants_fail_their_gates():
     """All mutants, two pytest runs at a time (each one pytest process, stopping at its first failure)."""
     reg = load_registry()
     with ThreadPoolExecutor(max_workers=2) as pool:
-        problems = [p for p in pool.map(lambda m: _run_mutant(reg, m), MUTANTS + STOCK_MUTANTS + [CONTROL]) if p]
+        problems = [p for p in pool.map(lambda m: _run_mutant(reg, m), MUTANTS + list(STOCK_MUTANTS.values()) + [CONTROL]) if p]
     assert not problems, "\n".join(problems)

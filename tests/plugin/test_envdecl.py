@@ -59,3 +59,34 @@ def test_vllm_does_not_warn_and_the_compile_key_follows_the_router(plugin_env, r
         current_platform.validate_environ(hard_fail=True)
     envs.environment_variables["VLLM_R9K_TEST_ONLY"] = lambda: None
     current_platform.validate_environ(hard_fail=True)
+
+
+WEIGHT_SWITCHES = [("R9K_NVFP4", "native", "mxfp4"), ("R9K_FP8_TO_MXFP4", "", "1")]
+
+
+@pytest.mark.parametrize("knob,a,b", WEIGHT_SWITCHES)
+def test_a_weight_format_switch_is_in_vllms_compile_cache_key(plugin_env, registry, knob, a, b):
+    """Two sets that differ only in a weight-format switch get different compile-cache keys on both roads into it:
+    vLLM's environment factors (a server started by hand: envdecl) and the r9k carrier in ``--additional-config``,
+    which vLLM hashes as VllmConfig.compute_hash does (``json.dumps(additional_config, sort_keys=True)``)."""
+    import hashlib
+    import json
+
+    import vllm.envs as envs
+
+    from r9k.registry.manifest import carrier, from_resolved
+
+    sets = [_rs(registry, **{knob: val}) for val in (a, b)]
+    diff = {r.variant.knob for r in sets[0].items.values() if sets[1].items[r.variant.id].value != r.value}
+    assert diff == {knob}, diff
+    factors, keys = [], []
+    for rs in sets:
+        declare(rs, envs.environment_variables)
+        factors.append(envs.compile_factors())
+        for inline in (True, False):
+            ac = {"r9k": carrier(from_resolved(rs), "srv", path="/tmp/m.json", inline=inline)}
+            keys.append(hashlib.sha256(json.dumps(ac, sort_keys=True).encode()).hexdigest())
+    assert [f[knob] for f in factors] == [rs.value(knob) for rs in sets]
+    assert factors[0][knob] != factors[1][knob], f"{knob} is not in vLLM's environment factors"
+    assert {k for k in factors[0] if factors[0][k] != factors[1].get(k)} == {knob}
+    assert keys[0] != keys[2] and keys[1] != keys[3], f"{knob}: the carrier hashes alike"

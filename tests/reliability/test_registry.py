@@ -57,7 +57,8 @@ def _schema():
         ("requires-a-string", 'stock = "0"', 'stock = "0"\nrequires = "router_gemm"'),
         ("supported-tp-words", 'stock = "0"', 'stock = "0"\nsupported_tp = ["four"]'),
         ("defaults-bad-key", 'stock = "0"', 'stock = "0"\ndefaults = { four = "1" }'),
-        ("graph-affecting-a-string", 'stock = "0"', 'stock = "0"\ngraph_affecting = "perhaps"'),
+        ("changes-a-string", 'stock = "0"', 'stock = "0"\nchanges = "weights"'),
+        ("changes-unknown", 'stock = "0"', 'stock = "0"\nchanges = ["colour"]'),
         ("status-a-string", '[variant.status]\nstate = "opt-in"\nreason = "corpus"', 'status = "opt-in"'),
     ]:
         text, ln = variant(old, new)
