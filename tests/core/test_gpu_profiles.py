@@ -32,7 +32,11 @@ def test_gpu_profile_validates_strict(reg, profile, version, monkeypatch):
 
     monkeypatch.setenv(envvars.ACCEPT_IMPORTED_GATES.name, "1")
     report = validate(reg, profile=profile, strict=True, vllm_version=version)
-    assert not report.errors and not report.warnings, [d.format() for d in report.diagnostics]
+    # a gate whose test changed since the H200 last ran it is stale there (the ledger's rule; scripts/gpu.sh
+    # serve re-runs the profile's gates on the device before it launches): allowed only when it is fresh here
+    stale = [d for d in report.warnings if d.code == "gate" and "gate stale on cuda-h200" in d.message
+             and "fresh on cpu-triton-interpret" in d.message]
+    assert not report.errors and report.warnings == stale, [d.format() for d in report.diagnostics]
     rs = report.profiles[profile]
     assert rs.platform == "cuda-h200" and rs.tp == 1 and "--enforce-eager" not in rs.serve_args  # CUDA graphs on
 
