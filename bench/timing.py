@@ -17,10 +17,12 @@ Nothing here runs at import; torch is imported lazily so ``import r9k.bench.timi
 """
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
-import statistics
 from typing import Callable, Sequence
+from unittest import mock
+
+from ..r9kctl.decode_step.run import replay_times_ms, summary
 
 L2_BYTES = 60 << 20  # H200: 60 MB L2 (the rotation must exceed it several times)
 
@@ -51,33 +53,6 @@ def copy_bandwidth(nbytes: int = 1 << 30, reps: int = 20) -> float:
         times.append(a.elapsed_time(b) * 1e-3)
     del src, dst
     return 2 * nbytes / statistics.median(times)
-
-
-def replay_times_ms(g, replays: int, warmup: int = 3, per: int = 1) -> list[float]:
-    """Replay a captured ``torch.cuda.CUDAGraph`` ``replays`` times (after ``warmup``), each timed with CUDA
-    events; milliseconds per replay divided by ``per`` (the calls the graph holds), sorted."""
-    import torch
-
-    for _ in range(warmup):
-        g.replay()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) / per)
-    out.sort()
-    return out
-
-
-def summary(sorted_times: Sequence[float]) -> dict:
-    """Median, p10 and p90 of sorted times."""
-    n = len(sorted_times)
-    return {"median": statistics.median(sorted_times), "p10": sorted_times[n // 10],
-            "p90": sorted_times[(9 * n) // 10], "n": n}
 
 
 def graph_time_us(fn: Callable, arg_sets: Sequence[tuple], replays: int = 50, warmup: int = 3) -> dict:
@@ -255,16 +230,5 @@ def row(name: str, m: int, stock_fn, fused_fn, stock_sets, fused_sets, bytes_mov
     }
 
 
-@contextlib.contextmanager
-def env(**values: str):
-    """Set environment variables for the block (kernels read ``R9K_PDL`` when they launch), then restore them."""
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+#: Set environment variables for a block (kernels read ``R9K_PDL`` when they launch), then restore them.
+env = functools.partial(mock.patch.dict, os.environ)

@@ -2,13 +2,13 @@
 ``r9kctl bench serve --profiles stock,tp4-default [--concurrency 1,4,16] [--repeats 3]`` (paired serving
 benchmark of profiles through ``r9kctl launch`` and vLLM's ``vllm bench serve``: r9k.r9kctl.evidence.serve_bench).
 
-Builds the Flash-Next TP4-rank decode model (``r9k.bench.decode_step``) for each profile, checks that the
+Builds the Flash-Next TP4-rank decode model (``r9k.r9kctl.decode_step``) for each profile, checks that the
 step outputs agree, captures one MTP-3 decode step in a CUDA graph and prints ms per step, graph nodes,
 kernel nodes and the ratio between the profiles; ``--ablate`` turns each non-stock variant of the profile
 back to stock one at a time. Without a GPU it says so and exits 2 (``--config tiny`` runs on the CPU).
 
 ``--export-plan FILE`` writes the resolved plan as JSON instead of running it (for a machine without the
-registry's dependencies: ``python -m r9k.bench.decode_step.bench --plan FILE``); ``--result FILE`` prints a
+registry's dependencies: ``python -m r9k.r9kctl.decode_step.run --plan FILE``); ``--result FILE`` prints a
 result written by such a run; ``--release-records`` prints it as ``[[bench]]`` records for a release file.
 """
 from __future__ import annotations
@@ -80,7 +80,7 @@ def run(args) -> int:
         print("r9kctl bench: error[usage]: name what to benchmark: r9kctl bench decode-step --profile P "
               "[--against Q] ... | r9kctl bench serve --profiles A,B ...", file=sys.stderr)
         return 2
-    from ..bench.decode_step.report import records_toml, release_records, render
+    from .decode_step.report import records_toml, release_records, render
 
     from ..registry import fileio
 
@@ -103,7 +103,7 @@ def run(args) -> int:
         return 2
     reg, sets = loaded
     requests = [int(x) for x in args.requests.split(",") if x.strip()]
-    from ..bench.decode_step.plan import build_plan
+    from .decode_step.run import build_plan
 
     try:
         plan, diags = build_plan(reg, args.profile, args.against or None, requests, args.context, args.ablate,
@@ -127,7 +127,7 @@ def run(args) -> int:
         return 2
     if not torch.cuda.is_available() and not args.config.startswith("tiny"):
         msg = ("no CUDA GPU on this machine: the decode-step benchmark needs one. Run it on a GPU machine, or "
-               "export the plan (--export-plan FILE) and run `python -m r9k.bench.decode_step.bench --plan FILE` "
+               "export the plan (--export-plan FILE) and run `python -m r9k.r9kctl.decode_step.run --plan FILE` "
                "there; --config tiny runs the tiny model on the CPU (Triton interpreter).")
         if args.format == "json":
             print(json.dumps({"skipped": True, "reason": msg}))
@@ -137,11 +137,11 @@ def run(args) -> int:
         import os
 
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from ..bench.decode_step.bench import run_plan
+    from .decode_step.run import run_plan
 
     choosers = None
     if args.dispatch == "plugin":
-        from ..bench.decode_step.dispatch import plugin_chooser
+        from .decode_step.dispatch import plugin_chooser
         from ..registry.resolve import resolve
 
         choosers = {n: plugin_chooser(resolve(reg, e["profile"], sets=sets), stock=e["stock"])

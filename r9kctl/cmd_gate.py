@@ -61,7 +61,7 @@ def _pairs(reg, args) -> int:
         return _err("--pairs needs --profile P")
     if args.profile not in reg.profiles:
         return _err(f"unknown profile {args.profile!r} (known: {', '.join(sorted(reg.profiles))})")
-    from ..bench.decode_step.config import CONFIGS
+    from .decode_step.config import CONFIGS
 
     if args.config not in CONFIGS or args.config.startswith("flash"):
         return _err(f"--config must be one of {', '.join(c for c in CONFIGS if not c.startswith('flash'))} "

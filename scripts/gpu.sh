@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one GPU entry point (run on the device machine, from the repository root; results under $OUT):
-#   bash scripts/gpu.sh gates [PATH ...]       every gate test under kernels/ and bench/ (or PATHs), JUnit XML + provenance
+#   bash scripts/gpu.sh gates [PATH ...]       every gate test under kernels/ and r9kctl/decode_step/ (or PATHs), JUnit XML + provenance
 #   bash scripts/gpu.sh bench [OP ...]         every kernel benchmark (python -m r9k.bench.kernels)
 #   bash scripts/gpu.sh sweep [OP ...]         the same with the GEMM tile sweeps (writes tuned_<device>.json)
 #   bash scripts/gpu.sh decode-step [PLAN]     the decode-step plan (tp4-default against its baselines)
@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/r9k-gpu-out}
 LOGS=${LOGS:-/tmp/r9k-gpu-logs}   # side logs stay on the machine: a device call returns at most 8 files of $OUT
 mkdir -p "$OUT" "$LOGS"
-PLAN_DEFAULT=bench/decode_step/plans/h200_tp4-default_vs_stock.json
+PLAN_DEFAULT=r9kctl/decode_step/plans/h200_tp4-default_vs_stock.json
 
 setup() {
   [ -n "${GPU_SETUP_DONE:-}" ] && return
@@ -38,7 +38,7 @@ gates() {
   if [ -f registry/provenance.py ]; then
     python3 registry/provenance.py --out "$OUT/provenance.json" >"$LOGS/provenance.log" 2>&1 || { echo "provenance failed"; tail -3 "$LOGS/provenance.log"; }
   fi
-  local paths=("$@"); [ ${#paths[@]} -eq 0 ] && paths=(kernels bench)
+  local paths=("$@"); [ ${#paths[@]} -eq 0 ] && paths=(kernels r9kctl/decode_step)
   # -p provenance (registry/provenance.py as a plugin) stamps the XML with the tree hash and toolchain
   timeout "${T_GATES:-240}" env PYTHONPATH="registry${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q \
     -p no:cacheprovider -p provenance "${paths[@]}" -o junit_family=xunit1 \
@@ -54,7 +54,7 @@ bench() {
 
 decode_step() {
   local t0; t0=$(date +%s)
-  timeout "${T_STEP:-300}" python3 -m r9k.bench.decode_step.bench --plan "${1:-$PLAN_DEFAULT}" \
+  timeout "${T_STEP:-300}" python3 -m r9k.r9kctl.decode_step.run --plan "${1:-$PLAN_DEFAULT}" \
     --out "$OUT/decode_step.json" 2>"$LOGS/decode_step.log" >"$OUT/decode_step.txt"
   echo "decode-step rc=$? in $(( $(date +%s) - t0 )) s"; grep -E "Error|Traceback" -A3 "$LOGS/decode_step.log" | head -12
 }

@@ -51,7 +51,7 @@ def _part(mod, extra_cols=()):
 
 
 def _qsa_prepare(bw, sweep):
-    from ..decode_step import qsa_peer as b
+    from . import bench_qsa_prepare as b
 
     return b.run(bw), {}, b.COLS
 

@@ -14,7 +14,7 @@ What stock vLLM runs at decode for the ops this project fuses, launch for launch
   merged down+inject GEMM (a bf16 ``F.linear``, cuBLAS), ``_hc_silu_kernel`` (one launch), the up GEMM (cuBLAS),
   ``_hc_gate_mix`` (one launch). vLLM runs this path above 48 rows; at 1..48 rows on SM90 it runs the down GEMM +
   SiLU as one CuTe DSL kernel (``ops/cute_dsl/hc_down_silu.py``), which needs the CUTLASS DSL (not on the H200
-  image): that part is a stand-in (:data:`r9k.bench.decode_step.dispatch.STOCK_SOURCE` says so per op).
+  image): that part is a stand-in (:data:`r9k.r9kctl.decode_step.dispatch.STOCK_SOURCE` says so per op).
 
 vLLM's CUDA default for the GDN core is its fused post-conv MTP kernel (CUDA C++, one launch with the norm):
 not loadable from Python sources, so it is an anchor this project has not measured.

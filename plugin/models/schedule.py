@@ -2,7 +2,7 @@
 (docs/semantics.md 2; the module's halves: 3.2, then 3.1 or 3.3).
 
 Both builds of the architecture run through these three functions: the decode-step benchmark
-(:class:`r9k.bench.decode_step.model.DecodeStepModel`: this project's ops on synthetic weights) and the plugin's
+(:class:`r9k.r9kctl.decode_step.model.DecodeStepModel`: this project's ops on synthetic weights) and the plugin's
 vLLM model (``r9k.plugin.models.flash_next``: vLLM's layers, its ``GatedResidual`` as the stock path). Each build
 brings its own hyper-connection modules (:class:`HcModule`), token mixers and MoE; what runs when is here:
 

@@ -1,6 +1,6 @@
 """Pairwise composition gate: do two variants, each fine alone, interact?
 
-``r9kctl gate --pairs --profile P`` runs the CPU decode-step model (``r9k.bench.decode_step``: one MTP verify
+``r9kctl gate --pairs --profile P`` runs the CPU decode-step model (``r9k.r9kctl.decode_step``: one MTP verify
 step through every layer, the project's ops picked per variant value, Triton kernels in the CPU interpreter)
 at stock, with each of the profile's non-stock variants alone (every other variant at stock), and with every
 pair of them. For each run the difference from stock is the relative L2 distance of the step's output
@@ -8,7 +8,7 @@ pair of them. For each run the difference from stock is the relative L2 distance
 at most about their sum, so a pair is reported when ``d(a, b) > d(a) + d(b)``: together they do something
 neither does alone (e.g. one variant's output format breaking the other's assumption).
 
-Only variants that decide an op or a weight format of the model take part (``bench.model_ops``); the others
+Only variants that decide an op or a weight format of the model take part (``decode_step.run.model_ops``); the others
 (launcher settings, tuning knobs, code the project does not ship) are listed as not modelled.
 All runs share one set of weights and inputs (one seed), so the only difference between runs is the variants.
 """
@@ -18,8 +18,8 @@ import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
-from ...bench.decode_step.config import get_config
-from ...bench.decode_step.dispatch import values_chooser
+from ..decode_step.config import get_config
+from ..decode_step.dispatch import values_chooser
 
 
 @dataclass
@@ -77,8 +77,8 @@ def run_pairs(reg: Any, profile: str, tp: Optional[int] = None, config: str = "t
     import os
 
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported (no GPU here)
-    from ...bench.decode_step.bench import model_ops
-    from ...bench.decode_step.model import DecodeStepModel, StepInputs, Weights
+    from ..decode_step.run import model_ops
+    from ..decode_step.model import DecodeStepModel, StepInputs, Weights
 
     t0 = time.monotonic()
     values, non_stock = _values(reg, profile, tp)

@@ -265,8 +265,8 @@ def test_the_vllm_model_and_the_decode_step_run_one_schedule():
     """The plugin's model and the decode-step benchmark, for the same layer kinds, run the same sequence of HC
     modules, token mixers and MoE, all HC modules through the shared ``schedule.hc_module``: the documented
     order (docs/semantics.md 2)."""
-    from r9k.bench.decode_step.config import TINY
-    from r9k.bench.decode_step.test_decode_step import trace_decode_step
+    from r9k.r9kctl.decode_step.config import TINY
+    from r9k.r9kctl.decode_step.test_decode_step import trace_decode_step
     from r9k.plugin.models.checkpoint import GDN
 
     assert TINY.layer_kinds() == ["gdn", "attn"]

@@ -1,6 +1,7 @@
 """The decode-step benchmark: builds the model per profile, checks agreement, times one CUDA-graph step.
 
-Input is a *plan* (plain JSON, so the H200, which has no pydantic, needs no registry code), written by
+Input is a *plan* (:func:`build_plan`: resolved values per profile, the non-stock variants with their stock
+values for the ablation, the registry's declared memory costs; plain JSON, so the H200, which has no pydantic, needs no registry code), written by
 ``r9kctl bench decode-step --export-plan`` or built in-process by ``r9kctl bench decode-step``::
 
     {"schema": "r9k-decode-step-plan/2", "profile": P, "against": [Q, ...], "requests": [1, 2, 4],
@@ -22,25 +23,26 @@ hyper-connection combine + norm; ``stock@plain``: the same values with the op ta
 * on CUDA: the step captured in one graph, nodes and kernel nodes from the driver, replays timed with
   CUDA events (median, p10, p90 in ms).
 
-``python -m r9k.bench.decode_step.bench --plan plan.json [--out result.json]`` runs a plan.
+``python -m r9k.r9kctl.decode_step.run --plan plan.json [--out result.json]`` runs a plan.
 """
 from __future__ import annotations
 
 import argparse
 import gc
 import json
+import re
+import statistics
 import sys
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 
 from ...kernels import ops
-from .. import timing
-
 from ...kernels._triton import launches as counter
 from .config import get_config
-from .dispatch import REAL_VLLM_OPS, STEP_OPS, STOCK_SOURCE, Pick, describe, real_ops_values, values_chooser
+from .dispatch import (REAL_VLLM_OPS, STEP_OPS, STOCK_KINDS, STOCK_SOURCE, Pick, describe, real_ops_values,
+                       values_chooser)
 from .model import DecodeStepModel, StepInputs, Weights
 from .report import render
 
@@ -67,6 +69,80 @@ OP_TOL = {
 MEMORY_ONLY = {"hc_free_bf16"}
 #: Variants that change how the model's kernels launch without being an op.
 LAUNCH_FLAGS = {"programmatic_dependent_launch"}
+
+
+# ------------------------------------------------------------------------------ the plan
+
+
+def profile_entry(reg, rs) -> dict:
+    from ...registry.memory import cost_if_toggled
+
+    mem = {}
+    for r in rs.items.values():
+        v = r.variant
+        if v.memory is None or not (v.memory.formula or v.memory.bytes_per_gpu):
+            continue
+        c = cost_if_toggled(reg, rs, v.id)
+        m = re.search(r"x\s*([\d,]+)\s*modules", v.memory.basis or "")
+        modules = int(m.group(1).replace(",", "")) if m else None
+        if modules is None and "hc_" in (v.memory.formula or ""):  # a formula over the model's hc modules
+            modules = reg.models[rs.model].dims.get("hc_modules") if rs.model in reg.models else None
+        mem[v.id] = {"bytes": c.bytes if c else v.memory.for_tp(rs.tp), "basis": v.memory.basis,
+                     "modules": modules, "knob": v.knob}
+    return {
+        "hash": rs.hash,
+        "values": {vid: r.value for vid, r in sorted(rs.items.items())},
+        "non_stock": [{"id": r.variant.id, "knob": r.variant.knob, "value": r.value, "stock": r.variant.stock}
+                      for r in sorted(rs.non_stock(), key=lambda r: r.variant.id) if r.variant.stock is not None],
+        "memory": mem,
+    }
+
+
+def baseline(label: str) -> tuple[str, str, dict]:
+    """``(profile, stock kind, knob overrides)`` of a baseline label: ``P`` or ``P@vllm`` (stock paths run vLLM's
+    own kernels), ``P@plain`` (the op table's plain compositions); ``vllm`` alone is ``stock@vllm``;
+    ``P+KNOB=VALUE`` (repeatable) the profile with knobs overridden (e.g. ``tp4-default+R9K_PDL=1``)."""
+    if label == "vllm":
+        return "stock", "vllm", {}
+    label, *overrides = label.split("+")
+    sets = {}
+    for o in overrides:
+        knob, eq, value = o.partition("=")
+        if not eq or not knob:
+            raise ValueError(f"baseline override {o!r}: expected KNOB=VALUE")
+        sets[knob] = value
+    name, _, kind = label.partition("@")
+    kind = kind or "vllm"
+    if kind not in STOCK_KINDS:
+        raise ValueError(f"baseline {label!r}: the stock kind after '@' must be one of {', '.join(STOCK_KINDS)}")
+    return name, kind, sets
+
+
+def build_plan(reg, profile: str, against, requests: list[int], context: int, ablate: bool,
+               config: str = "flash-next-tp4", replays: int = 50, ablate_requests: Optional[int] = None,
+               sets: Optional[dict] = None) -> tuple[dict, list]:
+    """Returns ``(plan, diagnostics)``; diagnostics non-empty means a profile did not resolve. ``against``: a
+    baseline label, a comma-separated list of them, or a list (see :func:`baseline`)."""
+    from ...registry.resolve import resolve
+
+    if isinstance(against, str):
+        against = [a.strip() for a in against.split(",") if a.strip()]
+    against = list(against or [])
+    profs, diags = {}, []
+    for label in [profile] + against:
+        name, kind, extra = baseline(label) if label != profile else (profile, "vllm", {})
+        rs = resolve(reg, name, sets={**(sets or {}), **extra})
+        if not rs.ok:
+            diags += rs.diagnostics
+            continue
+        profs[label] = dict(profile_entry(reg, rs), profile=name, stock=kind)
+    plan = {"schema": "r9k-decode-step-plan/2", "profile": profile, "against": against, "requests": requests,
+            "context": context, "config": config, "ablate": ablate,
+            "ablate_requests": ablate_requests or requests[0], "replays": replays, "profiles": profs}
+    return plan, diags
+
+
+# ------------------------------------------------------------------------------- the run
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -138,8 +214,33 @@ def model_ops(values) -> set[str]:
     return {v for v in vids if v} | MEMORY_ONLY | LAUNCH_FLAGS
 
 
+def replay_times_ms(g, replays: int, warmup: int = 3, per: int = 1) -> list[float]:
+    """Replay a captured ``torch.cuda.CUDAGraph`` ``replays`` times (after ``warmup``), each timed with CUDA
+    events; milliseconds per replay divided by ``per`` (the calls the graph holds), sorted."""
+    for _ in range(warmup):
+        g.replay()
+    torch.cuda.synchronize()
+    out = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        out.append(a.elapsed_time(b) / per)
+    out.sort()
+    return out
+
+
+def summary(sorted_times: Sequence[float]) -> dict:
+    """Median, p10 and p90 of sorted times."""
+    n = len(sorted_times)
+    return {"median": statistics.median(sorted_times), "p10": sorted_times[n // 10],
+            "p90": sorted_times[(9 * n) // 10], "n": n}
+
+
 def _time_graph(g, replays: int) -> dict:
-    st = timing.summary(timing.replay_times_ms(g, replays))
+    st = summary(replay_times_ms(g, replays))
     return {"ms": st["median"], "p10": st["p10"], "p90": st["p90"], "replays": st["n"]}
 
 

@@ -11,7 +11,7 @@ the three versions of the same work on the same inputs, Flash-Next TP4 shard, MT
   K/V write, the group pooling, the fused glue on the indexer q and on the new key, the key's copy into the cache;
 * ``stock``: the same with the op table's stock compositions.
 
-CUDA-graph replay over 8 input sets (``timing.graph_time_us``). ``python -m r9k.kernels._triton.bench qsa_prepare``.
+CUDA-graph replay over 8 input sets (``timing.graph_time_us``). ``python -m r9k.bench.kernels qsa_prepare``.
 """
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ import torch
 from ...kernels import ops
 from ...kernels._triton import vllm_peer
 from .. import timing
-from .config import get_config
+from ...r9kctl.decode_step.config import get_config
 
 COLS = ["op", "M", "stock us", "fused us", "vllm us", "vs vllm"]
 
 
 def _ours(picks: dict, cfg, R: int, caches: dict, rope_attn, rope_idx, w):
-    from . import plain
+    from ...r9kctl.decode_step import model as plain
 
     hq, hkv, D, ih, idd = cfg.attn_q_heads, cfg.attn_kv_heads, cfg.attn_head, cfg.idx_heads, cfg.idx_head
     S = cfg.spec_tokens
@@ -50,7 +50,7 @@ def _ours(picks: dict, cfg, R: int, caches: dict, rope_attn, rope_idx, w):
 
 
 def run(bw=None, requests=(1, 2, 4, 8, 16), context: int = 4096):
-    from .model import rope_cache
+    from ...r9kctl.decode_step.model import rope_cache
 
     cfg = get_config("flash-next-tp4")
     gen = torch.Generator(device="cuda")

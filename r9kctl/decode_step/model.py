@@ -6,7 +6,7 @@ the router, the hyper-connection mixers and ``in_proj_ba``) and a plain format w
 experts: e4m3 with one scale per output row, read by the shared plain W8A16 GEMM). One :class:`Weights`
 can back several models (one per profile), so two profiles compare the same numbers.
 
-:class:`DecodeStepModel` is built from a :class:`Weights`, a chooser (``r9k.bench.decode_step.dispatch``)
+:class:`DecodeStepModel` is built from a :class:`Weights`, a chooser (:mod:`.dispatch`)
 and the request count; every op's implementation is picked once, in ``__init__``. ``step()`` runs one
 MTP-3 verify step (4 tokens a request) through the 48 layers and returns the final hyper-connection
 mixer's output [M, 2560] (what the LM head would read). Per layer:
@@ -24,18 +24,18 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
 
 from ...plugin.models import schedule
 
-from . import plain
 from .config import StepConfig
 from .dispatch import STEP_OPS, Chooser, Pick
-from ..timing import env
 
 FP8 = torch.float8_e4m3fn
 Q_STD = 64.0  # spread of the synthetic e4m3 codes (|code| <= 448)
@@ -166,6 +166,123 @@ class StepInputs:
                 st["ckeys"] = _bf16((R, context // cfg.idx_group, cfg.idx_head), gen, device, 1.0)
             state0.append(st)
         return cls(cfg, device, R, context, _bf16((R * S, cfg.hidden), gen, device, 1.0), state0)
+
+
+# The parts of the step this project does not fuse, one plain implementation shared by every profile (so two
+# profiles differ only in what the registry switches); all capturable in a CUDA graph (static shapes, no host
+# synchronisation). GDN: the causal conv update with accepted-token roll-back (3.10 step 1); attention: the KV write
+# into a paged cache, the QSA indexer's top-group selection (3.8a), the attention over the selected tokens (3.9);
+# routed experts: a W8A16 GEMM over (token, expert) pairs (e4m3 weights, one fp32 scale per output row),
+# SiLU-and-mul, the router-weight fold and the top-k sum with the shared expert.
+
+# ------------------------------------------------------------------------------------------ GDN
+
+
+def conv_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, num_accepted: torch.Tensor,
+                      spec: int) -> torch.Tensor:
+    """Depthwise causal conv (width W, no bias) + SiLU over ``spec`` new tokens a request, with roll-back.
+
+    x [N*spec, C] bf16 (rows may be strided), conv_state [N, C, W-1+spec] bf16: the W-1 inputs before the
+    previous step's candidates, then those candidates. The history of this step is the W-1 columns ending
+    at the previous step's last accepted candidate (``num_accepted`` [N], 1..spec). The state is replaced by
+    ``[history | this step's inputs]``. Returns [N*spec, C] bf16 (unit column stride).
+    """
+    N, C, L = conv_state.shape
+    W = weight.shape[1]
+    idx = (num_accepted.long()[:, None] + torch.arange(W - 1, device=x.device)[None, :])  # [N, W-1]
+    hist = conv_state.gather(2, idx[:, None, :].expand(N, C, W - 1))
+    xs = x.reshape(N, spec, C).transpose(1, 2)
+    window = torch.cat([hist, xs], dim=2)  # [N, C, W-1+spec]
+    conv_state.copy_(window)
+    taps = window.float().unfold(2, W, 1)  # [N, C, spec, W]
+    y = (taps * weight.float()[None, :, None, :]).sum(-1)
+    return F.silu(y).to(torch.bfloat16).transpose(1, 2).contiguous().view(N * spec, C)  # unit column stride
+
+
+# ------------------------------------------------------------------------------------ attention
+
+
+def kv_write(k_pool: torch.Tensor, v_pool: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor):
+    """Write the new tokens' keys/values ([M, hkv*D]) into the paged pools [pages, page, hkv, D] at ``slots`` [M]."""
+    P, page, hkv, D = k_pool.shape
+    k_pool.view(P * page, hkv, D).index_copy_(0, slots, k.reshape(-1, hkv, D))
+    v_pool.view(P * page, hkv, D).index_copy_(0, slots, v.reshape(-1, hkv, D))
+
+
+def indexer_select(iq: torch.Tensor, ckeys: torch.Tensor, positions: torch.Tensor, requests: int, context: int,
+                   group: int, top_groups: int) -> torch.Tensor:
+    """The QSA indexer's token mask: for each query row, the top groups by
+    ``sum_h relu(q_h . key_g) / sqrt(Dk)`` over its complete visible groups, expanded to their tokens, plus the
+    causal tail of its own group; returns a bool mask [M, context] (True = attend).
+
+    iq [M, H, Dk] (normed + roped), ckeys [R, G, Dk] (compressed keys), positions [M] (token positions).
+    """
+    M, H, Dk = iq.shape
+    G = ckeys.shape[1]
+    spec = M // requests
+    q = iq.float().view(requests, spec, H, Dk)
+    s = torch.einsum("rshd,rgd->rshg", q, ckeys.float()).relu().sum(2) / (Dk ** 0.5)  # [R, spec, G]
+    s = s.reshape(M, G)
+    pos = positions.long()
+    visible = torch.arange(G, device=iq.device)[None, :] < ((pos + 1) // group)[:, None]
+    s = s.masked_fill(~visible, float("-inf"))
+    k = min(top_groups, G)
+    top = s.topk(k, dim=1).indices
+    chosen = torch.zeros(M, G, dtype=torch.bool, device=iq.device).scatter_(1, top, True) & visible
+    tok = chosen.repeat_interleave(group, dim=1)[:, :context]
+    t = torch.arange(context, device=iq.device)[None, :]
+    own = (t >= (pos // group * group)[:, None]) & (t <= pos[:, None])
+    return tok | own
+
+
+def attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, page_table: torch.Tensor,
+              mask: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Masked softmax attention of q [M, hq*D] over each request's paged K/V (``page_table`` [R, pages]),
+    fp32 softmax with scale 1/sqrt(D); mask [M, context]. Returns [M, hq*D] bf16."""
+    R, pages = page_table.shape
+    _, page, hkv, D = k_pool.shape
+    M = q.shape[0]
+    spec = M // R
+    ctx = mask.shape[1]
+    K = k_pool[page_table].view(R, pages * page, hkv, D)[:, :ctx]
+    V = v_pool[page_table].view(R, pages * page, hkv, D)[:, :ctx]
+    rep = num_heads // hkv
+    qh = q.view(R, spec, hkv, rep, D).float()
+    s = torch.einsum("rsgqd,rtgd->rgqst", qh, K.float()) * (D ** -0.5)
+    s = s.masked_fill(~mask.view(R, 1, 1, spec, ctx), float("-inf"))
+    p = torch.softmax(s, dim=-1)
+    o = torch.einsum("rgqst,rtgd->rsgqd", p, V.float())
+    return o.to(torch.bfloat16).reshape(M, num_heads * D)
+
+
+# ---------------------------------------------------------------------------------------- MoE
+
+
+def pair_gemm(x, ids, w_q, w_s, rw=None, x_per_token: bool = True) -> torch.Tensor:
+    """W8A16 GEMM of each (row, selected expert) pair: x [M, K] bf16 (or [M*k, K] with ``x_per_token=False``),
+    ids [M, k] int32, w_q [E, N, K] e4m3, w_s [E, N] fp32, rw [M, k] fp32 (router weights, folded in).
+    Returns [M*k, N] bf16."""
+    flat = ids.reshape(-1).long()
+    rows = x.float().repeat_interleave(ids.shape[1], dim=0) if x_per_token else x.float()
+    w = w_q[flat].float() * w_s[flat].float()[:, :, None]
+    y = torch.einsum("pk,pnk->pn", rows, w)
+    if rw is not None:
+        y = y * rw.reshape(-1, 1).float()
+    return y.to(torch.bfloat16)
+
+
+def routed_experts(x, ids, rw, w1_q, w1_s, w2_q, w2_s) -> torch.Tensor:
+    """Routed experts of the selected pairs, router weight folded into the down GEMM: [M*k, HD] bf16."""
+    gu = pair_gemm(x, ids, w1_q, w1_s)
+    inter = gu.shape[1] // 2
+    act = (F.silu(gu[:, :inter].float()) * gu[:, inter:].float()).to(torch.bfloat16)
+    return pair_gemm(act, ids, w2_q, w2_s, rw=rw, x_per_token=False)
+
+
+def moe_sum(routed: torch.Tensor, shared: torch.Tensor, top_k: int) -> torch.Tensor:
+    """``bf16(sum_j routed[m, j] + shared[m])`` in fp32."""
+    M = shared.shape[0]
+    return (routed.float().view(M, top_k, -1).sum(1) + shared.float()).to(torch.bfloat16)
 
 
 def _shared_expert_weights(gu, down, gate):
@@ -312,7 +429,7 @@ class DecodeStepModel:
         qkvz = self._linear(x, L["qkvz"], "gdn.in_proj_fp8")
         with self._p("gdn.ba_conv"):
             ba = F.linear(x, L["ba"])
-            mixed = plain.conv_update(qkvz[:, :C], st["conv"], L["conv"], self.num_accepted, cfg.spec_tokens)
+            mixed = conv_update(qkvz[:, :C], st["conv"], L["conv"], self.num_accepted, cfg.spec_tokens)
         with self._p("gdn.core"):
             core = self.picks["gdn_decode"].fn(
                 mixed, qkvz[:, C:], ba[:, :Hv], ba[:, Hv:], L["A_log"], L["dt_bias"], L["norm"], st["state"],
@@ -329,7 +446,7 @@ class DecodeStepModel:
                                                        hkv, D, cfg.eps, cfg.mrope_section, True)
         v = qkv[:, (2 * hq + hkv) * D:]
         with self._p("attn.kv_write"):
-            plain.kv_write(st["k"], st["v"], k, v, self.slots)
+            kv_write(st["k"], st["v"], k, v, self.slots)
         # QSA indexer: projection, glue (norm + rope) of the query heads and of the newly completed group's key
         ih, idd = cfg.idx_heads, cfg.idx_head
         R, S = self.inp.requests, cfg.spec_tokens
@@ -344,10 +461,10 @@ class DecodeStepModel:
         with self._p("attn.indexer_select"):
             G = st["ckeys"].shape[1]
             st["ckeys"][:, G - 1].copy_(kn.view(R, idd))
-            mask = plain.indexer_select(iq, st["ckeys"], self.pos1, R, self.inp.context, cfg.idx_group,
+            mask = indexer_select(iq, st["ckeys"], self.pos1, R, self.inp.context, cfg.idx_group,
                                         cfg.idx_top_groups)
         with self._p("attn.attention"):
-            att = plain.attention(q, st["k"], st["v"], self.page_table, mask, hq)
+            att = attention(q, st["k"], st["v"], self.page_table, mask, hq)
             att = (att.float() * torch.sigmoid(gate.float())).to(torch.bfloat16)
         return self._linear(att, L["o"], "attn.o_proj_fp8")
 
@@ -358,18 +475,18 @@ class DecodeStepModel:
         with self._p("moe.route"):
             rw, ids = self.picks["moe_route"].fn(logits, cfg.top_k, cfg.renormalize)
         with self._p("moe.routed_experts"):
-            routed = plain.routed_experts(x, ids, rw, *L["w1"], *L["w2"])
+            routed = routed_experts(x, ids, rw, *L["w1"], *L["w2"])
         with self._p("moe.shared_expert"):
             shared = self.picks["shared_expert"].fn(x, L["se"])
         with self._p("moe.sum"):
-            return plain.moe_sum(routed, shared, cfg.top_k)
+            return moe_sum(routed, shared, cfg.top_k)
 
     # -------------------------------------------------------------------------------------- step
 
     def step(self, x0: Optional[torch.Tensor] = None) -> torch.Tensor:
         """One decode step; returns the final mixer output [M, HD] bf16. Updates this model's caches.
         The kernels read ``R9K_PDL`` when they launch: it is set to this model's value for the step only."""
-        with env(R9K_PDL="1" if self.pdl else "0"):
+        with mock.patch.dict(os.environ, R9K_PDL="1" if self.pdl else "0"):
             return self._step(x0)
 
     def _step(self, x0: Optional[torch.Tensor]) -> torch.Tensor:
