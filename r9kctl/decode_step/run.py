@@ -39,6 +39,7 @@ from typing import Optional, Sequence
 import torch
 
 from ...kernels import ops
+from ...registry import fileio
 from ...kernels._triton import launches as counter
 from .config import get_config
 from .dispatch import (REAL_VLLM_OPS, STEP_OPS, STOCK_KINDS, STOCK_SOURCE, Pick, describe, real_ops_values,
@@ -354,8 +355,7 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
         result["vllm_peer"] = {"ok": False, "where": repr(exc)}
     def save():
         if out_path:
-            with open(out_path, "w") as f:
-                json.dump(result, f, indent=1)
+            fileio.atomic_write(out_path, json.dumps(result, indent=1), "result file")
 
     for R in plan["requests"]:
         inp = StepInputs.build(cfg, R, plan["context"], device=device, seed=int(plan.get("seed", 0)) + 1)

@@ -255,6 +255,7 @@ THROUGH = {
     ("r9kctl/cmd_schema.py", "run", "fileio.atomic_write"): "schema --out",
     ("r9kctl/cmd_bench.py", "run", "fileio.atomic_write"): "fileio.atomic_write (--export-plan)",
     ("r9kctl/cmd_bench.py", "_serve", "fileio.atomic_write"): "fileio.atomic_write (summary.json)",
+    ("r9kctl/decode_step/run.py", "run_plan.save", "fileio.atomic_write"): "fileio.atomic_write (--out)",
     ("r9kctl/cmd_launch.py", "run", "fileio.atomic_write"): "fileio.atomic_write (--vllm-config files)",
     ("r9kctl/launch.py", "plan_launch", "fileio.atomic_write"): "fileio.atomic_write (the launch manifest)",
     ("r9kctl/launch.py", "LaunchPlan.write_env_file", "fileio.atomic_write"): "fileio.atomic_write (the manifest's .env file)",
