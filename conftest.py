@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent
-IN_R9K = ("kernels", "r9kctl")  # top-level folders with test files beside their code, imported as r9k.<folder>
+IN_R9K = ("kernels", "bench")  # top-level folders with test files, imported as r9k.<folder>
 
 
 class _PackageModule(pytest.Module):

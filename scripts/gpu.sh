@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The one GPU entry point (run on the device machine, from the repository root; results under $OUT):
-#   bash scripts/gpu.sh gates [PATH ...]       every gate test under kernels/ and r9kctl/decode_step/ (or PATHs), JUnit XML + provenance
+#   bash scripts/gpu.sh gates [PATH ...]       every gate test under kernels/ and the decode-step test (or PATHs), JUnit XML + provenance
 #   bash scripts/gpu.sh bench [OP ...]         every kernel benchmark (python -m r9k.bench.kernels)
 #   bash scripts/gpu.sh sweep [OP ...]         the same with the GEMM tile sweeps (writes tuned_<device>.json)
 #   bash scripts/gpu.sh decode-step [PLAN]     the decode-step plan (tp4-default against its baselines)
@@ -38,7 +38,7 @@ gates() {
   if [ -f registry/provenance.py ]; then
     python3 registry/provenance.py --out "$OUT/provenance.json" >"$LOGS/provenance.log" 2>&1 || { echo "provenance failed"; tail -3 "$LOGS/provenance.log"; }
   fi
-  local paths=("$@"); [ ${#paths[@]} -eq 0 ] && paths=(kernels r9kctl/decode_step)
+  local paths=("$@"); [ ${#paths[@]} -eq 0 ] && paths=(kernels tests/evidence/test_decode_step.py)
   # -p provenance (registry/provenance.py as a plugin) stamps the XML with the tree hash and toolchain
   timeout "${T_GATES:-240}" env PYTHONPATH="registry${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q \
     -p no:cacheprovider -p provenance "${paths[@]}" -o junit_family=xunit1 \

@@ -1,4 +1,4 @@
-"""CPU tests of the decode step (tiny configuration, Triton interpreter): the model builds under every shipped
+"""CPU tests of the decode step (``r9k.r9kctl.decode_step``; tiny configuration, Triton interpreter): the model builds under every shipped
 profile, the profile's fused ops agree with their stock implementations over a whole step, the plain parts
 compute what they claim, the launch counter counts what it claims, the memory accounting matches the
 registry per HC module, and the CLI behaves without a GPU. The H200 figures come from
@@ -13,21 +13,22 @@ from pathlib import Path
 import pytest
 import torch
 
-from ...kernels import ops
-from . import model as plain
-from .run import IMPL_TOL, OP_TOL, ShadowChooser, run_plan, stock_impl_chooser
-from .config import TINY
-from ...kernels._triton.launches import count_launches
-from .dispatch import REAL_VLLM_OPS, STEP_OPS, STOCK_SOURCE, VLLM_STOCK, plugin_chooser, real_ops_values, stock_fn, values_chooser
-from .model import DecodeStepModel, StepInputs, Weights
-from .report import headline, release_records, render
-from .run import build_plan, profile_entry
-from .dispatch import Pick
-from .report import records_toml
-from ...r9kctl.cli import main
-from ...registry.formula import Formula
-from ...plugin.models import schedule
-from ...kernels._triton import vllm_peer
+from r9k.kernels import ops
+from r9k.r9kctl.decode_step import model as plain
+from r9k.r9kctl.decode_step.run import IMPL_TOL, OP_TOL, ShadowChooser, run_plan, stock_impl_chooser
+from r9k.r9kctl.decode_step.config import TINY
+from r9k.kernels._triton.launches import count_launches
+from r9k.r9kctl.decode_step.dispatch import REAL_VLLM_OPS, STEP_OPS, STOCK_SOURCE, VLLM_STOCK, plugin_chooser, real_ops_values, stock_fn, values_chooser
+from r9k.r9kctl.decode_step.model import DecodeStepModel, StepInputs, Weights
+from r9k.r9kctl.decode_step.report import headline, release_records, render
+from r9k.r9kctl.decode_step.run import build_plan, profile_entry
+from r9k.r9kctl.decode_step.dispatch import Pick
+from r9k.r9kctl.decode_step.report import records_toml
+from r9k.r9kctl.cli import main
+from r9k.registry.formula import Formula
+from r9k.plugin.models import schedule
+from r9k.kernels._triton import vllm_peer
+from r9k.kernels.conftest import GPU_SKIP_REASON, HAS_CUDA, device, poison, rng, seed  # noqa: F401 (fixtures)
 
 E2E_MINUTES = 1  # two tiny-step tests of 35-38 s under load 5-10 on 2026-12-01: tests/conftest.py runs it early (no server; slow)
 
@@ -38,13 +39,13 @@ PROFILES = sorted(p.stem for p in (REPO / "profiles").glob("*.toml"))
 @pytest.fixture(scope="module")
 def reg():
     pytest.importorskip("pydantic")
-    from ...registry.loader import load_registry
+    from r9k.registry.loader import load_registry
 
     return load_registry()
 
 
 def _values(reg, profile, **sets):
-    from ...registry.resolve import resolve
+    from r9k.registry.resolve import resolve
 
     rs = resolve(reg, profile, sets=sets)
     assert rs.ok, rs.diagnostics
@@ -88,7 +89,7 @@ def test_counter_counts_launch_sites(rng, device):
     assert c.total == 5, (dict(c.aten), dict(c.triton))
     assert sum(c.triton.values()) == 2 and sum(c.aten.values()) == 3
     # attribution to parts: the innermost scope wins, launches outside any scope go to None
-    from ...kernels._triton.launches import LaunchCounter
+    from r9k.kernels._triton.launches import LaunchCounter
 
     c = LaunchCounter()
     with c:
@@ -112,7 +113,7 @@ def test_counter_matches_the_ops_documented_launches(rng, device):
     for fn, n in ((hc.stock, 4), (hc.fused, 2)):
         fn(xn, wd, wu, **kw)  # warm (first calls may allocate split-K counters)
         assert count_launches(fn, xn, wd, wu, **kw).total == n
-    from .model import block_fp8
+    from r9k.r9kctl.decode_step.model import block_fp8
 
     wq, ws = block_fp8(256, cfg.hidden, rng, device)
     x = torch.randn((4, cfg.hidden), generator=rng, device=device).to(torch.bfloat16)
@@ -123,8 +124,9 @@ def test_counter_matches_the_ops_documented_launches(rng, device):
 
 
 @pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason=GPU_SKIP_REASON)
 def test_graph_node_counter_on_gpu():
-    from ...kernels._triton.launches import capture
+    from r9k.kernels._triton.launches import capture
 
     x = torch.randn(1024, device="cuda")
 
@@ -314,7 +316,7 @@ def test_tiny_step_fused_agrees_with_stock(reg, tiny_weights):
 
 
 def test_run_plan_tiny_reports_checks_launches_and_memory(reg):
-    from ...registry.schema import BenchRecord
+    from r9k.registry.schema import BenchRecord
 
     plan, diags = build_plan(reg, "tp4-default", "stock", [1], 32, ablate=False, config="tiny")
     assert not diags
@@ -371,7 +373,7 @@ def test_every_step_op_names_its_stock():
 
 def test_shadow_check_catches_a_wrong_fused_op(rng, tiny_weights):
     """The in-situ check is not vacuous: a fused op that is off by 5% is reported above its tolerance."""
-    from .run import OP_TOL, ShadowChooser
+    from r9k.r9kctl.decode_step.run import OP_TOL, ShadowChooser
 
     good = ops.get("router_gemm")
 
@@ -471,7 +473,7 @@ def test_baselines_name_their_stock_and_overrides(capsys, tmp_path, reg):
 def test_text_positions_mrope_equals_1d_rotary(impl, rng, device):
     """The model passes 1-D positions to q/k norm+rope: for text tokens (t = h = w) interleaved MRoPE is the
     same function, bit for bit, in both implementations."""
-    from .model import rope_cache
+    from r9k.r9kctl.decode_step.model import rope_cache
 
     cfg = TINY
     T, hq, hkv, D = 8, cfg.attn_q_heads, cfg.attn_kv_heads, cfg.attn_head
