@@ -266,7 +266,7 @@ def test_the_vllm_model_and_the_decode_step_run_one_schedule():
     modules, token mixers and MoE, all HC modules through the shared ``schedule.hc_module``: the documented
     order (docs/semantics.md 2)."""
     from r9k.r9kctl.decode_step.config import TINY
-    from ..evidence.test_decode_step import trace_decode_step
+    from evidence.test_decode_step import trace_decode_step
     from r9k.plugin.models.checkpoint import GDN
 
     assert TINY.layer_kinds() == ["gdn", "attn"]
