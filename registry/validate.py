@@ -22,7 +22,7 @@ from .loader import Registry, load_registry
 from .memory import Budget, budget
 from .resolve import ResolvedSet, resolve, suggest
 from . import ledger
-from .vllm_map import check_mappings, check_profile_launch
+from .vllm_map import check_caller_env, check_launch_refusals, check_mappings, check_profile_launch
 from .vllm_interface import target
 from .ledger import platform_matches
 from .consistency import set_by, tp_text, tp_where, value_where
@@ -385,10 +385,8 @@ def validate(
                               "scripts/vllm_interface.py)"))
     else:
         check_mappings(reg, report, iface)
-    from . import launch_checks  # what the launch or its vLLM would refuse: the caller's VLLM_*, files, [env]
-
     if iface is not None and names:
-        launch_checks.check_caller_env(reg, iface, report, env)
+        check_caller_env(reg, iface, report, env)
     for name in names:
         rs = resolve(reg, name, tp=tp, env=env, sets=sets,
                      platform=platform, strict=strict or None)
@@ -397,7 +395,7 @@ def validate(
         check_model_ranges(reg, rs, report)
         if iface is not None and not any(d.level == "error" and name in d.items for d in report.diagnostics):
             check_profile_launch(reg, rs, report, iface)
-            launch_checks.check_profile(reg, rs, report, iface, env)
+            check_launch_refusals(reg, rs, report, iface, env)
     group_cascades(report, reg)
     return report
 
