@@ -345,7 +345,7 @@ def _gpu_count(platform: str) -> Optional[int]:
 def preflight_problems(reg: Registry, rs, model: str) -> list:
     """What would make vLLM fail after it started (or run something else), found before exec: the model
     path or hub id, the platform and device count, the vLLM version against the releases' validated ones (the
-    files launcher knobs name: validate, ``registry.launch_checks``). One located error each."""
+    files launcher knobs name: validate, ``registry.vllm_map.check_launch_refusals``). One located error each."""
     import re
 
     out = []

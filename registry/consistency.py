@@ -483,8 +483,6 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
         elif knob.startswith("hardware."):
             f, ln, col = hardware_where()
         elif knob in rs.extra_env:  # a variable of the profile's [env] (VLLM_CPU_KVCACHE_SPACE)
-            from .launch_checks import env_where
-
             f, ln, col = env_where(reg, rs, knob)
         else:
             r, (f, ln, col) = knob_where(knob)
@@ -523,8 +521,6 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
         if r is not None and r.value:
             what = f"{KVMEM_KNOB}={r.value}" + (f" (from {r.layer}: {r.source})" if not ln else set_by(rs, r))
         else:  # the CPU backend's KV space, from the profile's [env]
-            from .launch_checks import env_where
-
             cpu = "VLLM_CPU_KVCACHE_SPACE"
             what, (f, ln, col) = f"{cpu}={rs.extra_env.get(cpu, '?')}", env_where(reg, rs, cpu)
         if nearness(hardware_where()) > nearness((f, ln)):  # the GPU's size was set nearer: the fault is there
@@ -618,3 +614,11 @@ def group_cascades(report, reg: Optional[Registry]) -> None:
         if more:
             d.message += f" (the same fault for profile(s) {', '.join(more)})"
     report.diagnostics[:] = out
+
+
+def env_where(reg, rs, name: str) -> tuple:
+    for prof_name in reversed(rs.chain):  # the profile of the chain that sets it
+        prof = reg.profiles.get(prof_name)
+        if prof is not None and name in prof.env:
+            return reg.locate("profile", prof_name, ("env", name))
+    return reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)

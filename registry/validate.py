@@ -22,8 +22,7 @@ from .loader import Registry, load_registry
 from .memory import Budget, budget
 from .resolve import ResolvedSet, resolve, suggest
 from . import ledger
-from . import model_ranges
-from .vllm_map import check_mappings, check_profile_launch
+from .vllm_map import check_caller_env, check_launch_refusals, check_mappings, check_profile_launch
 from .vllm_interface import target
 from .ledger import platform_matches
 from .consistency import set_by, tp_text, tp_where, value_where
@@ -318,6 +317,34 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
 # ----------------------------------------------------------------------------------- entry points
 
 
+def check_model_ranges(reg, rs, report) -> None:
+    """A knob's value bounded by the served model's facts (``[model] ranges`` of registry/models.toml), e.g.
+    the MTP depths its MTP head makes meaningful: one located error per value outside, at the layer that set it."""
+    m = reg.models.get(rs.model) if rs.model else None
+    if m is None or not m.ranges:
+        return
+    for r in rs.items.values():
+        rng = m.ranges.get(r.variant.knob)
+        if rng is None or r.value in (None, ""):
+            continue
+        try:
+            x = float(r.value)
+        except ValueError:
+            continue
+        if (rng.min is None or x >= rng.min) and (rng.max is None or x <= rng.max):
+            continue
+        where = value_where(reg, rs, r)
+        if where[0] is None:
+            where = reg.locate("model", m.name, ("ranges",))
+        lo = "" if rng.min is None else f"{rng.min:g}"
+        hi = "" if rng.max is None else f"{rng.max:g}"
+        own = r.variant.range.min if r.variant.range is not None else None
+        takes = "no value" if rng.max is not None and own is not None and rng.max < own else f"{lo}..{hi}"
+        report.add(Diagnostic("error", "model-range", f"{r.variant.knob}={r.value}{set_by(rs, r)}: model {m.name} "
+                              f"takes {takes} ({rng.basis})", file=where[0], line=where[1], col=where[2],
+                              items=[r.variant.id, rs.profile]))
+
+
 def validate(
     reg: Optional[Registry] = None,
     profile: Optional[str] = None,
@@ -358,19 +385,17 @@ def validate(
                               "scripts/vllm_interface.py)"))
     else:
         check_mappings(reg, report, iface)
-    from . import launch_checks  # what the launch or its vLLM would refuse: the caller's VLLM_*, files, [env]
-
     if iface is not None and names:
-        launch_checks.check_caller_env(reg, iface, report, env)
+        check_caller_env(reg, iface, report, env)
     for name in names:
         rs = resolve(reg, name, tp=tp, env=env, sets=sets,
                      platform=platform, strict=strict or None)
         report.profiles[name] = rs
         report.budgets[name] = check_profile(reg, rs, report)
-        model_ranges.check(reg, rs, report)  # the served model's own bounds (registry/models.toml ranges)
+        check_model_ranges(reg, rs, report)
         if iface is not None and not any(d.level == "error" and name in d.items for d in report.diagnostics):
             check_profile_launch(reg, rs, report, iface)
-            launch_checks.check_profile(reg, rs, report, iface, env)
+            check_launch_refusals(reg, rs, report, iface, env)
     group_cascades(report, reg)
     return report
 
