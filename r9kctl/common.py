@@ -10,8 +10,7 @@ from ..registry import Registry, RegistryError, envvars, load_registry
 from ..registry.errors import Diagnostic
 
 from .cli import Exit
-from .output import diagnostics
-from .output import print_json, table
+from .output import diagnostics, print_json, table
 from ..registry.cmdline import CommandLine, Sets
 
 
