@@ -79,10 +79,8 @@ def print_listing(fmt: str, names: list[str], rows: list[dict], columns: list[tu
 
 def report_errors(diags: list[Diagnostic], fmt: str = "table") -> None:
     if fmt == "json":
-        import json
-
-        print(json.dumps({"ok": False, "errors": [d.to_dict() for d in diags if d.level == "error"],
-                          "warnings": [d.to_dict() for d in diags if d.level == "warning"]}, indent=2))
+        print_json({"ok": False, "errors": [d.to_dict() for d in diags if d.level == "error"],
+                    "warnings": [d.to_dict() for d in diags if d.level == "warning"]})
     else:
         diagnostics(diags)
 
