@@ -89,11 +89,14 @@ def row_label(r) -> str:
     return text
 
 
+def _note(row) -> str:
+    """A row's note, or 'A only' / 'B only' for a figure one side lacks; '' otherwise."""
+    return row.note or (f"{row.only} only" if row.only else "")
+
+
 def fmt_delta(row) -> str:
-    if row.note:
-        return row.note
-    if row.only:
-        return f"{row.only} only"
+    if _note(row):
+        return _note(row)
     if row.delta is None:
         return NO_VALUE
     pct = f" ({row.pct:+.1f}%)" if row.pct is not None else ""
@@ -101,11 +104,7 @@ def fmt_delta(row) -> str:
 
 
 def pct_change(row) -> str:
-    if row.note:
-        return row.note
-    if row.only:
-        return f"{row.only} only"
-    return f"{row.pct:+.1f}%" if row.pct is not None else NO_VALUE
+    return _note(row) or (f"{row.pct:+.1f}%" if row.pct is not None else NO_VALUE)
 
 
 def ratio_text(pcts: list[float], ratios: list[float], lower_is_better: bool) -> str:

@@ -10,8 +10,7 @@ from ..registry import Registry, RegistryError, envvars, load_registry
 from ..registry.errors import Diagnostic
 
 from .cli import Exit
-from .output import diagnostics
-from .output import print_json, table
+from .output import diagnostics, print_json, table
 from ..registry.cmdline import CommandLine, Sets
 
 
@@ -80,10 +79,8 @@ def print_listing(fmt: str, names: list[str], rows: list[dict], columns: list[tu
 
 def report_errors(diags: list[Diagnostic], fmt: str = "table") -> None:
     if fmt == "json":
-        import json
-
-        print(json.dumps({"ok": False, "errors": [d.to_dict() for d in diags if d.level == "error"],
-                          "warnings": [d.to_dict() for d in diags if d.level == "warning"]}, indent=2))
+        print_json({"ok": False, "errors": [d.to_dict() for d in diags if d.level == "error"],
+                    "warnings": [d.to_dict() for d in diags if d.level == "warning"]})
     else:
         diagnostics(diags)
 

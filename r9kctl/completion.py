@@ -22,9 +22,8 @@ FILE_DESTS = {"registry", "profiles_dir", "keymap", "dir", "out", "file", "impor
 POSITIONALS = {"show": "variant", "diff": "side", "gate": "variant", "schema": "choice", "completion": "choice"}
 
 
-def _names(kind: str, words: list[str]) -> list[str]:
-    """Names of the registry at the location the command line names (--registry / --profiles-dir)."""
-
+def _registry(words: list[str]):
+    """The registry at the location the command line names (--registry / --profiles-dir), or None."""
     ns = argparse.Namespace(registry=None, profiles_dir=None)
     for i, w in enumerate(words[:-1]):  # the global options typed so far decide which registry to read
         for opt, dest in (("--registry", "registry"), ("--profiles-dir", "profiles_dir")):
@@ -36,8 +35,15 @@ def _names(kind: str, words: list[str]) -> list[str]:
             else:
                 ns.profiles_dir = (ns.profiles_dir or []) + [value]
     try:
-        reg = load_registry(*registry_location(ns))
+        return load_registry(*registry_location(ns))
     except (RegistryError, OSError):
+        return None
+
+
+def _names(kind: str, words: list[str]) -> list[str]:
+    """Names of kind ``kind`` in the registry the command line names."""
+    reg = _registry(words)
+    if reg is None:
         return []
     if kind == "profile":
         return sorted(reg.profiles)
@@ -59,16 +65,8 @@ def _names(kind: str, words: list[str]) -> list[str]:
 def _knob_values(knob: str, words: list[str]) -> list[str]:
     """The values worth offering for one knob (by knob or variant id, any case): a bool's 1 and 0, an enum's
     choices, otherwise its special values, stock value and shipped defaults."""
-
-    ns = argparse.Namespace(registry=None, profiles_dir=None)
-    for i, w in enumerate(words[:-1]):
-        if w == "--registry":
-            ns.registry = words[i + 1]
-        elif w.startswith("--registry="):
-            ns.registry = w.split("=", 1)[1]
-    try:
-        reg = load_registry(*registry_location(ns))
-    except (RegistryError, OSError):
+    reg = _registry(words)
+    if reg is None:
         return []
     v = next((v for v in reg.variants.values() if knob.upper() in (v.knob.upper(), v.id.upper())
               or knob.upper() in (k.upper() for k in v.also_knobs)), None)

@@ -17,8 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-from ..registry import Registry
-from ..registry import envvars
+from ..registry import Registry, envvars
 from ..registry.validate import Report, validate
 from ..registry.manifest import CARRIER_KEY
 from ..registry.availability import summary_line

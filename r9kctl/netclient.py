@@ -140,9 +140,6 @@ def request(url: str, method: str = "GET", body: Any = None, headers: Optional[d
     return status, payload
 
 
-_TYPES = {dict: "a JSON object", list: "a JSON array"}
-
-
 def get_json(url: str, method: str = "GET", body: Any = None, headers: Optional[dict] = None,
              timeout_s: float = 10.0, max_bytes: int = MAX_BODY, expect: Any = dict) -> Any:
     """The JSON value of one bounded request (see :func:`request`), checked by the project's JSON reader

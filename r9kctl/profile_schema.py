@@ -21,7 +21,6 @@ from ..registry.schema import _FALSE, _TRUE, Profile, Variant
 
 SCHEMA_ID = "https://r9k-stack.invalid/schemas/profile.schema.json"
 SHIPPED_NAME = "profile.schema.json"
-DIRECTIVE = f"#:schema ./{SHIPPED_NAME}"
 INT_STRING = r"^\s*[+-]?[0-9]+\s*$"
 FLOAT_STRING = r"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$"
 

@@ -34,12 +34,11 @@ from xml.sax.saxutils import escape as xml_escape
 from pathlib import Path
 from typing import Any, Iterable
 
-from ...registry import envvars
+from ...registry import envvars, fileio
 from ...registry import ledger as L
 from ...registry import provenance as P
 
 from .pytest_plugin import matches
-from ...registry import fileio
 
 
 class ImportRefused(ValueError):

@@ -14,8 +14,7 @@ from __future__ import annotations
 import json
 import sys
 
-from ...registry import envvars, fileio
-from ...registry import provenance
+from ...registry import envvars, fileio, provenance
 from ...registry.provenance import normalize_device, platform_name as name
 from ...registry.ledger import item_of
 
