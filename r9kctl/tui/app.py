@@ -260,7 +260,7 @@ class R9kApp(App):
 
     def action_edit_broken_file(self) -> None:
         """On the error screen: open the first file named by an error, then load again."""
-        from .error_screen import ErrorScreen
+        from .dialogs import ErrorScreen
 
         if not isinstance(self.screen, ErrorScreen):
             return
@@ -312,7 +312,7 @@ class R9kApp(App):
         self.push_screen(screen)
 
     def show_load_error(self, diagnostics: list[Diagnostic]) -> None:
-        from .error_screen import ErrorScreen
+        from .dialogs import ErrorScreen
 
         self.switch_or_push(ErrorScreen(diagnostics))
 
@@ -320,7 +320,7 @@ class R9kApp(App):
         self.load()
 
     def action_help(self) -> None:
-        from .help_screen import HelpScreen
+        from .dialogs import HelpScreen
 
         if isinstance(self.screen, HelpScreen):
             return

@@ -278,7 +278,7 @@ class MainScreen(Screen):
         vid = self.query_one(VariantTable).current_variant()
         if vid is None:
             return
-        from .value_input import ValueInputScreen
+        from .dialogs import ValueInputScreen
 
         def done(value: Optional[str]) -> None:
             if value is not None:
@@ -319,7 +319,7 @@ class MainScreen(Screen):
             self.query_one(VariantTable).focus()
 
     def action_problems(self) -> None:
-        from .problems_screen import ProblemsScreen
+        from .dialogs import ProblemsScreen
 
         def done(vid: Optional[str]) -> None:
             if vid:
@@ -363,7 +363,7 @@ class MainScreen(Screen):
     def _ask(self, title: str, body: Text, choices: list[tuple[str, str, str, str]], answer) -> None:
         """A question in a dialog: Cancel (key n) first and the default (enter never destroys anything), then
         ``choices`` (id, label, key, variant); ``answer`` is called with the chosen id."""
-        from .confirm_screen import ConfirmScreen
+        from .dialogs import ConfirmScreen
 
         self.app.push_screen(ConfirmScreen(title, body, [("cancel", "Cancel", "n", "default"), *choices],
                                            default="cancel"), answer)
@@ -403,7 +403,7 @@ class MainScreen(Screen):
             self.action_save_as()
 
     def action_save_as(self) -> None:
-        from .save_as_screen import SaveAsScreen
+        from .dialogs import SaveAsScreen
         from ...registry.loader import display_path
 
         s = self.s

@@ -16,11 +16,9 @@ import pytest
 from textual.widgets import Collapsible, Input, Static
 
 from r9k.r9kctl.tui.app import R9kApp
-from r9k.r9kctl.tui.confirm_screen import ConfirmScreen
-from r9k.r9kctl.tui.error_screen import ErrorScreen
+from r9k.r9kctl.tui.dialogs import ConfirmScreen, ErrorScreen, SaveAsScreen
 from r9k.r9kctl.tui.launch_screen import LaunchScreen
 from r9k.r9kctl.tui.main_screen import MainScreen
-from r9k.r9kctl.tui.save_as_screen import SaveAsScreen
 from r9k.r9kctl.tui.variant_table import COLUMNS, layout
 from r9k.registry.loader import load_registry
 
