@@ -327,20 +327,14 @@ class MainScreen(Screen):
 
         self.app.push_screen(ProblemsScreen(self.s), done)
 
-    def open_diff(self, a: Optional[str] = None, b: Optional[str] = None) -> None:
+    def action_diff(self, a: Optional[str] = None, b: Optional[str] = None) -> None:
         from .diff_screen import DiffScreen
 
         self.app.push_screen(DiffScreen(self.s, a, b))
 
-    def action_diff(self) -> None:
-        self.open_diff()
-
     # ------------------------------------------------------------------------------ save / reload
 
-    def action_save(self) -> None:
-        self.save_flow()
-
-    def save_flow(self, then=None) -> None:
+    def action_save(self, then=None) -> None:
         """Save the current profile; ``then()`` runs after a successful save (save and quit). With
         validation errors it asks first (Cancel is the default); a file changed on disk asks what to do."""
         s = self.s
@@ -485,7 +479,7 @@ class MainScreen(Screen):
 
     def _editor_answer(self, ans: str, path) -> None:
         if ans == "save":
-            self.save_flow(then=lambda: self.app.edit_file(path))
+            self.action_save(then=lambda: self.app.edit_file(path))
         elif ans == "drop":
             s = self.s
             s._edit("drop edits for $EDITOR", lambda: s.edits.pop(s.profile, None))
@@ -554,4 +548,4 @@ class MainScreen(Screen):
         name = s.profile if s.profile in pending else pending[0]
         if name != s.profile:
             self.switch_profile(name)
-        self.save_flow(then=lambda: self._save_all_then(then) if not s.has_edits() else None)
+        self.action_save(then=lambda: self._save_all_then(then) if not s.has_edits() else None)
