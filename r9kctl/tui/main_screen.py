@@ -200,17 +200,27 @@ class MainScreen(Screen):
 
     def switch_profile(self, name: str) -> None:
         self.s.set_profile(name)
-        self._sync_pickers()
-        self.refill()
+        self._resync()
 
     def switch_tp(self, tp: Optional[int]) -> None:
         self.s.set_tp(tp)
-        self._sync_pickers()
-        self.refill()
+        self._resync()
 
-    def _sync_pickers(self) -> None:
+    def _resync(self) -> None:
+        """After the profile, its TP size or the registry changed: the pickers' choices, then the table."""
         self.query_one("#profile", Picker).set_options(self._profile_options(), self.s.profile)
         self.query_one("#tp", Picker).set_options(self._tp_options(), self.s.tp_choice or 0)
+        self.refill()
+
+    def _reloaded(self, reload) -> bool:
+        """Run ``reload()``; a registry that no longer loads shows its error screen (False)."""
+        try:
+            reload()
+        except RegistryError as exc:
+            self.app.show_load_error(exc.diagnostics)
+            return False
+        self._resync()
+        return True
 
     def jump_to(self, vid: str) -> None:
         """Move the cursor to a variant and scroll it into view; a search or filter that hides it is
@@ -381,8 +391,7 @@ class MainScreen(Screen):
         except OSError as exc:
             self.notify(f"cannot save: {exc}", severity="error", timeout=8)
             return
-        self._sync_pickers()
-        self.refill()
+        self._resync()
         self.notify(f"saved {self._shown_path()}", timeout=3)
         if then is not None:
             then()
@@ -410,8 +419,7 @@ class MainScreen(Screen):
             except (OSError, ValueError, RegistryError) as exc:
                 self.notify(f"cannot save as '{name}': {exc}", severity="error", timeout=8)
                 return
-            self._sync_pickers()
-            self.refill()
+            self._resync()
             self.notify(f"created {display_path(path)}", timeout=3)
 
         self.app.push_screen(SaveAsScreen(s.profile, display_path(s.save_as_target()), set(s.reg.profiles)), done)
@@ -424,14 +432,8 @@ class MainScreen(Screen):
         self._reload()
 
     def _reload(self) -> None:
-        try:
-            self.s.reload()
-        except RegistryError as exc:
-            self.app.show_load_error(exc.diagnostics)
-            return
-        self._sync_pickers()
-        self.refill()
-        self.notify("reloaded from disk", timeout=2)
+        if self._reloaded(self.s.reload):
+            self.notify("reloaded from disk", timeout=2)
 
     # ------------------------------------------------------------------------------ undo / redo
 
@@ -443,8 +445,9 @@ class MainScreen(Screen):
             self.notify(f"nothing to {'redo' if redo else 'undo'}", timeout=2)
             return
         if s.profile != profile:
-            self._sync_pickers()
-        self.refill()
+            self._resync()
+        else:
+            self.refill()
         self.notify(f"{'redone' if redo else 'undone'}: {label}" + (f" (in {s.profile})" if s.profile != profile
                                                                       else ""), timeout=2)
 
@@ -490,13 +493,8 @@ class MainScreen(Screen):
     def after_editor(self, changed: bool) -> None:
         """Back from the editor: reload (keeping other profiles' edits) and show what validation says."""
         s = self.s
-        try:
-            s.reload_keeping_other_edits()
-        except RegistryError as exc:
-            self.app.show_load_error(exc.diagnostics)
+        if not self._reloaded(s.reload_keeping_other_edits):
             return
-        self._sync_pickers()
-        self.refill()
         ne, nw = len(s.report.errors), len(s.report.warnings)
         what = "reloaded" if changed else "unchanged"
         self.notify(f"{self._shown_path()} {what}: {ne} error(s), {nw} warning(s)",

@@ -18,7 +18,7 @@ from textual.widget import Widget
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from .matching import match_rank
+from .session import match_rank
 
 Options = Sequence[tuple[str, Any]]  # (label, value)
 

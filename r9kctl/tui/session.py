@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -19,7 +20,6 @@ from ...registry.memory import Budget, VariantCost, budget, cost_if_toggled
 from ...registry.origin import Origin
 from ...registry.resolve import ResolvedSet, resolve
 from ...registry.validate import Report, check_profile, check_registry
-from .matching import match_rank
 from ...registry.profile_io import find_profile_file, ProfileDocument, save_as
 from ...registry.ledger import platform_matches
 
@@ -57,6 +57,24 @@ def toml_value(v, value: str) -> object:
     except ValueError:
         pass
     return value
+
+
+def match_rank(label: str, words: list[str]) -> int:
+    """How well a name matches what was typed (the pickers' order, the closest profile to a mistyped name):
+    0 exact, 1 the label starts with the query, 2 one of its words does (``-``, ``_``, ``.``, space
+    separate words), 3 it contains it; no words: 0 (the given order)."""
+    if not words:
+        return 0
+    q = " ".join(words)
+    low = label.lower()
+    if low == q:
+        return 0
+    if low.startswith(words[0]):
+        return 1
+    parts = re.split(r"[-_. ]+", low)
+    if any(p.startswith(words[0]) for p in parts):
+        return 2
+    return 3
 
 
 def save_as_description(base: str, knobs: dict) -> str:
