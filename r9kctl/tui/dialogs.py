@@ -26,7 +26,7 @@ class ConfirmScreen(ModalScreen[str]):
     The focused button (what enter presses) is never a destructive one: ``default`` names it, and without
     it the first answer whose button is not ``error``/``warning`` styled is focused."""
 
-    BINDINGS = [Binding("escape", "answer('cancel')", "Cancel", id="r9k.cancel")]
+    BINDINGS = [Binding("escape", "dismiss('cancel')", "Cancel", id="r9k.cancel")]
     AUTO_FOCUS = None  # on_mount focuses the safe answer
 
     def __init__(self, title: str, body, choices: list[tuple[str, str, str, str]], default: Optional[str] = None,
@@ -65,15 +65,12 @@ class ConfirmScreen(ModalScreen[str]):
             event.stop()
             self.dismiss(cid)
 
-    def action_answer(self, cid: str) -> None:
-        self.dismiss(cid)
-
 
 class FieldScreen(ModalScreen[Optional[str]]):
     """A field checked as it is typed (its error line below it); enter dismisses with the checked value,
     escape with None. A subclass composes the field (``#{FIELD}-input``, ``#{FIELD}-error``) and checks."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="r9k.cancel")]
+    BINDINGS = [Binding("escape", "dismiss", "Cancel", id="r9k.cancel")]
     FIELD = ""
 
     def check(self, raw: str) -> tuple[Optional[str], str]:
@@ -93,9 +90,6 @@ class FieldScreen(ModalScreen[Optional[str]]):
         value = self.show_error(event.value)
         if value is not None:
             self.dismiss(value)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
 
 class ValueInputScreen(FieldScreen):
@@ -155,7 +149,7 @@ class ProblemsScreen(ModalScreen[Optional[str]]):
     """Every error and warning of the current state in a list; choosing one dismisses with its first
     variant's id (to jump to), escape with None."""
 
-    BINDINGS = [Binding("escape,v,q", "close", "Close", id="r9k.close_problems")]
+    BINDINGS = [Binding("escape,v,q", "dismiss", "Close", id="r9k.close_problems")]
 
     def __init__(self, session: Session, **kw) -> None:
         super().__init__(**kw)
@@ -176,9 +170,6 @@ class ProblemsScreen(ModalScreen[Optional[str]]):
         event.stop()
         vid = (event.option_id or "").split(":", 1)[-1]
         self.dismiss(vid or None)
-
-    def action_close(self) -> None:
-        self.dismiss(None)
 
 
 ABOUT = """\
@@ -211,9 +202,6 @@ class HelpScreen(ModalScreen[None]):
         t.add_row("ctrl+p", "command palette: switch profile, jump to variant, diff, save, launch", "")
         with VerticalScroll(id="help-dialog"):
             yield Static(Group(t, Text(""), Text(ABOUT)))
-
-    def action_dismiss(self) -> None:
-        self.dismiss(None)
 
 
 class ErrorScreen(Screen):
