@@ -26,15 +26,8 @@ class R9kCommands(Provider):
         if main is None:
             return
         s = main.s
-
-        def run(action: str) -> None:
-            if action.startswith("app."):
-                self.app.run_action(action[4:])
-            else:
-                main.run_action(action)
-
-        for text, action, help_ in ACTIONS:
-            yield text, partial(run, action), help_
+        for text, action, help_ in ACTIONS:  # "app." actions go to the app (Textual's action namespaces)
+            yield text, partial(main.run_action, action), help_
         for name in sorted(s.reg.profiles):
             if name != s.profile:
                 yield f"Switch profile: {name}", partial(main.switch_profile, name), s.reg.profiles[name].description
