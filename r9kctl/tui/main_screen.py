@@ -42,8 +42,8 @@ class MainScreen(Screen):
         Binding("o", "server", "Server", show=False, id="r9k.server"),
         Binding("r", "reload", "Reload", show=False, id="r9k.reload"),
         Binding("e", "open_editor", "$EDITOR", id="r9k.editor"),
-        Binding("ctrl+z", "undo", "Undo", show=False, id="r9k.undo"),
-        Binding("ctrl+y", "redo", "Redo", show=False, id="r9k.redo"),
+        Binding("ctrl+z", "undo_redo(False)", "Undo", show=False, id="r9k.undo"),
+        Binding("ctrl+y", "undo_redo(True)", "Redo", show=False, id="r9k.redo"),
         Binding("q", "app.quit", "Quit", id="r9k.quit"),
     ]
 
@@ -437,7 +437,7 @@ class MainScreen(Screen):
 
     # ------------------------------------------------------------------------------ undo / redo
 
-    def _undo_redo(self, redo: bool) -> None:
+    def action_undo_redo(self, redo: bool) -> None:
         s = self.s
         profile = s.profile
         label = s.redo() if redo else s.undo()
@@ -450,12 +450,6 @@ class MainScreen(Screen):
             self.refill()
         self.notify(f"{'redone' if redo else 'undone'}: {label}" + (f" (in {s.profile})" if s.profile != profile
                                                                       else ""), timeout=2)
-
-    def action_undo(self) -> None:
-        self._undo_redo(redo=False)
-
-    def action_redo(self) -> None:
-        self._undo_redo(redo=True)
 
     # ------------------------------------------------------------------------------ $EDITOR
 
