@@ -18,7 +18,6 @@ from ...registry.envvars import cache_dir
 from .server import Server
 
 
-
 def _commands_provider():
     """The command palette's provider, imported when the palette first opens (not at start-up)."""
     from .commands import R9kCommands
@@ -108,7 +107,6 @@ class R9kApp(App):
     def on_mount(self) -> None:
         self._catch_hangup()
         if self.attach:
-            from .server import Server
             from .server_screen import ServerScreen
 
             self.server = Server.attach(self.attach)
@@ -130,9 +128,6 @@ class R9kApp(App):
 
     @work(thread=True, exclusive=True, group="server-start")
     def _start_server(self, session) -> None:
-        import time as _time
-
-
         plan = session.plan_launch(final=True)  # the manifest written, the model a path: what runs
         if not plan.ok:
             self.call_from_thread(self.notify, "the profile does not validate: nothing started", severity="error")
@@ -144,7 +139,7 @@ class R9kApp(App):
             self.call_from_thread(self.notify, f"cannot start vllm serve: {problem}", severity="error")
             return
         plan.env.update(self.child_env)
-        log = cache_dir() / "servers" / f"{plan.manifest.get('profile')}-{_time.strftime('%Y%m%d-%H%M%S')}.log"
+        log = cache_dir() / "servers" / f"{plan.manifest.get('profile')}-{time.strftime('%Y%m%d-%H%M%S')}.log"
         self.server = Server.start(plan, log)
         self.call_from_thread(self.show_server)
 
@@ -260,7 +255,7 @@ class R9kApp(App):
 
     def action_edit_broken_file(self) -> None:
         """On the error screen: open the first file named by an error, then load again."""
-        from .error_screen import ErrorScreen
+        from .dialogs import ErrorScreen
 
         if not isinstance(self.screen, ErrorScreen):
             return
@@ -312,7 +307,7 @@ class R9kApp(App):
         self.push_screen(screen)
 
     def show_load_error(self, diagnostics: list[Diagnostic]) -> None:
-        from .error_screen import ErrorScreen
+        from .dialogs import ErrorScreen
 
         self.switch_or_push(ErrorScreen(diagnostics))
 
@@ -320,7 +315,7 @@ class R9kApp(App):
         self.load()
 
     def action_help(self) -> None:
-        from .help_screen import HelpScreen
+        from .dialogs import HelpScreen
 
         if isinstance(self.screen, HelpScreen):
             return

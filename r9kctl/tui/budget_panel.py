@@ -28,6 +28,13 @@ def bar(parts: list[tuple[str, int]], width: int) -> Text:
     return out
 
 
+def legend(t: Text, *keys: tuple[str, str]) -> None:
+    """A coloured square, then its words, for each (style, words)."""
+    for style, words in keys:
+        t.append("■ ", style)
+        t.append(words)
+
+
 BLOCKS = "▁▂▃▄▅▆▇█"
 
 
@@ -88,21 +95,12 @@ class BudgetPanel(Vertical):
                           + ([] if b.kv_pool_separate else [("KV", kv)]) + [("free", max(0, b.headroom))], width))
         t.append("\n")
         if compact:
-            t.append("■ ", "magenta")
-            t.append(f"variants {fmt_bytes(b.variant_bytes)}\n")
-            t.append("■ ", "green")
-            t.append(f"KV {kv_text}", "")
+            legend(t, ("magenta", f"variants {fmt_bytes(b.variant_bytes)}\n"), ("green", f"KV {kv_text}"))
             t.append(f" {of_text}", "dim")
             txt.update(t, layout=False)
             return
-        t.append("■ ", "blue")
-        t.append(f"weights {fmt_bytes(b.weights):<11}")
-        t.append("■ ", "grey50")
-        t.append(f"overhead {fmt_bytes(b.overhead)}\n")
-        t.append("■ ", "magenta")
-        t.append(f"variants {fmt_bytes(b.variant_bytes):<11} ")
-        t.append("■ ", "green")
-        t.append(f"KV {kv_text}\n")
+        legend(t, ("blue", f"weights {fmt_bytes(b.weights):<11}"), ("grey50", f"overhead {fmt_bytes(b.overhead)}\n"),
+               ("magenta", f"variants {fmt_bytes(b.variant_bytes):<11} "), ("green", f"KV {kv_text}\n"))
         if b.kv_pool_separate:
             t.append(f"KV: its own pool; the rest of {fmt_bytes(cap)} usable ({b.utilization:g} x "
                      f"{fmt_bytes(b.memory_bytes)})", "dim")

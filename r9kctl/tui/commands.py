@@ -21,28 +21,13 @@ ACTIONS = [  # (text, action on the main screen, help)
 
 
 class R9kCommands(Provider):
-    def _main(self):
-        from .main_screen import MainScreen
-
-        for screen in reversed(self.app.screen_stack):
-            if isinstance(screen, MainScreen):
-                return screen
-        return None
-
     def _commands(self):
-        main = self._main()
+        main = self.app.main_screen()
         if main is None:
             return
         s = main.s
-
-        def run(action: str) -> None:
-            if action.startswith("app."):
-                self.app.run_action(action[4:])
-            else:
-                main.run_action(action)
-
-        for text, action, help_ in ACTIONS:
-            yield text, partial(run, action), help_
+        for text, action, help_ in ACTIONS:  # "app." actions go to the app (Textual's action namespaces)
+            yield text, partial(main.run_action, action), help_
         for name in sorted(s.reg.profiles):
             if name != s.profile:
                 yield f"Switch profile: {name}", partial(main.switch_profile, name), s.reg.profiles[name].description
@@ -50,7 +35,7 @@ class R9kCommands(Provider):
             yield f"Set TP size: {tp}", partial(main.switch_tp, tp), ""
         for side in sorted(s.reg.profiles) + list(reversed(s.reg.release_order())):
             if side != s.profile:
-                yield f"Diff: {s.profile} against {side}", partial(main.open_diff, side, s.profile), ""
+                yield f"Diff: {s.profile} against {side}", partial(main.action_diff, side, s.profile), ""
         for vid, v in s.reg.variants.items():
             yield f"Jump to variant: {vid} ({v.knob})", partial(main.jump_to, vid), v.summary
 

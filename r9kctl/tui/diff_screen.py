@@ -26,14 +26,19 @@ from ..cmd_diff import (
 )
 
 
+def _table(title: str, columns, overflow: str = "fold") -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold", expand=True)
+    for c in columns:
+        t.add_column(c, overflow=overflow)
+    return t
+
+
 def diff_renderable(reg, d, A: str, B: str):
     """The diff as rich renderables. No value is '-' (never Python's None); the numbers are the releases'
     (a profile's are its base release's), so their columns are named by release."""
     parts = []
     if d.added or d.removed or d.left_off:
-        t = Table(title="Variants", title_justify="left", header_style="bold", expand=True)
-        for c in ("change", "variant", "knob"):
-            t.add_column(c)
+        t = _table("Variants", ("change", "variant", "knob"), overflow="ellipsis")
         for v in d.added:
             t.add_row("added", v, reg.variants[v].knob)
         for v in d.removed:
@@ -42,17 +47,14 @@ def diff_renderable(reg, d, A: str, B: str):
             t.add_row("measured, left off", v, reg.variants[v].knob)
         parts.append(t)
     if d.fields:
-        t = Table(title="Profile fields", title_justify="left", header_style="bold", expand=True)
-        for c in ("field", A, B):
-            t.add_column(c, overflow="fold")
+        t = _table("Profile fields", ("field", A, B))
         for f, a, b in d.fields:
             t.add_row(Text(f), Text(value_text(a)), Text(value_text(b)))
         parts.append(t)
     if d.changed:
         show_src = d.a.kind == "profile" or d.b.kind == "profile"
-        t = Table(title=f"Changed values ({len(d.changed)})", title_justify="left", header_style="bold", expand=True)
-        for c in ["knob", "tp", A, B] + (["source in " + B] if show_src else []):
-            t.add_column(c, overflow="fold")
+        t = _table(f"Changed values ({len(d.changed)})",
+                   ["knob", "tp", A, B] + (["source in " + B] if show_src else []))
         for c in d.changed:
             row = [Text(c.knob), Text(c.tp), Text(value_text(c.a), "red"), Text(value_text(c.b), "green")]
             if show_src:
@@ -69,10 +71,8 @@ def diff_renderable(reg, d, A: str, B: str):
     RA, RB = side_names(d, A, B)
     rows = [r for r in d.bench if r.stack == "ours" and (r.delta != 0 or r.note)]
     if rows:
-        t = Table(title=f"Numbers of release {RA} and release {RB}", title_justify="left", header_style="bold",
-                  expand=True)
-        for c in ("config", "metric", "source", f"release {RA}", f"release {RB}", "change"):
-            t.add_column(c, overflow="fold")
+        t = _table(f"Numbers of release {RA} and release {RB}",
+                   ("config", "metric", "source", f"release {RA}", f"release {RB}", "change"))
         for r in rows:
             t.add_row(*map(Text, (r.config + (f" {r.setting}" if r.setting else ""), row_label(r),
                                   method_label(r.method), cell(r.a, r.a_alt), cell(r.b, r.b_alt), fmt_delta(r))))
@@ -80,10 +80,8 @@ def diff_renderable(reg, d, A: str, B: str):
     for rel in dict.fromkeys((RA, RB)):
         items = [v for v in d.vs_reference if v.release == rel]
         if items:
-            t = Table(title=f"Release {rel} vs the reference stack", title_justify="left", header_style="bold",
-                      expand=True)
-            for c in ("config", "metric", "source", f"release {rel}", "reference", "ours vs reference"):
-                t.add_column(c, overflow="fold")
+            t = _table(f"Release {rel} vs the reference stack",
+                       ("config", "metric", "source", f"release {rel}", "reference", "ours vs reference"))
             for cfg in dict.fromkeys(v.config for v in items):
                 for r in vs_reference_rows([v for v in items if v.config == cfg]):
                     t.add_row(*map(Text, [cfg, *r]))
@@ -91,9 +89,7 @@ def diff_renderable(reg, d, A: str, B: str):
     for rel, cfg, text in d.texts:
         parts.append(Text(f"{cfg} ({rel}): {text}", "dim"))
     for q in d.quality:
-        t = Table(title=f"Quality gate ({q.config})", title_justify="left", header_style="bold", expand=True)
-        for c in ("", eval_label(q), "HumanEval", "strict sanity"):
-            t.add_column(c, overflow="fold")
+        t = _table(f"Quality gate ({q.config})", ("", eval_label(q), "HumanEval", "strict sanity"))
         for r in quality_rows(q):
             t.add_row(*map(Text, r))
         parts.append(t)

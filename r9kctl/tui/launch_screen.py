@@ -22,7 +22,7 @@ class LaunchScreen(ModalScreen[bool]):
     """Dismisses with True to launch (only offered when the plan is valid); the extra arguments typed
     are kept in ``session.extra_args`` (the launch uses them)."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="r9k.cancel"),
+    BINDINGS = [Binding("escape", "dismiss(False)", "Cancel", id="r9k.cancel"),
                 Binding("ctrl+l", "launch", "Launch", id="r9k.launch_go", priority=True)]
     AUTO_FOCUS = "#launch-extra"
 
@@ -135,6 +135,3 @@ class LaunchScreen(ModalScreen[bool]):
         if event.key == "y" and self.plan.ok and not isinstance(self.focused, Input):
             event.stop()
             self.action_launch()
-
-    def action_cancel(self) -> None:
-        self.dismiss(False)

@@ -42,8 +42,8 @@ class MainScreen(Screen):
         Binding("o", "server", "Server", show=False, id="r9k.server"),
         Binding("r", "reload", "Reload", show=False, id="r9k.reload"),
         Binding("e", "open_editor", "$EDITOR", id="r9k.editor"),
-        Binding("ctrl+z", "undo", "Undo", show=False, id="r9k.undo"),
-        Binding("ctrl+y", "redo", "Redo", show=False, id="r9k.redo"),
+        Binding("ctrl+z", "undo_redo(False)", "Undo", show=False, id="r9k.undo"),
+        Binding("ctrl+y", "undo_redo(True)", "Redo", show=False, id="r9k.redo"),
         Binding("q", "app.quit", "Quit", id="r9k.quit"),
     ]
 
@@ -200,17 +200,27 @@ class MainScreen(Screen):
 
     def switch_profile(self, name: str) -> None:
         self.s.set_profile(name)
-        self._sync_pickers()
-        self.refill()
+        self._resync()
 
     def switch_tp(self, tp: Optional[int]) -> None:
         self.s.set_tp(tp)
-        self._sync_pickers()
-        self.refill()
+        self._resync()
 
-    def _sync_pickers(self) -> None:
+    def _resync(self) -> None:
+        """After the profile, its TP size or the registry changed: the pickers' choices, then the table."""
         self.query_one("#profile", Picker).set_options(self._profile_options(), self.s.profile)
         self.query_one("#tp", Picker).set_options(self._tp_options(), self.s.tp_choice or 0)
+        self.refill()
+
+    def _reloaded(self, reload) -> bool:
+        """Run ``reload()``; a registry that no longer loads shows its error screen (False)."""
+        try:
+            reload()
+        except RegistryError as exc:
+            self.app.show_load_error(exc.diagnostics)
+            return False
+        self._resync()
+        return True
 
     def jump_to(self, vid: str) -> None:
         """Move the cursor to a variant and scroll it into view; a search or filter that hides it is
@@ -278,7 +288,7 @@ class MainScreen(Screen):
         vid = self.query_one(VariantTable).current_variant()
         if vid is None:
             return
-        from .value_input import ValueInputScreen
+        from .dialogs import ValueInputScreen
 
         def done(value: Optional[str]) -> None:
             if value is not None:
@@ -319,7 +329,7 @@ class MainScreen(Screen):
             self.query_one(VariantTable).focus()
 
     def action_problems(self) -> None:
-        from .problems_screen import ProblemsScreen
+        from .dialogs import ProblemsScreen
 
         def done(vid: Optional[str]) -> None:
             if vid:
@@ -327,20 +337,14 @@ class MainScreen(Screen):
 
         self.app.push_screen(ProblemsScreen(self.s), done)
 
-    def open_diff(self, a: Optional[str] = None, b: Optional[str] = None) -> None:
+    def action_diff(self, a: Optional[str] = None, b: Optional[str] = None) -> None:
         from .diff_screen import DiffScreen
 
         self.app.push_screen(DiffScreen(self.s, a, b))
 
-    def action_diff(self) -> None:
-        self.open_diff()
-
     # ------------------------------------------------------------------------------ save / reload
 
-    def action_save(self) -> None:
-        self.save_flow()
-
-    def save_flow(self, then=None) -> None:
+    def action_save(self, then=None) -> None:
         """Save the current profile; ``then()`` runs after a successful save (save and quit). With
         validation errors it asks first (Cancel is the default); a file changed on disk asks what to do."""
         s = self.s
@@ -363,7 +367,7 @@ class MainScreen(Screen):
     def _ask(self, title: str, body: Text, choices: list[tuple[str, str, str, str]], answer) -> None:
         """A question in a dialog: Cancel (key n) first and the default (enter never destroys anything), then
         ``choices`` (id, label, key, variant); ``answer`` is called with the chosen id."""
-        from .confirm_screen import ConfirmScreen
+        from .dialogs import ConfirmScreen
 
         self.app.push_screen(ConfirmScreen(title, body, [("cancel", "Cancel", "n", "default"), *choices],
                                            default="cancel"), answer)
@@ -387,8 +391,7 @@ class MainScreen(Screen):
         except OSError as exc:
             self.notify(f"cannot save: {exc}", severity="error", timeout=8)
             return
-        self._sync_pickers()
-        self.refill()
+        self._resync()
         self.notify(f"saved {self._shown_path()}", timeout=3)
         if then is not None:
             then()
@@ -403,7 +406,7 @@ class MainScreen(Screen):
             self.action_save_as()
 
     def action_save_as(self) -> None:
-        from .save_as_screen import SaveAsScreen
+        from .dialogs import SaveAsScreen
         from ...registry.loader import display_path
 
         s = self.s
@@ -416,8 +419,7 @@ class MainScreen(Screen):
             except (OSError, ValueError, RegistryError) as exc:
                 self.notify(f"cannot save as '{name}': {exc}", severity="error", timeout=8)
                 return
-            self._sync_pickers()
-            self.refill()
+            self._resync()
             self.notify(f"created {display_path(path)}", timeout=3)
 
         self.app.push_screen(SaveAsScreen(s.profile, display_path(s.save_as_target()), set(s.reg.profiles)), done)
@@ -430,18 +432,12 @@ class MainScreen(Screen):
         self._reload()
 
     def _reload(self) -> None:
-        try:
-            self.s.reload()
-        except RegistryError as exc:
-            self.app.show_load_error(exc.diagnostics)
-            return
-        self._sync_pickers()
-        self.refill()
-        self.notify("reloaded from disk", timeout=2)
+        if self._reloaded(self.s.reload):
+            self.notify("reloaded from disk", timeout=2)
 
     # ------------------------------------------------------------------------------ undo / redo
 
-    def _undo_redo(self, redo: bool) -> None:
+    def action_undo_redo(self, redo: bool) -> None:
         s = self.s
         profile = s.profile
         label = s.redo() if redo else s.undo()
@@ -449,16 +445,11 @@ class MainScreen(Screen):
             self.notify(f"nothing to {'redo' if redo else 'undo'}", timeout=2)
             return
         if s.profile != profile:
-            self._sync_pickers()
-        self.refill()
+            self._resync()
+        else:
+            self.refill()
         self.notify(f"{'redone' if redo else 'undone'}: {label}" + (f" (in {s.profile})" if s.profile != profile
                                                                       else ""), timeout=2)
-
-    def action_undo(self) -> None:
-        self._undo_redo(redo=False)
-
-    def action_redo(self) -> None:
-        self._undo_redo(redo=True)
 
     # ------------------------------------------------------------------------------ $EDITOR
 
@@ -485,7 +476,7 @@ class MainScreen(Screen):
 
     def _editor_answer(self, ans: str, path) -> None:
         if ans == "save":
-            self.save_flow(then=lambda: self.app.edit_file(path))
+            self.action_save(then=lambda: self.app.edit_file(path))
         elif ans == "drop":
             s = self.s
             s._edit("drop edits for $EDITOR", lambda: s.edits.pop(s.profile, None))
@@ -496,13 +487,8 @@ class MainScreen(Screen):
     def after_editor(self, changed: bool) -> None:
         """Back from the editor: reload (keeping other profiles' edits) and show what validation says."""
         s = self.s
-        try:
-            s.reload_keeping_other_edits()
-        except RegistryError as exc:
-            self.app.show_load_error(exc.diagnostics)
+        if not self._reloaded(s.reload_keeping_other_edits):
             return
-        self._sync_pickers()
-        self.refill()
         ne, nw = len(s.report.errors), len(s.report.warnings)
         what = "reloaded" if changed else "unchanged"
         self.notify(f"{self._shown_path()} {what}: {ne} error(s), {nw} warning(s)",
@@ -554,4 +540,4 @@ class MainScreen(Screen):
         name = s.profile if s.profile in pending else pending[0]
         if name != s.profile:
             self.switch_profile(name)
-        self.save_flow(then=lambda: self._save_all_then(then) if not s.has_edits() else None)
+        self.action_save(then=lambda: self._save_all_then(then) if not s.has_edits() else None)

@@ -18,7 +18,7 @@ from textual.widget import Widget
 from textual.widgets import Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from .matching import match_rank
+from .session import match_rank
 
 Options = Sequence[tuple[str, Any]]  # (label, value)
 
@@ -26,7 +26,7 @@ Options = Sequence[tuple[str, Any]]  # (label, value)
 class PickerScreen(ModalScreen[Optional[int]]):
     """Dismisses with the index of the chosen option, or None."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="r9k.cancel"),
+    BINDINGS = [Binding("escape", "dismiss", "Cancel", id="r9k.cancel"),
                 Binding("down", "move(1)", show=False), Binding("up", "move(-1)", show=False)]
 
     def __init__(self, title: str, options: Options, current: int, **kw) -> None:
@@ -75,9 +75,6 @@ class PickerScreen(ModalScreen[Optional[int]]):
         lst = self.query_one(OptionList)
         if lst.option_count:
             lst.highlighted = ((lst.highlighted or 0) + step) % lst.option_count
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
 
 class Picker(Widget, can_focus=True):

@@ -17,7 +17,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from .server import Poll, Server
-from ...plugin.api import kv_cache_line as line
+from ...plugin.api import kv_cache_line
 
 POLL_S = 1.5
 
@@ -91,8 +91,7 @@ def kv_text(st: dict) -> Text:
     kv = st.get("kv_cache")
     if not kv:
         return Text("KV cache: predicted vs allocated: not reported yet (the engine is not ready)", "dim")
-
-    return Text(line(kv))
+    return Text(kv_cache_line(kv))
 
 
 class ServerScreen(Screen):
@@ -153,23 +152,21 @@ class ServerScreen(Screen):
     def action_stop(self) -> None:
         if self.server.owned and self.server.running():
             self.notify("stopping the server (SIGTERM to its process group)")
-            self._stop()
-
-    @work(thread=True, exclusive=True, group="server-control")
-    def _stop(self) -> None:
-        rc = self.server.stop()
-        self.app.call_from_thread(self.notify, f"server stopped (exit code {rc})")
-        self.app.call_from_thread(self.refresh_status)
+            self._control(lambda: f"server stopped (exit code {self.server.stop()})")
 
     def action_restart(self) -> None:
         if self.server.owned:
             self.notify("restarting the server")
-            self._restart()
+            self._control(self._restart)
+
+    def _restart(self) -> str:
+        self.server.restart()
+        return f"server restarted (pid {self.server.proc.pid})"
 
     @work(thread=True, exclusive=True, group="server-control")
-    def _restart(self) -> None:
-        self.server.restart()
-        self.app.call_from_thread(self.notify, f"server restarted (pid {self.server.proc.pid})")
+    def _control(self, act) -> None:
+        """Stop or restart off the event loop (it waits for the process group); then say what happened."""
+        self.app.call_from_thread(self.notify, act())
         self.app.call_from_thread(self.refresh_status)
 
     def action_back(self) -> None:

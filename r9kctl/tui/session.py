@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -19,7 +20,6 @@ from ...registry.memory import Budget, VariantCost, budget, cost_if_toggled
 from ...registry.origin import Origin
 from ...registry.resolve import ResolvedSet, resolve
 from ...registry.validate import Report, check_profile, check_registry
-from .matching import match_rank
 from ...registry.profile_io import find_profile_file, ProfileDocument, save_as
 from ...registry.ledger import platform_matches
 
@@ -57,6 +57,24 @@ def toml_value(v, value: str) -> object:
     except ValueError:
         pass
     return value
+
+
+def match_rank(label: str, words: list[str]) -> int:
+    """How well a name matches what was typed (the pickers' order, the closest profile to a mistyped name):
+    0 exact, 1 the label starts with the query, 2 one of its words does (``-``, ``_``, ``.``, space
+    separate words), 3 it contains it; no words: 0 (the given order)."""
+    if not words:
+        return 0
+    q = " ".join(words)
+    low = label.lower()
+    if low == q:
+        return 0
+    if low.startswith(words[0]):
+        return 1
+    parts = re.split(r"[-_. ]+", low)
+    if any(p.startswith(words[0]) for p in parts):
+        return 2
+    return 3
 
 
 def save_as_description(base: str, knobs: dict) -> str:
@@ -132,9 +150,6 @@ class Session:
         # the panel lists and edits every profile: a broken one is an error screen, not a missing entry
         return cls(load_registry(root, profile_dirs, broken_profiles="raise"), profile, tp, env,
                    profile_dirs=profile_dirs, sets=sets, root=root, defer_validation=defer_validation)
-
-    def load_registry(self) -> Registry:
-        return load_registry(self.root, self.profile_dirs, broken_profiles="raise")
 
     def closest_profile(self, query: Optional[str]) -> Optional[str]:
         """The profile a mistyped or shortened name most likely means (``tp2`` -> tp2-default): the best
@@ -524,14 +539,10 @@ class Session:
             # leave the in-memory document as it was on disk: the edits stay in the session
             self.docs.pop(self.profile, None)
             raise
-        path = doc.path
-        edits_kept = {p: e for p, e in self.edits.items() if p != self.profile and e}
-        self._reload_keep(edits_kept)
-        self.undo_stack.clear()  # undo goes back to the last save, not past it
-        self.redo_stack.clear()
+        self._reload_after_save(self.profile)
         if self.journal is not None:
             self.journal(self)
-        return path
+        return doc.path
 
     def save_as_target(self) -> Path:
         """Where save-as writes: the last extra profile folder (``envvars.PROFILES_DIR`` / --profiles-dir),
@@ -557,26 +568,34 @@ class Session:
                 knobs[v.knob] = toml_value(v, val)
         path = save_as(self.save_as_target(), name, self.profile, knobs,
                        save_as_description(self.profile, knobs))
-        edits_kept = {p: e for p, e in self.edits.items() if p != self.profile and e}
-        self.profile = name
-        self._reload_keep(edits_kept)
+        self._reload_after_save(name)
+        return path
+
+    def _other_edits(self) -> dict:
+        """The unsaved edits of every profile but the current one."""
+        return {p: e for p, e in self.edits.items() if p != self.profile and e}
+
+    def _reload_after_save(self, profile: str) -> None:
+        """Reload showing ``profile``, the other profiles' edits kept; undo goes back to this save, not past it."""
+        kept = self._other_edits()
+        self.profile = profile
+        self._reload_keep(kept)
         self.undo_stack.clear()
         self.redo_stack.clear()
-        return path
 
     def reload_keeping_other_edits(self) -> None:
         """Reload from disk after the current profile's file was edited elsewhere ($EDITOR); the other
         profiles' unsaved edits stay (their files are re-read too: a save of theirs still detects a
         change made meanwhile)."""
         before = self.snapshot("edit in $EDITOR")
-        self._reload_keep({p: e for p, e in self.edits.items() if p != self.profile and e})
+        self._reload_keep(self._other_edits())
         if before.edits.get(before.profile):
             self._push_undo(before)
 
     def _reload_keep(self, edits: dict) -> None:
         """Read the registry and the profile files again; ``edits`` (profile -> its edits) are kept where
         their profile still exists, every other edit is dropped."""
-        reg = self.load_registry()
+        reg = load_registry(self.root, self.profile_dirs, broken_profiles="raise")
         self.reg = reg
         self.registry_report = Report()
         check_registry(reg, self.registry_report)

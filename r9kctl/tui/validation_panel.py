@@ -1,7 +1,7 @@
 """The validation panel: the errors and warnings of the current state, each with its location and the
 items it affects (errors first). It has a fixed size and is redrawn without a reflow of the screen (a
 list widget whose length changes would re-layout every widget on each toggle); ``v`` opens the full
-list (:mod:`.problems_screen`), where choosing a problem moves the table to the first affected variant."""
+list (:class:`.dialogs.ProblemsScreen`), where choosing a problem moves the table to the first affected variant."""
 from __future__ import annotations
 
 from rich.text import Text

@@ -192,7 +192,7 @@ class VariantTable(ScrollView, can_focus=True):
         self._relayout()
         row = self._shown.index(keep) if keep in self._shown else 0
         self.set_reactive(VariantTable.cursor_row, row)
-        self._scroll_to_cursor()
+        self.scroll_to_cursor()
         self.refresh()
         self.post_message(self.Highlighted(self, self.current_variant()))
 
@@ -217,22 +217,19 @@ class VariantTable(ScrollView, can_focus=True):
     def watch_cursor_row(self, old: int, new: int) -> None:
         self.refresh_line(old + 1)
         self.refresh_line(new + 1)
-        self._scroll_to_cursor()
+        self.scroll_to_cursor()
         self.post_message(self.Highlighted(self, self.current_variant()))
 
     def validate_cursor_row(self, row: int) -> int:
         return max(0, min(row, len(self._shown) - 1)) if self._shown else 0
 
-    def _scroll_to_cursor(self) -> None:
+    def scroll_to_cursor(self) -> None:
         body = max(1, self.scrollable_content_region.height - 1)  # rows below the header, above a scrollbar
         y = self.scroll_offset.y
         if self.cursor_row < y:
             self.scroll_to(y=self.cursor_row, animate=False, immediate=True, force=True)
         elif self.cursor_row >= y + body:
             self.scroll_to(y=self.cursor_row - body + 1, animate=False, immediate=True, force=True)
-
-    def scroll_to_cursor(self) -> None:
-        self._scroll_to_cursor()
 
     def cursor_visible(self) -> bool:
         """Whether the cursor's row is in view (not scrolled away with the wheel or the scrollbar)."""

@@ -16,11 +16,9 @@ import pytest
 from textual.widgets import Collapsible, Input, Static
 
 from r9k.r9kctl.tui.app import R9kApp
-from r9k.r9kctl.tui.confirm_screen import ConfirmScreen
-from r9k.r9kctl.tui.error_screen import ErrorScreen
+from r9k.r9kctl.tui.dialogs import ConfirmScreen, ErrorScreen, SaveAsScreen
 from r9k.r9kctl.tui.launch_screen import LaunchScreen
 from r9k.r9kctl.tui.main_screen import MainScreen
-from r9k.r9kctl.tui.save_as_screen import SaveAsScreen
 from r9k.r9kctl.tui.variant_table import COLUMNS, layout
 from r9k.registry.loader import load_registry
 
@@ -517,3 +515,22 @@ def test_a_terminal_closed_while_the_panel_starts_ends_it(tmp_path, after):
             os.waitpid(pid, 0)
         except (ProcessLookupError, ChildProcessError):
             pass
+
+
+def test_palette_actions_run(fx_workspace):
+    """A palette action on the main screen (toggle the detail pane) and one on the app (the theme) both run."""
+    async def scenario():
+        app = R9kApp(profile="fx-tp2", env={})
+        async with app.run_test(size=(200, 50)) as pilot:
+            await pilot.pause()
+            before, theme = app.screen.detail_open, app.theme
+            for command in ("Toggle detail pane", "Toggle light/dark theme"):
+                await pilot.press("ctrl+p")
+                await pilot.pause()
+                await pilot.press(*[("space" if ch == " " else ch) for ch in command])
+                await pilot.pause(0.5)
+                await pilot.press("enter")
+                await pilot.pause(0.5)
+            assert app.screen.detail_open is not before and app.theme != theme
+
+    run(scenario())

@@ -19,14 +19,10 @@ from r9k.registry.loader import load_registry
 from r9k.registry.memory import cost_if_toggled
 from r9k.registry.resolve import resolve
 from r9k.r9kctl.tui.app import R9kApp
-from r9k.r9kctl.tui.confirm_screen import ConfirmScreen
+from r9k.r9kctl.tui.dialogs import ConfirmScreen, ErrorScreen, HelpScreen, SaveAsScreen, ValueInputScreen
 from r9k.r9kctl.tui.diff_screen import DiffScreen
-from r9k.r9kctl.tui.error_screen import ErrorScreen
-from r9k.r9kctl.tui.help_screen import HelpScreen
 from r9k.r9kctl.tui.launch_screen import LaunchScreen
 from r9k.r9kctl.tui.main_screen import MainScreen
-from r9k.r9kctl.tui.save_as_screen import SaveAsScreen
-from r9k.r9kctl.tui.value_input import ValueInputScreen
 from r9k.r9kctl.tui.variant_table import VariantTable
 
 SIZE = (120, 40)
