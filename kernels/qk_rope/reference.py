@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..qsa_glue.reference import apply_rope, gemma_rmsnorm, mrope_selector
+from .._rope import apply_rope, gemma_rmsnorm, mrope_selector
 
 MROPE_SECTION = (11, 11, 10)
 ROPE_THETA = 1e7

@@ -3,7 +3,7 @@
 Grid (T, hq + hkv): a q-head program normalizes and ropes its head's q half and copies the gate half to the
 contiguous gate output; a k-head program normalizes and ropes its k head. Same rounding points as the stock
 ops (one bf16 rounding of the normed value, each rotary product and the sum rounded to nearest), shared with
-the indexer glue through :func:`r9k.kernels.qsa_glue.triton_kernel.norm_rope_row`.
+the indexer glue through :func:`r9k.kernels._triton.norm_rope.norm_rope_row`.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..qsa_glue.triton_kernel import _pos_args, norm_rope_row
+from .._triton.norm_rope import norm_rope_row, pos_args
 
 from .reference import MROPE_SECTION
 
@@ -54,7 +54,7 @@ def qk_norm_rope_gate(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch
                torch.empty((T, hkv * D), dtype=qkv.dtype, device=qkv.device),
                torch.empty((T, hq * D), dtype=qkv.dtype, device=qkv.device))
     q, k, g = out
-    pos, sp_row, sp_col, mode, s0, s1, s2 = _pos_args(positions, mrope_section, mrope_interleaved)
+    pos, sp_row, sp_col, mode, s0, s1, s2 = pos_args(positions, mrope_section, mrope_interleaved)
     half = cos_sin_cache.shape[-1] // 2
     if 2 * half > D or cos_sin_cache.stride(-1) != 1:
         raise ValueError("rotary dims must be <= head_dim and the cache's last dim contiguous")

@@ -6,7 +6,7 @@ points are the stock ones (see ``reference.py``): the normed value is rounded to
 is rounded to bf16 (to nearest for 1-D positions, by truncation for MRoPE positions when ``TRUNC``), and the sum
 to nearest. Only the fp32 order of the sum of squares differs from stock.
 
-``norm_rope_row`` is a ``triton.jit`` helper shared with ``r9k.kernels.qk_rope``.
+The row helper ``norm_rope_row`` lives in ``kernels/_triton/norm_rope.py`` (shared with ``qk_rope``).
 """
 from __future__ import annotations
 
@@ -14,66 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._triton.common import rne_bf16
-
-# Position modes (constexpr POS_MODE).
-POS_NONE, POS_1D, POS_MROPE_INTERLEAVED, POS_MROPE_CONCAT = 0, 1, 2, 3
-
-
-@triton.jit
-def _round_prod(v, TRUNC: tl.constexpr):
-    """fp32 -> bf16 (as fp32): to nearest even, or toward zero when TRUNC."""
-    if TRUNC:
-        return (v.to(tl.int32, bitcast=True) & -65536).to(tl.float32, bitcast=True)
-    else:
-        return rne_bf16(v)
-
-
-@triton.jit
-def norm_rope_row(x_row, o_row, w_ptr, pos_base, sp_row, cache_ptr, s_cache, D, HALF, eps, S0, S1, S2,
-                  BLOCK_D: tl.constexpr, BLOCK_HALF: tl.constexpr, POS_MODE: tl.constexpr, TRUNC: tl.constexpr):
-    """Norm (+ rotary) of one row: reads ``x_row[0:D]`` and writes ``o_row[0:D]`` (both element pointers).
-
-    pos_base: pointer to this token's position (row 0 for MRoPE); sp_row: stride between MRoPE position rows.
-    cache_ptr / s_cache: cos|sin cache and its row stride. S0, S1, S2: MRoPE sections (t, h, w).
-    """
-    d = tl.arange(0, BLOCK_D)
-    md = d < D
-    x = tl.load(x_row + d, mask=md, other=0.0).to(tl.float32)
-    r = tl.math.rsqrt(tl.sum(x * x, axis=0) / D + eps)
-    w1 = 1.0 + tl.load(w_ptr + d, mask=md, other=0.0).to(tl.float32)
-    y = rne_bf16(x * r * w1).to(tl.bfloat16)
-    if POS_MODE == 0:
-        tl.store(o_row + d, y, mask=md)
-    else:
-        # dims >= 2*HALF pass through from the norm
-        tl.store(o_row + d, y, mask=md & (d >= 2 * HALF))
-        j = tl.arange(0, BLOCK_HALF)
-        mj = j < HALF
-        x1 = tl.load(x_row + j, mask=mj, other=0.0).to(tl.float32)
-        x2 = tl.load(x_row + HALF + j, mask=mj, other=0.0).to(tl.float32)
-        wa = 1.0 + tl.load(w_ptr + j, mask=mj, other=0.0).to(tl.float32)
-        wb = 1.0 + tl.load(w_ptr + HALF + j, mask=mj, other=0.0).to(tl.float32)
-        y1 = rne_bf16(x1 * r * wa)
-        y2 = rne_bf16(x2 * r * wb)
-        if POS_MODE == 1:
-            pos = tl.load(pos_base)
-            crow = cache_ptr + pos * s_cache
-            cos = tl.load(crow + j, mask=mj, other=0.0).to(tl.float32)
-            sin = tl.load(crow + HALF + j, mask=mj, other=0.0).to(tl.float32)
-        else:
-            if POS_MODE == 2:
-                sel = tl.where((j % 3 == 1) & (j < 3 * S1), 1, tl.where((j % 3 == 2) & (j < 3 * S2), 2, 0))
-            else:
-                sel = tl.where(j < S0, 0, tl.where(j < S0 + S1, 1, 2))
-            pos = tl.load(pos_base + sel * sp_row, mask=mj, other=0)
-            crow = cache_ptr + pos * s_cache
-            cos = tl.load(crow + j, mask=mj, other=0.0).to(tl.float32)
-            sin = tl.load(crow + HALF + j, mask=mj, other=0.0).to(tl.float32)
-        o1 = _round_prod(y1 * cos, TRUNC) - _round_prod(y2 * sin, TRUNC)
-        o2 = _round_prod(y2 * cos, TRUNC) + _round_prod(y1 * sin, TRUNC)
-        tl.store(o_row + j, rne_bf16(o1).to(tl.bfloat16), mask=mj)
-        tl.store(o_row + HALF + j, rne_bf16(o2).to(tl.bfloat16), mask=mj)
+from .._triton.norm_rope import POS_MROPE_CONCAT, POS_MROPE_INTERLEAVED, POS_NONE, norm_rope_row, pos_args
 
 
 @triton.jit
@@ -86,19 +27,6 @@ def _gemma_norm_rope_kernel(x_ptr, w_ptr, out_ptr, pos_ptr, cache_ptr, H, D, HAL
     h = row % H
     norm_rope_row(x_ptr + t * sx_t + h * sx_h, out_ptr + t * so_t + h * so_h, w_ptr, pos_ptr + t * sp_col,
                   sp_row, cache_ptr, s_cache, D, HALF, eps, S0, S1, S2, BLOCK_D, BLOCK_HALF, POS_MODE, TRUNC)
-
-
-def _pos_args(positions, mrope_section, mrope_interleaved):
-    """(pos tensor, row stride, column stride, mode, S0, S1, S2) for the kernels."""
-    if positions is None:
-        return None, 0, 0, POS_NONE, 0, 0, 0
-    if positions.dim() == 1:
-        return positions, 0, positions.stride(0), POS_1D, 0, 0, 0
-    if positions.dim() != 2 or positions.shape[0] != 3 or mrope_section is None:
-        raise ValueError("positions must be [T] or [3, T] (the latter with mrope_section)")
-    s0, s1, s2 = (int(s) for s in mrope_section)
-    mode = POS_MROPE_INTERLEAVED if mrope_interleaved else POS_MROPE_CONCAT
-    return positions, positions.stride(0), positions.stride(1), mode, s0, s1, s2
 
 
 def gemma_norm_rope(x: torch.Tensor, weight: torch.Tensor, positions: torch.Tensor | None = None,
@@ -115,7 +43,7 @@ def gemma_norm_rope(x: torch.Tensor, weight: torch.Tensor, positions: torch.Tens
     T, H, D = x.shape
     if out is None:
         out = torch.empty((T, H, D), dtype=x.dtype, device=x.device)
-    pos, sp_row, sp_col, mode, s0, s1, s2 = _pos_args(positions, mrope_section, mrope_interleaved)
+    pos, sp_row, sp_col, mode, s0, s1, s2 = pos_args(positions, mrope_section, mrope_interleaved)
     if mode != POS_NONE:
         half = cos_sin_cache.shape[-1] // 2
         if 2 * half > D or cos_sin_cache.stride(-1) != 1:

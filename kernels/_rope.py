@@ -1,0 +1,95 @@
+"""Stock rotary and Gemma RMSNorm pieces shared by the ``qsa_glue`` and ``qk_rope`` references: vLLM's
+GemmaRMSNorm, the neox rotary (1-D or MRoPE, products rounded to nearest or truncated) and the MRoPE row selector.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def mrope_selector(half: int, sections, interleaved: bool) -> list[int]:
+    """Which position row (0 = t, 1 = h, 2 = w) each rotary half-dim j takes its cos/sin from.
+
+    Interleaved: row 1 where ``j % 3 == 1 and j < 3*s_h``, row 2 where ``j % 3 == 2 and j < 3*s_w``, else row 0.
+    Concatenated: row 0 for ``j < s_t``, row 1 for ``j < s_t + s_h``, else row 2.
+    """
+    s_t, s_h, s_w = (int(s) for s in sections)
+    sel = []
+    for j in range(half):
+        if interleaved:
+            if j % 3 == 1 and j < 3 * s_h:
+                sel.append(1)
+            elif j % 3 == 2 and j < 3 * s_w:
+                sel.append(2)
+            else:
+                sel.append(0)
+        else:
+            sel.append(0 if j < s_t else (1 if j < s_t + s_h else 2))
+    return sel
+
+
+_SELECTORS: dict = {}
+
+
+def _selector_tensor(half, sections, interleaved, device) -> torch.Tensor:
+    """The MRoPE row selector as a device tensor, made once per (shape, device): a host-to-device copy inside
+    the forward would break CUDA-graph capture."""
+    key = (half, tuple(int(s) for s in sections), bool(interleaved), str(device))
+    t = _SELECTORS.get(key)
+    if t is None:
+        t = torch.tensor(mrope_selector(half, sections, interleaved), device=device)
+        _SELECTORS[key] = t
+    return t
+
+
+def gemma_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """vLLM's GemmaRMSNorm.forward_static: ``bf16((x * rsqrt(mean(x^2) + eps)) * (1 + w))`` in fp32."""
+    orig = x.dtype
+    xf = x.float()
+    var = xf.pow(2).mean(dim=-1, keepdim=True)
+    xf = xf * torch.rsqrt(var + eps)
+    xf = xf * (1.0 + weight.float())
+    return xf.to(orig)
+
+
+def _trunc_bf16(v: torch.Tensor) -> torch.Tensor:
+    """Round an fp32 tensor to bf16 toward zero (drop the low 16 bits)."""
+    return (v.contiguous().view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)
+
+
+def apply_rope(y: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
+               mrope_section=None, mrope_interleaved: bool = True, truncate_mrope: bool = True) -> torch.Tensor:
+    """Neox rotary on the first ``rotary_dim = cos_sin_cache.shape[1]`` dims of ``y`` [T, H, D] (bf16).
+
+    positions: [T] (1-D) or [3, T] (MRoPE rows t, h, w; needs ``mrope_section``).
+    1-D: ``o1 = bf16(bf16(x1*cos) - bf16(x2*sin))``, ``o2 = bf16(bf16(x2*cos) + bf16(x1*sin))`` (torch bf16 ops).
+    MRoPE: cos/sin of half-dim j from row ``sel(j)``; with ``truncate_mrope`` the products are truncated to bf16
+    (vLLM's Triton MRoPE kernel on the original backend), otherwise rounded to nearest (vLLM's forward_native).
+    """
+    rot = cos_sin_cache.shape[-1]
+    half = rot // 2
+    x_rot, x_pass = y[..., :rot], y[..., rot:]
+    x1, x2 = torch.chunk(x_rot, 2, dim=-1)
+    if positions.dim() == 1:
+        cos_sin = cos_sin_cache.index_select(0, positions)
+        cos, sin = cos_sin.chunk(2, dim=-1)
+        cos = cos.unsqueeze(-2).to(y.dtype)
+        sin = sin.unsqueeze(-2).to(y.dtype)
+        o1 = x1 * cos - x2 * sin
+        o2 = x2 * cos + x1 * sin
+    else:
+        if mrope_section is None:
+            raise ValueError("3-row positions need mrope_section")
+        cos_sin = cos_sin_cache[positions]  # [3, T, rot]
+        cos, sin = cos_sin.chunk(2, dim=-1)  # [3, T, half]
+        sel = _selector_tensor(half, mrope_section, mrope_interleaved, y.device)
+        sel = sel.view(1, 1, half).expand(1, cos.shape[1], half)
+        cos = cos.gather(0, sel)[0].unsqueeze(-2).to(y.dtype)
+        sin = sin.gather(0, sel)[0].unsqueeze(-2).to(y.dtype)
+        if truncate_mrope:
+            x1f, x2f, cf, sf = x1.float(), x2.float(), cos.float(), sin.float()
+            o1 = (_trunc_bf16(x1f * cf).float() - _trunc_bf16(x2f * sf).float()).to(y.dtype)
+            o2 = (_trunc_bf16(x2f * cf).float() + _trunc_bf16(x1f * sf).float()).to(y.dtype)
+        else:
+            o1 = x1 * cos - x2 * sin
+            o2 = x2 * cos + x1 * sin
+    return torch.cat((torch.cat((o1, o2), dim=-1), x_pass), dim=-1)
