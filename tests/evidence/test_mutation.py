@@ -42,7 +42,8 @@ MUTANTS = [
      "to_bf16(acc * 1.01, INTERPRET), mask=out_mask)"),
     ("fp8_block_fused_act_quant", "fp8_block", "q = to_e4m3(x * r[:, None], INTERPRET)",
      "q = to_e4m3(x * r[:, None] * 1.01, INTERPRET)"),
-    ("qsa_indexer_glue", "qsa_glue", "rne_bf16(o1).to(tl.bfloat16)", "rne_bf16(o1 * 1.01).to(tl.bfloat16)"),
+    ("qsa_indexer_glue", "r9k.kernels._triton.norm_rope", "rne_bf16(o1).to(tl.bfloat16)",
+     "rne_bf16(o1 * 1.01).to(tl.bfloat16)"),
     ("fused_qk_norm_rope", "qk_rope", "tl.store(g_ptr + t * s_g + h * D + d, gv, mask=md)",
      "tl.store(g_ptr + t * s_g + h * D + d, gv * 1.01, mask=md)"),
     # the GEMM's epilogue (kernels/shared_expert/blocks.py: the building blocks; on the CPU the stock path
@@ -85,7 +86,8 @@ STOCK_MUTANTS = {
 }
 
 # The same machinery with a mutation that changes nothing: the gate must pass.
-CONTROL = ("qsa_indexer_glue", "qsa_glue", "rne_bf16(o1).to(tl.bfloat16)", "rne_bf16(o1).to(tl.bfloat16)")
+CONTROL = ("qsa_indexer_glue", "r9k.kernels._triton.norm_rope", "rne_bf16(o1).to(tl.bfloat16)",
+           "rne_bf16(o1).to(tl.bfloat16)")
 
 
 #: The all-reduce variants' gates run their schedules in spawned gloo ranks (worker processes that import the
