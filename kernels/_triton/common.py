@@ -29,6 +29,14 @@ def use_triton(t) -> bool:
     return t.is_cuda or INTERPRETED
 
 
+def interpreted_tile(n: int, cap: int = 1024) -> int:
+    """The tile a default launch config takes under the CPU interpreter: as wide as ``n`` (a power of two, at
+    most ``cap``). The interpreter runs programs one after another and pays per program and per operation, not
+    per byte, so one wide program costs a fraction of the ~128 narrow ones (split-K included) sized for a GPU's
+    SMs; the kernels' tests pin the GPU's narrow and split configs explicitly."""
+    return min(triton.next_power_of_2(n), cap)
+
+
 @triton.jit
 def rne_bf16(v):
     """Round fp32 to the nearest-even bf16 value, returned as fp32 (exact in bf16).

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from . import tuned
-from .common import INTERPRETED, dot_bf16, to_bf16
+from .common import INTERPRETED, dot_bf16, interpreted_tile, to_bf16
 from .counters import arrival_counters
 from .pdl import gdc_launch_dependents, gdc_wait, pdl_enabled, prefetch_l2
 
@@ -131,6 +131,8 @@ def default_skinny_config(n: int, k: int) -> tuple[int, int, int, int, int]:
     """(BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages) for a skinny GEMM of N x K: the H200
     sweep's winner for this shape if recorded, else ~130-260 programs (132 SMs), each streaming a few
     tens of KB of weight."""
+    if INTERPRETED:
+        return interpreted_tile(n), interpreted_tile(k), 1, 4, 3
     cfg = TUNED.get("skinny", {}).get(f"{n}x{k}")
     if cfg:
         return tuple(cfg)

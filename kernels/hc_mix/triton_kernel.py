@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from .._triton import tuned
-from .._triton.common import INTERPRETED, dot_bf16, to_bf16
+from .._triton.common import INTERPRETED, dot_bf16, interpreted_tile, to_bf16
 from .._triton.common import use_triton
 from .._triton.skinny_gemm import BLOCK_M, skinny_gemm
 
@@ -114,7 +114,8 @@ def _up_mix(lora, w_up, up_scale, xn, out, hc_count, config=None):
     assert lora.stride(1) == 1 and xn.stride(1) == 1
     if out is None:
         out = torch.empty((M, hd), dtype=torch.bfloat16, device=xn.device)
-    block_d, block_r, warps, stages, *rest = config or UP_CONFIG
+    interp = (interpreted_tile(hd, 256), interpreted_tile(R), 4, 3) if INTERPRETED else None
+    block_d, block_r, warps, stages, *rest = config or interp or UP_CONFIG
     unroll = triton.cdiv(R, block_r) if (rest and rest[0]) else 0
     hc_up_mix_kernel[(triton.cdiv(hd, block_d),)](
         lora, lora.stride(0), w_up, up_scale if up_scale is not None else w_up, xn, xn.stride(0),

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._triton.common import rne_bf16
+from .._triton.common import INTERPRETED, interpreted_tile, rne_bf16
 from .._triton.counters import arrival_counters
 
 
@@ -142,7 +142,9 @@ def _mxfp4_gemm_kernel(a_ptr, sa_ptr, w_ptr, ws_ptr, g_ptr, o_ptr, part_ptr, cnt
 def _gemm_config(M, N, K):
     """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K) for decode widths. The e2m1 decode is integer
     work proportional to the weight, so the weight is spread over ~100+ programs: narrow N tiles, and split-K
-    for the 2560-deep gate_up GEMM (whose N is only 320 / 640)."""
+    for the 2560-deep gate_up GEMM (whose N is only 320 / 640); under the interpreter one wide tile."""
+    if INTERPRETED:
+        return 16, interpreted_tile(N, 256), max(64, interpreted_tile(K)), 4, 2, 1
     block_k = 256 if K >= 256 else max(64, triton.next_power_of_2(K))
     block_n = 16 if N <= 1024 else 32
     n_tiles = triton.cdiv(N, block_n) * triton.cdiv(M, 16)
