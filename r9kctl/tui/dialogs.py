@@ -16,7 +16,7 @@ from textual.widgets.option_list import Option
 from ...registry.profile_io import PROFILE_NAME_RE
 from ...registry.schema import Variant
 from .session import Session
-from .validation_panel import diagnostic_text
+from .panels import diagnostic_text
 
 DESTRUCTIVE = ("error", "warning")
 

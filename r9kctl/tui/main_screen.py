@@ -13,15 +13,11 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from ...registry.errors import RegistryError
-
-from .budget_panel import BudgetPanel
-from .detail_pane import DetailPane
-from .filter_bar import FilterBar, Filters
+from ...registry.profile_io import ProfileConflict
+from .panels import BudgetPanel, DetailPane, FilterBar, Filters, ValidationPanel
 from .picker import Picker
 from .session import EditError, Session
-from .validation_panel import ValidationPanel
 from .variant_table import VariantTable
-from ...registry.profile_io import ProfileConflict
 
 NARROW = 150  # below this width the detail pane replaces the table instead of sitting beside it
 TINY = 100  # below this width the budget panel narrows (the validation line keeps room)
@@ -53,6 +49,7 @@ class MainScreen(Screen):
         self.filters = Filters()
         self.detail_open = True
         self._sized = False
+        self._pending_jump: Optional[str] = None  # a jump asked for while the palette covered this screen
         self.last_toggle_ms: Optional[float] = None  # re-validate + redraw of the last change (bench)
         self.last_toggle_cpu_ms: Optional[float] = None  # the same in CPU time of this process
 
@@ -107,8 +104,6 @@ class MainScreen(Screen):
 
     def on_resize(self, event) -> None:
         self._layout_for(event.size.width)
-
-    _pending_jump: Optional[str] = None
 
     def on_screen_resume(self) -> None:
         if self._pending_jump is not None:
@@ -176,12 +171,12 @@ class MainScreen(Screen):
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "search":
             self.filters = self.query_one(FilterBar).filters()
-            self.query_one(VariantTable).fill(self.s, self.filters.apply(self.s))
+            self.table.fill(self.s, self.filters.apply(self.s))
             self.show_detail()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "search":
-            self.query_one(VariantTable).focus()
+            self.table.focus()
 
     def on_picker_changed(self, event: Picker.Changed) -> None:
         sel = event.picker
@@ -228,15 +223,11 @@ class MainScreen(Screen):
         if self.app.screen is not self:  # the palette is still open: a screen in the background does not
             self._pending_jump = vid  # lay out, so it could not scroll; jump when it is shown again
             return
-        table = self.query_one(VariantTable)
+        table = self.table
         if not table.jump_to(vid):
-            # hidden by the filters: clear them, then jump
-            bar = self.query_one(FilterBar)
             cleared = self.filters.describe()
             with self.prevent(Input.Changed):
-                bar.query_one("#search", Input).value = ""
-            for picker in bar.query(Picker):
-                picker.value = None
+                self.query_one(FilterBar).clear()
             self.filters = Filters()
             table.fill(self.s, self.filters.apply(self.s))
             table.jump_to(vid)
@@ -285,7 +276,7 @@ class MainScreen(Screen):
             self.notify(f"{env} sets this knob: it wins over the profile's value", severity="warning")
 
     def action_edit(self) -> None:
-        vid = self.query_one(VariantTable).current_variant()
+        vid = self.table.current_variant()
         if vid is None:
             return
         from .dialogs import ValueInputScreen
@@ -298,7 +289,7 @@ class MainScreen(Screen):
         self.app.push_screen(ValueInputScreen(self.s.reg.variants[vid], self.s.rs.items[vid].value), done)
 
     def action_reset(self) -> None:
-        vid = self.query_one(VariantTable).current_variant()
+        vid = self.table.current_variant()
         if vid is not None:
             self._apply(lambda: self.s.reset(vid))
 
@@ -309,7 +300,7 @@ class MainScreen(Screen):
         inp = self.query_one("#search", Input)
         if inp.value:
             inp.value = ""
-        self.query_one(VariantTable).focus()
+        self.table.focus()
 
     def action_pick_profile(self) -> None:
         self.query_one("#profile", Picker).action_open()
@@ -326,7 +317,7 @@ class MainScreen(Screen):
         self.set_class(self.detail_open, "-detail-open")
         self.show_detail()
         if not (self.detail_open and self.has_class("-narrow")):
-            self.query_one(VariantTable).focus()
+            self.table.focus()
 
     def action_problems(self) -> None:
         from .dialogs import ProblemsScreen
@@ -487,7 +478,7 @@ class MainScreen(Screen):
     def after_editor(self, changed: bool) -> None:
         """Back from the editor: reload (keeping other profiles' edits) and show what validation says."""
         s = self.s
-        if not self._reloaded(s.reload_keeping_other_edits):
+        if not self._reloaded(lambda: s.reload(keep_others=True)):
             return
         ne, nw = len(s.report.errors), len(s.report.warnings)
         what = "reloaded" if changed else "unchanged"

@@ -1,10 +1,7 @@
-"""The control panel's editing state, without any widget: which profile and TP size are shown, the
-unsaved edits, and the resolved set, validation report and memory budget that follow from them.
-
-Everything is computed by the core (``resolve``, ``check_profile``, ``budget``, ``diff``, ``describe``,
-``plan_launch``); this module only decides *what* to ask. Edits are applied to a copy of the profile
-(``Profile.knobs``) inside a shallow copy of the registry, then the profile is re-resolved, so an edited
-knob's provenance is the profile layer, as it will be once saved.
+"""The control panel's editing state, without any widget: the profile and TP size shown, the unsaved
+edits, and the resolved set, validation report and memory budget the core computes from them. Edits are
+applied to a copy of the profile inside a shallow copy of the registry, so an edited knob's provenance is
+the profile layer, as it will be once saved.
 """
 from __future__ import annotations
 
@@ -25,8 +22,6 @@ from ...registry.ledger import platform_matches
 
 REMOVED = object()  # an edit that deletes the profile's own key (the inherited value applies again)
 UNSAVED = "unsaved edit"
-
-
 UNDO_DEPTH = 200
 
 
@@ -44,9 +39,8 @@ class Snapshot:
 
 
 def toml_value(v, value: str) -> object:
-    """A canonical value as the TOML value it is declared as: a bool knob as 0/1 (as the README writes
-    it), an int as an integer, a float as a float; enums, strings, paths, special words ("auto") and ''
-    as strings."""
+    """A canonical value as the TOML value it is declared as: a bool as 0/1, an int or a float as a number;
+    enums, strings, paths, special words ("auto") and '' as strings."""
     if value == "" or value in v.special:
         return value
     try:
@@ -111,22 +105,19 @@ class Session:
         self._files: dict[str, tuple[Path, bytes, Optional[int]]] = {}
         self.sets = dict(sets or {})  # --set KNOB=VALUE: the override layer, above every edit
         self.profile_dirs = profile_dirs
-        self.registry_report = Report()
+        self.registry_report, self.gates = Report(), None
         # deferred: the first frame shows the resolved values and the budget; the checks (the registry's,
         # the gate ledger's ~150 ms of source hashing, the profile's) follow at once (finish_validation)
         self.validated = not defer_validation
-        self.gates = None
         if self.validated:
-            check_registry(reg, self.registry_report)
-            self.gates = load_gate_states(reg)
+            self._check_registry()
         self.edits: dict[str, dict[str, object]] = {}  # profile -> variant id -> value | REMOVED
         self.docs: dict[str, object] = {}  # profile -> ProfileDocument (made when first saved)
-        # undo / redo: what the edits were before each change (see :meth:`undo`); a save starts afresh
+        # undo / redo: what the edits were before each change; a save starts afresh
         self.undo_stack: list[Snapshot] = []
         self.redo_stack: list[Snapshot] = []
         self.extra_args: list[str] = []  # extra vllm serve arguments for a launch (the launch screen's field)
-        # called with this session after every change of the edits (the panel's journal: recovery.journal)
-        self.journal = None
+        self.journal = None  # called with this session after every change of the edits (recovery.journal)
         self._capture_files()
         self.profile = profile if profile in reg.profiles else (self.closest_profile(profile) or self.default_profile())
         self.tp_choice = tp  # None: the profile's own TP size
@@ -180,12 +171,14 @@ class Session:
             except OSError:
                 continue
 
-    def reload(self) -> None:
-        """Reload everything from disk, dropping the edits (raises RegistryError); undo brings the
-        edits back onto what was read."""
-        before = self.snapshot("reload")
-        self._reload_keep({})
-        if any(before.edits.values()):
+    def reload(self, keep_others: bool = False) -> None:
+        """Reload everything from disk (raises RegistryError), dropping the edits; ``keep_others`` (the current
+        profile's file was edited in $EDITOR) keeps the other profiles' edits. Undo brings back what was dropped
+        onto what was read."""
+        before = self.snapshot("edit in $EDITOR" if keep_others else "reload")
+        kept = self._other_edits() if keep_others else {}
+        self._reload_keep(kept)
+        if before.edits != kept:
             self._push_undo(before)
 
     # ------------------------------------------------------------------------------ undo / redo
@@ -222,8 +215,7 @@ class Session:
         return self._step(self.redo_stack, self.undo_stack)
 
     def _step(self, take: list, keep: list) -> Optional[str]:
-        """Restore the last snapshot of ``take``; the state it replaces goes on ``keep`` (undo and redo,
-        mirrored)."""
+        """Restore the last snapshot of ``take``; the state it replaces goes on ``keep``."""
         if not take:
             return None
         snap = take.pop()
@@ -286,46 +278,37 @@ class Session:
     def current_edits(self) -> dict[str, object]:
         return self.edits.setdefault(self.profile, {})
 
-    def has_edits(self, profile: Optional[str] = None) -> bool:
-        return bool(self.edits.get(profile or self.profile))
+    def has_edits(self) -> bool:
+        return bool(self.edits.get(self.profile))
 
-    def saved_knobs(self, profile: Optional[str] = None) -> dict:
-        return dict(self.reg.profiles[profile or self.profile].knobs)
+    def saved_knobs(self) -> dict:
+        return dict(self.reg.profiles[self.profile].knobs)
 
-    def key_for(self, vid: str, profile: Optional[str] = None) -> str:
+    def key_for(self, vid: str) -> str:
         """The key the profile file uses for a variant (its knob, id or alias), or the knob if none."""
-        for key in self.saved_knobs(profile):
+        for key in self.saved_knobs():
             v = self.reg.find_variant(key)
             if v is not None and v.id == vid:
                 return key
         return self.reg.variants[vid].knob
 
-    def edited_knobs(self, profile: Optional[str] = None) -> dict:
-        name = profile or self.profile
-        knobs = self.saved_knobs(name)
-        for vid, val in self.edits.get(name, {}).items():
-            key = self.key_for(vid, name)
+    def edited_knobs(self) -> dict:
+        knobs = self.saved_knobs()
+        for vid, val in self.edits.get(self.profile, {}).items():
             if val is REMOVED:
-                knobs.pop(key, None)
+                knobs.pop(self.key_for(vid), None)
             else:
-                knobs[key] = val
+                knobs[self.key_for(vid)] = val
         return knobs
 
     def edited_registry(self, alias: Optional[str] = None) -> Registry:
         """The registry with the current profile's edits applied (to a copy of the profile). With
         ``alias``, the edited profile is added under that name and the saved one kept (for diffs)."""
-        edits = self.edits.get(self.profile)
-        if not edits and alias is None:
+        if not self.edits.get(self.profile) and alias is None:
             return self.reg
-        prof = self.reg.profiles[self.profile]
-        update: dict = {"knobs": self.edited_knobs()}
-        profiles = dict(self.reg.profiles)
-        if alias is None:
-            profiles[self.profile] = prof.model_copy(update=update)
-        else:
-            update["name"] = alias
-            profiles[alias] = prof.model_copy(update=update)
-        return dataclasses.replace(self.reg, profiles=profiles)
+        name = alias or self.profile
+        edited = self.reg.profiles[self.profile].model_copy(update={"knobs": self.edited_knobs(), "name": name})
+        return dataclasses.replace(self.reg, profiles={**self.reg.profiles, name: edited})
 
     def inherited_value(self, vid: str) -> Optional[str]:
         """The value the profile chain gives a variant without this profile's own key (no env)."""
@@ -349,20 +332,17 @@ class Session:
             raise EditError(f"{v.knob}={raw!r}: {exc} (allowed: {v.allowed_text()})") from None
         key = self.key_for(vid)
         saved = self.saved_knobs()
-        edits = self.current_edits
         if key in saved:
             try:
                 same = v.normalize(saved[key]) == value
             except ValueError:
                 same = False
-            if same:
-                edits.pop(vid, None)
-            else:
-                edits[vid] = value
-        elif value == self.inherited_value(vid):
-            edits.pop(vid, None)
         else:
-            edits[vid] = value
+            same = value == self.inherited_value(vid)
+        if same:
+            self.current_edits.pop(vid, None)
+        else:
+            self.current_edits[vid] = value
         self.recompute()
         return value
 
@@ -371,12 +351,10 @@ class Session:
         self._edit(f"reset {self.reg.variants[vid].knob}", lambda: self._reset(vid))
 
     def _reset(self, vid: str) -> None:
-        key = self.key_for(vid)
-        edits = self.current_edits
-        if key in self.saved_knobs():
-            edits[vid] = REMOVED
+        if self.key_for(vid) in self.saved_knobs():
+            self.current_edits[vid] = REMOVED
         else:
-            edits.pop(vid, None)
+            self.current_edits.pop(vid, None)
         self.recompute()
 
     def next_value(self, vid: str) -> Optional[str]:
@@ -394,9 +372,7 @@ class Session:
 
     def cycle(self, vid: str) -> Optional[str]:
         nxt = self.next_value(vid)
-        if nxt is None:
-            return None
-        return self.set_value(vid, nxt)
+        return None if nxt is None else self.set_value(vid, nxt)
 
     def env_overrides(self, vid: str) -> Optional[str]:
         """What hides the profile's value of a variant (an environment variable or --set), if anything."""
@@ -415,9 +391,13 @@ class Session:
         if self.validated:
             return
         self.validated = True
+        self._check_registry()
+        self._switched()
+
+    def _check_registry(self) -> None:
+        self.registry_report = Report()
         check_registry(self.reg, self.registry_report)
         self.gates = load_gate_states(self.reg)
-        self._switched()
 
     def recompute(self) -> None:
         """Re-resolve and re-validate (a few milliseconds with the shipped registry)."""
@@ -446,7 +426,6 @@ class Session:
             kv = self.budget.kv_tokens
             if not self.kv_history or self.kv_history[-1] != kv:
                 self.kv_history.append(kv)
-
         if self.journal is not None:
             self.journal(self)
 
@@ -476,11 +455,8 @@ class Session:
         st = self.gates.get(vid)
         if st is None:
             return "-" if not (self.reg.variants[vid].gate and self.reg.variants[vid].gate.tests) else "?"
-        if not hasattr(st, "on"):
-            return getattr(st, "state", str(st))
-        # The state on the profile's platform; "fresh*": only imported evidence (unverified), "none": no
+        # the state on the profile's platform; "fresh*": only imported evidence (unverified), "none": no
         # record on that platform (the detail pane has the full line)
-
         plat = self.rs.platform
         state, _ = st.on(plat)
         if state == "missing" and plat and st.per_platform and \
@@ -583,27 +559,15 @@ class Session:
         self.undo_stack.clear()
         self.redo_stack.clear()
 
-    def reload_keeping_other_edits(self) -> None:
-        """Reload from disk after the current profile's file was edited elsewhere ($EDITOR); the other
-        profiles' unsaved edits stay (their files are re-read too: a save of theirs still detects a
-        change made meanwhile)."""
-        before = self.snapshot("edit in $EDITOR")
-        self._reload_keep(self._other_edits())
-        if before.edits.get(before.profile):
-            self._push_undo(before)
-
     def _reload_keep(self, edits: dict) -> None:
         """Read the registry and the profile files again; ``edits`` (profile -> its edits) are kept where
         their profile still exists, every other edit is dropped."""
-        reg = load_registry(self.root, self.profile_dirs, broken_profiles="raise")
-        self.reg = reg
-        self.registry_report = Report()
-        check_registry(reg, self.registry_report)
-        self.gates = load_gate_states(reg)
+        self.reg = load_registry(self.root, self.profile_dirs, broken_profiles="raise")
+        self._check_registry()
         self.docs.clear()
         self._capture_files()
-        self.edits = {p: e for p, e in edits.items() if p in reg.profiles}
-        if self.profile not in reg.profiles:
+        self.edits = {p: e for p, e in edits.items() if p in self.reg.profiles}
+        if self.profile not in self.reg.profiles:
             self.profile = self.default_profile()
         self._switched()
 
