@@ -223,7 +223,7 @@ class R9kApp(App):
 
     def _catch_hangup(self) -> None:
         """A closed terminal (SIGHUP) or a kill (SIGTERM) cannot be asked: the unsaved edits go to a
-        recovery file, restored as unsaved edits at the next start (recovery.py)."""
+        recovery file, restored as unsaved edits at the next start (session.journal)."""
         import asyncio
         import signal
 
@@ -237,7 +237,7 @@ class R9kApp(App):
     def _hang_up(self) -> None:
         import threading
 
-        from .recovery import write_recovery
+        from .session import write_recovery
 
         if self.session is not None:
             write_recovery(self.session)
@@ -252,7 +252,7 @@ class R9kApp(App):
         """Every way out: one that asked (or had nothing to ask) leaves no journal to restore; a hang-up
         (return code 129) keeps it for the next start."""
         if return_code != 129 and self.session is not None and self.session.journal is not None:
-            from .recovery import clear_journal
+            from .session import clear_journal
 
             self.session.journal = None
             clear_journal()
@@ -306,7 +306,7 @@ class R9kApp(App):
         self.edit_file(Path(files[0]), then=lambda _changed: self.load())
 
     def load(self) -> None:
-        from .session import Session
+        from .session import Session, journal, restore_recovery
 
         try:
             self.session = Session.open(self.start_profile, self.start_tp, self.env, self.sets,
@@ -320,7 +320,6 @@ class R9kApp(App):
                         + (" (the closest name)" if self.session.closest_profile(self.start_profile) else ""),
                         severity="warning")
         from .main_screen import MainScreen
-        from .recovery import journal, restore_recovery
 
         restored = restore_recovery(self.session)
         self.session.journal = journal  # every edit from here on is on disk at once (a kill -9 loses none)

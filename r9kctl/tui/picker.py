@@ -1,9 +1,6 @@
 """A one-line picker (profile, TP size, filters, diff sides): shows the choice; enter, space or a click
-opens a small list with a filter box (type to narrow, enter to choose, escape to keep the choice).
-
-One widget instead of Textual's ``Select`` (four widgets, with its overlay list built up front): the
-main screen has five pickers, and fewer widgets is a faster first frame.
-"""
+opens a small list with a filter box (type to narrow, enter to choose, escape to keep the choice). One
+widget instead of Textual's ``Select`` (four, its overlay list built up front): a faster first frame."""
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence

@@ -2,15 +2,25 @@
 edits, and the resolved set, validation report and memory budget the core computes from them. Edits are
 applied to a copy of the profile inside a shallow copy of the registry, so an edited knob's provenance is
 the profile layer, as it will be once saved.
+
+The unsaved edits of a panel that could not ask before it ended (the terminal was closed: SIGHUP, a SIGTERM,
+or a ``kill -9`` that nothing can catch) are in ``tui-recovery.json`` in the cache directory, a journal
+rewritten atomically after every change of the edits (removed when none are left or the panel ends by
+asking) and restored as unsaved edits at the next start, so that no way out loses an edit. It holds variant
+id -> canonical value (null: the profile's key removed), per profile; restored edits go through
+``Session.set_value`` / ``reset`` (re-checked, undoable).
 """
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Mapping, Optional
 
+from ...registry.envvars import cache_dir
 from ...registry.errors import Diagnostic
 from ...registry.loader import Registry, default_profile_dirs, load_registry
 from ...registry.memory import Budget, VariantCost, budget, cost_if_toggled
@@ -117,7 +127,7 @@ class Session:
         self.undo_stack: list[Snapshot] = []
         self.redo_stack: list[Snapshot] = []
         self.extra_args: list[str] = []  # extra vllm serve arguments for a launch (the launch screen's field)
-        self.journal = None  # called with this session after every change of the edits (recovery.journal)
+        self.journal = None  # called with this session after every change of the edits (journal, below)
         self._capture_files()
         self.profile = profile if profile in reg.profiles else (self.closest_profile(profile) or self.default_profile())
         self.tp_choice = tp  # None: the profile's own TP size
@@ -477,10 +487,10 @@ class Session:
     def profile_path(self, name: Optional[str] = None) -> Optional[Path]:
         return find_profile_file(name or self.profile, self.profile_dirs_now())
 
-    def document(self, name: Optional[str] = None):
+    def document(self):
         """The profile's file for round-trip editing, as it was when the registry was loaded (a save
         then refuses a file that changed on disk since)."""
-        name = name or self.profile
+        name = self.profile
         doc = self.docs.get(name)
         if doc is None:
             if name in self._files:
@@ -516,8 +526,6 @@ class Session:
             self.docs.pop(self.profile, None)
             raise
         self._reload_after_save(self.profile)
-        if self.journal is not None:
-            self.journal(self)
         return doc.path
 
     def save_as_target(self) -> Path:
@@ -585,3 +593,80 @@ class Session:
 
         return plan_launch(self.edited_registry(), self.profile, tp=self.tp_choice, env=self.env, sets=self.sets,
                            extra_args=list(self.extra_args), write_manifest=final, build_model=final)
+
+
+# ------------------------------------------------------------------------------ the recovery journal
+
+def recovery_path() -> Path:
+    return cache_dir() / "tui-recovery.json"
+
+
+def _edits(s: Session) -> dict:
+    return {p: {vid: (None if v is REMOVED else str(v)) for vid, v in e.items()} for p, e in s.edits.items() if e}
+
+
+def journal(s: Session) -> None:
+    """After every change (``Session.journal``): the edits on disk, or no file when there are none."""
+    edits = _edits(s)
+    state = (s.profile, repr(edits))
+    if getattr(s, "_journaled", None) == state:
+        return
+    if edits:
+        if write_recovery(s) is None:
+            return  # not written (a read-only cache): try again at the next change
+    else:
+        clear_journal()
+    s._journaled = state
+
+
+def clear_journal() -> None:
+    """The panel ended by asking (or the edits were saved): nothing to restore next time."""
+    try:
+        recovery_path().unlink()
+    except OSError:
+        pass
+
+
+def write_recovery(s: Session) -> Optional[Path]:
+    edits = _edits(s)
+    if not edits:
+        return None
+    path = recovery_path()
+    try:
+        from ...registry.profile_io import atomic_write
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps({"written": time.time(), "profile": s.profile, "edits": edits}, indent=1))
+    except OSError:
+        return None
+    return path
+
+
+def restore_recovery(s: Session) -> int:
+    """Apply the recovery file's edits (then delete it); returns how many were restored."""
+    path = recovery_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    n = 0
+    start = data["profile"] if data.get("profile") in s.reg.profiles else s.profile
+    for profile, edits in (data.get("edits") or {}).items():
+        if profile not in s.reg.profiles or not isinstance(edits, dict):
+            continue
+        s.set_profile(profile)
+        for vid, value in edits.items():
+            if vid not in s.reg.variants:
+                continue
+            try:
+                if value is None:
+                    s.reset(vid)
+                else:
+                    s.set_value(vid, value)
+                n += 1
+            except EditError:
+                continue
+    if s.profile != start:
+        s.set_profile(start)
+    clear_journal()
+    return n
