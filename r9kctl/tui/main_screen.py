@@ -14,8 +14,7 @@ from textual.widgets import Footer, Input, Static
 
 from ...registry.errors import RegistryError
 from ...registry.profile_io import ProfileConflict
-from .panels import BudgetPanel, DetailPane, FilterBar, Filters, ValidationPanel
-from .picker import Picker
+from .panels import BudgetPanel, DetailPane, FilterBar, Filters, Picker, ValidationPanel
 from .session import EditError, Session
 from .variant_table import VariantTable
 
@@ -115,13 +114,10 @@ class MainScreen(Screen):
         if narrow and (not self._sized or not self.has_class("-narrow")):
             # starting narrow, or shrinking to narrow: the pane closes (it would replace the table)
             self.detail_open = False
-        if narrow != self.has_class("-narrow"):
-            self.set_class(narrow, "-narrow")
-        if (width < TINY) != self.has_class("-tiny"):
-            self.set_class(width < TINY, "-tiny")
+        self.set_class(narrow, "-narrow")  # (a class already so is no restyle)
+        self.set_class(width < TINY, "-tiny")
+        self.set_class(self.detail_open, "-detail-open")
         self._sized = True
-        if self.detail_open != self.has_class("-detail-open"):
-            self.set_class(self.detail_open, "-detail-open")
 
     # ------------------------------------------------------------------------------ redraw
 
