@@ -13,6 +13,7 @@ from textual import events
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
+from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Input, OptionList, Static
@@ -95,6 +96,7 @@ class Picker(Widget, can_focus=True):
     Picker:focus { background: $block-cursor-background; color: $block-cursor-foreground; }
     """
     BINDINGS = [Binding("enter,space", "open", "Choose", show=False)]
+    value: reactive[Any] = reactive(None, layout=True, init=False)  # set by the program: no Changed
 
     class Changed(Message):
         def __init__(self, picker: "Picker", value: Any) -> None:
@@ -110,28 +112,18 @@ class Picker(Widget, can_focus=True):
         super().__init__(**kw)
         self.label = label
         self._options = list(options)
-        self._value = value
-
-    @property
-    def value(self) -> Any:
-        return self._value
-
-    @value.setter
-    def value(self, value: Any) -> None:
-        """Set without posting Changed (the program, not the user, chose)."""
-        self._value = value
-        self.refresh(layout=True)
+        self.set_reactive(Picker.value, value)
 
     def set_options(self, options: Options, value: Any = None) -> None:
         self._options = list(options)
-        self._value = value
-        self.refresh(layout=True)
+        self.value = value
+        self.refresh(layout=True)  # the same value may have another label now
 
     def _shown(self) -> str:
         for label, v in self._options:
-            if v == self._value:
+            if v == self.value:
                 return label
-        return "all" if self._value is None else str(self._value)
+        return "all" if self.value is None else str(self.value)
 
     def render(self) -> Text:
         return Text.assemble((f"{self.label} ", "dim"), self._shown(), " ▾")
@@ -144,14 +136,13 @@ class Picker(Widget, can_focus=True):
 
     def action_open(self) -> None:
         values = [v for _l, v in self._options]
-        cur = values.index(self._value) if self._value in values else 0
+        cur = values.index(self.value) if self.value in values else 0
 
         def done(idx: Optional[int]) -> None:
             if idx is None:
                 return
-            self._value = self._options[idx][1]
-            self.refresh(layout=True)
-            self.post_message(self.Changed(self, self._value))
+            self.value = self._options[idx][1]
+            self.post_message(self.Changed(self, self.value))
 
         self.app.push_screen(PickerScreen(f"Choose {self.label}", self._options, cur), done)
 
@@ -373,11 +364,7 @@ class ValidationPanel(Vertical):
             title = Text.assemble((f"✗ {ne} error(s)" if ne else "✓ no errors", "bold red" if ne else "bold green"),
                                   "  ", (f"{nw} warning(s)", "yellow" if nw else "dim"), ("   v: all problems", "dim"))
         self.title_widget.update(title, layout=False)
-        body = Text()
-        for n, d in enumerate(diags):
-            if n:
-                body.append("\n")
-            body.append_text(diagnostic_text(d, s.reg.variants))
+        body = Text("\n").join(diagnostic_text(d, s.reg.variants) for d in diags)
         self.body_widget.update(body, layout=False)  # fixed height (app.tcss): cropped, not reflowed
         self.set_class(bool(ne), "-errors")
 
@@ -481,11 +468,8 @@ class BudgetPanel(Vertical):
             return
         legend(t, ("blue", f"weights {fmt_bytes(b.weights):<11}"), ("grey50", f"overhead {fmt_bytes(b.overhead)}\n"),
                ("magenta", f"variants {fmt_bytes(b.variant_bytes):<11} "), ("green", f"KV {kv_text}\n"))
-        if b.kv_pool_separate:
-            t.append(f"KV: its own pool; the rest of {fmt_bytes(cap)} usable ({b.utilization:g} x "
-                     f"{fmt_bytes(b.memory_bytes)})", "dim")
-        else:
-            t.append(f"of {fmt_bytes(cap)} usable ({b.utilization:g} x {fmt_bytes(b.memory_bytes)})", "dim")
+        usable = f"{fmt_bytes(cap)} usable ({b.utilization:g} x {fmt_bytes(b.memory_bytes)})"
+        t.append(("KV: its own pool; the rest of " if b.kv_pool_separate else "of ") + usable, "dim")
         if len(s.kv_history) > 1:
             t.append("\nKV over the edits ", "dim")
             t.append(spark(s.kv_history[-(width - 18):]), "green")

@@ -26,7 +26,7 @@ from ...registry.loader import Registry, default_profile_dirs, load_registry
 from ...registry.memory import Budget, VariantCost, budget, cost_if_toggled
 from ...registry.origin import Origin
 from ...registry.resolve import ResolvedSet, resolve
-from ...registry.validate import Report, check_profile, check_registry
+from ...registry.validate import Report, check_profile, check_registry, gate_states
 from ...registry.profile_io import find_profile_file, ProfileDocument, save_as
 from ...registry.ledger import platform_matches
 
@@ -94,8 +94,6 @@ def load_gate_states(reg: Registry) -> Optional[dict]:
     re-validating on a toggle does not re-hash sources); None where the ledger cannot be read (the column
     then shows '-'; validation says why)."""
     try:
-        from ...registry.validate import gate_states
-
         return gate_states(reg)
     except Exception:  # noqa: BLE001 - check_profile reports the unreadable ledger itself
         return None
