@@ -68,7 +68,7 @@ class ConfirmScreen(ModalScreen[str]):
 
 class FieldScreen(ModalScreen[Optional[str]]):
     """A field checked as it is typed (its error line below it); enter dismisses with the checked value,
-    escape with None. A subclass composes the field (``#{FIELD}-input``, ``#{FIELD}-error``) and checks."""
+    escape with None. A subclass composes the field and its error line (``#{FIELD}-error``) and checks."""
 
     BINDINGS = [Binding("escape", "dismiss", "Cancel", id="r9k.cancel")]
     FIELD = ""

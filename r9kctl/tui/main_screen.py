@@ -131,7 +131,7 @@ class MainScreen(Screen):
         self.validation.show(s)
         self.budget_panel.show(s)
         n = len(s.current_edits)
-        others = sum(1 for p, e in s.edits.items() if e and p != s.profile)
+        others = len(s.other_edits())
         # the unsaved badge takes the logo's place, left of the pickers: no width cuts it off
         self.logo.update(Text(f" ● {n} unsaved ", "bold reverse magenta") if n else Text(" r9k ", "bold reverse"),
                          layout=False)
@@ -364,7 +364,7 @@ class MainScreen(Screen):
         try:
             s.save()
         except ProfileConflict:
-            body = Text.assemble((f"{self._shown_path()}", "bold"),
+            body = Text.assemble((self.s.shown_path, "bold"),
                                  " changed on disk since it was loaded. Saving would overwrite that change.\n"
                                  "Reload it (dropping your edits; ctrl+z brings them back) or save your edits as "
                                  "a new profile that extends it.")
@@ -379,12 +379,9 @@ class MainScreen(Screen):
             self.notify(f"cannot save: {exc}", severity="error", timeout=8)
             return
         self._resync()
-        self.notify(f"saved {self._shown_path()}", timeout=3)
+        self.notify(f"saved {self.s.shown_path}", timeout=3)
         if then is not None:
             then()
-
-    def _shown_path(self) -> str:
-        return self.s.reg.origins.get(("profile", self.s.profile), (self.s.profile, 0))[0]
 
     def _conflict_answer(self, ans: str) -> None:
         if ans == "reload":
@@ -454,7 +451,7 @@ class MainScreen(Screen):
             return
         n = len(s.current_edits)
         body = Text.assemble(f"'{s.profile}' has {n} unsaved edit(s) in the panel. Editing ",
-                             (self._shown_path(), "bold"), " now would give two versions of it.\n"
+                             (self.s.shown_path, "bold"), " now would give two versions of it.\n"
                              "Save them into the file first, or drop them (ctrl+z after the edit brings them "
                              "back on top of the edited file).")
         self._ask("Unsaved edits and an editor", body,
@@ -478,7 +475,7 @@ class MainScreen(Screen):
             return
         ne, nw = len(s.report.errors), len(s.report.warnings)
         what = "reloaded" if changed else "unchanged"
-        self.notify(f"{self._shown_path()} {what}: {ne} error(s), {nw} warning(s)",
+        self.notify(f"{self.s.shown_path} {what}: {ne} error(s), {nw} warning(s)",
                     severity="error" if ne else "information", timeout=4)
 
     # ------------------------------------------------------------------------------ launch / quit

@@ -120,7 +120,6 @@ class Session:
         if self.validated:
             self._check_registry()
         self.edits: dict[str, dict[str, object]] = {}  # profile -> variant id -> value | REMOVED
-        self.docs: dict[str, object] = {}  # profile -> ProfileDocument (made when first saved)
         # undo / redo: what the edits were before each change; a save starts afresh
         self.undo_stack: list[Snapshot] = []
         self.redo_stack: list[Snapshot] = []
@@ -184,7 +183,7 @@ class Session:
         profile's file was edited in $EDITOR) keeps the other profiles' edits. Undo brings back what was dropped
         onto what was read."""
         before = self.snapshot("edit in $EDITOR" if keep_others else "reload")
-        kept = self._other_edits() if keep_others else {}
+        kept = self.other_edits() if keep_others else {}
         self._reload_keep(kept)
         if before.edits != kept:
             self._push_undo(before)
@@ -416,7 +415,7 @@ class Session:
         rs = resolve(reg, self.profile, tp=self.tp_choice, env=self.env, sets=self.sets)
         edits = self.edits.get(self.profile, {})
         if edits:
-            file = self.reg.origins.get(("profile", self.profile), (self.profile, 0))[0]
+            file = self.shown_path
             for vid in edits:
                 r = rs.items[vid]
                 if r.layer == "profile":
@@ -482,24 +481,23 @@ class Session:
     def profile_dirs_now(self) -> list[Path]:
         return self.profile_dirs if self.profile_dirs is not None else default_profile_dirs()
 
+    @property
+    def shown_path(self) -> str:
+        """The profile's file as provenance names it."""
+        return self.reg.origins.get(("profile", self.profile), (self.profile, 0))[0]
+
     def profile_path(self, name: Optional[str] = None) -> Optional[Path]:
         return find_profile_file(name or self.profile, self.profile_dirs_now())
 
-    def document(self):
+    def document(self) -> ProfileDocument:
         """The profile's file for round-trip editing, as it was when the registry was loaded (a save
         then refuses a file that changed on disk since)."""
-        name = self.profile
-        doc = self.docs.get(name)
-        if doc is None:
-            if name in self._files:
-                doc = ProfileDocument.from_bytes(*self._files[name])
-            else:
-                path = self.profile_path(name)
-                if path is None:
-                    raise FileNotFoundError(f"no file for profile '{name}'")
-                doc = ProfileDocument.load(path)
-            self.docs[name] = doc
-        return doc
+        if self.profile in self._files:
+            return ProfileDocument.from_bytes(*self._files[self.profile])
+        path = self.profile_path()
+        if path is None:
+            raise FileNotFoundError(f"no file for profile '{self.profile}'")
+        return ProfileDocument.load(path)
 
     def save(self) -> Path:
         """Write the current profile's edits into its file (keeping comments and layout), atomically.
@@ -517,12 +515,7 @@ class Session:
                 if v.type == "bool" and isinstance(in_file.get(key), bool) and isinstance(typed, int):
                     typed = bool(typed)  # the file spells this one true/false: keep its spelling
                 doc.set_knob(key, typed)
-        try:
-            doc.save()
-        except BaseException:
-            # leave the in-memory document as it was on disk: the edits stay in the session
-            self.docs.pop(self.profile, None)
-            raise
+        doc.save()  # a failed save leaves the edits in the session; the next one starts from the loaded bytes
         self._reload_after_save(self.profile)
         return doc.path
 
@@ -553,13 +546,13 @@ class Session:
         self._reload_after_save(name)
         return path
 
-    def _other_edits(self) -> dict:
+    def other_edits(self) -> dict:
         """The unsaved edits of every profile but the current one."""
         return {p: e for p, e in self.edits.items() if p != self.profile and e}
 
     def _reload_after_save(self, profile: str) -> None:
         """Reload showing ``profile``, the other profiles' edits kept; undo goes back to this save, not past it."""
-        kept = self._other_edits()
+        kept = self.other_edits()
         self.profile = profile
         self._reload_keep(kept)
         self.undo_stack.clear()
@@ -570,7 +563,6 @@ class Session:
         their profile still exists, every other edit is dropped."""
         self.reg = load_registry(self.root, self.profile_dirs, broken_profiles="raise")
         self._check_registry()
-        self.docs.clear()
         self._capture_files()
         self.edits = {p: e for p, e in edits.items() if p in self.reg.profiles}
         if self.profile not in self.reg.profiles:
