@@ -8,6 +8,7 @@ from functools import partial
 from pathlib import Path
 from typing import Mapping, Optional
 
+from rich.segment import Segment
 from textual import work
 from textual.app import App
 from textual.binding import Binding
@@ -17,6 +18,7 @@ from textual.theme import Theme
 
 from ...registry.errors import Diagnostic, RegistryError
 from ...registry.envvars import cache_dir
+from ...registry.redact import drop_controls, has_controls
 from .server import Server
 
 ACTIONS = [  # the command palette's (text, action on the main screen, help)
@@ -84,10 +86,6 @@ class DropControls(LineFilter):
     layout stays as measured); the command line shows the same text escaped (registry/redact.escape)."""
 
     def apply(self, segments, background):
-        from rich.segment import Segment
-
-        from ...registry.redact import drop_controls, has_controls
-
         if not any(has_controls(s.text) for s in segments):
             return segments
         return [s if s.control else Segment(drop_controls(s.text), s.style) for s in segments]

@@ -346,18 +346,20 @@ class MainScreen(Screen):
             body = Text(f"'{s.profile}' has {len(errors)} validation error(s):\n")
             for d in errors[:6]:
                 body.append(f"✗ {d.message}\n", "red")
-            self._ask("Save a profile that does not validate?", body, [("save", "Save anyway", "y", "error")],
-                      lambda ans: self._do_save(then) if ans == "save" else None)
+            self._ask("Save a profile that does not validate?", body,
+                      [("save", "Save anyway", "y", "error", lambda: self._do_save(then))])
             return
         self._do_save(then)
 
-    def _ask(self, title: str, body: Text, choices: list[tuple[str, str, str, str]], answer) -> None:
+    def _ask(self, title: str, body: Text, choices: list[tuple]) -> None:
         """A question in a dialog: Cancel (key n) first and the default (enter never destroys anything), then
-        ``choices`` (id, label, key, variant); ``answer`` is called with the chosen id."""
+        ``choices`` (id, label, key, variant, what to do when it is chosen)."""
         from .dialogs import ConfirmScreen
 
-        self.app.push_screen(ConfirmScreen(title, body, [("cancel", "Cancel", "n", "default"), *choices],
-                                           default="cancel"), answer)
+        act = {c[0]: c[4] for c in choices}
+        buttons = [("cancel", "Cancel", "n", "default"), *(c[:4] for c in choices)]
+        self.app.push_screen(ConfirmScreen(title, body, buttons, default="cancel"),
+                             lambda ans: act[ans]() if ans in act else None)
 
     def _do_save(self, then=None) -> None:
         s = self.s
@@ -368,9 +370,8 @@ class MainScreen(Screen):
                                  " changed on disk since it was loaded. Saving would overwrite that change.\n"
                                  "Reload it (dropping your edits; ctrl+z brings them back) or save your edits as "
                                  "a new profile that extends it.")
-            self._ask("The file changed on disk", body,
-                      [("save_as", "Save as...", "a", "primary"), ("reload", "Reload", "r", "warning")],
-                      self._conflict_answer)
+            self._ask("The file changed on disk", body, [("save_as", "Save as...", "a", "primary", self.action_save_as),
+                                                         ("reload", "Reload", "r", "warning", self._reload)])
             return
         except RegistryError as exc:  # saved, but the registry no longer loads (another file is broken)
             self.app.show_load_error(exc.diagnostics)
@@ -382,12 +383,6 @@ class MainScreen(Screen):
         self.notify(f"saved {self.s.shown_path}", timeout=3)
         if then is not None:
             then()
-
-    def _conflict_answer(self, ans: str) -> None:
-        if ans == "reload":
-            self._reload()
-        elif ans == "save_as":
-            self.action_save_as()
 
     def action_save_as(self) -> None:
         from .dialogs import SaveAsScreen
@@ -411,7 +406,7 @@ class MainScreen(Screen):
     def action_reload(self) -> None:
         if any(self.s.edits.values()):
             self._ask("Reload from disk?", Text("The unsaved edits are dropped (ctrl+z brings them back)."),
-                      [("reload", "Reload", "y", "warning")], lambda ans: self._reload() if ans == "reload" else None)
+                      [("reload", "Reload", "y", "warning", self._reload)])
             return
         self._reload()
 
@@ -455,18 +450,16 @@ class MainScreen(Screen):
                              "Save them into the file first, or drop them (ctrl+z after the edit brings them "
                              "back on top of the edited file).")
         self._ask("Unsaved edits and an editor", body,
-                  [("save", "Save, then edit", "s", "primary"), ("drop", "Drop edits, then edit", "d", "error")],
-                  lambda ans: self._editor_answer(ans, path))
+                  [("save", "Save, then edit", "s", "primary",
+                    lambda: self.action_save(then=lambda: self.app.edit_file(path))),
+                   ("drop", "Drop edits, then edit", "d", "error", lambda: self._drop_then_edit(path))])
 
-    def _editor_answer(self, ans: str, path) -> None:
-        if ans == "save":
-            self.action_save(then=lambda: self.app.edit_file(path))
-        elif ans == "drop":
-            s = self.s
-            s._edit("drop edits for $EDITOR", lambda: s.edits.pop(s.profile, None))
-            s.recompute()
-            self.refill()
-            self.app.edit_file(path)
+    def _drop_then_edit(self, path) -> None:
+        s = self.s
+        s._edit("drop edits for $EDITOR", lambda: s.edits.pop(s.profile, None))
+        s.recompute()
+        self.refill()
+        self.app.edit_file(path)
 
     def after_editor(self, changed: bool) -> None:
         """Back from the editor: reload (keeping other profiles' edits) and show what validation says."""
@@ -504,14 +497,8 @@ class MainScreen(Screen):
         n = sum(len(e) for e in edited.values())
         names = ", ".join(sorted(edited))
         self._ask("Quit with unsaved edits?", Text(f"{n} unsaved edit(s) in {names}. Without saving they are lost."),
-                  [("save_quit", "Save and quit", "s", "primary"), ("discard", "Quit without saving", "d", "error")],
-                  self._quit_answer)
-
-    def _quit_answer(self, ans: str) -> None:
-        if ans == "discard":
-            self.app.exit()
-        elif ans == "save_quit":
-            self._save_all_then(self.app.exit)
+                  [("save_quit", "Save and quit", "s", "primary", lambda: self._save_all_then(self.app.exit)),
+                   ("discard", "Quit without saving", "d", "error", self.app.exit)])
 
     def _save_all_then(self, then) -> None:
         """Save each edited profile in turn (each through the usual questions), then ``then()``; a
