@@ -110,7 +110,6 @@ class Session:
         self.reg = reg
         self.root = root  # the registry tree (None: the loader's default)
         self.env = dict(os.environ) if env is None else dict(env)
-        self._files: dict[str, tuple[Path, bytes, Optional[int]]] = {}
         self.sets = dict(sets or {})  # --set KNOB=VALUE: the override layer, above every edit
         self.profile_dirs = profile_dirs
         self.registry_report, self.gates = Report(), None
@@ -167,7 +166,7 @@ class Session:
     def _capture_files(self) -> None:
         """The bytes of every profile file as of this load: what "changed on disk since it was loaded"
         compares against at save (the loader keeps no text when its parse cache answers)."""
-        self._files = {}
+        self._files: dict[str, tuple[Path, bytes, Optional[int]]] = {}
         for name in self.reg.profiles:
             path = self.profile_path(name)
             if path is None:
