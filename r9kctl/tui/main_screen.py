@@ -455,9 +455,7 @@ class MainScreen(Screen):
                    ("drop", "Drop edits, then edit", "d", "error", lambda: self._drop_then_edit(path))])
 
     def _drop_then_edit(self, path) -> None:
-        s = self.s
-        s._edit("drop edits for $EDITOR", lambda: s.edits.pop(s.profile, None))
-        s.recompute()
+        self.s.drop_edits("drop edits for $EDITOR")
         self.refill()
         self.app.edit_file(path)
 

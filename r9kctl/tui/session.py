@@ -12,6 +12,7 @@ id -> canonical value (null: the profile's key removed), per profile; restored e
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -197,13 +198,13 @@ class Session:
         del self.undo_stack[:-UNDO_DEPTH]
         self.redo_stack.clear()
 
-    def _edit(self, label: str, fn):
-        """Run an edit; remember the state before it for undo when it changed anything."""
+    @contextlib.contextmanager
+    def _undoable(self, label: str):
+        """Around an edit: the state before it goes on the undo stack when the edit changed anything."""
         before = self.snapshot(label)
-        out = fn()
+        yield
         if self.snapshot(label).edits != before.edits:
             self._push_undo(before)
-        return out
 
     def _restore(self, snap: "Snapshot") -> None:
         self.edits = {p: {vid: v for vid, v in e.items() if vid in self.reg.variants}
@@ -328,9 +329,6 @@ class Session:
         """Set a variant to ``raw`` in the current profile (unsaved). Returns the canonical value;
         raises :class:`EditError` with the reason for an illegal one. Setting a knob back to its saved
         value, or to the inherited value when the file has no key for it, drops the edit."""
-        return self._edit(f"{self.reg.variants[vid].knob} = {raw}", lambda: self._set_value(vid, raw))
-
-    def _set_value(self, vid: str, raw: object) -> str:
         v = self.reg.variants[vid]
         try:
             value = v.normalize(raw)
@@ -345,23 +343,28 @@ class Session:
                 same = False
         else:
             same = value == self.inherited_value(vid)
-        if same:
-            self.current_edits.pop(vid, None)
-        else:
-            self.current_edits[vid] = value
-        self.recompute()
+        with self._undoable(f"{v.knob} = {raw}"):
+            if same:
+                self.current_edits.pop(vid, None)
+            else:
+                self.current_edits[vid] = value
+            self.recompute()
         return value
 
     def reset(self, vid: str) -> None:
         """Remove the profile's own key for a variant (the inherited value applies)."""
-        self._edit(f"reset {self.reg.variants[vid].knob}", lambda: self._reset(vid))
+        with self._undoable(f"reset {self.reg.variants[vid].knob}"):
+            if self.key_for(vid) in self.saved_knobs():
+                self.current_edits[vid] = REMOVED
+            else:
+                self.current_edits.pop(vid, None)
+            self.recompute()
 
-    def _reset(self, vid: str) -> None:
-        if self.key_for(vid) in self.saved_knobs():
-            self.current_edits[vid] = REMOVED
-        else:
-            self.current_edits.pop(vid, None)
-        self.recompute()
+    def drop_edits(self, label: str) -> None:
+        """Drop the current profile's unsaved edits (undoable)."""
+        with self._undoable(label):
+            self.edits.pop(self.profile, None)
+            self.recompute()
 
     def next_value(self, vid: str) -> Optional[str]:
         """What space/enter cycles a bool or enum to; None for other types (they open an input)."""
