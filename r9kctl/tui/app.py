@@ -4,25 +4,72 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Mapping, Optional
 
+from rich.segment import Segment
 from textual import work
 from textual.app import App
 from textual.binding import Binding
+from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.filter import LineFilter
 from textual.theme import Theme
 
 from ...registry.errors import Diagnostic, RegistryError
 from ...registry.envvars import cache_dir
+from ...registry.redact import drop_controls, has_controls
 from .server import Server
 
+ACTIONS = [  # the command palette's (text, action on the main screen, help)
+    ("Diff: unsaved edits against the saved profile", "diff", "the same diff as r9kctl diff"),
+    ("Save profile", "save", "write the edits, keeping comments and layout"),
+    ("Save as new profile", "save_as", "a new profile that extends this one"),
+    ("Launch (dry run first)", "launch", "show the exact command and environment, then confirm"),
+    ("Reload from disk", "reload", "drop the edits and re-read the registry and profiles"),
+    ("Reset variant to inherited value", "reset", "remove the profile's own key for the selected variant"),
+    ("Problems: every error and warning", "problems", "choose one to jump to its variant"),
+    ("Toggle detail pane", "toggle_detail", ""),
+    ("Toggle light/dark theme", "app.toggle_r9k_theme", ""),
+    ("Help: keys and columns", "app.help", ""),
+]
 
-def _commands_provider():
-    """The command palette's provider, imported when the palette first opens (not at start-up)."""
-    from .commands import R9kCommands
 
-    return R9kCommands
+class R9kCommands(Provider):
+    """The command palette (ctrl+p): the app's actions, switching profile or TP size, jumping to a variant
+    (by id or knob) and diffing against any release or profile."""
+
+    def _commands(self):
+        main = self.app.main_screen()
+        if main is None:
+            return
+        s = main.s
+        for text, action, help_ in ACTIONS:  # "app." actions go to the app (Textual's action namespaces)
+            yield text, partial(main.run_action, action), help_
+        for name in sorted(s.reg.profiles):
+            if name != s.profile:
+                yield f"Switch profile: {name}", partial(main.switch_profile, name), s.reg.profiles[name].description
+        for tp in s.tp_options():
+            yield f"Set TP size: {tp}", partial(main.switch_tp, tp), ""
+        for side in sorted(s.reg.profiles) + list(reversed(s.reg.release_order())):
+            if side != s.profile:
+                yield f"Diff: {s.profile} against {side}", partial(main.action_diff, side, s.profile), ""
+        for vid, v in s.reg.variants.items():
+            yield f"Jump to variant: {vid} ({v.knob})", partial(main.jump_to, vid), v.summary
+
+    async def discover(self) -> Hits:
+        for text, cmd, help_ in self._commands():
+            if text.startswith("Jump to") or " against " in text:  # many: found by searching
+                continue
+            yield DiscoveryHit(text, cmd, help=help_ or None)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for text, cmd, help_ in self._commands():
+            score = matcher.match(text)
+            if score > 0:
+                yield Hit(score, matcher.highlight(text), cmd, text=text, help=help_ or None)
+
 
 DARK = Theme(name="r9k-dark", primary="#4EA1D3", secondary="#B083F0", accent="#E8A33D", warning="#E8A33D",
              error="#E5534B", success="#57AB5A", background="#1C2128", surface="#22272E", panel="#2D333B",
@@ -39,10 +86,6 @@ class DropControls(LineFilter):
     layout stays as measured); the command line shows the same text escaped (registry/redact.escape)."""
 
     def apply(self, segments, background):
-        from rich.segment import Segment
-
-        from ...registry.redact import drop_controls, has_controls
-
         if not any(has_controls(s.text) for s in segments):
             return segments
         return [s if s.control else Segment(drop_controls(s.text), s.style) for s in segments]
@@ -68,9 +111,9 @@ class R9kApp(App):
     """``R9kApp(profile, tp).run()``: the panel; a confirmed launch starts the server in the background and
     opens the server screen (``R9kApp(attach=URL)``: that screen alone, on a server started elsewhere)."""
 
-    CSS_PATH = "app.tcss"
+    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: a subclass elsewhere (the benchmark's) finds it too
     TITLE = "r9kctl tui"
-    COMMANDS = App.COMMANDS | {_commands_provider}
+    COMMANDS = App.COMMANDS | {R9kCommands}
     BINDINGS = [
         Binding("question_mark,f1", "help", "Help", id="r9k.help"),
         Binding("T", "toggle_r9k_theme", "Theme", show=False, id="r9k.theme"),
@@ -107,12 +150,10 @@ class R9kApp(App):
     def on_mount(self) -> None:
         self._catch_hangup()
         if self.attach:
-            from .server_screen import ServerScreen
-
             self.server = Server.attach(self.attach)
-            self.push_screen(ServerScreen(self.server))
-            return
-        self.load()
+            self.show_server()
+        else:
+            self.load()
 
     # ------------------------------------------------------------------------------ the running server
 
@@ -164,10 +205,7 @@ class R9kApp(App):
     def main_screen(self):
         from .main_screen import MainScreen
 
-        for screen in reversed(self.screen_stack):
-            if isinstance(screen, MainScreen):
-                return screen
-        return None
+        return next((s for s in reversed(self.screen_stack) if isinstance(s, MainScreen)), None)
 
     async def action_quit(self) -> None:
         """ctrl+q, the palette's Quit and q all come here: unsaved edits are asked about first."""
@@ -183,7 +221,7 @@ class R9kApp(App):
 
     def _catch_hangup(self) -> None:
         """A closed terminal (SIGHUP) or a kill (SIGTERM) cannot be asked: the unsaved edits go to a
-        recovery file, restored as unsaved edits at the next start (recovery.py)."""
+        recovery file, restored as unsaved edits at the next start (session.journal)."""
         import asyncio
         import signal
 
@@ -197,7 +235,7 @@ class R9kApp(App):
     def _hang_up(self) -> None:
         import threading
 
-        from .recovery import write_recovery
+        from .session import write_recovery
 
         if self.session is not None:
             write_recovery(self.session)
@@ -212,7 +250,7 @@ class R9kApp(App):
         """Every way out: one that asked (or had nothing to ask) leaves no journal to restore; a hang-up
         (return code 129) keeps it for the next start."""
         if return_code != 129 and self.session is not None and self.session.journal is not None:
-            from .recovery import clear_journal
+            from .session import clear_journal
 
             self.session.journal = None
             clear_journal()
@@ -266,7 +304,7 @@ class R9kApp(App):
         self.edit_file(Path(files[0]), then=lambda _changed: self.load())
 
     def load(self) -> None:
-        from .session import Session
+        from .session import Session, journal, restore_recovery
 
         try:
             self.session = Session.open(self.start_profile, self.start_tp, self.env, self.sets,
@@ -280,7 +318,6 @@ class R9kApp(App):
                         + (" (the closest name)" if self.session.closest_profile(self.start_profile) else ""),
                         severity="warning")
         from .main_screen import MainScreen
-        from .recovery import journal, restore_recovery
 
         restored = restore_recovery(self.session)
         self.session.journal = journal  # every edit from here on is on disk at once (a kill -9 loses none)

@@ -16,7 +16,7 @@ from textual.widgets.option_list import Option
 from ...registry.profile_io import PROFILE_NAME_RE
 from ...registry.schema import Variant
 from .session import Session
-from .validation_panel import diagnostic_text
+from .panels import diagnostic_text
 
 DESTRUCTIVE = ("error", "warning")
 
@@ -68,7 +68,7 @@ class ConfirmScreen(ModalScreen[str]):
 
 class FieldScreen(ModalScreen[Optional[str]]):
     """A field checked as it is typed (its error line below it); enter dismisses with the checked value,
-    escape with None. A subclass composes the field (``#{FIELD}-input``, ``#{FIELD}-error``) and checks."""
+    escape with None. A subclass composes the field and its error line (``#{FIELD}-error``) and checks."""
 
     BINDINGS = [Binding("escape", "dismiss", "Cancel", id="r9k.cancel")]
     FIELD = ""
@@ -131,7 +131,7 @@ class SaveAsScreen(FieldScreen):
 
     def compose(self):
         with Vertical(id="dialog"):
-            yield Static(Text.assemble(("Save as a new profile", "bold")), id="dialog-title")
+            yield Static(Text("Save as a new profile", "bold"), id="dialog-title")
             yield Static(f"extends '{self.base}', holds the edits; written to {self.folder}/NAME.toml")
             yield Input(value=f"{self.base}-edit", id="save-as-name", select_on_focus=True)
             yield Static("", id="save-as-error")
@@ -219,8 +219,8 @@ class ErrorScreen(Screen):
 
     def compose(self):
         n = sum(1 for d in self.diagnostics if d.level == "error")
-        lines = [Text(f"The registry or a profile cannot be loaded ({n} error(s)). Fix the file(s), then press r (e opens the first in $EDITOR).\n",
-                      "bold red")]
+        lines = [Text(f"The registry or a profile cannot be loaded ({n} error(s)). Fix the file(s), then press r "
+                      "(e opens the first in $EDITOR).\n", "bold red")]
         for d in self.diagnostics:
             t = Text()
             t.append(d.location() or "(no file)", "bold")

@@ -10,20 +10,10 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from .picker import Picker
+from .panels import Picker
 from .session import Session
-from ..cmd_diff import (
-    cell,
-    eval_label,
-    fmt_delta,
-    method_label,
-    quality_rows,
-    quality_text,
-    row_label,
-    side_names,
-    value_text,
-    vs_reference_rows,
-)
+from ..cmd_diff import (cell, eval_label, fmt_delta, method_label, quality_rows, quality_text, row_label,
+                        side_names, value_text, vs_reference_rows)
 
 
 def _table(title: str, columns, overflow: str = "fold") -> Table:
@@ -39,12 +29,9 @@ def diff_renderable(reg, d, A: str, B: str):
     parts = []
     if d.added or d.removed or d.left_off:
         t = _table("Variants", ("change", "variant", "knob"), overflow="ellipsis")
-        for v in d.added:
-            t.add_row("added", v, reg.variants[v].knob)
-        for v in d.removed:
-            t.add_row("removed", v, reg.variants[v].knob)
-        for v in d.left_off:
-            t.add_row("measured, left off", v, reg.variants[v].knob)
+        for change, vids in (("added", d.added), ("removed", d.removed), ("measured, left off", d.left_off)):
+            for v in vids:
+                t.add_row(change, v, reg.variants[v].knob)
         parts.append(t)
     if d.fields:
         t = _table("Profile fields", ("field", A, B))

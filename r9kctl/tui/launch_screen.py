@@ -1,10 +1,8 @@
-"""Launch: the exact command first, the same text as ``r9kctl launch --dry-run`` (:meth:`LaunchPlan.display`
-of the plan that will run: the manifest written, a built-in tiny model as its path), its environment and
-the validation's warnings folded under it, and the field for extra vLLM arguments (``--port 8001``, as
-``r9kctl launch --profile P -- ARGS`` takes them), focused on open. Enter in the field applies the
-arguments and stays there: it never launches or closes. ``ctrl+l`` (or ``y`` outside the field, or the
-button) launches: the server starts in the background and the server screen follows it. An invalid
-profile is refused here with its errors; nothing starts."""
+"""Launch: the exact command first, the text of ``r9kctl launch --dry-run`` for the plan that will run, its
+environment and the validation's warnings folded under it, and the field for extra vLLM arguments (as
+``r9kctl launch --profile P -- ARGS`` takes them), focused on open. Enter in the field applies the arguments
+and stays there. ``ctrl+l`` (or ``y`` outside the field, or the button) launches: the server starts in the
+background and the server screen follows it. An invalid profile is refused with its errors."""
 from __future__ import annotations
 
 import shlex
@@ -51,8 +49,11 @@ class LaunchScreen(ModalScreen[bool]):
                 if p.ok:
                     with Collapsible(title=self._env_title(), collapsed=True, id="launch-env"):
                         yield Static(self._env(), id="launch-env-text")
-                    with Collapsible(title=self._warn_title(), collapsed=True, id="launch-warnings"):
-                        yield Static(self._warnings(), id="launch-warnings-text")
+                    w = p.report.warnings
+                    with Collapsible(title=f"{len(w)} warning(s) of the validation", collapsed=True,
+                                     id="launch-warnings"):
+                        yield Static(Group(*[Text(f"! {d.format()}", "yellow") for d in w]) if w else Text("none"),
+                                     id="launch-warnings-text")
             with Horizontal(id="dialog-buttons"):
                 yield Button(Text("Cancel [esc]"), id="launch-cancel")
                 if p.ok:
@@ -88,13 +89,6 @@ class LaunchScreen(ModalScreen[bool]):
 
     def _env(self):
         return Syntax("\n".join(self.dry_run_lines()[:-1]), "bash", word_wrap=True, background_color="default")
-
-    def _warn_title(self) -> str:
-        return f"{len(self.plan.report.warnings)} warning(s) of the validation"
-
-    def _warnings(self):
-        w = self.plan.report.warnings
-        return Group(*[Text(f"! {d.format()}", "yellow") for d in w]) if w else Text("none")
 
     def _refresh_plan(self) -> None:
         self.plan = self._plan()

@@ -13,15 +13,10 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
 from ...registry.errors import RegistryError
-
-from .budget_panel import BudgetPanel
-from .detail_pane import DetailPane
-from .filter_bar import FilterBar, Filters
-from .picker import Picker
-from .session import EditError, Session
-from .validation_panel import ValidationPanel
-from .variant_table import VariantTable
 from ...registry.profile_io import ProfileConflict
+from .panels import BudgetPanel, DetailPane, FilterBar, Filters, Picker, ValidationPanel
+from .session import EditError, Session
+from .variant_table import VariantTable
 
 NARROW = 150  # below this width the detail pane replaces the table instead of sitting beside it
 TINY = 100  # below this width the budget panel narrows (the validation line keeps room)
@@ -53,6 +48,7 @@ class MainScreen(Screen):
         self.filters = Filters()
         self.detail_open = True
         self._sized = False
+        self._pending_jump: Optional[str] = None  # a jump asked for while the palette covered this screen
         self.last_toggle_ms: Optional[float] = None  # re-validate + redraw of the last change (bench)
         self.last_toggle_cpu_ms: Optional[float] = None  # the same in CPU time of this process
 
@@ -108,8 +104,6 @@ class MainScreen(Screen):
     def on_resize(self, event) -> None:
         self._layout_for(event.size.width)
 
-    _pending_jump: Optional[str] = None
-
     def on_screen_resume(self) -> None:
         if self._pending_jump is not None:
             vid, self._pending_jump = self._pending_jump, None
@@ -120,13 +114,10 @@ class MainScreen(Screen):
         if narrow and (not self._sized or not self.has_class("-narrow")):
             # starting narrow, or shrinking to narrow: the pane closes (it would replace the table)
             self.detail_open = False
-        if narrow != self.has_class("-narrow"):
-            self.set_class(narrow, "-narrow")
-        if (width < TINY) != self.has_class("-tiny"):
-            self.set_class(width < TINY, "-tiny")
+        self.set_class(narrow, "-narrow")  # (a class already so is no restyle)
+        self.set_class(width < TINY, "-tiny")
+        self.set_class(self.detail_open, "-detail-open")
         self._sized = True
-        if self.detail_open != self.has_class("-detail-open"):
-            self.set_class(self.detail_open, "-detail-open")
 
     # ------------------------------------------------------------------------------ redraw
 
@@ -140,7 +131,7 @@ class MainScreen(Screen):
         self.validation.show(s)
         self.budget_panel.show(s)
         n = len(s.current_edits)
-        others = sum(1 for p, e in s.edits.items() if e and p != s.profile)
+        others = len(s.other_edits())
         # the unsaved badge takes the logo's place, left of the pickers: no width cuts it off
         self.logo.update(Text(f" ● {n} unsaved ", "bold reverse magenta") if n else Text(" r9k ", "bold reverse"),
                          layout=False)
@@ -176,12 +167,12 @@ class MainScreen(Screen):
     def on_input_changed(self, event: Input.Changed) -> None:
         if event.input.id == "search":
             self.filters = self.query_one(FilterBar).filters()
-            self.query_one(VariantTable).fill(self.s, self.filters.apply(self.s))
+            self.table.fill(self.s, self.filters.apply(self.s))
             self.show_detail()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "search":
-            self.query_one(VariantTable).focus()
+            self.table.focus()
 
     def on_picker_changed(self, event: Picker.Changed) -> None:
         sel = event.picker
@@ -228,15 +219,11 @@ class MainScreen(Screen):
         if self.app.screen is not self:  # the palette is still open: a screen in the background does not
             self._pending_jump = vid  # lay out, so it could not scroll; jump when it is shown again
             return
-        table = self.query_one(VariantTable)
+        table = self.table
         if not table.jump_to(vid):
-            # hidden by the filters: clear them, then jump
-            bar = self.query_one(FilterBar)
             cleared = self.filters.describe()
             with self.prevent(Input.Changed):
-                bar.query_one("#search", Input).value = ""
-            for picker in bar.query(Picker):
-                picker.value = None
+                self.query_one(FilterBar).clear()
             self.filters = Filters()
             table.fill(self.s, self.filters.apply(self.s))
             table.jump_to(vid)
@@ -285,7 +272,7 @@ class MainScreen(Screen):
             self.notify(f"{env} sets this knob: it wins over the profile's value", severity="warning")
 
     def action_edit(self) -> None:
-        vid = self.query_one(VariantTable).current_variant()
+        vid = self.table.current_variant()
         if vid is None:
             return
         from .dialogs import ValueInputScreen
@@ -298,7 +285,7 @@ class MainScreen(Screen):
         self.app.push_screen(ValueInputScreen(self.s.reg.variants[vid], self.s.rs.items[vid].value), done)
 
     def action_reset(self) -> None:
-        vid = self.query_one(VariantTable).current_variant()
+        vid = self.table.current_variant()
         if vid is not None:
             self._apply(lambda: self.s.reset(vid))
 
@@ -309,7 +296,7 @@ class MainScreen(Screen):
         inp = self.query_one("#search", Input)
         if inp.value:
             inp.value = ""
-        self.query_one(VariantTable).focus()
+        self.table.focus()
 
     def action_pick_profile(self) -> None:
         self.query_one("#profile", Picker).action_open()
@@ -326,7 +313,7 @@ class MainScreen(Screen):
         self.set_class(self.detail_open, "-detail-open")
         self.show_detail()
         if not (self.detail_open and self.has_class("-narrow")):
-            self.query_one(VariantTable).focus()
+            self.table.focus()
 
     def action_problems(self) -> None:
         from .dialogs import ProblemsScreen
@@ -359,31 +346,32 @@ class MainScreen(Screen):
             body = Text(f"'{s.profile}' has {len(errors)} validation error(s):\n")
             for d in errors[:6]:
                 body.append(f"✗ {d.message}\n", "red")
-            self._ask("Save a profile that does not validate?", body, [("save", "Save anyway", "y", "error")],
-                      lambda ans: self._do_save(then) if ans == "save" else None)
+            self._ask("Save a profile that does not validate?", body,
+                      [("save", "Save anyway", "y", "error", lambda: self._do_save(then))])
             return
         self._do_save(then)
 
-    def _ask(self, title: str, body: Text, choices: list[tuple[str, str, str, str]], answer) -> None:
+    def _ask(self, title: str, body: Text, choices: list[tuple]) -> None:
         """A question in a dialog: Cancel (key n) first and the default (enter never destroys anything), then
-        ``choices`` (id, label, key, variant); ``answer`` is called with the chosen id."""
+        ``choices`` (id, label, key, variant, what to do when it is chosen)."""
         from .dialogs import ConfirmScreen
 
-        self.app.push_screen(ConfirmScreen(title, body, [("cancel", "Cancel", "n", "default"), *choices],
-                                           default="cancel"), answer)
+        act = {c[0]: c[4] for c in choices}
+        buttons = [("cancel", "Cancel", "n", "default"), *(c[:4] for c in choices)]
+        self.app.push_screen(ConfirmScreen(title, body, buttons, default="cancel"),
+                             lambda ans: act[ans]() if ans in act else None)
 
     def _do_save(self, then=None) -> None:
         s = self.s
         try:
             s.save()
         except ProfileConflict:
-            body = Text.assemble((f"{self._shown_path()}", "bold"),
+            body = Text.assemble((self.s.shown_path, "bold"),
                                  " changed on disk since it was loaded. Saving would overwrite that change.\n"
                                  "Reload it (dropping your edits; ctrl+z brings them back) or save your edits as "
                                  "a new profile that extends it.")
-            self._ask("The file changed on disk", body,
-                      [("save_as", "Save as...", "a", "primary"), ("reload", "Reload", "r", "warning")],
-                      self._conflict_answer)
+            self._ask("The file changed on disk", body, [("save_as", "Save as...", "a", "primary", self.action_save_as),
+                                                         ("reload", "Reload", "r", "warning", self._reload)])
             return
         except RegistryError as exc:  # saved, but the registry no longer loads (another file is broken)
             self.app.show_load_error(exc.diagnostics)
@@ -392,18 +380,9 @@ class MainScreen(Screen):
             self.notify(f"cannot save: {exc}", severity="error", timeout=8)
             return
         self._resync()
-        self.notify(f"saved {self._shown_path()}", timeout=3)
+        self.notify(f"saved {self.s.shown_path}", timeout=3)
         if then is not None:
             then()
-
-    def _shown_path(self) -> str:
-        return self.s.reg.origins.get(("profile", self.s.profile), (self.s.profile, 0))[0]
-
-    def _conflict_answer(self, ans: str) -> None:
-        if ans == "reload":
-            self._reload()
-        elif ans == "save_as":
-            self.action_save_as()
 
     def action_save_as(self) -> None:
         from .dialogs import SaveAsScreen
@@ -427,7 +406,7 @@ class MainScreen(Screen):
     def action_reload(self) -> None:
         if any(self.s.edits.values()):
             self._ask("Reload from disk?", Text("The unsaved edits are dropped (ctrl+z brings them back)."),
-                      [("reload", "Reload", "y", "warning")], lambda ans: self._reload() if ans == "reload" else None)
+                      [("reload", "Reload", "y", "warning", self._reload)])
             return
         self._reload()
 
@@ -467,31 +446,27 @@ class MainScreen(Screen):
             return
         n = len(s.current_edits)
         body = Text.assemble(f"'{s.profile}' has {n} unsaved edit(s) in the panel. Editing ",
-                             (self._shown_path(), "bold"), " now would give two versions of it.\n"
+                             (self.s.shown_path, "bold"), " now would give two versions of it.\n"
                              "Save them into the file first, or drop them (ctrl+z after the edit brings them "
                              "back on top of the edited file).")
         self._ask("Unsaved edits and an editor", body,
-                  [("save", "Save, then edit", "s", "primary"), ("drop", "Drop edits, then edit", "d", "error")],
-                  lambda ans: self._editor_answer(ans, path))
+                  [("save", "Save, then edit", "s", "primary",
+                    lambda: self.action_save(then=lambda: self.app.edit_file(path))),
+                   ("drop", "Drop edits, then edit", "d", "error", lambda: self._drop_then_edit(path))])
 
-    def _editor_answer(self, ans: str, path) -> None:
-        if ans == "save":
-            self.action_save(then=lambda: self.app.edit_file(path))
-        elif ans == "drop":
-            s = self.s
-            s._edit("drop edits for $EDITOR", lambda: s.edits.pop(s.profile, None))
-            s.recompute()
-            self.refill()
-            self.app.edit_file(path)
+    def _drop_then_edit(self, path) -> None:
+        self.s.drop_edits("drop edits for $EDITOR")
+        self.refill()
+        self.app.edit_file(path)
 
     def after_editor(self, changed: bool) -> None:
         """Back from the editor: reload (keeping other profiles' edits) and show what validation says."""
         s = self.s
-        if not self._reloaded(s.reload_keeping_other_edits):
+        if not self._reloaded(lambda: s.reload(keep_others=True)):
             return
         ne, nw = len(s.report.errors), len(s.report.warnings)
         what = "reloaded" if changed else "unchanged"
-        self.notify(f"{self._shown_path()} {what}: {ne} error(s), {nw} warning(s)",
+        self.notify(f"{self.s.shown_path} {what}: {ne} error(s), {nw} warning(s)",
                     severity="error" if ne else "information", timeout=4)
 
     # ------------------------------------------------------------------------------ launch / quit
@@ -520,14 +495,8 @@ class MainScreen(Screen):
         n = sum(len(e) for e in edited.values())
         names = ", ".join(sorted(edited))
         self._ask("Quit with unsaved edits?", Text(f"{n} unsaved edit(s) in {names}. Without saving they are lost."),
-                  [("save_quit", "Save and quit", "s", "primary"), ("discard", "Quit without saving", "d", "error")],
-                  self._quit_answer)
-
-    def _quit_answer(self, ans: str) -> None:
-        if ans == "discard":
-            self.app.exit()
-        elif ans == "save_quit":
-            self._save_all_then(self.app.exit)
+                  [("save_quit", "Save and quit", "s", "primary", lambda: self._save_all_then(self.app.exit)),
+                   ("discard", "Quit without saving", "d", "error", self.app.exit)])
 
     def _save_all_then(self, then) -> None:
         """Save each edited profile in turn (each through the usual questions), then ``then()``; a

@@ -24,20 +24,13 @@ LOG_TAIL_BYTES = 64 * 1024
 def url_of(argv: list[str]) -> str:
     """The base URL a ``vllm serve`` argument list listens on (vLLM's defaults: all addresses, port 8000;
     the panel reads it on the loopback)."""
-    host, port = "127.0.0.1", "8000"
+    found = {"--host": "127.0.0.1", "--port": "8000"}
     for i, a in enumerate(argv):
-        for flag in ("--host", "--port"):
-            val = None
-            if a == flag and i + 1 < len(argv):
-                val = argv[i + 1]
-            elif a.startswith(flag + "="):
-                val = a.split("=", 1)[1]
-            if val is not None:
-                if flag == "--host":
-                    host = "127.0.0.1" if val in ("0.0.0.0", "::", "") else val
-                else:
-                    port = val
-    return f"http://{host}:{port}"
+        flag, eq, val = a.partition("=")
+        if flag in found and (eq or i + 1 < len(argv)):
+            found[flag] = val if eq else argv[i + 1]
+    host = "127.0.0.1" if found["--host"] in ("0.0.0.0", "::", "") else found["--host"]
+    return f"http://{host}:{found['--port']}"
 
 
 #: vLLM's access-log lines of the screen's own polls: every 1.5 s they would push everything else out.

@@ -135,10 +135,8 @@ class ServerScreen(Screen):
         self.last = p
         self.polls += 1
         self.query_one("#server-head", Static).update(head_text(self.server, p))
-        st = p.status or {}
-        self.query_one("#server-kv", Static).update(kv_text(st) if p.status else Text(""))
-        self.query_one("#server-ops", Static).update(ops_table(st) if p.status else Text(""))
-        self.query_one("#server-applied", Static).update(applied_table(st) if p.status else Text(""))
+        for part, render in (("kv", kv_text), ("ops", ops_table), ("applied", applied_table)):
+            self.query_one(f"#server-{part}", Static).update(render(p.status) if p.status else Text(""))
         log = Text("last log lines\n", "bold")
         if p.log:
             log.append("\n".join(p.log), "dim")

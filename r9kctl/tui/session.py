@@ -1,32 +1,38 @@
-"""The control panel's editing state, without any widget: which profile and TP size are shown, the
-unsaved edits, and the resolved set, validation report and memory budget that follow from them.
+"""The control panel's editing state, without any widget: the profile and TP size shown, the unsaved
+edits, and the resolved set, validation report and memory budget the core computes from them. Edits are
+applied to a copy of the profile inside a shallow copy of the registry, so an edited knob's provenance is
+the profile layer, as it will be once saved.
 
-Everything is computed by the core (``resolve``, ``check_profile``, ``budget``, ``diff``, ``describe``,
-``plan_launch``); this module only decides *what* to ask. Edits are applied to a copy of the profile
-(``Profile.knobs``) inside a shallow copy of the registry, then the profile is re-resolved, so an edited
-knob's provenance is the profile layer, as it will be once saved.
+The unsaved edits of a panel that could not ask before it ended (the terminal was closed: SIGHUP, a SIGTERM,
+or a ``kill -9`` that nothing can catch) are in ``tui-recovery.json`` in the cache directory, a journal
+rewritten atomically after every change of the edits (removed when none are left or the panel ends by
+asking) and restored as unsaved edits at the next start, so that no way out loses an edit. It holds variant
+id -> canonical value (null: the profile's key removed), per profile; restored edits go through
+``Session.set_value`` / ``reset`` (re-checked, undoable).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Mapping, Optional
 
+from ...registry.envvars import cache_dir
 from ...registry.errors import Diagnostic
 from ...registry.loader import Registry, default_profile_dirs, load_registry
 from ...registry.memory import Budget, VariantCost, budget, cost_if_toggled
 from ...registry.origin import Origin
 from ...registry.resolve import ResolvedSet, resolve
-from ...registry.validate import Report, check_profile, check_registry
+from ...registry.validate import Report, check_profile, check_registry, gate_states
 from ...registry.profile_io import find_profile_file, ProfileDocument, save_as
 from ...registry.ledger import platform_matches
 
 REMOVED = object()  # an edit that deletes the profile's own key (the inherited value applies again)
 UNSAVED = "unsaved edit"
-
-
 UNDO_DEPTH = 200
 
 
@@ -44,9 +50,8 @@ class Snapshot:
 
 
 def toml_value(v, value: str) -> object:
-    """A canonical value as the TOML value it is declared as: a bool knob as 0/1 (as the README writes
-    it), an int as an integer, a float as a float; enums, strings, paths, special words ("auto") and ''
-    as strings."""
+    """A canonical value as the TOML value it is declared as: a bool as 0/1, an int or a float as a number;
+    enums, strings, paths, special words ("auto") and '' as strings."""
     if value == "" or value in v.special:
         return value
     try:
@@ -90,8 +95,6 @@ def load_gate_states(reg: Registry) -> Optional[dict]:
     re-validating on a toggle does not re-hash sources); None where the ledger cannot be read (the column
     then shows '-'; validation says why)."""
     try:
-        from ...registry.validate import gate_states
-
         return gate_states(reg)
     except Exception:  # noqa: BLE001 - check_profile reports the unreadable ledger itself
         return None
@@ -108,25 +111,20 @@ class Session:
         self.reg = reg
         self.root = root  # the registry tree (None: the loader's default)
         self.env = dict(os.environ) if env is None else dict(env)
-        self._files: dict[str, tuple[Path, bytes, Optional[int]]] = {}
         self.sets = dict(sets or {})  # --set KNOB=VALUE: the override layer, above every edit
         self.profile_dirs = profile_dirs
-        self.registry_report = Report()
+        self.registry_report, self.gates = Report(), None
         # deferred: the first frame shows the resolved values and the budget; the checks (the registry's,
         # the gate ledger's ~150 ms of source hashing, the profile's) follow at once (finish_validation)
         self.validated = not defer_validation
-        self.gates = None
         if self.validated:
-            check_registry(reg, self.registry_report)
-            self.gates = load_gate_states(reg)
+            self._check_registry()
         self.edits: dict[str, dict[str, object]] = {}  # profile -> variant id -> value | REMOVED
-        self.docs: dict[str, object] = {}  # profile -> ProfileDocument (made when first saved)
-        # undo / redo: what the edits were before each change (see :meth:`undo`); a save starts afresh
+        # undo / redo: what the edits were before each change; a save starts afresh
         self.undo_stack: list[Snapshot] = []
         self.redo_stack: list[Snapshot] = []
         self.extra_args: list[str] = []  # extra vllm serve arguments for a launch (the launch screen's field)
-        # called with this session after every change of the edits (the panel's journal: recovery.journal)
-        self.journal = None
+        self.journal = None  # called with this session after every change of the edits (journal, below)
         self._capture_files()
         self.profile = profile if profile in reg.profiles else (self.closest_profile(profile) or self.default_profile())
         self.tp_choice = tp  # None: the profile's own TP size
@@ -169,7 +167,7 @@ class Session:
     def _capture_files(self) -> None:
         """The bytes of every profile file as of this load: what "changed on disk since it was loaded"
         compares against at save (the loader keeps no text when its parse cache answers)."""
-        self._files = {}
+        self._files: dict[str, tuple[Path, bytes, Optional[int]]] = {}
         for name in self.reg.profiles:
             path = self.profile_path(name)
             if path is None:
@@ -180,12 +178,14 @@ class Session:
             except OSError:
                 continue
 
-    def reload(self) -> None:
-        """Reload everything from disk, dropping the edits (raises RegistryError); undo brings the
-        edits back onto what was read."""
-        before = self.snapshot("reload")
-        self._reload_keep({})
-        if any(before.edits.values()):
+    def reload(self, keep_others: bool = False) -> None:
+        """Reload everything from disk (raises RegistryError), dropping the edits; ``keep_others`` (the current
+        profile's file was edited in $EDITOR) keeps the other profiles' edits. Undo brings back what was dropped
+        onto what was read."""
+        before = self.snapshot("edit in $EDITOR" if keep_others else "reload")
+        kept = self.other_edits() if keep_others else {}
+        self._reload_keep(kept)
+        if before.edits != kept:
             self._push_undo(before)
 
     # ------------------------------------------------------------------------------ undo / redo
@@ -198,13 +198,13 @@ class Session:
         del self.undo_stack[:-UNDO_DEPTH]
         self.redo_stack.clear()
 
-    def _edit(self, label: str, fn):
-        """Run an edit; remember the state before it for undo when it changed anything."""
+    @contextlib.contextmanager
+    def _undoable(self, label: str):
+        """Around an edit: the state before it goes on the undo stack when the edit changed anything."""
         before = self.snapshot(label)
-        out = fn()
+        yield
         if self.snapshot(label).edits != before.edits:
             self._push_undo(before)
-        return out
 
     def _restore(self, snap: "Snapshot") -> None:
         self.edits = {p: {vid: v for vid, v in e.items() if vid in self.reg.variants}
@@ -222,8 +222,7 @@ class Session:
         return self._step(self.redo_stack, self.undo_stack)
 
     def _step(self, take: list, keep: list) -> Optional[str]:
-        """Restore the last snapshot of ``take``; the state it replaces goes on ``keep`` (undo and redo,
-        mirrored)."""
+        """Restore the last snapshot of ``take``; the state it replaces goes on ``keep``."""
         if not take:
             return None
         snap = take.pop()
@@ -286,46 +285,37 @@ class Session:
     def current_edits(self) -> dict[str, object]:
         return self.edits.setdefault(self.profile, {})
 
-    def has_edits(self, profile: Optional[str] = None) -> bool:
-        return bool(self.edits.get(profile or self.profile))
+    def has_edits(self) -> bool:
+        return bool(self.edits.get(self.profile))
 
-    def saved_knobs(self, profile: Optional[str] = None) -> dict:
-        return dict(self.reg.profiles[profile or self.profile].knobs)
+    def saved_knobs(self) -> dict:
+        return dict(self.reg.profiles[self.profile].knobs)
 
-    def key_for(self, vid: str, profile: Optional[str] = None) -> str:
+    def key_for(self, vid: str) -> str:
         """The key the profile file uses for a variant (its knob, id or alias), or the knob if none."""
-        for key in self.saved_knobs(profile):
+        for key in self.saved_knobs():
             v = self.reg.find_variant(key)
             if v is not None and v.id == vid:
                 return key
         return self.reg.variants[vid].knob
 
-    def edited_knobs(self, profile: Optional[str] = None) -> dict:
-        name = profile or self.profile
-        knobs = self.saved_knobs(name)
-        for vid, val in self.edits.get(name, {}).items():
-            key = self.key_for(vid, name)
+    def edited_knobs(self) -> dict:
+        knobs = self.saved_knobs()
+        for vid, val in self.edits.get(self.profile, {}).items():
             if val is REMOVED:
-                knobs.pop(key, None)
+                knobs.pop(self.key_for(vid), None)
             else:
-                knobs[key] = val
+                knobs[self.key_for(vid)] = val
         return knobs
 
     def edited_registry(self, alias: Optional[str] = None) -> Registry:
         """The registry with the current profile's edits applied (to a copy of the profile). With
         ``alias``, the edited profile is added under that name and the saved one kept (for diffs)."""
-        edits = self.edits.get(self.profile)
-        if not edits and alias is None:
+        if not self.edits.get(self.profile) and alias is None:
             return self.reg
-        prof = self.reg.profiles[self.profile]
-        update: dict = {"knobs": self.edited_knobs()}
-        profiles = dict(self.reg.profiles)
-        if alias is None:
-            profiles[self.profile] = prof.model_copy(update=update)
-        else:
-            update["name"] = alias
-            profiles[alias] = prof.model_copy(update=update)
-        return dataclasses.replace(self.reg, profiles=profiles)
+        name = alias or self.profile
+        edited = self.reg.profiles[self.profile].model_copy(update={"knobs": self.edited_knobs(), "name": name})
+        return dataclasses.replace(self.reg, profiles={**self.reg.profiles, name: edited})
 
     def inherited_value(self, vid: str) -> Optional[str]:
         """The value the profile chain gives a variant without this profile's own key (no env)."""
@@ -339,9 +329,6 @@ class Session:
         """Set a variant to ``raw`` in the current profile (unsaved). Returns the canonical value;
         raises :class:`EditError` with the reason for an illegal one. Setting a knob back to its saved
         value, or to the inherited value when the file has no key for it, drops the edit."""
-        return self._edit(f"{self.reg.variants[vid].knob} = {raw}", lambda: self._set_value(vid, raw))
-
-    def _set_value(self, vid: str, raw: object) -> str:
         v = self.reg.variants[vid]
         try:
             value = v.normalize(raw)
@@ -349,35 +336,35 @@ class Session:
             raise EditError(f"{v.knob}={raw!r}: {exc} (allowed: {v.allowed_text()})") from None
         key = self.key_for(vid)
         saved = self.saved_knobs()
-        edits = self.current_edits
         if key in saved:
             try:
                 same = v.normalize(saved[key]) == value
             except ValueError:
                 same = False
-            if same:
-                edits.pop(vid, None)
-            else:
-                edits[vid] = value
-        elif value == self.inherited_value(vid):
-            edits.pop(vid, None)
         else:
-            edits[vid] = value
-        self.recompute()
+            same = value == self.inherited_value(vid)
+        with self._undoable(f"{v.knob} = {raw}"):
+            if same:
+                self.current_edits.pop(vid, None)
+            else:
+                self.current_edits[vid] = value
+            self.recompute()
         return value
 
     def reset(self, vid: str) -> None:
         """Remove the profile's own key for a variant (the inherited value applies)."""
-        self._edit(f"reset {self.reg.variants[vid].knob}", lambda: self._reset(vid))
+        with self._undoable(f"reset {self.reg.variants[vid].knob}"):
+            if self.key_for(vid) in self.saved_knobs():
+                self.current_edits[vid] = REMOVED
+            else:
+                self.current_edits.pop(vid, None)
+            self.recompute()
 
-    def _reset(self, vid: str) -> None:
-        key = self.key_for(vid)
-        edits = self.current_edits
-        if key in self.saved_knobs():
-            edits[vid] = REMOVED
-        else:
-            edits.pop(vid, None)
-        self.recompute()
+    def drop_edits(self, label: str) -> None:
+        """Drop the current profile's unsaved edits (undoable)."""
+        with self._undoable(label):
+            self.edits.pop(self.profile, None)
+            self.recompute()
 
     def next_value(self, vid: str) -> Optional[str]:
         """What space/enter cycles a bool or enum to; None for other types (they open an input)."""
@@ -394,9 +381,7 @@ class Session:
 
     def cycle(self, vid: str) -> Optional[str]:
         nxt = self.next_value(vid)
-        if nxt is None:
-            return None
-        return self.set_value(vid, nxt)
+        return None if nxt is None else self.set_value(vid, nxt)
 
     def env_overrides(self, vid: str) -> Optional[str]:
         """What hides the profile's value of a variant (an environment variable or --set), if anything."""
@@ -415,9 +400,13 @@ class Session:
         if self.validated:
             return
         self.validated = True
+        self._check_registry()
+        self._switched()
+
+    def _check_registry(self) -> None:
+        self.registry_report = Report()
         check_registry(self.reg, self.registry_report)
         self.gates = load_gate_states(self.reg)
-        self._switched()
 
     def recompute(self) -> None:
         """Re-resolve and re-validate (a few milliseconds with the shipped registry)."""
@@ -428,7 +417,7 @@ class Session:
         rs = resolve(reg, self.profile, tp=self.tp_choice, env=self.env, sets=self.sets)
         edits = self.edits.get(self.profile, {})
         if edits:
-            file = self.reg.origins.get(("profile", self.profile), (self.profile, 0))[0]
+            file = self.shown_path
             for vid in edits:
                 r = rs.items[vid]
                 if r.layer == "profile":
@@ -446,7 +435,6 @@ class Session:
             kv = self.budget.kv_tokens
             if not self.kv_history or self.kv_history[-1] != kv:
                 self.kv_history.append(kv)
-
         if self.journal is not None:
             self.journal(self)
 
@@ -476,11 +464,8 @@ class Session:
         st = self.gates.get(vid)
         if st is None:
             return "-" if not (self.reg.variants[vid].gate and self.reg.variants[vid].gate.tests) else "?"
-        if not hasattr(st, "on"):
-            return getattr(st, "state", str(st))
-        # The state on the profile's platform; "fresh*": only imported evidence (unverified), "none": no
+        # the state on the profile's platform; "fresh*": only imported evidence (unverified), "none": no
         # record on that platform (the detail pane has the full line)
-
         plat = self.rs.platform
         state, _ = st.on(plat)
         if state == "missing" and plat and st.per_platform and \
@@ -498,24 +483,23 @@ class Session:
     def profile_dirs_now(self) -> list[Path]:
         return self.profile_dirs if self.profile_dirs is not None else default_profile_dirs()
 
+    @property
+    def shown_path(self) -> str:
+        """The profile's file as provenance names it."""
+        return self.reg.origins.get(("profile", self.profile), (self.profile, 0))[0]
+
     def profile_path(self, name: Optional[str] = None) -> Optional[Path]:
         return find_profile_file(name or self.profile, self.profile_dirs_now())
 
-    def document(self, name: Optional[str] = None):
+    def document(self) -> ProfileDocument:
         """The profile's file for round-trip editing, as it was when the registry was loaded (a save
         then refuses a file that changed on disk since)."""
-        name = name or self.profile
-        doc = self.docs.get(name)
-        if doc is None:
-            if name in self._files:
-                doc = ProfileDocument.from_bytes(*self._files[name])
-            else:
-                path = self.profile_path(name)
-                if path is None:
-                    raise FileNotFoundError(f"no file for profile '{name}'")
-                doc = ProfileDocument.load(path)
-            self.docs[name] = doc
-        return doc
+        if self.profile in self._files:
+            return ProfileDocument.from_bytes(*self._files[self.profile])
+        path = self.profile_path()
+        if path is None:
+            raise FileNotFoundError(f"no file for profile '{self.profile}'")
+        return ProfileDocument.load(path)
 
     def save(self) -> Path:
         """Write the current profile's edits into its file (keeping comments and layout), atomically.
@@ -533,15 +517,8 @@ class Session:
                 if v.type == "bool" and isinstance(in_file.get(key), bool) and isinstance(typed, int):
                     typed = bool(typed)  # the file spells this one true/false: keep its spelling
                 doc.set_knob(key, typed)
-        try:
-            doc.save()
-        except BaseException:
-            # leave the in-memory document as it was on disk: the edits stay in the session
-            self.docs.pop(self.profile, None)
-            raise
+        doc.save()  # a failed save leaves the edits in the session; the next one starts from the loaded bytes
         self._reload_after_save(self.profile)
-        if self.journal is not None:
-            self.journal(self)
         return doc.path
 
     def save_as_target(self) -> Path:
@@ -571,39 +548,26 @@ class Session:
         self._reload_after_save(name)
         return path
 
-    def _other_edits(self) -> dict:
+    def other_edits(self) -> dict:
         """The unsaved edits of every profile but the current one."""
         return {p: e for p, e in self.edits.items() if p != self.profile and e}
 
     def _reload_after_save(self, profile: str) -> None:
         """Reload showing ``profile``, the other profiles' edits kept; undo goes back to this save, not past it."""
-        kept = self._other_edits()
+        kept = self.other_edits()
         self.profile = profile
         self._reload_keep(kept)
         self.undo_stack.clear()
         self.redo_stack.clear()
 
-    def reload_keeping_other_edits(self) -> None:
-        """Reload from disk after the current profile's file was edited elsewhere ($EDITOR); the other
-        profiles' unsaved edits stay (their files are re-read too: a save of theirs still detects a
-        change made meanwhile)."""
-        before = self.snapshot("edit in $EDITOR")
-        self._reload_keep(self._other_edits())
-        if before.edits.get(before.profile):
-            self._push_undo(before)
-
     def _reload_keep(self, edits: dict) -> None:
         """Read the registry and the profile files again; ``edits`` (profile -> its edits) are kept where
         their profile still exists, every other edit is dropped."""
-        reg = load_registry(self.root, self.profile_dirs, broken_profiles="raise")
-        self.reg = reg
-        self.registry_report = Report()
-        check_registry(reg, self.registry_report)
-        self.gates = load_gate_states(reg)
-        self.docs.clear()
+        self.reg = load_registry(self.root, self.profile_dirs, broken_profiles="raise")
+        self._check_registry()
         self._capture_files()
-        self.edits = {p: e for p, e in edits.items() if p in reg.profiles}
-        if self.profile not in reg.profiles:
+        self.edits = {p: e for p, e in edits.items() if p in self.reg.profiles}
+        if self.profile not in self.reg.profiles:
             self.profile = self.default_profile()
         self._switched()
 
@@ -621,3 +585,80 @@ class Session:
 
         return plan_launch(self.edited_registry(), self.profile, tp=self.tp_choice, env=self.env, sets=self.sets,
                            extra_args=list(self.extra_args), write_manifest=final, build_model=final)
+
+
+# ------------------------------------------------------------------------------ the recovery journal
+
+def recovery_path() -> Path:
+    return cache_dir() / "tui-recovery.json"
+
+
+def _edits(s: Session) -> dict:
+    return {p: {vid: (None if v is REMOVED else str(v)) for vid, v in e.items()} for p, e in s.edits.items() if e}
+
+
+def journal(s: Session) -> None:
+    """After every change (``Session.journal``): the edits on disk, or no file when there are none."""
+    edits = _edits(s)
+    state = (s.profile, repr(edits))
+    if getattr(s, "_journaled", None) == state:
+        return
+    if edits:
+        if write_recovery(s) is None:
+            return  # not written (a read-only cache): try again at the next change
+    else:
+        clear_journal()
+    s._journaled = state
+
+
+def clear_journal() -> None:
+    """The panel ended by asking (or the edits were saved): nothing to restore next time."""
+    try:
+        recovery_path().unlink()
+    except OSError:
+        pass
+
+
+def write_recovery(s: Session) -> Optional[Path]:
+    edits = _edits(s)
+    if not edits:
+        return None
+    path = recovery_path()
+    try:
+        from ...registry.profile_io import atomic_write
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, json.dumps({"written": time.time(), "profile": s.profile, "edits": edits}, indent=1))
+    except OSError:
+        return None
+    return path
+
+
+def restore_recovery(s: Session) -> int:
+    """Apply the recovery file's edits (then delete it); returns how many were restored."""
+    path = recovery_path()
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return 0
+    n = 0
+    start = data["profile"] if data.get("profile") in s.reg.profiles else s.profile
+    for profile, edits in (data.get("edits") or {}).items():
+        if profile not in s.reg.profiles or not isinstance(edits, dict):
+            continue
+        s.set_profile(profile)
+        for vid, value in edits.items():
+            if vid not in s.reg.variants:
+                continue
+            try:
+                if value is None:
+                    s.reset(vid)
+                else:
+                    s.set_value(vid, value)
+                n += 1
+            except EditError:
+                continue
+    if s.profile != start:
+        s.set_profile(start)
+    clear_journal()
+    return n

@@ -1,9 +1,8 @@
 """The variants of the shown profile: value, stock value, provenance, status, gate state, KV cost.
 
-A line-API widget (``ScrollView`` + ``render_line``) rather than Textual's ``DataTable``: a DataTable
-re-renders every visible cell after any ``update_cell`` (its caches are keyed on a table-wide update
-counter), which costs most of a frame on a toggle. Here each row's rendered strip is cached with the row's
-cells, and a toggle re-renders only the rows whose cells changed (usually one to three).
+A line-API widget (``ScrollView`` + ``render_line``) rather than Textual's ``DataTable``, which re-renders
+every visible cell after any ``update_cell`` (most of a frame on a toggle). Here each row's rendered strip is
+cached, and a toggle re-renders only the rows whose cells changed (usually one to three).
 """
 from __future__ import annotations
 
@@ -57,6 +56,7 @@ def layout(width: int, knob_width: int) -> list[tuple[int, int]]:
     index = {k: i for i, (k, _l, _w) in enumerate(COLUMNS)}
     return [(index[k], widths[k]) for k in shown]
 
+
 LAYER_SHORT = {"registry": "registry", "release": "release", "profile": "profile", "environment": "env",
                "override": "override"}
 GATE_STYLE = {"fresh": "green", "stale": "yellow", "missing": "dim", "failed": "bold red"}
@@ -87,7 +87,6 @@ def row_state(s: Session, vid: str, problems: dict[str, str]) -> tuple:
 
 
 def row_cells(s: Session, vid: str, problems: dict[str, str]) -> tuple:
-    """The cells of one variant's row."""
     r = s.rs.items[vid]
     v = r.variant
     edited = vid in s.edits.get(s.profile, {})
@@ -162,8 +161,7 @@ class VariantTable(ScrollView, can_focus=True):
         self._shown: list[str] = []
         self._cells: dict[str, tuple] = {}
         self._state: dict[str, tuple] = {}
-        self._strips: dict[tuple, Strip] = {}  # (vid, selected, even, focused, theme) -> rendered row
-        self._header: Optional[tuple] = None  # ((scroll_x, width), rendered header)
+        self._strips: dict[tuple, Strip] = {}  # (vid, selected, even, focused, scroll_x, width) -> rendered row
         self._knob_width = COLUMNS[1][2]
         self._cols: list[tuple[int, int]] = []  # the shown columns at the current width (layout())
         self._cols_for: Optional[int] = None
@@ -253,7 +251,7 @@ class VariantTable(ScrollView, can_focus=True):
         self.cursor_row = row if row >= 0 else len(self._shown) - 1
 
     def on_click(self, event: events.Click) -> None:
-        row = event.y + self.scroll_offset.y - 1
+        row = event.y + self.scroll_offset.y - 1  # the header is line 0
         if event.y >= 1 and 0 <= row < len(self._shown):
             self.cursor_row = row
             if event.chain == 2:  # a double click toggles (or opens the input), like space
@@ -267,7 +265,6 @@ class VariantTable(ScrollView, can_focus=True):
         self._cols_for = (width, self._knob_width)
         self._cols = layout(width, self._knob_width)
         self._strips.clear()
-        self._header = None
         self.virtual_size = Size(sum(w + 2 * PAD for _i, w in self._cols), len(self._shown) + 1)
 
     def on_resize(self, event) -> None:
@@ -283,27 +280,19 @@ class VariantTable(ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._strips.clear()
-        self._header = None
 
     # ------------------------------------------------------------------------------ rendering
 
-    def _window(self, line: Text, scroll_x: int, width: int) -> Text:
-        """The visible part of a row's text, padded to the width. Cutting the text before rendering is
-        much cheaper than cropping a rendered strip; every cell here is one column wide (ids, knobs,
-        values, and the marks), which the fallback checks."""
-        if line.cell_len != len(line.plain):
-            return line  # a wide character: let the strip be cropped instead
-        part = line[scroll_x:scroll_x + width]
-        part.pad_right(width - len(part.plain))
-        return part
-
     def _strip(self, line: Text, style, scroll_x: int, width: int) -> Strip:
-        part = self._window(line, scroll_x, width)
-        segs = [Segment(t, style + s if s else style) for t, s, _c in part.render(self.app.console)]
-        strip = Strip(segs)
-        if part is line:
-            strip = strip.crop_extend(scroll_x, scroll_x + width, style)
-        return strip
+        """A row's text rendered with ``style``, the ``width`` cells from ``scroll_x``. Cutting the text before
+        rendering is much cheaper than cropping a rendered strip; it needs every cell one column wide (ids, knobs,
+        values and the marks are): a wide character is cropped from the rendered strip instead."""
+        cut = line.cell_len == len(line.plain)
+        if cut:
+            line = line[scroll_x:scroll_x + width]
+            line.pad_right(width - len(line.plain))
+        strip = Strip([Segment(t, style + s if s else style) for t, s, _c in line.render(self.app.console)])
+        return strip if cut else strip.crop_extend(scroll_x, scroll_x + width, style)
 
     def render_line(self, y: int) -> Strip:
         scroll_x, scroll_y = self.scroll_offset
@@ -312,12 +301,12 @@ class VariantTable(ScrollView, can_focus=True):
         if self._cols_for is None:
             self._relayout()
         if y == 0:
-            key = ("", scroll_x, width)
-            if self._header is None or self._header[0] != key:
-                head_style = base + self.get_component_rich_style("variant-table--header")
+            key = ("", scroll_x, width)  # the header's ("" is no variant's id)
+            if key not in self._strips:
                 line = _line(tuple(Text(label) for _k, label, _w in COLUMNS), self._cols)
-                self._header = (key, self._strip(line, head_style, scroll_x, width))
-            return self._header[1]
+                style = base + self.get_component_rich_style("variant-table--header")
+                self._strips[key] = self._strip(line, style, scroll_x, width)
+            return self._strips[key]
         row = scroll_y + y - 1
         if row >= len(self._shown):
             return Strip.blank(width, base)

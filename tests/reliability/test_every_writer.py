@@ -270,7 +270,7 @@ THROUGH = {
     ("r9kctl/evidence/results.py", "dump", "fileio.atomic_write"): "results.dump",
     ("r9kctl/evidence/serve_bench.py", "run", "fileio.open_for_writing"): "fileio.open_for_writing",
     ("r9kctl/evidence/serve_bench.py", "start", "fileio.open_for_writing"): "fileio.open_for_writing",
-    ("r9kctl/tui/recovery.py", "write_recovery", "fileio.atomic_write"): "profile_io.atomic_write",
+    ("r9kctl/tui/session.py", "write_recovery", "fileio.atomic_write"): "profile_io.atomic_write",
     ("r9kctl/tui/server.py", "Server._spawn", "fileio.open_for_writing"): "tui server log",
     ("scripts/vllm_interface.py", "main", "fileio.atomic_write"): "fileio.atomic_write",
 }
