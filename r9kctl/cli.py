@@ -37,21 +37,17 @@ GLOBAL_OPTIONS = (  # (flags, dest, argparse keywords)
 AFTER = "after_"  # dest prefix of a global option given after the subcommand
 
 
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError, version as dist_version
-
-    try:
-        return dist_version("r9k-stack")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 class _Version(argparse._VersionAction):
     """``--version``: the installed version is looked up when asked for (``importlib.metadata`` is a
     start-up cost of every command otherwise)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        self.version = f"r9kctl {version()}"
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            self.version = f"r9kctl {version('r9k-stack')}"
+        except PackageNotFoundError:
+            self.version = "r9kctl unknown (not installed)"
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -183,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     traceback (``envvars.DEBUG`` set to 1). A traceback is never printed otherwise."""
     words = sys.argv[1:] if argv is None else list(argv)
     if words[:1] == ["__complete"]:  # the shell completion scripts ask here (r9kctl completion SHELL)
-        from .completion import complete
+        from .cmd_completion import complete
 
         return complete(words[1:])
     try:
@@ -223,7 +219,6 @@ def _mistyped_command(words: list[str]) -> int | None:
     """A first word that is no command, said in one located line with the nearest command (exit 2); None when
     the words name no command at all (argparse's usage and help then)."""
     import difflib
-
     import shlex
 
     takes_value = {f for flags, _d, kw in GLOBAL_OPTIONS if kw.get("action") != "store_true" for f in flags}

@@ -16,8 +16,13 @@ the gate stays *fresh* while that hash matches. Exit status: 1 when a gate faile
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
+
+from ..registry import load_registry
+
+from .common import registry_location, tp_problem
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -93,18 +98,12 @@ def _state_rows(states, platform: str | None = None) -> list[str]:
 
 
 def run(args) -> int:
-    from ..registry import RegistryError, load_registry
-    from .common import registry_location
     from ..registry import ledger as L
+    from ..registry.resolve import resolve
 
     from .evidence import gate as G
 
-    try:
-        reg = load_registry(*registry_location(args))  # --registry / --profiles-dir
-    except RegistryError as exc:
-        for d in exc.diagnostics:
-            print(d.format(), file=sys.stderr)
-        return 2
+    reg = load_registry(*registry_location(args))  # one that does not load: its located lines (cli.main)
     if args.import_junit:
         from .evidence import junit as J
 
@@ -126,8 +125,6 @@ def run(args) -> int:
         return _pairs(reg, args)
     if not (args.profile or args.variants or args.all or args.status):
         return _err("name variants, or use --profile P, --all or --status")
-    from .common import tp_problem
-
     problem = tp_problem(reg, args.tp, args.profile)
     if problem:
         return _err(problem)
@@ -148,24 +145,15 @@ def run(args) -> int:
 
     if args.status or args.dry_run:
         states = {v.id: L.state_of(reg, v, records) for v in plan.variants}
+        platform = resolve(reg, args.profile, tp=args.tp).platform if args.profile else None
         if args.format == "json":
-            plat = None
-            if args.profile:
-                from ..registry.resolve import resolve
-
-                plat = resolve(reg, args.profile, tp=args.tp).platform
             print(json.dumps({"states": {k: s.to_dict() for k, s in states.items()},
-                              "platform": plat,
-                              "on_platform": {k: dict(zip(("state", "detail"), s.on(plat)))
-                                              for k, s in states.items()} if plat else None,
+                              "platform": platform,
+                              "on_platform": {k: dict(zip(("state", "detail"), s.on(platform)))
+                                              for k, s in states.items()} if platform else None,
                               "no_gate_tests": [v.id for v in plan.no_tests],
                               "would_run": plan.test_ids if args.dry_run else None}, indent=2))
             return 0
-        platform = None
-        if args.profile:
-            from ..registry.resolve import resolve
-
-            platform = resolve(reg, args.profile, tp=args.tp).platform
         print(f"gate states ({L.ledger_path(reg)}){f' for {args.profile} on {platform}' if platform else ''}:",
               file=out)
         for row in _state_rows(states, platform):
@@ -184,8 +172,6 @@ def run(args) -> int:
               + (f" ({len(plan.no_tests)} selected: {', '.join(v.id for v in plan.no_tests)})" if plan.no_tests else ""),
               file=out)
         return 0
-    import importlib.util
-
     if importlib.util.find_spec("pytest") is None:
         return _err("pytest is not installed here, and gate tests run under it (pip install pytest); or run them "
                     "on another machine and record them with --import-junit")

@@ -1,6 +1,9 @@
 """``r9kctl show ID-or-KNOB``: everything the registry knows about one variant."""
 from __future__ import annotations
 
+from .common import fail, load
+from .output import print_json, table
+
 
 def add_parser(sub):
     p = sub.add_parser("show", help="show one variant: values, defaults, implementation, gate, history, measurements")
@@ -25,6 +28,7 @@ def gate_state(reg, vid: str):
 
 def describe(reg, v) -> list[tuple[str, str]]:
     """(field, text) pairs: the same content for `show` and the control panel's detail pane."""
+    from ..registry.effects import changes
     from ..registry.memory import fmt_bytes
 
     rows: list[tuple[str, str]] = []
@@ -98,8 +102,6 @@ def describe(reg, v) -> list[tuple[str, str]]:
         add("measured", "\n".join(lines))
     if v.sets:
         add("sets", f"{v.sets.kind} {v.sets.name}")
-    from ..registry.effects import changes
-
     how = "declared" if v.changes else "derived"
     ga = "yes, part of vLLM's compile-cache key" if v.graph_affecting else "no"
     add("changes", f"{', '.join(changes(v))} ({how}; graph-affecting: {ga})")
@@ -111,9 +113,6 @@ def describe(reg, v) -> list[tuple[str, str]]:
 
 def run(args) -> int:
     from ..registry.resolve import suggest
-
-    from .common import fail, load
-    from .output import print_json, table
 
     reg = load(args)
     v = reg.find_variant(args.variant)

@@ -83,17 +83,8 @@ r9kctl bisect plan --good round2-numerics --bad tp4-default --dir bisect/ --data
     "bisect status": """
 r9kctl bisect status --dir bisect/
 """,
-    "bisect": """
-r9kctl bisect plan --good round2-numerics --bad tp4-default --dir bisect/ --dataset arith-smoke
-r9kctl bisect run --dir bisect/ --launch 'r9kctl launch -p {profile} -- --port {port}' --url-template http://127.0.0.1:{port}
-r9kctl bisect status --dir bisect/
-""",
     "bisect run": """
 r9kctl bisect run --dir bisect/ --launch 'r9kctl launch -p {profile} -- --port {port}' --url-template http://127.0.0.1:{port}
-""",
-    "eval": """
-r9kctl eval record --url http://127.0.0.1:8000 --dataset arith-smoke --out a.jsonl --api completions
-r9kctl eval compare a.jsonl b.jsonl
 """,
     "doctor": """
 r9kctl doctor                                   against the installed vLLM
@@ -104,10 +95,18 @@ r9kctl gate --status                            the gate states, nothing run
 r9kctl gate --profile cpu-smoke                 run the gates of a profile's non-stock variants here
 r9kctl gate --all --dry-run                     what would run
 """,
+    "recipes": """
+r9kctl recipes                                   every shipped profile, markdown
+r9kctl recipes -p cpu-smoke --format json        one profile as JSON
+r9kctl recipes --release v0.3.2 --platform cpu   every model x TP size on cpu at the release's defaults
+r9kctl recipes --vllm-version 0.33               the switches vLLM 0.33 has
+""",
     "bench serve": """
 r9kctl bench serve --profiles cpu-flash-next-stock,cpu-flash-next --concurrency 1,4 --repeats 3 --out bench-serve
 """,
 }
+for _group, _subs in (("bisect", ("plan", "run", "status")), ("eval", ("record", "compare"))):  # its commands' own
+    EXAMPLES[_group] = "\n".join(EXAMPLES[f"{_group} {s}"].strip("\n") for s in _subs)
 
 
 _ROLE = re.compile(r":(?:func|mod|class|meth|attr|data|obj):`~?([^`]+)`")
