@@ -22,6 +22,7 @@ from pathlib import Path
 from ..registry import RegistryError, fileio, load_registry
 
 from .common import load_with_sets, registry_location, report_errors, usage_error
+from .evidence import serve_bench as SB
 
 
 def add_parser(sub):
@@ -50,7 +51,7 @@ def add_parser(sub):
     d.add_argument("--release-records", action="store_true", help="print the result as release [[bench]] records")
     d.add_argument("--command", dest="bench_command", help="the command to record with --release-records")
     sv = bsub.add_parser("serve", help="paired serving benchmark of profiles (r9kctl launch + vllm bench serve)",
-                         description=_serve_doc(), formatter_class=argparse.RawDescriptionHelpFormatter)
+                         description=SB.__doc__ or "", formatter_class=argparse.RawDescriptionHelpFormatter)
     sv.add_argument("--profiles", required=True, help="comma-separated profiles; the first is the baseline")
     sv.add_argument("--concurrency", default="1,4", help="comma-separated client concurrencies (default 1,4)")
     sv.add_argument("--repeats", type=int, default=3, help="interleaved rounds A B, A B, ...: each starts every profile once, in turn (default 3)")
@@ -72,12 +73,6 @@ def add_parser(sub):
     sv.add_argument("extra", nargs="*", metavar="-- VLLM_ARGS", help="extra arguments for every vllm serve, after --")
     p.set_defaults(func=run)
     return p
-
-
-def _serve_doc() -> str:
-    from .evidence import serve_bench
-
-    return serve_bench.__doc__ or ""
 
 
 def run(args) -> int:
@@ -178,8 +173,6 @@ def _show(res, args) -> int:
 
 def _serve(args) -> int:
     from ..registry.resolve import resolve
-
-    from .evidence import serve_bench as SB
     from .launch import plan_launch, serve_problem
 
     def usage(msg: str) -> int:

@@ -19,6 +19,7 @@ import argparse
 import importlib.util
 import json
 import sys
+from collections import Counter
 
 from ..registry import load_registry
 
@@ -192,21 +193,14 @@ def run(args) -> int:
               + ("" if not args.no_record else " (not recorded)"))
         width = max(len(r.variant) for r in result.records)
         for r in result.records:
-            counts: dict[str, int] = {}
-            for o in r.outcomes.values():
-                counts[o] = counts.get(o, 0) + 1
-            summary = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+            summary = ", ".join(f"{n} {o}" for o, n in sorted(Counter(r.outcomes.values()).items()))
             print(f"  {r.variant:<{width}}  {r.result:<8} {summary:<40} gate now: {states[r.variant].state} "
                   f"({states[r.variant].label()})")
         if gpu:
             print(f"\n{sum(len(v) for v in gpu.values())} test item(s) need a GPU (skipped here; such a gate is "
                   "not complete until they pass on one):")
-            for vid, items in gpu.items():
-                by_test: dict[str, int] = {}
-                for n in items:  # one line per test function, parametrizations counted
-                    base = n.split("[", 1)[0]
-                    by_test[base] = by_test.get(base, 0) + 1
-                for base, count in by_test.items():
+            for vid, items in gpu.items():  # one line per test function, parametrizations counted
+                for base, count in Counter(n.split("[", 1)[0] for n in items).items():
                     print(f"  {vid}: {base}" + (f" ({count} cases)" if count > 1 else ""))
         if plan.no_tests:
             print(f"\n{len(plan.no_tests)} selected variant(s) declare no gate tests: "

@@ -14,16 +14,13 @@ def add_parser(sub):
 
 
 def gate_state(reg, vid: str):
-    """The gate ledger's state for a variant, or None where no ledger module is present."""
+    """The gate ledger's state for a variant (None: no record), or a line saying the ledger is unreadable."""
+    from ..registry import ledger
+
     try:
-        from ..registry import ledger
-    except ImportError:
-        return None
-    try:
-        st = ledger.gate_states(reg).get(vid)
+        return ledger.gate_states(reg).get(vid)
     except Exception as exc:  # noqa: BLE001 - shown to the user, not hidden
         return f"ledger unreadable: {exc}"
-    return st
 
 
 def describe(reg, v) -> list[tuple[str, str]]:

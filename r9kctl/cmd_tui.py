@@ -83,20 +83,11 @@ def panel_argv(args) -> list[str]:
     script = Path(sys.executable).parent / "r9kctl"
     argv = [str(script) if script.exists() else sys.executable, *([] if script.exists() else ["-m", "r9k.r9kctl.cli"]),
             "tui"]
-    if args.profile:
-        argv += ["--profile", args.profile]
-    if args.tp is not None:
-        argv += ["--tp", str(args.tp)]
-    for s in args.sets or []:
-        argv += ["--set", s]
-    if args.keymap:
-        argv += ["--keymap", args.keymap]
-    if args.attach:
-        argv += ["--attach", args.attach]
-    if args.registry:
-        argv += ["--registry", str(args.registry)]
-    for d in args.profiles_dir or []:
-        argv += ["--profiles-dir", str(d)]
+    for flag, value in (("--profile", args.profile), ("--tp", args.tp), *(("--set", s) for s in args.sets or []),
+                        ("--keymap", args.keymap), ("--attach", args.attach), ("--registry", args.registry),
+                        *(("--profiles-dir", d) for d in args.profiles_dir or [])):
+        if value not in (None, ""):
+            argv += [flag, str(value)]
     return argv
 
 
