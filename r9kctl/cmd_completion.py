@@ -94,13 +94,6 @@ def _option_strings(p: argparse.ArgumentParser) -> list[str]:
     return out
 
 
-def _find_option(p: argparse.ArgumentParser, word: str) -> Optional[argparse.Action]:
-    for a in p._actions:
-        if word in a.option_strings:
-            return a
-    return None
-
-
 def _value_candidates(action: argparse.Action, words: list[str]) -> Optional[list[str]]:
     """Candidates for an option's value; None: a file name."""
     dest = action.dest.removeprefix("after_")
@@ -141,7 +134,7 @@ def candidates(words: list[str]) -> Optional[list[str]]:
             after_dashdash = True
             continue
         if w.startswith("-"):
-            a = _find_option(parser, w.split("=", 1)[0])
+            a = next((a for a in parser._actions if w.split("=", 1)[0] in a.option_strings), None)
             if a is not None and a.nargs != 0 and "=" not in w:
                 expecting = a
             continue

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+import tomllib
 import zipfile
 from pathlib import Path
 from typing import Optional
@@ -276,13 +277,11 @@ def diagnose(t: Tree, reg) -> list[str]:
         ok, why = has_name(t, module, name)
         if not ok:
             lines.append(f"{file}:{line}: error[import]: from {module} import {name}: {why}")
-    import tomllib
-
-    adapters_path = PROJECT / "registry" / "adapters.toml"
-    text = adapters_path.read_text(encoding="utf-8")
+    text = (PROJECT / "registry" / "adapters.toml").read_text(encoding="utf-8")
     for a in tomllib.loads(text).get("adapter", []):
-        ln = _line_of(text, f'extension_point = "{a["extension_point"]}"')
-        where = f"registry/adapters.toml:{ln}"
+        needle = f'extension_point = "{a["extension_point"]}"'
+        line = next((i for i, ln in enumerate(text.splitlines(), 1) if needle in ln), 1)
+        where = f"registry/adapters.toml:{line}"
         ok, why = has_name(t, a["vllm_module"], a["vllm_class"])
         if not ok:
             lines.append(f"{where}: error[adapter]: {a['extension_point']}: {a['vllm_class']}: {why}")
@@ -336,13 +335,6 @@ def interface_findings(t: Tree, reg) -> list[str]:
         out.append(f"registry/releases/{latest}.toml: warning[version]: release {latest} was validated on vLLM "
                    f"{', '.join(rel.vllm_validated)}, not {version} (launch's pre-flight refuses it)")
     return out
-
-
-def _line_of(text: str, needle: str) -> int:
-    for i, ln in enumerate(text.splitlines(), 1):
-        if needle in ln:
-            return i
-    return 1
 
 
 def add_parser(sub):
