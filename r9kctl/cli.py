@@ -203,15 +203,15 @@ def _one_format_vocabulary(p: argparse.ArgumentParser) -> None:
 
 def add_group(subparsers, name: str, help_: str, description: str, dest: str, commands: str):
     """A command whose own subcommands do the work (``r9kctl eval compare``): its parser, ``description``
-    shown as written, and the action its subcommands are added to. One of them is required; ``commands``
-    (``"{compare,record}"``) is how the usage and the error name them."""
-    p = subparsers.add_parser(name, help=help_, description=description,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    shown as written (see :func:`_finish`), and the action its subcommands are added to. One of them is
+    required; ``commands`` (``"{compare,record}"``) is how the usage and the error name them."""
+    p = subparsers.add_parser(name, help=help_, description=description)
     return p, p.add_subparsers(dest=dest, metavar=commands, required=True)
 
 
 def _finish(name: str, p: argparse.ArgumentParser, help_: str | None) -> None:
-    """Every subcommand (and its own subcommands): a description, the examples, the global options."""
+    """Every subcommand (and its own subcommands): a description, the examples, the global options; its
+    description and epilog shown as written (line breaks kept)."""
     _one_format_vocabulary(p)
     if not p.description and help_:
         p.description = help_[0].upper() + help_[1:] + "."

@@ -13,7 +13,6 @@ result written by such a run; ``--release-records`` prints it as ``[[bench]]`` r
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -51,7 +50,7 @@ def add_parser(sub):
     d.add_argument("--release-records", action="store_true", help="print the result as release [[bench]] records")
     d.add_argument("--command", dest="bench_command", help="the command to record with --release-records")
     sv = bsub.add_parser("serve", help="paired serving benchmark of profiles (r9kctl launch + vllm bench serve)",
-                         description=SB.__doc__ or "", formatter_class=argparse.RawDescriptionHelpFormatter)
+                         description=SB.__doc__ or "")
     sv.add_argument("--profiles", required=True, help="comma-separated profiles; the first is the baseline")
     sv.add_argument("--concurrency", default="1,4", help="comma-separated client concurrencies (default 1,4)")
     sv.add_argument("--repeats", type=int, default=3, help="interleaved rounds A B, A B, ...: each starts every profile once, in turn (default 3)")

@@ -148,7 +148,8 @@ def _class_chain(t: Tree, module: str, cls: str, depth: int = 0) -> list[tuple[s
     names = top_names(mod)
     node = names.get(cls)
     if isinstance(node, ast.ImportFrom) and node.module:
-        return _class_chain(t, _source(module, node, rel), next((a.name for a in node.names if (a.asname or a.name) == cls), cls), depth + 1)
+        real = next((a.name for a in node.names if (a.asname or a.name) == cls), cls)
+        return _class_chain(t, _source(module, node, rel), real, depth + 1)
     if not isinstance(node, ast.ClassDef):
         return []
     out = [(module, cls, node)]
@@ -338,10 +339,8 @@ def interface_findings(t: Tree, reg) -> list[str]:
 
 
 def add_parser(sub):
-    import argparse
-
     p = sub.add_parser("doctor", help="check this project against a vLLM source tree or wheel (what would break)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__)
     p.add_argument("--vllm-src", metavar="DIR", help="a folder holding vllm/, the vllm/ folder, or a wheel "
                    "(default: the installed vLLM's sources)")
     p.set_defaults(func=run)

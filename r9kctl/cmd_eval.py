@@ -150,8 +150,8 @@ def _record(args) -> int:
                        label=args.label, limit=args.limit, resume=args.resume, execute_code=args.execute_code,
                        api_key=os.environ.get("OPENAI_API_KEY"), timeout_s=args.timeout,
                        keep_output=not args.no_output_text, progress=None if args.quiet else sys.stderr)
-    except (D.DatasetError, R.ServerError, results.ResultFileError, OSError, ValueError) as exc:  # ValueError: a bad URL
-        return error_exit(exc, "r9kctl eval record", "eval")
+    except (D.DatasetError, R.ServerError, results.ResultFileError, OSError, ValueError) as exc:
+        return error_exit(exc, "r9kctl eval record", "eval")  # ValueError: a bad URL
     rf = results.load(out)
     print(f"{out}: {rf.correct}/{rf.n} correct ({100 * rf.accuracy:.2f}%), dataset {ds.name} "
           f"sha256 {ds.sha256()[:12]}")

@@ -28,7 +28,7 @@ from .common import registry_location, tp_problem
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("gate", help="run variants' gate tests and record them in the gate ledger",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__)
     p.add_argument("variants", nargs="*", metavar="VARIANT", help="variant ids or knobs")
     p.add_argument("--profile", help="gate every variant this profile sets off its stock value")
     p.add_argument("--tp", type=int, help="TP size to resolve the profile at (default: the profile's)")

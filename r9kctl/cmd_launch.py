@@ -5,7 +5,6 @@ and environment instead: pasted into a shell they start the same server (the mod
 Without this command, ``vllm serve`` with ``envvars.PROFILE`` set resolves the profile in its first process."""
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -48,7 +47,7 @@ more than one process, more than one node:
 
 def add_parser(sub):
     p = sub.add_parser("launch", help="validate a profile and start vllm serve with it (or --dry-run)",
-                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__, epilog=EPILOG)
     p.add_argument("--profile", "-p", required=True, help="the profile to launch (r9kctl profiles lists them)")
     p.add_argument("--tp", type=int, help="tensor-parallel size (vLLM's --tensor-parallel-size), instead of the profile's")
     add_set_option(p)

@@ -6,7 +6,6 @@ and the warnings --strict turns into errors); 2 invalid (errors without --strict
 """
 from __future__ import annotations
 
-import argparse
 import re
 
 from ..registry import RegistryError, load_registry
@@ -17,8 +16,7 @@ from .output import diagnostics, print_json
 
 
 def add_parser(sub):
-    p = sub.add_parser("validate", help="validate the registry and a profile (or all profiles)", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser("validate", help="validate the registry and a profile (or all profiles)", description=__doc__)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--profile", "-p", help="the profile to validate (r9kctl profiles lists them)")
     g.add_argument("--all", action="store_true", help="every profile")

@@ -16,12 +16,10 @@ from .cli import Exit
 from .output import diagnostics, print_json, table
 
 
-def registry_location(args=None) -> tuple[Optional[Path], Optional[list[Path]]]:
+def registry_location(args) -> tuple[Optional[Path], Optional[list[Path]]]:
     """(registry root, profile folders) named by the global options ``--registry`` / ``--profiles-dir``
     in ``args``; None for what they leave at the loader's default (``envvars.REGISTRY``, else the packaged
     tree; the packaged profiles plus ``envvars.PROFILES_DIR``). ``--profiles-dir`` folders come after those."""
-    if args is None:
-        return None, None
     if hasattr(args, "registry_root"):  # already worked out by cli.main
         return args.registry_root, args.profile_dirs
     reg = getattr(args, "registry", None)
@@ -31,7 +29,7 @@ def registry_location(args=None) -> tuple[Optional[Path], Optional[list[Path]]]:
     return root, dirs
 
 
-def child_env(args=None) -> dict[str, str]:
+def child_env(args) -> dict[str, str]:
     """What a process started for these options (vLLM at launch) needs in its environment to load the
     same registry and profiles."""
     root, dirs = registry_location(args)
@@ -43,7 +41,7 @@ def child_env(args=None) -> dict[str, str]:
     return env
 
 
-def load(args=None, profiles: Optional[list[str]] = None) -> Registry:
+def load(args, profiles: Optional[list[str]] = None) -> Registry:
     """The registry at the location ``args``' global options name (of the profiles, only ``profiles`` and
     what they extend, when given). One that does not load: its located errors are printed (as JSON under
     ``--format json``) and :class:`Exit` (2) ends the command."""
