@@ -13,12 +13,127 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 
 from ..registry import envvars
 from ..registry.errors import RegistryError
 
-from .help_text import EXAMPLES, plain
+# The examples each subcommand's --help ends with (by command path, "eval record" for a nested one); a
+# command whose module has an epilog keeps it. Every example runs as printed on a fresh clone
+# (tests/core/test_cli_conventions.py runs the ones marked safe).
+EXAMPLES: dict[str, str] = {
+    "list": """
+r9kctl list                                     every variant
+r9kctl list --category fusion --status default-on
+r9kctl list --tp 2 --search hc                  with the TP2 default, id/knob/summary containing 'hc'
+r9kctl list --format ids                        one id a line (scripts)
+""",
+    "show": """
+r9kctl show R9K_HC_FP8_DECODE                   by knob
+r9kctl show router_gemm                         by variant id
+r9kctl show R9K_ROUTER --format json
+""",
+    "resolve": """
+r9kctl resolve --profile tp2-default --non-stock
+r9kctl resolve --profile tp4-default --format env > r9k.env     lines a shell can source
+r9kctl resolve --profile tp4-default --tp 2 --set R9K_ROUTER=stock
+""",
+    "validate": """
+r9kctl validate --all                           the registry and every profile
+r9kctl validate --profile tp2-default --strict  warnings fail too (exit 1)
+r9kctl validate --profile tp4-default --format json
+""",
+    "diff": """
+r9kctl diff v0.3.0 v0.3.1                       what a release changed
+r9kctl diff v0.3.1 v0.3.2 --format markdown     a release-notes table
+r9kctl diff stock tp4-default --tp 4            profiles too
+""",
+    "profiles": """
+r9kctl profiles                                 name, what it extends, model, TP, description
+r9kctl profiles --format names                  one name a line (scripts, completion)
+""",
+    "releases": """
+r9kctl releases                                 version, date, the release before it, headline
+r9kctl releases --format json
+""",
+    "launch": """
+r9kctl launch --profile tp4-default --dry-run   the exact vllm serve command and environment
+r9kctl launch --profile cpu-smoke               no GPU, no download: a tiny model on vLLM's CPU backend
+r9kctl launch --profile tp2-default -- --port 8001 --max-num-seqs 4    extra vllm serve arguments after --
+""",
+    "tui": """
+r9kctl tui                                      the control panel on tp4-default
+r9kctl tui --profile tp2-default --tp 4
+r9kctl tui --keymap keys.toml                   keys remapped by binding id ('?' in the panel lists them)
+""",
+    "status": f"""
+r9kctl status --url http://127.0.0.1:8000       the set a running server uses
+r9kctl status --file "${envvars.STATUS_FILE.name}" --format json
+""",
+    "schema": """
+r9kctl schema profile > profile.schema.json     JSON Schema of profile files (Taplo, VS Code)
+r9kctl schema profile --check profiles/profile.schema.json    exit 1 when the shipped copy is stale
+""",
+    "completion": """
+source <(r9kctl completion bash)                bash, this shell (add it to ~/.bashrc to keep it)
+r9kctl completion zsh > ~/.zfunc/_r9kctl        zsh (with fpath+=~/.zfunc before compinit)
+r9kctl completion fish > ~/.config/fish/completions/r9kctl.fish
+""",
+    "bench": """
+r9kctl bench decode-step --profile tp4-default --against stock
+""",
+    "bench decode-step": """
+r9kctl bench decode-step --profile tp4-default --against stock --ablate
+""",
+    "eval compare": """
+r9kctl eval compare a.jsonl b.jsonl
+""",
+    "eval record": """
+r9kctl eval record --url http://127.0.0.1:8000 --dataset arith-smoke --out a.jsonl --api completions
+""",
+    "bisect plan": """
+r9kctl bisect plan --good round2-numerics --bad tp4-default --dir bisect/ --dataset arith-smoke
+""",
+    "bisect status": """
+r9kctl bisect status --dir bisect/
+""",
+    "bisect run": """
+r9kctl bisect run --dir bisect/ --launch 'r9kctl launch -p {profile} -- --port {port}' --url-template http://127.0.0.1:{port}
+""",
+    "doctor": """
+r9kctl doctor                                   against the installed vLLM
+r9kctl doctor --vllm-src DIR                     against another vLLM's sources (a folder holding vllm/, or a wheel)
+""",
+    "gate": """
+r9kctl gate --status                            the gate states, nothing run
+r9kctl gate --profile cpu-smoke                 run the gates of a profile's non-stock variants here
+r9kctl gate --all --dry-run                     what would run
+""",
+    "recipes": """
+r9kctl recipes                                   every shipped profile, markdown
+r9kctl recipes -p cpu-smoke --format json        one profile as JSON
+r9kctl recipes --release v0.3.2 --platform cpu   every model x TP size on cpu at the release's defaults
+r9kctl recipes --vllm-version 0.33               the switches vLLM 0.33 has
+""",
+    "bench serve": """
+r9kctl bench serve --profiles cpu-flash-next-stock,cpu-flash-next --concurrency 1,4 --repeats 3 --out bench-serve
+""",
+}
+for _group, _subs in (("bisect", ("plan", "run", "status")), ("eval", ("record", "compare"))):  # its commands' own
+    EXAMPLES[_group] = "\n".join(EXAMPLES[f"{_group} {s}"].strip("\n") for s in _subs)
+
+
+_ROLE = re.compile(r":(?:func|mod|class|meth|attr|data|obj):`~?([^`]+)`")
+_LITERAL = re.compile(r"``([^`]+)``( {2,})?")
+
+
+def plain(text: str) -> str:
+    """RST markup of a docstring as plain ``--help`` text: ``literal`` and :func:`name` lose their marks
+    (a literal followed by column padding keeps the next column where it was)."""
+    text = _ROLE.sub(r"\1", text)
+    return _LITERAL.sub(lambda m: m[1] + ((m[2] + "    ") if m[2] else ""), text)
+
 
 # Subcommand modules, in the order ``--help`` lists them.
 COMMANDS = [
@@ -37,21 +152,17 @@ GLOBAL_OPTIONS = (  # (flags, dest, argparse keywords)
 AFTER = "after_"  # dest prefix of a global option given after the subcommand
 
 
-def version() -> str:
-    from importlib.metadata import PackageNotFoundError, version as dist_version
-
-    try:
-        return dist_version("r9k-stack")
-    except PackageNotFoundError:
-        return "unknown (not installed)"
-
-
 class _Version(argparse._VersionAction):
     """``--version``: the installed version is looked up when asked for (``importlib.metadata`` is a
     start-up cost of every command otherwise)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        self.version = f"r9kctl {version()}"
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            self.version = f"r9kctl {version('r9k-stack')}"
+        except PackageNotFoundError:
+            self.version = "r9kctl unknown (not installed)"
         super().__call__(parser, namespace, values, option_string)
 
 
@@ -92,15 +203,15 @@ def _one_format_vocabulary(p: argparse.ArgumentParser) -> None:
 
 def add_group(subparsers, name: str, help_: str, description: str, dest: str, commands: str):
     """A command whose own subcommands do the work (``r9kctl eval compare``): its parser, ``description``
-    shown as written, and the action its subcommands are added to. One of them is required; ``commands``
-    (``"{compare,record}"``) is how the usage and the error name them."""
-    p = subparsers.add_parser(name, help=help_, description=description,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    shown as written (see :func:`_finish`), and the action its subcommands are added to. One of them is
+    required; ``commands`` (``"{compare,record}"``) is how the usage and the error name them."""
+    p = subparsers.add_parser(name, help=help_, description=description)
     return p, p.add_subparsers(dest=dest, metavar=commands, required=True)
 
 
 def _finish(name: str, p: argparse.ArgumentParser, help_: str | None) -> None:
-    """Every subcommand (and its own subcommands): a description, the examples, the global options."""
+    """Every subcommand (and its own subcommands): a description, the examples, the global options; its
+    description and epilog shown as written (line breaks kept)."""
     _one_format_vocabulary(p)
     if not p.description and help_:
         p.description = help_[0].upper() + help_[1:] + "."
@@ -183,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     traceback (``envvars.DEBUG`` set to 1). A traceback is never printed otherwise."""
     words = sys.argv[1:] if argv is None else list(argv)
     if words[:1] == ["__complete"]:  # the shell completion scripts ask here (r9kctl completion SHELL)
-        from .completion import complete
+        from .cmd_completion import complete
 
         return complete(words[1:])
     try:
@@ -223,7 +334,6 @@ def _mistyped_command(words: list[str]) -> int | None:
     """A first word that is no command, said in one located line with the nearest command (exit 2); None when
     the words name no command at all (argparse's usage and help then)."""
     import difflib
-
     import shlex
 
     takes_value = {f for flags, _d, kw in GLOBAL_OPTIONS if kw.get("action") != "store_true" for f in flags}

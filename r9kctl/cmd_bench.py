@@ -14,7 +14,14 @@ result written by such a run; ``--release-records`` prints it as ``[[bench]]`` r
 from __future__ import annotations
 
 import json
+import os
 import sys
+from pathlib import Path
+
+from ..registry import RegistryError, fileio, load_registry
+
+from .common import load_with_sets, registry_location, report_errors, usage_error
+from .evidence import serve_bench as SB
 
 
 def add_parser(sub):
@@ -43,7 +50,7 @@ def add_parser(sub):
     d.add_argument("--release-records", action="store_true", help="print the result as release [[bench]] records")
     d.add_argument("--command", dest="bench_command", help="the command to record with --release-records")
     sv = bsub.add_parser("serve", help="paired serving benchmark of profiles (r9kctl launch + vllm bench serve)",
-                         description=_serve_doc(), formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+                         description=SB.__doc__ or "")
     sv.add_argument("--profiles", required=True, help="comma-separated profiles; the first is the baseline")
     sv.add_argument("--concurrency", default="1,4", help="comma-separated client concurrencies (default 1,4)")
     sv.add_argument("--repeats", type=int, default=3, help="interleaved rounds A B, A B, ...: each starts every profile once, in turn (default 3)")
@@ -67,37 +74,22 @@ def add_parser(sub):
     return p
 
 
-def _serve_doc() -> str:
-    from .evidence import serve_bench
-
-    return serve_bench.__doc__ or ""
-
-
 def run(args) -> int:
     if getattr(args, "bench_what", None) == "serve":
         return _serve(args)
     if getattr(args, "bench_what", None) != "decode-step":
-        print("r9kctl bench: error[usage]: name what to benchmark: r9kctl bench decode-step --profile P "
-              "[--against Q] ... | r9kctl bench serve --profiles A,B ...", file=sys.stderr)
-        return 2
-    from .decode_step.report import records_toml, release_records, render
-
-    from ..registry import fileio
-
+        return usage_error("r9kctl bench", "name what to benchmark: r9kctl bench decode-step --profile P "
+                           "[--against Q] ... | r9kctl bench serve --profiles A,B ...")
     if args.result:
         res = fileio.read_json(args.result, "decode-step result", expect=dict)
         try:
-            return _show(res, args, render, release_records, records_toml)
+            return _show(res, args)
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
             what = f"missing field {exc}" if isinstance(exc, KeyError) else " ".join(str(exc).split())
             raise fileio.error(args.result, "result-file", f"not a decode-step result ({what})", 1, 1) from None
     problem = _option_problem(args)
     if problem:
-        print(f"r9kctl bench decode-step: error[usage]: {problem}", file=sys.stderr)
-        return 2
-
-    from .common import load_with_sets, report_errors
-
+        return usage_error("r9kctl bench decode-step", problem)
     loaded = load_with_sets(args)
     if loaded is None:
         return 2
@@ -134,8 +126,6 @@ def run(args) -> int:
         print(f"r9kctl bench decode-step: error[no-gpu]: {msg}", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
-        import os
-
         os.environ.setdefault("TRITON_INTERPRET", "1")
     from .decode_step.run import run_plan
 
@@ -147,7 +137,7 @@ def run(args) -> int:
         choosers = {n: plugin_chooser(resolve(reg, e["profile"], sets=sets), stock=e["stock"])
                     for n, e in plan["profiles"].items()}
     res = run_plan(plan, log=lambda s: print(s, file=sys.stderr, flush=True), choosers=choosers)
-    return _show(res, args, render, release_records, records_toml)
+    return _show(res, args)
 
 
 def _option_problem(args) -> str | None:
@@ -167,7 +157,9 @@ def _option_problem(args) -> str | None:
     return None
 
 
-def _show(res, args, render, release_records, records_toml) -> int:
+def _show(res, args) -> int:
+    from .decode_step.report import records_toml, release_records, render
+
     if args.release_records:
         cmd = args.bench_command or "r9kctl bench decode-step " + " ".join(sys.argv[3:])
         print(records_toml(release_records(res, cmd)))
@@ -179,17 +171,11 @@ def _show(res, args, render, release_records, records_toml) -> int:
 
 
 def _serve(args) -> int:
-    from pathlib import Path
-
-    from ..registry import RegistryError, load_registry
-
-    from .common import report_errors
-    from .evidence import serve_bench as SB
+    from ..registry.resolve import resolve
     from .launch import plan_launch, serve_problem
 
     def usage(msg: str) -> int:
-        print(f"r9kctl bench serve: error[usage]: {msg}", file=sys.stderr)
-        return 2
+        return usage_error("r9kctl bench serve", msg)
 
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     try:
@@ -207,8 +193,6 @@ def _serve(args) -> int:
         if v < 1:
             return usage(f"{opt} {v}: must be at least 1")
     try:
-        from .common import registry_location
-
         reg = load_registry(*registry_location(args))  # --registry / --profiles-dir
     except RegistryError as exc:
         report_errors(exc.diagnostics, "table")
@@ -237,15 +221,11 @@ def _serve(args) -> int:
         return 1
     summary = SB.summarize(ms, profiles)
     summary["settings"] = s.__dict__
-    from ..registry import fileio
-
     fileio.atomic_write(Path(args.out) / "summary.json", json.dumps(summary, indent=1), "summary")
     if args.plot:
         why = SB.plot(summary, Path(args.plot))
         say(f"plot: {args.plot}" if why is None else f"no plot: {why}")
     if args.release_records:
-        from ..registry.resolve import resolve
-
         rs = resolve(reg, profiles[0])
         config = args.record_config or f"{rs.model}_tp{rs.tp}"
         platform = args.platform or getattr(reg.profiles[profiles[0]], "platform", None) or "unknown"

@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
-from ..registry import envvars
+from ..registry import RegistryError, envvars, load_registry
+
+from .cli import add_group
+from .common import choice_problem, error_exit, registry_location, tp_problem, usage_error
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from .cli import add_group
-
     p, sub = add_group(subparsers, "bisect", "find the knob whose change moved a result between two profiles",
                        __doc__, "bisect_cmd", "{plan,status,run}")
     pl = sub.add_parser("plan", help="plan the steps between two profiles and write the bisect directory")
@@ -72,17 +74,12 @@ def _print_status(plan, st, directory, url, out=None) -> None:
 
 
 def run(args) -> int:
-    from ..registry import RegistryError, load_registry
-    from .common import registry_location
-
     from .evidence import bisect as B
     from .evidence.results import ResultFileError
 
     try:
         reg = load_registry(*registry_location(args))  # --registry / --profiles-dir
         if args.bisect_cmd == "plan":
-            from .common import choice_problem, tp_problem, usage_error
-
             problem = (choice_problem("--good", [args.good], sorted(reg.profiles))
                        or choice_problem("--bad", [args.bad], sorted(reg.profiles))
                        or tp_problem(reg, args.tp, args.good))
@@ -106,8 +103,6 @@ def run(args) -> int:
             for i, g in enumerate(plan.groups):
                 print(f"  group {i:>2}: {g.label()}")
             if plan.mode == "binary":
-                import math
-
                 print(f"binary search: p0 = {plan.good}, p{m} = {plan.bad}, pK = the first K groups switched; "
                       f"about {math.ceil(math.log2(m)) if m > 1 else 0} step(s) between the two ends")
             else:
@@ -139,6 +134,4 @@ def run(args) -> int:
         _print_status(plan, st, args.dir, args.url_template)
         return 0
     except (B.BisectError, RegistryError, ResultFileError, OSError) as exc:
-        from .common import error_exit
-
         return error_exit(exc, f"r9kctl bisect {args.bisect_cmd}", "bisect")

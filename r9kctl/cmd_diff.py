@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import re
 
+from .common import fail, load, report_errors
+from .output import heading, print_json, table
+
 LABELS = {
     "decode_step_ms": "decode step",
     "single_stream_tok_s": "single-stream decode",
@@ -213,12 +216,7 @@ def add_parser(sub):
 
 def run(args) -> int:
     from ..registry.diff import diff, parse_side
-    from ..registry.resolve import suggest
-
-    from ..registry.resolve import resolve
-
-    from .common import fail, load, report_errors
-    from .output import heading, print_json, table
+    from ..registry.resolve import resolve, suggest
 
     reg = load(args, [s for s in (args.a, args.b) if not re.match(r"(release:)?v\d", s)])  # only the profiles named
     for spec in (args.a, args.b):

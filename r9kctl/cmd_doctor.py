@@ -27,9 +27,12 @@ from __future__ import annotations
 import ast
 import difflib
 import re
+import tomllib
 import zipfile
 from pathlib import Path
 from typing import Optional
+
+from .common import registry_location, usage_error
 
 PROJECT = Path(__file__).resolve().parents[1]
 
@@ -124,40 +127,47 @@ def has_name(t: Tree, module: str, name: str) -> tuple[bool, str]:
     return False, f"{rel} defines no {name}{_nearest(name, names)}"
 
 
-def class_has_method(t: Tree, module: str, cls: str, method: str, depth: int = 0) -> bool:
-    rel = t.module_file(module)
-    mod = t.tree(rel) if rel else None
-    if mod is None or depth > 8:
-        return False
-    node = top_names(mod).get(cls)
-    if isinstance(node, ast.ImportFrom) and node.module:
-        src = node.module if node.level == 0 else _relative(module, node.module, node.level, rel)
-        return class_has_method(t, src, cls, method, depth + 1)
-    if not isinstance(node, ast.ClassDef):
-        return False
-    if any(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.name == method for b in node.body):
-        return True
-    names = top_names(mod)
-    for base in node.bases:
-        bname = base.id if isinstance(base, ast.Name) else (base.attr if isinstance(base, ast.Attribute) else None)
-        if bname is None:
-            continue
-        imp = names.get(bname)
-        if isinstance(imp, ast.ImportFrom) and imp.module:
-            src = imp.module if imp.level == 0 else _relative(module, imp.module, imp.level, rel)
-            if class_has_method(t, src, bname, method, depth + 1):
-                return True
-        elif isinstance(imp, ast.ClassDef) and class_has_method(t, module, bname, method, depth + 1):
-            return True
-    return False
-
-
-def _relative(module: str, target: str, level: int, rel: str) -> str:
+def _source(module: str, imp: ast.ImportFrom, rel: str) -> str:
+    """The module an import of ``module`` (file ``rel``) reads from, a relative one resolved."""
+    if imp.level == 0:
+        return imp.module
     parts = module.split(".")
     if not rel.endswith("__init__.py"):
         parts = parts[:-1]
-    parts = parts[: len(parts) - (level - 1)] if level > 1 else parts
-    return ".".join(parts + ([target] if target else []))
+    parts = parts[: len(parts) - (imp.level - 1)] if imp.level > 1 else parts
+    return ".".join(parts + ([imp.module] if imp.module else []))
+
+
+def _class_chain(t: Tree, module: str, cls: str, depth: int = 0) -> list[tuple[str, str, ast.ClassDef]]:
+    """``(module, class, its node)`` of ``cls`` and of its bases, read as source (an import followed to its
+    module)."""
+    rel = t.module_file(module)
+    mod = t.tree(rel) if rel else None
+    if mod is None or depth > 8:
+        return []
+    names = top_names(mod)
+    node = names.get(cls)
+    if isinstance(node, ast.ImportFrom) and node.module:
+        real = next((a.name for a in node.names if (a.asname or a.name) == cls), cls)
+        return _class_chain(t, _source(module, node, rel), real, depth + 1)
+    if not isinstance(node, ast.ClassDef):
+        return []
+    out = [(module, cls, node)]
+    for base in node.bases:
+        bname = base.id if isinstance(base, ast.Name) else (base.attr if isinstance(base, ast.Attribute) else None)
+        imp = names.get(bname) if bname else None
+        if isinstance(imp, ast.ImportFrom) and imp.module:
+            real = next((a.name for a in imp.names if (a.asname or a.name) == bname), bname)
+            out += _class_chain(t, _source(module, imp, rel), real, depth + 1)
+        elif isinstance(imp, ast.ClassDef):
+            out += _class_chain(t, module, bname, depth + 1)
+    return out
+
+
+def class_has_method(t: Tree, module: str, cls: str, method: str) -> bool:
+    """``cls`` (or a class it derives from) defines ``method``."""
+    return any(isinstance(b, (ast.FunctionDef, ast.AsyncFunctionDef)) and b.name == method
+               for _m, _c, node in _class_chain(t, module, cls) for b in node.body)
 
 
 def project_vllm_imports() -> list[tuple[str, int, str, str]]:
@@ -211,32 +221,6 @@ def peer_uses() -> tuple[dict[str, str], list[tuple[int, str, str]]]:
 WORKERS = ("vllm/v1/worker/gpu_worker.py", "vllm/v1/worker/cpu_worker.py")
 
 
-def _class_chain(t: Tree, module: str, cls: str, depth: int = 0) -> list[tuple[str, str]]:
-    """``(module, class)`` of ``cls`` and of its bases, read as source (an import followed to its module)."""
-    rel = t.module_file(module)
-    mod = t.tree(rel) if rel else None
-    if mod is None or depth > 8:
-        return []
-    names = top_names(mod)
-    node = names.get(cls)
-    if isinstance(node, ast.ImportFrom) and node.module:
-        src = node.module if node.level == 0 else _relative(module, node.module, node.level, rel)
-        return _class_chain(t, src, next((a.name for a in node.names if (a.asname or a.name) == cls), cls), depth + 1)
-    if not isinstance(node, ast.ClassDef):
-        return []
-    out = [(module, cls)]
-    for base in node.bases:
-        bname = base.id if isinstance(base, ast.Name) else None
-        imp = names.get(bname) if bname else None
-        if isinstance(imp, ast.ImportFrom) and imp.module:
-            src = imp.module if imp.level == 0 else _relative(module, imp.module, imp.level, rel)
-            real = next((a.name for a in imp.names if (a.asname or a.name) == bname), bname)
-            out += _class_chain(t, src, real, depth + 1)
-        elif isinstance(imp, ast.ClassDef):
-            out += _class_chain(t, module, bname, depth + 1)
-    return out
-
-
 def instantiated_runners(t: Tree) -> list[tuple[str, int, str, str]]:
     """(worker file, line, module, class) of each model-runner class a worker constructs: the names it imports
     (at top level or inside a method, under any alias) that end in ``ModelRunner`` and that it calls."""
@@ -271,7 +255,7 @@ def runner_findings(t: Tree) -> tuple[list[str], list[str]]:
         errors.append(f"{WORKERS[0]}: error[runner]: no model-runner class found constructed in the workers (the "
                       f"'what vLLM chose' hook wraps {', '.join(m + '.' + c for m, c in RUNNERS)})")
     for rel, line, module, cls in found:
-        chain = _class_chain(t, module, cls)
+        chain = [(m, c) for m, c, _node in _class_chain(t, module, cls)]
         hooked = next(((m, c) for m, c in chain if (m, c) in RUNNERS), None)
         v = "V2" if any(".worker.gpu." in m or ".worker.cpu." in m for m, _c in chain) else "V1"
         where = f"{rel}:{line}"
@@ -294,13 +278,11 @@ def diagnose(t: Tree, reg) -> list[str]:
         ok, why = has_name(t, module, name)
         if not ok:
             lines.append(f"{file}:{line}: error[import]: from {module} import {name}: {why}")
-    import tomllib
-
-    adapters_path = PROJECT / "registry" / "adapters.toml"
-    text = adapters_path.read_text(encoding="utf-8")
+    text = (PROJECT / "registry" / "adapters.toml").read_text(encoding="utf-8")
     for a in tomllib.loads(text).get("adapter", []):
-        ln = _line_of(text, f'extension_point = "{a["extension_point"]}"')
-        where = f"registry/adapters.toml:{ln}"
+        needle = f'extension_point = "{a["extension_point"]}"'
+        line = next((i for i, ln in enumerate(text.splitlines(), 1) if needle in ln), 1)
+        where = f"registry/adapters.toml:{line}"
         ok, why = has_name(t, a["vllm_module"], a["vllm_class"])
         if not ok:
             lines.append(f"{where}: error[adapter]: {a['extension_point']}: {a['vllm_class']}: {why}")
@@ -356,18 +338,9 @@ def interface_findings(t: Tree, reg) -> list[str]:
     return out
 
 
-def _line_of(text: str, needle: str) -> int:
-    for i, ln in enumerate(text.splitlines(), 1):
-        if needle in ln:
-            return i
-    return 1
-
-
 def add_parser(sub):
-    import argparse
-
     p = sub.add_parser("doctor", help="check this project against a vLLM source tree or wheel (what would break)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__)
     p.add_argument("--vllm-src", metavar="DIR", help="a folder holding vllm/, the vllm/ folder, or a wheel "
                    "(default: the installed vLLM's sources)")
     p.set_defaults(func=run)
@@ -375,9 +348,7 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    import sys
-
-    from .common import registry_location
+    from ..registry import load_registry
 
     if args.vllm_src:
         where = Path(args.vllm_src)
@@ -386,23 +357,13 @@ def run(args) -> int:
 
         where = vllm_source_root()
         if where is None:
-            sys.stderr.write("r9kctl doctor: error[usage]: no installed vLLM found; name one with --vllm-src DIR\n")
-            return 2
+            return usage_error("r9kctl doctor", "no installed vLLM found; name one with --vllm-src DIR")
     if not where.exists():
-        sys.stderr.write(f"r9kctl doctor: error[usage]: {where} does not exist\n")
-        return 2
+        return usage_error("r9kctl doctor", f"{where} does not exist")
     t = Tree(where)
     if t.read("vllm/__init__.py") is None:
-        sys.stderr.write(f"{where}: error[usage]: not a vLLM source tree (no vllm/__init__.py)\n")
-        return 2
-    from ..registry import RegistryError, load_registry
-
-    try:
-        reg = load_registry(*registry_location(args))
-    except RegistryError as exc:
-        for d in exc.diagnostics:
-            sys.stderr.write(d.format() + "\n")
-        return 2
+        return usage_error(str(where), "not a vLLM source tree (no vllm/__init__.py)")
+    reg = load_registry(*registry_location(args))  # one that does not load: its located lines (cli.main)
     for line in runner_findings(t)[0]:
         print(line)
     findings = diagnose(t, reg)

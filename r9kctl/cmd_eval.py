@@ -15,10 +15,11 @@ import json
 import os
 import sys
 
+from .cli import add_group
+from .common import error_exit
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from .cli import add_group
-
     p, sub = add_group(subparsers, "eval", "paired evaluations: record per-question results, compare two runs",
                        __doc__, "eval_cmd", "{compare,record}")
 
@@ -66,8 +67,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _compare(args) -> int:
     from .evidence import mcnemar, results
-
-    from .common import error_exit
 
     for opt, val in (("--confidence", args.confidence), ("--alpha", args.alpha), ("--power", args.power)):
         if not 0 < val < 1:
@@ -141,9 +140,7 @@ def _compare(args) -> int:
 
 
 def _record(args) -> int:
-    from .evidence import dataset as D
-    from .evidence import record as R
-    from .evidence.results import ResultFileError
+    from .evidence import dataset as D, record as R, results
 
     try:
         ds = D.load_dataset(args.dataset)
@@ -153,12 +150,8 @@ def _record(args) -> int:
                        label=args.label, limit=args.limit, resume=args.resume, execute_code=args.execute_code,
                        api_key=os.environ.get("OPENAI_API_KEY"), timeout_s=args.timeout,
                        keep_output=not args.no_output_text, progress=None if args.quiet else sys.stderr)
-    except (D.DatasetError, R.ServerError, ResultFileError, OSError, ValueError) as exc:  # ValueError: a bad URL
-        from .common import error_exit
-
-        return error_exit(exc, "r9kctl eval record", "eval")
-    from .evidence import results
-
+    except (D.DatasetError, R.ServerError, results.ResultFileError, OSError, ValueError) as exc:
+        return error_exit(exc, "r9kctl eval record", "eval")  # ValueError: a bad URL
     rf = results.load(out)
     print(f"{out}: {rf.correct}/{rf.n} correct ({100 * rf.accuracy:.2f}%), dataset {ds.name} "
           f"sha256 {ds.sha256()[:12]}")

@@ -16,13 +16,19 @@ the gate stays *fresh* while that hash matches. Exit status: 1 when a gate faile
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
+from collections import Counter
+
+from ..registry import load_registry
+
+from .common import registry_location, tp_problem
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("gate", help="run variants' gate tests and record them in the gate ledger",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__)
     p.add_argument("variants", nargs="*", metavar="VARIANT", help="variant ids or knobs")
     p.add_argument("--profile", help="gate every variant this profile sets off its stock value")
     p.add_argument("--tp", type=int, help="TP size to resolve the profile at (default: the profile's)")
@@ -93,18 +99,12 @@ def _state_rows(states, platform: str | None = None) -> list[str]:
 
 
 def run(args) -> int:
-    from ..registry import RegistryError, load_registry
-    from .common import registry_location
     from ..registry import ledger as L
+    from ..registry.resolve import resolve
 
     from .evidence import gate as G
 
-    try:
-        reg = load_registry(*registry_location(args))  # --registry / --profiles-dir
-    except RegistryError as exc:
-        for d in exc.diagnostics:
-            print(d.format(), file=sys.stderr)
-        return 2
+    reg = load_registry(*registry_location(args))  # one that does not load: its located lines (cli.main)
     if args.import_junit:
         from .evidence import junit as J
 
@@ -126,8 +126,6 @@ def run(args) -> int:
         return _pairs(reg, args)
     if not (args.profile or args.variants or args.all or args.status):
         return _err("name variants, or use --profile P, --all or --status")
-    from .common import tp_problem
-
     problem = tp_problem(reg, args.tp, args.profile)
     if problem:
         return _err(problem)
@@ -148,24 +146,15 @@ def run(args) -> int:
 
     if args.status or args.dry_run:
         states = {v.id: L.state_of(reg, v, records) for v in plan.variants}
+        platform = resolve(reg, args.profile, tp=args.tp).platform if args.profile else None
         if args.format == "json":
-            plat = None
-            if args.profile:
-                from ..registry.resolve import resolve
-
-                plat = resolve(reg, args.profile, tp=args.tp).platform
             print(json.dumps({"states": {k: s.to_dict() for k, s in states.items()},
-                              "platform": plat,
-                              "on_platform": {k: dict(zip(("state", "detail"), s.on(plat)))
-                                              for k, s in states.items()} if plat else None,
+                              "platform": platform,
+                              "on_platform": {k: dict(zip(("state", "detail"), s.on(platform)))
+                                              for k, s in states.items()} if platform else None,
                               "no_gate_tests": [v.id for v in plan.no_tests],
                               "would_run": plan.test_ids if args.dry_run else None}, indent=2))
             return 0
-        platform = None
-        if args.profile:
-            from ..registry.resolve import resolve
-
-            platform = resolve(reg, args.profile, tp=args.tp).platform
         print(f"gate states ({L.ledger_path(reg)}){f' for {args.profile} on {platform}' if platform else ''}:",
               file=out)
         for row in _state_rows(states, platform):
@@ -184,8 +173,6 @@ def run(args) -> int:
               + (f" ({len(plan.no_tests)} selected: {', '.join(v.id for v in plan.no_tests)})" if plan.no_tests else ""),
               file=out)
         return 0
-    import importlib.util
-
     if importlib.util.find_spec("pytest") is None:
         return _err("pytest is not installed here, and gate tests run under it (pip install pytest); or run them "
                     "on another machine and record them with --import-junit")
@@ -206,21 +193,14 @@ def run(args) -> int:
               + ("" if not args.no_record else " (not recorded)"))
         width = max(len(r.variant) for r in result.records)
         for r in result.records:
-            counts: dict[str, int] = {}
-            for o in r.outcomes.values():
-                counts[o] = counts.get(o, 0) + 1
-            summary = ", ".join(f"{n} {o}" for o, n in sorted(counts.items()))
+            summary = ", ".join(f"{n} {o}" for o, n in sorted(Counter(r.outcomes.values()).items()))
             print(f"  {r.variant:<{width}}  {r.result:<8} {summary:<40} gate now: {states[r.variant].state} "
                   f"({states[r.variant].label()})")
         if gpu:
             print(f"\n{sum(len(v) for v in gpu.values())} test item(s) need a GPU (skipped here; such a gate is "
                   "not complete until they pass on one):")
-            for vid, items in gpu.items():
-                by_test: dict[str, int] = {}
-                for n in items:  # one line per test function, parametrizations counted
-                    base = n.split("[", 1)[0]
-                    by_test[base] = by_test.get(base, 0) + 1
-                for base, count in by_test.items():
+            for vid, items in gpu.items():  # one line per test function, parametrizations counted
+                for base, count in Counter(n.split("[", 1)[0] for n in items).items():
                     print(f"  {vid}: {base}" + (f" ({count} cases)" if count > 1 else ""))
         if plan.no_tests:
             print(f"\n{len(plan.no_tests)} selected variant(s) declare no gate tests: "

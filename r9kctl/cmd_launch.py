@@ -5,9 +5,15 @@ and environment instead: pasted into a shell they start the same server (the mod
 Without this command, ``vllm serve`` with ``envvars.PROFILE`` set resolves the profile in its first process."""
 from __future__ import annotations
 
-from ..registry import envvars
+import sys
+from pathlib import Path
 
-from .common import add_set_option
+from ..registry import envvars, fileio
+from ..registry.redact import masked
+
+from .cmd_validate import group_platform_warnings, strict_exit_code
+from .common import add_set_option, child_env, load_for_profile, report_errors, usage_error
+from .output import diagnostics, print_json
 
 EPILOG = f"""\
 exit codes (one rule, as validate): 0 started or printed; 1 valid without --strict but refused by it; 2 refused:
@@ -40,10 +46,8 @@ more than one process, more than one node:
 
 
 def add_parser(sub):
-    import argparse
-
     p = sub.add_parser("launch", help="validate a profile and start vllm serve with it (or --dry-run)",
-                       description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=__doc__, epilog=EPILOG)
     p.add_argument("--profile", "-p", required=True, help="the profile to launch (r9kctl profiles lists them)")
     p.add_argument("--tp", type=int, help="tensor-parallel size (vLLM's --tensor-parallel-size), instead of the profile's")
     add_set_option(p)
@@ -59,18 +63,14 @@ def add_parser(sub):
                         "vLLM's Ray executor always carry it inline")
     p.add_argument("--no-preflight", action="store_true",
                    help="skip the pre-flight (model path or hub id, platform and device count, validated vLLM version)")
-    add_node_options(p)
-    p.add_argument("extra", nargs="*", metavar="-- VLLM_ARGS", help="extra arguments for vllm serve, after --")
-    p.set_defaults(func=run)
-    return p
-
-
-def add_node_options(p) -> None:
     g = p.add_argument_group("several nodes (vLLM's multiprocessing multi-node form)")
     g.add_argument("--nnodes", type=int, default=1, help="number of nodes: one vllm serve per node, the same set")
     g.add_argument("--node-rank", type=int, help="with --nnodes: start this node's command (0: the head)")
     g.add_argument("--master-addr", default="127.0.0.1", help="with --nnodes: the head's address (default 127.0.0.1)")
     g.add_argument("--master-port", type=int, default=29501, help="with --nnodes: the head's port (default 29501)")
+    p.add_argument("extra", nargs="*", metavar="-- VLLM_ARGS", help="extra arguments for vllm serve, after --")
+    p.set_defaults(func=run)
+    return p
 
 
 def node_problem(args) -> str | None:
@@ -87,39 +87,27 @@ def node_problem(args) -> str | None:
 
 
 def run(args) -> int:
-    from .common import child_env, load_for_profile, report_errors
-    from .launch import exec_plan, plan_launch
-    from .output import diagnostics, print_json
+    from .launch import (exec_plan, have_module, multinode_server_id, node_commands, plan_launch, preflight_problems,
+                         serve_problem, vllm_config_files)
 
     problem = node_problem(args)
     if problem:
-        import sys
-
-        sys.stderr.write(f"r9kctl launch: error[usage]: {problem}\n")
-        return 2
+        return usage_error("r9kctl launch", problem)
     loaded = load_for_profile(args, "r9kctl launch")
     if loaded is None:
         return 2
     reg, sets = loaded
     # --dry-run writes the manifest and builds a tiny model too: what it prints starts the server as pasted.
-    dry = args.dry_run or args.format == "vllm-config"
-    from .launch import have_module
-
     # A dry run in a core install (no torch) names the tiny model it would build instead of building it.
+    dry = args.dry_run or args.format == "vllm-config"
     server = None
     if args.nnodes > 1:  # every node's separate invocation carries the same server id
-        from .launch import multinode_server_id
-
         server = multinode_server_id(args.profile, args.master_addr, args.master_port)
     try:
         plan = plan_launch(reg, args.profile, tp=args.tp, sets=sets, strict=args.strict, extra_args=args.extra,
                            preflight=not args.no_preflight and not dry, build_model=not dry or have_module("torch"),
                            server=server, inline=True if args.inline_manifest or args.nnodes > 1 else None)
     except OSError as exc:  # a full, read-only or odd cache folder: one located line, not an internal error
-        import sys
-
-        from ..registry import envvars, fileio
-
         if isinstance(exc, fileio.FileError):  # the writer's own located line (disk full, read-only, ...)
             sys.stderr.write(exc.diagnostic.format() + "\n")
             return 2
@@ -130,30 +118,16 @@ def run(args) -> int:
         return 2
     if not plan.ok or (args.strict and plan.report.warnings):
         report_errors(plan.report.diagnostics, "json" if args.format == "json" else "text")
-        import sys
-
         sys.stderr.write(f"refusing to launch profile '{args.profile}'\n")
-        from .cmd_validate import strict_exit_code
-
         return strict_exit_code(plan.report, args.strict, lambda: plan_launch(
             reg, args.profile, tp=args.tp, sets=sets, extra_args=args.extra, write_manifest=False,
             build_model=False, preflight=not args.no_preflight and not dry).report) if args.strict else 2
-    from .cmd_validate import group_platform_warnings
-
     diagnostics(group_platform_warnings(plan.report, reg)[0])
     plan.env.update(child_env(args))  # --registry / --profiles-dir: vLLM's processes load the same ones
     if dry and plan.rs is not None and not args.no_preflight:  # what a real launch would refuse, said now
-        from .launch import preflight_problems
-
         for d in preflight_problems(reg, plan.rs, plan.argv[2] if len(plan.argv) > 2 else ""):
             plan.notes.append(f"pre-flight (a launch refuses this): {d.format()}")
     if args.format == "vllm-config":
-        from pathlib import Path
-
-        from ..registry import fileio
-
-        from .launch import vllm_config_files
-
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         cfg, envf = vllm_config_files(plan)
@@ -165,15 +139,11 @@ def run(args) -> int:
               f"  set -a; . {out / 'vllm.env'}; set +a; {plan.argv[0]} serve --config {out / 'config.yaml'}")
         return 0
     if args.nnodes > 1:
-        from .launch import node_commands
-
         plan.nodes = node_commands(plan.argv, args.nnodes, args.master_addr, args.master_port)
         if args.node_rank is not None:
             plan.argv = plan.nodes[args.node_rank]
     if args.dry_run:
         if args.format == "json":
-            from ..registry.redact import masked
-
             print_json({"argv": plan.argv, "env": masked(plan.env), "manifest": plan.manifest,
                         "notes": plan.notes, "server": plan.server, "nodes": plan.nodes,
                         "requests": [{"knob": q.knob, "sends": q.text(), "program": q.program} for q in plan.requests]})
@@ -181,16 +151,10 @@ def run(args) -> int:
             plan.write_env_file()
             print(plan.display())
         return 0
-    from .launch import serve_problem
-
     problem = serve_problem()
     if problem:
-        import sys
-
         sys.stderr.write(f"r9kctl launch: cannot start vllm serve: {problem}\n")
         return 2
-    import sys
-
     for n in plan.notes:  # what the dry run prints as comments (the tiny model's random weights, ...)
         sys.stderr.write(f"r9kctl launch: {n}\n")
     exec_plan(plan)

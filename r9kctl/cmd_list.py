@@ -1,6 +1,11 @@
 """``r9kctl list``: the registry's variants, filtered."""
 from __future__ import annotations
 
+from typing import get_args
+
+from .common import choice_problem, load, usage_error
+from .output import print_json, table
+
 
 def add_parser(sub):
     p = sub.add_parser("list", help="list variants (filter by area, category, status, TP)")
@@ -20,16 +25,11 @@ def add_parser(sub):
 
 
 def run(args) -> int:
-    from .common import load
-    from .output import print_json, table
+    from ..registry.schema import Category, Status
+    from ..registry.vllm_map import accepted_values, switch_exists, switch_name
+    from ..registry.vllm_interface import load as load_iface, versions
 
     reg = load(args)
-    from typing import get_args
-
-    from ..registry.schema import Category, Status
-
-    from .common import choice_problem, usage_error
-
     problem = (choice_problem("--category", args.category, get_args(Category))
                or choice_problem("--status", args.status, get_args(Status))
                or choice_problem("--area", args.area, sorted({v.area for v in reg.variants.values()}))
@@ -37,15 +37,12 @@ def run(args) -> int:
                    {int(k[2:]) for v in reg.variants.values() for k in v.defaults})]) if args.tp is not None else None))
     iface = None
     if args.vllm_version:
-        from ..registry.vllm_interface import load as load_iface, versions
-
         iface = load_iface(args.vllm_version)
         if iface is None:
             return usage_error("r9kctl list", f"--vllm-version {args.vllm_version}: no description ships (have "
                                f"{', '.join(versions())})")
     if problem:
         return usage_error("r9kctl list", problem)
-    from ..registry.vllm_map import accepted_values, switch_exists, switch_name
     rows = []
     needle = (args.search or "").lower()
     for vid in sorted(reg.variants, key=lambda i: (reg.variants[i].area, i)):
@@ -72,8 +69,6 @@ def run(args) -> int:
         print("\n".join(v.id for v in rows))
         return 0
     if args.vllm or iface is not None:
-        from ..registry.vllm_interface import versions
-
         out = []
         for v in rows:
             vals = accepted_values(v, iface) if iface is not None else (list(v.choices) or None)

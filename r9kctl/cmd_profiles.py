@@ -4,16 +4,20 @@ the list and the exit code is 2; a profile of ``--profiles-dir`` that replaces a
 name says so in one warning line."""
 from __future__ import annotations
 
+from pathlib import Path
+
+from ..registry.errors import Diagnostic
+from ..registry.loader import default_profile_dirs
+
+from .common import add_listing_parser, load, print_listing
+from .output import diagnostics
+
 
 def add_parser(sub):
-    from .common import add_listing_parser
-
     return add_listing_parser(sub, "profiles", "list the profiles, one line each", run)
 
 
 def run(args) -> int:
-    from .common import load, print_listing
-
     reg = load(args)
     names = sorted(reg.profiles)
     rows = []
@@ -24,12 +28,6 @@ def run(args) -> int:
     columns = [("name", "name"), ("extends", "extends"), ("model", "model"), ("tp", "tp"),
                ("description", "description")]
     code = print_listing(args.format, names, rows, columns, f"{len(rows)} profiles")
-    from pathlib import Path
-
-    from ..registry.errors import Diagnostic
-    from ..registry.loader import default_profile_dirs
-    from .output import diagnostics
-
     shipped = default_profile_dirs()[0]
     shadows = [Diagnostic("warning", "shadows", f"profile '{r['name']}' here replaces the shipped one of that name "
                                                 f"({shipped / (r['name'] + '.toml')})", r["file"], None)

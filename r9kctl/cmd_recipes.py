@@ -1,5 +1,5 @@
 """``r9kctl recipes``: model x TP x platform -> the resolved vLLM switches and this project's variants, each with
-its gate state (issue 25), in markdown or JSON.
+its gate state, in markdown or JSON.
 
 A recipe is a shipped profile (the curated combinations), or with ``--release`` every model x TP size x platform
 at that release's defaults. Each vLLM switch that exists for the platform and target vLLM version is listed
@@ -11,18 +11,14 @@ from __future__ import annotations
 
 from typing import Optional
 
+from ..registry.schema import Profile
 
-EXAMPLES = """examples:
-  r9kctl recipes                                   every shipped profile, markdown
-  r9kctl recipes -p cpu-smoke --format json        one profile as JSON
-  r9kctl recipes --release v0.3.2 --platform cpu   every model x TP size on cpu at the release's defaults
-  r9kctl recipes --vllm-version 0.33               the switches vLLM 0.33 has
-"""
-
+from .common import load as load_reg, report_errors, usage_error
+from .output import print_json
 
 def add_parser(sub):
     p = sub.add_parser("recipes", help="model x TP x platform -> vLLM switches and this project's variants, "
-                                       "with gate states (markdown, json)", epilog=EXAMPLES)
+                                       "with gate states (markdown, json)")
     p.add_argument("--profile", "-p", action="append", help="only these profiles (repeatable; default: all)")
     p.add_argument("--release", help="instead of the profiles: every model x TP x platform at this release "
                                      "(latest: the registry's defaults)")
@@ -35,6 +31,7 @@ def add_parser(sub):
 
 
 def _recipe(reg, rs, iface, gates, avail) -> dict:
+    from ..registry.availability import platform_family
     from ..registry.vllm_map import switch_exists, switch_name, switch_on_platform
 
     sw, ours = [], []
@@ -43,8 +40,6 @@ def _recipe(reg, rs, iface, gates, avail) -> dict:
         if v.vllm is not None:
             if not switch_on_platform(v, rs.platform) or (iface is not None and not switch_exists(v, iface.version)):
                 continue
-            from ..registry.availability import platform_family
-
             fam = platform_family(rs.platform) or ""
             vdef = v.vllm.default.get(fam, v.vllm.default.get("all"))
             sw.append({"knob": v.knob, "switch": switch_name(v), "kind": v.sets.kind, "decides": v.vllm.decides,
@@ -66,8 +61,6 @@ def _recipe(reg, rs, iface, gates, avail) -> dict:
 
 def _synthetic(reg, release: str, platforms: list[str]):
     """(name, profile) for every model x TP x platform at ``release``."""
-    from ..registry.schema import Profile
-
     for m, spec in sorted(reg.models.items()):
         for tp in sorted(spec.tp_sizes):
             for plat in platforms:
@@ -77,11 +70,8 @@ def _synthetic(reg, release: str, platforms: list[str]):
 
 def run(args) -> int:
     from ..registry import availability, ledger, manifest
-    from ..registry.resolve import resolve
+    from ..registry.resolve import resolve, suggest
     from ..registry.vllm_interface import load, target
-
-    from .common import load as load_reg, report_errors, usage_error
-    from .output import print_json
 
     reg = load_reg(args)
     if args.vllm_version:
@@ -99,8 +89,6 @@ def run(args) -> int:
     if args.release:
         order = reg.release_order()
         if args.release not in order:
-            from ..registry.resolve import suggest
-
             near = suggest(args.release, order)
             return usage_error("r9kctl recipes", f"--release {args.release}: no such release"
                                + (f" ({near})" if near else f" (releases: {', '.join(order)})"))
@@ -113,10 +101,8 @@ def run(args) -> int:
         names = args.profile or sorted(reg.profiles)
         bad = [n for n in names if n not in reg.profiles]
         if bad:
-            from ..registry.resolve import suggest
-
-            return usage_error("r9kctl recipes", f"--profile {bad[0]}: no such profile"
-                               + (f" ({suggest(bad[0], list(reg.profiles))})" if suggest(bad[0], list(reg.profiles)) else ""))
+            near = suggest(bad[0], list(reg.profiles))
+            return usage_error("r9kctl recipes", f"--profile {bad[0]}: no such profile" + (f" ({near})" if near else ""))
     out, errors = [], []
     try:
         for n in names:

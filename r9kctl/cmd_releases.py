@@ -2,16 +2,14 @@
 follows, headline)."""
 from __future__ import annotations
 
+from .common import add_listing_parser, load, print_listing
+
 
 def add_parser(sub):
-    from .common import add_listing_parser
-
     return add_listing_parser(sub, "releases", "list the releases, one line each", run)
 
 
 def run(args) -> int:
-    from .common import load, print_listing
-
     reg = load(args)
     versions = reg.release_order()
     rows = []

@@ -1,7 +1,10 @@
 """``r9kctl resolve --profile P``: the active set with every value's provenance."""
 from __future__ import annotations
 
-from .common import add_set_option
+from ..registry.redact import export_line
+
+from .common import add_set_option, load_for_profile, report_errors
+from .output import diagnostics, print_json, table
 
 
 def add_parser(sub):
@@ -20,9 +23,6 @@ def add_parser(sub):
 def run(args) -> int:
     from ..registry.resolve import resolve
 
-    from .common import load_for_profile, report_errors
-    from .output import diagnostics, print_json, table
-
     loaded = load_for_profile(args, "r9kctl resolve")
     if loaded is None:
         return 2
@@ -37,8 +37,6 @@ def run(args) -> int:
         return 0
     if args.format == "env":
         print(f"# r9k profile {rs.profile} tp{rs.tp} hash {rs.hash}")
-        from ..registry.redact import export_line
-
         for k, v in rs.env().items():
             print(export_line(k, v))  # quoted for POSIX shells; a credential masked (a comment, not exported)
         return 0

@@ -1,6 +1,9 @@
 """``r9kctl show ID-or-KNOB``: everything the registry knows about one variant."""
 from __future__ import annotations
 
+from .common import fail, load
+from .output import print_json, table
+
 
 def add_parser(sub):
     p = sub.add_parser("show", help="show one variant: values, defaults, implementation, gate, history, measurements")
@@ -11,20 +14,18 @@ def add_parser(sub):
 
 
 def gate_state(reg, vid: str):
-    """The gate ledger's state for a variant, or None where no ledger module is present."""
+    """The gate ledger's state for a variant (None: no record), or a line saying the ledger is unreadable."""
+    from ..registry import ledger
+
     try:
-        from ..registry import ledger
-    except ImportError:
-        return None
-    try:
-        st = ledger.gate_states(reg).get(vid)
+        return ledger.gate_states(reg).get(vid)
     except Exception as exc:  # noqa: BLE001 - shown to the user, not hidden
         return f"ledger unreadable: {exc}"
-    return st
 
 
 def describe(reg, v) -> list[tuple[str, str]]:
     """(field, text) pairs: the same content for `show` and the control panel's detail pane."""
+    from ..registry.effects import changes
     from ..registry.memory import fmt_bytes
 
     rows: list[tuple[str, str]] = []
@@ -98,8 +99,6 @@ def describe(reg, v) -> list[tuple[str, str]]:
         add("measured", "\n".join(lines))
     if v.sets:
         add("sets", f"{v.sets.kind} {v.sets.name}")
-    from ..registry.effects import changes
-
     how = "declared" if v.changes else "derived"
     ga = "yes, part of vLLM's compile-cache key" if v.graph_affecting else "no"
     add("changes", f"{', '.join(changes(v))} ({how}; graph-affecting: {ga})")
@@ -111,9 +110,6 @@ def describe(reg, v) -> list[tuple[str, str]]:
 
 def run(args) -> int:
     from ..registry.resolve import suggest
-
-    from .common import fail, load
-    from .output import print_json, table
 
     reg = load(args)
     v = reg.find_variant(args.variant)

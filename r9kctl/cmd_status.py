@@ -18,12 +18,15 @@ dead server's.
 from __future__ import annotations
 
 import json
+import os
 import sys
+from urllib.parse import urlsplit
 
-from ..registry import envvars
-from ..registry.redact import escape
+from ..registry import envvars, fileio
+from ..registry.redact import escape, mask
 
 from . import netclient
+from .output import table
 
 ROUTE = "/r9k/status"  # same as r9k.plugin.status.ROUTE (not imported: keep this command light)
 
@@ -40,10 +43,6 @@ def add_parser(sub) -> None:
 
 
 def fetch(url: str, timeout: float = 10.0) -> dict:
-    import os
-
-    from urllib.parse import urlsplit
-
     full = url.rstrip("/") + ROUTE
     host = urlsplit(full).hostname or ""
     if host in ("localhost", "::1") or host.startswith("127."):
@@ -77,8 +76,6 @@ def _shape_problem(data: dict) -> str | None:
 
 
 def read(args) -> dict:
-    from ..registry import fileio
-
     if args.url:
         return fetch(args.url, args.timeout)
     path = args.file or envvars.STATUS_FILE.get()
@@ -152,8 +149,6 @@ def _run(args) -> int:
         return 3 if dead else 0 if agree else 1
     if dead:
         return 3
-    from .output import table
-
     print(f"profile {data.get('profile')}  hash {data.get('hash')}  tp {data.get('tp')}  model {data.get('model')}  "
           f"server {data.get('server')}")
     if data.get("kv_cache"):
@@ -185,8 +180,6 @@ def _run(args) -> int:
     if live.get("dead"):
         print(f"processes gone: {', '.join(live['dead'])}")
     in_use = data.get("in_use", {})
-    from ..registry.redact import mask
-
     rows = [[r["knob"], mask(r["knob"], r["value"]), f"{r['layer']}: {r['source']}", in_use.get(r["variant"], r.get("implementation"))]
             for r in data.get("non_stock", [])]
     table(["KNOB", "VALUE", "FROM", "IMPLEMENTATION IN USE"], rows,
@@ -230,8 +223,6 @@ def _print_vllm_choices(ch) -> None:
     each of this project's kernel packages (plugin/vllm_choices.py)."""
     if not ch:
         return
-    from .output import table
-
     rows = []
     for kind, d in sorted(ch.get("layers", {}).items()):
         for k, e in sorted(d.items()):

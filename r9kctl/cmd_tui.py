@@ -9,6 +9,15 @@ the token printed once at start, Host and Origin checked, a cap on panels (r9kct
 The panel needs a terminal: with stdout not one (a pipe, a file) it refuses in one line, exit 2."""
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
+from ..registry import fileio
+from ..registry.loader import locate
+
+from .common import child_env, load, parse_sets, profile_problem, registry_location, report_errors, tp_problem
+from .common import usage_error
 
 def add_parser(sub):
     p = sub.add_parser("tui", help="control panel: show, toggle and validate profiles, diff, save, launch")
@@ -39,11 +48,6 @@ def read_keymap(path, explicit: bool) -> tuple[dict[str, str], str | None]:
     """([keys] binding id -> keys, theme) of the control panel's TOML config, through the checked reader:
     any problem is a located FileError (exit 2). The default file may be missing; one named by --keymap
     may not."""
-    import os
-
-    from ..registry import fileio
-    from ..registry.loader import locate
-
     if not explicit and not os.path.lexists(path):
         return {}, None
     if not os.path.lexists(path):
@@ -75,53 +79,30 @@ def read_keymap(path, explicit: bool) -> tuple[dict[str, str], str | None]:
 
 def panel_argv(args) -> list[str]:
     """The ``r9kctl tui`` command line that ``--serve`` runs for each browser (the same options, no --serve)."""
-    import sys
-    from pathlib import Path
-
     # the console script where there is one: "python -m" would put the working directory first on sys.path
     script = Path(sys.executable).parent / "r9kctl"
     argv = [str(script) if script.exists() else sys.executable, *([] if script.exists() else ["-m", "r9k.r9kctl.cli"]),
             "tui"]
-    if args.profile:
-        argv += ["--profile", args.profile]
-    if args.tp is not None:
-        argv += ["--tp", str(args.tp)]
-    for s in args.sets or []:
-        argv += ["--set", s]
-    if args.keymap:
-        argv += ["--keymap", args.keymap]
-    if args.attach:
-        argv += ["--attach", args.attach]
-    if args.registry:
-        argv += ["--registry", str(args.registry)]
-    for d in args.profiles_dir or []:
-        argv += ["--profiles-dir", str(d)]
+    for flag, value in (("--profile", args.profile), ("--tp", args.tp), *(("--set", s) for s in args.sets or []),
+                        ("--keymap", args.keymap), ("--attach", args.attach), ("--registry", args.registry),
+                        *(("--profiles-dir", d) for d in args.profiles_dir or [])):
+        if value not in (None, ""):
+            argv += [flag, str(value)]
     return argv
 
 
 def tty_ok() -> bool:
     """stdout is a terminal, or textual-serve runs the panel with its web driver (stdout is then the pipe
     to the browser, as it should be)."""
-    import os
-    import sys
-
     return sys.stdout.isatty() or bool(os.environ.get("TEXTUAL_DRIVER"))
 
 
 def no_terminal() -> int:
-    from .common import usage_error
-
     return usage_error("r9kctl tui", "stdout is not a terminal: the control panel needs one (r9kctl resolve, "
                                      "validate and launch --dry-run print the same facts as text)")
 
 
 def run(args) -> int:
-    import sys
-    from pathlib import Path
-
-    from .common import child_env, load, parse_sets, profile_problem, registry_location, report_errors, tp_problem
-    from .common import usage_error
-
     sets, errs = parse_sets(args.sets)
     if errs:
         report_errors(errs)

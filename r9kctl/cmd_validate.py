@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import re
 
-from .common import add_set_option
+from ..registry import RegistryError, load_registry
+from ..registry.errors import Diagnostic
+
+from .common import add_set_option, parse_sets, registry_location, report_errors, tp_problem, usage_error
+from .output import diagnostics, print_json
 
 
 def add_parser(sub):
-    import argparse
-
-    p = sub.add_parser("validate", help="validate the registry and a profile (or all profiles)", description=__doc__,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser("validate", help="validate the registry and a profile (or all profiles)", description=__doc__)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--profile", "-p", help="the profile to validate (r9kctl profiles lists them)")
     g.add_argument("--all", action="store_true", help="every profile")
@@ -33,20 +34,12 @@ def add_parser(sub):
 def run(args) -> int:
     from ..registry.availability import summary_line
     from ..registry.memory import fmt_bytes
-    from ..registry.validate import validate
-
-    from .common import parse_sets, report_errors
-    from .output import diagnostics, print_json
+    from ..registry.validate import Report, validate
 
     sets, errs = parse_sets(args.sets, getattr(args, "argv", None))
     if errs:
         report_errors(errs, args.format)
         return 2
-    from ..registry import RegistryError, load_registry
-    from ..registry.validate import Report
-
-    from .common import registry_location
-
     try:  # the registry and profiles the global options name (--registry, --profiles-dir)
         reg = load_registry(*registry_location(args),
                             only_profiles=[args.profile] if args.profile and not args.all else None)
@@ -55,8 +48,6 @@ def run(args) -> int:
         for d in exc.diagnostics:
             report.add(d)
     if reg is not None:
-        from .common import tp_problem, usage_error
-
         problem = tp_problem(reg, args.tp, args.profile if not args.all else None)
         if problem:
             return usage_error("r9kctl validate", problem, args, "--tp")
@@ -105,8 +96,6 @@ def group_platform_warnings(report, reg) -> tuple[list, list[str]]:
     variant and profile: one cause, the platform) of several profiles folded into one line per platform that says
     what is expected here (one profile: each kept at its line, and that line added as an info); returns
     (diagnostics, platforms folded)."""
-    from ..registry.errors import Diagnostic
-
     by_platform: dict[str, list] = {}
     rest = []
     for d in report.diagnostics:

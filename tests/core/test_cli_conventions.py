@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from r9k.r9kctl import cli
-from r9k.r9kctl.completion import candidates
+from r9k.r9kctl.cmd_completion import candidates
 from r9k.registry.loader import load_registry
 
 REPO = Path(__file__).resolve().parents[2]

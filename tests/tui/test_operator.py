@@ -475,7 +475,7 @@ def test_memory_check_exits_nonzero_when_a_row_is_over_its_bound(monkeypatch, ca
 
 
 def test_completion_offers_knob_values_and_profiles(capsys, tmp_path):
-    from r9k.r9kctl.completion import complete
+    from r9k.r9kctl.cmd_completion import complete
 
     def ask(*words):
         complete(["--", *words])
