@@ -76,10 +76,6 @@ def rope_cache(positions: int, rotary: int, theta: float, device) -> torch.Tenso
     return torch.cat([ang.cos(), ang.sin()], dim=1).to(torch.bfloat16).to(device)
 
 
-def nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
 @dataclass
 class Weights:
     """Synthetic weights of one rank; built once, shared by every model (profile) and request count."""
@@ -168,12 +164,9 @@ class StepInputs:
         return cls(cfg, device, R, context, _bf16((R * S, cfg.hidden), gen, device, 1.0), state0)
 
 
-# The parts of the step this project does not fuse, one plain implementation shared by every profile (so two
-# profiles differ only in what the registry switches); all capturable in a CUDA graph (static shapes, no host
-# synchronisation). GDN: the causal conv update with accepted-token roll-back (3.10 step 1); attention: the KV write
-# into a paged cache, the QSA indexer's top-group selection (3.8a), the attention over the selected tokens (3.9);
-# routed experts: a W8A16 GEMM over (token, expert) pairs (e4m3 weights, one fp32 scale per output row),
-# SiLU-and-mul, the router-weight fold and the top-k sum with the shared expert.
+# The parts of the step this project does not fuse: one plain implementation shared by every profile (so two
+# profiles differ only in what the registry switches), all capturable in a CUDA graph (static shapes, no host
+# synchronisation).
 
 # ------------------------------------------------------------------------------------------ GDN
 
@@ -309,7 +302,7 @@ def _unique_bytes(tensors) -> int:
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.numel())
         if key not in seen:
             seen.add(key)
-            total += nbytes(t)
+            total += t.numel() * t.element_size()
     return total
 
 
@@ -366,7 +359,6 @@ class DecodeStepModel:
                 added += _unique_bytes([dq, ds, uq, us])
                 self.hc_w.append(dict(norm=m["norm"], fp8=(dq, ds, uq, us), down=m["down"], up=m["up"]))
             self.variant_bytes[self.picks["hc_mix_fp8"].variant] = added
-            self.hc_fp8_module_bytes = added // len(w.hc)
             if flags.get("hc_free_bf16") == "1":
                 freed = _unique_bytes([t for m in self.hc_w for t in (m.pop("down"), m.pop("up"))])
                 self.variant_bytes["hc_free_bf16"] = -freed
