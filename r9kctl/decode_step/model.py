@@ -87,6 +87,8 @@ class Weights:
 
     @classmethod
     def build(cls, cfg: StepConfig, device: str = "cpu", seed: int = 0) -> "Weights":
+        from ...kernels.shared_expert import prepare_shared_expert, quantize_mxfp4  # its load-time helpers
+
         gen = torch.Generator(device=device)
         gen.manual_seed(seed)
         w = cls(cfg, device)
@@ -120,10 +122,11 @@ class Weights:
             L["router"] = _bf16((E, HD), gen, device, 1.0 / math.sqrt(HD))
             L["w1"] = rowwise_fp8(E, 2 * I, HD, gen, device)
             L["w2"] = rowwise_fp8(E, HD, I, gen, device)
+            # the shared expert in the checkpoint's format (MXFP4 codes + E8M0 scales, bf16 gate)
             se_gu = _bf16((2 * cfg.shared_inter, HD), gen, device, 1.0 / math.sqrt(HD))
             se_down = _bf16((HD, cfg.shared_inter), gen, device, 1.0 / math.sqrt(cfg.shared_inter))
             se_gate = _bf16((1, HD), gen, device, 1.0 / math.sqrt(HD))
-            L["se"] = _shared_expert_weights(se_gu, se_down, se_gate)
+            L["se"] = prepare_shared_expert(*quantize_mxfp4(se_gu), *quantize_mxfp4(se_down), se_gate)
             w.layers.append(L)
         return w
 
@@ -276,14 +279,6 @@ def moe_sum(routed: torch.Tensor, shared: torch.Tensor, top_k: int) -> torch.Ten
     """``bf16(sum_j routed[m, j] + shared[m])`` in fp32."""
     M = shared.shape[0]
     return (routed.float().view(M, top_k, -1).sum(1) + shared.float()).to(torch.bfloat16)
-
-
-def _shared_expert_weights(gu, down, gate):
-    """The shared expert in the checkpoint's format (MXFP4 codes + E8M0 scales, bf16 gate) through the kernel
-    package's load-time helpers."""
-    from ...kernels.shared_expert import prepare_shared_expert, quantize_mxfp4
-
-    return prepare_shared_expert(*quantize_mxfp4(gu), *quantize_mxfp4(down), gate)
 
 
 def _tensors(v) -> list:
@@ -495,16 +490,11 @@ class DecodeStepModel:
 
     # ------------------------------------------------------------------------------------ memory
 
-    def weight_tensors(self) -> list[torch.Tensor]:
+    def weight_bytes(self) -> int:
+        """Bytes of every weight this model reads (each storage once)."""
         out = []
         for m in self.hc_w:
             out += [m["norm"]] + [m[k] for k in ("down", "up") if k in m] + list(m.get("fp8", ()))
         for L in self.w.layers:
-            for k, v in L.items():
-                if k != "kind":
-                    out += _tensors(v)
-        return out
-
-    def weight_bytes(self) -> int:
-        """Bytes of every weight this model reads (each storage once)."""
-        return _unique_bytes(self.weight_tensors())
+            out += [t for k, v in L.items() if k != "kind" for t in _tensors(v)]
+        return _unique_bytes(out)
