@@ -139,8 +139,8 @@ def release_records(res: dict, command: str, platform: str = "h200") -> list[dic
     for r in res["rows"]:
         if "ms" not in r:
             continue
-        kind = (res["profiles"].get(r["profile"]) or {}).get("stock", "vllm")
         p = res["profiles"].get(r["profile"]) or {}
+        kind = p.get("stock", "vllm")
         stock_note = ("; stock paths: vLLM's real path for " + ", ".join(res.get("real_vllm_ops") or ["?"])
                       + ", labelled stand-ins for the rest (result's stock_source)" if kind == "vllm" and
                       res.get("stock_source") else
