@@ -5,7 +5,7 @@ Everything the model builds is derived from a :class:`StepConfig`; nothing else 
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -83,9 +83,6 @@ class StepConfig:
     @property
     def attn_o(self) -> tuple[int, int]:
         return self.hidden, self.attn_q_heads * self.attn_head
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 FLASH_NEXT_TP4 = StepConfig(name="flash-next-tp4")

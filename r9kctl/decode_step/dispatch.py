@@ -6,24 +6,17 @@ construction. Two choosers, one rule:
 * :func:`plugin_chooser` goes through the vLLM plugin's own dispatch table
   (``r9k.plugin.dispatch.DispatchTable``: ``plan()`` then ``choose(op)``), i.e. the exact path a served
   model takes. It needs the registry (pydantic), so it runs where the registry does.
-* :func:`values_chooser` applies the same rule (``KernelOp.select``) as ``DispatchTable.choose`` to a plain
-  ``{variant id: value}`` map (a manifest from ``r9kctl resolve --format json``), for the H200 where
-  neither pydantic nor vLLM is installed: the op table's ``KernelOp.variant`` names the variant, and the
-  fused implementation is used iff the variant's value is in ``KernelOp.fused_values``.
-
-``test_decode_step.py`` checks that the two agree op by op for every shipped profile wherever the plugin
-plans an op as "fused" or "stock" (and lists where it does not, e.g. ops whose vLLM adapter the plugin does
-not have yet).
+* :func:`values_chooser` applies the same rule (``KernelOp.select``) to a plain ``{variant id: value}`` map
+  (a manifest from ``r9kctl resolve --format json``), for the H200 where neither pydantic nor vLLM is
+  installed. ``test_decode_step.py`` checks that the two agree op by op for every shipped profile.
 
 **Stock is what stock vLLM runs.** Where a knob selects the stock path of an op whose stock vLLM runs as
-its own Triton launches (:data:`VLLM_STOCK`: the GDN core, one recurrent launch + one gated-norm launch; the
-hyper-connection combine + grouped norm, one launch; the hyper-connection mix, cuBLAS + two vLLM launches), the
-chooser's ``stock`` argument decides what runs:
+its own Triton launches (:data:`VLLM_STOCK`), the chooser's ``stock`` argument decides what runs:
 ``"vllm"`` (default) vLLM's own kernels, loaded from its sources (:mod:`r9k.kernels._triton.vllm_peer`);
-``"plain"`` the op table's plain composition (the measuring stick of the first H200 runs, kept to show what
-the correction changes). :data:`STOCK_SOURCE` says per op whether the stock is vLLM's real path or a labelled
-stand-in (vLLM's path is compiled code). ``"vllm"`` where vLLM's sources are not on the machine raises
-:class:`~r9k.kernels._triton.vllm_peer.PeerUnavailable` at construction: a stock is never silently replaced.
+``"plain"`` the op table's plain composition. :data:`STOCK_SOURCE` says per op whether the stock is vLLM's
+real path or a labelled stand-in (vLLM's path is compiled code). ``"vllm"`` where vLLM's sources are not on
+the machine raises :class:`~r9k.kernels._triton.vllm_peer.PeerUnavailable` at construction: a stock is never
+silently replaced.
 """
 from __future__ import annotations
 
@@ -51,9 +44,8 @@ _QSA_PREPARE = ("stand-in: vLLM runs this op, the other QSA glue op and both cac
 
 #: What stock vLLM 0.32 runs on CUDA (SM90) for each op of the step, and what the benchmark's stock runs:
 #: ``(kind, text)``. ``"vllm"``: vLLM's real path ran (its kernels from its sources, or the same library call);
-#: ``"stand-in"``: vLLM's path is compiled code that cannot be loaded here (or is not loaded yet); the text names
-#: it and what runs in its place. Every table of the decode step shows this per op, and the headline is given
-#: over the ``"vllm"`` ops alone (:func:`real_ops_values`) and in total.
+#: ``"stand-in"``: vLLM's path is compiled code that cannot be loaded here; the text names it and what runs in
+#: its place.
 STOCK_SOURCE: dict[str, tuple[str, str]] = {
     "hc_combine_norm": ("vllm", "vLLM's _hc_combine_norm / _grouped_gemma_rmsnorm (Triton, from its sources)"),
     "router_gemm": ("vllm", "vLLM's path on SM90: bf16 F.linear (cuBLAS; its low-latency CuTe GEMM has no SM90 "
@@ -78,13 +70,6 @@ STOCK_SOURCE: dict[str, tuple[str, str]] = {
 
 #: The ops whose stock is vLLM's real path.
 REAL_VLLM_OPS = tuple(op for op in STEP_OPS if STOCK_SOURCE[op][0] == "vllm")
-
-
-def stock_source(op: str, stock: str = "vllm") -> str:
-    """What the stock of ``op`` is, in words (``stock="plain"``: the op table's composition)."""
-    if stock == "plain":
-        return "the op table's plain composition"
-    return STOCK_SOURCE[op][1]
 
 
 def real_ops_values(profile_values: Mapping[str, Optional[str]], stock_values: Mapping[str, Optional[str]]) -> dict:
@@ -180,5 +165,5 @@ def describe(picks: Mapping[str, Pick], stock: str = "vllm") -> list[dict]:
     """One row per op; ``stock_source``: what its stock is (:data:`STOCK_SOURCE`), for every op (fused or not)."""
     return [{"op": p.op, "variant": p.variant, "value": p.value, "impl": p.impl, "via": p.via,
              "stock_kind": "plain" if stock == "plain" else STOCK_SOURCE[p.op][0],
-             "stock_source": stock_source(p.op, stock)}
+             "stock_source": "the op table's plain composition" if stock == "plain" else STOCK_SOURCE[p.op][1]}
             for p in picks.values()]

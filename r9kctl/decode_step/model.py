@@ -76,10 +76,6 @@ def rope_cache(positions: int, rotary: int, theta: float, device) -> torch.Tenso
     return torch.cat([ang.cos(), ang.sin()], dim=1).to(torch.bfloat16).to(device)
 
 
-def nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
 @dataclass
 class Weights:
     """Synthetic weights of one rank; built once, shared by every model (profile) and request count."""
@@ -91,6 +87,8 @@ class Weights:
 
     @classmethod
     def build(cls, cfg: StepConfig, device: str = "cpu", seed: int = 0) -> "Weights":
+        from ...kernels.shared_expert import prepare_shared_expert, quantize_mxfp4  # its load-time helpers
+
         gen = torch.Generator(device=device)
         gen.manual_seed(seed)
         w = cls(cfg, device)
@@ -124,10 +122,11 @@ class Weights:
             L["router"] = _bf16((E, HD), gen, device, 1.0 / math.sqrt(HD))
             L["w1"] = rowwise_fp8(E, 2 * I, HD, gen, device)
             L["w2"] = rowwise_fp8(E, HD, I, gen, device)
+            # the shared expert in the checkpoint's format (MXFP4 codes + E8M0 scales, bf16 gate)
             se_gu = _bf16((2 * cfg.shared_inter, HD), gen, device, 1.0 / math.sqrt(HD))
             se_down = _bf16((HD, cfg.shared_inter), gen, device, 1.0 / math.sqrt(cfg.shared_inter))
             se_gate = _bf16((1, HD), gen, device, 1.0 / math.sqrt(HD))
-            L["se"] = _shared_expert_weights(se_gu, se_down, se_gate)
+            L["se"] = prepare_shared_expert(*quantize_mxfp4(se_gu), *quantize_mxfp4(se_down), se_gate)
             w.layers.append(L)
         return w
 
@@ -168,12 +167,9 @@ class StepInputs:
         return cls(cfg, device, R, context, _bf16((R * S, cfg.hidden), gen, device, 1.0), state0)
 
 
-# The parts of the step this project does not fuse, one plain implementation shared by every profile (so two
-# profiles differ only in what the registry switches); all capturable in a CUDA graph (static shapes, no host
-# synchronisation). GDN: the causal conv update with accepted-token roll-back (3.10 step 1); attention: the KV write
-# into a paged cache, the QSA indexer's top-group selection (3.8a), the attention over the selected tokens (3.9);
-# routed experts: a W8A16 GEMM over (token, expert) pairs (e4m3 weights, one fp32 scale per output row),
-# SiLU-and-mul, the router-weight fold and the top-k sum with the shared expert.
+# The parts of the step this project does not fuse: one plain implementation shared by every profile (so two
+# profiles differ only in what the registry switches), all capturable in a CUDA graph (static shapes, no host
+# synchronisation).
 
 # ------------------------------------------------------------------------------------------ GDN
 
@@ -285,14 +281,6 @@ def moe_sum(routed: torch.Tensor, shared: torch.Tensor, top_k: int) -> torch.Ten
     return (routed.float().view(M, top_k, -1).sum(1) + shared.float()).to(torch.bfloat16)
 
 
-def _shared_expert_weights(gu, down, gate):
-    """The shared expert in the checkpoint's format (MXFP4 codes + E8M0 scales, bf16 gate) through the kernel
-    package's load-time helpers."""
-    from ...kernels.shared_expert import prepare_shared_expert, quantize_mxfp4
-
-    return prepare_shared_expert(*quantize_mxfp4(gu), *quantize_mxfp4(down), gate)
-
-
 def _tensors(v) -> list:
     if isinstance(v, torch.Tensor):
         return [v]
@@ -309,7 +297,7 @@ def _unique_bytes(tensors) -> int:
         key = (t.untyped_storage().data_ptr(), t.storage_offset(), t.numel())
         if key not in seen:
             seen.add(key)
-            total += nbytes(t)
+            total += t.numel() * t.element_size()
     return total
 
 
@@ -366,7 +354,6 @@ class DecodeStepModel:
                 added += _unique_bytes([dq, ds, uq, us])
                 self.hc_w.append(dict(norm=m["norm"], fp8=(dq, ds, uq, us), down=m["down"], up=m["up"]))
             self.variant_bytes[self.picks["hc_mix_fp8"].variant] = added
-            self.hc_fp8_module_bytes = added // len(w.hc)
             if flags.get("hc_free_bf16") == "1":
                 freed = _unique_bytes([t for m in self.hc_w for t in (m.pop("down"), m.pop("up"))])
                 self.variant_bytes["hc_free_bf16"] = -freed
@@ -503,16 +490,11 @@ class DecodeStepModel:
 
     # ------------------------------------------------------------------------------------ memory
 
-    def weight_tensors(self) -> list[torch.Tensor]:
+    def weight_bytes(self) -> int:
+        """Bytes of every weight this model reads (each storage once)."""
         out = []
         for m in self.hc_w:
             out += [m["norm"]] + [m[k] for k in ("down", "up") if k in m] + list(m.get("fp8", ()))
         for L in self.w.layers:
-            for k, v in L.items():
-                if k != "kind":
-                    out += _tensors(v)
-        return out
-
-    def weight_bytes(self) -> int:
-        """Bytes of every weight this model reads (each storage once)."""
-        return _unique_bytes(self.weight_tensors())
+            out += [t for k, v in L.items() if k != "kind" for t in _tensors(v)]
+        return _unique_bytes(out)

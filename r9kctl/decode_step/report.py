@@ -28,22 +28,20 @@ def render(res: dict) -> str:
         if p.get("note"):
             out.append(f"    ({p['note']})")
     if res.get("stock_source"):
-        out.append("")
-        out.append("stock of each op (what stock@vllm runs; 'stand-in' where vLLM's path is compiled code or not loaded):")
+        out += ["", "stock of each op (what stock@vllm runs; 'stand-in' where vLLM's path is compiled code or not loaded):"]
         out.append(_table(["op", "stock", "what runs as stock"],
                           [[op, "vLLM's path" if v["kind"] == "vllm" else "stand-in", v["text"]]
                            for op, v in res["stock_source"].items()]))
-    out.append("")
-    out.append("checks (relative L2 of the step output):")
+    out += ["", "checks (relative L2 of the step output):"]
     out.append(_table(["requests", "what", "rel_l2", "tol", "ok"],
                       [[str(c["requests"]), c["what"], f"{c['rel_l2']:.2e}",
                         f"{c['tol']:.0e}" if c.get("tol") is not None else "-", str(c["ok"])]
                        for c in res["checks"]]))
-    seen = set()
+    notes = {}  # each note once, with the first check that has it
     for c in res["checks"]:
-        if c.get("note") and c["note"] not in seen:
-            seen.add(c["note"])
-            out.append(f"  note ({c['what']}): {c['note']}")
+        if c.get("note"):
+            notes.setdefault(c["note"], c["what"])
+    out += [f"  note ({what}): {note}" for note, what in notes.items()]
     out.append("")
     rows = []
     for r in res["rows"]:
@@ -62,18 +60,16 @@ def render(res: dict) -> str:
     out += headline(res)
     first = [r for r in res["rows"] if r["requests"] == res["rows"][0]["requests"] and r.get("launch_parts")]
     if first:
-        out.append("")
         names = [r["profile"] for r in first]
-        out.append(f"launch sites per part and step (requests {first[0]['requests']}):")
+        out += ["", f"launch sites per part and step (requests {first[0]['requests']}):"]
         keys = sorted({k for r in first for k in r["launch_parts"]},
                       key=lambda k: -max(r["launch_parts"].get(k, 0) for r in first))
         out.append(_table(["part"] + names, [[k] + [str(r["launch_parts"].get(k, 0)) for r in first] for k in keys]))
     parts = [r for r in res["rows"] if r.get("parts")]
     if parts:
-        out.append("")
         names = [r["profile"] for r in parts]
-        out.append(f"device time per part, ms per step (eager; kernels launched through ATen only: Triton launches "
-                   f"are not attributed by the profiler and show ~0), requests {parts[0]['requests']}:")
+        out += ["", f"device time per part, ms per step (eager; kernels launched through ATen only: Triton launches "
+                    f"are not attributed by the profiler and show ~0), requests {parts[0]['requests']}:"]
         by = {}
         for r in parts:
             for p in r["parts"]:
@@ -81,8 +77,7 @@ def render(res: dict) -> str:
         order = sorted(by, key=lambda k: -max(by[k].values()))
         out.append(_table(["part"] + names, [[k] + [_f(by[k].get(n), 3) for n in names] for k in order]))
     if res.get("ablation"):
-        out.append("")
-        out.append("ablation (each variant back to stock, one at a time; worth = stock-variant minus profile):")
+        out += ["", "ablation (each variant back to stock, one at a time; worth = stock-variant minus profile):"]
         ar = []
         for a in res["ablation"]:
             g = a.get("graph") or {}
@@ -92,8 +87,7 @@ def render(res: dict) -> str:
         out.append(_table(["variant", "knob", "ms/step", "worth ms", "nodes", "worth nodes", "worth sites",
                            "measured against", "note"], ar))
     if res.get("memory"):
-        out.append("")
-        out.append("memory per rank (the registry declares whole-model costs; compared per HC module):")
+        out += ["", "memory per rank (the registry declares whole-model costs; compared per HC module):"]
         for name, m in res["memory"].items():
             out.append(f"  {name}: weights {m['weight_bytes']:,} bytes")
             for v in m["variants"]:
@@ -106,8 +100,7 @@ def render(res: dict) -> str:
                            + (f"{v['declared_bytes']:,} = {dpm:,.0f} x {v['declared_modules']} modules; "
                               f"agree per module: {v.get('agree')}" if dpm is not None else
                               f"{_f(v.get('declared_bytes'))} (no per-module basis)"))
-    out.append("")
-    out.append(f"overall: {'OK' if res['ok'] else 'FAILED'} ({res.get('seconds', 0):.0f} s)")
+    out += ["", f"overall: {'OK' if res['ok'] else 'FAILED'} ({res.get('seconds', 0):.0f} s)"]
     return "\n".join(out)
 
 
@@ -146,8 +139,8 @@ def release_records(res: dict, command: str, platform: str = "h200") -> list[dic
     for r in res["rows"]:
         if "ms" not in r:
             continue
-        kind = (res["profiles"].get(r["profile"]) or {}).get("stock", "vllm")
         p = res["profiles"].get(r["profile"]) or {}
+        kind = p.get("stock", "vllm")
         stock_note = ("; stock paths: vLLM's real path for " + ", ".join(res.get("real_vllm_ops") or ["?"])
                       + ", labelled stand-ins for the rest (result's stock_source)" if kind == "vllm" and
                       res.get("stock_source") else
@@ -176,18 +169,17 @@ def release_records(res: dict, command: str, platform: str = "h200") -> list[dic
     return recs
 
 
-def records_toml(recs: list[dict]) -> str:
+def records_toml(recs: list[dict],
+                 keys=("config", "metric", "value", "unit", "stack", "platform", "command", "source", "method")) -> str:
+    """``[[bench]]`` tables, one per record, with the fields of ``keys`` in that order (None ones left out)."""
     lines = []
     for r in recs:
         lines.append("[[bench]]")
-        for k in ("config", "metric", "value", "unit", "stack", "platform", "command", "source", "method"):
+        for k in keys:
             v = r.get(k)
             if v is None:
                 continue
-            lines.append(f"{k} = {v!r}" if isinstance(v, (int, float)) else f"{k} = {_q(v)}")
+            text = str(v).replace("\\", "\\\\").replace('"', '\\"')
+            lines.append(f"{k} = {v!r}" if isinstance(v, (int, float)) else f'{k} = "{text}"')
         lines.append("")
     return "\n".join(lines)
-
-
-def _q(s: str) -> str:
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'

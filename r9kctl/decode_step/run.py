@@ -240,11 +240,6 @@ def summary(sorted_times: Sequence[float]) -> dict:
             "p90": sorted_times[(9 * n) // 10], "n": n}
 
 
-def _time_graph(g, replays: int) -> dict:
-    st = summary(replay_times_ms(g, replays))
-    return {"ms": st["median"], "p10": st["p10"], "p90": st["p90"], "replays": st["n"]}
-
-
 def measure(model: DecodeStepModel, replays: int, cuda: bool) -> dict:
     """Launch sites of an eager step; on CUDA also graph nodes and replay times. Errors are recorded in the
     row (``error``), not raised, so one failing measurement leaves the others standing."""
@@ -264,7 +259,8 @@ def measure(model: DecodeStepModel, replays: int, cuda: bool) -> dict:
             model.reset_state()
             g, _, nodes = counter.capture(model.step)
             row["graph"] = nodes
-            row.update(_time_graph(g, replays))
+            st = summary(replay_times_ms(g, replays))
+            row.update(ms=st["median"], p10=st["p10"], p90=st["p90"], replays=st["n"])
             del g
             torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001 - reported in the result
@@ -307,9 +303,7 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
     device = "cuda" if cuda else "cpu"
     cfg = get_config(plan.get("config", "flash-next-tp4"))
     P, against = plan["profile"], plan.get("against") or []
-    if isinstance(against, str):  # a plan of schema 1
-        against = [against]
-    against = list(against)
+    against = [against] if isinstance(against, str) else list(against)  # a string: a plan of schema 1
     profs = dict(plan["profiles"])
     # The headline over the ops whose stock is vLLM's real path: a baseline that differs from the profile only there
     # (REAL_VLLM_OPS at their stock values, every stand-in op as the profile has it). Derived from the first baseline
@@ -332,30 +326,33 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
               "real_vllm_ops": list(REAL_VLLM_OPS)}
     try:
         import triton
-
         result["triton"] = triton.__version__
     except ImportError:
         pass
     choosers = {n: (choosers or {}).get(n) or values_chooser(profs[n]["values"], stock=profs[n].get("stock", "vllm"))
                 for n in names}
     for name in names:
-        result["profiles"][name] = {"hash": profs[name].get("hash"), "profile": profs[name].get("profile", name),
-                                    "stock": profs[name].get("stock", "vllm"),
-                                    "ops": describe({op: choosers[name](op) for op in STEP_OPS},
-                                                    profs[name].get("stock", "vllm"))}
-        if profs[name].get("derived_from"):
-            result["profiles"][name]["derived_from"] = profs[name]["derived_from"]
-            result["profiles"][name]["note"] = (f"{P} with only {', '.join(REAL_VLLM_OPS)} back to vLLM's stock "
-                                                f"(the ops whose stock is vLLM's real path)")
+        pr, stock = profs[name], profs[name].get("stock", "vllm")
+        out = result["profiles"][name] = {"hash": pr.get("hash"), "profile": pr.get("profile", name), "stock": stock,
+                                          "ops": describe({op: choosers[name](op) for op in STEP_OPS}, stock)}
+        if pr.get("derived_from"):
+            out["derived_from"] = pr["derived_from"]
+            out["note"] = (f"{P} with only {', '.join(REAL_VLLM_OPS)} back to vLLM's stock "
+                           f"(the ops whose stock is vLLM's real path)")
     try:
         from ...kernels._triton import vllm_peer
 
         result["vllm_peer"] = dict(zip(("ok", "where"), vllm_peer.available()))
     except Exception as exc:  # noqa: BLE001
         result["vllm_peer"] = {"ok": False, "where": repr(exc)}
+
     def save():
         if out_path:
             fileio.atomic_write(out_path, json.dumps(result, indent=1), "result file")
+
+    def check(R: int, what: str, rel_l2: float, ok: bool, tol: Optional[float] = None, note: Optional[str] = None):
+        c = {"requests": R, "what": what, "rel_l2": rel_l2, "tol": tol, "ok": ok}
+        result["checks"].append(c if note is None else dict(c, note=note))
 
     for R in plan["requests"]:
         inp = StepInputs.build(cfg, R, plan["context"], device=device, seed=int(plan.get("seed", 0)) + 1)
@@ -376,30 +373,25 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
                 if not st["calls"]:
                     continue  # chosen but not used (hc_mix when the fp8 decode path takes precedence)
                 tol = OP_TOL.get(op, IMPL_TOL)
-                result["checks"].append({"requests": R, "what": f"{name}: {op} fused vs stock, in situ "
-                                         f"({st['calls']} calls, max)", "rel_l2": st["max_rel_l2"], "tol": tol,
-                                         "ok": st["max_rel_l2"] <= tol})
+                check(R, f"{name}: {op} fused vs stock, in situ ({st['calls']} calls, max)", st["max_rel_l2"],
+                      st["max_rel_l2"] <= tol, tol)
             # reported: the whole step against every op at its stock implementation, and how far a one-ulp
             # change of the step's input moves the output (the network's own amplification of rounding)
             y_ref = DecodeStepModel(w, inp, stock_impl_chooser(vals), flags=vals).step()
             m.reset_state()
             y_pert = m.step(_perturbed(inp.x0))
             m.reset_state()
-            result["checks"].append({"requests": R, "what": f"{name}: whole step vs stock implementations",
-                                     "rel_l2": _rel(outs[name], y_ref), "tol": None,
-                                     "ok": bool(torch.isfinite(outs[name]).all()),
-                                     "note": "reported; compare with the one-ulp input sensitivity below"})
-            result["checks"].append({"requests": R, "what": f"{name}: whole step, input moved by 1 bf16 ulp",
-                                     "rel_l2": _rel(y_pert, outs[name]), "tol": None, "ok": True,
-                                     "note": "the random-weight network's amplification of a rounding-size change"})
+            check(R, f"{name}: whole step vs stock implementations", _rel(outs[name], y_ref),
+                  bool(torch.isfinite(outs[name]).all()), note="reported; compare with the one-ulp input sensitivity below")
+            check(R, f"{name}: whole step, input moved by 1 bf16 ulp", _rel(y_pert, outs[name]), True,
+                  note="the random-weight network's amplification of a rounding-size change")
             del y_ref, y_pert
         for Q in against:
-            rel = _rel(outs[P], outs[Q])
             same_formats = models[P].hc_fp8 == models[Q].hc_fp8
-            result["checks"].append({"requests": R, "what": f"{P} vs {Q}, whole step", "rel_l2": rel, "tol": None,
-                                     "ok": bool(torch.isfinite(outs[P]).all() and torch.isfinite(outs[Q]).all()),
-                                     "note": "reported (the in-situ op checks are the gate)" + (
-                                         "" if same_formats else "; weight formats differ (fp8 HC copies)")})
+            check(R, f"{P} vs {Q}, whole step", _rel(outs[P], outs[Q]),
+                  bool(torch.isfinite(outs[P]).all() and torch.isfinite(outs[Q]).all()),
+                  note="reported (the in-situ op checks are the gate)" + (
+                      "" if same_formats else "; weight formats differ (fp8 HC copies)"))
         for name in names:
             row = {"requests": R, "M": R * cfg.spec_tokens, "profile": name}
             row.update(measure(models[name], replays, cuda))

@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import time
 import urllib.request
@@ -47,6 +46,7 @@ from ...registry.origin import Origin
 from . import mcnemar, results
 from .record import api_base, record
 from .dataset import load_dataset
+from .serve_bench import stop
 
 CRITERIA = ("mcnemar", "accuracy", "outputs")
 MODES = ("binary", "each")
@@ -103,25 +103,16 @@ class Plan:
 # ------------------------------------------------------------------------------------------- planning
 
 def _groups(reg: Any, differing: list[str]) -> list[list[str]]:
-    parent = {v: v for v in differing}
-
-    def find(x: str) -> str:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
+    """The connected components of ``differing`` under requires/conflicts, each and all in registry order."""
+    order = {vid: i for i, vid in enumerate(reg.variants)}
+    groups: list[set[str]] = []
     for vid in differing:
         v = reg.variants[vid]
-        for other in list(v.requires) + list(v.conflicts):
-            o = reg.find_variant(other)
-            if o is not None and o.id in parent:
-                parent[find(vid)] = find(o.id)
-    order = {vid: i for i, vid in enumerate(reg.variants)}
-    groups: dict[str, list[str]] = {}
-    for vid in sorted(differing, key=order.__getitem__):
-        groups.setdefault(find(vid), []).append(vid)
-    return sorted(groups.values(), key=lambda g: order[g[0]])
+        linked = {vid} | {o.id for o in map(reg.find_variant, [*v.requires, *v.conflicts])
+                          if o is not None and o.id in differing}
+        touching = [g for g in groups if g & linked]
+        groups = [g for g in groups if not g & linked] + [linked.union(*touching)]
+    return sorted((sorted(g, key=order.__getitem__) for g in groups), key=lambda g: order[g[0]])
 
 
 def step_set(reg: Any, plan: Plan, step: str):
@@ -174,8 +165,7 @@ def make_plan(reg: Any, good: str, bad: str, *, tp: int | None = None, mode: str
         steps.update({f"g{i}": [i] for i in range(m)})
     if threshold is None:
         threshold = {"mcnemar": None, "accuracy": 1.0, "outputs": 1.0}[criterion]
-    plan = Plan(good, bad, tp, mode, criterion, alpha, threshold, groups, steps, dataset)
-    return plan
+    return Plan(good, bad, tp, mode, criterion, alpha, threshold, groups, steps, dataset)
 
 
 def write_plan(reg: Any, plan: Plan, directory: str | Path, replace: bool = False) -> Path:
@@ -250,7 +240,7 @@ class Status:
     message: str
 
 
-def classify(plan: Plan, good: results.ResultFile, other: results.ResultFile) -> StepVerdict:
+def classify(plan: Plan, step: str, good: results.ResultFile, other: results.ResultFile) -> StepVerdict:
     cmp = mcnemar.compare(good, other)
     acc = f"{100 * cmp.b_accuracy:.2f}% vs {100 * cmp.a_accuracy:.2f}%, b/c {cmp.b}/{cmp.c}, p {cmp.p_value:.3g}"
     if plan.criterion == "mcnemar":
@@ -262,7 +252,7 @@ def classify(plan: Plan, good: results.ResultFile, other: results.ResultFile) ->
             raise BisectError("criterion 'outputs' needs output text or hashes in the result files")
         bad = cmp.identical_share < plan.threshold
         acc += f", identical {100 * cmp.identical_share:.1f}%"
-    return StepVerdict("", bad, acc)
+    return StepVerdict(step, bad, acc)
 
 
 def status(directory: str | Path) -> tuple[Plan, Status]:
@@ -275,11 +265,8 @@ def status(directory: str | Path) -> tuple[Plan, Status]:
         return plan, Status(verdicts, plan.good_step, [], False, "evaluate the good end first")
     good = results.load(have[plan.good_step])
     verdicts[plan.good_step] = StepVerdict(plan.good_step, False, f"{100 * good.accuracy:.2f}% (reference)")
-    for step, path in have.items():
-        if step != plan.good_step and step in plan.steps:
-            v = classify(plan, good, results.load(path))
-            v.step = step
-            verdicts[step] = v
+    verdicts.update({step: classify(plan, step, good, results.load(path)) for step, path in have.items()
+                     if step != plan.good_step and step in plan.steps})
     if plan.bad_step not in verdicts:
         return plan, Status(verdicts, plan.bad_step, [], False, "evaluate the bad end")
     if not verdicts[plan.bad_step].bad:
@@ -324,17 +311,6 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
     raise BisectError(f"{url} did not answer within {timeout_s:.0f} s")
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)  # the launch's own process group (started with a new session)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-
-
 def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template: str, dataset: str,
                    port: int = 8000, ready_timeout_s: float = 900.0, max_steps: int = 64,
                    say: Callable[[str], None] = print, record_kwargs: dict | None = None) -> Status:
@@ -354,8 +330,6 @@ def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template
         manifest = (d / "manifests" / f"{step}.json").resolve()
         if not manifest.exists():  # plans written without this step's manifest (none today) are rebuilt
             write_plan(reg, plan, d, replace=True)
-        from ...registry import fileio
-
         data = fileio.read_json(manifest, "step manifest", expect=dict)
         env = dict(os.environ)
         # a credential the manifest names by reference comes from this environment (the plugin checks it)
@@ -380,7 +354,7 @@ def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template
             # only complete files count
             fileio.move_into_place(partial, d / "results" / f"{step}.jsonl", "result file")
         finally:
-            _stop(proc)
+            stop(proc, grace_s=60)  # the launch's own process group (started with a new session)
             log.close()
         plan, st = status(d)
         v = st.verdicts.get(step)

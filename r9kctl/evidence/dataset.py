@@ -119,11 +119,9 @@ def load_dataset(spec: str | Path) -> Dataset:
                                f"({', '.join(sorted(shipped)) or 'none'})")
     questions: list[Question] = []
     seen: set[str] = set()
-    index = 0
-
-    for where, obj in json_lines(fileio.read_text(path, "question set").splitlines(), str(path), DatasetError):
+    lines = fileio.read_text(path, "question set").splitlines()
+    for index, (where, obj) in enumerate(json_lines(lines, str(path), DatasetError)):
         q = _question(obj, index, where)
-        index += 1
         if q.id in seen:
             raise DatasetError(f"{where}: duplicate question id {q.id!r}")
         seen.add(q.id)

@@ -26,7 +26,6 @@ from typing import Any, Callable, Iterable
 from ...registry import envvars, fileio
 from ...registry import ledger as L
 
-from .pytest_plugin import matches
 from ...registry import provenance  # toolchain() looked up at call time (replaceable)
 
 
@@ -49,13 +48,6 @@ class GateRun:
     collect_errors: dict[str, str] = field(default_factory=dict)
 
 
-def _non_stock_ids(rs: Any) -> list[str]:
-    ns = rs.non_stock()
-    if isinstance(ns, dict):
-        return list(ns)
-    return [getattr(getattr(r, "variant", None), "id", None) or getattr(r, "id") for r in ns]
-
-
 def plan(reg: Any, profile: str | None = None, names: Iterable[str] = (), tp: int | None = None,
          include_unset: bool = False) -> GatePlan:
     """Select the gates to run: the named variants (ids or knobs), or the non-stock variants of ``profile``."""
@@ -64,21 +56,13 @@ def plan(reg: Any, profile: str | None = None, names: Iterable[str] = (), tp: in
         from ...registry.resolve import resolve
 
         rs = resolve(reg, profile, tp=tp)
-        chosen += [reg.variants[i] for i in _non_stock_ids(rs)]
+        chosen += [reg.variants[r.variant.id] for r in rs.non_stock()]
     for name in names:
         chosen.append(reg.variant(name))
-    seen: set[str] = set()
     out = GatePlan([])
-    for v in chosen:
-        if v.id in seen:
-            continue
-        seen.add(v.id)
+    for v in {v.id: v for v in chosen}.values():
         (out.variants if L.declared_tests(v) else out.no_tests).append(v)
     return out
-
-
-def _gpu_device_present() -> bool:
-    return any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd"))
 
 
 def _git(root: Path, *args: str) -> str | None:
@@ -87,10 +71,6 @@ def _git(root: Path, *args: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return r.stdout.strip() if r.returncode == 0 else None
-
-
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Path | None = None,
@@ -111,12 +91,11 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
                                                                        for p in files if p != provenance.PYTEST_CONFIG})))
     outcomes: dict[str, str] = {}
     ran_on: dict[str, str | None] = {}  # nodeid -> "gpu" | "cpu" (the plugin's)
-    not_found: list[str] = []
     collect_errors: dict[str, str] = {}
     platform, exitstatus = "unknown", None
     t0 = time.monotonic()
     existing = [t for t in declared if (root / L.test_file(t)).is_file()]
-    not_found += [t for t in declared if t not in existing]
+    not_found = [t for t in declared if t not in existing]
     log_tail = ""
     if existing:
         files = list(dict.fromkeys(L.test_file(t) for t in existing))
@@ -126,7 +105,7 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
             env = dict(os.environ, **(env or {}))
             env[envvars.GATE_EVENTS.name] = str(events)
             env[envvars.GATE_SELECT.name] = json.dumps(existing)
-            if not _gpu_device_present():
+            if not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd")):  # no GPU device node
                 env.setdefault("TRITON_INTERPRET", "1")
             cmd = [sys.executable, "-m", "pytest", "-p", "r9k.r9kctl.evidence.pytest_plugin",
                    "-p", "no:cacheprovider", "--rootdir", str(root), "-q", "-rfE", "--continue-on-collection-errors", *pytest_args, *files]
@@ -174,11 +153,11 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
             log_tail = logf.read_text(errors="replace")[-6000:]
     duration = time.monotonic() - t0
     records: list[L.GateRecord] = []
-    date = _now()
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     for v in gate_plan.variants:
         mine: dict[str, str] = {}
         for t in L.declared_tests(v):
-            items = {n: o for n, o in outcomes.items() if matches(n, t)}
+            items = {n: o for n, o in outcomes.items() if L.item_of(n, t)}
             if items:
                 mine.update(items)
             elif any(L.test_file(t) == f.split("::")[0] for f in collect_errors):

@@ -38,8 +38,6 @@ from ...registry import envvars, fileio
 from ...registry import ledger as L
 from ...registry import provenance as P
 
-from .pytest_plugin import matches
-
 
 class ImportRefused(ValueError):
     """One located line: ``FILE[:LINE]: error[KIND]: message``."""
@@ -102,6 +100,13 @@ def _read(path: str | Path) -> tuple[dict[str, tuple[str, int | None]], dict[str
     return out, props
 
 
+def _differs(there: dict[str, str], rel: str, here: str) -> str:
+    """How this tree's ``rel`` (sha256 ``here``) fails the provenance's file hashes ``there``."""
+    if rel not in there:
+        return "is not in the provenance"
+    return f"differs from this tree (sha256 {there[rel][:12]} there, {here[:12]} here)"
+
+
 def _functions(path: Path) -> set[str]:
     """Test function names a file defines (module level and in classes, as ``Class::name``)."""
     tree = ast.parse(path.read_bytes(), filename=str(path))
@@ -132,7 +137,7 @@ def collect(root: Path, test_ids: Iterable[str], timeout_s: float = 300) -> dict
     if sel is None or errs:
         why = errs[0]["message"] if errs else (r.stdout + r.stderr).strip().splitlines()[-1:] or ["no output"]
         raise RuntimeError(f"pytest could not collect the gate tests here ({why if isinstance(why, str) else why[0]})")
-    return {t: [i for i in sel["items"] if matches(i, t)] for t in ids}
+    return {t: [i for i in sel["items"] if L.item_of(i, t)] for t in ids}
 
 
 def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None, platform: str | None = None,
@@ -182,11 +187,7 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
 
     # A file named through the package's links (``r9k/kernels/...``: pytest's module path when the project is
     # installed) is the tree's own file (``kernels/...``).
-    real = {}
-    for nid in cases:
-        f = L.test_file(nid)
-        if f not in real:
-            real[f] = (root / f).resolve().relative_to(root.resolve()).as_posix()
+    real = {f: (root / f).resolve().relative_to(root.resolve()).as_posix() for f in {L.test_file(n) for n in cases}}
     renamed = {nid: real[L.test_file(nid)] + nid[len(L.test_file(nid)):] for nid in cases}
     cases = {renamed[n]: c for n, c in cases.items()}
     props = {(k.split(":", 1)[0] + ":" + renamed[k.split(":", 1)[1]]
@@ -205,9 +206,7 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
         if local_hash[f] is None:
             raise _refuse(xml, "unknown-test", f"{nid}: no test file {f} in this tree", line)
         if there.get(f) != local_hash[f]:
-            raise _refuse(xml, "foreign-tree", f"{nid}: {f} " + (
-                "is not in the provenance" if f not in there else
-                f"differs from this tree (sha256 {there[f][:12]} there, {local_hash[f][:12]} here)"), line)
+            raise _refuse(xml, "foreign-tree", f"{nid}: {f} {_differs(there, f, local_hash[f])}", line)
         func = nid.split("::", 1)[1].split("[", 1)[0]
         if func not in funcs[f]:
             raise _refuse(xml, "unknown-test", f"{nid}: {f} defines no test {func}", line)
@@ -217,7 +216,7 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
         by_file.setdefault(L.test_file(n), []).append(n)
 
     def cases_of(t: str) -> list[str]:
-        return [n for n in by_file.get(L.test_file(t), []) if matches(n, t)]
+        return [n for n in by_file.get(L.test_file(t), []) if L.item_of(n, t)]
 
     covered = []
     for vid, v in sorted(reg.variants.items()):
@@ -233,9 +232,7 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
         files, missing = L.file_hashes(reg, v)
         for rel, h in files.items():
             if there.get(rel) != h:
-                raise _refuse(xml, "foreign-tree", f"gate {v.id}: {rel} " + (
-                    "is not in the provenance" if rel not in there else
-                    f"differs from this tree (sha256 {there[rel][:12]} there, {h[:12]} here)"))
+                raise _refuse(xml, "foreign-tree", f"gate {v.id}: {rel} {_differs(there, rel, h)}")
         deps[v.id] = ({rel: there[rel] for rel in files}, missing)
 
     # Every test case is an item collected here; every collected item of a covered test is accounted for.
@@ -251,6 +248,9 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
             if nid not in known:
                 raise _refuse(xml, "unknown-test", f"{nid}: pytest collects no such item here", cases[nid][1])
 
+    def result_of(vals: set[str], passed: bool) -> str:
+        return "fail" if vals & L.FAILING else "pass" if passed else "partial" if L.PASSED in vals else "skipped"
+
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     records = []
     for v in covered:
@@ -264,17 +264,13 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
             for i in items:
                 mine[i] = cases[i][0] if i in cases else L.NOT_RUN
             all_passed &= all(mine[i] == L.PASSED for i in items)
-        vals = set(mine.values())
-        result = ("fail" if vals & L.FAILING else "pass" if all_passed else
-                  "partial" if L.PASSED in vals else "skipped")
+        result = result_of(set(mine.values()), all_passed)
         files, missing = deps[v.id]
         ran_on = {n: props.get(f"{P.STAMP_RAN_ON}:{n}") for n in mine}
         tc = {k: prov["toolchain"].get(k) for k in P.TOOLCHAIN_KEYS}
         for where, part, where_tc in L.split_by_where_it_ran(mine, ran_on, prov["platform"], tc):
             vals = set(part.values())
-            res = result if where == prov["platform"] and part == mine else (
-                "fail" if vals & L.FAILING else "pass" if vals == {L.PASSED} else
-                "partial" if L.PASSED in vals else "skipped")
+            res = result if where == prov["platform"] and part == mine else result_of(vals, vals == {L.PASSED})
             records.append(L.GateRecord(
                 variant=v.id, tests=L.declared_tests(v), result=res, outcomes=part, platform=where,
                 date=date, source_hash=L.hash_of(files, missing), files=len(files), commit=prov.get("commit"),

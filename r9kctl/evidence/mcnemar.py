@@ -7,14 +7,12 @@ of four cells; only the discordant cells carry evidence about a difference:
 
 Under the null (no difference between A and B) each discordant question is equally likely to fall in
 ``b`` or ``c``, so ``b ~ Binomial(b + c, 1/2)``; the exact two-sided McNemar p is that binomial test
-(:func:`scipy.stats.binomtest`). The original stack's release notes quote exactly this: v0.2.0 "5 / 1
-discordant, p = 0.22" (exact 0.21875), v0.3.1 "7 vs 8, p = 1.00".
+(:func:`scipy.stats.binomtest`).
 
 The confidence interval is for the accuracy difference ``acc(B) - acc(A) = (c - b) / n`` with Newcombe's
 hybrid score method for paired proportions (Newcombe 1998, Stat. Med. 17:2635, method 10), which, unlike the
-Wald interval, behaves at the few-discordant counts these evals produce. Its ingredients, the Wilson
-intervals of the two accuracies, come from scipy as well. An exact (Clopper-Pearson) interval for the share
-of discordant questions that went B's way, ``c / (b + c)``, is reported too.
+Wald interval, behaves at the few-discordant counts these evals produce (its Wilson intervals come from
+scipy). An exact (Clopper-Pearson) interval of ``c / (b + c)`` is reported too.
 """
 from __future__ import annotations
 
@@ -120,7 +118,6 @@ class Comparison:
             lines.append(f"identical      {pct(self.identical_share)} of outputs ({self.identical}/{self.n})")
         return "\n".join(lines)
 
-
     def mdd_text(self) -> str:
         d = self.b + self.c
         head = f"at n = {self.n}, {d} discordant ({100 * d / self.n:.1f}%), alpha {self.mdd_alpha:g}, " \
@@ -174,8 +171,8 @@ def mcnemar_exact_p(b: int, c: int) -> float:
     return float(binomtest(b, b + c, 0.5, alternative="two-sided").pvalue)
 
 
-def _wilson(k: int, n: int, confidence: float) -> tuple[float, float]:
-    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+def _ci(k: int, n: int, confidence: float, method: str) -> tuple[float, float]:
+    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method=method)
     return float(ci.low), float(ci.high)
 
 
@@ -185,8 +182,8 @@ def paired_diff_ci(both: int, b: int, c: int, neither: int, confidence: float = 
     if n == 0:
         raise ValueError("empty table")
     p1, p2 = (both + b) / n, (both + c) / n
-    l1, u1 = _wilson(both + b, n, confidence)
-    l2, u2 = _wilson(both + c, n, confidence)
+    l1, u1 = _ci(both + b, n, confidence, "wilson")
+    l2, u2 = _ci(both + c, n, confidence, "wilson")
     # Correlation of the two paired outcomes (phi), as Newcombe defines it for this method: a positive
     # numerator is shrunk by n/2 (a continuity correction, floored at 0); 0 where a margin is empty.
     denom = (both + b) * (c + neither) * (both + c) * (b + neither)
@@ -207,10 +204,10 @@ def _id_mismatch(a: ResultFile, b: ResultFile) -> str | None:
     only_a, only_b = sorted(ids_a - ids_b), sorted(ids_b - ids_a)
     parts = [f"question sets differ: {a.name} has {len(ids_a)}, {b.name} has {len(ids_b)}, "
              f"{len(ids_a & ids_b)} in common"]
-    if only_a:
-        parts.append(f"only in A ({len(only_a)}): {', '.join(only_a[:_EXAMPLES])}" + (" ..." if len(only_a) > _EXAMPLES else ""))
-    if only_b:
-        parts.append(f"only in B ({len(only_b)}): {', '.join(only_b[:_EXAMPLES])}" + (" ..." if len(only_b) > _EXAMPLES else ""))
+    for side, only in (("A", only_a), ("B", only_b)):
+        if only:
+            parts.append(f"only in {side} ({len(only)}): {', '.join(only[:_EXAMPLES])}"
+                         + (" ..." if len(only) > _EXAMPLES else ""))
     return "; ".join(parts)
 
 
@@ -245,11 +242,7 @@ def compare(a: ResultFile, b: ResultFile, confidence: float = 0.95, alpha: float
         elif ra.output_sha256 == rb.output_sha256:
             identical += 1
     n = a.n
-    share_ci = None
-    if bb + cc:
-        ci = binomtest(cc, bb + cc).proportion_ci(confidence_level=confidence, method="exact")
-        share_ci = (float(ci.low), float(ci.high))
-    dataset = a.header.get("dataset") or b.header.get("dataset")
+    share_ci = _ci(cc, bb + cc, confidence, "exact") if bb + cc else None
     return Comparison(
         a_name=a.name, b_name=b.name, n=n,
         a_correct=both + bb, b_correct=both + cc, both_correct=both, b=bb, c=cc, neither_correct=neither,
@@ -257,16 +250,14 @@ def compare(a: ResultFile, b: ResultFile, confidence: float = 0.95, alpha: float
         diff=(cc - bb) / n, diff_ci=paired_diff_ci(both, bb, cc, neither, confidence),
         discordant_share_ci=share_ci, identical=identical if have_outputs else None,
         mdd=minimum_detectable_difference(n, bb + cc, alpha, power), mdd_alpha=alpha, mdd_power=power,
-        dataset=dataset,
+        dataset=a.header.get("dataset") or b.header.get("dataset"),
         a_server=a.header.get("server_r9k"), b_server=b.header.get("server_r9k"),
     )
 
 
-
 def discordance_ci(n: int, discordant: int, confidence: float = 0.95) -> tuple[float, float]:
     """Exact (Clopper-Pearson) interval of the discordance rate (b + c) / n."""
-    ci = binomtest(discordant, n).proportion_ci(confidence_level=confidence, method="exact")
-    return float(ci.low), float(ci.high)
+    return _ci(discordant, n, confidence, "exact")
 
 
 def aa_problem(cmp: Comparison) -> str | None:

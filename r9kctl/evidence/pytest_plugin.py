@@ -53,10 +53,6 @@ def platform_name() -> str:
     return name("cpu")
 
 
-def matches(nodeid: str, declared: str) -> bool:
-    return item_of(nodeid, declared)
-
-
 def pytest_configure(config):
     config.addinivalue_line("markers", "gpu: needs a CUDA/ROCm GPU (skipped without one)")
 
@@ -66,11 +62,11 @@ def pytest_collection_modifyitems(session, config, items):
         return
     keep, drop = [], []
     for item in items:
-        (keep if any(matches(item.nodeid, d) for d in _select) else drop).append(item)
+        (keep if any(item_of(item.nodeid, d) for d in _select) else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
-    found = {d: [i.nodeid for i in keep if matches(i.nodeid, d)] for d in _select}
+    found = {d: [i.nodeid for i in keep if item_of(i.nodeid, d)] for d in _select}
     _emit({"event": "selected", "items": [i.nodeid for i in keep],
            "not_found": [d for d, v in found.items() if not v]})
 

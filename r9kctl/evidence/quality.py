@@ -51,8 +51,10 @@ def quality_record(cmp: Comparison, *, config: str, eval_name: str | None = None
     return rec
 
 
-def validate_record(rec: dict[str, Any]) -> None:
-    """Raise ValueError when ``rec`` does not fit the schema's QualityRecord."""
+def append_quality_record(manifest: str | Path, rec: dict[str, Any]) -> None:
+    """Append ``rec`` as a ``[[quality]]`` table to a release file, keeping its comments and layout, once it
+    fits the schema's QualityRecord (else ValueError). The read-modify-write holds the writer's lock:
+    concurrent ``--into`` runs keep every record."""
     from pydantic import ValidationError
 
     from ...registry.schema import QualityRecord
@@ -61,38 +63,28 @@ def validate_record(rec: dict[str, Any]) -> None:
         QualityRecord.model_validate(rec)
     except ValidationError as exc:
         raise ValueError(f"quality record does not fit registry/schema.py QualityRecord: {exc}") from None
-
-
-def append_quality_record(manifest: str | Path, rec: dict[str, Any]) -> None:
-    """Append ``rec`` as a ``[[quality]]`` table to a release file, keeping its comments and layout.
-    The read-modify-write holds the writer's lock: concurrent ``--into`` runs keep every record."""
-    validate_record(rec)
-
+    path = Path(manifest)
     with fileio.locked(manifest):
-        _append_locked(Path(manifest), rec)
-
-
-def _append_locked(path: Path, rec: dict[str, Any]) -> None:
-    text = fileio.read_text(path, "release file")
-    fileio.parse_toml(text, path, "release file")  # a located syntax error before tomlkit sees it
-    doc = tomlkit.parse(text)
-    if "version" not in doc:
-        raise ValueError(f"{path}: not a release file (no 'version')")
-    table = tomlkit.table()
-    for key, value in rec.items():
-        if isinstance(value, dict):
-            inline = tomlkit.inline_table()
-            inline.update(value)
-            table.add(key, inline)
+        text = fileio.read_text(path, "release file")
+        fileio.parse_toml(text, path, "release file")  # a located syntax error before tomlkit sees it
+        doc = tomlkit.parse(text)
+        if "version" not in doc:
+            raise ValueError(f"{path}: not a release file (no 'version')")
+        table = tomlkit.table()
+        for key, value in rec.items():
+            if isinstance(value, dict):
+                inline = tomlkit.inline_table()
+                inline.update(value)
+                table.add(key, inline)
+            else:
+                table.add(key, value)
+        if "quality" in doc:
+            aot = doc["quality"]
+            if not isinstance(aot, tomlkit.items.AoT):
+                raise ValueError(f"{path}: 'quality' is not an array of tables")
+            aot.append(table)
         else:
-            table.add(key, value)
-    if "quality" in doc:
-        aot = doc["quality"]
-        if not isinstance(aot, tomlkit.items.AoT):
-            raise ValueError(f"{path}: 'quality' is not an array of tables")
-        aot.append(table)
-    else:
-        aot = tomlkit.aot()
-        aot.append(table)
-        doc.append("quality", aot)
-    fileio.atomic_write(path, tomlkit.dumps(doc), "release file")  # the old file stays intact on failure
+            aot = tomlkit.aot()
+            aot.append(table)
+            doc.append("quality", aot)
+        fileio.atomic_write(path, tomlkit.dumps(doc), "release file")  # the old file stays intact on failure

@@ -1,9 +1,8 @@
 """``r9kctl eval record``: run a question set against a running OpenAI-compatible server.
 
-Requests go one at a time (concurrency 1). That is the original stack's rule, not a convenience: under
-dynamic batching the reduction order depends on what else is in the batch, so answers at concurrency > 1 are
-not reproducible (v0.1.0 notes: ~68% of answers differed between identical runs at concurrency 8), and a
-paired comparison of two configurations would mostly measure that noise. Decoding is greedy (temperature 0).
+Requests go one at a time (concurrency 1), not for convenience: under dynamic batching the reduction order
+depends on what else is in the batch, so answers at concurrency > 1 are not reproducible, and a paired
+comparison of two configurations would mostly measure that noise. Decoding is greedy (temperature 0).
 
 Results are written line by line as they arrive (see ``results`` for the format), so an interrupted run
 keeps what it has; ``resume=True`` continues such a file, refusing one made from a different question set.
@@ -12,6 +11,7 @@ answer size, no redirects (the API key is never sent to another origin), checked
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import sys
@@ -42,7 +42,6 @@ class Client:
     api_key: str | None = None
     timeout_s: float = 600.0
     retries: int = 3
-
     max_bytes: int = netclient.MAX_BODY
 
     def _request(self, method: str, path: str, body: dict | None = None) -> dict:
@@ -75,23 +74,20 @@ class Client:
         """Greedy generation; returns (text, usage)."""
         common = {"model": model, "max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0, "n": 1,
                   "stream": False}
+        if api == "chat":
+            path, body, keys = "/chat/completions", {"messages": [{"role": "user", "content": prompt}]}, ("message",)
+            shape, field = "choices[0].message is not an object (a server answering in another shape?)", "content"
+        elif api == "completions":
+            path, body, keys = "/completions", {"prompt": prompt}, ()
+            shape, field = "choices[0] is not an object", "text"
+        else:
+            raise ValueError(f"unknown api {api!r} (chat, completions)")
         try:
-            if api == "chat":
-                resp = self._request("POST", "/chat/completions",
-                                     {**common, "messages": [{"role": "user", "content": prompt}]})
-                text = netclient.dig(resp, "choices", 0, "message", what=f"{self.base}/chat/completions")
-                if not isinstance(text, dict):
-                    raise netclient.ClientError("json", f"{self.base}/chat/completions: choices[0].message is "
-                                                        "not an object (a server answering in another shape?)")
-                text = text.get("content")
-            elif api == "completions":
-                resp = self._request("POST", "/completions", {**common, "prompt": prompt})
-                text = netclient.dig(resp, "choices", 0, what=f"{self.base}/completions")
-                if not isinstance(text, dict):
-                    raise netclient.ClientError("json", f"{self.base}/completions: choices[0] is not an object")
-                text = text.get("text")
-            else:
-                raise ValueError(f"unknown api {api!r} (chat, completions)")
+            resp = self._request("POST", path, {**common, **body})
+            choice = netclient.dig(resp, "choices", 0, *keys, what=self.base + path)
+            if not isinstance(choice, dict):
+                raise netclient.ClientError("json", f"{self.base}{path}: {shape}")
+            text = choice.get(field)
         except netclient.ClientError as exc:
             raise ServerError(str(exc)) from None
         if text is not None and not isinstance(text, str):
@@ -145,10 +141,8 @@ def _write_line(fh, out: Path, line: str, answers: int) -> None:
         fh.flush()
     except OSError as exc:
         if pos is not None:
-            try:
+            with contextlib.suppress(OSError):
                 fh.truncate(pos)
-            except OSError:
-                pass
         raise fileio.WriteError(fileio.Diagnostic(
             "error", "write", f"cannot write this result file: {exc.strerror or exc}; it keeps the {answers} "
             "answer(s) recorded before, whole (--resume asks the rest)", fileio.display_path(out))) from None
@@ -184,11 +178,9 @@ def record(dataset: Dataset, url: str, out: str | Path, *, model: str | None = N
     status = server_status(client.base)
     if status is not None:
         header["server_r9k"] = status
-    mode = "a" if done else "w"
     t0 = time.monotonic()
     correct = 0
-
-    with fileio.open_for_writing(out, append=mode == "a", what="result file") as fh:
+    with fileio.open_for_writing(out, append=bool(done), what="result file") as fh:
         if not done:
             _write_line(fh, out, json.dumps(header), len(done))
         todo = [q for q in questions if q.id not in done]

@@ -23,6 +23,7 @@ on every profile alike. From vLLM's result files:
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -37,6 +38,7 @@ from typing import Any, Callable, Optional
 
 from ...registry import fileio
 from .. import netclient
+from ..decode_step import report
 
 # (key in our summary, key in vLLM's result JSON, label, unit, higher is better)
 METRICS = [
@@ -78,12 +80,8 @@ class BenchError(RuntimeError):
 
 # ------------------------------------------------------------------------------------------------ servers
 
-def _cli() -> list[str]:
-    return [sys.executable, "-m", "r9k.r9kctl.cli"]
-
-
 def launch_command(profile: str, port: int, serve_args: list[str]) -> list[str]:
-    return [*_cli(), "launch", "--profile", profile, "--", "--port", str(port), *serve_args]
+    return [sys.executable, "-m", "r9k.r9kctl.cli", "launch", "--profile", profile, "--", "--port", str(port), *serve_args]
 
 
 def _get(url: str, timeout: float = 5.0) -> Optional[dict]:
@@ -347,14 +345,5 @@ def release_records(summary: dict, config: str, platform: str, command: str, s: 
     return recs
 
 
-def records_toml(recs: list[dict]) -> str:
-    def q(v):
-        return repr(v) if isinstance(v, (int, float)) else '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-    out = []
-    for r in recs:
-        out.append("[[bench]]")
-        out += [f"{k} = {q(r[k])}" for k in ("config", "metric", "value", "unit", "stack", "platform", "method",
-                                              "setting", "command", "source") if r.get(k) is not None]
-        out.append("")
-    return "\n".join(out)
+records_toml = functools.partial(report.records_toml, keys=("config", "metric", "value", "unit", "stack", "platform",
+                                                            "method", "setting", "command", "source"))

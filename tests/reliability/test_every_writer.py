@@ -264,7 +264,7 @@ THROUGH = {
     ("r9kctl/evidence/bisect.py", "run_end_to_end", "fileio.move_into_place"): "fileio.move_into_place",
     ("r9kctl/evidence/gate.py", "run", "fileio.open_for_writing"): "fileio.open_for_writing",
     ("r9kctl/evidence/pytest_plugin.py", "_emit", "fileio.open_for_writing"): "fileio.open_for_writing(append)",
-    ("r9kctl/evidence/quality.py", "_append_locked", "fileio.atomic_write"): "quality.append_quality_record",
+    ("r9kctl/evidence/quality.py", "append_quality_record", "fileio.atomic_write"): "quality.append_quality_record",
     ("r9kctl/evidence/record.py", "_resume_state", "fileio.atomic_write"): "fileio.atomic_write",
     ("r9kctl/evidence/record.py", "record", "fileio.open_for_writing"): "fileio.open_for_writing(append)",
     ("r9kctl/evidence/results.py", "dump", "fileio.atomic_write"): "results.dump",
