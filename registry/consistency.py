@@ -7,8 +7,8 @@ finished report). What it checks:
   this, the later file silently takes the knob over;
 * references: models named by variants (``models``, ``excluded_models``, ``model_defaults``) and by
   profiles; gate tests (``gate.tests``: the file, and the test function in it) that do not exist;
-* releases: dates that are not ISO dates (``YYYY-MM-DD``), an explicit order (``previous``) that
-  contradicts the dates or loops, default changes whose ``to`` is not a legal value of the knob;
+* releases: an explicit order (``previous``) that contradicts the dates or loops, default changes whose
+  ``to`` is not a legal value of the knob or whose scope names nothing;
 * profiles: fields nothing reads (``gpu_memory_utilization``: the ``UTIL`` knob is what reaches
   ``vllm serve``), and ``serve_args`` that contradict themselves, the profile's TP size or a knob that
   sets the same vLLM argument.
@@ -27,8 +27,6 @@ from .errors import Diagnostic
 from .loader import Registry, display_path
 from .resolve import suggest
 from .ledger import repo_root, test_file
-
-DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 # vLLM arguments that a profile's own fields set: serve_args must not set them differently.
 _TP_ARGS = ("--tensor-parallel-size", "-tp")
@@ -279,28 +277,12 @@ def _gate_tests(reg: Registry, report) -> None:
 # ------------------------------------------------------------------------------------------ releases
 
 
-def release_date(text: str) -> Optional[_dt.date]:
-    if not DATE_RE.match(text or ""):
-        return None
-    try:
-        return _dt.date.fromisoformat(text)
-    except ValueError:
-        return None
-
-
 def _releases(reg: Registry, report) -> None:
-    dates = {}
+    dates = {ver: _dt.date.fromisoformat(rel.date) for ver, rel in reg.releases.items()}  # schema.Release checked them
     looped: set[str] = set()
     for ver, rel in reg.releases.items():
-        d = release_date(rel.date)
-        if d is None:
-            f, ln, col = reg.locate("release", ver, ("date",))
-            report.add(Diagnostic("error", "bad-date", f"release {ver}: date {rel.date!r} is not a date (YYYY-MM-DD); "
-                                  "the release order depends on it", f, ln, col, [ver]))
-        dates[ver] = d
-    for ver, rel in reg.releases.items():
         prev = rel.previous
-        if prev and prev in reg.releases and dates[ver] and dates[prev] and dates[prev] > dates[ver]:
+        if prev and prev in reg.releases and dates[prev] > dates[ver]:
             f, ln, col = reg.locate("release", ver, ("previous",))
             pf, pl, _ = reg.locate("release", prev, ("date",))
             report.add(Diagnostic("error", "release-order", f"release {ver} ({rel.date}) names {prev} as its previous "
@@ -319,8 +301,8 @@ def _releases(reg: Registry, report) -> None:
                 break
             seen.append(cur)
             cur = reg.releases[cur].previous
-    # previous must be the release just before by date (when dates are all valid)
-    if all(dates.values()) and len(reg.releases) > 1:
+    # previous must be the release just before by date
+    if len(reg.releases) > 1:
         # within one lineage: the original's releases follow each other; this project's extend one of them
         order = [v for v in reg.release_order() if not reg.releases[v].project]
         for i, ver in enumerate(order):
@@ -497,7 +479,6 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
     if b.fixed_kv_bytes is None and b.kv_tokens <= 0:
         r, (f, ln, col) = knob_where(UTIL_KNOB)
         user_set = r is not None and r.layer not in ("registry", "release")
-        # a --set that costs memory is what the user just changed: point there first (the largest such cost)
         # a memory cost set nearer than the GPU's size (a --set, or a knob of the profile over its parent's
         # [hardware]) is what the user just changed: point there first (the largest such cost)
         typed = sorted(((c.bytes, knob_where(c.knob)) for c in b.costs if c.bytes > 0), key=lambda x: -x[0])

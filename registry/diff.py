@@ -214,9 +214,6 @@ class Diff:
     # project (not the original's): 'v0.3.2-r9k.1' -> 'r9k-stack'
 
     def to_dict(self) -> dict:
-        def rec(r):
-            return None if r is None else r.model_dump(exclude_none=True)
-
         return {
             "a": {"spec": self.a.spec, "kind": self.a.kind, "release": self.rel_a, "kv_tokens": self.a.kv_tokens},
             "b": {"spec": self.b.spec, "kind": self.b.kind, "release": self.rel_b, "kv_tokens": self.b.kv_tokens},

@@ -121,18 +121,16 @@ def closure_cached(root: Path, declaration: list, compute) -> tuple[dict[str, st
 
 def _listing(d: Path) -> str | None:
     """sha256 of a folder's entries (name, and whether it is a folder), or None if it cannot be listed."""
-    key = ("ls", d)
-    if key in _LOOKUPS:
-        return _LOOKUPS[key]
+    return _looked_up(("ls", d), lambda: _listing_uncached(d))
+
+
+def _listing_uncached(d: Path) -> str | None:
     try:
         with os.scandir(d) as it:
             names = sorted(e.name + ("/" if e.is_dir() else "") for e in it)
     except OSError:
-        out = None
-    else:
-        out = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest()
-    _LOOKUPS[key] = out
-    return out
+        return None
+    return hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _is_sha(x) -> bool:
@@ -224,9 +222,14 @@ def _facts(data: bytes, filename: str, key: str | None = None) -> dict:
 #: several closures have in common are looked at once
 _LOOKUPS: dict = {}
 _PASS = [0]  # the number of the pass: a module's direct dependencies are reused within one pass only
-
-
 _IN_PASS = [False]  # inside :func:`one_pass`: the gates of the pass share the lookups
+
+
+def _looked_up(key: tuple, compute):
+    """``compute()``, once per ``key`` within a pass."""
+    if key not in _LOOKUPS:
+        _LOOKUPS[key] = compute()
+    return _LOOKUPS[key]
 
 
 def fresh_lookups() -> None:
@@ -268,10 +271,7 @@ def content_hash(path: Path) -> tuple[str, bytes | None]:
 
 
 def _module_file(root: Path, dotted: str) -> Path | None:
-    key = ("mod", root, dotted)
-    if key not in _LOOKUPS:
-        _LOOKUPS[key] = _module_file_uncached(root, dotted)
-    return _LOOKUPS[key]
+    return _looked_up(("mod", root, dotted), lambda: _module_file_uncached(root, dotted))
 
 
 def _module_file_uncached(root: Path, dotted: str) -> Path | None:
@@ -290,10 +290,7 @@ def _module_file_uncached(root: Path, dotted: str) -> Path | None:
 
 def _package_inits(root: Path, path: Path) -> list[Path]:
     """``__init__.py`` of every package that contains ``path`` (up to the repository root)."""
-    key = ("inits", root, path.parent)
-    if key not in _LOOKUPS:
-        _LOOKUPS[key] = _package_inits_uncached(root, path)
-    return _LOOKUPS[key]
+    return _looked_up(("inits", root, path.parent), lambda: _package_inits_uncached(root, path))
 
 
 def _package_inits_uncached(root: Path, path: Path) -> list[Path]:
@@ -411,8 +408,7 @@ def is_script(root: str | Path, rel: str) -> bool:
         return False
     if b"__name__" not in data:  # no such block possible: skip the parse (most files)
         return False
-    facts = _facts(data, str(p))
-    return bool(facts["script"])
+    return bool(_facts(data, str(p))["script"])
 
 
 def module_path(root: str | Path, dotted: str | None) -> str | None:

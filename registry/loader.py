@@ -273,15 +273,10 @@ class _ParseCache:
         self.data: dict = {}
         self.dirty = False
         if self.enabled:
-            self.data = self._load(self.path)
-
-    @classmethod
-    def _load(cls, path: Path) -> dict:
-        try:
-            raw = fileio.read_bytes(path, "parse cache")
-        except fileio.FileError:  # missing, not a file, unreadable: start empty
-            return {}
-        return cls.decode(raw)
+            try:
+                self.data = self.decode(fileio.read_bytes(self.path, "parse cache"))
+            except fileio.FileError:  # missing, not a file, unreadable: start empty
+                pass
 
     @classmethod
     def decode(cls, raw: bytes) -> dict:
@@ -334,29 +329,21 @@ class _ParseCache:
             pass  # a cache that cannot be written (full, read-only, not a file) only costs speed
 
 
-_STAMP: list[bytes] = []
-
-
+@functools.cache
 def _stamp() -> bytes:
     """What a cache file must have been written by: this project's version, the Python version and a hash
     of the code that reads and parses the files (a cache of another version is ignored)."""
-    if not _STAMP:
-        import sys
+    import sys
 
-        from r9k import __version__
+    from r9k import __version__
 
-        h = hashlib.sha256(f"{__version__}:{sys.version_info[:2]}".encode())
-        for mod in (__file__, fileio.__file__):
-            try:
-                h.update(Path(mod).read_bytes())
-            except OSError:
-                h.update(mod.encode())
-        _STAMP.append(h.hexdigest()[:16].encode())
-    return _STAMP[0]
-
-
-def _heads(text: str, header: str) -> list[int]:
-    return [n + 1 for n, ln in enumerate(text.splitlines()) if ln.strip() == header]
+    h = hashlib.sha256(f"{__version__}:{sys.version_info[:2]}".encode())
+    for mod in (__file__, fileio.__file__):
+        try:
+            h.update(Path(mod).read_bytes())
+        except OSError:
+            h.update(mod.encode())
+    return h.hexdigest()[:16].encode()
 
 
 def _read(path: Path, diags: list[Diagnostic], cache: Optional[_ParseCache] = None,
@@ -374,7 +361,7 @@ def _read(path: Path, diags: list[Diagnostic], cache: Optional[_ParseCache] = No
     except fileio.FileError as exc:
         diags.append(exc.diagnostic)
         return None, "", []
-    heads = _heads(text, header)
+    heads = [n + 1 for n, ln in enumerate(text.splitlines()) if ln.strip() == header]
     if cache:
         cache.put(path, digest, data, heads)
     return data, text, heads
@@ -441,18 +428,14 @@ class Registry:
 
     def locate(self, kind: str, key: str, loc: Iterable = ()) -> tuple[Optional[str], Optional[int], Optional[int]]:
         """File, line, column of an item (and optionally a key inside it)."""
-        memo_key = ("locate", kind, key, tuple(loc))
-        if memo_key in self._memo:
-            return self._memo[memo_key]
-        self._memo[memo_key] = out = self._locate(kind, key, tuple(loc))
-        return out
+        loc = tuple(loc)
+        return self.cached(("locate", kind, key, loc), lambda: self._locate(kind, key, loc))
 
     def _locate(self, kind: str, key: str, loc: tuple):
         origin = self.origins.get((kind, key))
         if not origin:
             return None, None, None
         file, line = origin
-        loc = tuple(loc)
         if loc and file in self.texts and self.texts[file] is None:
             try:
                 self.texts[file] = fileio.read_text(file)
@@ -460,7 +443,7 @@ class Registry:
                 self.texts.pop(file)
         if loc and file in self.texts and kind not in ("variant", "model") and len(loc) == 2 \
                 and all(isinstance(x, str) for x in loc):  # a key of a table: indexed
-            hit = self._key_index(file).get(loc)
+            hit = self.cached(("key-index", file), lambda: key_index(self.texts[file])).get(loc)
             if hit:
                 return file, hit[0], hit[1]
         if loc and file in self.texts:
@@ -479,14 +462,6 @@ class Registry:
                 if ln:
                     return file, ln, col
         return file, line, None
-
-    def _key_index(self, file: str) -> dict:
-        """(table, key) -> (line, col) of every ``key = ...`` line under a plain ``[table]`` header of a file,
-        built in one pass (locating each of N keys by a scan of the text would take N x lines)."""
-        memo = ("key-index", file)
-        if memo not in self._memo:
-            self._memo[memo] = key_index(self.texts[file])
-        return self._memo[memo]
 
 
 def key_index(text: str) -> dict:
@@ -543,7 +518,7 @@ def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origin
             if need is not None and path.stem not in need:
                 continue
             local: list[Diagnostic] = []
-            prof = _load_profile(path, local, texts, cache)
+            prof = _load_named(path, Profile, "name", "profile", local, texts, cache, name_from_file=True)
             if local or prof is None:
                 profiles.pop(path.stem, None)
                 if problems is None:
@@ -578,10 +553,6 @@ def _profiles_needed(files: dict[Path, list[Path]], only: Iterable[str], cache) 
         if isinstance(parent, str) and not parent.startswith("release:"):
             todo.append(parent)
     return need
-
-
-def _load_profile(path: Path, diags: list[Diagnostic], texts: dict, cache) -> Optional[Profile]:
-    return _load_named(path, Profile, "name", "profile", diags, texts, cache, name_from_file=True)
 
 
 def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic], texts: dict, cache,

@@ -14,10 +14,11 @@ import json
 import os
 import re
 import typing
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from .errors import Diagnostic
+from .manifest import Sets as Mapping  # the same fields as the schema's Sets, in plain data
 from .vllm_interface import target
 from .provenance import in_range
 from .availability import platform_family
@@ -27,23 +28,8 @@ from .consistency import env_where, set_by, value_where
 UNIT_FACTORS = {("GiB", "bytes"): 2**30, ("MiB", "bytes"): 2**20, ("GiB", "MiB"): 1024}
 
 
-@dataclass
-class Mapping:
-    """A declared mapping with the older spellings normalised."""
-    kind: str  # vllm-arg, vllm-flag, json-field, env, none, other
-    name: str
-    field: Optional[str] = None
-    fields: dict = dc_field(default_factory=dict)
-    encode: str = "str"
-    unit: Optional[str] = None
-    target_unit: Optional[str] = None
-    program: str = "vllm"
-    env: dict = dc_field(default_factory=dict)
-    path: bool = False
-    reason: Optional[str] = None
-
-
 def mapping(sets) -> Mapping:
+    """A declared mapping (schema ``Sets`` or the manifest's) with the older spellings normalised."""
     k = sets.kind
     common = dict(encode=getattr(sets, "encode", "str"), unit=getattr(sets, "unit", None),
                   target_unit=getattr(sets, "target_unit", None), program=getattr(sets, "program", "vllm"),
