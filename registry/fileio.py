@@ -312,7 +312,8 @@ _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "a num
                bool: "true/false", type(None): "null"}
 
 
-def _json_type(o: Any) -> str:
+def json_type(o: Any) -> str:
+    """What a parsed JSON value is, in words (``an object``, ``true/false``, ...)."""
     return _JSON_TYPES.get(type(o), type(o).__name__)
 
 
@@ -342,17 +343,13 @@ def parse_json(text: str, path: Optional[PathLike] = None, what: str = "JSON fil
     if _depth(obj, MAX_DEPTH, text):
         raise _too_deep(path, text, what, comments=False)
     if expect is not None:
-        types = _tuple(expect)
+        types = expect if isinstance(expect, tuple) else (expect,)
         if not isinstance(obj, types) or (isinstance(obj, bool) and bool not in types):
             want = " or ".join(dict.fromkeys(_JSON_TYPES.get(t, t.__name__) for t in types))
             line, col = _first_char(text)
-            raise error(path, "wrong-type", f"{what} must hold {want}, not {_json_type(obj)}", line + line_offset,
+            raise error(path, "wrong-type", f"{what} must hold {want}, not {json_type(obj)}", line + line_offset,
                         col)
     return obj
-
-
-def _tuple(t) -> tuple:
-    return t if isinstance(t, tuple) else (t,)
 
 
 def read_json(path: PathLike, what: str = "JSON file", expect: Any = None, max_bytes: Optional[int] = None) -> Any:
@@ -435,16 +432,14 @@ def _not_regular(mode: int) -> Optional[str]:
 
 
 def _refused(p: Path, kind: str, message: str, hint: Optional[str] = None) -> "WriteError":
-    """A writer's refusal: one located line; also an OSError, so that a caller handling write failures (a
-    cache that is skipped, the plugin that logs it) handles a refusal the same way."""
+    """A writer's refusal: one located line (a WriteError: an OSError too)."""
     return WriteError(Diagnostic("error", kind, message, display_path(p), None, None, [], hint))
 
 
 def _write_target(p: Path, what: str = "file", within: Optional[PathLike] = None) -> Path:
-    """The file a write to ``p`` must replace: the end of its symlink chain, if it is one. Refuses (a located
-    :class:`WriteError`) a link loop, a link that resolves outside ``within`` (by default the folder ``p`` is
-    in: a link never sends a write to another folder), and a target that exists and is not a regular file
-    (folder, FIFO, socket, device)."""
+    """The file a write to ``p`` must replace: the end of its symlink chain. Refuses (a located
+    :class:`WriteError`) a link loop, a link resolving outside ``within`` (by default ``p``'s folder), and a
+    target that is not a regular file."""
     target = p
     if os.path.islink(p):
         try:
@@ -473,19 +468,16 @@ def _write_target(p: Path, what: str = "file", within: Optional[PathLike] = None
     return target
 
 
-# ---- the advisory lock: one per folder, so that a lock never needs a file of its own (nothing is left
-# behind) and a lock survives the rename of the file it guards. Re-entrant within a process.
+# ---- the advisory lock: one per folder (no lock file is left behind; it survives the rename of the file).
 _locks_guard = threading.Lock()
 _held: dict[str, list] = {}  # folder -> [RLock, depth, fd or None]
 
 
 @contextlib.contextmanager
 def locked(path: PathLike):
-    """An exclusive advisory lock (``fcntl.flock`` on the folder of ``path``'s target) for a
-    read-modify-write or an append: concurrent writers (processes or threads) of the same folder take
-    turns. Re-entrant in one process. A folder that cannot be opened is written without a lock (the
-    write itself then reports the problem). A path no writer may write (see :func:`_write_target`) is
-    refused here already, before the caller reads it."""
+    """An exclusive, re-entrant advisory lock (``fcntl.flock`` on the folder of ``path``'s target) for a
+    read-modify-write or an append. A folder that cannot be opened is written without a lock (the write then
+    reports the problem); a path no writer may write (:func:`_write_target`) is refused here already."""
     folder = os.path.realpath(_write_target(Path(path)).parent)
     with _locks_guard:
         entry = _held.setdefault(folder, [threading.RLock(), 0, None])
@@ -582,12 +574,9 @@ def _write_stream(p: Path, fd: int, data: bytes, what: str) -> Path:
 
 def atomic_write(path: PathLike, data: Union[str, bytes], what: str = "file", mode: Optional[int] = None,
                  within: Optional[PathLike] = None) -> Path:
-    """Replace ``path``'s content with ``data`` atomically (see the module text); returns the file written
-    (the symlink's target when ``path`` is a link). Raises a located FileError (kind ``write``) when it cannot;
-    the old file is then unchanged and no temporary file remains. Only regular files are replaced: a FIFO,
-    socket or device is refused (kind ``not-a-file``); ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N``
-    name this process's streams and are written to, not replaced. ``within``: a folder the file must be in
-    (a symlink resolving elsewhere is refused)."""
+    """Replace ``path``'s content with ``data`` atomically (the rules: the module text); returns the file
+    written (the symlink's target when ``path`` is a link), or raises a located FileError (kind ``write``,
+    ``not-a-file``, ...) with the old file unchanged. ``within``: a folder the file must be in."""
     p = Path(path)
     if isinstance(data, str):
         data = data.encode("utf-8")
@@ -662,9 +651,8 @@ def update(path: PathLike, change: Callable[[Optional[bytes]], Union[str, bytes]
 
 def atomic_append(path: PathLike, data: Union[str, bytes], what: str = "file",
                   within: Optional[PathLike] = None) -> Path:
-    """Append ``data`` to ``path`` (created if missing) by writing old + new content atomically under the
-    lock: a failed append leaves the file exactly as it was, never a partial last line, and concurrent
-    appends by several processes are all kept."""
+    """Append ``data`` to ``path`` (created if missing) by an :func:`update`: a failed append leaves the file
+    as it was, and concurrent appends are all kept."""
     if isinstance(data, str):
         data = data.encode("utf-8")
 
@@ -678,9 +666,8 @@ def atomic_append(path: PathLike, data: Union[str, bytes], what: str = "file",
 
 
 def open_for_writing(path: PathLike, append: bool = False, what: str = "file", within: Optional[PathLike] = None):
-    """A text stream for a file written piece by piece (a log, a result file written as answers arrive):
-    the same target checks as :func:`atomic_write` (regular files only; ``/dev/stdout`` is the stream
-    itself). Appends use ``O_APPEND`` so that each line lands whole."""
+    """A text stream for a file written piece by piece (a log), with the target checks of :func:`atomic_write`.
+    Appends use ``O_APPEND`` so that each line lands whole."""
     p = Path(path)
     fd = _stream_fd(p)
     if fd is not None:
@@ -700,8 +687,7 @@ def open_for_writing(path: PathLike, append: bool = False, what: str = "file", w
 
 def move_into_place(src: PathLike, path: PathLike, what: str = "file") -> Path:
     """Rename the finished file ``src`` (in the same folder) onto ``path``, with the checks of
-    :func:`atomic_write`: only a regular file (or nothing) at ``path`` is replaced, a link only within its
-    folder; on a refusal ``src`` stays where it was."""
+    :func:`atomic_write`; on a refusal ``src`` stays where it was."""
     p = Path(path)
     target = _write_target(p, what)
     try:

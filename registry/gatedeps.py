@@ -1,23 +1,16 @@
 """What a gate depends on, computed: the import closure, within this repository, of its test files and of
 its kernel modules.
 
-Roots of a variant's closure: the files of its declared gate tests, the ``conftest.py`` files pytest loads
-for them (their folder and every folder above it up to the repository root), the kernel module named by
-``implementation.module``, and the Python modules under ``implementation.sources`` (a program there, such as
-a benchmark with an ``if __name__ == "__main__":`` block, is hashed as declared but its imports are not
-followed: it is not what the gate tests). From each root the
-module's source is parsed (``ast``; nothing is imported) and every ``import`` / ``from ... import``
-anywhere in it (inside functions too: a lazy import is still a dependency) that names a module of this
-repository is followed, together with the ``__init__.py`` of every package on the way (importing
-``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py``). A string constant in a module that names a file
-beside it (``"tuned_h200.json"``) makes that data file a dependency too.
+Roots (:func:`r9k.registry.ledger.dependencies`): the gate's test files, the ``conftest.py`` files pytest
+loads for them, the module of ``implementation.module`` and the Python modules under ``implementation.sources``
+(a program there, with an ``if __name__ == "__main__":`` block, is hashed but its imports are not followed).
+Each module's source is parsed (``ast``; nothing is imported) and every import anywhere in it (a lazy one
+too) that names a module of this repository is followed, with the ``__init__.py`` of every package on the
+way. A string constant naming a file beside the module (``"tuned_h200.json"``) makes that file a dependency.
 
-Module names map to files as the installed package does (``r9k/<folder>`` links ``<folder>/``):
-``r9k.<folder>.<...>`` is ``<folder>/<...>`` (``r9k`` itself is ``r9k/``), and a bare ``kernels.<...>``
-(a test file named by its path, which the root ``conftest.py`` imports as ``r9k.kernels.<...>``) is the
-same file. Names that are not files of the repository
-(torch, triton, the standard library) are not followed: their versions are part of the toolchain
-(:mod:`r9k.registry.provenance`). Dynamic imports (``importlib.import_module(name)``) are not seen.
+``r9k.<folder>.<...>`` is ``<folder>/<...>`` (the package's links), and a bare ``kernels.<...>`` is the same
+file. Other names (torch, triton, the standard library) are the toolchain's (:mod:`r9k.registry.provenance`).
+Dynamic imports (``importlib.import_module(name)``) are not seen.
 """
 from __future__ import annotations
 
@@ -34,14 +27,10 @@ from . import envvars, fileio
 NAMESPACE = "r9k"
 
 # ------------------------------------------------------------------------------ the parse cache
-# Parsing every module of every gate's closure was most of a cold `r9kctl validate` (0.33 s of 0.35). What a
-# module's source says (its imports, the string constants that may name a data file beside it, whether it is
-# a program) depends on its bytes alone, so it is cached on disk keyed by the sha256 of those bytes
-# (<cache dir>/gatedeps-<format>.json); a changed file has another hash, so its gate goes stale at once.
-# Each gate's closure is cached there too (:func:`closure_cached`), checked against content, never against
-# modification times. The file is only a cache: read only when it is a regular file in the cache folder,
-# every entry checked for its shape before use (a corrupt, truncated or hand-edited one is computed again),
-# written through fileio's writer. envvars.NO_CACHE = 1 bypasses it.
+# What a module's source says (:func:`_facts`) depends on its bytes alone: cached on disk by their sha256
+# (<cache dir>/gatedeps-<format>.json, measured: notes/evidence.md), with each gate's closure
+# (:func:`closure_cached`). Only a cache: every entry's shape is checked before use; envvars.NO_CACHE = 1
+# bypasses it.
 _CACHE_FORMAT = 1
 _disk: dict[str, dict] | None = None
 _dirty = False
@@ -217,9 +206,7 @@ def _facts(data: bytes, filename: str, key: str | None = None) -> dict:
     return facts
 
 
-#: lookups of one pass over the gates (:func:`fresh_lookups` starts one): module name -> file, folder ->
-#: its package __init__ files, file -> (stat, sha256); every gate shares them, so the folders and files
-#: several closures have in common are looked at once
+#: file-system lookups of one pass over the gates (:func:`fresh_lookups` starts one), shared by its gates
 _LOOKUPS: dict = {}
 _PASS = [0]  # the number of the pass: a module's direct dependencies are reused within one pass only
 _IN_PASS = [False]  # inside :func:`one_pass`: the gates of the pass share the lookups
@@ -315,9 +302,8 @@ def _module_name(root: Path, path: Path) -> str:
 
 @lru_cache(maxsize=1024)
 def _direct(root: Path, path: Path, sha: str, pass_no: int = -1) -> tuple[Path, ...]:
-    """Repository files one module depends on directly (see the module doc). Reused within one pass for the
-    same content (the names it imports resolve to files as the folders are now); the parse behind it is
-    cached per content hash (:func:`_facts`)."""
+    """Repository files one module depends on directly (see the module doc), reused within one pass for the
+    same content."""
     try:
         facts = _facts_of(path)
     except OSError:

@@ -1,7 +1,7 @@
 """The gate ledger: which declared gate tests passed, on what, and for which version of the sources.
 
-File: ``registry/gates/ledger.jsonl`` (``<registry root>/gates/ledger.jsonl``, or ``envvars.LEDGER``; an installed
-copy writes to the user's state directory instead, see :func:`ledger_path`), append-only JSON Lines, one line per gate run of one variant, written by ``r9kctl gate``::
+File: :func:`ledger_path`, append-only JSON Lines, one line per gate run of one variant, written by
+``r9kctl gate``::
 
     {"variant": "router_gemm", "tests": ["kernels/router/test_router.py"], "result": "pass",
      "outcomes": {"kernels/router/test_router.py::test_exact[4]": "passed", ...},
@@ -14,16 +14,11 @@ produced no item (``not-found``, or ``not-run`` when pytest died before reaching
 file the gate depends on to its sha256; ``toolchain`` is :func:`r9k.registry.provenance.toolchain` of the
 run (torch, Triton, vLLM, Python versions and the device).
 
-**What a gate depends on** (:func:`dependencies`): the declared ``implementation.sources`` (files,
-directories taken recursively, or glob patterns, relative to the repository root, which is the registry
-folder's parent) and gate test files, plus, computed by :mod:`r9k.registry.gatedeps`, the import closure
-within the repository of the tests, of the conftest.py files pytest loads for them, of the implementation
-module and of the modules under the sources (so a shared ``kernels/router/tl_common.py`` or
-``kernels/_testing.py`` is a dependency of every gate that imports it, and of no other), plus the pytest
-configuration the tests run under (:func:`r9k.registry.provenance.ini_options_hash`: pyproject's
-``[tool.pytest.ini_options]``, a ``pytest.ini``; the key ``<pytest configuration>``). The **source
-hash** is the sha256 over (path, file sha256) of all of them; a declared path that does not exist
-contributes a marker, so creating it changes the hash too.
+**What a gate depends on** (:func:`dependencies`): the declared ``implementation.sources`` (files, folders or
+globs, relative to the repository root) and gate test files, their import closure within the repository
+(:mod:`r9k.registry.gatedeps`: a shared ``kernels/_testing.py`` is a dependency of every gate that imports it,
+and of no other) and the pytest configuration (:func:`r9k.registry.provenance.ini_options_hash`). The **source
+hash** (:func:`hash_of`) covers all of them; a declared path that does not exist contributes a marker.
 
 **A record counts** when its source hash equals the current one and its toolchain equals the current
 toolchain of its platform (:class:`Toolchains`: this machine's own for this machine's platforms; for
@@ -38,8 +33,7 @@ when every one of its items (each parametrization) passed; a skipped item proves
   state's ``changes`` say why (``kernels/router/tl_common.py changed``, ``triton 3.6.0 -> 3.9.0 on cpu``);
 * ``missing`` no usable record (never run, or only skipped, e.g. ``needs-gpu`` on a CPU-only machine).
 
-Variants that declare no gate tests have no runnable gate and are absent from :func:`gate_states`.
-This module reads files only; it imports nothing heavy (``r9kctl validate`` and the control panel call it).
+Variants that declare no gate tests are absent from :func:`gate_states`. This module imports nothing heavy.
 """
 from __future__ import annotations
 
@@ -176,11 +170,9 @@ def hashed_paths(variant: Any) -> list[str]:
 
 
 def dependencies(reg_or_root: Any, variant: Any) -> tuple[list[str], list[str]]:
-    """(files a variant's gate depends on, declared paths that match nothing), repo-relative and sorted.
-
-    The declared paths (:func:`hashed_paths`) plus, computed (:mod:`r9k.registry.gatedeps`), the import
-    closure within the repository of the gate's test files, the conftest.py files pytest loads for them,
-    the implementation module and the Python files under the declared sources."""
+    """(files a variant's gate depends on, declared paths that match nothing), repo-relative and sorted: the
+    declared paths (:func:`hashed_paths`) and the import closure of its tests, their conftest.py files, the
+    implementation module and the Python files under the declared sources."""
     root = repo_root(reg_or_root)
     declared, missing = expand_sources(root, hashed_paths(variant))
     roots = [f for f in declared if f.endswith(".py") and not gatedeps.is_script(root, f)]
@@ -194,11 +186,8 @@ def dependencies(reg_or_root: Any, variant: Any) -> tuple[list[str], list[str]]:
 
 
 def file_hashes(reg_or_root: Any, variant: Any) -> tuple[dict[str, str], list[str]]:
-    """(repo-relative path -> sha256 of every file the gate depends on, declared paths that are missing).
-
-    Cached on disk per gate (:mod:`r9k.registry.gatedeps`: :func:`~r9k.registry.gatedeps.closure_cached`):
-    the closure is reused only while every file in it has the recorded content (sha256) and every folder it
-    was looked up in has the recorded entries (a file created or removed changes its folder's listing)."""
+    """(repo-relative path -> sha256 of every file the gate depends on, declared paths that are missing),
+    cached on disk per gate (:func:`r9k.registry.gatedeps.closure_cached`)."""
     lookups_for_a_gate()
     root = repo_root(reg_or_root)
     impl = getattr(variant, "implementation", None)
@@ -268,7 +257,7 @@ class GateRecord:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "GateRecord":
-        known = {f for f in cls.__dataclass_fields__}
+        known = cls.__dataclass_fields__
         missing = {"variant", "tests", "result", "outcomes", "platform", "date", "source_hash"} - set(d)
         if missing:
             raise ValueError(f"missing {', '.join(sorted(missing))}")
@@ -280,10 +269,9 @@ class GateRecord:
         return self.imported is not None or (self.note or "").startswith("imported from")
 
     def evidence(self, here: str | None = None) -> str:
-        """``ran here`` (``r9kctl gate`` ran the tests in this checkout on this machine: ``here`` is its
-        :func:`~r9k.registry.provenance.checkout_id`), ``ran elsewhere, <date>`` (``r9kctl gate`` ran them in
-        another checkout or on another machine: the record came with the ledger), or ``imported from
-        <platform>, <date>, unverified``."""
+        """``ran here`` (``r9kctl gate`` ran it in the checkout and on the machine whose
+        :func:`~r9k.registry.provenance.checkout_id` is ``here``), ``ran elsewhere, <date>`` (it came with the
+        ledger), or ``imported from <platform>, <date>, unverified``."""
         if not self.was_imported:
             if here is not None and self.ran_at == here:
                 return RAN_HERE
@@ -310,10 +298,8 @@ def summarize(outcomes: Mapping[str, str]) -> str:
     return "pass" if vals == {PASSED} else "partial"
 
 
-#: The size policy: the ledger a gate run appends to is one segment; an append that would take it past
-#: SEGMENT_BYTES first moves it aside, unchanged, as ``ledger.0001.jsonl`` (then 0002, ...), and starts a new
-#: one. Readers read the segments in order and then the ledger, line by line with no limit on the whole, so
-#: growth never makes the ledger unreadable, and an append never rewrites more than one segment.
+#: An append that would take the ledger past SEGMENT_BYTES first moves it aside, unchanged, as
+#: ``ledger.0001.jsonl`` (then 0002, ...); readers read the segments in order, then the ledger, line by line.
 SEGMENT_BYTES = 8 * 1024 * 1024
 #: A longer line is not a record (the largest are ~10 kB): skipped with a warning, read no further.
 LINE_BYTES = 1024 * 1024
@@ -401,14 +387,14 @@ def split_by_where_it_ran(outcomes: Mapping[str, str], ran_on: Mapping[str, str 
 
 
 def read_ledger(path: str | Path) -> tuple[list[GateRecord], list[str]]:
-    """(records in time order, problems: one located warning per line that is not a record, which is skipped;
-    the other lines still count). A missing ledger is empty. Its moved-aside segments are read first."""
+    """:func:`read_ledger_diagnostics` with the problems as text lines."""
     records, diags = read_ledger_diagnostics(path)
     return records, [d.format() for d in diags]
 
 
 def read_ledger_diagnostics(path: str | Path) -> tuple[list[GateRecord], list]:
-    """:func:`read_ledger` with the problems as Diagnostics."""
+    """(records in time order, one located warning per line that is not a record, which is skipped). A
+    missing ledger is empty; its moved-aside segments are read first."""
     records: list[GateRecord] = []
     problems: list = []
     for seg in segments(path):

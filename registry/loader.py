@@ -6,12 +6,9 @@ Layout of a registry tree::
     <root>/releases/<version>.toml  one release file each (schema.Release)
     <root>/models.toml              [[model]] tables (schema.ModelSpec)
 
-Profiles live in the packaged ``profiles/`` folder, plus any folder named by ``envvars.PROFILES_DIR``
-(os.pathsep-separated) or passed as ``profile_dirs``; a later folder's profile replaces an earlier one
-of the same name.
-
-Parsing uses the standard library's ``tomllib`` (fast). Only when something is wrong do we scan the
-text for the line and column of the offending key, so the happy path stays cheap.
+Profiles live in the packaged ``profiles/`` folder, plus any folder named by ``envvars.PROFILES_DIR`` or
+passed as ``profile_dirs`` (:func:`load_profiles`). Only when something is wrong is the text scanned for the
+line and column of the offending key (:func:`locate`).
 """
 from __future__ import annotations
 
@@ -54,8 +51,8 @@ _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.\-\"]+)\s*\]\]?")
 
 
 class _Index:
-    """One text's lines, its table headers and its ``key =`` lines, made once per text (an error list of
-    10^4 entries locates each in O(log n), not by scanning the file again: issue 37)."""
+    """One text's lines, its table headers and its ``key =`` lines, made once per text: each of many errors
+    is located in O(log n), not by scanning the file again."""
 
     _KEY = re.compile(r'^\s*(?:"([^"]*)"|([A-Za-z0-9_\-]+))\s*=')
 
@@ -254,16 +251,10 @@ def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_lo
 
 
 class _ParseCache:
-    """Parsed TOML by (path, SHA-256 of the file's bytes), pickled in the user's cache directory.
-
-    The standard library's TOML parser is pure Python (~45 ms for the whole registry); unpickling the
-    parsed data is ~3 ms. The cache is an optimisation only: an entry is used only for the exact bytes it
-    was parsed from (an edit that keeps size and mtime, ``cp -p``, ``rsync -a``, is seen), and the file is
-    written as ``MAGIC``, the stamp of the code that wrote it (:func:`_stamp`), the SHA-256 of the pickle,
-    then the pickle: a cache of another version of this project, a truncated or corrupted file (one flipped
-    byte) or one that cannot be read is ignored and rebuilt, never trusted. ``envvars.NO_CACHE`` set to 1
-    turns it off. Only files that parse cleanly are cached.
-    """
+    """Parsed TOML by (path, SHA-256 of the file's bytes), pickled in the user's cache directory (measured:
+    notes/core.md). An entry is used only for the exact bytes it was parsed from; the file is ``MAGIC``, the
+    stamp of the code (:func:`_stamp`), the SHA-256 of the pickle, then the pickle: anything else is ignored
+    and rebuilt, never trusted. ``envvars.NO_CACHE`` set to 1 turns it off. Only clean parses are cached."""
 
     MAGIC = b"r9k-parse-cache/2\n"
 
