@@ -1,10 +1,8 @@
 """Cross-file consistency of the registry and the profiles: each fault is an error naming both places.
 
-Called from :func:`r9k.registry.validate.validate` (``check_consistency``, then ``group_cascades`` on the
-finished report). What it checks:
+Called from :func:`r9k.registry.validate.validate` (``check_consistency``, then ``group_cascades``). It checks:
 
-* knobs: two variants declaring the same knob (or one's ``also_knobs`` naming another's knob) — without
-  this, the later file silently takes the knob over;
+* knobs: two variants declaring the same knob (or one's ``also_knobs`` naming another's knob);
 * references: models named by variants (``models``, ``excluded_models``, ``model_defaults``) and by
   profiles; gate tests (``gate.tests``: the file, and the test function in it) that do not exist;
 * releases: an explicit order (``previous``) that contradicts the dates or loops, default changes whose
@@ -13,8 +11,7 @@ finished report). What it checks:
   ``vllm serve``), and ``serve_args`` that contradict themselves, the profile's TP size or a knob that
   sets the same vLLM argument.
 
-``group_cascades`` merges diagnostics of one fault reported once per profile into one line, and turns
-"unknown model" in every profile of a registry without models into one error at ``models.toml``.
+``group_cascades`` merges diagnostics of one fault reported once per profile into one line.
 """
 from __future__ import annotations
 
@@ -44,8 +41,8 @@ USER_LAYERS = ("profile", "environment", "override")
 
 
 def _release_change(reg: Registry, rs, r) -> Optional[tuple]:
-    """The release TOML line (file, line, col) of the default change that gave ``r`` its value, for a value of the
-    release layer: the last change of its knob, at or before the release the chain extends, to that value."""
+    """(file, line, col) of the release's default change that gave ``r`` its value: the last change of its knob,
+    at or before the release the chain extends, to that value."""
     from .resolve import scope_matches
 
     order = reg.release_order()
@@ -84,10 +81,9 @@ def _profile_key_where(reg: Registry, rs, r) -> Optional[tuple]:
 
 
 def value_where(reg: Registry, rs, r) -> tuple:
-    """(file, line, col) of the layer that set a resolved value: a profile's key (the child's own file when a
-    child set it, the parent's when it inherits it), ``<command line>:1:COL`` for ``--set``, a release's
-    default change in its TOML file, the variant's line for a registry default; (None, None, None) for the
-    environment and for a ``--set`` given by a program."""
+    """(file, line, col) of the layer that set a resolved value: the profile's key (of the child or the parent it
+    inherits from), ``<command line>:1:COL`` for ``--set``, the release's default change, the variant's line;
+    (None, None, None) for the environment and for a ``--set`` given by a program."""
     o = r.origin
     if o.layer == "override":
         line = getattr(rs, "command_line", None)
@@ -120,10 +116,8 @@ def layer_text(rs, origin, value) -> str:
 
 
 def set_by(rs, r) -> str:
-    """`` (set by X, overriding Y)`` for a value a user's layer set where it helps: set on the command line, in the
-    environment or by an unsaved edit in the control panel (no file line says so), or overriding what another user
-    layer (a parent profile, the environment) set; '' for a value a file sets without overriding one (its location
-    says it all)."""
+    """`` (set by X, overriding Y)`` for a value a user's layer set where no file line says so (the command line,
+    the environment, an unsaved edit in the panel) or that overrides another user layer's; else ''."""
     if r.origin.layer not in USER_LAYERS:
         return ""
     prev = [(o, v) for o, v in r.history if o.layer in USER_LAYERS and v != r.value]
@@ -137,8 +131,7 @@ def set_by(rs, r) -> str:
 
 
 def tp_where(reg: Registry, rs) -> tuple:
-    """(file, line, col) of what set the TP size: ``--tp`` on the command line, or the ``tp`` key of the profile
-    of the chain that sets it (a parent's when the child inherits it)."""
+    """(file, line, col) of what set the TP size: ``--tp``, or the ``tp`` key of the chain's profile that sets it."""
     if rs.tp_from == "--tp":
         line = getattr(rs, "command_line", None)
         return line.option_where("--tp") if line is not None else (None, None, None)
@@ -266,8 +259,8 @@ def _missing_gate_tests(reg: Registry, vid: str) -> list[Diagnostic]:
 
 
 def _gate_tests(reg: Registry, report) -> None:
-    """A default-on variant ships: a gate test of it that does not exist is an error of the registry. Other
-    variants' are errors of the profiles that switch them on (:func:`check_resolved`)."""
+    """A missing gate test of a default-on variant is an error of the registry; of another variant, of the
+    profiles that switch it on (:func:`check_resolved`)."""
     for vid, diags in missing_gate_tests(reg).items():
         if reg.variants[vid].status.state == "default-on":
             for d in diags:
@@ -451,8 +444,7 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
     files = [reg.origins.get(("profile", p), (None,))[0] for p in rs.chain]
 
     def nearness(where) -> int:
-        """How near the profile the user named a place is: the command line, then its own file, then its
-        parents'; a release or registry default (no profile file) last."""
+        """How near the named profile a place is: the command line, its own file, its parents', then the rest."""
         f = where[0]
         if f == "<command line>":
             return len(files) + 1
@@ -517,8 +509,8 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
 
 
 def _group_unknown_releases(diags: list[Diagnostic], reg: Optional[Registry]) -> list[Diagnostic]:
-    """A release named many times that does not exist is one error (at its first mention), and a registry
-    without any release one error at its releases/ folder."""
+    """A missing release named many times is one error (at its first mention); with no release at all, one
+    error at the releases/ folder."""
     unknown = [d for d in diags if d.code == "unknown-release" and d.items]
     if reg is None or len(unknown) < 2:
         return diags
@@ -553,8 +545,9 @@ def _group_unknown_releases(diags: list[Diagnostic], reg: Optional[Registry]) ->
 
 
 def group_cascades(report, reg: Optional[Registry]) -> None:
-    """One fault, one message: merge diagnostics reported at the same place, with the same message but for
-    another profile (a fault in a parent profile, seen from each child), into the first one."""
+    """One fault, one message: diagnostics at the same place with the same message but for another profile (a
+    parent's fault, seen from each child) merge into the first; "unknown model" in every profile of a
+    registry without models becomes one error at ``models.toml``."""
     diags = report.diagnostics
     if reg is not None and not reg.models:
         unknown = [d for d in diags if d.code == "unknown-model"]

@@ -1,16 +1,15 @@
 """Field-level diffs between two releases or profiles (OpenFeature ``compare`` style).
 
-A *side* is a release (``v0.3.1`` or ``release:v0.3.1``) or a profile name. For each side we compute
-the value of every variant (per TP size for a release: the primary model's defaults (models.toml) at each
-TP size it is served at unless a TP is given; at the profile's TP for a profile), then report:
+A *side* is a release (``v0.3.1`` or ``release:v0.3.1``) or a profile name. Each side's values are computed
+(a release's: the primary model's defaults at each TP size it is served at, unless a TP is given; a
+profile's: at its TP size), then the diff reports:
 
 * variants added or removed between the sides (a release's ``since``; a variant at a removed status);
 * changed values, per TP key, with provenance for profiles;
 * bench numbers of both releases side by side, matched on (config, metric, stack), with delta and %;
 * quality records, using a paired record of B against A where B has one.
 
-The result is plain data (:class:`Diff`); :mod:`r9k.r9kctl.cmd_diff` renders it as a table, JSON or
-markdown, and the control panel shows the same object.
+The result is plain data (:class:`Diff`); :mod:`r9k.r9kctl.cmd_diff` renders it.
 """
 from __future__ import annotations
 

@@ -1,26 +1,18 @@
 """The one read path and the one writer for every file the project reads or writes.
 
 Reading (:func:`read_bytes`, :func:`read_text`, :func:`read_toml`, :func:`read_json`, :func:`read_jsonl`,
-:func:`read_xml`) checks, in this order: the path exists, is not a symlink loop, is a regular file (not a
-folder, FIFO or device), is readable, is at most ``max_bytes`` long, is UTF-8 text (a UTF-8 BOM is
-accepted and dropped; UTF-16/UTF-32, NUL bytes and non-UTF-8 bytes such as Latin-1 are refused with the
-line and column of the first bad byte), parses, and nests at most :data:`MAX_DEPTH` levels. Every failure
-raises :class:`FileError`, a :class:`~r9k.registry.errors.RegistryError` holding exactly one located
-diagnostic (``file:line:col: error[kind]: ...``); the command line prints it and exits 2.
+:func:`read_xml`) checks, in this order: the path exists, is not a symlink loop, is a regular file, is
+readable, is at most ``max_bytes`` long, is UTF-8 text (a UTF-8 BOM is dropped; anything else is refused at
+the first bad byte), parses, and nests at most :data:`MAX_DEPTH` levels. Every failure raises
+:class:`FileError`, holding exactly one located diagnostic (``file:line:col: error[kind]: ...``).
 
 Writing (:func:`atomic_write`, :func:`atomic_append`, :func:`update`, :func:`open_for_writing`) is the one
-writer of the project. It replaces only regular files: a folder, FIFO, socket or device node (directly or
-through a symlink) is refused with one located line and left alone, and so is a symlink resolving outside
-the folder the path names (or outside ``within``, a folder the caller gives); ``/dev/stdout``,
-``/dev/stderr`` and ``/dev/fd/N`` name this process's open streams and are written to (what ``--out
-/dev/stdout`` means), never replaced, so a redirected file keeps what it had. A replace goes through a
-temporary file in the target's own folder, fsync and a rename, so a reader sees the old file or the new
-one, never a part: on any failure (disk full, permission, read-only, an exception, Ctrl-C) the temporary
-file is removed and the old file is left as it was. Writing to a symlink into the same folder updates the
-file it points to (the link stays a link). Temporary files carry the writer's pid; one left by a killed
-writer is removed by the next write to the same file. Every append and read-modify-write (:func:`update`)
-holds :func:`locked`, an ``fcntl`` advisory lock on the target's folder, so concurrent writer processes
-lose nothing.
+writer of the project. It replaces only regular files: a folder, FIFO, socket or device node, or a symlink
+resolving outside the path's folder (or ``within``), is refused with one located line and left alone;
+``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` are written to, never replaced. A replace goes through a
+temporary file in the target's folder (named with the writer's pid: a killed writer's is removed by the next
+write), fsync and a rename: on any failure the old file is left as it was. A symlink into the same folder
+stays a link. Every append and read-modify-write holds :func:`locked`, so concurrent writers lose nothing.
 
 Imports only the standard library (plus :mod:`.errors`): the plugin uses it on its startup path.
 """

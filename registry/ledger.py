@@ -54,7 +54,6 @@ LEDGER_RELPATH = Path("gates") / "ledger.jsonl"
 
 PASSED, FAILED, ERROR, SKIPPED, NEEDS_GPU, NOT_FOUND, NOT_RUN = (
     "passed", "failed", "error", "skipped", "needs-gpu", "not-found", "not-run")
-CONCLUSIVE = {PASSED, FAILED, ERROR, NOT_FOUND}
 FAILING = {FAILED, ERROR, NOT_FOUND}
 
 STATES = ("fresh", "stale", "missing", "failed")
@@ -673,15 +672,12 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
                   platform: str | None = None) -> list[tuple[str, Any, tuple, str]]:
     """The gate rule for a launch, over the variants it switches on: (code, variant, TOML key, message) for
 
-    * ``gate``: every default-on variant with this project's code (``implementation.module``) or declared
-      gate tests whose gate is not fresh: no gate tests, never run, stale (with what changed), failed; with
-      ``platform`` (the profile's), for a variant whose implementation runs there, not fresh *on that
-      platform* (a pass on cuda-h200 is no evidence for rocm-gfx1201);
+    * ``gate``: every default-on variant with this project's code or declared gate tests whose gate is not
+      fresh (with ``platform``, for a variant whose implementation runs there: not fresh *on that platform*);
     * ``known-bad``: every variant whose ``gate.known_bad`` range holds the toolchain installed here or one
       its counted gate passes ran on.
 
-    ``r9kctl validate`` / ``launch`` report them as warnings; ``launch --strict`` and the plugin's strict
-    mode refuse on warnings."""
+    Warnings: a strict launch and the plugin's strict mode refuse on them."""
     here = dict(local_toolchain) if local_toolchain is not None else provenance.toolchain()
     out: list[tuple[str, Any, tuple, str]] = []
     for v in variants:

@@ -9,7 +9,7 @@ resolved value whether the variant is on or off (off is usually 0). A fixed KV b
 launcher knob, vLLM's ``--kv-cache-memory``; ``VLLM_CPU_KVCACHE_SPACE`` on the CPU backend) pins the capacity;
 the costs then eat the headroom instead, and a budget that does not fit is an error.
 
-``python -m r9k.registry.memory`` prints the model's error on every KV figure the original stack gives.
+``python -m r9k.registry.memory_check`` prints the model's error on every KV figure the original stack gives.
 """
 from __future__ import annotations
 
@@ -339,13 +339,6 @@ def _on_value(v) -> Optional[str]:
 
 def _tokens(nbytes: int, bpt: int) -> int:
     return int(round(nbytes / bpt)) if bpt > 0 else 0
-
-
-def _value(rs: ResolvedSet, knob: str) -> Optional[str]:
-    try:
-        return rs.value(knob)
-    except KeyError:
-        return None
 
 
 def fmt_bytes(n: float) -> str:

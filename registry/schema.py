@@ -589,6 +589,17 @@ class Release(Strict):
 # ----------------------------------------------------------------------------------------- models
 
 
+def _byte_counts(v: dict[str, int], positive: bool) -> dict[str, int]:
+    """TP key -> a number of bytes, at most 2**50: positive, else non-negative."""
+    for k, n in v.items():
+        if not TP_KEY.match(k):
+            raise ValueError(f"key {k!r} must be a TP key like 'tp4'")
+        if n < 0 or (positive and n == 0) or n > 1 << 50:
+            raise ValueError(f"{k} = {n}: must be a {'positive' if positive else 'non-negative'} number of bytes "
+                             "(at most 2**50)")
+    return v
+
+
 class HybridKV(Strict):
     """What vLLM's hybrid KV-cache allocator needs of a model of attention and recurrent-state (GDN/Mamba)
     layers (its page arithmetic: ``registry/memory.py: HybridLayout``)."""
@@ -608,12 +619,7 @@ class HybridKV(Strict):
     @field_validator("state_bytes")
     @classmethod
     def _keys(cls, v: dict[str, int]) -> dict[str, int]:
-        for k, n in v.items():
-            if not TP_KEY.match(k):
-                raise ValueError(f"key {k!r} must be a TP key like 'tp4'")
-            if n <= 0 or n > 1 << 50:
-                raise ValueError(f"{k} = {n}: must be a positive number of bytes (at most 2**50)")
-        return v
+        return _byte_counts(v, positive=True)
 
 
 class KnobRange(Strict):
@@ -650,13 +656,7 @@ class ModelSpec(Strict):
     @field_validator("weight_bytes_per_gpu", "overhead_bytes_per_gpu", "kv_bytes_per_token")
     @classmethod
     def _keys(cls, v: dict[str, int], info) -> dict[str, int]:
-        for k, n in v.items():
-            if not TP_KEY.match(k):
-                raise ValueError(f"key {k!r} must be a TP key like 'tp4'")
-            if n < 0 or (n == 0 and info.field_name == "kv_bytes_per_token") or n > 1 << 50:
-                raise ValueError(f"{k} = {n}: must be a {'positive' if info.field_name == 'kv_bytes_per_token' else 'non-negative'} "
-                                 "number of bytes (at most 2**50)")
-        return v
+        return _byte_counts(v, positive=info.field_name == "kv_bytes_per_token")
 
     @model_validator(mode="after")
     def _hybrid_keys(self) -> "ModelSpec":

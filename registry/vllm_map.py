@@ -1,12 +1,10 @@
 """Launcher knobs -> exactly what vLLM (or the named program) reads, and the check of a launch against the
 vLLM interface description (:mod:`registry.vllm_interface`).
 
-A launcher knob's ``[variant.sets]`` declares its mapping (schema ``Sets``). :func:`requests` turns a
-resolved set into one :class:`Request` per knob away from stock; :func:`launch_args` turns the requests into
-``vllm serve`` arguments and variables (JSON fields of one flag merged into one object);
-:func:`check_mappings` checks every declaration against a vLLM version and :func:`check_launch` the argv and
-environment a launch would produce. ``r9kctl validate``, ``r9kctl launch`` (and the control panel through it)
-and the plugin share these, so they give one verdict.
+A launcher knob's ``[variant.sets]`` declares its mapping. :func:`requests` turns a resolved set into one
+:class:`Request` per knob away from stock, :func:`launch_args` into ``vllm serve`` arguments and variables;
+:func:`check_mappings` checks every declaration against a vLLM version and :func:`check_launch` a launch's
+argv and environment. ``r9kctl validate``, ``r9kctl launch`` and the plugin share them: one verdict.
 """
 from __future__ import annotations
 
@@ -114,8 +112,7 @@ def _active(r) -> bool:
 
 def _resolved_by_vllm(r, iface) -> bool:
     """A value at stock that is passed all the same: the target vLLM's option has no default of its own (vLLM
-    resolves it at run time: 0.34's ``--gpu-memory-utilization`` is 1.0 with its extensible KV cache, 0.92
-    otherwise), so the stock is sent and what the memory model charges is what the server runs at."""
+    0.34's ``--gpu-memory-utilization``), so what the memory model charges is what the server runs at."""
     if iface is None or r.variant.sets is None or r.value in (None, ""):
         return False
     m = mapping(r.variant.sets)
@@ -472,9 +469,8 @@ def check_launch(reg, rs, report, iface, argv: list[str], env: dict[str, str], r
 
 def serve_argv(rs, extra_args: Optional[list[str]] = None,
                iface=None) -> tuple[list[str], dict[str, str], list[Request], list[str]]:
-    """What follows ``vllm serve MODEL`` for a resolved set, and the variables it adds (launcher knobs and
-    the profile's own ``[env]``; not the plugin's hand-over variables, which launch adds): (argv, env,
-    requests, conflicts). The launch path extends this (more processes, more nodes) rather than re-deriving it."""
+    """(argv after ``vllm serve MODEL``, the variables it adds: launcher knobs' and the profile's ``[env]``,
+    requests, conflicts) of a resolved set; the launch path extends it rather than re-deriving it."""
     largs, lenv, reqs, conflicts = launch_args(rs, iface)
     argv: list[str] = []
     if rs.tp > 1:
@@ -486,9 +482,8 @@ def serve_argv(rs, extra_args: Optional[list[str]] = None,
 
 
 def exported_env(rs) -> dict[str, str]:
-    """The knob variables a launch exports: only for code that reads them. Env-only knobs (no extension point of
-    the plugin: read from the environment by code outside its dispatch, a kernel helper or vLLM) and the
-    profile's ``[env]``; the knobs the plugin installs reach every process in the carried manifest only."""
+    """The knob variables a launch exports: the env-only knobs' (read by code outside the plugin's dispatch) and
+    the profile's ``[env]``; the knobs the plugin installs reach every process in the carried manifest only."""
     out = dict(rs.env())
     for r in rs.items.values():
         if r.variant.implementation.extension_point not in (None, "env-only"):
