@@ -22,7 +22,7 @@ from typing import Optional
 
 from .errors import Diagnostic
 from .loader import Registry, display_path
-from .resolve import suggest
+from .resolve import scope_matches, suggest
 from .ledger import repo_root, test_file
 
 # vLLM arguments that a profile's own fields set: serve_args must not set them differently.
@@ -43,8 +43,6 @@ USER_LAYERS = ("profile", "environment", "override")
 def _release_change(reg: Registry, rs, r) -> Optional[tuple]:
     """(file, line, col) of the release's default change that gave ``r`` its value: the last change of its knob,
     at or before the release the chain extends, to that value."""
-    from .resolve import scope_matches
-
     order = reg.release_order()
     if rs.release not in order:
         return None

@@ -19,7 +19,7 @@ from typing import Optional
 
 from .loader import Registry
 from .memory import budget
-from .resolve import primary_model, resolve, value_at_release
+from .resolve import primary_model, profile_chain, resolve, value_at_release
 from .schema import BenchRecord, QualityRecord
 
 @dataclass
@@ -269,8 +269,6 @@ def _release_of(reg: Registry, side: Side) -> Optional[str]:
     if side.kind == "release":
         return side.name
     prof = reg.profiles[side.name]
-    from .resolve import profile_chain
-
     _, base, _ = profile_chain(reg, prof.name)
     return base if base in reg.releases else None
 

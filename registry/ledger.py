@@ -40,11 +40,14 @@ from __future__ import annotations
 import glob as _glob
 import hashlib
 import json
+import os
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from . import envvars, fileio
+from .errors import Diagnostic
 from . import gatedeps
 from . import provenance  # toolchain() looked up at call time: callers and tests replace provenance.toolchain
 from .gatedeps import closure_cached, content_hash, lookups_for_a_gate, one_pass
@@ -316,16 +319,11 @@ def segments(path: str | Path) -> list[Path]:
 
 
 def _bad(p: Path, lineno: int, col: int, why: str, code: str = "ledger-line"):
-    from .errors import Diagnostic
-
     return Diagnostic("warning", code, why if code != "ledger-line" else f"line skipped: {why}",
                       fileio.display_path(p), lineno, col)
 
 
 def _read_segment(p: Path, records: list[GateRecord], problems: list) -> None:
-    import os
-    import stat
-
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -403,8 +401,6 @@ def read_ledger_diagnostics(path: str | Path) -> tuple[list[GateRecord], list]:
 
 def append_records(path: str | Path, records: Iterable[GateRecord]) -> None:
     """Append under the ledger's lock, all or nothing; past SEGMENT_BYTES the ledger is first moved aside."""
-    import os
-
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records)
@@ -579,9 +575,7 @@ def _changes(rec: GateRecord, current: str, files: Mapping[str, str], tcs: Toolc
         out += file_changes(rec.deps, files) or ["declared sources changed"]
     cur = tcs.current(rec.platform)
     if cur is not None and (rec.toolchain is None or dict(rec.toolchain) != dict(cur)):
-        from .provenance import toolchain_changes
-
-        out += [f"{c} on {rec.platform}" for c in toolchain_changes(rec.toolchain, cur)]
+        out += [f"{c} on {rec.platform}" for c in provenance.toolchain_changes(rec.toolchain, cur)]
     return out
 
 

@@ -23,7 +23,7 @@ from typing import Iterable, Mapping, Optional
 
 from . import envvars
 from .errors import Diagnostic
-from .loader import Registry
+from .loader import Registry, default_registry_root
 from .origin import Origin, WithOrigin
 from .manifest import shape_problem as manifest_problem
 from .schema import ModelSpec, Profile, Variant
@@ -93,8 +93,6 @@ class ResolvedSet:
     def to_manifest(self, warnings=(), gates=None) -> dict:
         """The manifest (:mod:`r9k.registry.manifest`, the one hand-off to the plugin) of this set, with the
         fingerprint of the registry it was resolved from."""
-        from .loader import default_registry_root
-
         root = self.registry_root or default_registry_root()
         fp = manifest.registry_fingerprint(root, adapters_path())
         return manifest.from_resolved(self, fp, warnings, gates).to_dict()

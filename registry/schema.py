@@ -244,8 +244,6 @@ class VllmSwitch(Strict):
     @classmethod
     def _spec(cls, v: str) -> str:
         if v:
-            from .provenance import parse_spec
-
             parse_spec(v)
         return v
 
@@ -431,7 +429,7 @@ class Variant(Strict):
     def default_for(self, model: Optional[str], tp: int, platform: Optional[str] = None) -> Optional[str]:
         """The registry's (latest release's) default at this model, TP size (and platform), or the stock value."""
         key = f"tp{tp}"
-        if model and ((self.models and model not in self.models) or model in self.excluded_models):
+        if not self.applies_to(model):
             return self.stock
         if model and model in self.model_defaults and key in self.model_defaults[model]:
             return self.model_defaults[model][key]

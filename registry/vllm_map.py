@@ -8,6 +8,7 @@ argv and environment. ``r9kctl validate``, ``r9kctl launch`` and the plugin shar
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ from typing import Any, Optional
 
 from .errors import Diagnostic
 from .manifest import Sets as Mapping  # the same fields as the schema's Sets, in plain data
-from .vllm_interface import target
+from .vllm_interface import load, target, versions
 from .provenance import in_range
 from .availability import platform_family
 from .consistency import env_where, set_by, value_where
@@ -224,7 +225,7 @@ def mapping_problems(m: Mapping, iface) -> list[tuple[str, str]]:
             elif fl.fields:
                 for k in [m.field] + sorted(m.fields):
                     if k not in fl.fields:
-                        near = __import__("difflib").get_close_matches(k or "", sorted(fl.fields), n=1)
+                        near = difflib.get_close_matches(k or "", sorted(fl.fields), n=1)
                         out.append(("field", f"{fl.config_class or m.name} of vLLM {v} has no field {k}"
                                     + (f" (nearest: {near[0]})" if near else "")))
         have = m.target_unit or (m.unit if not m.target_unit else None)
@@ -307,8 +308,6 @@ def accepted_values(var, iface) -> Optional[list[str]]:
 
 def _accepted_anywhere(var) -> tuple[Optional[list[str]], list[str]]:
     """(the values some shipped vLLM version that has the switch accepts, those versions)."""
-    from .vllm_interface import load, versions
-
     union: Optional[list[str]] = None
     have = []
     for ver in versions():
@@ -328,8 +327,6 @@ def check_switches(reg, report, iface) -> None:
     enum switch declares every value those versions accept (a located error each), and, in a registry that
     declares vLLM's switches, every switch ``iface``'s vLLM has that chooses a kernel for the shipped models
     (``Interface.kernel_switches``) is declared (a warning each: a newer vLLM than the declarations)."""
-    import difflib
-
     names = {}
     for vid, var in sorted(reg.variants.items()):
         if var.vllm is None or var.sets is None:
@@ -386,8 +383,6 @@ def check_profile_switches(reg, rs, report, iface) -> None:
                                   f"{switch_name(var)} (it exists in vLLM {var.vllm.versions})",
                                   file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
         if bad_value:
-            import difflib
-
             near = difflib.get_close_matches(r.value, ok, n=1, cutoff=0.5)
             report.add(Diagnostic("error", "vllm-value", f"{var.knob}={r.value}{by}: vLLM {iface.version}'s "
                                   f"{switch_name(var)} does not take {r.value!r}" + (f" (did you mean {near[0]!r}?)"
