@@ -382,10 +382,8 @@ def resolve(
         apply(key, raw, Origin("override", detail=f"--set {key}", key=key),
               *((command_line.set_where(key), command_line.set_text(key)) if command_line else ()))
 
-    rs = ResolvedSet(profile=profile, model=model, tp=tp, platform=plat,
-                     release=base, chain=[p.name for p in chain], items=items, extra_env=extra_env,
-                     serve_args=serve_args, model_path=model_path,
-                     hardware=hardware.plain() if hardware else None, gpu_memory_utilization=util,
-                     strict=strict_flag, diagnostics=diags, registry_root=reg.root, tp_from=tp_from,
-                     command_line=command_line)
-    return rs
+    return ResolvedSet(profile=profile, model=model, tp=tp, platform=plat, release=base,
+                       chain=[p.name for p in chain], items=items, extra_env=extra_env, serve_args=serve_args,
+                       model_path=model_path, hardware=hardware.plain() if hardware else None,
+                       gpu_memory_utilization=util, strict=strict_flag, diagnostics=diags,
+                       registry_root=reg.root, tp_from=tp_from, command_line=command_line)
