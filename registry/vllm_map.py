@@ -377,21 +377,21 @@ def check_profile_switches(reg, rs, report, iface) -> None:
         where = value_where(reg, rs, r)  # the layer that set it (a child profile, --set, ...)
         if where[0] is None:
             where = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
-        by = set_by(rs, r)
+        said = f"{var.knob}={r.value}{set_by(rs, r)}"
+        faults = []
         if not switch_exists(var, iface.version):
-            report.add(Diagnostic("error", "vllm-version", f"{var.knob}={r.value}{by}: vLLM {iface.version} has no "
-                                  f"{switch_name(var)} (it exists in vLLM {var.vllm.versions})",
-                                  file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
+            faults.append(("vllm-version", f"{said}: vLLM {iface.version} has no {switch_name(var)} (it exists in vLLM "
+                                           f"{var.vllm.versions})"))
         if bad_value:
             near = difflib.get_close_matches(r.value, ok, n=1, cutoff=0.5)
-            report.add(Diagnostic("error", "vllm-value", f"{var.knob}={r.value}{by}: vLLM {iface.version}'s "
-                                  f"{switch_name(var)} does not take {r.value!r}" + (f" (did you mean {near[0]!r}?)"
-                                  if near else f"; it takes {', '.join(ok[:12])}{' ...' if len(ok) > 12 else ''}"),
-                                  file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
+            faults.append(("vllm-value", f"{said}: vLLM {iface.version}'s {switch_name(var)} does not take {r.value!r}"
+                           + (f" (did you mean {near[0]!r}?)" if near
+                              else f"; it takes {', '.join(ok[:12])}{' ...' if len(ok) > 12 else ''}")))
         if not switch_on_platform(var, rs.platform):
-            report.add(Diagnostic("error", "vllm-platform", f"{var.knob}={r.value}{by}: {switch_name(var)} does "
-                                  f"not act on platform {rs.platform} (it acts on {', '.join(var.vllm.platforms)})",
-                                  file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
+            faults.append(("vllm-platform", f"{said}: {switch_name(var)} does not act on platform {rs.platform} (it "
+                                            f"acts on {', '.join(var.vllm.platforms)})"))
+        for code, msg in faults:
+            report.add(Diagnostic("error", code, msg, file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
 
 
 def check_mappings(reg, report, iface, only: Optional[set[str]] = None) -> None:
@@ -440,23 +440,16 @@ def check_launch(reg, rs, report, iface, argv: list[str], env: dict[str, str], r
                         return w, f"{r.variant.knob}={r.value}{set_by(rs, r) or ' (' + r.source + ')'}: "
         return None, ""
 
-    for p in iface.parse(argv):
+    for p, is_env in [(p, False) for p in iface.parse(argv)] + [(p, True) for p in iface.check_env(env)]:
         where, who = (f, ln, col), ""
-        found = chain_where("serve_args", lambda prof: p.token in prof.serve_args) if p.token else None
-        if found is not None and found[1]:
-            where = found
-        elif p.token:
-            w, who = knob_where(p.token, False)
-            where = w or where
-        report.add(Diagnostic("error", p.kind, f"profile {rs.profile}: {who}{p.message}", file=where[0],
-                              line=where[1], col=where[2], items=items))
-    for p in iface.check_env(env):
-        where, who = (f, ln, col), ""
-        found = chain_where(p.token, lambda prof: p.token in prof.env) if p.token in rs.extra_env else None
-        if found is not None and found[1]:
-            where = found
+        if is_env:
+            found = chain_where(p.token, lambda prof: p.token in prof.env) if p.token in rs.extra_env else None
         else:
-            w, who = knob_where(p.token, True)
+            found = chain_where("serve_args", lambda prof: p.token in prof.serve_args) if p.token else None
+        if found is not None and found[1]:
+            where = found
+        elif p.token or is_env:
+            w, who = knob_where(p.token, is_env)
             where = w or where
         report.add(Diagnostic("error", p.kind, f"profile {rs.profile}: {who}{p.message}", file=where[0],
                               line=where[1], col=where[2], items=items))
