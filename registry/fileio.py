@@ -230,9 +230,8 @@ def _too_deep(path, text: str, what: str, comments: bool = True) -> FileError:
 
 
 def _depth(obj: Any, limit: int = MAX_DEPTH, text: Optional[str] = None) -> bool:
-    """True when ``obj`` nests deeper than ``limit`` (iterative: no recursion on hostile input). ``text``: the
-    JSON it was parsed from, when known: with no more than ``limit`` brackets in all it cannot nest deeper
-    (each level opens one), and is not walked (a ledger line: most of the walk's cost)."""
+    """True when ``obj`` nests deeper than ``limit`` (iterative: no recursion on hostile input). ``text``: its
+    JSON, when known: with at most ``limit`` brackets in all it cannot nest deeper, and is not walked."""
     if text is not None and text.count("[") + text.count("{") <= limit:
         return False
     stack = [(obj, 1)]

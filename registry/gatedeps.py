@@ -75,10 +75,9 @@ def save_cache() -> None:
 
 
 def closure_cached(root: Path, declaration: list, compute) -> tuple[dict[str, str], list[str]]:
-    """``compute()`` (file -> sha256, missing declared paths) of one gate, or its cached result while still
-    valid: every file of the closure has the recorded content (sha256) and every folder it was looked up in
-    has the recorded entries (a module created where an import points, or one removed, changes its folder's
-    listing). Modification times are never consulted. The entry lives in the same cache file as the parses."""
+    """``compute()`` (file -> sha256, missing declared paths) of one gate, or its cached result while every file
+    of the closure has the recorded content and every folder it was looked up in the recorded entries (a module
+    created or removed changes its folder's listing). Modification times are never consulted."""
     import time
 
     cache = _cache()

@@ -93,10 +93,8 @@ def installed_copy(root: Path) -> bool:
 
 
 def ledger_path(reg_or_root: Any) -> Path:
-    """The ledger file: ``envvars.LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl`` (a checkout's
-    ledger is the repository's). An installed copy uses ``<state dir>/gates/ledger-<version>.jsonl``
-    (:func:`r9k.registry.envvars.state_dir`), started from the packaged ledger on first use, so records
-    are never written into the installed package."""
+    """The ledger file: ``envvars.LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl``; an installed
+    copy uses ``<state dir>/gates/ledger-<version>.jsonl``, started from the packaged ledger on first use."""
     forced = envvars.LEDGER.get()
     if forced:
         return Path(forced)
@@ -371,10 +369,9 @@ def _read_segment(p: Path, records: list[GateRecord], problems: list) -> None:
 
 def split_by_where_it_ran(outcomes: Mapping[str, str], ran_on: Mapping[str, str | None], platform: str,
                           toolchain: Mapping[str, Any] | None) -> list[tuple[str, dict[str, str], dict | None]]:
-    """[(platform, outcomes, toolchain)] of one gate run: a record's platform is where its code ran, so on a GPU
-    platform the items that ran on the CPU (``ran_on`` ``cpu``: :func:`r9k.registry.provenance.ran_on`) are a
-    record of their own on ``cpu`` (the toolchain's device ``cpu``); items of unknown placement (not found, not
-    run) stay with the GPU's."""
+    """[(platform, outcomes, toolchain)] of one gate run: on a GPU platform the items that ran on the CPU
+    (:func:`r9k.registry.provenance.ran_on`) are a record of their own on ``cpu``; items of unknown placement
+    stay with the GPU's."""
     cpu = {n: o for n, o in outcomes.items() if ran_on.get(n) == "cpu"}
     if platform_matches(platform, "cpu") or not cpu:
         return [(platform, dict(outcomes), dict(toolchain) if toolchain is not None else None)]
@@ -515,9 +512,8 @@ def local_platforms(tc: Mapping[str, Any]) -> set[str]:
 
 
 class Toolchains:
-    """The current toolchain of each platform: this machine's own for its platforms; for another machine's
-    platform, the toolchain of the newest record made there (a newer run with another Triton makes every
-    older record of that platform stale)."""
+    """The current toolchain of each platform: this machine's own for its platforms; for another machine's,
+    the toolchain of the newest record made there (which makes older records of another toolchain stale)."""
 
     def __init__(self, records: Iterable[GateRecord], local: Mapping[str, Any] | None = None):
         self.local = dict(local) if local is not None else provenance.toolchain()
@@ -723,9 +719,8 @@ def _admits(variant: Any, platform: str) -> bool:
 
 
 def summary(variants: Iterable[Any], states: Mapping[str, GateState], platform: str | None) -> str:
-    """One line over the gated variants a profile switches on, for its platform: how many are fresh with
-    evidence that ran here, fresh on imported evidence only (unverified), not fresh, and with no record on
-    that platform at all."""
+    """One line over the gated variants a profile switches on, for its platform: how many are fresh (ran here,
+    ran elsewhere, imported only), not fresh, and with no record on that platform."""
     here, elsewhere, imported, other, none = [], [], [], [], []
     for v in variants:
         st = states.get(v.id)

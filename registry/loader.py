@@ -545,9 +545,8 @@ def _profiles_needed(files: dict[Path, list[Path]], only: Iterable[str], cache) 
 
 def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic], texts: dict, cache,
                 name_from_file: bool = False):
-    """One file holding one item named like the file (a profile, a release): read it, check it against
-    ``schema``, and check that its ``key`` field (which the file name supplies when ``name_from_file``
-    and it is absent) is the file's name. None after adding the located errors to ``diags``."""
+    """The item of a file named like it (a profile, a release), checked against ``schema``, its ``key`` field
+    (the file name's when ``name_from_file`` and absent) the file's name; None after adding located errors."""
     data, text, _ = _read(path, diags, cache)
     shown = display_path(path)
     texts[shown] = text

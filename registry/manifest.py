@@ -319,9 +319,8 @@ def from_resolved(rs, registry: Optional[str] = None, warnings=(), gates=None) -
 
 
 def registry_fingerprint(root: Path, adapters: Optional[Path] = None) -> str:
-    """A content hash of the registry files a manifest's facts come from (every ``*.toml`` under ``root``,
-    by relative path, and the adapter table): the same on every node that has the same registry, whatever
-    its paths or file times."""
+    """A content hash of the registry files a manifest's facts come from (every ``*.toml`` under ``root`` by
+    relative path, and the adapter table): the same on every node with the same registry."""
     h = hashlib.sha256()
     root = Path(root)
     files = sorted(root.rglob("*.toml"))

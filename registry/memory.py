@@ -200,9 +200,8 @@ def hybrid_layout(m, tp: int, serve_args: Optional[list] = None) -> Optional[Hyb
 
 
 def budget(reg: Registry, rs: ResolvedSet, errors: Optional[list] = None) -> Optional[Budget]:
-    """The budget of a resolved set, or None when the profile names no model/hardware or the model has
-    no numbers at this TP size (validation reports those separately), or when a value makes it
-    uncomputable (a :class:`BudgetError`, appended to ``errors`` when given: validation reports it)."""
+    """The budget of a resolved set, or None when the profile names no model/hardware, the model has no numbers
+    at this TP size, or a value makes it uncomputable (the :class:`BudgetError` appended to ``errors``)."""
     try:
         return _budget(reg, rs)
     except BudgetError as exc:

@@ -80,11 +80,9 @@ _PYTEST_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
 
 
 def ini_options_hash(root: str | Path) -> str | None:
-    """sha256 of the pytest configuration at ``root``: the lines of ``pyproject.toml``'s
-    ``[tool.pytest.ini_options]`` section, blank and comment lines dropped (only it: a version or dependency
-    edit elsewhere in the file changes no gate), and the whole of
-    ``pytest.ini``, ``.pytest.ini``, and of ``tox.ini`` / ``setup.cfg`` when they hold a pytest section. None
-    when there is none. (Every conftest.py pytest loads is a dependency of its own.)"""
+    """sha256 of the pytest configuration at ``root`` (None when there is none): the lines of ``pyproject.toml``'s
+    ``[tool.pytest.ini_options]`` section, blank and comment lines dropped, and the whole of ``pytest.ini``,
+    ``.pytest.ini``, and of ``tox.ini`` / ``setup.cfg`` when they hold a pytest section."""
     root = Path(root)
     parts: dict[str, Any] = {}
     try:
@@ -318,9 +316,8 @@ def _python_version() -> str:
 
 
 def toolchain(use_torch: bool = False) -> dict[str, str | None]:
-    """The toolchain of this machine. Versions come from distribution metadata (nothing heavy is imported);
-    the device from the NVIDIA driver (first GPU), or from torch when ``use_torch`` (the GPU script: also
-    right for ROCm, and for a GPU that CUDA_VISIBLE_DEVICES hides nothing of)."""
+    """The toolchain of this machine: versions from distribution metadata (nothing heavy is imported), the
+    device from the NVIDIA driver (first GPU), or from torch when ``use_torch`` (the GPU script; ROCm too)."""
     tc: dict[str, str | None] = {k: _dist_version(d) for k, d in _DISTS.items()}
     tc["python"] = _python_version()
     device = None
@@ -339,8 +336,7 @@ def toolchain(use_torch: bool = False) -> dict[str, str | None]:
 @_functools.lru_cache(maxsize=8)
 def checkout_id(root: str | Path) -> str:
     """Who "here" is for a gate record: a short hash of this machine (``/etc/machine-id``, else the host name)
-    and the checkout's folder. A record made by ``r9kctl gate`` in this checkout on this machine "ran here";
-    one that came with a clone (or another worktree, or another machine) did not, whatever it says."""
+    and the checkout's folder; a record that came with a clone did not run here, whatever it says."""
     machine = ""
     for f in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
         try:

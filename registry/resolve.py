@@ -99,9 +99,8 @@ class ResolvedSet:
 
     @classmethod
     def from_manifest(cls, data: Mapping, reg: Registry) -> "ResolvedSet":
-        """Rebuild a resolved set from a manifest; values are re-checked against this registry, and the
-        hash must match (a manifest from another registry or an edited one is refused). ValueError when
-        ``data`` does not have the shape of a manifest (:func:`manifest_problem`)."""
+        """Rebuild a resolved set from a manifest, its values re-checked against this registry and its hash
+        (another registry's or an edited one is refused); ValueError when ``data`` is not a manifest's shape."""
         problem = manifest_problem(data)
         if problem:
             raise ValueError(problem)

@@ -172,8 +172,7 @@ def check_registry(reg: Registry, report: Report) -> None:
 
 def _platform_summary(rs: ResolvedSet, fallbacks: list[Diagnostic], strict: bool) -> list[Diagnostic]:
     """The "cannot run on this platform" diagnostics of a profile: one per variant as warnings; under strict
-    mode, where they are errors, one line for the profile (they are one fault: the platform), so that a
-    real fault of the profile is not buried under them."""
+    mode (errors) one line for the profile, so that a real fault of the profile is not buried under them."""
     if not strict or len(fallbacks) <= 1:
         return fallbacks
     first = fallbacks[0]
@@ -279,9 +278,8 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
 
 
 def gate_states(reg: Registry):
-    """The ledger's gate states, computed once per registry object and ledger file version (the source
-    hashes behind them are computed at that time: a long-lived session loads the registry again after
-    editing kernel sources)."""
+    """The ledger's gate states, once per registry object and ledger file version (a long-lived session loads
+    the registry again after editing kernel sources)."""
     path = ledger.ledger_path(reg)
     try:
         st = path.stat()

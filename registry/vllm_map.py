@@ -322,11 +322,9 @@ def _accepted_anywhere(var) -> tuple[Optional[list[str]], list[str]]:
 
 
 def check_switches(reg, report, iface) -> None:
-    """Every declared vLLM switch: each value it declares (choices, stock, defaults) is accepted by some shipped
-    vLLM version that has it (per-version legality is the profile's check, :func:`check_profile_switches`), an
-    enum switch declares every value those versions accept (a located error each), and, in a registry that
-    declares vLLM's switches, every switch ``iface``'s vLLM has that chooses a kernel for the shipped models
-    (``Interface.kernel_switches``) is declared (a warning each: a newer vLLM than the declarations)."""
+    """Every declared vLLM switch: each value it declares is accepted by some shipped vLLM version that has it,
+    and an enum switch declares every value those versions accept (a located error each); in a registry that
+    declares vLLM's switches, every kernel switch of ``iface``'s vLLM is declared (a warning each)."""
     names = {}
     for vid, var in sorted(reg.variants.items()):
         if var.vllm is None or var.sets is None:
