@@ -84,7 +84,7 @@ def value_where(reg: Registry, rs, r) -> tuple:
     (None, None, None) for the environment and for a ``--set`` given by a program."""
     o = r.origin
     if o.layer == "override":
-        line = getattr(rs, "command_line", None)
+        line = rs.command_line
         return line.set_where(o.key) if line is not None else (None, None, None)
     if o.layer == "environment":
         return None, None, None
@@ -99,7 +99,7 @@ def layer_text(rs, origin, value) -> str:
     """One layer as the user wrote it: ``--set R9K_X=1``, ``environment R9K_X=1``, ``profile p (file:line)``,
     ``release v0.3.2``, ``the registry default (file:line)``."""
     if origin.layer == "override":
-        line = getattr(rs, "command_line", None)
+        line = rs.command_line
         typed = line.set_text(origin.key) if line is not None else None
         return typed or f"--set {origin.key}={value}"
     if origin.layer == "environment":
@@ -131,7 +131,7 @@ def set_by(rs, r) -> str:
 def tp_where(reg: Registry, rs) -> tuple:
     """(file, line, col) of what set the TP size: ``--tp``, or the ``tp`` key of the chain's profile that sets it."""
     if rs.tp_from == "--tp":
-        line = getattr(rs, "command_line", None)
+        line = rs.command_line
         return line.option_where("--tp") if line is not None else (None, None, None)
     if rs.tp_from in reg.profiles:
         return reg.locate("profile", rs.tp_from, ("tp",))
@@ -141,7 +141,7 @@ def tp_where(reg: Registry, rs) -> tuple:
 def tp_text(rs) -> str:
     """``--tp 2`` or ``tp = 4 in profile p``."""
     if rs.tp_from == "--tp":
-        line = getattr(rs, "command_line", None)
+        line = rs.command_line
         return (line.option_text("--tp") if line is not None else None) or f"--tp {rs.tp}"
     return f"tp = {rs.tp} in profile {rs.tp_from}" if rs.tp_from else f"TP {rs.tp} (no profile sets tp)"
 

@@ -131,8 +131,7 @@ def item_of(nodeid: str, declared: str) -> bool:
 
 
 def declared_tests(variant: Any) -> list[str]:
-    gate = getattr(variant, "gate", None)
-    return list(getattr(gate, "tests", None) or [])
+    return list(variant.gate.tests) if variant.gate else []
 
 
 def _wanted(p: Path) -> bool:
@@ -164,8 +163,7 @@ def expand_sources(root: Path, patterns: Iterable[str]) -> tuple[list[str], list
 
 def hashed_paths(variant: Any) -> list[str]:
     """The declared part of what a variant's hash covers: implementation sources plus gate test files."""
-    impl = getattr(variant, "implementation", None)
-    sources = list(getattr(impl, "sources", None) or [])
+    sources = list(variant.implementation.sources)
     return sources + [t for t in dict.fromkeys(test_file(t) for t in declared_tests(variant)) if t not in sources]
 
 
@@ -178,7 +176,7 @@ def dependencies(reg_or_root: Any, variant: Any) -> tuple[list[str], list[str]]:
     roots = [f for f in declared if f.endswith(".py") and not gatedeps.is_script(root, f)]
     for t in dict.fromkeys(test_file(t) for t in declared_tests(variant)):
         roots += gatedeps.conftests(root, t)
-    mod = gatedeps.module_path(root, getattr(getattr(variant, "implementation", None), "module", None))
+    mod = gatedeps.module_path(root, variant.implementation.module)
     if mod:
         roots.append(mod)
     files = gatedeps.closure(root, roots)
@@ -190,8 +188,7 @@ def file_hashes(reg_or_root: Any, variant: Any) -> tuple[dict[str, str], list[st
     cached on disk per gate (:func:`r9k.registry.gatedeps.closure_cached`)."""
     lookups_for_a_gate()
     root = repo_root(reg_or_root)
-    impl = getattr(variant, "implementation", None)
-    key = [str(root), hashed_paths(variant), declared_tests(variant), getattr(impl, "module", None)]
+    key = [str(root), hashed_paths(variant), declared_tests(variant), variant.implementation.module]
 
     def compute() -> tuple[dict[str, str], list[str]]:
         files, missing = dependencies(reg_or_root, variant)
@@ -639,7 +636,7 @@ def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list
     """One message per declared known-bad range (``gate.known_bad``) that a toolchain falls in;
     ``toolchains``: where -> toolchain, e.g. {"installed here": ..., "gate passed on cuda-h200": ...}."""
     out = []
-    for kb in getattr(getattr(variant, "gate", None), "known_bad", None) or []:
+    for kb in variant.gate.known_bad if variant.gate else []:
         for where, tc in toolchains.items():
             v = tc.get(kb.package)
             if provenance.in_range(v, kb.versions):
@@ -672,12 +669,12 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
     out: list[tuple[str, Any, tuple, str]] = []
     for v in variants:
         st = states.get(v.id)
-        if getattr(getattr(v, "gate", None), "known_bad", None):
+        if v.gate and v.gate.known_bad:
             tcs = {"installed here": here, **{f"gate passed on {p}": tc for p, tc in (st.toolchains if st else {}).items()}}
             out += [("known-bad", v, ("gate", "known_bad"), f"variant '{v.id}' ({v.knob}): {m}") for m in known_bad(v, tcs)]
-        if getattr(getattr(v, "status", None), "state", None) != "default-on":
+        if v.status.state != "default-on":
             continue
-        has_code = bool(getattr(getattr(v, "implementation", None), "module", None))
+        has_code = bool(v.implementation.module)
         if not declared_tests(v):
             if has_code:
                 out.append(("gate", v, ("implementation",), f"default-on variant '{v.id}' ({v.knob}): no gate: it "
@@ -713,9 +710,8 @@ def imported_only_on(st: GateState, platform: str) -> list[str]:
 
 def _admits(variant: Any, platform: str) -> bool:
     """Whether the variant's implementation runs on ``platform`` (its declared platforms admit it)."""
-    impl = getattr(variant, "implementation", None)
-    return bool(getattr(impl, "module", None)) and platform_admits(list(getattr(impl, "platforms", None) or []),
-                                                                   platform)
+    impl = variant.implementation
+    return bool(impl.module) and platform_admits(list(impl.platforms), platform)
 
 
 def summary(variants: Iterable[Any], states: Mapping[str, GateState], platform: str | None) -> str:

@@ -308,7 +308,7 @@ def from_resolved(rs, registry: Optional[str] = None, warnings=(), gates=None) -
                       tuple(v.gate.tests) if v.gate else (),
                       Sets.from_dict(v.sets.plain()) if v.sets else None,
                       fused_values(v.type, v.choices, v.stock) if impl.op else (),
-                      Switch(**v.vllm.plain()) if getattr(v, "vllm", None) else None)
+                      Switch(**v.vllm.plain()) if v.vllm else None)
         items[vid] = Item(facts, r.value, r.origin)
     return Manifest(rs.profile, rs.model, rs.tp, rs.platform, bool(rs.strict), items, referenced(rs.extra_env),
                     rs.release, list(rs.chain), list(rs.serve_args), rs.model_path, rs.hardware,

@@ -174,7 +174,7 @@ def hybrid_layout(m, tp: int, serve_args: Optional[list] = None) -> Optional[Hyb
     """The page arithmetic of a hybrid model at a TP size, with the profile's vLLM arguments (its
     ``--max-model-len``; ``--no-enable-prefix-caching``: one state block a request, vLLM's mamba cache mode
     'none'), or None for a model without ``kv_hybrid``."""
-    h = getattr(m, "kv_hybrid", None)
+    h = m.kv_hybrid
     if h is None:
         return None
     from .consistency import _serve_options

@@ -240,7 +240,7 @@ def profile_chain(reg: Registry, name: str) -> tuple[list[Profile], Optional[str
                                     file, line, col, seen + [cur]))
             break
         prof = reg.profiles.get(cur)
-        if prof is None and cur in getattr(reg, "profile_problems", {}):
+        if prof is None and cur in reg.profile_problems:
             diags.extend(reg.profile_problems[cur])  # its file does not load: its own located errors
             break
         if prof is None:

@@ -30,10 +30,8 @@ UNIT_FACTORS = {("GiB", "bytes"): 2**30, ("MiB", "bytes"): 2**20, ("GiB", "MiB")
 def mapping(sets) -> Mapping:
     """A declared mapping (schema ``Sets`` or the manifest's) with the older spellings normalised."""
     k = sets.kind
-    common = dict(encode=getattr(sets, "encode", "str"), unit=getattr(sets, "unit", None),
-                  target_unit=getattr(sets, "target_unit", None), program=getattr(sets, "program", "vllm"),
-                  env=dict(getattr(sets, "env", {}) or {}), path=getattr(sets, "path", False),
-                  reason=getattr(sets, "reason", None))
+    common = dict(encode=sets.encode, unit=sets.unit, target_unit=sets.target_unit, program=sets.program,
+                  env=dict(sets.env or {}), path=sets.path, reason=sets.reason)
     if k == "compilation-config":
         common["encode"] = "int-list" if sets.name == "cudagraph_capture_sizes" else common["encode"]
         return Mapping("json-field", "--compilation-config", field=sets.name, **common)
@@ -51,8 +49,7 @@ def mapping(sets) -> Mapping:
         return Mapping("env", sets.name, **common)
     if k == "custom-op":
         return Mapping("custom-op", sets.name, field="custom_ops", **common)
-    return Mapping(k, sets.name, field=getattr(sets, "field", None), fields=dict(getattr(sets, "fields", {}) or {}),
-                   **common)
+    return Mapping(k, sets.name, field=sets.field, fields=dict(sets.fields or {}), **common)
 
 
 @dataclass
@@ -267,13 +264,13 @@ def switch_name(var) -> str:
 
 def switch_exists(var, version: Optional[str]) -> bool:
     """Whether vLLM ``version`` has the switch (its declared version range; no range: every version)."""
-    sw = getattr(var, "vllm", None)
+    sw = var.vllm
     return sw is None or not sw.versions or version is None or in_range(version, sw.versions)
 
 
 def switch_on_platform(var, platform: Optional[str]) -> bool:
     """Whether the switch acts on ``platform`` (its family among the declared ones; unknown platform: yes)."""
-    sw = getattr(var, "vllm", None)
+    sw = var.vllm
     fam = platform_family(platform)
     return sw is None or not sw.platforms or fam is None or fam in sw.platforms
 
@@ -522,7 +519,7 @@ def check_knob_files(reg, rs, report) -> None:
     that exists here: vLLM would take any other text as the template itself."""
     for r in sorted(rs.items.values(), key=lambda r: r.variant.knob):
         s = r.variant.sets
-        if s is None or not getattr(s, "path", False) or r.value in (None, "") or r.value == r.variant.stock:
+        if s is None or not s.path or r.value in (None, "") or r.value == r.variant.stock:
             continue
         if not os.path.isfile(os.path.expanduser(r.value)):
             report.add(Diagnostic("error", "missing-file",
