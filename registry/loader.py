@@ -156,22 +156,20 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
             best = (found + 1, col)
         lo = found
         # a multi-line value: stay from this key to the next key/header
-        nxt_key = min([n for n in (ix.first_header(found + 1, hi, lambda m, ln: True),) if n < hi] +
-                      [n for n in _next_key_line(ix, found + 1, hi)], default=hi)
-        hi = nxt_key
+        hi = min(ix.first_header(found + 1, hi, lambda m, ln: True), _next_key_line(ix, found + 1, hi))
         prefix = name
         i += 1
     return best
 
 
-def _next_key_line(ix: _Index, lo: int, hi: int) -> list[int]:
-    """The first line in ``lo..hi`` that starts with ``key =`` (any key), as a one-element list or []."""
+def _next_key_line(ix: _Index, lo: int, hi: int) -> int:
+    """The first line in ``lo..hi`` that starts with ``key =`` (any key) before a header; ``hi`` if none."""
     for n in range(lo, hi):  # usually the very next line: a value rarely spans many
         if re.match(r"^\s*[A-Za-z0-9_\"\-]+\s*=", ix.lines[n]):
-            return [n]
+            return n
         if _HEADER.match(ix.lines[n]):
-            return []
-    return []
+            return hi
+    return hi
 
 
 def _source_text(path: Path) -> str:
