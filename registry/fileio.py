@@ -24,6 +24,7 @@ import json
 import os
 import re
 import stat
+import sys
 import threading
 import tomllib
 from pathlib import Path
@@ -549,8 +550,6 @@ def _write_error(p: Path, what: str, exc: OSError) -> WriteError:
 
 def _write_stream(p: Path, fd: int, data: bytes, what: str) -> Path:
     """Write to an open stream of this process (``/dev/stdout``): appended to it, nothing replaced."""
-    import sys
-
     for s in (sys.stdout, sys.stderr):
         try:
             s.flush()

@@ -18,6 +18,7 @@ import ast
 import hashlib
 import json
 import os
+import time
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -78,8 +79,6 @@ def closure_cached(root: Path, declaration: list, compute) -> tuple[dict[str, st
     """``compute()`` (file -> sha256, missing declared paths) of one gate, or its cached result while every file
     of the closure has the recorded content and every folder it was looked up in the recorded entries (a module
     created or removed changes its folder's listing). Modification times are never consulted."""
-    import time
-
     cache = _cache()
     key = "closure:" + hashlib.sha256(json.dumps(declaration, sort_keys=True).encode()).hexdigest()
     entry = cache.get(key)

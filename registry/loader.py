@@ -18,7 +18,9 @@ import functools
 import hashlib
 import json
 import os
+import pickle
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
@@ -277,8 +279,6 @@ class _ParseCache:
         if hashlib.sha256(payload).hexdigest().encode() != digest:
             return {}
         try:
-            import pickle
-
             data = pickle.loads(payload)
         except Exception:  # noqa: BLE001 - a cache that cannot be read only costs speed
             return {}
@@ -286,8 +286,6 @@ class _ParseCache:
 
     @classmethod
     def encode(cls, data: dict) -> bytes:
-        import pickle
-
         payload = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
         return cls.MAGIC + _stamp() + b"\n" + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
 
@@ -322,8 +320,6 @@ class _ParseCache:
 def _stamp() -> bytes:
     """What a cache file must have been written by: this project's version, the Python version and a hash
     of the code that reads and parses the files (a cache of another version is ignored)."""
-    import sys
-
     from r9k import __version__
 
     h = hashlib.sha256(f"{__version__}:{sys.version_info[:2]}".encode())

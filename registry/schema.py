@@ -7,6 +7,7 @@ included) into that form or raises :class:`ValueError` with the reason.
 """
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from typing import Literal, Optional, Union
@@ -573,8 +574,6 @@ class Release(Strict):
     @field_validator("date")
     @classmethod
     def _date(cls, v: str) -> str:  # the release order depends on it
-        import datetime
-
         try:
             if not re.match(r"^\d{4}-\d{2}-\d{2}$", v):
                 raise ValueError
