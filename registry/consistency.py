@@ -1,20 +1,17 @@
 """Cross-file consistency of the registry and the profiles: each fault is an error naming both places.
 
-Called from :func:`r9k.registry.validate.validate` (``check_consistency``, then ``group_cascades`` on the
-finished report). What it checks:
+Called from :func:`r9k.registry.validate.validate` (``check_consistency``, then ``group_cascades``). It checks:
 
-* knobs: two variants declaring the same knob (or one's ``also_knobs`` naming another's knob) — without
-  this, the later file silently takes the knob over;
+* knobs: two variants declaring the same knob (or one's ``also_knobs`` naming another's knob);
 * references: models named by variants (``models``, ``excluded_models``, ``model_defaults``) and by
   profiles; gate tests (``gate.tests``: the file, and the test function in it) that do not exist;
-* releases: dates that are not ISO dates (``YYYY-MM-DD``), an explicit order (``previous``) that
-  contradicts the dates or loops, default changes whose ``to`` is not a legal value of the knob;
+* releases: an explicit order (``previous``) that contradicts the dates or loops, default changes whose
+  ``to`` is not a legal value of the knob or whose scope names nothing;
 * profiles: fields nothing reads (``gpu_memory_utilization``: the ``UTIL`` knob is what reaches
   ``vllm serve``), and ``serve_args`` that contradict themselves, the profile's TP size or a knob that
   sets the same vLLM argument.
 
-``group_cascades`` merges diagnostics of one fault reported once per profile into one line, and turns
-"unknown model" in every profile of a registry without models into one error at ``models.toml``.
+``group_cascades`` merges diagnostics of one fault reported once per profile into one line.
 """
 from __future__ import annotations
 
@@ -25,10 +22,8 @@ from typing import Optional
 
 from .errors import Diagnostic
 from .loader import Registry, display_path
-from .resolve import suggest
+from .resolve import scope_matches, suggest
 from .ledger import repo_root, test_file
-
-DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 # vLLM arguments that a profile's own fields set: serve_args must not set them differently.
 _TP_ARGS = ("--tensor-parallel-size", "-tp")
@@ -46,10 +41,8 @@ USER_LAYERS = ("profile", "environment", "override")
 
 
 def _release_change(reg: Registry, rs, r) -> Optional[tuple]:
-    """The release TOML line (file, line, col) of the default change that gave ``r`` its value, for a value of the
-    release layer: the last change of its knob, at or before the release the chain extends, to that value."""
-    from .resolve import scope_matches
-
+    """(file, line, col) of the release's default change that gave ``r`` its value: the last change of its knob,
+    at or before the release the chain extends, to that value."""
     order = reg.release_order()
     if rs.release not in order:
         return None
@@ -86,13 +79,12 @@ def _profile_key_where(reg: Registry, rs, r) -> Optional[tuple]:
 
 
 def value_where(reg: Registry, rs, r) -> tuple:
-    """(file, line, col) of the layer that set a resolved value: a profile's key (the child's own file when a
-    child set it, the parent's when it inherits it), ``<command line>:1:COL`` for ``--set``, a release's
-    default change in its TOML file, the variant's line for a registry default; (None, None, None) for the
-    environment and for a ``--set`` given by a program."""
+    """(file, line, col) of the layer that set a resolved value: the profile's key (of the child or the parent it
+    inherits from), ``<command line>:1:COL`` for ``--set``, the release's default change, the variant's line;
+    (None, None, None) for the environment and for a ``--set`` given by a program."""
     o = r.origin
     if o.layer == "override":
-        line = getattr(rs, "command_line", None)
+        line = rs.command_line
         return line.set_where(o.key) if line is not None else (None, None, None)
     if o.layer == "environment":
         return None, None, None
@@ -107,7 +99,7 @@ def layer_text(rs, origin, value) -> str:
     """One layer as the user wrote it: ``--set R9K_X=1``, ``environment R9K_X=1``, ``profile p (file:line)``,
     ``release v0.3.2``, ``the registry default (file:line)``."""
     if origin.layer == "override":
-        line = getattr(rs, "command_line", None)
+        line = rs.command_line
         typed = line.set_text(origin.key) if line is not None else None
         return typed or f"--set {origin.key}={value}"
     if origin.layer == "environment":
@@ -122,10 +114,8 @@ def layer_text(rs, origin, value) -> str:
 
 
 def set_by(rs, r) -> str:
-    """`` (set by X, overriding Y)`` for a value a user's layer set where it helps: set on the command line, in the
-    environment or by an unsaved edit in the control panel (no file line says so), or overriding what another user
-    layer (a parent profile, the environment) set; '' for a value a file sets without overriding one (its location
-    says it all)."""
+    """`` (set by X, overriding Y)`` for a value a user's layer set where no file line says so (the command line,
+    the environment, an unsaved edit in the panel) or that overrides another user layer's; else ''."""
     if r.origin.layer not in USER_LAYERS:
         return ""
     prev = [(o, v) for o, v in r.history if o.layer in USER_LAYERS and v != r.value]
@@ -139,10 +129,9 @@ def set_by(rs, r) -> str:
 
 
 def tp_where(reg: Registry, rs) -> tuple:
-    """(file, line, col) of what set the TP size: ``--tp`` on the command line, or the ``tp`` key of the profile
-    of the chain that sets it (a parent's when the child inherits it)."""
+    """(file, line, col) of what set the TP size: ``--tp``, or the ``tp`` key of the chain's profile that sets it."""
     if rs.tp_from == "--tp":
-        line = getattr(rs, "command_line", None)
+        line = rs.command_line
         return line.option_where("--tp") if line is not None else (None, None, None)
     if rs.tp_from in reg.profiles:
         return reg.locate("profile", rs.tp_from, ("tp",))
@@ -152,7 +141,7 @@ def tp_where(reg: Registry, rs) -> tuple:
 def tp_text(rs) -> str:
     """``--tp 2`` or ``tp = 4 in profile p``."""
     if rs.tp_from == "--tp":
-        line = getattr(rs, "command_line", None)
+        line = rs.command_line
         return (line.option_text("--tp") if line is not None else None) or f"--tp {rs.tp}"
     return f"tp = {rs.tp} in profile {rs.tp_from}" if rs.tp_from else f"TP {rs.tp} (no profile sets tp)"
 
@@ -268,8 +257,8 @@ def _missing_gate_tests(reg: Registry, vid: str) -> list[Diagnostic]:
 
 
 def _gate_tests(reg: Registry, report) -> None:
-    """A default-on variant ships: a gate test of it that does not exist is an error of the registry. Other
-    variants' are errors of the profiles that switch them on (:func:`check_resolved`)."""
+    """A missing gate test of a default-on variant is an error of the registry; of another variant, of the
+    profiles that switch it on (:func:`check_resolved`)."""
     for vid, diags in missing_gate_tests(reg).items():
         if reg.variants[vid].status.state == "default-on":
             for d in diags:
@@ -279,28 +268,12 @@ def _gate_tests(reg: Registry, report) -> None:
 # ------------------------------------------------------------------------------------------ releases
 
 
-def release_date(text: str) -> Optional[_dt.date]:
-    if not DATE_RE.match(text or ""):
-        return None
-    try:
-        return _dt.date.fromisoformat(text)
-    except ValueError:
-        return None
-
-
 def _releases(reg: Registry, report) -> None:
-    dates = {}
+    dates = {ver: _dt.date.fromisoformat(rel.date) for ver, rel in reg.releases.items()}  # schema.Release checked them
     looped: set[str] = set()
     for ver, rel in reg.releases.items():
-        d = release_date(rel.date)
-        if d is None:
-            f, ln, col = reg.locate("release", ver, ("date",))
-            report.add(Diagnostic("error", "bad-date", f"release {ver}: date {rel.date!r} is not a date (YYYY-MM-DD); "
-                                  "the release order depends on it", f, ln, col, [ver]))
-        dates[ver] = d
-    for ver, rel in reg.releases.items():
         prev = rel.previous
-        if prev and prev in reg.releases and dates[ver] and dates[prev] and dates[prev] > dates[ver]:
+        if prev and prev in reg.releases and dates[prev] > dates[ver]:
             f, ln, col = reg.locate("release", ver, ("previous",))
             pf, pl, _ = reg.locate("release", prev, ("date",))
             report.add(Diagnostic("error", "release-order", f"release {ver} ({rel.date}) names {prev} as its previous "
@@ -319,8 +292,8 @@ def _releases(reg: Registry, report) -> None:
                 break
             seen.append(cur)
             cur = reg.releases[cur].previous
-    # previous must be the release just before by date (when dates are all valid)
-    if all(dates.values()) and len(reg.releases) > 1:
+    # previous must be the release just before by date
+    if len(reg.releases) > 1:
         # within one lineage: the original's releases follow each other; this project's extend one of them
         order = [v for v in reg.release_order() if not reg.releases[v].project]
         for i, ver in enumerate(order):
@@ -469,8 +442,7 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
     files = [reg.origins.get(("profile", p), (None,))[0] for p in rs.chain]
 
     def nearness(where) -> int:
-        """How near the profile the user named a place is: the command line, then its own file, then its
-        parents'; a release or registry default (no profile file) last."""
+        """How near the named profile a place is: the command line, its own file, its parents', then the rest."""
         f = where[0]
         if f == "<command line>":
             return len(files) + 1
@@ -497,7 +469,6 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
     if b.fixed_kv_bytes is None and b.kv_tokens <= 0:
         r, (f, ln, col) = knob_where(UTIL_KNOB)
         user_set = r is not None and r.layer not in ("registry", "release")
-        # a --set that costs memory is what the user just changed: point there first (the largest such cost)
         # a memory cost set nearer than the GPU's size (a --set, or a knob of the profile over its parent's
         # [hardware]) is what the user just changed: point there first (the largest such cost)
         typed = sorted(((c.bytes, knob_where(c.knob)) for c in b.costs if c.bytes > 0), key=lambda x: -x[0])
@@ -536,8 +507,8 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
 
 
 def _group_unknown_releases(diags: list[Diagnostic], reg: Optional[Registry]) -> list[Diagnostic]:
-    """A release named many times that does not exist is one error (at its first mention), and a registry
-    without any release one error at its releases/ folder."""
+    """A missing release named many times is one error (at its first mention); with no release at all, one
+    error at the releases/ folder."""
     unknown = [d for d in diags if d.code == "unknown-release" and d.items]
     if reg is None or len(unknown) < 2:
         return diags
@@ -572,8 +543,9 @@ def _group_unknown_releases(diags: list[Diagnostic], reg: Optional[Registry]) ->
 
 
 def group_cascades(report, reg: Optional[Registry]) -> None:
-    """One fault, one message: merge diagnostics reported at the same place, with the same message but for
-    another profile (a fault in a parent profile, seen from each child), into the first one."""
+    """One fault, one message: diagnostics at the same place with the same message but for another profile (a
+    parent's fault, seen from each child) merge into the first; "unknown model" in every profile of a
+    registry without models becomes one error at ``models.toml``."""
     diags = report.diagnostics
     if reg is not None and not reg.models:
         unknown = [d for d in diags if d.code == "unknown-model"]

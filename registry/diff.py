@@ -1,16 +1,15 @@
 """Field-level diffs between two releases or profiles (OpenFeature ``compare`` style).
 
-A *side* is a release (``v0.3.1`` or ``release:v0.3.1``) or a profile name. For each side we compute
-the value of every variant (per TP size for a release: the primary model's defaults (models.toml) at each
-TP size it is served at unless a TP is given; at the profile's TP for a profile), then report:
+A *side* is a release (``v0.3.1`` or ``release:v0.3.1``) or a profile name. Each side's values are computed
+(a release's: the primary model's defaults at each TP size it is served at, unless a TP is given; a
+profile's: at its TP size), then the diff reports:
 
 * variants added or removed between the sides (a release's ``since``; a variant at a removed status);
 * changed values, per TP key, with provenance for profiles;
 * bench numbers of both releases side by side, matched on (config, metric, stack), with delta and %;
 * quality records, using a paired record of B against A where B has one.
 
-The result is plain data (:class:`Diff`); :mod:`r9k.r9kctl.cmd_diff` renders it as a table, JSON or
-markdown, and the control panel shows the same object.
+The result is plain data (:class:`Diff`); :mod:`r9k.r9kctl.cmd_diff` renders it.
 """
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from typing import Optional
 
 from .loader import Registry
 from .memory import budget
-from .resolve import primary_model, resolve, value_at_release
+from .resolve import primary_model, profile_chain, resolve, value_at_release
 from .schema import BenchRecord, QualityRecord
 
 @dataclass
@@ -214,9 +213,6 @@ class Diff:
     # project (not the original's): 'v0.3.2-r9k.1' -> 'r9k-stack'
 
     def to_dict(self) -> dict:
-        def rec(r):
-            return None if r is None else r.model_dump(exclude_none=True)
-
         return {
             "a": {"spec": self.a.spec, "kind": self.a.kind, "release": self.rel_a, "kv_tokens": self.a.kv_tokens},
             "b": {"spec": self.b.spec, "kind": self.b.kind, "release": self.rel_b, "kv_tokens": self.b.kv_tokens},
@@ -273,8 +269,6 @@ def _release_of(reg: Registry, side: Side) -> Optional[str]:
     if side.kind == "release":
         return side.name
     prof = reg.profiles[side.name]
-    from .resolve import profile_chain
-
     _, base, _ = profile_chain(reg, prof.name)
     return base if base in reg.releases else None
 

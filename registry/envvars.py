@@ -44,9 +44,7 @@ class EnvVar:
         return [Path(p).expanduser() for p in value.split(os.pathsep) if p]
 
 
-def _v(name: str, type: str, default: Optional[str], meaning: str, readers: tuple[str, ...],
-       vllm: bool = False) -> EnvVar:
-    return EnvVar(name, type, default, meaning, readers, vllm)
+_v = EnvVar  # short, for the table below
 
 
 # ------------------------------------------------------------------ what a user or the launcher sets

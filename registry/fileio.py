@@ -1,26 +1,18 @@
 """The one read path and the one writer for every file the project reads or writes.
 
 Reading (:func:`read_bytes`, :func:`read_text`, :func:`read_toml`, :func:`read_json`, :func:`read_jsonl`,
-:func:`read_xml`) checks, in this order: the path exists, is not a symlink loop, is a regular file (not a
-folder, FIFO or device), is readable, is at most ``max_bytes`` long, is UTF-8 text (a UTF-8 BOM is
-accepted and dropped; UTF-16/UTF-32, NUL bytes and non-UTF-8 bytes such as Latin-1 are refused with the
-line and column of the first bad byte), parses, and nests at most :data:`MAX_DEPTH` levels. Every failure
-raises :class:`FileError`, a :class:`~r9k.registry.errors.RegistryError` holding exactly one located
-diagnostic (``file:line:col: error[kind]: ...``); the command line prints it and exits 2.
+:func:`read_xml`) checks, in this order: the path exists, is not a symlink loop, is a regular file, is
+readable, is at most ``max_bytes`` long, is UTF-8 text (a UTF-8 BOM is dropped; anything else is refused at
+the first bad byte), parses, and nests at most :data:`MAX_DEPTH` levels. Every failure raises
+:class:`FileError`, holding exactly one located diagnostic (``file:line:col: error[kind]: ...``).
 
 Writing (:func:`atomic_write`, :func:`atomic_append`, :func:`update`, :func:`open_for_writing`) is the one
-writer of the project. It replaces only regular files: a folder, FIFO, socket or device node (directly or
-through a symlink) is refused with one located line and left alone, and so is a symlink resolving outside
-the folder the path names (or outside ``within``, a folder the caller gives); ``/dev/stdout``,
-``/dev/stderr`` and ``/dev/fd/N`` name this process's open streams and are written to (what ``--out
-/dev/stdout`` means), never replaced, so a redirected file keeps what it had. A replace goes through a
-temporary file in the target's own folder, fsync and a rename, so a reader sees the old file or the new
-one, never a part: on any failure (disk full, permission, read-only, an exception, Ctrl-C) the temporary
-file is removed and the old file is left as it was. Writing to a symlink into the same folder updates the
-file it points to (the link stays a link). Temporary files carry the writer's pid; one left by a killed
-writer is removed by the next write to the same file. Every append and read-modify-write (:func:`update`)
-holds :func:`locked`, an ``fcntl`` advisory lock on the target's folder, so concurrent writer processes
-lose nothing.
+writer of the project. It replaces only regular files: a folder, FIFO, socket or device node, or a symlink
+resolving outside the path's folder (or ``within``), is refused with one located line and left alone;
+``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` are written to, never replaced. A replace goes through a
+temporary file in the target's folder (named with the writer's pid: a killed writer's is removed by the next
+write), fsync and a rename: on any failure the old file is left as it was. A symlink into the same folder
+stays a link. Every append and read-modify-write holds :func:`locked`, so concurrent writers lose nothing.
 
 Imports only the standard library (plus :mod:`.errors`): the plugin uses it on its startup path.
 """
@@ -32,6 +24,7 @@ import json
 import os
 import re
 import stat
+import sys
 import threading
 import tomllib
 from pathlib import Path
@@ -238,9 +231,8 @@ def _too_deep(path, text: str, what: str, comments: bool = True) -> FileError:
 
 
 def _depth(obj: Any, limit: int = MAX_DEPTH, text: Optional[str] = None) -> bool:
-    """True when ``obj`` nests deeper than ``limit`` (iterative: no recursion on hostile input). ``text``: the
-    JSON it was parsed from, when known: with no more than ``limit`` brackets in all it cannot nest deeper
-    (each level opens one), and is not walked (a ledger line: most of the walk's cost)."""
+    """True when ``obj`` nests deeper than ``limit`` (iterative: no recursion on hostile input). ``text``: its
+    JSON, when known: with at most ``limit`` brackets in all it cannot nest deeper, and is not walked."""
     if text is not None and text.count("[") + text.count("{") <= limit:
         return False
     stack = [(obj, 1)]
@@ -312,7 +304,8 @@ _JSON_TYPES = {dict: "an object", list: "an array", str: "a string", int: "a num
                bool: "true/false", type(None): "null"}
 
 
-def _json_type(o: Any) -> str:
+def json_type(o: Any) -> str:
+    """What a parsed JSON value is, in words (``an object``, ``true/false``, ...)."""
     return _JSON_TYPES.get(type(o), type(o).__name__)
 
 
@@ -342,17 +335,13 @@ def parse_json(text: str, path: Optional[PathLike] = None, what: str = "JSON fil
     if _depth(obj, MAX_DEPTH, text):
         raise _too_deep(path, text, what, comments=False)
     if expect is not None:
-        types = _tuple(expect)
+        types = expect if isinstance(expect, tuple) else (expect,)
         if not isinstance(obj, types) or (isinstance(obj, bool) and bool not in types):
             want = " or ".join(dict.fromkeys(_JSON_TYPES.get(t, t.__name__) for t in types))
             line, col = _first_char(text)
-            raise error(path, "wrong-type", f"{what} must hold {want}, not {_json_type(obj)}", line + line_offset,
+            raise error(path, "wrong-type", f"{what} must hold {want}, not {json_type(obj)}", line + line_offset,
                         col)
     return obj
-
-
-def _tuple(t) -> tuple:
-    return t if isinstance(t, tuple) else (t,)
 
 
 def read_json(path: PathLike, what: str = "JSON file", expect: Any = None, max_bytes: Optional[int] = None) -> Any:
@@ -435,16 +424,14 @@ def _not_regular(mode: int) -> Optional[str]:
 
 
 def _refused(p: Path, kind: str, message: str, hint: Optional[str] = None) -> "WriteError":
-    """A writer's refusal: one located line; also an OSError, so that a caller handling write failures (a
-    cache that is skipped, the plugin that logs it) handles a refusal the same way."""
+    """A writer's refusal: one located line (a WriteError: an OSError too)."""
     return WriteError(Diagnostic("error", kind, message, display_path(p), None, None, [], hint))
 
 
 def _write_target(p: Path, what: str = "file", within: Optional[PathLike] = None) -> Path:
-    """The file a write to ``p`` must replace: the end of its symlink chain, if it is one. Refuses (a located
-    :class:`WriteError`) a link loop, a link that resolves outside ``within`` (by default the folder ``p`` is
-    in: a link never sends a write to another folder), and a target that exists and is not a regular file
-    (folder, FIFO, socket, device)."""
+    """The file a write to ``p`` must replace: the end of its symlink chain. Refuses (a located
+    :class:`WriteError`) a link loop, a link resolving outside ``within`` (by default ``p``'s folder), and a
+    target that is not a regular file."""
     target = p
     if os.path.islink(p):
         try:
@@ -473,19 +460,16 @@ def _write_target(p: Path, what: str = "file", within: Optional[PathLike] = None
     return target
 
 
-# ---- the advisory lock: one per folder, so that a lock never needs a file of its own (nothing is left
-# behind) and a lock survives the rename of the file it guards. Re-entrant within a process.
+# ---- the advisory lock: one per folder (no lock file is left behind; it survives the rename of the file).
 _locks_guard = threading.Lock()
 _held: dict[str, list] = {}  # folder -> [RLock, depth, fd or None]
 
 
 @contextlib.contextmanager
 def locked(path: PathLike):
-    """An exclusive advisory lock (``fcntl.flock`` on the folder of ``path``'s target) for a
-    read-modify-write or an append: concurrent writers (processes or threads) of the same folder take
-    turns. Re-entrant in one process. A folder that cannot be opened is written without a lock (the
-    write itself then reports the problem). A path no writer may write (see :func:`_write_target`) is
-    refused here already, before the caller reads it."""
+    """An exclusive, re-entrant advisory lock (``fcntl.flock`` on the folder of ``path``'s target) for a
+    read-modify-write or an append. A folder that cannot be opened is written without a lock (the write then
+    reports the problem); a path no writer may write (:func:`_write_target`) is refused here already."""
     folder = os.path.realpath(_write_target(Path(path)).parent)
     with _locks_guard:
         entry = _held.setdefault(folder, [threading.RLock(), 0, None])
@@ -566,8 +550,6 @@ def _write_error(p: Path, what: str, exc: OSError) -> WriteError:
 
 def _write_stream(p: Path, fd: int, data: bytes, what: str) -> Path:
     """Write to an open stream of this process (``/dev/stdout``): appended to it, nothing replaced."""
-    import sys
-
     for s in (sys.stdout, sys.stderr):
         try:
             s.flush()
@@ -582,12 +564,9 @@ def _write_stream(p: Path, fd: int, data: bytes, what: str) -> Path:
 
 def atomic_write(path: PathLike, data: Union[str, bytes], what: str = "file", mode: Optional[int] = None,
                  within: Optional[PathLike] = None) -> Path:
-    """Replace ``path``'s content with ``data`` atomically (see the module text); returns the file written
-    (the symlink's target when ``path`` is a link). Raises a located FileError (kind ``write``) when it cannot;
-    the old file is then unchanged and no temporary file remains. Only regular files are replaced: a FIFO,
-    socket or device is refused (kind ``not-a-file``); ``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N``
-    name this process's streams and are written to, not replaced. ``within``: a folder the file must be in
-    (a symlink resolving elsewhere is refused)."""
+    """Replace ``path``'s content with ``data`` atomically (the rules: the module text); returns the file
+    written (the symlink's target when ``path`` is a link), or raises a located FileError (kind ``write``,
+    ``not-a-file``, ...) with the old file unchanged. ``within``: a folder the file must be in."""
     p = Path(path)
     if isinstance(data, str):
         data = data.encode("utf-8")
@@ -662,9 +641,8 @@ def update(path: PathLike, change: Callable[[Optional[bytes]], Union[str, bytes]
 
 def atomic_append(path: PathLike, data: Union[str, bytes], what: str = "file",
                   within: Optional[PathLike] = None) -> Path:
-    """Append ``data`` to ``path`` (created if missing) by writing old + new content atomically under the
-    lock: a failed append leaves the file exactly as it was, never a partial last line, and concurrent
-    appends by several processes are all kept."""
+    """Append ``data`` to ``path`` (created if missing) by an :func:`update`: a failed append leaves the file
+    as it was, and concurrent appends are all kept."""
     if isinstance(data, str):
         data = data.encode("utf-8")
 
@@ -678,9 +656,8 @@ def atomic_append(path: PathLike, data: Union[str, bytes], what: str = "file",
 
 
 def open_for_writing(path: PathLike, append: bool = False, what: str = "file", within: Optional[PathLike] = None):
-    """A text stream for a file written piece by piece (a log, a result file written as answers arrive):
-    the same target checks as :func:`atomic_write` (regular files only; ``/dev/stdout`` is the stream
-    itself). Appends use ``O_APPEND`` so that each line lands whole."""
+    """A text stream for a file written piece by piece (a log), with the target checks of :func:`atomic_write`.
+    Appends use ``O_APPEND`` so that each line lands whole."""
     p = Path(path)
     fd = _stream_fd(p)
     if fd is not None:
@@ -700,8 +677,7 @@ def open_for_writing(path: PathLike, append: bool = False, what: str = "file", w
 
 def move_into_place(src: PathLike, path: PathLike, what: str = "file") -> Path:
     """Rename the finished file ``src`` (in the same folder) onto ``path``, with the checks of
-    :func:`atomic_write`: only a regular file (or nothing) at ``path`` is replaced, a link only within its
-    folder; on a refusal ``src`` stays where it was."""
+    :func:`atomic_write`; on a refusal ``src`` stays where it was."""
     p = Path(path)
     target = _write_target(p, what)
     try:

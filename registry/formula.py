@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import math
+import operator
 from functools import lru_cache
 
 
@@ -15,6 +16,10 @@ class FormulaError(ValueError):
 
 
 _FUNCS = {"max", "min", "knob", "on", "sizes_max", "num", "ceil"}
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos, ast.Not: operator.not_}
+_ORDER = {ast.Gt: operator.gt, ast.Lt: operator.lt, ast.GtE: operator.ge, ast.LtE: operator.le}
 
 
 class Formula:
@@ -90,21 +95,17 @@ class Formula:
                 return scope[n.id]
             if isinstance(n, ast.BinOp):
                 a, b = ev(n.left), ev(n.right)
-                op = type(n.op).__name__
-                return {"Add": lambda: a + b, "Sub": lambda: a - b, "Mult": lambda: a * b, "Div": lambda: a / b,
-                        "FloorDiv": lambda: a // b, "Mod": lambda: a % b, "Pow": lambda: a ** b}[op]()
+                return _BINARY[type(n.op)](a, b)
             if isinstance(n, ast.UnaryOp):
-                x = ev(n.operand)
-                return {"USub": lambda: -x, "UAdd": lambda: x, "Not": lambda: not x}[type(n.op).__name__]()
+                return _UNARY[type(n.op)](ev(n.operand))
             if isinstance(n, ast.Compare):
                 left = ev(n.left)
                 for op, right in zip(n.ops, n.comparators):
                     r = ev(right)
-                    name = type(op).__name__
-                    if name in ("Eq", "NotEq"):
-                        ok = (left == r) == (name == "Eq")
+                    if isinstance(op, (ast.Eq, ast.NotEq)):
+                        ok = (left == r) == isinstance(op, ast.Eq)
                     elif isinstance(left, (int, float)) and isinstance(r, (int, float)):
-                        ok = {"Gt": left > r, "Lt": left < r, "GtE": left >= r, "LtE": left <= r}[name]
+                        ok = _ORDER[type(op)](left, r)
                     else:
                         raise FormulaError(f"{self.where}: cannot order {left!r} and {r!r}")
                     if not ok:

@@ -1,23 +1,16 @@
 """What a gate depends on, computed: the import closure, within this repository, of its test files and of
 its kernel modules.
 
-Roots of a variant's closure: the files of its declared gate tests, the ``conftest.py`` files pytest loads
-for them (their folder and every folder above it up to the repository root), the kernel module named by
-``implementation.module``, and the Python modules under ``implementation.sources`` (a program there, such as
-a benchmark with an ``if __name__ == "__main__":`` block, is hashed as declared but its imports are not
-followed: it is not what the gate tests). From each root the
-module's source is parsed (``ast``; nothing is imported) and every ``import`` / ``from ... import``
-anywhere in it (inside functions too: a lazy import is still a dependency) that names a module of this
-repository is followed, together with the ``__init__.py`` of every package on the way (importing
-``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py``). A string constant in a module that names a file
-beside it (``"tuned_h200.json"``) makes that data file a dependency too.
+Roots (:func:`r9k.registry.ledger.dependencies`): the gate's test files, the ``conftest.py`` files pytest
+loads for them, the module of ``implementation.module`` and the Python modules under ``implementation.sources``
+(a program there, with an ``if __name__ == "__main__":`` block, is hashed but its imports are not followed).
+Each module's source is parsed (``ast``; nothing is imported) and every import anywhere in it (a lazy one
+too) that names a module of this repository is followed, with the ``__init__.py`` of every package on the
+way. A string constant naming a file beside the module (``"tuned_h200.json"``) makes that file a dependency.
 
-Module names map to files as the installed package does (``r9k/<folder>`` links ``<folder>/``):
-``r9k.<folder>.<...>`` is ``<folder>/<...>`` (``r9k`` itself is ``r9k/``), and a bare ``kernels.<...>``
-(a test file named by its path, which the root ``conftest.py`` imports as ``r9k.kernels.<...>``) is the
-same file. Names that are not files of the repository
-(torch, triton, the standard library) are not followed: their versions are part of the toolchain
-(:mod:`r9k.registry.provenance`). Dynamic imports (``importlib.import_module(name)``) are not seen.
+``r9k.<folder>.<...>`` is ``<folder>/<...>`` (the package's links), and a bare ``kernels.<...>`` is the same
+file. Other names (torch, triton, the standard library) are the toolchain's (:mod:`r9k.registry.provenance`).
+Dynamic imports (``importlib.import_module(name)``) are not seen.
 """
 from __future__ import annotations
 
@@ -25,6 +18,7 @@ import ast
 import hashlib
 import json
 import os
+import time
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -34,14 +28,10 @@ from . import envvars, fileio
 NAMESPACE = "r9k"
 
 # ------------------------------------------------------------------------------ the parse cache
-# Parsing every module of every gate's closure was most of a cold `r9kctl validate` (0.33 s of 0.35). What a
-# module's source says (its imports, the string constants that may name a data file beside it, whether it is
-# a program) depends on its bytes alone, so it is cached on disk keyed by the sha256 of those bytes
-# (<cache dir>/gatedeps-<format>.json); a changed file has another hash, so its gate goes stale at once.
-# Each gate's closure is cached there too (:func:`closure_cached`), checked against content, never against
-# modification times. The file is only a cache: read only when it is a regular file in the cache folder,
-# every entry checked for its shape before use (a corrupt, truncated or hand-edited one is computed again),
-# written through fileio's writer. envvars.NO_CACHE = 1 bypasses it.
+# What a module's source says (:func:`_facts`) depends on its bytes alone: cached on disk by their sha256
+# (<cache dir>/gatedeps-<format>.json, measured: notes/evidence.md), with each gate's closure
+# (:func:`closure_cached`). Only a cache: every entry's shape is checked before use; envvars.NO_CACHE = 1
+# bypasses it.
 _CACHE_FORMAT = 1
 _disk: dict[str, dict] | None = None
 _dirty = False
@@ -86,12 +76,9 @@ def save_cache() -> None:
 
 
 def closure_cached(root: Path, declaration: list, compute) -> tuple[dict[str, str], list[str]]:
-    """``compute()`` (file -> sha256, missing declared paths) of one gate, or its cached result while still
-    valid: every file of the closure has the recorded content (sha256) and every folder it was looked up in
-    has the recorded entries (a module created where an import points, or one removed, changes its folder's
-    listing). Modification times are never consulted. The entry lives in the same cache file as the parses."""
-    import time
-
+    """``compute()`` (file -> sha256, missing declared paths) of one gate, or its cached result while every file
+    of the closure has the recorded content and every folder it was looked up in the recorded entries (a module
+    created or removed changes its folder's listing). Modification times are never consulted."""
     cache = _cache()
     key = "closure:" + hashlib.sha256(json.dumps(declaration, sort_keys=True).encode()).hexdigest()
     entry = cache.get(key)
@@ -121,18 +108,16 @@ def closure_cached(root: Path, declaration: list, compute) -> tuple[dict[str, st
 
 def _listing(d: Path) -> str | None:
     """sha256 of a folder's entries (name, and whether it is a folder), or None if it cannot be listed."""
-    key = ("ls", d)
-    if key in _LOOKUPS:
-        return _LOOKUPS[key]
+    return _looked_up(("ls", d), lambda: _listing_uncached(d))
+
+
+def _listing_uncached(d: Path) -> str | None:
     try:
         with os.scandir(d) as it:
             names = sorted(e.name + ("/" if e.is_dir() else "") for e in it)
     except OSError:
-        out = None
-    else:
-        out = hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest()
-    _LOOKUPS[key] = out
-    return out
+        return None
+    return hashlib.sha256("\0".join(names).encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _is_sha(x) -> bool:
@@ -219,14 +204,17 @@ def _facts(data: bytes, filename: str, key: str | None = None) -> dict:
     return facts
 
 
-#: lookups of one pass over the gates (:func:`fresh_lookups` starts one): module name -> file, folder ->
-#: its package __init__ files, file -> (stat, sha256); every gate shares them, so the folders and files
-#: several closures have in common are looked at once
+#: file-system lookups of one pass over the gates (:func:`fresh_lookups` starts one), shared by its gates
 _LOOKUPS: dict = {}
 _PASS = [0]  # the number of the pass: a module's direct dependencies are reused within one pass only
-
-
 _IN_PASS = [False]  # inside :func:`one_pass`: the gates of the pass share the lookups
+
+
+def _looked_up(key: tuple, compute):
+    """``compute()``, once per ``key`` within a pass."""
+    if key not in _LOOKUPS:
+        _LOOKUPS[key] = compute()
+    return _LOOKUPS[key]
 
 
 def fresh_lookups() -> None:
@@ -268,10 +256,7 @@ def content_hash(path: Path) -> tuple[str, bytes | None]:
 
 
 def _module_file(root: Path, dotted: str) -> Path | None:
-    key = ("mod", root, dotted)
-    if key not in _LOOKUPS:
-        _LOOKUPS[key] = _module_file_uncached(root, dotted)
-    return _LOOKUPS[key]
+    return _looked_up(("mod", root, dotted), lambda: _module_file_uncached(root, dotted))
 
 
 def _module_file_uncached(root: Path, dotted: str) -> Path | None:
@@ -290,10 +275,7 @@ def _module_file_uncached(root: Path, dotted: str) -> Path | None:
 
 def _package_inits(root: Path, path: Path) -> list[Path]:
     """``__init__.py`` of every package that contains ``path`` (up to the repository root)."""
-    key = ("inits", root, path.parent)
-    if key not in _LOOKUPS:
-        _LOOKUPS[key] = _package_inits_uncached(root, path)
-    return _LOOKUPS[key]
+    return _looked_up(("inits", root, path.parent), lambda: _package_inits_uncached(root, path))
 
 
 def _package_inits_uncached(root: Path, path: Path) -> list[Path]:
@@ -318,9 +300,8 @@ def _module_name(root: Path, path: Path) -> str:
 
 @lru_cache(maxsize=1024)
 def _direct(root: Path, path: Path, sha: str, pass_no: int = -1) -> tuple[Path, ...]:
-    """Repository files one module depends on directly (see the module doc). Reused within one pass for the
-    same content (the names it imports resolve to files as the folders are now); the parse behind it is
-    cached per content hash (:func:`_facts`)."""
+    """Repository files one module depends on directly (see the module doc), reused within one pass for the
+    same content."""
     try:
         facts = _facts_of(path)
     except OSError:
@@ -411,8 +392,7 @@ def is_script(root: str | Path, rel: str) -> bool:
         return False
     if b"__name__" not in data:  # no such block possible: skip the parse (most files)
         return False
-    facts = _facts(data, str(p))
-    return bool(facts["script"])
+    return bool(_facts(data, str(p))["script"])
 
 
 def module_path(root: str | Path, dotted: str | None) -> str | None:

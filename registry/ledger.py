@@ -1,7 +1,7 @@
 """The gate ledger: which declared gate tests passed, on what, and for which version of the sources.
 
-File: ``registry/gates/ledger.jsonl`` (``<registry root>/gates/ledger.jsonl``, or ``envvars.LEDGER``; an installed
-copy writes to the user's state directory instead, see :func:`ledger_path`), append-only JSON Lines, one line per gate run of one variant, written by ``r9kctl gate``::
+File: :func:`ledger_path`, append-only JSON Lines, one line per gate run of one variant, written by
+``r9kctl gate``::
 
     {"variant": "router_gemm", "tests": ["kernels/router/test_router.py"], "result": "pass",
      "outcomes": {"kernels/router/test_router.py::test_exact[4]": "passed", ...},
@@ -14,16 +14,11 @@ produced no item (``not-found``, or ``not-run`` when pytest died before reaching
 file the gate depends on to its sha256; ``toolchain`` is :func:`r9k.registry.provenance.toolchain` of the
 run (torch, Triton, vLLM, Python versions and the device).
 
-**What a gate depends on** (:func:`dependencies`): the declared ``implementation.sources`` (files,
-directories taken recursively, or glob patterns, relative to the repository root, which is the registry
-folder's parent) and gate test files, plus, computed by :mod:`r9k.registry.gatedeps`, the import closure
-within the repository of the tests, of the conftest.py files pytest loads for them, of the implementation
-module and of the modules under the sources (so a shared ``kernels/router/tl_common.py`` or
-``kernels/_testing.py`` is a dependency of every gate that imports it, and of no other), plus the pytest
-configuration the tests run under (:func:`r9k.registry.provenance.ini_options_hash`: pyproject's
-``[tool.pytest.ini_options]``, a ``pytest.ini``; the key ``<pytest configuration>``). The **source
-hash** is the sha256 over (path, file sha256) of all of them; a declared path that does not exist
-contributes a marker, so creating it changes the hash too.
+**What a gate depends on** (:func:`dependencies`): the declared ``implementation.sources`` (files, folders or
+globs, relative to the repository root) and gate test files, their import closure within the repository
+(:mod:`r9k.registry.gatedeps`: a shared ``kernels/_testing.py`` is a dependency of every gate that imports it,
+and of no other) and the pytest configuration (:func:`r9k.registry.provenance.ini_options_hash`). The **source
+hash** (:func:`hash_of`) covers all of them; a declared path that does not exist contributes a marker.
 
 **A record counts** when its source hash equals the current one and its toolchain equals the current
 toolchain of its platform (:class:`Toolchains`: this machine's own for this machine's platforms; for
@@ -38,19 +33,21 @@ when every one of its items (each parametrization) passed; a skipped item proves
   state's ``changes`` say why (``kernels/router/tl_common.py changed``, ``triton 3.6.0 -> 3.9.0 on cpu``);
 * ``missing`` no usable record (never run, or only skipped, e.g. ``needs-gpu`` on a CPU-only machine).
 
-Variants that declare no gate tests have no runnable gate and are absent from :func:`gate_states`.
-This module reads files only; it imports nothing heavy (``r9kctl validate`` and the control panel call it).
+Variants that declare no gate tests are absent from :func:`gate_states`. This module imports nothing heavy.
 """
 from __future__ import annotations
 
 import glob as _glob
 import hashlib
 import json
+import os
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from . import envvars, fileio
+from .errors import Diagnostic
 from . import gatedeps
 from . import provenance  # toolchain() looked up at call time: callers and tests replace provenance.toolchain
 from .gatedeps import closure_cached, content_hash, lookups_for_a_gate, one_pass
@@ -60,7 +57,6 @@ LEDGER_RELPATH = Path("gates") / "ledger.jsonl"
 
 PASSED, FAILED, ERROR, SKIPPED, NEEDS_GPU, NOT_FOUND, NOT_RUN = (
     "passed", "failed", "error", "skipped", "needs-gpu", "not-found", "not-run")
-CONCLUSIVE = {PASSED, FAILED, ERROR, NOT_FOUND}
 FAILING = {FAILED, ERROR, NOT_FOUND}
 
 STATES = ("fresh", "stale", "missing", "failed")
@@ -97,10 +93,8 @@ def installed_copy(root: Path) -> bool:
 
 
 def ledger_path(reg_or_root: Any) -> Path:
-    """The ledger file: ``envvars.LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl`` (a checkout's
-    ledger is the repository's). An installed copy uses ``<state dir>/gates/ledger-<version>.jsonl``
-    (:func:`r9k.registry.envvars.state_dir`), started from the packaged ledger on first use, so records
-    are never written into the installed package."""
+    """The ledger file: ``envvars.LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl``; an installed
+    copy uses ``<state dir>/gates/ledger-<version>.jsonl``, started from the packaged ledger on first use."""
     forced = envvars.LEDGER.get()
     if forced:
         return Path(forced)
@@ -137,8 +131,7 @@ def item_of(nodeid: str, declared: str) -> bool:
 
 
 def declared_tests(variant: Any) -> list[str]:
-    gate = getattr(variant, "gate", None)
-    return list(getattr(gate, "tests", None) or [])
+    return list(variant.gate.tests) if variant.gate else []
 
 
 def _wanted(p: Path) -> bool:
@@ -170,23 +163,20 @@ def expand_sources(root: Path, patterns: Iterable[str]) -> tuple[list[str], list
 
 def hashed_paths(variant: Any) -> list[str]:
     """The declared part of what a variant's hash covers: implementation sources plus gate test files."""
-    impl = getattr(variant, "implementation", None)
-    sources = list(getattr(impl, "sources", None) or [])
+    sources = list(variant.implementation.sources)
     return sources + [t for t in dict.fromkeys(test_file(t) for t in declared_tests(variant)) if t not in sources]
 
 
 def dependencies(reg_or_root: Any, variant: Any) -> tuple[list[str], list[str]]:
-    """(files a variant's gate depends on, declared paths that match nothing), repo-relative and sorted.
-
-    The declared paths (:func:`hashed_paths`) plus, computed (:mod:`r9k.registry.gatedeps`), the import
-    closure within the repository of the gate's test files, the conftest.py files pytest loads for them,
-    the implementation module and the Python files under the declared sources."""
+    """(files a variant's gate depends on, declared paths that match nothing), repo-relative and sorted: the
+    declared paths (:func:`hashed_paths`) and the import closure of its tests, their conftest.py files, the
+    implementation module and the Python files under the declared sources."""
     root = repo_root(reg_or_root)
     declared, missing = expand_sources(root, hashed_paths(variant))
     roots = [f for f in declared if f.endswith(".py") and not gatedeps.is_script(root, f)]
     for t in dict.fromkeys(test_file(t) for t in declared_tests(variant)):
         roots += gatedeps.conftests(root, t)
-    mod = gatedeps.module_path(root, getattr(getattr(variant, "implementation", None), "module", None))
+    mod = gatedeps.module_path(root, variant.implementation.module)
     if mod:
         roots.append(mod)
     files = gatedeps.closure(root, roots)
@@ -194,15 +184,11 @@ def dependencies(reg_or_root: Any, variant: Any) -> tuple[list[str], list[str]]:
 
 
 def file_hashes(reg_or_root: Any, variant: Any) -> tuple[dict[str, str], list[str]]:
-    """(repo-relative path -> sha256 of every file the gate depends on, declared paths that are missing).
-
-    Cached on disk per gate (:mod:`r9k.registry.gatedeps`: :func:`~r9k.registry.gatedeps.closure_cached`):
-    the closure is reused only while every file in it has the recorded content (sha256) and every folder it
-    was looked up in has the recorded entries (a file created or removed changes its folder's listing)."""
+    """(repo-relative path -> sha256 of every file the gate depends on, declared paths that are missing),
+    cached on disk per gate (:func:`r9k.registry.gatedeps.closure_cached`)."""
     lookups_for_a_gate()
     root = repo_root(reg_or_root)
-    impl = getattr(variant, "implementation", None)
-    key = [str(root), hashed_paths(variant), declared_tests(variant), getattr(impl, "module", None)]
+    key = [str(root), hashed_paths(variant), declared_tests(variant), variant.implementation.module]
 
     def compute() -> tuple[dict[str, str], list[str]]:
         files, missing = dependencies(reg_or_root, variant)
@@ -268,7 +254,7 @@ class GateRecord:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "GateRecord":
-        known = {f for f in cls.__dataclass_fields__}
+        known = cls.__dataclass_fields__
         missing = {"variant", "tests", "result", "outcomes", "platform", "date", "source_hash"} - set(d)
         if missing:
             raise ValueError(f"missing {', '.join(sorted(missing))}")
@@ -280,10 +266,9 @@ class GateRecord:
         return self.imported is not None or (self.note or "").startswith("imported from")
 
     def evidence(self, here: str | None = None) -> str:
-        """``ran here`` (``r9kctl gate`` ran the tests in this checkout on this machine: ``here`` is its
-        :func:`~r9k.registry.provenance.checkout_id`), ``ran elsewhere, <date>`` (``r9kctl gate`` ran them in
-        another checkout or on another machine: the record came with the ledger), or ``imported from
-        <platform>, <date>, unverified``."""
+        """``ran here`` (``r9kctl gate`` ran it in the checkout and on the machine whose
+        :func:`~r9k.registry.provenance.checkout_id` is ``here``), ``ran elsewhere, <date>`` (it came with the
+        ledger), or ``imported from <platform>, <date>, unverified``."""
         if not self.was_imported:
             if here is not None and self.ran_at == here:
                 return RAN_HERE
@@ -310,10 +295,8 @@ def summarize(outcomes: Mapping[str, str]) -> str:
     return "pass" if vals == {PASSED} else "partial"
 
 
-#: The size policy: the ledger a gate run appends to is one segment; an append that would take it past
-#: SEGMENT_BYTES first moves it aside, unchanged, as ``ledger.0001.jsonl`` (then 0002, ...), and starts a new
-#: one. Readers read the segments in order and then the ledger, line by line with no limit on the whole, so
-#: growth never makes the ledger unreadable, and an append never rewrites more than one segment.
+#: An append that would take the ledger past SEGMENT_BYTES first moves it aside, unchanged, as
+#: ``ledger.0001.jsonl`` (then 0002, ...); readers read the segments in order, then the ledger, line by line.
 SEGMENT_BYTES = 8 * 1024 * 1024
 #: A longer line is not a record (the largest are ~10 kB): skipped with a warning, read no further.
 LINE_BYTES = 1024 * 1024
@@ -331,16 +314,11 @@ def segments(path: str | Path) -> list[Path]:
 
 
 def _bad(p: Path, lineno: int, col: int, why: str, code: str = "ledger-line"):
-    from .errors import Diagnostic
-
     return Diagnostic("warning", code, why if code != "ledger-line" else f"line skipped: {why}",
                       fileio.display_path(p), lineno, col)
 
 
 def _read_segment(p: Path, records: list[GateRecord], problems: list) -> None:
-    import os
-    import stat
-
     try:
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -388,10 +366,9 @@ def _read_segment(p: Path, records: list[GateRecord], problems: list) -> None:
 
 def split_by_where_it_ran(outcomes: Mapping[str, str], ran_on: Mapping[str, str | None], platform: str,
                           toolchain: Mapping[str, Any] | None) -> list[tuple[str, dict[str, str], dict | None]]:
-    """[(platform, outcomes, toolchain)] of one gate run: a record's platform is where its code ran, so on a GPU
-    platform the items that ran on the CPU (``ran_on`` ``cpu``: :func:`r9k.registry.provenance.ran_on`) are a
-    record of their own on ``cpu`` (the toolchain's device ``cpu``); items of unknown placement (not found, not
-    run) stay with the GPU's."""
+    """[(platform, outcomes, toolchain)] of one gate run: on a GPU platform the items that ran on the CPU
+    (:func:`r9k.registry.provenance.ran_on`) are a record of their own on ``cpu``; items of unknown placement
+    stay with the GPU's."""
     cpu = {n: o for n, o in outcomes.items() if ran_on.get(n) == "cpu"}
     if platform_matches(platform, "cpu") or not cpu:
         return [(platform, dict(outcomes), dict(toolchain) if toolchain is not None else None)]
@@ -401,14 +378,14 @@ def split_by_where_it_ran(outcomes: Mapping[str, str], ran_on: Mapping[str, str 
 
 
 def read_ledger(path: str | Path) -> tuple[list[GateRecord], list[str]]:
-    """(records in time order, problems: one located warning per line that is not a record, which is skipped;
-    the other lines still count). A missing ledger is empty. Its moved-aside segments are read first."""
+    """:func:`read_ledger_diagnostics` with the problems as text lines."""
     records, diags = read_ledger_diagnostics(path)
     return records, [d.format() for d in diags]
 
 
 def read_ledger_diagnostics(path: str | Path) -> tuple[list[GateRecord], list]:
-    """:func:`read_ledger` with the problems as Diagnostics."""
+    """(records in time order, one located warning per line that is not a record, which is skipped). A
+    missing ledger is empty; its moved-aside segments are read first."""
     records: list[GateRecord] = []
     problems: list = []
     for seg in segments(path):
@@ -418,8 +395,6 @@ def read_ledger_diagnostics(path: str | Path) -> tuple[list[GateRecord], list]:
 
 def append_records(path: str | Path, records: Iterable[GateRecord]) -> None:
     """Append under the ledger's lock, all or nothing; past SEGMENT_BYTES the ledger is first moved aside."""
-    import os
-
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     text = "".join(json.dumps(r.to_json(), sort_keys=True) + "\n" for r in records)
@@ -534,9 +509,8 @@ def local_platforms(tc: Mapping[str, Any]) -> set[str]:
 
 
 class Toolchains:
-    """The current toolchain of each platform: this machine's own for its platforms; for another machine's
-    platform, the toolchain of the newest record made there (a newer run with another Triton makes every
-    older record of that platform stale)."""
+    """The current toolchain of each platform: this machine's own for its platforms; for another machine's,
+    the toolchain of the newest record made there (which makes older records of another toolchain stale)."""
 
     def __init__(self, records: Iterable[GateRecord], local: Mapping[str, Any] | None = None):
         self.local = dict(local) if local is not None else provenance.toolchain()
@@ -594,9 +568,7 @@ def _changes(rec: GateRecord, current: str, files: Mapping[str, str], tcs: Toolc
         out += file_changes(rec.deps, files) or ["declared sources changed"]
     cur = tcs.current(rec.platform)
     if cur is not None and (rec.toolchain is None or dict(rec.toolchain) != dict(cur)):
-        from .provenance import toolchain_changes
-
-        out += [f"{c} on {rec.platform}" for c in toolchain_changes(rec.toolchain, cur)]
+        out += [f"{c} on {rec.platform}" for c in provenance.toolchain_changes(rec.toolchain, cur)]
     return out
 
 
@@ -664,7 +636,7 @@ def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list
     """One message per declared known-bad range (``gate.known_bad``) that a toolchain falls in;
     ``toolchains``: where -> toolchain, e.g. {"installed here": ..., "gate passed on cuda-h200": ...}."""
     out = []
-    for kb in getattr(getattr(variant, "gate", None), "known_bad", None) or []:
+    for kb in variant.gate.known_bad if variant.gate else []:
         for where, tc in toolchains.items():
             v = tc.get(kb.package)
             if provenance.in_range(v, kb.versions):
@@ -687,25 +659,22 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
                   platform: str | None = None) -> list[tuple[str, Any, tuple, str]]:
     """The gate rule for a launch, over the variants it switches on: (code, variant, TOML key, message) for
 
-    * ``gate``: every default-on variant with this project's code (``implementation.module``) or declared
-      gate tests whose gate is not fresh: no gate tests, never run, stale (with what changed), failed; with
-      ``platform`` (the profile's), for a variant whose implementation runs there, not fresh *on that
-      platform* (a pass on cuda-h200 is no evidence for rocm-gfx1201);
+    * ``gate``: every default-on variant with this project's code or declared gate tests whose gate is not
+      fresh (with ``platform``, for a variant whose implementation runs there: not fresh *on that platform*);
     * ``known-bad``: every variant whose ``gate.known_bad`` range holds the toolchain installed here or one
       its counted gate passes ran on.
 
-    ``r9kctl validate`` / ``launch`` report them as warnings; ``launch --strict`` and the plugin's strict
-    mode refuse on warnings."""
+    Warnings: a strict launch and the plugin's strict mode refuse on them."""
     here = dict(local_toolchain) if local_toolchain is not None else provenance.toolchain()
     out: list[tuple[str, Any, tuple, str]] = []
     for v in variants:
         st = states.get(v.id)
-        if getattr(getattr(v, "gate", None), "known_bad", None):
+        if v.gate and v.gate.known_bad:
             tcs = {"installed here": here, **{f"gate passed on {p}": tc for p, tc in (st.toolchains if st else {}).items()}}
             out += [("known-bad", v, ("gate", "known_bad"), f"variant '{v.id}' ({v.knob}): {m}") for m in known_bad(v, tcs)]
-        if getattr(getattr(v, "status", None), "state", None) != "default-on":
+        if v.status.state != "default-on":
             continue
-        has_code = bool(getattr(getattr(v, "implementation", None), "module", None))
+        has_code = bool(v.implementation.module)
         if not declared_tests(v):
             if has_code:
                 out.append(("gate", v, ("implementation",), f"default-on variant '{v.id}' ({v.knob}): no gate: it "
@@ -741,15 +710,13 @@ def imported_only_on(st: GateState, platform: str) -> list[str]:
 
 def _admits(variant: Any, platform: str) -> bool:
     """Whether the variant's implementation runs on ``platform`` (its declared platforms admit it)."""
-    impl = getattr(variant, "implementation", None)
-    return bool(getattr(impl, "module", None)) and platform_admits(list(getattr(impl, "platforms", None) or []),
-                                                                   platform)
+    impl = variant.implementation
+    return bool(impl.module) and platform_admits(list(impl.platforms), platform)
 
 
 def summary(variants: Iterable[Any], states: Mapping[str, GateState], platform: str | None) -> str:
-    """One line over the gated variants a profile switches on, for its platform: how many are fresh with
-    evidence that ran here, fresh on imported evidence only (unverified), not fresh, and with no record on
-    that platform at all."""
+    """One line over the gated variants a profile switches on, for its platform: how many are fresh (ran here,
+    ran elsewhere, imported only), not fresh, and with no record on that platform."""
     here, elsewhere, imported, other, none = [], [], [], [], []
     for v in variants:
         st = states.get(v.id)

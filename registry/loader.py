@@ -6,12 +6,9 @@ Layout of a registry tree::
     <root>/releases/<version>.toml  one release file each (schema.Release)
     <root>/models.toml              [[model]] tables (schema.ModelSpec)
 
-Profiles live in the packaged ``profiles/`` folder, plus any folder named by ``envvars.PROFILES_DIR``
-(os.pathsep-separated) or passed as ``profile_dirs``; a later folder's profile replaces an earlier one
-of the same name.
-
-Parsing uses the standard library's ``tomllib`` (fast). Only when something is wrong do we scan the
-text for the line and column of the offending key, so the happy path stays cheap.
+Profiles live in the packaged ``profiles/`` folder, plus any folder named by ``envvars.PROFILES_DIR`` or
+passed as ``profile_dirs`` (:func:`load_profiles`). Only when something is wrong is the text scanned for the
+line and column of the offending key (:func:`locate`).
 """
 from __future__ import annotations
 
@@ -21,7 +18,9 @@ import functools
 import hashlib
 import json
 import os
+import pickle
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
@@ -54,8 +53,8 @@ _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.\-\"]+)\s*\]\]?")
 
 
 class _Index:
-    """One text's lines, its table headers and its ``key =`` lines, made once per text (an error list of
-    10^4 entries locates each in O(log n), not by scanning the file again: issue 37)."""
+    """One text's lines, its table headers and its ``key =`` lines, made once per text: each of many errors
+    is located in O(log n), not by scanning the file again."""
 
     _KEY = re.compile(r'^\s*(?:"([^"]*)"|([A-Za-z0-9_\-]+))\s*=')
 
@@ -159,22 +158,20 @@ def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
             best = (found + 1, col)
         lo = found
         # a multi-line value: stay from this key to the next key/header
-        nxt_key = min([n for n in (ix.first_header(found + 1, hi, lambda m, ln: True),) if n < hi] +
-                      [n for n in _next_key_line(ix, found + 1, hi)], default=hi)
-        hi = nxt_key
+        hi = min(ix.first_header(found + 1, hi, lambda m, ln: True), _next_key_line(ix, found + 1, hi))
         prefix = name
         i += 1
     return best
 
 
-def _next_key_line(ix: _Index, lo: int, hi: int) -> list[int]:
-    """The first line in ``lo..hi`` that starts with ``key =`` (any key), as a one-element list or []."""
+def _next_key_line(ix: _Index, lo: int, hi: int) -> int:
+    """The first line in ``lo..hi`` that starts with ``key =`` (any key) before a header; ``hi`` if none."""
     for n in range(lo, hi):  # usually the very next line: a value rarely spans many
         if re.match(r"^\s*[A-Za-z0-9_\"\-]+\s*=", ix.lines[n]):
-            return [n]
+            return n
         if _HEADER.match(ix.lines[n]):
-            return []
-    return []
+            return hi
+    return hi
 
 
 def _source_text(path: Path) -> str:
@@ -254,16 +251,10 @@ def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_lo
 
 
 class _ParseCache:
-    """Parsed TOML by (path, SHA-256 of the file's bytes), pickled in the user's cache directory.
-
-    The standard library's TOML parser is pure Python (~45 ms for the whole registry); unpickling the
-    parsed data is ~3 ms. The cache is an optimisation only: an entry is used only for the exact bytes it
-    was parsed from (an edit that keeps size and mtime, ``cp -p``, ``rsync -a``, is seen), and the file is
-    written as ``MAGIC``, the stamp of the code that wrote it (:func:`_stamp`), the SHA-256 of the pickle,
-    then the pickle: a cache of another version of this project, a truncated or corrupted file (one flipped
-    byte) or one that cannot be read is ignored and rebuilt, never trusted. ``envvars.NO_CACHE`` set to 1
-    turns it off. Only files that parse cleanly are cached.
-    """
+    """Parsed TOML by (path, SHA-256 of the file's bytes), pickled in the user's cache directory (measured:
+    notes/core.md). An entry is used only for the exact bytes it was parsed from; the file is ``MAGIC``, the
+    stamp of the code (:func:`_stamp`), the SHA-256 of the pickle, then the pickle: anything else is ignored
+    and rebuilt, never trusted. ``envvars.NO_CACHE`` set to 1 turns it off. Only clean parses are cached."""
 
     MAGIC = b"r9k-parse-cache/2\n"
 
@@ -273,15 +264,10 @@ class _ParseCache:
         self.data: dict = {}
         self.dirty = False
         if self.enabled:
-            self.data = self._load(self.path)
-
-    @classmethod
-    def _load(cls, path: Path) -> dict:
-        try:
-            raw = fileio.read_bytes(path, "parse cache")
-        except fileio.FileError:  # missing, not a file, unreadable: start empty
-            return {}
-        return cls.decode(raw)
+            try:
+                self.data = self.decode(fileio.read_bytes(self.path, "parse cache"))
+            except fileio.FileError:  # missing, not a file, unreadable: start empty
+                pass
 
     @classmethod
     def decode(cls, raw: bytes) -> dict:
@@ -293,8 +279,6 @@ class _ParseCache:
         if hashlib.sha256(payload).hexdigest().encode() != digest:
             return {}
         try:
-            import pickle
-
             data = pickle.loads(payload)
         except Exception:  # noqa: BLE001 - a cache that cannot be read only costs speed
             return {}
@@ -302,8 +286,6 @@ class _ParseCache:
 
     @classmethod
     def encode(cls, data: dict) -> bytes:
-        import pickle
-
         payload = pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL)
         return cls.MAGIC + _stamp() + b"\n" + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
 
@@ -334,29 +316,19 @@ class _ParseCache:
             pass  # a cache that cannot be written (full, read-only, not a file) only costs speed
 
 
-_STAMP: list[bytes] = []
-
-
+@functools.cache
 def _stamp() -> bytes:
     """What a cache file must have been written by: this project's version, the Python version and a hash
     of the code that reads and parses the files (a cache of another version is ignored)."""
-    if not _STAMP:
-        import sys
+    from r9k import __version__
 
-        from r9k import __version__
-
-        h = hashlib.sha256(f"{__version__}:{sys.version_info[:2]}".encode())
-        for mod in (__file__, fileio.__file__):
-            try:
-                h.update(Path(mod).read_bytes())
-            except OSError:
-                h.update(mod.encode())
-        _STAMP.append(h.hexdigest()[:16].encode())
-    return _STAMP[0]
-
-
-def _heads(text: str, header: str) -> list[int]:
-    return [n + 1 for n, ln in enumerate(text.splitlines()) if ln.strip() == header]
+    h = hashlib.sha256(f"{__version__}:{sys.version_info[:2]}".encode())
+    for mod in (__file__, fileio.__file__):
+        try:
+            h.update(Path(mod).read_bytes())
+        except OSError:
+            h.update(mod.encode())
+    return h.hexdigest()[:16].encode()
 
 
 def _read(path: Path, diags: list[Diagnostic], cache: Optional[_ParseCache] = None,
@@ -374,7 +346,7 @@ def _read(path: Path, diags: list[Diagnostic], cache: Optional[_ParseCache] = No
     except fileio.FileError as exc:
         diags.append(exc.diagnostic)
         return None, "", []
-    heads = _heads(text, header)
+    heads = [n + 1 for n, ln in enumerate(text.splitlines()) if ln.strip() == header]
     if cache:
         cache.put(path, digest, data, heads)
     return data, text, heads
@@ -441,18 +413,14 @@ class Registry:
 
     def locate(self, kind: str, key: str, loc: Iterable = ()) -> tuple[Optional[str], Optional[int], Optional[int]]:
         """File, line, column of an item (and optionally a key inside it)."""
-        memo_key = ("locate", kind, key, tuple(loc))
-        if memo_key in self._memo:
-            return self._memo[memo_key]
-        self._memo[memo_key] = out = self._locate(kind, key, tuple(loc))
-        return out
+        loc = tuple(loc)
+        return self.cached(("locate", kind, key, loc), lambda: self._locate(kind, key, loc))
 
     def _locate(self, kind: str, key: str, loc: tuple):
         origin = self.origins.get((kind, key))
         if not origin:
             return None, None, None
         file, line = origin
-        loc = tuple(loc)
         if loc and file in self.texts and self.texts[file] is None:
             try:
                 self.texts[file] = fileio.read_text(file)
@@ -460,7 +428,7 @@ class Registry:
                 self.texts.pop(file)
         if loc and file in self.texts and kind not in ("variant", "model") and len(loc) == 2 \
                 and all(isinstance(x, str) for x in loc):  # a key of a table: indexed
-            hit = self._key_index(file).get(loc)
+            hit = self.cached(("key-index", file), lambda: key_index(self.texts[file])).get(loc)
             if hit:
                 return file, hit[0], hit[1]
         if loc and file in self.texts:
@@ -479,14 +447,6 @@ class Registry:
                 if ln:
                     return file, ln, col
         return file, line, None
-
-    def _key_index(self, file: str) -> dict:
-        """(table, key) -> (line, col) of every ``key = ...`` line under a plain ``[table]`` header of a file,
-        built in one pass (locating each of N keys by a scan of the text would take N x lines)."""
-        memo = ("key-index", file)
-        if memo not in self._memo:
-            self._memo[memo] = key_index(self.texts[file])
-        return self._memo[memo]
 
 
 def key_index(text: str) -> dict:
@@ -516,10 +476,7 @@ def key_index(text: str) -> dict:
 _KEY_LINE = re.compile(r'^\s*(?:("(?:[^"\\]|\\.)*")|([A-Za-z0-9_-]+))\s*=')
 
 
-@functools.lru_cache(maxsize=4096)
 def _vkey(v: str) -> tuple:
-    # memoized: release_order sorts by it inside every value's release credit (~400k calls in the
-    # reliability corpus: a fifth of its CPU time)
     return tuple(int(x) if x.isdigit() else x for x in re.findall(r"\d+|[A-Za-z]+", v))
 
 
@@ -543,7 +500,7 @@ def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origin
             if need is not None and path.stem not in need:
                 continue
             local: list[Diagnostic] = []
-            prof = _load_profile(path, local, texts, cache)
+            prof = _load_named(path, Profile, "name", "profile", local, texts, cache, name_from_file=True)
             if local or prof is None:
                 profiles.pop(path.stem, None)
                 if problems is None:
@@ -580,15 +537,10 @@ def _profiles_needed(files: dict[Path, list[Path]], only: Iterable[str], cache) 
     return need
 
 
-def _load_profile(path: Path, diags: list[Diagnostic], texts: dict, cache) -> Optional[Profile]:
-    return _load_named(path, Profile, "name", "profile", diags, texts, cache, name_from_file=True)
-
-
 def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic], texts: dict, cache,
                 name_from_file: bool = False):
-    """One file holding one item named like the file (a profile, a release): read it, check it against
-    ``schema``, and check that its ``key`` field (which the file name supplies when ``name_from_file``
-    and it is absent) is the file's name. None after adding the located errors to ``diags``."""
+    """The item of a file named like it (a profile, a release), checked against ``schema``, its ``key`` field
+    (the file name's when ``name_from_file`` and absent) the file's name; None after adding located errors."""
     data, text, _ = _read(path, diags, cache)
     shown = display_path(path)
     texts[shown] = text

@@ -1,23 +1,15 @@
 """The one hand-off from the launcher to every vLLM process: the resolved set as plain data.
 
-``r9kctl launch`` resolves and validates a profile once and writes its :class:`Manifest` (``to_dict``):
-every item's value and provenance *and* the facts of its variant the plugin needs (knob, stock value,
-category, graph flag, implementation, gate tests, what a launcher knob sets, the values that select this
-project's implementation). Every vLLM process loads it (:func:`load`), checks its integrity (the set's hash
-recomputed from its values) and the registry fingerprint (the registry files this process would read
-say the same as the launcher's: :func:`registry_fingerprint`), and never resolves or validates again.
+``r9kctl launch`` resolves and validates a profile once and writes its :class:`Manifest`: every item's value
+and provenance and the facts of its variant the plugin needs. Every vLLM process loads it, checks its hash
+(recomputed from its values) and the registry fingerprint (:func:`registry_fingerprint`), and never resolves
+or validates again. Started by hand (``envvars.PROFILE``), the plugin's first process builds the same
+manifest (:func:`from_resolved`) for the processes after it.
 
-Started by hand (``envvars.PROFILE``, no launch), the plugin's first process resolves once and builds the
-same manifest (:func:`from_resolved`) for the processes after it.
+A credential of the profile's ``[env]`` is in a manifest by reference only (:func:`r9k.registry.redact.reference`);
+each process takes the value from its own environment and the plugin refuses to start when it differs.
 
-A credential the profile's ``[env]`` sets (``registry/redact.py``'s rule: ``HF_TOKEN``...) is in a manifest
-by reference only (name and fingerprint, :func:`r9k.registry.redact.reference`): never in the manifest file,
-``--additional-config`` (``ps``, vLLM's log) or a dry run; each process takes the value from its own
-environment and the plugin refuses to start when it is missing there or differs.
-
-:class:`Impl` is the one vocabulary for "which implementation runs": the availability verdict, the
-plugin's dispatch plan, a layer's choice, the startup table, the status, and the decode-step benchmark's
-pick all say it with it. Standard library only (no torch, vLLM, pydantic).
+:class:`Impl` is the one vocabulary for "which implementation runs". Standard library only.
 """
 from __future__ import annotations
 
@@ -218,9 +210,8 @@ class Manifest:
             values[vid] = {"knob": f.knob, "value": r.value, "layer": r.layer, "source": r.source,
                            "origin": r.origin.to_dict(), "type": f.type, "stock": f.stock, "category": f.category,
                            "graph_affecting": f.graph_affecting,
-                           "implementation": {"module": f.implementation.module, "op": f.implementation.op,
-                                              "platforms": list(f.implementation.platforms),
-                                              "extension_point": f.implementation.extension_point},
+                           "implementation": dict(f.implementation.__dict__,
+                                                  platforms=list(f.implementation.platforms)),
                            "gate_tests": list(f.gate_tests),
                            "sets": f.sets.to_dict() if f.sets else None,
                            "fused_values": list(f.fused_values),
@@ -241,9 +232,7 @@ class ManifestError(ValueError):
 def shape_problem(data: object) -> Optional[str]:
     """What makes ``data`` not the shape of a manifest (None when it is right), naming the key in quotes (the
     plugin locates it in the file); ``ResolvedSet.from_manifest`` and :func:`from_dict` both check it."""
-    def kind(o) -> str:
-        return {dict: "an object", list: "an array", str: "a string", bool: "true/false", int: "a number",
-                float: "a number", type(None): "null"}.get(type(o), type(o).__name__)
+    from .fileio import json_type as kind
 
     if not isinstance(data, dict):
         return f"a manifest is a JSON object, not {kind(data)}"
@@ -318,7 +307,7 @@ def from_resolved(rs, registry: Optional[str] = None, warnings=(), gates=None) -
                       tuple(v.gate.tests) if v.gate else (),
                       Sets.from_dict(v.sets.plain()) if v.sets else None,
                       fused_values(v.type, v.choices, v.stock) if impl.op else (),
-                      Switch(**v.vllm.plain()) if getattr(v, "vllm", None) else None)
+                      Switch(**v.vllm.plain()) if v.vllm else None)
         items[vid] = Item(facts, r.value, r.origin)
     return Manifest(rs.profile, rs.model, rs.tp, rs.platform, bool(rs.strict), items, referenced(rs.extra_env),
                     rs.release, list(rs.chain), list(rs.serve_args), rs.model_path, rs.hardware,
@@ -329,9 +318,8 @@ def from_resolved(rs, registry: Optional[str] = None, warnings=(), gates=None) -
 
 
 def registry_fingerprint(root: Path, adapters: Optional[Path] = None) -> str:
-    """A content hash of the registry files a manifest's facts come from (every ``*.toml`` under ``root``,
-    by relative path, and the adapter table): the same on every node that has the same registry, whatever
-    its paths or file times."""
+    """A content hash of the registry files a manifest's facts come from (every ``*.toml`` under ``root`` by
+    relative path, and the adapter table): the same on every node with the same registry."""
     h = hashlib.sha256()
     root = Path(root)
     files = sorted(root.rglob("*.toml"))
@@ -380,13 +368,9 @@ def decode(value: str) -> dict:
 
 def carrier(m: Manifest, server: str, path: Optional[str] = None, inline: bool = True) -> dict:
     """What ``r9kctl launch`` puts in ``--additional-config`` under :data:`CARRIER_KEY`: the set's hash and the
-    manifest: ``inline`` (encoded, a few kB: for processes on nodes without the launcher's files, a multi-node or
-    Ray server) or by reference, ``path`` (the file the launcher wrote; every process loads it and checks its
-    hash against the one carried: the printed command stays short). Nothing that differs between two starts of
-    one set: vLLM hashes ``additional_config`` into its compile-cache key, so a per-start value there (the server
-    instance id: it travels in the environment, envvars.SERVER) would make every start compile afresh. Inline
-    only (processes on other nodes, Ray's workers, which do not get the launcher's environment), the id is
-    carried too, at that cost."""
+    manifest, ``inline`` (encoded: for processes on nodes without the launcher's files) or by ``path`` (the
+    file the launcher wrote). vLLM hashes ``additional_config`` into its compile-cache key, so the per-start
+    server id travels in the environment (envvars.SERVER), and here only inline (for Ray's workers), at that cost."""
     out: dict = {"hash": m.hash}
     if inline or not path:
         out["server"] = server
@@ -397,9 +381,8 @@ def carrier(m: Manifest, server: str, path: Optional[str] = None, inline: bool =
 
 
 def from_carrier(carried: Any) -> tuple[Manifest, str]:
-    """The manifest and server id of a carrier (:func:`carrier`; the id is "" unless an older launcher carried
-    one); :class:`ManifestError` when it is not one,
-    its file cannot be read here, or its hash is not the one it announces."""
+    """The manifest and server id of a carrier (:func:`carrier`; the id is "" unless carried inline);
+    :class:`ManifestError` when it is not one, its file cannot be read here, or its hash differs."""
     if not isinstance(carried, dict) or not isinstance(carried.get("manifest", carried.get("path")), str):
         raise ManifestError(f"additional_config[{CARRIER_KEY!r}] is not an r9k carrier (no 'manifest' or 'path' string)")
     if isinstance(carried.get("manifest"), str):

@@ -9,7 +9,7 @@ resolved value whether the variant is on or off (off is usually 0). A fixed KV b
 launcher knob, vLLM's ``--kv-cache-memory``; ``VLLM_CPU_KVCACHE_SPACE`` on the CPU backend) pins the capacity;
 the costs then eat the headroom instead, and a budget that does not fit is an error.
 
-``python -m r9k.registry.memory`` prints the model's error on every KV figure the original stack gives.
+``python -m r9k.registry.memory_check`` prints the model's error on every KV figure the original stack gives.
 """
 from __future__ import annotations
 
@@ -174,7 +174,7 @@ def hybrid_layout(m, tp: int, serve_args: Optional[list] = None) -> Optional[Hyb
     """The page arithmetic of a hybrid model at a TP size, with the profile's vLLM arguments (its
     ``--max-model-len``; ``--no-enable-prefix-caching``: one state block a request, vLLM's mamba cache mode
     'none'), or None for a model without ``kv_hybrid``."""
-    h = getattr(m, "kv_hybrid", None)
+    h = m.kv_hybrid
     if h is None:
         return None
     from .consistency import _serve_options
@@ -200,9 +200,8 @@ def hybrid_layout(m, tp: int, serve_args: Optional[list] = None) -> Optional[Hyb
 
 
 def budget(reg: Registry, rs: ResolvedSet, errors: Optional[list] = None) -> Optional[Budget]:
-    """The budget of a resolved set, or None when the profile names no model/hardware or the model has
-    no numbers at this TP size (validation reports those separately), or when a value makes it
-    uncomputable (a :class:`BudgetError`, appended to ``errors`` when given: validation reports it)."""
+    """The budget of a resolved set, or None when the profile names no model/hardware, the model has no numbers
+    at this TP size, or a value makes it uncomputable (the :class:`BudgetError` appended to ``errors``)."""
     try:
         return _budget(reg, rs)
     except BudgetError as exc:
@@ -339,13 +338,6 @@ def _on_value(v) -> Optional[str]:
 
 def _tokens(nbytes: int, bpt: int) -> int:
     return int(round(nbytes / bpt)) if bpt > 0 else 0
-
-
-def _value(rs: ResolvedSet, knob: str) -> Optional[str]:
-    try:
-        return rs.value(knob)
-    except KeyError:
-        return None
 
 
 def fmt_bytes(n: float) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from .loader import Registry
+from .loader import Registry, load_registry
 from .memory import budget_of
 from .resolve import value_at_release
 
@@ -157,8 +157,6 @@ def fit(reg: Registry) -> dict:
 
 
 def main(argv=None) -> int:
-    from .loader import load_registry
-
     ap = argparse.ArgumentParser(prog="python -m r9k.registry.memory_check", description=__doc__.split("\n\n")[0])
     ap.add_argument("--fit", action="store_true", help="print the calibrated overhead a TP size")
     args = ap.parse_args(argv)

@@ -1,18 +1,13 @@
 """Round-trip editing of profile files: change knobs, keep the user's comments and layout.
 
-The loader (:mod:`r9k.registry.loader`) reads profiles with ``tomllib`` (fast, but it forgets comments);
-this module is the write side, used by the control panel (``r9kctl tui``):
+The write side of the loader's profiles, used by the control panel (``r9kctl tui``):
 
-* :class:`ProfileDocument` holds one profile file as a ``tomlkit`` document, which keeps comments,
-  blank lines, key order and value styles; :meth:`~ProfileDocument.set_knob` and
-  :meth:`~ProfileDocument.remove_knob` touch only the one key (under ``[knobs]``, an inline
-  ``knobs = {...}`` table or dotted ``knobs.KEY = ...`` keys, whichever the file uses).
-* :meth:`~ProfileDocument.save` writes atomically (a temporary file in the same folder, fsync, then
-  ``os.replace``) under the folder's lock, and refuses to overwrite a file that changed on disk since it was loaded
-  (:class:`ProfileConflict`). "Changed" means the content hash differs; the modification time is kept
-  too, for the message, but a file that was only touched is not a conflict.
-* :func:`save_as` creates a new profile that ``extends`` an existing one and holds the given knobs; it
-  never replaces an existing file (the final step is a hard link, which fails if the name exists).
+* :class:`ProfileDocument` holds one profile file as a ``tomlkit`` document (comments, blank lines, key
+  order and value styles kept); :meth:`~ProfileDocument.set_knob` and :meth:`~ProfileDocument.remove_knob`
+  touch only the one key (under ``[knobs]``, an inline table or dotted keys, whichever the file uses).
+* :meth:`~ProfileDocument.save` writes atomically and refuses to overwrite a file whose content changed on
+  disk since it was loaded (:class:`ProfileConflict`; a file only touched is not a conflict).
+* :func:`save_as` creates a new profile that ``extends`` an existing one; it never replaces a file.
 
 Values are written as the canonical strings the registry uses (``"1"``, ``"r9k"``, ``"0.98"``), except
 that a key whose current value is a TOML number or boolean keeps that type when the new value converts
@@ -93,7 +88,6 @@ class ProfileDocument:
     @classmethod
     def load(cls, path: Path) -> "ProfileDocument":
         path = Path(path)
-
         data = read_bytes(path, "profile")
         decode(data, path, "profile")  # a located error for a file that is not UTF-8
         st = path.stat()
@@ -148,12 +142,7 @@ class ProfileDocument:
         """Set ``key`` (a knob or variant id, as the file spells it) to ``value`` (canonical string);
         an existing key keeps its place, its inline comment and, where it converts, its TOML type."""
         tab = self._knobs_table(create=True)
-        if key in tab:
-            old = tab[key]
-            new = _typed_like(old, value)
-            tab[key] = new
-        else:
-            tab[key] = value
+        tab[key] = _typed_like(tab[key], value) if key in tab else value
 
     def remove_knob(self, key: str) -> bool:
         """Remove ``key`` from the knobs; False if it was not there. Comments on other lines stay."""
@@ -166,11 +155,9 @@ class ProfileDocument:
     # ------------------------------------------------------------------------------ writing
 
     def save(self, force: bool = False) -> None:
-        """Write the document atomically. Raises :class:`ProfileConflict` if the file changed on disk
-        since it was loaded (unless ``force``). The rule of every writer of user files: lock, then check,
-        then write (:func:`~r9k.registry.fileio.locked`), so two panels saving the same profile take turns
-        and the second sees the first's save as a conflict instead of overwriting it; a target that is not
-        a regular file (a FIFO put in its place) is refused before anything reads it."""
+        """Write the document atomically. Raises :class:`ProfileConflict` if the file changed on disk since it
+        was loaded (unless ``force``). Lock, then check, then write (:func:`~r9k.registry.fileio.locked`): of two
+        panels saving the same profile, the second sees the first's save as a conflict."""
         text = self.render()
         with locked(self.path):  # refuses a FIFO, socket, device or folder at once
             if not force and self.changed_on_disk():
@@ -191,16 +178,14 @@ def _typed_like(old: object, value: str) -> object:
         elif isinstance(raw, int):
             return int(value)
         elif isinstance(raw, float):
-            f = float(value)
-            return f
+            return float(value)
     except ValueError:
         pass
     return value
 
 
 def atomic_write(path: Path, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (:func:`r9k.registry.fileio.atomic_write`: temporary file in the
-    same folder, fsync, rename; a symlink's target is updated; the permission bits are kept). Raises
+    """Write a profile's ``text`` to ``path`` (:func:`r9k.registry.fileio.atomic_write`); raises
     :class:`~r9k.registry.fileio.WriteError` (an OSError) with the old file intact."""
     return _atomic_write(path, text, "profile")
 

@@ -13,21 +13,14 @@ which writes (format 1)::
      "platform": "cuda-h200",
      "files": {"kernels/router/tl_common.py": "<sha256 hex>", ...}}
 
-The same file is a pytest plugin (``PYTHONPATH=registry python3 -m pytest -p provenance --junitxml=...``):
-it stamps the JUnit XML with the tree hash (:func:`tree_hash` of the tree pytest ran in), the toolchain and
-the platform as ``<property>`` elements of the test suite, so an import can check that the XML and the
-provenance file describe the same run (a hand-written XML carries no stamp and says so); and it stamps each
-test case with where its code ran (``r9k_ran_on``: ``gpu`` or ``cpu``, :func:`ran_on`), so a CPU test on the
-GPU host is imported as a CPU record.
+The same file is a pytest plugin (``PYTHONPATH=registry python3 -m pytest -p provenance --junitxml=...``): it
+stamps the JUnit XML's test suite with the tree hash (:func:`tree_hash`), the toolchain and the platform, so an
+import can check that the XML and the provenance file describe the same run, and each test case with where
+its code ran (``r9k_ran_on``, :func:`ran_on`), so a CPU test on the GPU host is imported as a CPU record.
 
-``files`` covers every file of the tree (not ``.git``, virtual environments, caches, ``shared/``,
-``*.egg-info``, bytecode), plus ``<pytest configuration>``: :func:`ini_options_hash` (it is in every gate's
-hash). ``r9kctl gate --import-junit`` compares, for every gate the XML covers, these
-hashes with the local files the gate depends on and refuses the import on the first difference.
-
-The same module gives the engine the *local* toolchain (:func:`toolchain`): versions from the installed
-distributions' metadata (no torch / Triton / vLLM import) and the device from the NVIDIA driver's
-``/proc`` entries, so a gate records what it ran on and goes stale when that changes.
+``files`` covers every file of the tree (:func:`tree_hashes`); ``r9kctl gate --import-junit`` compares them
+with the local files each gate depends on and refuses the import on the first difference. The engine takes
+the *local* toolchain from here too (:func:`toolchain`: no torch / Triton / vLLM import).
 """
 from __future__ import annotations
 
@@ -87,11 +80,9 @@ _PYTEST_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
 
 
 def ini_options_hash(root: str | Path) -> str | None:
-    """sha256 of the pytest configuration at ``root``: the lines of ``pyproject.toml``'s
-    ``[tool.pytest.ini_options]`` section, blank and comment lines dropped (only it: a version or dependency
-    edit elsewhere in the file changes no gate), and the whole of
-    ``pytest.ini``, ``.pytest.ini``, and of ``tox.ini`` / ``setup.cfg`` when they hold a pytest section. None
-    when there is none. (Every conftest.py pytest loads is a dependency of its own.)"""
+    """sha256 of the pytest configuration at ``root`` (None when there is none): the lines of ``pyproject.toml``'s
+    ``[tool.pytest.ini_options]`` section, blank and comment lines dropped, and the whole of ``pytest.ini``,
+    ``.pytest.ini``, and of ``tox.ini`` / ``setup.cfg`` when they hold a pytest section."""
     root = Path(root)
     parts: dict[str, Any] = {}
     try:
@@ -148,10 +139,9 @@ def pytest_sessionstart(session) -> None:  # the pytest plugin (see the module d
     xml.add_global_property(STAMP_PLATFORM, d["platform"])
 
 
-# Where each test's code ran, as a JUnit <property> of its test case (``r9k_ran_on``: ``gpu`` or ``cpu``): a
-# test ran on the GPU when the CUDA caching allocator served an allocation while it ran, or when it is marked
-# ``gpu``; any other test (a gloo CPU group, a pure-Python check) ran on the CPU even on a GPU host, and its
-# results are a CPU record (:func:`r9k.registry.ledger.split_by_where_it_ran`).
+# Where each test's code ran (``r9k_ran_on``): on the GPU when the CUDA caching allocator served an allocation
+# while it ran, or when it is marked ``gpu``; else on the CPU, even on a GPU host
+# (:func:`r9k.registry.ledger.split_by_where_it_ran`).
 STAMP_RAN_ON = "r9k_ran_on"
 _ALLOCS_AT_START: dict[str, int | None] = {}
 
@@ -222,11 +212,9 @@ def _proc_gpu_model() -> str | None:
 @_functools.lru_cache(maxsize=None)  # installed versions do not change within a process; ~2 ms a lookup
 def _dist_version(names: tuple[str, ...]) -> str | None:
     """The installed version of the first of ``names`` that is installed, as ``importlib.metadata.version``
-    gives it. Importing ``importlib.metadata`` (and the email parser under it) costs every command that
-    checks gates ~30 ms, so the plain case is read here: the one ``<name>-*.dist-info`` (or ``.egg-info``)
-    folder of the first ``sys.path`` folder that has one, and its ``Version:`` line. Anything else (two
-    candidates in a folder, an ``.egg``, a zip on the path, no metadata, a name found nowhere) is asked of
-    ``importlib.metadata`` itself (test_validate_fastpaths.py compares both on every installed distribution)."""
+    gives it. Importing ``importlib.metadata`` costs ~30 ms, so the plain case is read here: the one
+    ``<name>-*.dist-info`` (or ``.egg-info``) folder of the first ``sys.path`` folder that has one, and its
+    ``Version:`` line; anything else is asked of ``importlib.metadata`` (test_validate_fastpaths.py)."""
     for n in names:
         v = _fast_version(n)
         if v is _ASK:
@@ -258,9 +246,7 @@ _LISTED: dict[str, Any] = {}
 
 def _metadata_dirs(folder: str):
     """Normalized name -> the metadata folders of a ``sys.path`` folder; None if it cannot be listed but
-    exists (a zip file); _ASK if it holds an ``.egg`` (importlib.metadata's other layout). A folder is listed
-    again only when its own stat changes (an entry added or removed): site-packages holds hundreds of
-    entries and each version looked up read them all (a process-local memo, never written anywhere)."""
+    exists (a zip file); _ASK if it holds an ``.egg``. Listed again only when the folder's stat changes."""
     try:
         st = os.stat(folder)
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -330,9 +316,8 @@ def _python_version() -> str:
 
 
 def toolchain(use_torch: bool = False) -> dict[str, str | None]:
-    """The toolchain of this machine. Versions come from distribution metadata (nothing heavy is imported);
-    the device from the NVIDIA driver (first GPU), or from torch when ``use_torch`` (the GPU script: also
-    right for ROCm, and for a GPU that CUDA_VISIBLE_DEVICES hides nothing of)."""
+    """The toolchain of this machine: versions from distribution metadata (nothing heavy is imported), the
+    device from the NVIDIA driver (first GPU), or from torch when ``use_torch`` (the GPU script; ROCm too)."""
     tc: dict[str, str | None] = {k: _dist_version(d) for k, d in _DISTS.items()}
     tc["python"] = _python_version()
     device = None
@@ -351,8 +336,7 @@ def toolchain(use_torch: bool = False) -> dict[str, str | None]:
 @_functools.lru_cache(maxsize=8)
 def checkout_id(root: str | Path) -> str:
     """Who "here" is for a gate record: a short hash of this machine (``/etc/machine-id``, else the host name)
-    and the checkout's folder. A record made by ``r9kctl gate`` in this checkout on this machine "ran here";
-    one that came with a clone (or another worktree, or another machine) did not, whatever it says."""
+    and the checkout's folder; a record that came with a clone did not run here, whatever it says."""
     machine = ""
     for f in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
         try:
@@ -498,9 +482,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     d = build(a.root, use_torch=not a.no_torch)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    # this script runs alone on the GPU machine (python -S -I registry/provenance.py): no package, so not
-    # registry/fileio.py; its rules all the same: a folder, FIFO or device named by --out, or a symlink out of
-    # its folder, is refused, never replaced
+    # run alone on the GPU machine (no package, so not registry/fileio.py), with its rules: a folder, FIFO or
+    # device named by --out, or a symlink out of its folder, is refused, never replaced
     folder = os.path.realpath(os.path.dirname(os.path.abspath(a.out)))
     if os.path.islink(a.out) and os.path.commonpath([folder, os.path.realpath(a.out)]) != folder:
         print(f"{a.out}: error[not-a-file]: cannot write: a symlink out of its folder; it was left alone",

@@ -1,21 +1,13 @@
 """Credentials never leave in output: the one rule for which variables hold secrets and how they are shown.
 
-A variable whose name looks like a credential (a ``TOKEN``, ``SECRET``, ``PASSWORD``, ``KEY``, ... part
-between underscores: ``HF_TOKEN``, ``OPENAI_API_KEY``, ``AWS_SECRET_ACCESS_KEY``; not ``MAX_TOKENS``) has
-its value masked in everything this project prints or logs: dry runs, ``resolve --format env``, status,
-the plugin's warnings. Lines meant to be sourced name such a variable in a comment instead of exporting a
-masked value, so that sourcing them never replaces the real one.
+A variable whose name looks like a credential (:func:`is_secret`: ``HF_TOKEN``, ``OPENAI_API_KEY``; not
+``MAX_TOKENS``) has its value masked in everything this project prints or logs; lines meant to be sourced
+name it in a comment instead. A credential a profile's ``[env]`` sets travels by reference only
+(:func:`reference`), and each process of the server takes the value from its own environment.
 
-A credential a profile's ``[env]`` sets never travels in clear either: the launch manifest, vLLM's
-``--additional-config`` and what the ranks exchange carry a reference (:func:`reference`: the name's
-fingerprint), and each process of the server takes the value from its own environment.
-
-Also the one output rule for data (:func:`escape`): every string that came from a file, the environment or
-the network is shown with C0/C1 controls and bidi controls escaped, so that no value can drive a terminal
-(OSC 52 clipboard writes, OSC 0 titles, CSI 2J, RLO reordering) or forge a line. And the one place where an
-``export NAME=value`` line is made: the value quoted for POSIX shells
-(:func:`shlex.quote`), the name checked, so that no output of this project runs code when sourced.
-Standard library only (the plugin imports it on its startup path).
+Also the one output rule for data (:func:`escape`: C0/C1 and bidi controls escaped, so no value can drive
+a terminal or forge a line) and the one maker of ``export NAME=value`` lines (:func:`export_line`), so that
+no output of this project runs code when sourced. Standard library only.
 """
 from __future__ import annotations
 

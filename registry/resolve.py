@@ -23,7 +23,7 @@ from typing import Iterable, Mapping, Optional
 
 from . import envvars
 from .errors import Diagnostic
-from .loader import Registry
+from .loader import Registry, default_registry_root
 from .origin import Origin, WithOrigin
 from .manifest import shape_problem as manifest_problem
 from .schema import ModelSpec, Profile, Variant
@@ -93,17 +93,14 @@ class ResolvedSet:
     def to_manifest(self, warnings=(), gates=None) -> dict:
         """The manifest (:mod:`r9k.registry.manifest`, the one hand-off to the plugin) of this set, with the
         fingerprint of the registry it was resolved from."""
-        from .loader import default_registry_root
-
         root = self.registry_root or default_registry_root()
         fp = manifest.registry_fingerprint(root, adapters_path())
         return manifest.from_resolved(self, fp, warnings, gates).to_dict()
 
     @classmethod
     def from_manifest(cls, data: Mapping, reg: Registry) -> "ResolvedSet":
-        """Rebuild a resolved set from a manifest; values are re-checked against this registry, and the
-        hash must match (a manifest from another registry or an edited one is refused). ValueError when
-        ``data`` does not have the shape of a manifest (:func:`manifest_problem`)."""
+        """Rebuild a resolved set from a manifest, its values re-checked against this registry and its hash
+        (another registry's or an edited one is refused); ValueError when ``data`` is not a manifest's shape."""
         problem = manifest_problem(data)
         if problem:
             raise ValueError(problem)
@@ -243,7 +240,7 @@ def profile_chain(reg: Registry, name: str) -> tuple[list[Profile], Optional[str
                                     file, line, col, seen + [cur]))
             break
         prof = reg.profiles.get(cur)
-        if prof is None and cur in getattr(reg, "profile_problems", {}):
+        if prof is None and cur in reg.profile_problems:
             diags.extend(reg.profile_problems[cur])  # its file does not load: its own located errors
             break
         if prof is None:
@@ -384,10 +381,8 @@ def resolve(
         apply(key, raw, Origin("override", detail=f"--set {key}", key=key),
               *((command_line.set_where(key), command_line.set_text(key)) if command_line else ()))
 
-    rs = ResolvedSet(profile=profile, model=model, tp=tp, platform=plat,
-                     release=base, chain=[p.name for p in chain], items=items, extra_env=extra_env,
-                     serve_args=serve_args, model_path=model_path,
-                     hardware=hardware.plain() if hardware else None, gpu_memory_utilization=util,
-                     strict=strict_flag, diagnostics=diags, registry_root=reg.root, tp_from=tp_from,
-                     command_line=command_line)
-    return rs
+    return ResolvedSet(profile=profile, model=model, tp=tp, platform=plat, release=base,
+                       chain=[p.name for p in chain], items=items, extra_env=extra_env, serve_args=serve_args,
+                       model_path=model_path, hardware=hardware.plain() if hardware else None,
+                       gpu_memory_utilization=util, strict=strict_flag, diagnostics=diags,
+                       registry_root=reg.root, tp_from=tp_from, command_line=command_line)

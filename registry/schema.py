@@ -7,6 +7,7 @@ included) into that form or raises :class:`ValueError` with the reason.
 """
 from __future__ import annotations
 
+import datetime
 import math
 import re
 from typing import Literal, Optional, Union
@@ -62,16 +63,14 @@ class NumRange(Strict):
 class Implementation(Strict):
     """This project's implementation of a variant, and how the plugin installs it.
 
-    module:   this project's module (``r9k.kernels.router``); None when the code is external to this
-              project (the knob is then only exported, for code this project does not ship).
+    module:   this project's module (``r9k.kernels.router``); None when the code is external (the knob is
+              only exported).
     op:       the kernel op name in ``r9k.kernels.ops`` that the knob switches.
     platforms: where this project's implementation has run: ``cuda-h200``, ``triton-interpret``, ...
-    extension_point: how the plugin installs it (``pluggable_layer:gate_linear``, ``custom_op:NAME``,
-              ``ir_op:NAME``, ``model_registry:NAME``, ``quantization:NAME`` (a quantization method registered
-              with vLLM's ``register_quantization_config``), ``model_class:NAME`` (a plain ``nn.Module`` of a
-              vLLM model that has no extension point: named so the gap is on record),
-              ``device_communicator:NAME`` (the class a vLLM platform names for its process groups'
-              collectives, ``Platform.get_device_communicator_cls``), or ``env-only``: the knob is only exported).
+    extension_point: how the plugin installs it (``pluggable_layer:``, ``custom_op:``, ``ir_op:``,
+              ``model_registry:``, ``quantization:`` (vLLM's ``register_quantization_config``), ``model_class:``
+              (a vLLM module with no extension point: the gap on record), ``device_communicator:``
+              (``Platform.get_device_communicator_cls``), each with a NAME, or ``env-only``: only exported).
     sources:  repository paths whose content hash decides whether a recorded gate result is fresh.
     """
 
@@ -108,9 +107,8 @@ class MemoryCost(Strict):
     """What a variant costs (positive) or frees (negative) of each GPU's memory, per TP key."""
 
     bytes_per_gpu: dict[str, int] = Field(default_factory=dict)
-    # bytes a GPU as an expression of the model's dims (registry/models.toml), ``tp``, the knob's ``value``
-    # and other knobs (``knob('NBT')``, ``on('R9K_X')``); evaluated at the resolved value, on or off
-    # (registry/memory.py). Where given it replaces bytes_per_gpu.
+    # bytes a GPU as an expression of the model's dims, ``tp``, the knob's ``value`` and other knobs
+    # (``knob('NBT')``, ``on('R9K_X')``: registry/memory.py); where given it replaces bytes_per_gpu.
     formula: Optional[str] = None
     basis: Optional[str] = None  # how the bytes were derived (formula from the model's dims, or measured)
     note: Optional[str] = None  # the original stack's statement, caveats kept
@@ -202,22 +200,17 @@ class Sets(Strict):
     """A launcher knob sets something of vLLM's rather than an R9K_ variable of the plugin.
 
     ``vllm-arg``: ``NAME VALUE``; ``vllm-flag`` (a bool knob): ``NAME`` at 1, ``--no-NAME`` at 0;
-    ``json-field``: the key ``field`` of the JSON flag NAME (``--compilation-config``, ``--speculative-config``),
-    with the constant keys ``fields``; ``env``: the variable NAME (or the variables ``env`` gives per value),
-    read by ``program``; ``none``: nothing launched here reads it (``reason`` says why). ``unit`` /
-    ``target_unit`` convert the value (GiB -> bytes). Each mapping is checked against the vLLM interface
-    description of the target version (registry/vllm_map.py)."""
+    ``json-field``: the key ``field`` of the JSON flag NAME, with the constant keys ``fields``; ``env``: the
+    variable NAME (or the variables ``env`` gives per value), read by ``program``; ``none``: nothing launched
+    here reads it (``reason``). Checked against the target vLLM's interface description (registry/vllm_map.py,
+    which also reads the older spellings compilation-config, speculative-config and attention-backend)."""
 
-    # (compilation-config, speculative-config, attention-backend: the older spellings, read as json-field /
-    # vllm-arg by registry/vllm_map.py)
     kind: Literal["vllm-arg", "vllm-flag", "json-field", "env", "none", "compilation-config", "speculative-config",
                   "attention-backend", "other", "kernel-config", "custom-op", "vllm-env"]
-    # vLLM's own switches (registry/variants/vllm.toml): ``kernel-config``: the field NAME of ``--kernel-config``;
-    # ``custom-op``: the custom op NAME, value "+" (vLLM's kernel) or "-" (the native torch path) as a
-    # ``--compilation-config`` ``custom_ops`` entry; ``vllm-env``: the vLLM variable NAME (``env``, program vllm)
+    # vLLM's own switches: ``kernel-config``: the field NAME of ``--kernel-config``; ``custom-op``: the custom op
+    # NAME, "+" (vLLM's kernel) or "-" (native torch) in ``custom_ops``; ``vllm-env``: the vLLM variable NAME
     name: str  # the flag (``--max-num-seqs``), the JSON flag of a json-field, the variable, or what reads it (none)
     text: Optional[str] = None
-    # The declared mapping, checked against the vLLM interface description (registry/vllm_interface.py):
     field: Optional[str] = None  # json-field: the key of the JSON flag's object (``cudagraph_mode``)
     fields: dict[str, Union[str, int, float, bool]] = Field(default_factory=dict)  # json-field: constant keys sent with it
     encode: Literal["str", "int", "float", "int-list", "bool"] = "str"  # how the value is written (int-list: "1,2" -> [1, 2])
@@ -230,8 +223,7 @@ class Sets(Strict):
 
 
 class VllmSwitch(Strict):
-    """One of vLLM's own switches (a variant whose ``sets`` is a vLLM flag, ``--kernel-config`` field, custom op
-    or vLLM variable): where it exists and what vLLM does when it is left alone.
+    """One of vLLM's own switches (a variant's ``sets`` of vLLM's): where it exists and what vLLM does with it unset.
 
     versions:  the vLLM versions that have it (``>=0.32``, ``<0.33``; registry/provenance.parse_spec clauses).
     platforms: the platform families it acts on (``cpu``, ``cuda``, ``rocm``); empty: every platform.
@@ -253,8 +245,6 @@ class VllmSwitch(Strict):
     @classmethod
     def _spec(cls, v: str) -> str:
         if v:
-            from .provenance import parse_spec
-
             parse_spec(v)
         return v
 
@@ -298,8 +288,7 @@ class Variant(Strict):
     supported_tp: list[int] = Field(default_factory=list)  # empty: every TP size
     models: list[str] = Field(default_factory=list)  # empty: every model
     excluded_models: list[str] = Field(default_factory=list)  # models that lack the part this variant touches
-    # what switching it changes; empty: derived from the other facts (registry/effects.py), required of a
-    # kernel knob with no extension point. Weights, shapes or ops: graph-affecting, in vLLM's compile-cache key
+    # what switching it changes; empty: derived from the other facts (registry/effects.py)
     changes: list[ChangeKind] = Field(default_factory=list)
     sets: Optional[Sets] = None
     vllm: Optional[VllmSwitch] = None  # one of vLLM's own switches: versions, platforms, vLLM's default
@@ -441,7 +430,7 @@ class Variant(Strict):
     def default_for(self, model: Optional[str], tp: int, platform: Optional[str] = None) -> Optional[str]:
         """The registry's (latest release's) default at this model, TP size (and platform), or the stock value."""
         key = f"tp{tp}"
-        if model and ((self.models and model not in self.models) or model in self.excluded_models):
+        if not self.applies_to(model):
             return self.stock
         if model and model in self.model_defaults and key in self.model_defaults[model]:
             return self.model_defaults[model][key]
@@ -473,13 +462,11 @@ class BenchRecord(Strict):
     unit: Optional[str] = None
     stack: Literal["ours", "reference"] = "ours"
     platform: str = "r9700"
-    # how it was measured: probe (probe.py, 1 minute), betterbench (full BetterBench), release-table (a release
-    # notes' own table), step-script (~/tp4tune.sh), startup (vLLM's startup log), client, launcher-header,
-    # r9kctl-bench, notes (a figure of the notes' prose, no benchmark named), kernel (a kernel measurement)
+    # how it was measured: probe (probe.py), betterbench, release-table (the notes' table), step-script
+    # (~/tp4tune.sh), startup (vLLM's log), client, launcher-header, r9kctl-bench, notes (their prose), kernel
     method: Optional[Literal["probe", "betterbench", "release-table", "step-script", "startup", "client",
                              "launcher-header", "r9kctl-bench", "notes", "kernel"]] = None
-    # where the figure comes from: the seed documents (the release notes, ../shared/seeds: the record) or the
-    # public repository's facts (../shared/reference); where both give one figure, the seed's is shown
+    # the seed documents (the release notes) or the public repository's facts; where both give one, the seed's
     origin: Literal["seed", "reference"] = "reference"
     stated_in: Optional[str] = None  # the release whose notes state it, where not this one's ('v0.2.1'), or
     # 'launcher' / 'progress' (stated outside any release notes: shown with --all-numbers only)
@@ -587,8 +574,6 @@ class Release(Strict):
     @field_validator("date")
     @classmethod
     def _date(cls, v: str) -> str:  # the release order depends on it
-        import datetime
-
         try:
             if not re.match(r"^\d{4}-\d{2}-\d{2}$", v):
                 raise ValueError
@@ -601,12 +586,20 @@ class Release(Strict):
 # ----------------------------------------------------------------------------------------- models
 
 
+def _byte_counts(v: dict[str, int], positive: bool) -> dict[str, int]:
+    """TP key -> a number of bytes, at most 2**50: positive, else non-negative."""
+    for k, n in v.items():
+        if not TP_KEY.match(k):
+            raise ValueError(f"key {k!r} must be a TP key like 'tp4'")
+        if n < 0 or (positive and n == 0) or n > 1 << 50:
+            raise ValueError(f"{k} = {n}: must be a {'positive' if positive else 'non-negative'} number of bytes "
+                             "(at most 2**50)")
+    return v
+
+
 class HybridKV(Strict):
-    """How vLLM's hybrid KV-cache allocator lays out a model of attention and recurrent-state (GDN/Mamba) layers
-    (vLLM 0.32 ``platforms/interface.py: _align_hybrid_block_size``, ``v1/core/kv_cache_utils.py``): every
-    layer gets pages of one size (the attention block grown until its page holds a state page), layers are
-    grouped, and its "KV cache size: N tokens" is the pool's blocks over the blocks one request of
-    ``max_model_len`` tokens takes, times ``max_model_len``. ``registry/memory.py: hybrid_kv`` computes it."""
+    """What vLLM's hybrid KV-cache allocator needs of a model of attention and recurrent-state (GDN/Mamba)
+    layers (its page arithmetic: ``registry/memory.py: HybridLayout``)."""
 
     attention_layers: int = Field(ge=1)
     state_layers: int = Field(ge=1)
@@ -623,12 +616,7 @@ class HybridKV(Strict):
     @field_validator("state_bytes")
     @classmethod
     def _keys(cls, v: dict[str, int]) -> dict[str, int]:
-        for k, n in v.items():
-            if not TP_KEY.match(k):
-                raise ValueError(f"key {k!r} must be a TP key like 'tp4'")
-            if n <= 0 or n > 1 << 50:
-                raise ValueError(f"{k} = {n}: must be a positive number of bytes (at most 2**50)")
-        return v
+        return _byte_counts(v, positive=True)
 
 
 class KnobRange(Strict):
@@ -665,13 +653,7 @@ class ModelSpec(Strict):
     @field_validator("weight_bytes_per_gpu", "overhead_bytes_per_gpu", "kv_bytes_per_token")
     @classmethod
     def _keys(cls, v: dict[str, int], info) -> dict[str, int]:
-        for k, n in v.items():
-            if not TP_KEY.match(k):
-                raise ValueError(f"key {k!r} must be a TP key like 'tp4'")
-            if n < 0 or (n == 0 and info.field_name == "kv_bytes_per_token") or n > 1 << 50:
-                raise ValueError(f"{k} = {n}: must be a {'positive' if info.field_name == 'kv_bytes_per_token' else 'non-negative'} "
-                                 "number of bytes (at most 2**50)")
-        return v
+        return _byte_counts(v, positive=info.field_name == "kv_bytes_per_token")
 
     @model_validator(mode="after")
     def _hybrid_keys(self) -> "ModelSpec":

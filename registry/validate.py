@@ -20,12 +20,13 @@ from .manifest import Impl
 from .errors import Diagnostic, RegistryError
 from .loader import Registry, load_registry
 from .memory import Budget, budget
-from .resolve import ResolvedSet, resolve, suggest
+from .resolve import ResolvedSet, primary_model, resolve, scope_matches, suggest
 from . import ledger
 from .vllm_map import check_caller_env, check_launch_refusals, check_mappings, check_profile_launch
 from .vllm_interface import target
 from .ledger import platform_matches
-from .consistency import set_by, tp_text, tp_where, value_where
+from .consistency import (budget_diagnostics, check_consistency, check_resolved, group_cascades, set_by, tp_text,
+                          tp_where, value_where)
 
 VERSION_RE = re.compile(r"^v\d+\.\d+\.\d+")
 
@@ -84,7 +85,7 @@ class Report:
 
 
 #: variables that decide which code a process loads (the dynamic loader's, Python's, the shells'): a profile's
-#: ``[env]`` may set them, with a warning (issue 37)
+#: ``[env]`` may set them, with a warning
 CODE_LOADING_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PATH", "PYTHONPATH", "PYTHONHOME",
                               "PYTHONSTARTUP", "PYTHONUSERBASE", "BASH_ENV", "ENV"})
 
@@ -106,7 +107,7 @@ def check_registry(reg: Registry, report: Report) -> None:
     ids = set(reg.variants)
     for vid, v in reg.variants.items():
         for kind in ("requires", "conflicts"):
-            for i, other in enumerate(getattr(v, kind)):
+            for other in getattr(v, kind):
                 if other not in ids:
                     f, ln, col = reg.locate("variant", vid, (kind,))
                     report.add(Diagnostic("error", "unknown-reference", f"variant '{vid}' {kind} unknown variant "
@@ -146,8 +147,6 @@ def check_registry(reg: Registry, report: Report) -> None:
     latest = reg.latest_release()
     if latest:
         # The registry's defaults are the latest release's: each of its changes must be visible there.
-        from .resolve import primary_model, scope_matches
-
         primary = primary_model(reg)
         for i, ch in enumerate(reg.releases[latest].default_changes if primary else []):
             v = reg.find_variant(ch.knob)
@@ -173,8 +172,7 @@ def check_registry(reg: Registry, report: Report) -> None:
 
 def _platform_summary(rs: ResolvedSet, fallbacks: list[Diagnostic], strict: bool) -> list[Diagnostic]:
     """The "cannot run on this platform" diagnostics of a profile: one per variant as warnings; under strict
-    mode, where they are errors, one line for the profile (they are one fault: the platform), so that a
-    real fault of the profile is not buried under them."""
+    mode (errors) one line for the profile, so that a real fault of the profile is not buried under them."""
     if not strict or len(fallbacks) <= 1:
         return fallbacks
     first = fallbacks[0]
@@ -225,7 +223,7 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
             at = tp_where(reg, rs) if rs.tp_from == "--tp" and r.layer != "override" else where()
             report.add(Diagnostic("error", "unsupported-tp", f"{v.knob}={r.value}{by()}: variant '{vid}' supports TP "
                                   f"sizes {v.supported_tp}, not {rs.tp} ({tp_text(rs)})", *at, [vid, name]))
-        if r.active and rs.model in reg.models and ((v.models and rs.model not in v.models) or rs.model in v.excluded_models):
+        if r.active and rs.model in reg.models and not v.applies_to(rs.model):
             report.add(Diagnostic("error", "unsupported-model", f"{v.knob}={r.value}{by()}: variant '{vid}' does not apply "
                                   f"to model {rs.model} (applies to: {', '.join(v.models) or 'all but ' + ', '.join(v.excluded_models)})", *where(), [vid, name]))
         av = verdicts[vid]
@@ -270,8 +268,6 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
                                       "vLLM process loads; make sure this profile's file comes from someone you trust",
                                       f, ln, col, [key, name]))
 
-    from .consistency import budget_diagnostics, check_resolved
-
     budget_errors: list = []
     b = budget(reg, rs, budget_errors)
     for d in budget_diagnostics(reg, rs, b, budget_errors):  # each names the knob, its value and its line
@@ -282,9 +278,8 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
 
 
 def gate_states(reg: Registry):
-    """The ledger's gate states, computed once per registry object and ledger file version (the source
-    hashes behind them are computed at that time: a long-lived session loads the registry again after
-    editing kernel sources)."""
+    """The ledger's gate states, once per registry object and ledger file version (a long-lived session loads
+    the registry again after editing kernel sources)."""
     path = ledger.ledger_path(reg)
     try:
         st = path.stat()
@@ -310,8 +305,6 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
         f, ln, col = reg.locate("variant", v.id, key)
         report.add(Diagnostic("warning", code, msg, f, ln, col, [v.id, rs.profile]))
     report.gates[rs.profile] = ledger.summary(active, states, rs.platform)
-
-
 
 
 # ----------------------------------------------------------------------------------- entry points
@@ -369,8 +362,6 @@ def validate(
             return report
     report.registry = reg
     check_registry(reg, report)
-    from .consistency import check_consistency, group_cascades
-
     check_consistency(reg, report)
     if all_profiles or not profile:  # profiles whose files do not load (a profile's own are in its resolve)
         for problems in reg.profile_problems.values():

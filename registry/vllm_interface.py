@@ -19,7 +19,7 @@ import difflib
 import json
 import re
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
@@ -163,10 +163,12 @@ class Interface:
         self.custom_ops: dict[str, str] = dict(data.get("custom_ops") or {})
         self.enums: dict[str, list[str]] = dict(data.get("enums") or {})
 
+    @cached_property
+    def _switches(self) -> dict[str, Switch]:
+        return {sw.name: sw for sw in self.kernel_switches()}
+
     def switch(self, name: str) -> Optional[Switch]:
         """The kernel switch ``name`` (as :meth:`kernel_switches` spells it), None when this vLLM has none."""
-        if getattr(self, "_switches", None) is None:
-            self._switches = {sw.name: sw for sw in self.kernel_switches()}
         return self._switches.get(name)
 
     def kernel_switches(self) -> list[Switch]:
@@ -245,17 +247,16 @@ class Interface:
         """The flags argparse (``allow_abbrev=True``, vLLM's default) would accept ``option`` as a prefix of."""
         if not option.startswith("--") or option in self._by_option:
             return []
-        names = self._sorted_options()
+        names = self._sorted_options
         out, i = [], bisect.bisect_left(names, option)
         while i < len(names) and names[i].startswith(option):  # the sorted run of names with this prefix
             out.append(names[i])
             i += 1
         return out
 
+    @cached_property
     def _sorted_options(self) -> list[str]:
-        if getattr(self, "_sorted", None) is None:
-            self._sorted = sorted(self._by_option)
-        return self._sorted
+        return sorted(self._by_option)
 
     # --- checks -----------------------------------------------------------------------------------
     def check_value(self, fl: Flag, value: str, opt: str) -> Optional[str]:

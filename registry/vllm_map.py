@@ -1,24 +1,24 @@
 """Launcher knobs -> exactly what vLLM (or the named program) reads, and the check of a launch against the
 vLLM interface description (:mod:`registry.vllm_interface`).
 
-A launcher knob's ``[variant.sets]`` declares its mapping (schema ``Sets``). :func:`requests` turns a
-resolved set into one :class:`Request` per knob away from stock; :func:`launch_args` turns the requests into
-``vllm serve`` arguments and variables (JSON fields of one flag merged into one object);
-:func:`check_mappings` checks every declaration against a vLLM version and :func:`check_launch` the argv and
-environment a launch would produce. ``r9kctl validate``, ``r9kctl launch`` (and the control panel through it)
-and the plugin share these, so they give one verdict.
+A launcher knob's ``[variant.sets]`` declares its mapping. :func:`requests` turns a resolved set into one
+:class:`Request` per knob away from stock, :func:`launch_args` into ``vllm serve`` arguments and variables;
+:func:`check_mappings` checks every declaration against a vLLM version and :func:`check_launch` a launch's
+argv and environment. ``r9kctl validate``, ``r9kctl launch`` and the plugin share them: one verdict.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
 import typing
-from dataclasses import dataclass, field as dc_field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from .errors import Diagnostic
-from .vllm_interface import target
+from .manifest import Sets as Mapping  # the same fields as the schema's Sets, in plain data
+from .vllm_interface import load, target, versions
 from .provenance import in_range
 from .availability import platform_family
 from .consistency import env_where, set_by, value_where
@@ -27,28 +27,11 @@ from .consistency import env_where, set_by, value_where
 UNIT_FACTORS = {("GiB", "bytes"): 2**30, ("MiB", "bytes"): 2**20, ("GiB", "MiB"): 1024}
 
 
-@dataclass
-class Mapping:
-    """A declared mapping with the older spellings normalised."""
-    kind: str  # vllm-arg, vllm-flag, json-field, env, none, other
-    name: str
-    field: Optional[str] = None
-    fields: dict = dc_field(default_factory=dict)
-    encode: str = "str"
-    unit: Optional[str] = None
-    target_unit: Optional[str] = None
-    program: str = "vllm"
-    env: dict = dc_field(default_factory=dict)
-    path: bool = False
-    reason: Optional[str] = None
-
-
 def mapping(sets) -> Mapping:
+    """A declared mapping (schema ``Sets`` or the manifest's) with the older spellings normalised."""
     k = sets.kind
-    common = dict(encode=getattr(sets, "encode", "str"), unit=getattr(sets, "unit", None),
-                  target_unit=getattr(sets, "target_unit", None), program=getattr(sets, "program", "vllm"),
-                  env=dict(getattr(sets, "env", {}) or {}), path=getattr(sets, "path", False),
-                  reason=getattr(sets, "reason", None))
+    common = dict(encode=sets.encode, unit=sets.unit, target_unit=sets.target_unit, program=sets.program,
+                  env=dict(sets.env or {}), path=sets.path, reason=sets.reason)
     if k == "compilation-config":
         common["encode"] = "int-list" if sets.name == "cudagraph_capture_sizes" else common["encode"]
         return Mapping("json-field", "--compilation-config", field=sets.name, **common)
@@ -66,8 +49,7 @@ def mapping(sets) -> Mapping:
         return Mapping("env", sets.name, **common)
     if k == "custom-op":
         return Mapping("custom-op", sets.name, field="custom_ops", **common)
-    return Mapping(k, sets.name, field=getattr(sets, "field", None), fields=dict(getattr(sets, "fields", {}) or {}),
-                   **common)
+    return Mapping(k, sets.name, field=sets.field, fields=dict(sets.fields or {}), **common)
 
 
 @dataclass
@@ -128,8 +110,7 @@ def _active(r) -> bool:
 
 def _resolved_by_vllm(r, iface) -> bool:
     """A value at stock that is passed all the same: the target vLLM's option has no default of its own (vLLM
-    resolves it at run time: 0.34's ``--gpu-memory-utilization`` is 1.0 with its extensible KV cache, 0.92
-    otherwise), so the stock is sent and what the memory model charges is what the server runs at."""
+    0.34's ``--gpu-memory-utilization``), so what the memory model charges is what the server runs at."""
     if iface is None or r.variant.sets is None or r.value in (None, ""):
         return False
     m = mapping(r.variant.sets)
@@ -241,7 +222,7 @@ def mapping_problems(m: Mapping, iface) -> list[tuple[str, str]]:
             elif fl.fields:
                 for k in [m.field] + sorted(m.fields):
                     if k not in fl.fields:
-                        near = __import__("difflib").get_close_matches(k or "", sorted(fl.fields), n=1)
+                        near = difflib.get_close_matches(k or "", sorted(fl.fields), n=1)
                         out.append(("field", f"{fl.config_class or m.name} of vLLM {v} has no field {k}"
                                     + (f" (nearest: {near[0]})" if near else "")))
         have = m.target_unit or (m.unit if not m.target_unit else None)
@@ -283,13 +264,13 @@ def switch_name(var) -> str:
 
 def switch_exists(var, version: Optional[str]) -> bool:
     """Whether vLLM ``version`` has the switch (its declared version range; no range: every version)."""
-    sw = getattr(var, "vllm", None)
+    sw = var.vllm
     return sw is None or not sw.versions or version is None or in_range(version, sw.versions)
 
 
 def switch_on_platform(var, platform: Optional[str]) -> bool:
     """Whether the switch acts on ``platform`` (its family among the declared ones; unknown platform: yes)."""
-    sw = getattr(var, "vllm", None)
+    sw = var.vllm
     fam = platform_family(platform)
     return sw is None or not sw.platforms or fam is None or fam in sw.platforms
 
@@ -324,8 +305,6 @@ def accepted_values(var, iface) -> Optional[list[str]]:
 
 def _accepted_anywhere(var) -> tuple[Optional[list[str]], list[str]]:
     """(the values some shipped vLLM version that has the switch accepts, those versions)."""
-    from .vllm_interface import load, versions
-
     union: Optional[list[str]] = None
     have = []
     for ver in versions():
@@ -340,13 +319,9 @@ def _accepted_anywhere(var) -> tuple[Optional[list[str]], list[str]]:
 
 
 def check_switches(reg, report, iface) -> None:
-    """Every declared vLLM switch: each value it declares (choices, stock, defaults) is accepted by some shipped
-    vLLM version that has it (per-version legality is the profile's check, :func:`check_profile_switches`), an
-    enum switch declares every value those versions accept (a located error each), and, in a registry that
-    declares vLLM's switches, every switch ``iface``'s vLLM has that chooses a kernel for the shipped models
-    (``Interface.kernel_switches``) is declared (a warning each: a newer vLLM than the declarations)."""
-    import difflib
-
+    """Every declared vLLM switch: each value it declares is accepted by some shipped vLLM version that has it,
+    and an enum switch declares every value those versions accept (a located error each); in a registry that
+    declares vLLM's switches, every kernel switch of ``iface``'s vLLM is declared (a warning each)."""
     names = {}
     for vid, var in sorted(reg.variants.items()):
         if var.vllm is None or var.sets is None:
@@ -397,23 +372,21 @@ def check_profile_switches(reg, rs, report, iface) -> None:
         where = value_where(reg, rs, r)  # the layer that set it (a child profile, --set, ...)
         if where[0] is None:
             where = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
-        by = set_by(rs, r)
+        said = f"{var.knob}={r.value}{set_by(rs, r)}"
+        faults = []
         if not switch_exists(var, iface.version):
-            report.add(Diagnostic("error", "vllm-version", f"{var.knob}={r.value}{by}: vLLM {iface.version} has no "
-                                  f"{switch_name(var)} (it exists in vLLM {var.vllm.versions})",
-                                  file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
+            faults.append(("vllm-version", f"{said}: vLLM {iface.version} has no {switch_name(var)} (it exists in vLLM "
+                                           f"{var.vllm.versions})"))
         if bad_value:
-            import difflib
-
             near = difflib.get_close_matches(r.value, ok, n=1, cutoff=0.5)
-            report.add(Diagnostic("error", "vllm-value", f"{var.knob}={r.value}{by}: vLLM {iface.version}'s "
-                                  f"{switch_name(var)} does not take {r.value!r}" + (f" (did you mean {near[0]!r}?)"
-                                  if near else f"; it takes {', '.join(ok[:12])}{' ...' if len(ok) > 12 else ''}"),
-                                  file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
+            faults.append(("vllm-value", f"{said}: vLLM {iface.version}'s {switch_name(var)} does not take {r.value!r}"
+                           + (f" (did you mean {near[0]!r}?)" if near
+                              else f"; it takes {', '.join(ok[:12])}{' ...' if len(ok) > 12 else ''}")))
         if not switch_on_platform(var, rs.platform):
-            report.add(Diagnostic("error", "vllm-platform", f"{var.knob}={r.value}{by}: {switch_name(var)} does "
-                                  f"not act on platform {rs.platform} (it acts on {', '.join(var.vllm.platforms)})",
-                                  file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
+            faults.append(("vllm-platform", f"{said}: {switch_name(var)} does not act on platform {rs.platform} (it "
+                                            f"acts on {', '.join(var.vllm.platforms)})"))
+        for code, msg in faults:
+            report.add(Diagnostic("error", code, msg, file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
 
 
 def check_mappings(reg, report, iface, only: Optional[set[str]] = None) -> None:
@@ -462,23 +435,16 @@ def check_launch(reg, rs, report, iface, argv: list[str], env: dict[str, str], r
                         return w, f"{r.variant.knob}={r.value}{set_by(rs, r) or ' (' + r.source + ')'}: "
         return None, ""
 
-    for p in iface.parse(argv):
+    for p, is_env in [(p, False) for p in iface.parse(argv)] + [(p, True) for p in iface.check_env(env)]:
         where, who = (f, ln, col), ""
-        found = chain_where("serve_args", lambda prof: p.token in prof.serve_args) if p.token else None
-        if found is not None and found[1]:
-            where = found
-        elif p.token:
-            w, who = knob_where(p.token, False)
-            where = w or where
-        report.add(Diagnostic("error", p.kind, f"profile {rs.profile}: {who}{p.message}", file=where[0],
-                              line=where[1], col=where[2], items=items))
-    for p in iface.check_env(env):
-        where, who = (f, ln, col), ""
-        found = chain_where(p.token, lambda prof: p.token in prof.env) if p.token in rs.extra_env else None
-        if found is not None and found[1]:
-            where = found
+        if is_env:
+            found = chain_where(p.token, lambda prof: p.token in prof.env) if p.token in rs.extra_env else None
         else:
-            w, who = knob_where(p.token, True)
+            found = chain_where("serve_args", lambda prof: p.token in prof.serve_args) if p.token else None
+        if found is not None and found[1]:
+            where = found
+        elif p.token or is_env:
+            w, who = knob_where(p.token, is_env)
             where = w or where
         report.add(Diagnostic("error", p.kind, f"profile {rs.profile}: {who}{p.message}", file=where[0],
                               line=where[1], col=where[2], items=items))
@@ -486,9 +452,8 @@ def check_launch(reg, rs, report, iface, argv: list[str], env: dict[str, str], r
 
 def serve_argv(rs, extra_args: Optional[list[str]] = None,
                iface=None) -> tuple[list[str], dict[str, str], list[Request], list[str]]:
-    """What follows ``vllm serve MODEL`` for a resolved set, and the variables it adds (launcher knobs and
-    the profile's own ``[env]``; not the plugin's hand-over variables, which launch adds): (argv, env,
-    requests, conflicts). The launch path extends this (more processes, more nodes) rather than re-deriving it."""
+    """(argv after ``vllm serve MODEL``, the variables it adds: launcher knobs' and the profile's ``[env]``,
+    requests, conflicts) of a resolved set; the launch path extends it rather than re-deriving it."""
     largs, lenv, reqs, conflicts = launch_args(rs, iface)
     argv: list[str] = []
     if rs.tp > 1:
@@ -500,9 +465,8 @@ def serve_argv(rs, extra_args: Optional[list[str]] = None,
 
 
 def exported_env(rs) -> dict[str, str]:
-    """The knob variables a launch exports: only for code that reads them. Env-only knobs (no extension point of
-    the plugin: read from the environment by code outside its dispatch, a kernel helper or vLLM) and the
-    profile's ``[env]``; the knobs the plugin installs reach every process in the carried manifest only."""
+    """The knob variables a launch exports: the env-only knobs' (read by code outside the plugin's dispatch) and
+    the profile's ``[env]``; the knobs the plugin installs reach every process in the carried manifest only."""
     out = dict(rs.env())
     for r in rs.items.values():
         if r.variant.implementation.extension_point not in (None, "env-only"):
@@ -555,7 +519,7 @@ def check_knob_files(reg, rs, report) -> None:
     that exists here: vLLM would take any other text as the template itself."""
     for r in sorted(rs.items.values(), key=lambda r: r.variant.knob):
         s = r.variant.sets
-        if s is None or not getattr(s, "path", False) or r.value in (None, "") or r.value == r.variant.stock:
+        if s is None or not s.path or r.value in (None, "") or r.value == r.variant.stock:
             continue
         if not os.path.isfile(os.path.expanduser(r.value)):
             report.add(Diagnostic("error", "missing-file",
