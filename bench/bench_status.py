@@ -59,13 +59,18 @@ def bench_calls(calls: int, rounds: int) -> dict:
         "spread_plain": (min(per["plain"]), max(per["plain"]))}
 
 
-def bench_look(looks: int) -> float:
+def _fill_counters(paths) -> None:
+    """A realistic counter table: 5 ops, 48 layers each, one hit on each of ``paths``."""
     counters.reset()
     for op in ("router_gemm", "moe_route", "shared_expert", "gdn_decode", "qk_norm_rope"):
         for i in range(48):
             counters.layer(op, f"model.layers.{i}.{op}", True)
-        for path in ("fused", "fallback:rows>16", "stock", "fallback:prefill"):
+        for path in paths:
             counters.hit(op, path)
+
+
+def bench_look(looks: int) -> float:
+    _fill_counters(("fused", "fallback:rows>16", "stock", "fallback:prefill"))
     last = counters.snapshot()
     t = time.perf_counter_ns()
     for _ in range(looks):
@@ -91,11 +96,7 @@ def bench_write(writes: int) -> float:
 
 
 def bench_counters_write(writes: int) -> float:
-    counters.reset()
-    for op in ("router_gemm", "moe_route", "shared_expert", "gdn_decode", "qk_norm_rope"):
-        for i in range(48):
-            counters.layer(op, f"model.layers.{i}.{op}", True)
-        counters.hit(op, "fused")
+    _fill_counters(("fused",))
     snap = counters.snapshot()
     counters.reset()
     with tempfile.TemporaryDirectory() as d:

@@ -264,25 +264,22 @@ def main(argv=None) -> int:
             shutil.rmtree(tmp_cache, ignore_errors=True)
         return 0
     w, h = (int(x) for x in a.size.lower().split("x"))
-    first, first_cpu, walls, imports, toggles, toggles_cpu, core = [], [], [], [], [], [], []
-    forks, hellos, hellos_cpu, validated = [], [], [], []
+    ms: dict[str, list[float]] = {k: [] for k in ("hello from_fork_s", "hello first_frame_cpu_s", "from_fork_s",
+                                                  "validated_from_fork_s", "first_frame_s", "first_frame_cpu_s",
+                                                  "wall_s", "import_s", "toggle_ms", "toggle_cpu_ms", "core_ms")}
     info = {}
     for _ in range(a.runs):
         if not a.no_hello:  # interleaved with the panel's runs, so both see the same machine load
             hr = run_in_pty((w, h), a.profile, 0, hello=True)
-            hellos.append(hr["from_fork_s"] * 1000.0)
-            hellos_cpu.append(hr["first_frame_cpu_s"] * 1000.0)
+            for k in ("from_fork_s", "first_frame_cpu_s"):
+                ms[f"hello {k}"].append(hr[k] * 1000.0)
         r = run_in_pty((w, h), a.profile, a.toggles)
-        forks.append(r["from_fork_s"] * 1000.0)
-        validated.append(r["validated_from_fork_s"] * 1000.0)
-        first.append(r["first_frame_s"] * 1000.0)
-        first_cpu.append(r["first_frame_cpu_s"] * 1000.0)
-        walls.append(r["wall_s"] * 1000.0)
-        imports.append(r["import_s"] * 1000.0)
-        toggles += r["toggle_ms"][1:]  # the first toggle also warms caches: reported apart
-        toggles_cpu += r["toggle_cpu_ms"][1:]
-        core += r["core_ms"][1:]
+        for k in ("from_fork_s", "validated_from_fork_s", "first_frame_s", "first_frame_cpu_s", "wall_s", "import_s"):
+            ms[k].append(r[k] * 1000.0)
+        for k in ("toggle_ms", "toggle_cpu_ms", "core_ms"):
+            ms[k] += r[k][1:]  # the first toggle also warms caches: reported apart
         info = {"variants": r["variants"], "first_toggle_ms": round(r["toggle_ms"][0], 2)}
+    forks, hellos = ms["from_fork_s"], ms["hello from_fork_s"]
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     print(json.dumps({"cpus": os.cpu_count(), "loadavg_1m": load, "size": a.size, "profile": a.profile,
                       "runs": a.runs, **info}))
@@ -290,18 +287,19 @@ def main(argv=None) -> int:
     if hellos:
         ratio = statistics.median(forks) / statistics.median(hellos)
         print("  Textual hello world, started the same way, ms:", json.dumps(_stats(hellos)),
-              "CPU ms:", json.dumps(_stats(hellos_cpu)))
+              "CPU ms:", json.dumps(_stats(ms["hello first_frame_cpu_s"])))
         print(f"  ratio of the medians (panel / hello world): {ratio:.2f}")
     print("  the panel with its validation result (deferred checks done, painted) ms from the fork:",
-          json.dumps(_stats(validated)))
-    print("first frame ms (from the child's first line):", json.dumps(_stats(first)))
-    print("  CPU time of the child up to the first frame, interpreter start included:", json.dumps(_stats(first_cpu)))
-    print("  of which importing the app ms:", json.dumps(_stats(imports)))
+          json.dumps(_stats(ms["validated_from_fork_s"])))
+    print("first frame ms (from the child's first line):", json.dumps(_stats(ms["first_frame_s"])))
+    print("  CPU time of the child up to the first frame, interpreter start included:",
+          json.dumps(_stats(ms["first_frame_cpu_s"])))
+    print("  of which importing the app ms:", json.dumps(_stats(ms["import_s"])))
     print("process start to the end of the run ms (parent's fork to exit, includes the toggles):",
-          json.dumps(_stats(walls)))
-    print("toggle re-validate + redraw ms:", json.dumps(_stats(toggles)))
-    print("  CPU time ms:", json.dumps(_stats(toggles_cpu)))
-    print("  of which core (resolve + check_profile + budget) ms:", json.dumps(_stats(core)))
+          json.dumps(_stats(ms["wall_s"])))
+    print("toggle re-validate + redraw ms:", json.dumps(_stats(ms["toggle_ms"])))
+    print("  CPU time ms:", json.dumps(_stats(ms["toggle_cpu_ms"])))
+    print("  of which core (resolve + check_profile + budget) ms:", json.dumps(_stats(ms["core_ms"])))
     if tmp_cache:
         import shutil
 

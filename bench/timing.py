@@ -18,7 +18,9 @@ Nothing here runs at import; torch is imported lazily so ``import r9k.bench.timi
 from __future__ import annotations
 
 import functools
+import json
 import os
+import statistics
 from typing import Callable, Sequence
 from unittest import mock
 
@@ -79,12 +81,7 @@ def graph_time_us(fn: Callable, arg_sets: Sequence[tuple], replays: int = 50, wa
     per_call = [t * 1e3 for t in replay_times_ms(g, replays, warmup, per=len(arg_sets))]
     del g
     st = summary(per_call)
-    return {
-        "us": st["median"],
-        "p10": st["p10"],
-        "p90": st["p90"],
-        "calls_per_graph": len(arg_sets),
-    }
+    return {"us": st["median"], "p10": st["p10"], "p90": st["p90"], "calls_per_graph": len(arg_sets)}
 
 
 def launches_per_call(fn: Callable, args: tuple, calls: int = 4) -> float:
@@ -113,39 +110,12 @@ def fmt_table(rows: Sequence[dict], cols: Sequence[str]) -> str:
     """A markdown table of ``rows`` (dicts) over ``cols``; floats with 2 decimals."""
 
     def cell(v):
-        if isinstance(v, float):
-            return f"{v:.2f}"
-        return str(v)
+        return f"{v:.2f}" if isinstance(v, float) else str(v)
 
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         out.append("| " + " | ".join(cell(r.get(c, "")) for c in cols) + " |")
     return "\n".join(out)
-
-
-def bench_row(name: str, m: int, stock: tuple, fused: tuple, arg_sets_stock, arg_sets_fused,
-              bytes_moved: int, bw: float) -> dict:
-    """Time ``stock`` and ``fused`` (each ``(fn, label)``) and return one table row.
-
-    ``bytes_moved``: the fewest bytes one call must move (weights + activations + outputs), for
-    the bandwidth fraction ``bytes / (fused us) / bw``.
-    """
-    s_fn, f_fn = stock[0], fused[0]
-    ts = graph_time_us(s_fn, arg_sets_stock)
-    tf = graph_time_us(f_fn, arg_sets_fused)
-    ls = launches_per_call(s_fn, arg_sets_stock[0])
-    lf = launches_per_call(f_fn, arg_sets_fused[0])
-    floor_us = bytes_moved / bw * 1e6
-    return {
-        "op": name,
-        "M": m,
-        "stock us": ts["us"],
-        "fused us": tf["us"],
-        "speedup": ts["us"] / tf["us"],
-        "launches s/f": f"{ls:g}/{lf:g}",
-        "floor us": floor_us,
-        "bw frac": floor_us / tf["us"],
-    }
 
 
 def node_overhead_us(n: int = 64) -> float:
@@ -179,9 +149,6 @@ def sweep(name: str, configs, time_fn, check_fn, ms=(1, 16)):
 
 def update_json(path: str, updates: dict) -> None:
     """Merge ``updates`` into the JSON object at ``path`` (created if missing)."""
-    import json
-    import os
-
     data = {}
     if os.path.exists(path):
         with open(path) as f:
@@ -194,6 +161,13 @@ def update_json(path: str, updates: dict) -> None:
     with open(path, "w") as f:
         json.dump(data, f, indent=1, sort_keys=True)
         f.write("\n")
+
+
+def save_tuned(mod, updates: dict) -> None:
+    """Merge sweep winners into kernel module ``mod``'s tuned-config file and reload ``mod.TUNED`` from it."""
+    update_json(mod.TUNED_FILE, updates)
+    mod.TUNED.clear()
+    mod.TUNED.update(mod.load_tuned())
 
 
 #: Columns of the per-op table (stock vs fused, launches and graph nodes of one call, floor).
@@ -215,19 +189,24 @@ def graph_nodes(fn, args) -> int | None:
         return None
 
 
-def row(name: str, m: int, stock_fn, fused_fn, stock_sets, fused_sets, bytes_moved: int, bw: float) -> dict:
-    """Time a stock and a fused implementation on their argument sets: one row of :data:`COLS`."""
+def row(name: str, m: int, stock_fn, fused_fn, stock_sets, fused_sets, bytes_moved: int, bw: float,
+        nodes: bool = True) -> dict:
+    """Time a stock and a fused implementation on their argument sets: one row of :data:`COLS`, with the
+    bandwidth fraction ``floor us / fused us`` and the fused spread. ``bytes_moved``: the fewest bytes one call
+    must move (weights + activations + outputs). ``nodes``: also count the graph nodes of one call."""
     ts = graph_time_us(stock_fn, stock_sets)
     tf = graph_time_us(fused_fn, fused_sets)
     ls = launches_per_call(stock_fn, stock_sets[0])
     lf = launches_per_call(fused_fn, fused_sets[0])
-    ns = graph_nodes(stock_fn, stock_sets[0])
-    nf = graph_nodes(fused_fn, fused_sets[0])
-    return {
-        "op": name, "M": m, "stock us": ts["us"], "fused us": tf["us"], "speedup": ts["us"] / tf["us"],
-        "launches s/f": f"{ls:g}/{lf:g}", "nodes s/f": f"{ns if ns is not None else '-'}/{nf if nf is not None else '-'}",
-        "floor us": bytes_moved / bw * 1e6, "fused p10-p90": f"{tf['p10']:.2f}-{tf['p90']:.2f}",
-    }
+    floor_us = bytes_moved / bw * 1e6
+    r = {"op": name, "M": m, "stock us": ts["us"], "fused us": tf["us"], "speedup": ts["us"] / tf["us"],
+         "launches s/f": f"{ls:g}/{lf:g}", "floor us": floor_us, "bw frac": floor_us / tf["us"],
+         "fused p10-p90": f"{tf['p10']:.2f}-{tf['p90']:.2f}"}
+    if nodes:
+        ns = graph_nodes(stock_fn, stock_sets[0])
+        nf = graph_nodes(fused_fn, fused_sets[0])
+        r["nodes s/f"] = f"{ns if ns is not None else '-'}/{nf if nf is not None else '-'}"
+    return r
 
 
 #: Set environment variables for a block (kernels read ``R9K_PDL`` when they launch), then restore them.

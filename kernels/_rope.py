@@ -1,5 +1,6 @@
 """Stock rotary and Gemma RMSNorm pieces shared by the ``qsa_glue`` and ``qk_rope`` references: vLLM's
-GemmaRMSNorm, the neox rotary (1-D or MRoPE, products rounded to nearest or truncated) and the MRoPE row selector.
+GemmaRMSNorm, the neox rotary (1-D or MRoPE, products rounded to nearest or truncated), the MRoPE row selector,
+and the same norm + rotary in fp64 without intermediate rounding (the gates' references).
 """
 from __future__ import annotations
 
@@ -93,3 +94,27 @@ def apply_rope(y: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Te
             o1 = x1 * cos - x2 * sin
             o2 = x2 * cos + x1 * sin
     return torch.cat((torch.cat((o1, o2), dim=-1), x_pass), dim=-1)
+
+
+def cos_sin_fp64(positions: torch.Tensor, cos_sin_cache: torch.Tensor, mrope_section=None,
+                 mrope_interleaved: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp64 cos and sin of each token's rotated pairs, ``[T, 1, rot/2]`` each; positions [T] or [3, T] (MRoPE
+    rows resolved per half-dim by :func:`mrope_selector`)."""
+    half = cos_sin_cache.shape[-1] // 2
+    cs = cos_sin_cache.double()[positions]  # [T, rot] or [3, T, rot]
+    if positions.dim() == 1:
+        return cs[:, None, :half], cs[:, None, half:]
+    sel = torch.tensor(mrope_selector(half, mrope_section, mrope_interleaved), device=cs.device)
+    idx = sel.view(1, 1, half).expand(1, cs.shape[1], half)
+    return cs[..., :half].gather(0, idx)[0][:, None, :], cs[..., half:].gather(0, idx)[0][:, None, :]
+
+
+def norm_rope_fp64(x: torch.Tensor, weight: torch.Tensor, eps: float, cos=None, sin=None) -> torch.Tensor:
+    """Gemma RMSNorm of the fp64 rows ``x`` (``1 + w``), then (with ``cos``/``sin`` of :func:`cos_sin_fp64`) the neox
+    rotary of the first ``2 * cos.shape[-1]`` dims, in fp64 with no intermediate rounding."""
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + weight.double())
+    if cos is None:
+        return y
+    half = cos.shape[-1]
+    x1, x2 = y[..., :half], y[..., half:2 * half]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin, y[..., 2 * half:]), dim=-1)

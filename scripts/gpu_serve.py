@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,8 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+
+from r9k.r9kctl.evidence.serve_bench import stop  # SIGTERM to the launch's process group, SIGKILL after 30 s
 
 PROMPTS = ["The quick brown fox", "A router picks two experts for every token", "Kernels are checked against",
            "The capital of France is", "Numbers: 0 1 2 3", "Once upon a time there was", "Hello world! How are",
@@ -92,15 +93,6 @@ def launch(profile: str, port: int, log: Path, env_extra: dict | None = None, ho
             "--port", str(port), "--host", "127.0.0.1"]
     f = log.open("w")
     return subprocess.Popen(argv, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def stop(proc) -> None:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(30)
-        except Exception:  # noqa: BLE001
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def get(url: str, timeout: float = 10):

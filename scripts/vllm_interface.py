@@ -175,8 +175,7 @@ def describe_parser(parser) -> list[dict]:
     flags = []
     for a in parser._actions:
         kind = type(a).__name__.lstrip("_").removesuffix("Action").lower() or "store"
-        d = {"options": list(a.option_strings), "dest": a.dest, "action": kind,
-             "nargs": a.nargs if not isinstance(a.nargs, int) else a.nargs,
+        d = {"options": list(a.option_strings), "dest": a.dest, "action": kind, "nargs": a.nargs,
              "required": bool(a.required)}
         if a.option_strings:
             d.update(_type_of(a.type) if kind not in ("storetrue", "storefalse", "booleanoptional", "enabledisable",
@@ -186,8 +185,8 @@ def describe_parser(parser) -> list[dict]:
             d["positional"] = True
         if a.choices is not None:
             d["choices"] = [str(_jsonable(c)) for c in a.choices]
-        elif _enum_names(a.dest):  # the parser takes any string; vLLM refuses a name its enum cannot use
-            d["names"], d["names_from"] = _enum_names(a.dest)
+        elif names := _enum_names(a.dest):  # the parser takes any string; vLLM refuses a name its enum cannot use
+            d["names"], d["names_from"] = names
         d["default"] = _jsonable(a.default) if d.get("type") != "json" else None
         d["deprecated"] = a in getattr(parser, "_deprecated", ())
         help_text = (a.help or "").strip()
@@ -239,12 +238,7 @@ def describe_envs(envs_py: Path) -> tuple[dict[str, dict], dict[str, str]]:
                         entry["choices_from"] = ast.unparse(v.args[2])[:200]
                     entry["list"] = v.func.id != "env_with_choices"
                 read[k.value] = entry
-    out = {}
-    for name in sorted(read):
-        e = dict(read[name])
-        e.update(annotated.get(name, {}))
-        out[name] = e
-    return out, removed
+    return {name: {**read[name], **annotated.get(name, {})} for name in sorted(read)}, removed
 
 
 # --- what chooses kernels without being a flag or a variable: custom ops and the backend enums ------------

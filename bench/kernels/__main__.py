@@ -10,64 +10,25 @@ still run.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
 import traceback
 from ..timing import COLS, copy_bandwidth, fmt_table, node_overhead_us
 
-
-def _fp8(bw, sweep):
-    from . import bench_fp8_block as b
-
-    rows, sw = b.run(sweep)
-    return rows, {"sweep": sw}, b.COLS
+#: Every op's benchmark, ``bench_<op>.py`` here: ``run(bw, sweep)`` returns its rows (and its sweep's rows, a
+#: tuple), ``COLS`` its table's columns (default: :data:`r9k.bench.timing.COLS` and the fused spread).
+BENCHES = ("fp8_block", "hc_mix", "router", "hc_norm", "gdn_decode", "qsa_glue", "qk_rope", "shared_expert",
+           "qsa_prepare")  # qsa_prepare: vLLM's one-launch QSA prepare beside the project's attention glue
 
 
-def _hc_mix(bw, sweep):
-    from . import bench_hc_mix as b
+def _bench(name: str, bw: float, sweep: bool):
+    b = importlib.import_module(f"{__package__}.bench_{name}")
+    r = b.run(bw, sweep)
+    rows, extra = r if isinstance(r, tuple) else (r, None)
+    return rows, {"sweep": extra} if extra is not None else {}, getattr(b, "COLS", COLS + ["fused p10-p90"])
 
-    rows, sw = b.run(sweep)
-    return rows, {"sweep": sw}, b.COLS
-
-
-def _router(bw, sweep):
-    from . import bench_router as b
-
-    rows, sw = b.run(sweep)
-    return rows, {"sweep": sw}, b.COLS
-
-
-def _part(mod, extra_cols=()):
-    def run(bw, sweep):
-        import importlib
-
-        b = importlib.import_module(f"r9k.kernels.{mod}.bench_{mod}")
-        r = b.run(bw)
-        rows, extra = (r if isinstance(r, tuple) else (r, None))
-        return rows, {"sweep": extra} if extra is not None else {}, COLS + ["fused p10-p90"] + list(extra_cols)
-
-    return run
-
-
-def _qsa_prepare(bw, sweep):
-    from . import bench_qsa_prepare as b
-
-    return b.run(bw), {}, b.COLS
-
-
-BENCHES = {
-    "fp8_block": _fp8,
-    "hc_mix": _hc_mix,
-    "router": _router,
-    "hc_norm": _part("hc_norm", ("vllm us", "vs vllm", "fused pdl us", "fused w4 us", "fused w16 us")),
-    "gdn_decode": _part("gdn_decode", ("vllm us", "vllm layer us", "vs vllm", "fused pdl us",
-                                       "fused bf16-state us")),
-    "qsa_glue": _part("qsa_glue"),
-    "qk_rope": _part("qk_rope"),
-    "shared_expert": _part("shared_expert"),
-    "qsa_prepare": _qsa_prepare,  # vLLM's one-launch QSA prepare beside the project's attention glue
-}
 
 #: The summary printed last: (op prefix, columns).
 SUMMARY = ["op", "M", "stock us", "fused us", "fused pdl us", "vllm us", "cuBLAS bf16 us", "floor us"]
@@ -97,7 +58,7 @@ def main(argv=None) -> int:
     for name in a.ops or list(BENCHES):
         t0 = time.time()
         try:
-            rows, extra, cols = BENCHES[name](bw, a.sweep)
+            rows, extra, cols = _bench(name, bw, a.sweep)
         except Exception as exc:  # noqa: BLE001 - one failing bench leaves the others standing
             traceback.print_exc()
             failed.append(name)

@@ -34,8 +34,7 @@ SWEEP = (
     + [(bn, sp, 4, 2, 1) for bn, sp in ((16, 2), (32, 4), (32, 8), (64, 4), (64, 8))]
     + [(bn, sp, 2, 2, 1) for bn, sp in ((16, 4), (32, 4))]
     + [(16, 2, 1, 3, 0), (16, 4, 1, 2, 1), (32, 4, 1, 3, 0)]
-    # issue 28 (streaming at decode widths): finer splits with every load of a split issued up front, and wider
-    # tiles with more warps
+    # finer splits with every load of a split issued up front, and wider tiles with more warps
     + [(bn, sp, 4, 2, 1) for bn, sp in ((16, 5), (32, 5), (64, 5), (16, 10), (32, 10), (64, 10), (32, 20))]
     + [(128, 8, 4, 3, 0), (128, 16, 8, 3, 0), (64, 16, 4, 3, 0), (64, 8, 8, 3, 0), (32, 16, 4, 3, 0)]
 )
@@ -51,10 +50,9 @@ def _weights(N, K, n, gen):
     return out
 
 
-def run(sweep: bool = False):
+def run(bw: float, sweep: bool = False):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(1234)
-    bw = _bench.copy_bandwidth()
     node = _bench.node_overhead_us()
     print(f"copy bandwidth {bw / 1e12:.3f} TB/s; empty kernel node {node:.2f} us", flush=True)
     rows, sweep_rows = [], []
@@ -80,20 +78,17 @@ def run(sweep: bool = False):
                        or (SWEEP_SHAPES[name] == 2560 and k != 1536 and (n, k) != (2560, 3072))}
                 if SWEEP_SHAPES[name] == 1536:
                     upd["2560x3072"] = list(best)
-                _bench.update_json(tk.TUNED_FILE, upd)
-                tk.TUNED.clear()
-                tk.TUNED.update(tk.load_tuned())
+                _bench.save_tuned(tk, upd)
         cfg = tk.default_config(N, K)
         bf = [torch.randn((N, K), generator=gen, device="cuda").to(torch.bfloat16)
               for _ in range(_bench.copies_for(2 * N * K))]
         for M in MS:
             x = xs[M]
             args = [(x, a, b) for a, b in ws]
-            row = _bench.bench_row(
-                f"fp8_block_linear {name} {N}x{K}", M,
-                (lambda x, a, b: tk.fp8_block_linear_stock(x, a, b, config=cfg), "stock"),
-                (lambda x, a, b: tk.fp8_block_linear(x, a, b, config=cfg), "fused"),
-                args, args, N * K + 4 * ((N + 127) // 128) * (K // 128) + 2 * M * K + 2 * M * N, bw)
+            row = _bench.row(
+                f"fp8_block_linear {name} {N}x{K}", M, lambda x, a, b: tk.fp8_block_linear_stock(x, a, b, config=cfg),
+                lambda x, a, b: tk.fp8_block_linear(x, a, b, config=cfg),
+                args, args, N * K + 4 * ((N + 127) // 128) * (K // 128) + 2 * M * K + 2 * M * N, bw, nodes=False)
             row["cfg"] = str(cfg)
             row["L2-hot fused us"] = _bench.graph_time_us(
                 lambda x, a, b: tk.fp8_block_linear(x, a, b, config=cfg), [args[0]] * len(args))["us"]

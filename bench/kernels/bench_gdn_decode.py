@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from ...kernels._triton import vllm_peer
-from ..timing import env, graph_time_us, row
+from ..timing import COLS as _COLS, env, graph_time_us, row
 
 POOLS = 36
 CASES = [(1, [1], [1]), (4, [4], [2]), (8, [4, 4], [1, 3]), (16, [4] * 4, [1, 2, 3, 4]),
@@ -36,9 +36,13 @@ ARGS = ["mixed_qkv", "z", "b", "a", "A_log", "dt_bias", "norm_weight", "state", 
         "state_indices", "num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim", "eps", "gate", "scale", "out"]
 
 
-def run(bw, sweep_cfgs=((128, 8), (128, 16), (64, 4), (64, 8), (32, 2), (32, 4), (16, 2), (16, 4))):
+COLS = _COLS + ["fused p10-p90", "vllm us", "vllm layer us", "vs vllm", "fused pdl us", "fused bf16-state us"]
+
+
+def run(bw, sweep=False, sweep_cfgs=((128, 8), (128, 16), (64, 4), (64, 8), (32, 2), (32, 4), (16, 2), (16, 4))):
     """Rows: stock composition vs the fused kernel, plus vLLM's own kernel + gated norm (from its sources, when
-    here), the fused kernel without programmatic dependent launch and on a bf16 state; and a block/warps sweep."""
+    here), the fused kernel without programmatic dependent launch and on a bf16 state; and a block/warps sweep
+    (always: it writes no tuned file)."""
     import torch
 
     from ...kernels.gdn_decode import reference, triton_kernel

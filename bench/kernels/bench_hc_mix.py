@@ -25,7 +25,7 @@ DOWN_SWEEP = [(16, 128, 8, 4, 3), (16, 128, 16, 4, 3), (16, 256, 16, 4, 3), (16,
               (32, 256, 16, 4, 3), (32, 256, 32, 4, 3), (16, 256, 16, 2, 3),
               (32, 256, 16, 2, 3), (16, 128, 32, 2, 3), (32, 128, 16, 4, 3), (16, 256, 16, 1, 3),
               (16, 256, 8, 4, 1, 1), (16, 128, 16, 4, 1, 1), (32, 256, 8, 4, 1, 1), (16, 256, 16, 4, 1, 1),
-              # issue 28: finer splits, every load of a split up front
+              # finer splits, every load of a split up front
               (16, 128, 40, 4, 1, 1), (16, 256, 20, 4, 1, 1), (16, 128, 20, 4, 1, 1), (16, 256, 40, 2, 1, 1),
               (32, 256, 20, 4, 1, 1), (16, 512, 20, 4, 1, 1), (16, 128, 80, 2, 1, 1)]
 UP_SWEEP = [(16, 64, 4, 3), (32, 64, 4, 3), (32, 64, 2, 3), (32, 64, 8, 3), (64, 64, 4, 3), (64, 64, 8, 3),
@@ -56,9 +56,7 @@ def _sweep(mods, xs):
 
     best, r1 = _bench.sweep("hc down+silu 336x10240", DOWN_SWEEP, dtime, dcheck)
     if best is not None:
-        _bench.update_json(rk.TUNED_FILE, {"skinny": {f"{ND}x{COLS4}": list(best)}})
-        rk.TUNED.clear()
-        rk.TUNED.update(rk.load_tuned())
+        _bench.save_tuned(rk, {"skinny": {f"{ND}x{COLS4}": list(best)}})
     lora = {M: rk.skinny_gemm(xs[M], wd0, epi_cols=R)[:, :R] for M in MS}
     ref_up = {M: tk._up_mix(lora[M], wu0, None, xs[M], None, 4) for M in (1, 16)}
 
@@ -77,10 +75,9 @@ def _sweep(mods, xs):
     return r1 + r2
 
 
-def run(sweep: bool = False):
+def run(bw: float, sweep: bool = False):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
-    bw = _bench.copy_bandwidth()
     mods = _mods(_bench.copies_for(2 * (ND * COLS4 + COLS4 * R)), gen)
     xs = {M: torch.randn((M, COLS4), generator=gen, device="cuda").to(torch.bfloat16) for M in MS}
     sweep_rows = _sweep(mods, xs) if sweep else []
@@ -93,8 +90,7 @@ def run(sweep: bool = False):
         act = 2 * M * COLS4 + 2 * M * (ND + HD)
         a16 = [(x, wd, wu) for wd, wu, _ in mods]
         a8 = [(x, *p) for _, _, p in mods]
-        r = _bench.bench_row("hc_mix bf16", M, (ref.hc_mix, "stock"), (tk.hc_mix, "fused"), a16, a16,
-                             bytes_bf16 + act, bw)
+        r = _bench.row("hc_mix bf16", M, ref.hc_mix, tk.hc_mix, a16, a16, bytes_bf16 + act, bw, nodes=False)
         r["cfg"] = f"down {down_cfg} up {up_cfg}"
         r["cuBLAS down us"] = _bench.graph_time_us(lambda x, wd, wu: F.linear(x, wd), a16)["us"]
         r["cuBLAS up us"] = _bench.graph_time_us(lambda x, wd, wu: F.linear(x[:, :R], wu), a16)["us"]
@@ -111,8 +107,8 @@ def run(sweep: bool = False):
         rows.append(r)
         print(r, flush=True)
         # fp8 W8A16 against the same stock (bf16, 4 launches): what turning R9K_HC_FP8_DECODE on buys
-        r = _bench.bench_row("hc_mix_fp8 (vs bf16 stock)", M, (ref.hc_mix, "stock"), (tk.hc_mix_fp8, "fused"),
-                             a16, a8, bytes_fp8 + act, bw)
+        r = _bench.row("hc_mix_fp8 (vs bf16 stock)", M, ref.hc_mix, tk.hc_mix_fp8, a16, a8, bytes_fp8 + act, bw,
+                       nodes=False)
         r["cfg"] = f"down {down_cfg} up {up_cfg}"
         r["fused bf16 us"] = rows[-1]["fused us"]
         rows.append(r)

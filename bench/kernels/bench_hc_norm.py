@@ -5,10 +5,11 @@ with and without programmatic dependent launch; CUDA-graph replay over 16 input 
 from __future__ import annotations
 
 from ...kernels._triton import vllm_peer
-from ..timing import env, graph_time_us, row
+from ..timing import COLS as _COLS, env, graph_time_us, row
 
 MS = (1, 4, 8, 16, 64)
 HC, HD = 4, 2560
+COLS = _COLS + ["fused p10-p90", "vllm us", "vs vllm", "fused pdl us", "fused w4 us", "fused w16 us"]
 
 
 def _sets(M, copies=16):
@@ -25,7 +26,7 @@ def _sets(M, copies=16):
     return sets, floor
 
 
-def run(bw):
+def run(bw, sweep=False):
     from ...kernels.hc_norm import reference, triton_kernel
 
     ok, why = vllm_peer.available()

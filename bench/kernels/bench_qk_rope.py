@@ -29,7 +29,7 @@ def _sets(M, copies=8):
     return sets, floor
 
 
-def run(bw):
+def run(bw, sweep=False):
     from ...kernels.qk_rope import reference, triton_kernel
 
     rows = []

@@ -25,7 +25,7 @@ def _sets(M, copies=8):
     return sets, floor
 
 
-def run(bw):
+def run(bw, sweep=False):
     from ...kernels.qsa_glue import reference, triton_kernel
 
     rows = []

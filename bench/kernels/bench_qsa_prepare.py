@@ -49,7 +49,7 @@ def _ours(picks: dict, cfg, R: int, caches: dict, rope_attn, rope_idx, w):
     return run
 
 
-def run(bw=None, requests=(1, 2, 4, 8, 16), context: int = 4096):
+def run(bw=None, sweep=False, requests=(1, 2, 4, 8, 16), context: int = 4096):
     from ...r9kctl.decode_step.model import rope_cache
 
     cfg = get_config("flash-next-tp4")

@@ -22,15 +22,14 @@ SWEEP = [(16, 128, 8, 4, 3), (16, 128, 16, 4, 3), (16, 64, 16, 4, 3), (16, 64, 3
          (32, 128, 16, 4, 3), (32, 64, 16, 4, 3), (32, 64, 32, 4, 3), (32, 128, 16, 2, 3), (16, 64, 32, 2, 3), (16, 128, 16, 1, 3),
          (16, 64, 32, 1, 3), (16, 128, 8, 4, 1, 1), (32, 128, 8, 4, 1, 1), (16, 256, 4, 4, 1, 1), (32, 128, 4, 4, 1, 1),
          (16, 128, 4, 4, 2, 1), (16, 128, 8, 2, 1, 1),
-         # issue 28: one or two 128-column chunks a program, all loads up front
+         # one or two 128-column chunks a program, all loads up front
          (16, 128, 20, 4, 1, 1), (32, 128, 20, 4, 1, 1), (16, 128, 10, 4, 1, 1), (32, 128, 10, 4, 1, 1),
          (16, 256, 10, 4, 1, 1), (16, 128, 20, 2, 1, 1), (64, 128, 20, 4, 1, 1)]
 
 
-def run(sweep: bool = False):
+def run(bw: float, sweep: bool = False):
     gen = torch.Generator(device="cuda")
     gen.manual_seed(99)
-    bw = _bench.copy_bandwidth()
     nc = _bench.copies_for(E * K * 2)
     ws = [(torch.randn((E, K), generator=gen, device="cuda") * 0.02).to(torch.bfloat16) for _ in range(nc)]
     xs = {M: torch.randn((M, K), generator=gen, device="cuda").to(torch.bfloat16) for M in MS}
@@ -51,9 +50,7 @@ def run(sweep: bool = False):
         best, r = _bench.sweep("router 512x2560", SWEEP, time_fn, check)
         sweep_rows += r
         if best is not None:
-            _bench.update_json(sk.TUNED_FILE, {"skinny": {f"{E}x{K}": list(best)}})
-            sk.TUNED.clear()
-            sk.TUNED.update(sk.load_tuned())
+            _bench.save_tuned(sk, {"skinny": {f"{E}x{K}": list(best)}})
 
         def rcheck(wn):
             for M in (1, 16):
@@ -71,17 +68,14 @@ def run(sweep: bool = False):
         bw_, r = _bench.sweep("moe_route warps", (1, 2, 4, 8), rtime, rcheck)
         sweep_rows += r
         if bw_ is not None:
-            _bench.update_json(tk.TUNED_FILE, {"moe_route_warps": bw_})
-        tk.TUNED.clear()
-        tk.TUNED.update(tk.load_tuned())
+            _bench.save_tuned(tk, {"moe_route_warps": bw_})
     cfg = tk.default_skinny_config(E, K)
     rows = []
     for M in MS:
         x = xs[M]
         args = [(x, w) for w in ws]
-        row = _bench.bench_row("router_gemm 512x2560", M, (ref.router_gemm, "stock"),
-                               (lambda x, w: tk.skinny_gemm(x, w, config=cfg), "fused"), args, args,
-                               E * K * 2 + M * K * 2 + M * E * 2, bw)
+        row = _bench.row("router_gemm 512x2560", M, ref.router_gemm, lambda x, w: tk.skinny_gemm(x, w, config=cfg),
+                         args, args, E * K * 2 + M * K * 2 + M * E * 2, bw, nodes=False)
         row["cfg"] = str(cfg)
         row["L2-hot fused us"] = _bench.graph_time_us(lambda x, w: tk.skinny_gemm(x, w, config=cfg),
                                                       [args[0]] * len(args))["us"]
@@ -89,10 +83,8 @@ def run(sweep: bool = False):
         print(row, flush=True)
     for M in MS:
         args = [(lo,) for lo in ls[M]]
-        row = _bench.bench_row("moe_route E=512 k=10 renorm", M,
-                               (lambda lo: ref.moe_route(lo, 10, True), "stock"),
-                               (lambda lo: tk.moe_route(lo, 10, True), "fused"), args, args,
-                               M * E * 2 + M * 10 * 8, bw)
+        row = _bench.row("moe_route E=512 k=10 renorm", M, lambda lo: ref.moe_route(lo, 10, True),
+                         lambda lo: tk.moe_route(lo, 10, True), args, args, M * E * 2 + M * 10 * 8, bw, nodes=False)
         row["cfg"] = f"warps {tk.moe_route_warps()}"
         rows.append(row)
         print(row, flush=True)

@@ -39,7 +39,7 @@ def _sets(M, I):
     return sets, floor
 
 
-def run(bw, tps=((4, 160), (2, 320))):
+def run(bw, sweep=False, tps=((4, 160), (2, 320))):
     from ...kernels.shared_expert import reference, triton_kernel
 
     rows = []

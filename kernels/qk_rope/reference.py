@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .._rope import apply_rope, gemma_rmsnorm, mrope_selector
+from .._rope import apply_rope, cos_sin_fp64, gemma_rmsnorm, norm_rope_fp64
 
 MROPE_SECTION = (11, 11, 10)
 ROPE_THETA = 1e7
@@ -54,23 +54,13 @@ def qk_norm_rope_gate(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch
 def _heads_and_angles(qkv, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim, mrope_section,
                       mrope_interleaved):
     """fp64 views of the q and k heads of ``qkv`` ([T, hq, D], [T, hkv, D]; the gate half of each q head left
-    out), the cos and sin of each token's rotated pairs ([T, 1, rot/2], MRoPE sections resolved) and ``rot``."""
+    out) and the cos and sin of each token's rotated pairs (:func:`r9k.kernels._rope.cos_sin_fp64`)."""
     T = qkv.shape[0]
     hq, hkv, D = num_heads, num_kv_heads, head_dim
     x = qkv.double()
     q = x[:, : hq * 2 * D].view(T, hq, 2 * D)[..., :D]
     k = x[:, hq * 2 * D: hq * 2 * D + hkv * D].reshape(T, hkv, D)
-    rot = cos_sin_cache.shape[-1]
-    half = rot // 2
-    cs = cos_sin_cache.double()[positions]
-    if positions.dim() == 1:
-        cos, sin = cs[:, None, :half], cs[:, None, half:]
-    else:
-        sel = torch.tensor(mrope_selector(half, mrope_section, mrope_interleaved), device=qkv.device)
-        idx = sel.view(1, 1, half).expand(1, T, half)
-        cos = cs[..., :half].gather(0, idx)[0][:, None, :]
-        sin = cs[..., half:].gather(0, idx)[0][:, None, :]
-    return q, k, cos, sin, rot
+    return (q, k, *cos_sin_fp64(positions, cos_sin_cache, mrope_section, mrope_interleaved))
 
 
 def rope_input_slack(qkv, q_weight, k_weight, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim=256,
@@ -85,12 +75,13 @@ def rope_input_slack(qkv, q_weight, k_weight, positions, cos_sin_cache, num_head
     from .._testing import bf16_ulp
 
     T = qkv.shape[0]
-    q, k, cos, sin, rot = _heads_and_angles(qkv, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim,
-                                            mrope_section, mrope_interleaved)
-    cos, sin, half = cos.abs(), sin.abs(), rot // 2
+    q, k, cos, sin = _heads_and_angles(qkv, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim,
+                                       mrope_section, mrope_interleaved)
+    cos, sin, half = cos.abs(), sin.abs(), cos.shape[-1]
+    rot = 2 * half
 
     def one(v, w):
-        y = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.double())
+        y = norm_rope_fp64(v, w, eps)
         u = bf16_ulp(y)
         y1, y2, u1, u2 = y[..., :half], y[..., half:rot], u[..., :half], u[..., half:rot]
         p = bf16_ulp(y1 * cos) + bf16_ulp(y2 * sin)  # o1's products; o2's are the same pairs swapped
@@ -104,13 +95,7 @@ def qk_norm_rope_fp64(qkv, q_weight, k_weight, positions, cos_sin_cache, num_hea
                       eps=1e-6, mrope_section=MROPE_SECTION, mrope_interleaved=True):
     """(q, k) of the same formula in fp64, no intermediate rounding."""
     T = qkv.shape[0]
-    q, k, cos, sin, rot = _heads_and_angles(qkv, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim,
-                                            mrope_section, mrope_interleaved)
-    half = rot // 2
-
-    def one(v, w):
-        y = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.double())
-        x1, x2 = y[..., :half], y[..., half:rot]
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin, y[..., rot:]), dim=-1)
-
-    return one(q, q_weight).reshape(T, -1), one(k, k_weight).reshape(T, -1)
+    q, k, cos, sin = _heads_and_angles(qkv, positions, cos_sin_cache, num_heads, num_kv_heads, head_dim,
+                                       mrope_section, mrope_interleaved)
+    return (norm_rope_fp64(q, q_weight, eps, cos, sin).reshape(T, -1),
+            norm_rope_fp64(k, k_weight, eps, cos, sin).reshape(T, -1))

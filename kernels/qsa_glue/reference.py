@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 from .._out import into
-from .._rope import apply_rope, gemma_rmsnorm, mrope_selector
+from .._rope import apply_rope, cos_sin_fp64, gemma_rmsnorm, norm_rope_fp64
 
 
 def gemma_norm_rope(x: torch.Tensor, weight: torch.Tensor, positions: torch.Tensor | None = None,
@@ -39,23 +39,10 @@ def gemma_norm_rope(x: torch.Tensor, weight: torch.Tensor, positions: torch.Tens
 def gemma_norm_rope_fp64(x, weight, positions=None, cos_sin_cache=None, eps=1e-6, mrope_section=None,
                          mrope_interleaved=True) -> torch.Tensor:
     """The same formula in fp64 with no intermediate rounding (inputs as given)."""
-    xd = x.double()
-    y = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + weight.double())
     if positions is None:
-        return y
-    rot = cos_sin_cache.shape[-1]
-    half = rot // 2
-    if positions.dim() == 1:
-        cs = cos_sin_cache.double()[positions]
-        cos, sin = cs[:, None, :half], cs[:, None, half:]
-    else:
-        cs = cos_sin_cache.double()[positions]  # [3, T, rot]
-        sel = torch.tensor(mrope_selector(half, mrope_section, mrope_interleaved), device=x.device)
-        idx = sel.view(1, 1, half).expand(1, cs.shape[1], half)
-        cos = cs[..., :half].gather(0, idx)[0][:, None, :]
-        sin = cs[..., half:].gather(0, idx)[0][:, None, :]
-    x1, x2 = y[..., :half], y[..., half:rot]
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin, y[..., rot:]), dim=-1)
+        return norm_rope_fp64(x.double(), weight, eps)
+    return norm_rope_fp64(x.double(), weight, eps, *cos_sin_fp64(positions, cos_sin_cache, mrope_section,
+                                                                  mrope_interleaved))
 
 
 def rope_cos_sin_cache(rotary_dim: int, max_pos: int, theta: float, device=None,
