@@ -4,7 +4,7 @@
    (``F.linear`` of 4 x 128 by 8 x 128 bf16: the cheapest op an adapter wraps, so the most sensitive
    comparison), one with ``counters.hit`` inside as the adapters have it, one without; interleaved rounds,
    median per call of each.
-2. The status flusher's look (what each model-building process does once a second): ``counters.snapshot()``
+2. The status flusher's look (what each model-building process does once a second): ``report.snapshot()``
    of a realistic table (5 ops, 48 layers each, 4 call paths) and the comparison with the last one.
 3. The flusher's write (its process's counters file, at most once a second, only when they changed), and
    for comparison a status-section write.
@@ -16,14 +16,14 @@ import os
 import statistics
 import tempfile
 import time
-from ..plugin import counters, status
+from ..plugin import report
 
 
 def _ops():
     import torch
 
     def counted(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        counters.hit("bench_op", "fused")
+        report.hit("bench_op", "fused")
         return torch.nn.functional.linear(x, w)
 
     def plain(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -60,19 +60,19 @@ def bench_calls(calls: int, rounds: int) -> dict:
 
 
 def bench_look(looks: int) -> float:
-    counters.reset()
+    report.reset()
     for op in ("router_gemm", "moe_route", "shared_expert", "gdn_decode", "qk_norm_rope"):
         for i in range(48):
-            counters.layer(op, f"model.layers.{i}.{op}", True)
+            report.layer(op, f"model.layers.{i}.{op}", True)
         for path in ("fused", "fallback:rows>16", "stock", "fallback:prefill"):
-            counters.hit(op, path)
-    last = counters.snapshot()
+            report.hit(op, path)
+    last = report.snapshot()
     t = time.perf_counter_ns()
     for _ in range(looks):
-        snap = counters.snapshot()
+        snap = report.snapshot()
         _ = snap == last
     out = (time.perf_counter_ns() - t) / looks
-    counters.reset()
+    report.reset()
     return out
 
 
@@ -86,23 +86,23 @@ def bench_write(writes: int) -> float:
         path = os.path.join(d, "status.json")
         t = time.perf_counter_ns()
         for _ in range(writes):
-            status.write_section(path, sec)
+            report.write_section(path, sec)
         return (time.perf_counter_ns() - t) / writes
 
 
 def bench_counters_write(writes: int) -> float:
-    counters.reset()
+    report.reset()
     for op in ("router_gemm", "moe_route", "shared_expert", "gdn_decode", "qk_norm_rope"):
         for i in range(48):
-            counters.layer(op, f"model.layers.{i}.{op}", True)
-        counters.hit(op, "fused")
-    snap = counters.snapshot()
-    counters.reset()
+            report.layer(op, f"model.layers.{i}.{op}", True)
+        report.hit(op, "fused")
+    snap = report.snapshot()
+    report.reset()
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "status.json")
         t = time.perf_counter_ns()
         for _ in range(writes):
-            status.write_counters(path, "VllmWorker-0", snap)
+            report.write_counters(path, "VllmWorker-0", snap)
         return (time.perf_counter_ns() - t) / writes
 
 
@@ -120,7 +120,7 @@ def main() -> None:
     n = 10**6
     t = time.perf_counter_ns()
     for _ in range(n):
-        counters.hit("bench_op", "fused")
+        report.hit("bench_op", "fused")
     print(f"counters.hit alone: {(time.perf_counter_ns() - t) / n:.0f} ns per call ({n} calls)")
     print(f"flusher look (snapshot of 5 ops x 48 layers + compare): {bench_look(2000) / 1000:.1f} us, once a second")
     print(f"counters-file write (the flusher's write, 5 ops x 48 layers): {bench_counters_write(500) / 1e3:.0f} us, "

@@ -25,7 +25,7 @@ from ..registry.redact import escape
 
 from . import netclient
 
-ROUTE = "/r9k/status"  # same as r9k.plugin.status.ROUTE (not imported: keep this command light)
+ROUTE = "/r9k/status"  # same as r9k.plugin.report.ROUTE (not imported: keep this command light)
 
 
 def add_parser(sub) -> None:
