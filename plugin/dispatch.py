@@ -25,16 +25,12 @@ from typing import Callable, Optional
 
 from ..registry.availability import Decision
 from ..registry.manifest import Impl, Manifest
-from ..kernels.ops import triton_platform as tp
+from ..kernels.ops import triton_platform
 from ..registry import availability
 from .startup import StartupError
 from ..kernels import ops
 
 logger = logging.getLogger("vllm.r9k")
-
-def triton_platform() -> Optional[str]:
-    return tp()
-
 
 #: Triton backend of a process (``triton_platform()``) -> the platform family of the availability rule.
 _PROBE_FAMILY = {"interpret": "cpu", "cuda": "cuda", "rocm": "rocm"}
