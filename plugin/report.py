@@ -263,11 +263,6 @@ def on_engine_ready(engine_client) -> Optional[dict]:
     return _kv
 
 
-def kv_current() -> Optional[dict]:
-    """This process's comparison (None until the engine is ready, or in a process that is not the server)."""
-    return _kv
-
-
 # --- applied ---------------------------------------------------------------------------------------------
 
 #: Sections of VllmConfig searched for a flag's destination (``--max-num-seqs`` -> ``max_num_seqs``).
