@@ -38,7 +38,8 @@ import json, os, sys, time
 import vllm.engine.arg_utils  # what the API server has imported when vLLM loads general plugins
 t0 = time.perf_counter()
 import r9k.plugin as plugin
-plugin._emit = lambda level, line: None  # time the work, not the terminal
+import r9k.plugin.report as report
+report.emit = lambda level, line: None  # time the work, not the terminal
 plugin.register()
 t1 = time.perf_counter()
 plugin.register()
@@ -110,7 +111,7 @@ def main() -> int:
         report("manifest", f, s, ui)
 
         # what the first process exports to the engine core and the workers it starts
-        probe = ("import os, json, r9k.plugin as p; p._emit = lambda l, x: None; p.register(); "
+        probe = ("import os, json, r9k.plugin as p, r9k.plugin.report as rp; rp.emit = lambda l, x: None; p.register(); "
                  "print(json.dumps({k: v for k, v in os.environ.items() if k.startswith(('R9K_', '_R9K_'))}))")
         out = subprocess.run([sys.executable, "-c", probe], env=menv, capture_output=True, text=True, timeout=300)
         later = dict(menv)

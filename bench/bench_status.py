@@ -2,9 +2,9 @@
 
 1. A counted call against the same call uncounted: two torch custom ops doing the router's stock GEMM
    (``F.linear`` of 4 x 128 by 8 x 128 bf16: the cheapest op an adapter wraps, so the most sensitive
-   comparison), one with ``counters.hit`` inside as the adapters have it, one without; interleaved rounds,
+   comparison), one with ``report.hit`` inside as the adapters have it, one without; interleaved rounds,
    median per call of each.
-2. The status flusher's look (what each model-building process does once a second): ``counters.snapshot()``
+2. The status flusher's look (what each model-building process does once a second): ``report.snapshot()``
    of a realistic table (5 ops, 48 layers each, 4 call paths) and the comparison with the last one.
 3. The flusher's write (its process's counters file, at most once a second, only when they changed), and
    for comparison a status-section write.
@@ -16,14 +16,14 @@ import os
 import statistics
 import tempfile
 import time
-from ..plugin import counters, status
+from ..plugin import report
 
 
 def _ops():
     import torch
 
     def counted(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        counters.hit("bench_op", "fused")
+        report.hit("bench_op", "fused")
         return torch.nn.functional.linear(x, w)
 
     def plain(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -61,23 +61,23 @@ def bench_calls(calls: int, rounds: int) -> dict:
 
 def _fill_counters(paths) -> None:
     """A realistic counter table: 5 ops, 48 layers each, one hit on each of ``paths``."""
-    counters.reset()
+    report.reset()
     for op in ("router_gemm", "moe_route", "shared_expert", "gdn_decode", "qk_norm_rope"):
         for i in range(48):
-            counters.layer(op, f"model.layers.{i}.{op}", True)
+            report.layer(op, f"model.layers.{i}.{op}", True)
         for path in paths:
-            counters.hit(op, path)
+            report.hit(op, path)
 
 
 def bench_look(looks: int) -> float:
     _fill_counters(("fused", "fallback:rows>16", "stock", "fallback:prefill"))
-    last = counters.snapshot()
+    last = report.snapshot()
     t = time.perf_counter_ns()
     for _ in range(looks):
-        snap = counters.snapshot()
+        snap = report.snapshot()
         _ = snap == last
     out = (time.perf_counter_ns() - t) / looks
-    counters.reset()
+    report.reset()
     return out
 
 
@@ -91,19 +91,19 @@ def bench_write(writes: int) -> float:
         path = os.path.join(d, "status.json")
         t = time.perf_counter_ns()
         for _ in range(writes):
-            status.write_section(path, sec)
+            report.write_section(path, sec)
         return (time.perf_counter_ns() - t) / writes
 
 
 def bench_counters_write(writes: int) -> float:
     _fill_counters(("fused",))
-    snap = counters.snapshot()
-    counters.reset()
+    snap = report.snapshot()
+    report.reset()
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "status.json")
         t = time.perf_counter_ns()
         for _ in range(writes):
-            status.write_counters(path, "VllmWorker-0", snap)
+            report.write_counters(path, "VllmWorker-0", snap)
         return (time.perf_counter_ns() - t) / writes
 
 
@@ -121,8 +121,8 @@ def main() -> None:
     n = 10**6
     t = time.perf_counter_ns()
     for _ in range(n):
-        counters.hit("bench_op", "fused")
-    print(f"counters.hit alone: {(time.perf_counter_ns() - t) / n:.0f} ns per call ({n} calls)")
+        report.hit("bench_op", "fused")
+    print(f"report.hit alone: {(time.perf_counter_ns() - t) / n:.0f} ns per call ({n} calls)")
     print(f"flusher look (snapshot of 5 ops x 48 layers + compare): {bench_look(2000) / 1000:.1f} us, once a second")
     print(f"counters-file write (the flusher's write, 5 ops x 48 layers): {bench_counters_write(500) / 1e3:.0f} us, "
           "at most once a second, only when the counters changed")

@@ -10,26 +10,29 @@ and not ``collective_rpc`` or a second gloo group: notes/multinode.md).
 * Agreement (:func:`agree`): right after vLLM created its world group (``parallel_state.init_world_group``,
   wrapped by the plugin; the first layer's construction is the fallback), every rank sets
   ``r9k/agree/<rank>`` to its record (:func:`r9k.plugin.startup.rank_record`), and a rank whose plugin is
-  inactive sets a "no set" record (:func:`no_set_record`; the wrapper is ``r9k.plugin._patch_world_group``). Each active rank then reads every rank's record,
+  inactive sets a "no set" record (:func:`no_set_record`; the wrapper is :func:`patch_world_group`). Each active rank then reads every rank's record,
   bounded by :data:`AGREE_TIMEOUT_S`: a rank without a set, a rank with another set, or a rank that did not
   report in time stops the start on every active rank with one line naming node and rank.
 * Live figures (:func:`publish_live`, :func:`collect_live`): every rank's status flusher sets
   ``r9k/live/<rank>`` (its table, counters and time) when its counters change, and at least every
   :data:`HEARTBEAT_S`; rank 0 (on the head) reads every rank's key and writes them, stamped with the head's
   clock when each was first seen, into the cluster file beside its status file, which ``/r9k/status``
-  merges (:func:`r9k.plugin.status.cluster`).
+  merges (:func:`r9k.plugin.report.cluster`).
 
 Imports neither torch nor vLLM at module level.
 """
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import time
 from typing import Any, Callable, Optional
 
 from ..registry import envvars
 from .startup import StartupError, compare_ranks
+
+logger = logging.getLogger("vllm.r9k")
 
 AGREE_KEY = "r9k/agree/{rank}"
 LIVE_KEY = "r9k/live/{rank}"
@@ -177,7 +180,7 @@ def live_record(agreed: dict, counters: dict, table) -> dict:
     plans = table.plans if table is not None else {}
     return {"node": agreed["node"], "rank": agreed["rank"], "pid": agreed["pid"], "process": agreed.get("process"),
             "hash": agreed["hash"], "in_use": table.in_use() if table is not None else {},
-            "modes": {vid: str(p.mode) for vid, p in sorted(plans.items())},
+            "modes": {vid: str(p.state) for vid, p in sorted(plans.items())},
             "counters": counters, "time": time.time()}
 
 
@@ -216,3 +219,78 @@ class LivePublisher:
         if not changed:
             return None
         return {"world_size": self.world_size, "collected": now, "ranks": ranks}
+
+
+# ------------------------------------------------------------------------------ the plugin's hook on vLLM
+
+def watch_world_group(hooks) -> None:
+    """Take part in the ranks' agreement once vLLM's world group exists, active or not: vLLM's
+    ``init_distributed_environment`` looks ``parallel_state.init_world_group`` up by name, and the wrapper calls
+    :func:`on_world` after it. Inactive (``hooks`` None), nothing is imported: the wrapper goes in only where
+    vLLM's ``parallel_state`` is imported already (a worker: its executor module imports it)."""
+    import sys
+
+    mod = sys.modules.get("vllm.distributed.parallel_state")
+    if mod is not None:
+        patch_world_group(mod)
+    elif hooks is not None:
+        hooks.add("vllm.distributed.parallel_state", patch_world_group)
+
+
+def patch_world_group(mod) -> None:
+    orig = getattr(mod, "init_world_group", None)
+    if orig is None or getattr(orig, "_r9k_hooked", False):
+        return
+
+    def init_world_group(*args, **kwargs):
+        world = orig(*args, **kwargs)
+        on_world(world)
+        return world
+
+    init_world_group._r9k_hooked = True  # type: ignore[attr-defined]
+    init_world_group.__wrapped__ = orig  # type: ignore[attr-defined]
+    mod.init_world_group = init_world_group
+
+
+def on_world(world) -> None:
+    """vLLM's world group exists: an inactive rank says it has no set (never fails vLLM for it); an active
+    rank agrees with the others (:func:`agree_ranks`)."""
+    from . import dispatch, report
+
+    if report._active is None:
+        try:
+            ws = world_store(world)
+            if ws is not None:
+                publish(ws[0], AGREE_KEY.format(rank=ws[1]), no_set_record(ws[1]))
+        except Exception as exc:  # noqa: BLE001 - plain vLLM use: never stop it
+            logger.debug("r9k: cannot say this rank has no set: %s", exc)
+        return
+    agree_ranks(dispatch.get_table(), world)
+
+
+def agree_ranks(table, world=None) -> None:
+    """Once vLLM's world group exists (no layer built, no weight loaded): every rank publishes its set in the
+    world's rendezvous store and reads every rank's (:func:`agree`); a rank without a set, with another set, or
+    silent past the bound stops the start, naming node and rank. Rank 0 records every rank for the status;
+    every rank then shares its live figures (:func:`r9k.plugin.report.share_live`)."""
+    from . import report, startup
+
+    if report._live is not None or report._active is None:
+        return  # agreed already (at the world group's creation; the first layer then finds nothing to do)
+    ws = world_store(world)
+    if ws is None:
+        return
+    store, rank, world_size, nnodes = ws
+    if table is not None:
+        table.on_first_layer = None
+    record = startup.rank_record(report._active, report._proc, rank, table)
+    records = agree(record, store, world_size, nnodes)
+    report._live = (LivePublisher(store, rank, world_size), record)
+    nodes = sorted({r["node"] for r in records})
+    report.emit(logging.INFO, f"r9k {report._active.hash}: {len(records)} rank(s) on {len(nodes)} node(s) run this "
+                              f"set ({', '.join(nodes)})")
+    if rank == 0:
+        report._ranks = records
+        report.write_status(table)
+    if world_size > 1 and report._status_path:
+        report.start_flusher()

@@ -51,7 +51,7 @@ import logging
 from typing import Callable, Optional
 
 from .layers._common import opaque
-from . import active_set, counters, dispatch, selfcheck
+from . import dispatch, report, selfcheck
 from ..registry.manifest import Impl
 
 logger = logging.getLogger("vllm.r9k")
@@ -148,7 +148,7 @@ class Hook:
         self.said_rounding = False
 
     def _stock(self, x, why: str):
-        counters.hit(OP, f"fallback:{why}")
+        report.hit(OP, f"fallback:{why}")
         y = x.clone()  # the custom op returns a new tensor; vLLM's CPU all-reduce works in place
         return self.stock(y)
 
@@ -165,20 +165,20 @@ class Hook:
             return self._stock(x, "check failed")
         xc = x.contiguous()
         _, out = algorithms.all_reduce(xc, self.cfg, self.group)
-        if self.check and counters.calls(OP, f"checked:{kind}") < CHECK_CALLS:
+        if self.check and report.calls(OP, f"checked:{kind}") < CHECK_CALLS:
             bad = self.verify(kind, xc, out)  # a collective: stock's all-reduce on a copy
             # counted after the check, together: the status flusher (another thread) never sees the call
             # fused for the length of a collective without its check
-            counters.hit(OP, f"fused:{kind}")
-            counters.hit(OP, f"checked:{kind}")
+            report.hit(OP, f"fused:{kind}")
+            report.hit(OP, f"checked:{kind}")
             if bad:
-                counters.hit(OP, f"check-failed:{kind}")
+                report.hit(OP, f"check-failed:{kind}")
                 self.off[kind] = bad
                 logger.warning("r9k: %s: %s on %s: %s; this size class runs vLLM's all-reduce from now on",
                                OP, kind, self.name, bad)
                 return self.stock(xc.clone())  # this call too: vLLM's result, on every rank
         else:
-            counters.hit(OP, f"fused:{kind}")
+            report.hit(OP, f"fused:{kind}")
         return out.view_as(x)
 
     def verify(self, kind: str, x, out) -> str:
@@ -289,38 +289,38 @@ def attach(name: str, device_group, world: int, stock: Callable) -> Optional[Hoo
     if table is None or world < 2 or not name.startswith("tp"):
         return None
     plan = table.plans.get(SWITCH)
-    if plan is None or plan.mode is Impl.STOCK or plan.mode is Impl.UNSET:
+    if plan is None or plan.state is Impl.STOCK or plan.state is Impl.UNSET:
         return None
     layer = f"group {name} ({world} ranks)"
-    if plan.mode is not Impl.FUSED:
-        counters.layer(OP, layer, False, plan.reason or f"{plan.knob}={plan.value}: vLLM's all-reduce")
+    if plan.state is not Impl.FUSED:
+        report.layer(OP, layer, False, plan.reason or f"{plan.knob}={plan.value}: vLLM's all-reduce")
         return None
     import torch.distributed as dist
 
     backend = str(dist.get_backend(device_group))
     if backend != "gloo":
-        counters.layer(OP, layer, False, f"device group backend {backend}, not gloo (the GPU transport is not written)")
+        report.layer(OP, layer, False, f"device group backend {backend}, not gloo (the GPU transport is not written)")
         return None
 
-    cfg, why = config_from(active_set(), world)
+    cfg, why = config_from(report.active_set(), world)
     if why:
-        counters.layer(OP, layer, False, why)
+        report.layer(OP, layer, False, why)
         return None
     choice = table.choose(OP, layer=layer)
     if choice is None:  # the op did not load: a fallback the table already reported
-        counters.layer(OP, layer, False, table.plans[SWITCH].reason)
+        report.layer(OP, layer, False, table.plans[SWITCH].reason)
         return None
     plan.used = f"r9k.kernels.allreduce {_LABEL}: {describe(cfg, world)}"
     for vid in MODIFIERS:  # the thresholds and widths: read by the size rule of this group
         p = table.plans.get(vid)
-        if p is not None and p.mode is Impl.FUSED:
+        if p is not None and p.state is Impl.FUSED:
             p.used = f"r9k.kernels.allreduce size rule of {layer} ({_LABEL})"
     if table.on_change:
         table.on_change(table)
     torch_op()
     hook = Hook(name, device_group, world, cfg, stock, selfcheck.enabled(table.strict))
     HOOKS[name] = hook
-    counters.layer(OP, layer, True)
+    report.layer(OP, layer, True)
     logger.info("r9k: all-reduce of %s: %s", layer, describe(cfg, world))
     return hook
 
@@ -351,7 +351,7 @@ def _communicator_class():
             try:
                 self._r9k = attach(unique_name, self.device_group, self.world_size, super().all_reduce)
             except Exception as exc:  # noqa: BLE001 - a hook that cannot attach leaves vLLM's path, said once
-                counters.layer(OP, f"group {unique_name}", False, f"hook failed: {type(exc).__name__}: {exc}")
+                report.layer(OP, f"group {unique_name}", False, f"hook failed: {type(exc).__name__}: {exc}")
                 logger.warning("r9k: %s: the all-reduce hook of %s failed (%s: %s); vLLM's all-reduce",
                                OP, unique_name, type(exc).__name__, exc)
 

@@ -10,11 +10,10 @@ importing this module loads no torch and no vLLM.
 """
 from __future__ import annotations
 
-from .kvcache import line as kv_cache_line
 from .models.checkpoint import ARCHITECTURE, precheck
-from .status import merged_status
+from .report import HOOKED, RUNNERS, merged_status
+from .report import kv_line as kv_cache_line
 from .tiny_model import resolve_model_ref
-from .vllm_choices import HOOKED, RUNNERS
 from ..kernels._triton.vllm_peer import source_root as vllm_source_root
 
 __all__ = ["ARCHITECTURE", "HOOKED", "RUNNERS", "kv_cache_line", "merged_status", "precheck", "resolve_model_ref", "vllm_source_root"]

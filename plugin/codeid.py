@@ -41,7 +41,7 @@ def snapshot(table) -> dict:
     """Per op this process runs fused: its kernel package's identity (``{}`` before anything is loaded)."""
     out = {}
     for p in (table.plans.values() if table is not None else ()):
-        if p.mode == "fused" and p.op and p.module:
+        if p.state == "fused" and p.op and p.module:
             ident = of_package(p.module)
             if ident is not None:
                 out[p.op] = ident

@@ -23,70 +23,14 @@ import logging
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ..registry.availability import Decision
 from ..registry.manifest import Impl, Manifest
-from ..kernels.ops import triton_platform as tp
+from ..kernels.ops import triton_platform
 from ..registry import availability
 from .startup import StartupError
 from ..kernels import ops
 
 logger = logging.getLogger("vllm.r9k")
-
-@dataclass
-class Plan:
-    """What the plugin does for one variant in this process."""
-
-    variant_id: str
-    knob: str
-    value: Optional[str]
-    mode: Impl
-    extension_point: Optional[str]
-    op: Optional[str]
-    module: Optional[str]
-    reason: str = ""  # why a fallback happened
-    used: Optional[str] = None  # filled at model construction: the implementation a layer got
-    layers: int = 0  # how many layers asked for it
-    adapter: Optional[object] = None  # the registry's availability.Adapter for the extension point
-    launcher: Optional[str] = None  # a launcher knob: the vLLM flag or variable r9kctl launch sets ("--max-num-seqs")
-
-    @property
-    def pluggable(self) -> bool:
-        """Whether this plugin has an adapter for the variant's extension point (registry/adapters.toml)."""
-        return self.adapter is not None
-
-    def describe(self) -> str:
-        """The 'implementation in use' column of the startup table."""
-        if self.mode is Impl.FUSED:
-            where = f" via {self.extension_point}"
-            got = self.used or (f"{self.module}{':' + self.op if self.op else ''} (r9k, installed; used when the "
-                                "model is built)")
-            return f"{got}{where}"
-        if self.mode is Impl.STOCK:
-            return "stock (vLLM's own path; nothing installed)"
-        if self.mode is Impl.FALLBACK:
-            return f"stock (fallback: {self.reason})"
-        if self.mode is Impl.ENV and self.launcher:
-            if self.launcher.startswith("not applied"):
-                return self.launcher
-            return f"{self.launcher}, set by r9kctl launch (what was applied: r9kctl status)"
-        if self.mode is Impl.ENV:
-            return "exported to the environment (read by code outside this project)"
-        return "unset (implementation default)"
-
-
-@dataclass
-class Choice:
-    """What one layer got from :meth:`DispatchTable.choose`."""
-
-    op: str
-    variant_id: str
-    impl: Impl  # always Impl.FUSED: a layer gets a callable only where the plan decided this project's kernel
-    fn: Callable
-    label: str  # e.g. "r9k.kernels.router:router_gemm fused (triton interpret)"
-
-
-def triton_platform() -> Optional[str]:
-    return tp()
-
 
 #: Triton backend of a process (``triton_platform()``) -> the platform family of the availability rule.
 _PROBE_FAMILY = {"interpret": "cpu", "cuda": "cuda", "rocm": "rocm"}
@@ -97,48 +41,44 @@ class DispatchTable:
     rs: Manifest
     strict: bool = False
     platform_probe: Callable[[], Optional[str]] = triton_platform
-    plans: dict[str, Plan] = field(default_factory=dict)
+    plans: dict[str, Decision] = field(default_factory=dict)  # variant id -> its decision here
     by_op: dict[str, str] = field(default_factory=dict)  # op name -> variant id
     on_change: Optional[Callable[["DispatchTable"], None]] = None  # e.g. rewrite the status file
     on_first_layer: Optional[Callable[["DispatchTable"], None]] = None  # once, at the first choose(): rank agreement
-    _choices: dict[str, Choice] = field(default_factory=dict)
+    _chosen: set[str] = field(default_factory=set)  # the ops a layer got the kernel of
     warnings: list[str] = field(default_factory=list)
 
     # ----------------------------------------------------------------------------- at register()
 
-    def plan(self) -> dict[str, Plan]:
-        """Decide every variant's mode (no kernel import) with the engine's availability rule
+    def plan(self) -> dict[str, Decision]:
+        """Decide every variant's implementation (no kernel import) with the engine's availability rule
         (:func:`r9k.registry.availability.plan`, the rule ``r9kctl validate`` and ``launch`` apply), plus
         the one thing only a running process knows: whether it has a Triton backend for the profile's
         platform. Raises StartupError in strict mode when a selected implementation cannot run here."""
 
-        verdicts = availability.plan(self.rs)
+        decisions = availability.plan(self.rs)
         family = availability.platform_family(self.rs.platform)
         probed, triton = False, None
         errors: list[str] = []
         for vid, r in sorted(self.rs.items.items()):
             v = r.variant
-            impl = v.implementation
-            av = verdicts[vid]
-            p = Plan(vid, v.knob, r.value, av.state, impl.extension_point, impl.op, impl.module,
-                     av.reason, adapter=av.adapter)
-            sets = v.sets
-            if sets is not None:
+            p = decisions[vid]
+            if v.sets is not None:
                 from ..registry.vllm_map import describe
 
-                p.launcher = describe(sets)
-            if impl.op:
-                self.by_op[impl.op] = vid
-            if p.mode is Impl.FUSED:
+                p.launcher = describe(v.sets)
+            if p.op:
+                self.by_op[p.op] = vid
+            if p.state is Impl.FUSED:
                 if not probed:
                     triton, probed = self.platform_probe(), True
                 here = _PROBE_FAMILY.get(triton or "")
                 if triton is None:
-                    p.mode, p.reason = Impl.FALLBACK, "no Triton backend in this process (no GPU; TRITON_INTERPRET=1 not set)"
+                    p.state, p.reason = Impl.FALLBACK, "no Triton backend in this process (no GPU; TRITON_INTERPRET=1 not set)"
                 elif family is not None and here != family:
-                    p.mode, p.reason = Impl.FALLBACK, (f"the profile is for platform '{self.rs.platform}', this process "
+                    p.state, p.reason = Impl.FALLBACK, (f"the profile is for platform '{self.rs.platform}', this process "
                                                     f"has Triton '{triton}'")
-            if p.mode is Impl.FALLBACK:
+            if p.state is Impl.FALLBACK:
                 line = f"{v.knob}={r.value}: {p.reason}; using vLLM's own path ({v.knob}={v.stock})"
                 if self.strict:
                     errors.append(f"error[no-implementation]: {line} (strict mode)")
@@ -149,14 +89,14 @@ class DispatchTable:
             raise StartupError(errors, "r9k: a selected implementation cannot run here; refusing to start vLLM")
         return self.plans
 
-    def installs(self) -> list[Plan]:
+    def installs(self) -> list[Decision]:
         """Variants whose implementation the plugin installs through an extension point."""
-        return [p for p in self.plans.values() if p.mode is Impl.FUSED]
+        return [p for p in self.plans.values() if p.state is Impl.FUSED]
 
     # ------------------------------------------------------------------- at model construction
 
-    def choose(self, op: str, layer: str = "") -> Optional[Choice]:
-        """The implementation of ``op`` for one layer; call once per layer at construction.
+    def choose(self, op: str, layer: str = "") -> Optional[Decision]:
+        """The decision for ``op`` at one layer, its kernel in ``fn``; call once per layer at construction.
 
         None means: this project's implementation is not used here (stock, or a fallback already
         warned about); the layer keeps vLLM's own code path."""
@@ -169,10 +109,10 @@ class DispatchTable:
             raise KeyError(f"no variant in the registry names op {op!r}")
         plan = self.plans[vid]
         plan.layers += 1
-        if plan.mode is not Impl.FUSED:
+        if plan.state is not Impl.FUSED:
             return None
-        if op in self._choices:
-            return self._choices[op]
+        if op in self._chosen:
+            return plan
         try:
             kop = ops.get(op)
         except Exception as exc:  # noqa: BLE001 - any import problem of the kernel means: not available
@@ -184,24 +124,23 @@ class DispatchTable:
                                    "r9k: a kernel does not load; refusing to start vLLM") from None
             logger.warning("r9k: %s; every layer of this op keeps vLLM's own path", line)
             self.warnings.append(line)
-            plan.mode, plan.reason = Impl.FALLBACK, f"kernel op does not load: {type(exc).__name__}: {exc}"
+            plan.state, plan.reason = Impl.FALLBACK, f"kernel op does not load: {type(exc).__name__}: {exc}"
             if self.on_change:
                 self.on_change(self)
             return None
         # The plan decided (the value is one of the op's fused values, from the TOML); the op gives the callable.
-        label = f"{plan.module}:{op} {Impl.FUSED} (triton {triton_platform()})"
-        choice = Choice(op, vid, Impl.FUSED, kop.fused, label)
-        self._choices[op] = choice
-        plan.used = label
-        logger.info("r9k %s: %s=%s -> %s, first used by %s", self.rs.hash, plan.knob, plan.value, label,
+        plan.used = f"{plan.module}:{op} {Impl.FUSED} (triton {triton_platform()})"
+        plan.fn = kop.fused
+        self._chosen.add(op)
+        logger.info("r9k %s: %s=%s -> %s, first used by %s", self.rs.hash, plan.knob, plan.value, plan.used,
                     layer or "a layer")
         if self.on_change:
             self.on_change(self)
-        return choice
+        return plan
 
     def in_use(self) -> dict[str, str]:
         """variant id -> the implementation this process uses, for every non-stock variant."""
-        return {vid: p.describe() for vid, p in sorted(self.plans.items()) if p.mode in (Impl.FUSED, Impl.FALLBACK)}
+        return {vid: p.describe() for vid, p in sorted(self.plans.items()) if p.state in (Impl.FUSED, Impl.FALLBACK)}
 
 
 def _where(exc: BaseException) -> str:

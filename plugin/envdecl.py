@@ -14,7 +14,7 @@ the compiled graph (``Variant.graph_affecting``, derived from what the switch ch
   cache directory instead of loading a graph compiled for the other implementation;
 * every other knob returns None: known to vLLM (no warning, copied to Ray workers) but constant in
   the cache key, so it does not cause needless recompiles. Its value is read from the resolved set
-  (``r9k.plugin.active_set()``), not from ``vllm.envs``.
+  (``r9k.plugin.report.active_set()``), not from ``vllm.envs``.
 
 The plugin's own control variables are declared the same way (constant None). Launcher knobs
 (category ``launcher``: ``UTIL``, ``EAGER``, ...) are not: ``r9kctl launch`` turns them into vLLM's own

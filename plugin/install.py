@@ -149,3 +149,22 @@ def install(plan, on_failure: Callable[[object, str], None]) -> None:
             on_failure(plan, str(exc) if isinstance(exc, InstallError) else f"{type(exc).__name__}: {exc}")
 
     HOOKS.add(adapter.vllm_module, _do)
+
+
+def install_failed(plan, reason: str) -> None:
+    """An adapter that does not install: one line naming variant, extension point and reason; the variant
+    keeps vLLM's path, or the start stops in strict mode (before the model is built: installs run at
+    register() or when vLLM imports the layer's module, both before weights load)."""
+    from . import dispatch, report
+    from ..registry.manifest import Impl
+    from .startup import StartupError
+
+    line = (f"{plan.knob}={plan.value} (variant {plan.variant_id}): the adapter for {plan.extension_point} "
+            f"does not install: {reason}")
+    table = dispatch.get_table()
+    if table is not None and table.strict:
+        raise StartupError([f"error[adapter-install]: {line} (strict mode)"],
+                           "r9k: an adapter does not install; refusing to start vLLM")
+    plan.state, plan.reason = Impl.FALLBACK, f"adapter does not install: {reason}"
+    report.emit(logging.WARNING, f"{report._prefix()} {line}; using vLLM's own path")
+    report.write_status(table)

@@ -7,7 +7,7 @@ or by the user). The per-op counters live in the worker and engine-core processe
 objects there do not reach with one API server (no multiprocess directory then; vLLM ships its own engine
 figures to the front end in its stats messages). So the API server carries one collector, registered in
 whichever registry vLLM mounts (:func:`install` wraps ``get_prometheus_registry``): at each scrape it reads
-the server's status (``plugin.current_status``'s sources: the status file and every process's counter file,
+the server's status (``report.current_status``'s sources: the status file and every process's counter file,
 the figures ``/r9k/status`` answers), and yields, per process that wrote them:
 
 - ``r9k_op_layers{op, process, state="fused"|"stock", reason}``: layers of the model that run this project's
@@ -27,20 +27,19 @@ MOUNT_MODULE = "vllm.entrypoints.serve.instrumentator.metrics"
 
 def sections() -> list[dict]:
     """Every process section of this server with its counters (the API server's own included)."""
-    from .. import plugin
     from ..registry import envvars
-    from . import dispatch, status
+    from . import dispatch, report
 
-    own = (status.snapshot(plugin._active, dispatch.get_table(), plugin._proc, plugin._applied, plugin._ranks)
-           if plugin._active is not None else None)
-    path: Optional[str] = plugin._status_path or envvars.STATUS_FILE.get()
+    own = (report.section(report._active, dispatch.get_table(), report._proc, report._applied, report._ranks)
+           if report._active is not None else None)
+    path: Optional[str] = report._status_path or envvars.STATUS_FILE.get()
     procs: dict = {}
     if path:
         try:
-            procs = dict(status.read_status_file(path).get("processes", {}))
+            procs = dict(report.read_status_file(path).get("processes", {}))
         except (OSError, ValueError):
             procs = {}
-        procs = status._with_counter_files(procs, path)
+        procs = report._with_counter_files(procs, path)
     if own is not None:
         procs.setdefault(own["process"]["name"], own)
     return [procs[n] for n in sorted(procs)]

@@ -34,7 +34,7 @@ import struct
 from pathlib import Path
 from typing import Any, Optional
 from .dispatch import get_table
-from . import counters
+from . import report
 from ..kernels import ops
 from .layers import _common
 
@@ -152,7 +152,7 @@ def _on_cpu() -> bool:
 def _gemm_wanted() -> bool:
     table = get_table()
     p = table.plans.get("fp8_block_linears") if table is not None else None
-    return p is not None and p.mode == "fused"
+    return p is not None and p.state == "fused"
 
 
 _CLASSES: dict[str, Any] = {}
@@ -283,7 +283,7 @@ def _choose(prefix: str):
     """(gemm callable or None for stock, whether the one-launch QA path is on) for one layer, from the
     dispatch table; records the layer in the counters."""
     table = get_table()
-    if table is None or "fp8_block_linears" not in table.plans or table.plans["fp8_block_linears"].mode != "fused":
+    if table is None or "fp8_block_linears" not in table.plans or table.plans["fp8_block_linears"].state != "fused":
         if table is not None and table.plans.get("fp8_block_linears") is not None:
             table.plans["fp8_block_linears"].layers += 1
         return None, False
@@ -291,12 +291,12 @@ def _choose(prefix: str):
     qa = table.choose(QA_OP, layer=prefix) if QA_OP in table.by_op else None
 
     kop = ops.get(QA_OP)
-    fused = qa is not None and qa.impl == "fused"
-    counters.layer(GEMM_COUNTER, prefix, installed=True)
+    fused = qa is not None and qa.state == "fused"
+    report.layer(GEMM_COUNTER, prefix, installed=True)
     if fused:
-        counters.layer(QA_OP, prefix, installed=True)
+        report.layer(QA_OP, prefix, installed=True)
     elif table.plans.get(table.by_op.get(QA_OP, ""), None) is not None:
-        counters.layer(QA_OP, prefix, installed=False, reason="R9K_FP8_QA off: the quant runs as its own launch")
+        report.layer(QA_OP, prefix, installed=False, reason="R9K_FP8_QA off: the quant runs as its own launch")
     if table.plans["fp8_block_linears"].used is None:
         table.plans["fp8_block_linears"].used = f"r9k.kernels.fp8_block:{GEMM_COUNTER} ({NAME} quantization)"
     return gemm_op(kop.fused if fused else kop.stock, fused), fused
@@ -306,9 +306,9 @@ def gemm_op(fn, fused: bool):
     """``fn(x, w_q, w_s) -> y`` (this project's block GEMM) behind a torch custom op (opaque to torch.compile)
     that counts its calls at execution time."""
     def impl(x, w_q, w_s):
-        counters.hit(GEMM_COUNTER, "fused")
+        report.hit(GEMM_COUNTER, "fused")
         if fused:
-            counters.hit(QA_OP, "fused" if 1 <= x.shape[0] <= MAX_M else f"fallback:rows>{MAX_M}")
+            report.hit(QA_OP, "fused" if 1 <= x.shape[0] <= MAX_M else f"fallback:rows>{MAX_M}")
         return fn(x, w_q, w_s)
 
     def fake(x, w_q, w_s):

@@ -11,7 +11,7 @@ and argument shapes, so a model with forty identical layers runs each kernel onc
 When it runs: in strict mode (``r9kctl launch --strict``, ``envvars.STRICT``) and when ``envvars.SELFCHECK`` is
 1; ``envvars.SELFCHECK`` = 0 turns it off even in strict mode. A failure refuses the start in strict mode
 (:class:`r9k.plugin.startup.StartupError`, one line naming op, layer, shapes and the error); otherwise the
-layer keeps vLLM's path (``counters.layer(..., installed=False, "self-check failed: ...")``, so
+layer keeps vLLM's path (``report.layer(..., installed=False, "self-check failed: ...")``, so
 ``r9kctl status`` and the layers table say so), the variant's plan becomes a fallback with that reason, and
 one warning is logged.
 
@@ -127,7 +127,7 @@ def verify(choice, layer: str, probe: Callable[[], tuple],
     here; else the reason the layer keeps vLLM's path. Raises StartupError in strict mode."""
     table = dispatch.get_table()
     strict = bool(table is not None and table.strict)
-    if choice.impl != "fused" or not enabled(strict):
+    if choice.state != "fused" or not enabled(strict):
         return None
 
     args = probe()
@@ -136,16 +136,16 @@ def verify(choice, layer: str, probe: Callable[[], tuple],
         return None
     shapes = ", ".join("x".join(map(str, s)) if isinstance(s, tuple) else str(s)
                        for s, *_ in (x if isinstance(x, tuple) else (x,) for x in _signature(args)))
-    line = f"op {choice.op} ({choice.label}), layer {layer}, probe [{shapes}]: {why}"
+    line = f"op {choice.op} ({choice.used}), layer {layer}, probe [{shapes}]: {why}"
     if strict:
         raise StartupError([f"error[self-check]: {line} (strict mode)"],
                            "r9k: a kernel fails its startup self-check against its stock path; refusing to start vLLM")
     reason = f"self-check failed: {why}"
     plan = table.plans.get(choice.variant_id) if table is not None else None
-    if plan is not None and plan.mode == "fused":
+    if plan is not None and plan.state == "fused":
         from ..registry.manifest import Impl  # the enum member: plan_counts and the status compare by identity
 
-        plan.mode, plan.reason = Impl.FALLBACK, reason
+        plan.state, plan.reason = Impl.FALLBACK, reason
         if table.on_change:
             table.on_change(table)
     if (choice.op, "warned") not in _RESULTS:

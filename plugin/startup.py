@@ -576,7 +576,7 @@ def rank_record(active: Active, proc: ProcessInfo, rank: int, table=None) -> dic
             "process": proc.name, "server": active.server, "hash": active.hash,
             "values": active.rs.knob_values(), "extra_env": dict(active.rs.extra_env),
             "in_use": table.in_use() if table is not None else {},
-            "modes": {vid: str(p.mode) for vid, p in sorted(plans.items())}}
+            "modes": {vid: str(p.state) for vid, p in sorted(plans.items())}}
 
 
 def compare_ranks(records: list[dict]) -> list[str]:

@@ -11,7 +11,7 @@ Read as source (nothing of that vLLM is imported, so a version that needs anothe
                profile's launch is valid there; the latest release was validated on it
   runners      behaviour, not names: the model-runner classes vLLM's GPU and CPU workers instantiate (V1, V2,
                their subclasses), each named on a ``runner`` line; each must be one the "what vLLM chose per
-               layer" hook wraps (r9k.plugin.vllm_choices.RUNNERS) or inherit from one, and have the hooked
+               layer" hook wraps (r9k.plugin.report.RUNNERS) or inherit from one, and have the hooked
                method on it (else the choices table and strict mode's error[not-chosen] vanish there)
 
 One line per finding. Exit 0: nothing breaks; 1: something would break (the lines say what); 2: DIR is not

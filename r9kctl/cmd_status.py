@@ -28,7 +28,7 @@ from ..registry.redact import escape, mask
 from . import netclient
 from .output import table
 
-ROUTE = "/r9k/status"  # same as r9k.plugin.status.ROUTE (not imported: keep this command light)
+ROUTE = "/r9k/status"  # same as r9k.plugin.report.ROUTE (not imported: keep this command light)
 
 
 def add_parser(sub) -> None:

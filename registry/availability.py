@@ -31,7 +31,7 @@ import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 from . import envvars
 
 from .manifest import Impl, Item, Manifest
@@ -243,8 +243,12 @@ def _spec(name: str):
 # ----------------------------------------------------------------------------------------- the rule
 
 @dataclass
-class Verdict:
-    variant: str
+class Decision:
+    """Which implementation runs for one variant, and why: made by :func:`decide` for every caller, refined by
+    the plugin's ``DispatchTable`` with what only a running process knows, handed to the layers it installs
+    into, and shown by the plugin's report (``/r9k/status``, the startup table)."""
+
+    variant_id: str
     knob: str
     value: Optional[str]
     state: Impl
@@ -252,7 +256,34 @@ class Verdict:
     extension_point: Optional[str] = None
     op: Optional[str] = None
     module: Optional[str] = None
-    adapter: Optional[Adapter] = None
+    adapter: Optional[Adapter] = None  # the plugin's adapter for the extension point (adapters.toml)
+    launcher: Optional[str] = None  # a launcher knob: the vLLM flag or variable r9kctl launch sets ("--max-num-seqs")
+    used: Optional[str] = None  # at model construction: the implementation a layer got
+    layers: int = 0  # how many layers asked for it
+    fn: Optional[Callable] = None  # the kernel a layer calls (state "fused", once a layer asked)
+
+    @property
+    def pluggable(self) -> bool:
+        """Whether the plugin has an adapter for the variant's extension point (registry/adapters.toml)."""
+        return self.adapter is not None
+
+    def describe(self) -> str:
+        """The 'implementation in use' column of the startup table and the status."""
+        if self.state is Impl.FUSED:
+            got = self.used or (f"{self.module}{':' + self.op if self.op else ''} (r9k, installed; used when the "
+                                "model is built)")
+            return f"{got} via {self.extension_point}"
+        if self.state is Impl.STOCK:
+            return "stock (vLLM's own path; nothing installed)"
+        if self.state is Impl.FALLBACK:
+            return f"stock (fallback: {self.reason})"
+        if self.state is Impl.ENV and self.launcher:
+            if self.launcher.startswith("not applied"):
+                return self.launcher
+            return f"{self.launcher}, set by r9kctl launch (what was applied: r9kctl status)"
+        if self.state is Impl.ENV:
+            return "exported to the environment (read by code outside this project)"
+        return "unset (implementation default)"
 
 
 def why_not(variant, platform: Optional[str], adapters: Adapters, repo_root: Path) -> str:
@@ -325,13 +356,12 @@ def declaration_problems(variants, adapters: Adapters, repo_root: Optional[Path]
     return out
 
 
-def verdict(r: Item, platform: Optional[str], adapters: Adapters, repo_root: Path) -> Verdict:
-    """The state of one item of a manifest: decided here, once, for every caller."""
+def decide(r: Item, platform: Optional[str], adapters: Adapters, repo_root: Path) -> Decision:
+    """The decision for one item of a manifest: made here, once, for every caller."""
     v = r.variant
     impl = v.implementation
     ep = impl.extension_point
-    out = Verdict(v.id, v.knob, r.value, Impl.UNSET, "", ep, impl.op, impl.module,
-                  adapters.adapters.get(ep or ""))
+    out = Decision(v.id, v.knob, r.value, Impl.UNSET, "", ep, impl.op, impl.module, adapters.adapters.get(ep or ""))
     if r.value is None:
         return out
     if r.is_stock or not r.active:
@@ -348,25 +378,25 @@ def verdict(r: Item, platform: Optional[str], adapters: Adapters, repo_root: Pat
 
 
 def plan(m: Manifest, platform: Optional[str] = None, adapters: Optional[Adapters] = None,
-         repo_root: Optional[Path] = None, use_profile_platform: bool = True) -> dict[str, Verdict]:
-    """variant id -> :class:`Verdict` for every item of a manifest (the profile's platform unless
+         repo_root: Optional[Path] = None, use_profile_platform: bool = True) -> dict[str, Decision]:
+    """variant id -> :class:`Decision` for every item of a manifest (the profile's platform unless
     ``platform`` is given)."""
     if platform is None and use_profile_platform:
         platform = m.platform
     adapters = adapters if adapters is not None else load_adapters()
     root = repo_root or default_repo_root()
-    return {vid: verdict(r, platform, adapters, root) for vid, r in sorted(m.items.items())}
+    return {vid: decide(r, platform, adapters, root) for vid, r in sorted(m.items.items())}
 
 
-def counts(verdicts: Mapping[str, Verdict]) -> dict[str, int]:
+def counts(decisions: Mapping[str, Decision]) -> dict[str, int]:
     out = {s: 0 for s in Impl}
-    for v in verdicts.values():
-        out[v.state] += 1
+    for d in decisions.values():
+        out[d.state] += 1
     return out
 
 
-def summary_line(verdicts: Mapping[str, Verdict]) -> str:
+def summary_line(decisions: Mapping[str, Decision]) -> str:
     """``N installed, M fall back, K env-only`` (the numbers validate and the plugin's table print)."""
-    c = counts(verdicts)
+    c = counts(decisions)
     return (f"{c[Impl.FUSED]} installed, {c[Impl.FALLBACK]} fall back to vLLM's path, {c[Impl.ENV]} env-only "
             "(read by code outside this project)")

@@ -69,7 +69,7 @@ SELFCHECK = _v("R9K_SELFCHECK", "bool", "on in strict mode, else off",
                ("plugin.selfcheck",), vllm=True)
 STATUS_FILE = _v("R9K_STATUS_FILE", "path", "a file under the cache directory, chosen by the plugin",
                  "where the plugin writes what it installed and counted; r9kctl status reads it",
-                 ("plugin.startup", "plugin.status", "r9kctl.cmd_status"), vllm=True)
+                 ("plugin.startup", "plugin.report", "r9kctl.cmd_status"), vllm=True)
 CACHE_DIR = _v("R9K_CACHE_DIR", "path", "$XDG_CACHE_HOME/r9k, else ~/.cache/r9k",
                "parse cache, manifests, status files, tiny models (see cache_dir())",
                ("registry.loader", "r9kctl.launch", "plugin.tiny_model", "plugin.startup"), vllm=True)

@@ -124,7 +124,7 @@ class Facts:
     gate_tests: tuple[str, ...] = ()
     sets: Optional[Sets] = None
     fused_values: tuple[str, ...] = ()
-    vllm: Optional[Switch] = None  # one of vLLM's own switches (plugin.vllm_choices)
+    vllm: Optional[Switch] = None  # one of vLLM's own switches (plugin.report)
 
 
 class StockRule:

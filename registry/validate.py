@@ -37,7 +37,7 @@ class Report:
     profiles: dict[str, ResolvedSet] = field(default_factory=dict)
     budgets: dict[str, Optional[Budget]] = field(default_factory=dict)
     registry: Optional[Registry] = None
-    availability: dict[str, dict] = field(default_factory=dict)  # profile -> variant id -> availability.Verdict
+    availability: dict[str, dict] = field(default_factory=dict)  # profile -> variant id -> availability.Decision
     gates: dict[str, str] = field(default_factory=dict)  # profile -> gate summary line (ledger.summary)
 
     @property

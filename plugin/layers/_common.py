@@ -1,7 +1,7 @@
 """What every adapter in :mod:`r9k.plugin.layers` shares.
 
 * :func:`choose`: the dispatch table's choice for one layer (None: vLLM's own path).
-* :func:`keep`: a layer that keeps vLLM's path, recorded with its reason (``counters.layer(...,
+* :func:`keep`: a layer that keeps vLLM's path, recorded with its reason (``report.layer(...,
   installed=False)``) and logged once per (op, reason).
 * :func:`eligible_choice`: both in one step: the choice, unless the layer is not eligible for it;
   :func:`install` then hooks a module that keeps its vLLM class (state, op, :func:`swap_class`, counter).
@@ -15,7 +15,7 @@
   are not parameters, e.g. converted weights, are looked up here).
 
 An out-of-tree model (e.g. a future Flash-Next model class) uses the same functions: it asks
-:func:`choose` for its layer, records eligibility with :func:`keep` / ``counters.layer``, and calls
+:func:`choose` for its layer, records eligibility with :func:`keep` / ``report.layer``, and calls
 the same ``torch.ops.r9k.*`` ops the adapters define.
 """
 from __future__ import annotations
@@ -23,8 +23,9 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional
 
-from .. import counters
-from ..dispatch import Choice, get_table
+from .. import report
+from ..dispatch import get_table
+from ...registry.availability import Decision
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -35,7 +36,7 @@ _SUBCLASSES: dict[tuple[type, type], type] = {}
 STATE: dict[str, object] = {}
 
 
-def choose(op: str, layer: str) -> Optional[Choice]:
+def choose(op: str, layer: str) -> Optional[Decision]:
     """The implementation of ``op`` for this layer (once per layer, at construction), or None."""
     table = get_table()
     if table is None:
@@ -45,7 +46,7 @@ def choose(op: str, layer: str) -> Optional[Choice]:
 
 def keep(op: str, layer: str, reason: str) -> None:
     """This layer keeps vLLM's own path for ``op``: recorded and logged (once per reason)."""
-    counters.layer(op, layer, False, reason)
+    report.layer(op, layer, False, reason)
     keep_logged(op, layer, reason)
 
 
@@ -57,7 +58,7 @@ def keep_logged(op: str, layer: str, reason: str) -> None:
 
 
 def installed(op: str, layer: str) -> None:
-    counters.layer(op, layer, True)
+    report.layer(op, layer, True)
 
 
 def _refused(op: str) -> Optional[str]:
@@ -70,7 +71,7 @@ def _refused(op: str) -> Optional[str]:
 
 
 def eligible_choice(op: str, layer: str, ineligible: Callable[[], str],
-                    probe: Optional[Callable[[], tuple]] = None, bound: Optional[Callable] = None) -> Optional[Choice]:
+                    probe: Optional[Callable[[], tuple]] = None, bound: Optional[Callable] = None) -> Optional[Decision]:
     """The table's choice of ``op`` for this layer, or None: when the table leaves the layer to vLLM, or
     when ``ineligible()`` (asked only after a choice) gives a reason, recorded with :func:`keep`, or when the
     startup self-check (:mod:`r9k.plugin.selfcheck`; ``probe``: the op's arguments at this layer's shapes,

@@ -7,9 +7,9 @@ calls it through a torch custom op (``torch.ops.r9k.router_gemm_<impl>``), opaqu
 the compiled graph holds one call and the Triton kernel (or its interpreter on the CPU) runs at
 execution time.
 
-Per layer (``counters.layer``): installed, or kept on vLLM's forward with the reason (quantized gate,
+Per layer (``report.layer``): installed, or kept on vLLM's forward with the reason (quantized gate,
 bias, weights not bf16, logits requested in another dtype than bf16, e.g. fp32 by a quant method's
-``set_out_dtype`` after construction). Per call (``counters.hit``, inside the custom op): ``fused``
+``set_out_dtype`` after construction). Per call (``report.hit``, inside the custom op): ``fused``
 for 1..16 rows (one Triton launch), ``fallback:rows>16`` above (the kernel's wrapper runs the stock
 fp32-out GEMM with one rounding there).
 """
@@ -21,8 +21,8 @@ from typing import Optional
 import torch
 from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
 
-from .. import counters
-from ..dispatch import Choice
+from .. import report
+from ...registry.availability import Decision
 from . import _common
 from ..selfcheck import probe_linear
 
@@ -33,24 +33,24 @@ OP = "router_gemm"
 FUSED_MAX_ROWS = 16
 
 
-def torch_op(choice: Choice):
+def torch_op(choice: Decision):
     """The torch custom op wrapping the chosen implementation (defined once per process)."""
     fn = choice.fn
-    fused = choice.impl == "fused"
+    fused = choice.state == "fused"
 
     def impl(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         if not fused:
-            counters.hit(OP, "stock")
+            report.hit(OP, "stock")
         elif x.shape[0] > FUSED_MAX_ROWS:
-            counters.hit(OP, f"fallback:rows>{FUSED_MAX_ROWS}")
+            report.hit(OP, f"fallback:rows>{FUSED_MAX_ROWS}")
         else:
-            counters.hit(OP, "fused")
+            report.hit(OP, "fused")
         return fn(x, w)
 
     def fake(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return x.new_empty((x.shape[0], w.shape[0]))
 
-    return _common.opaque(f"{choice.op}_{choice.impl}", "(Tensor x, Tensor w) -> Tensor", impl, fake)
+    return _common.opaque(f"{choice.op}_{choice.state}", "(Tensor x, Tensor w) -> Tensor", impl, fake)
 
 
 def _probe(weight):
@@ -64,7 +64,7 @@ class R9kGateLinear(GateLinear):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._r9k_op = None
-        self._r9k_choice: Optional[Choice] = None
+        self._r9k_choice: Optional[Decision] = None
         choice = _common.eligible_choice(OP, self.prefix, lambda: self._ineligible(self.out_dtype),
                                          probe=lambda: _probe(self.weight))
         if choice is None:
@@ -92,7 +92,7 @@ class R9kGateLinear(GateLinear):
         if self._r9k_op is not None:
             reason = self._ineligible(out_dtype)
             if reason:
-                counters.relabel(OP, self.prefix, False, reason)
+                report.relabel(OP, self.prefix, False, reason)
                 _common.keep_logged(OP, self.prefix, reason)
                 self._r9k_op = None
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 from vllm.model_executor.layers.mamba.gdn.qwen_gdn_linear_attn import QwenGatedDeltaNetAttention
 
-from .. import counters
+from .. import report
 from . import _common
 
 OP = "gdn_decode"
@@ -115,10 +115,10 @@ def _core_op():
             out.zero_()
             return
         if md.num_prefills == 0 and md.spec_sequence_masks is None and md.num_decodes > 0:
-            counters.hit(OP, "fused")
+            report.hit(OP, "fused")
             _decode(st, md, mixed_qkv, z, b, a, out)
             return
-        counters.hit(OP, "fallback:prefill")
+        report.hit(OP, "fallback:prefill")
         T = mixed_qkv.shape[0]
         hv, dv = layer.num_v_heads // layer.tp_size, layer.head_v_dim
         core = torch.zeros((T, hv, dv), dtype=mixed_qkv.dtype, device=mixed_qkv.device)

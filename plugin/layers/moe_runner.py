@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 from vllm.model_executor.layers.fused_moe.runner.moe_runner import MoERunner
 
-from .. import counters
+from .. import report
 from . import _common
 
 ROUTE = "moe_route"
@@ -54,10 +54,10 @@ def _route_op():
         st: _RouteState = _common.STATE[key]
         r = st.router
         if st.max_rows is not None and logits.shape[0] > st.max_rows:
-            counters.hit(ROUTE, f"fallback:rows>{st.max_rows}")
+            report.hit(ROUTE, f"fallback:rows>{st.max_rows}")
             w, ids = st.vllm_compute(r, hidden_states, logits, None)
             return w.to(torch.float32).clone(), ids.to(torch.int32).clone()
-        counters.hit(ROUTE, "fused")
+        report.hit(ROUTE, "fused")
         return st.fn(logits, r.top_k, bool(getattr(r, "renormalize", True)))
 
     def fake(hidden_states: torch.Tensor, logits: torch.Tensor, key: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,7 +159,7 @@ def _prepare(st: _SharedState) -> None:
     w2 = _mxfp4_exact(m.down_proj.weight.data)
     if w1 is None or w2 is None:
         st.reason = "bf16 weights not on the MXFP4 grid (the kernel reads MXFP4; converting would round them)"
-        counters.relabel(SHARED, st.layer, False, st.reason)
+        report.relabel(SHARED, st.layer, False, st.reason)
         _common.keep_logged(SHARED, st.layer, st.reason)
         return
     st.weights = prepare_shared_expert(w1[0], w1[1], w2[0], w2[1], m.expert_gate.weight.data.reshape(-1))
@@ -171,12 +171,12 @@ def _shared_op():
         if st.weights is None and not st.reason:
             _prepare(st)
         if st.weights is None:
-            counters.hit(SHARED, "fallback:weights not MXFP4")
+            report.hit(SHARED, "fallback:weights not MXFP4")
             return st.vllm_forward(st.module, x).clone()
         if st.max_rows is not None and x.shape[0] > st.max_rows:
-            counters.hit(SHARED, f"fallback:rows>{st.max_rows}")
+            report.hit(SHARED, f"fallback:rows>{st.max_rows}")
             return st.vllm_forward(st.module, x).clone()
-        counters.hit(SHARED, "fused")
+        report.hit(SHARED, "fused")
         out = st.fn(x.contiguous(), st.weights)
         if st.all_reduce:
             from vllm.distributed import tensor_model_parallel_all_reduce

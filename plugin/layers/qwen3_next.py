@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 from vllm.model_executor.models.qwen3_next import Qwen3NextAttention, Qwen3NextForCausalLM
 
-from .. import counters
+from .. import report
 from . import _common
 
 OP = "qk_norm_rope"
@@ -45,14 +45,14 @@ def _qk_op():
         st: _QkState = _common.STATE[key]
         m = st.attn
         if st.max_rows is not None and qkv.shape[0] > st.max_rows:
-            counters.hit(OP, f"fallback:rows>{st.max_rows}")
+            report.hit(OP, f"fallback:rows>{st.max_rows}")
             q, k, _v, gate = Qwen3NextAttention._project_qkv_gate(m, qkv, positions)  # vLLM's own path
             return q.clone(), k.clone(), gate.clone()
         rope = m.rotary_emb
         if st.cache is None or st.cache.device != qkv.device:
             st.cache = rope.cos_sin_cache.to(qkv.device, dtype=torch.bfloat16).contiguous()
         section = getattr(rope, "mrope_section", None) if positions.dim() == 2 else None
-        counters.hit(OP, "fused")
+        report.hit(OP, "fused")
         return st.fn(qkv, m.q_norm.weight, m.k_norm.weight, positions, st.cache, m.num_heads, m.num_kv_heads,
                      m.head_dim, m.q_norm.variance_epsilon,
                      **({"mrope_section": tuple(section)} if section else {}))

@@ -5,7 +5,7 @@
   :class:`r9k.plugin.models.flash_next.FlashNextForCausalLM` for the architecture, so a Flash-Next checkpoint is
   served there and this project's hyper-connection kernels run in it. On CUDA/ROCm vLLM's own model serves it
   and nothing is registered: this project's hc kernels are not wired into vLLM's Qwen4Exp classes (yet), which
-  the startup table and ``/r9k/status`` say (``counters.layer(..., installed=False)``).
+  the startup table and ``/r9k/status`` say (``report.layer(..., installed=False)``).
 
 Adapter entry: ``model_registry:Qwen4ExpForCausalLM`` in ``registry/adapters.toml`` (install = "call").
 """
@@ -43,11 +43,11 @@ def register_architectures(registry_module) -> None:
 def install_flash_next(registry_module) -> None:
     """``model_registry:Qwen4ExpForCausalLM``, the adapter of the hyper-connection variants: on the CPU backend,
     this project's Flash-Next (whose hc modules ask the dispatch table for their op); elsewhere: said, not done."""
-    from .. import counters
+    from .. import report
 
     if not _on_cpu():
         for op in FLASH_NEXT_OPS:
-            counters.layer(op, FLASH_NEXT_ARCH, installed=False,
+            report.layer(op, FLASH_NEXT_ARCH, installed=False,
                            reason="vLLM's own Qwen4Exp serves this architecture here; the kernel is not wired into it")
         logger.warning("r9k: %s is served by vLLM's own Qwen4Exp on this platform; this project's %s kernels "
                        "are not wired into it and keep vLLM's path", FLASH_NEXT_ARCH, ", ".join(FLASH_NEXT_OPS))

@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from vllm.models.qwen4_exp.common.hyperconnection import GatedResidual
 
-from .. import counters
+from .. import report
 from ..dispatch import get_table
 from . import SUPERSEDED, SUPERSEDED_BY
 
@@ -52,7 +52,7 @@ def mix_op(op: str, fn: Callable, lora_rank: int, hc_count: int, count: bool = T
         @torch.library.custom_op(name, mutates_args=())
         def _op(xn: torch.Tensor, weights: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
             if count:
-                counters.hit(op, "fused" if xn.shape[0] <= MIX_MAX_M else f"fallback:rows>{MIX_MAX_M}")
+                report.hit(op, "fused" if xn.shape[0] <= MIX_MAX_M else f"fallback:rows>{MIX_MAX_M}")
             return fn(xn, *weights, lora_rank=lora_rank, hc_count=hc_count)
 
         @_op.register_fake
@@ -71,7 +71,7 @@ def combine_norm_op(fn: Callable, hc_count: int, eps: float) -> Callable:
         @torch.library.custom_op(name, mutates_args=())
         def _op(res: torch.Tensor, blk: Optional[torch.Tensor], inj: Optional[torch.Tensor],
                 weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            counters.hit(COMBINE_NORM, "fused")
+            report.hit(COMBINE_NORM, "fused")
             out, y = fn(res, blk, inj, weight, eps, hc_count)
             return (out.clone() if out is res else out), y
 
@@ -100,7 +100,7 @@ class HcOps:
     def choose(cls, layer: str, hc_count: int, lora_rank: int, eps: float) -> "HcOps":
         table = get_table()
         picks = {op: (table.choose(op, layer=layer) if table is not None else None) for op in OPS}
-        fused = {op for op, c in picks.items() if c is not None and c.impl == "fused"}
+        fused = {op for op, c in picks.items() if c is not None and c.state == "fused"}
         out = cls(layer)
         if not fused:
             return out
@@ -111,7 +111,7 @@ class HcOps:
             why = f"hc_lowrank {lora_rank}: the mix kernels take multiples of 32 in 32..512"
         if why:
             for op in fused:
-                counters.layer(op, layer, installed=False, reason=why)
+                report.layer(op, layer, installed=False, reason=why)
             logger.warning("r9k: %s: %s; this module keeps vLLM's GatedResidual", layer, why)
             return out
         mixes = [op for op in (MIX_FP8, MIX) if op in fused]  # the fp8 decode path takes precedence
@@ -119,12 +119,12 @@ class HcOps:
         if mixes:
             out.mix_name = mixes[0]
             out.mix = mix_op(mixes[0], picks[mixes[0]].fn, lora_rank, hc_count)
-            counters.layer(mixes[0], layer, installed=True)
+            report.layer(mixes[0], layer, installed=True)
             for other in mixes[1:]:
-                counters.layer(other, layer, installed=False, reason=SUPERSEDED + mixes[0])
+                report.layer(other, layer, installed=False, reason=SUPERSEDED + mixes[0])
         if COMBINE_NORM in fused:
             out.combine_norm = combine_norm_op(picks[COMBINE_NORM].fn, hc_count, eps)
-            counters.layer(COMBINE_NORM, layer, installed=True)
+            report.layer(COMBINE_NORM, layer, installed=True)
             if out.mix is None:  # the mix from the fused norm's xn: the hc_mix op's stock sequence (not counted)
                 from ...kernels import ops as op_table
 

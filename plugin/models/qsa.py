@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .. import counters
+from .. import report
 from ...kernels import ops
 from ..dispatch import get_table
 
@@ -52,7 +52,7 @@ class QsaState:
 
     def norm_rope(self, x: torch.Tensor, weight: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         if self.glue_fused:
-            counters.hit(GLUE, "fused")
+            report.hit(GLUE, "fused")
         return self.glue(x, weight, positions, self.cos_sin, self.eps)
 
     # ------------------------------------------------------------------------------------- the cache copy
@@ -168,9 +168,9 @@ def build(layer: str, attn, indexer, config, block_size: int) -> str:
 
     table = get_table()
     choice = table.choose(GLUE, layer=layer) if table is not None and GLUE in table.by_op else None
-    fused = choice is not None and choice.impl == "fused"
+    fused = choice is not None and choice.state == "fused"
     if fused:
-        counters.layer(GLUE, layer, installed=True)
+        report.layer(GLUE, layer, installed=True)
     rot = attn.rotary_emb
     st = QsaState(layer, attn.attn.layer_name, block_size, attn.num_heads, attn.num_kv_heads, attn.head_dim,
                   attn.scaling, config.indexer_n_heads, config.indexer_head_dim, config.indexer_compress_ratio,

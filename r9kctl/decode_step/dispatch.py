@@ -155,7 +155,7 @@ def plugin_chooser(rs, strict: bool = False, stock: str = "vllm") -> Chooser:
         if c is None:
             impl, fn = stock_fn(op, kop, stock)
             return Pick(op, vid, value, impl, fn, "plugin")
-        return Pick(op, c.variant_id, value, c.impl, c.fn, "plugin")
+        return Pick(op, c.variant_id, value, c.state, c.fn, "plugin")
 
     choose.table = table  # type: ignore[attr-defined]
     return choose

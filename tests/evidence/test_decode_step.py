@@ -281,8 +281,8 @@ def test_tiny_builds_under_every_profile(reg, profile, tiny_weights):
     for op in STEP_OPS:
         a, b = pc(op), values_chooser(vals)(op)
         plan = pc.table.plans.get(a.variant)
-        if plan is not None and plan.mode in ("fused", "stock") and a.variant == ops.get(op).variant:
-            assert a.impl == b.impl, (op, plan.mode)
+        if plan is not None and plan.state in ("fused", "stock") and a.variant == ops.get(op).variant:
+            assert a.impl == b.impl, (op, plan.state)
     assert m.weight_bytes() > 0
 
 

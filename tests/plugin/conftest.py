@@ -26,6 +26,7 @@ except ImportError:
 
 @pytest.fixture
 def plugin_env(monkeypatch, tmp_path):
+    from r9k.plugin import report
     import r9k.plugin as plugin
 
     for k in list(os.environ):
@@ -39,9 +40,9 @@ def plugin_env(monkeypatch, tmp_path):
 
     saved_env_vars = dict(envs.environment_variables)
     saved_oot = dict(op_registry_oot)
-    plugin._reset_for_tests()
+    report.reset_for_tests()
     yield monkeypatch
-    plugin._reset_for_tests()
+    report.reset_for_tests()
     envs.environment_variables.clear()
     envs.environment_variables.update(saved_env_vars)
     op_registry_oot.clear()

@@ -104,29 +104,29 @@ def test_install_names_our_communicator_once(monkeypatch):
 
 
 def test_which_groups_get_the_hook(registry, plugin_env):
-    from r9k.plugin import counters, dispatch
+    from r9k.plugin import report, dispatch
 
-    counters.reset()
+    report.reset()
     rs = _set(registry, 2, R9K_R4D_AR="1")
     table = dispatch.DispatchTable(rs, platform_probe=lambda: "interpret")
     table.plan()
-    assert table.plans[ar.SWITCH].mode is mf.Impl.FUSED
+    assert table.plans[ar.SWITCH].state is mf.Impl.FUSED
     dispatch.set_table(table)
     try:
         assert ar.attach("pp:0", None, 2, None) is None  # not tensor-parallel: vLLM's, nothing recorded
         assert ar.attach("tp:0", None, 1, None) is None  # one rank: nothing to reduce
-        assert counters.snapshot() == {}
-        table.plans[ar.SWITCH].mode, table.plans[ar.SWITCH].reason = mf.Impl.FALLBACK, "no Triton backend"
+        assert report.snapshot() == {}
+        table.plans[ar.SWITCH].state, table.plans[ar.SWITCH].reason = mf.Impl.FALLBACK, "no Triton backend"
         assert ar.attach("tp:0", None, 2, None) is None
-        assert counters.snapshot()[ar.OP]["kept"] == {"no Triton backend": ["group tp:0 (2 ranks)"]}
+        assert report.snapshot()[ar.OP]["kept"] == {"no Triton backend": ["group tp:0 (2 ranks)"]}
         stock = dispatch.DispatchTable(_set(registry, 2), platform_probe=lambda: "interpret")
         stock.plan()
         dispatch.set_table(stock)
-        counters.reset()
-        assert ar.attach("tp:0", None, 2, None) is None and counters.snapshot() == {}  # at stock: vLLM's, silent
+        report.reset()
+        assert ar.attach("tp:0", None, 2, None) is None and report.snapshot() == {}  # at stock: vLLM's, silent
     finally:
         dispatch.set_table(None)
-        counters.reset()
+        report.reset()
 
 
 
@@ -136,7 +136,7 @@ def _rank(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
     from r9k.kernels.allreduce import algorithms
-    from r9k.plugin import allreduce as ar_, counters as c
+    from r9k.plugin import allreduce as ar_, report as c
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     group = dist.new_group([0, 1], backend="gloo")

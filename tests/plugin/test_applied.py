@@ -8,7 +8,7 @@ from types import SimpleNamespace as NS
 import pytest
 
 import r9k.plugin as plugin
-from r9k.plugin import applied
+from r9k.plugin import report
 from r9k.plugin.startup import StartupError
 from r9k.registry import envvars
 
@@ -41,7 +41,7 @@ def test_requests_are_compared_with_the_final_config(registry):
 
     rs = resolve(registry, "tp4-default", env={})
     env = {"GPU_MAX_HW_QUEUES": "1", "HSA_ENABLE_MWAITX": "1", "NCCL_PROTO": "Simple"}
-    res = applied.compare(rs, _cfg(), env)
+    res = report.applied_compare(rs, _cfg(), env)
     by = {r["knob"]: r for r in res["rows"]}
     assert by["NSEQ"]["state"] == "applied" and by["NSEQ"]["where"] == "scheduler_config.max_num_seqs"
     assert by["UTIL"]["state"] == "applied" and by["CGSIZES"]["state"] == "applied"
@@ -49,12 +49,12 @@ def test_requests_are_compared_with_the_final_config(registry):
     assert res["mismatches"] == []
 
     # vLLM clamped the batch and dropped capture sizes; a variable did not reach the server
-    res = applied.compare(rs, _cfg(max_num_seqs=8, cudagraph_sizes=(1, 2, 4, 8)),
+    res = report.applied_compare(rs, _cfg(max_num_seqs=8, cudagraph_sizes=(1, 2, 4, 8)),
                           {"HSA_ENABLE_MWAITX": "1", "NCCL_PROTO": "Simple"})
     bad = {m["knob"]: m for m in res["mismatches"]}
     assert set(bad) == {"NSEQ", "CGSIZES", "HWQ"}
     assert bad["NSEQ"]["applied"] == "8" and bad["NSEQ"]["requested"] == "--max-num-seqs 16"
-    lines = applied.table_lines(res, "r9k x:")
+    lines = report.applied_lines(res, "r9k x:")
     assert any("MISMATCH" in ln and "NSEQ" in ln for ln in lines) and "3 mismatch(es)" in lines[0]
 
 
@@ -71,7 +71,7 @@ def test_every_launcher_knob_is_compared_units_json_fields_and_not_applied(regis
     cfg.cache_config.enable_prefix_caching = False
     env = {"GPU_MAX_HW_QUEUES": "1", "HSA_ENABLE_MWAITX": "1", "NCCL_PROTO": "Simple", "VLLM_KV_CACHE_LAYOUT": "LBHNC"}
     server = NS(chat_template="qwen-fixed")
-    res = applied.compare(rs, cfg, env, server)
+    res = report.applied_compare(rs, cfg, env, server)
     rows = res["rows"]
     kv = next(r for r in rows if r["knob"] == "KVMEM")
     assert kv["state"] == "applied" and kv["applied"] == str(9 * 2**30) and kv["where"].endswith("kv_cache_memory_bytes")
@@ -81,30 +81,30 @@ def test_every_launcher_knob_is_compared_units_json_fields_and_not_applied(regis
     assert res["mismatches"] == [], res["mismatches"]
     # the 9-byte budget of the issue (the abbreviation vLLM accepted) is a mismatch
     cfg.cache_config.kv_cache_memory_bytes = 9
-    assert [m["knob"] for m in applied.compare(rs, cfg, env, server)["mismatches"]] == ["KVMEM"]
+    assert [m["knob"] for m in report.applied_compare(rs, cfg, env, server)["mismatches"]] == ["KVMEM"]
     rs4 = resolve(registry, "tp4-default", env={})
-    res4 = applied.compare(rs4, _cfg(), {"GPU_MAX_HW_QUEUES": "1", "HSA_ENABLE_MWAITX": "1", "NCCL_PROTO": "Simple"})
+    res4 = report.applied_compare(rs4, _cfg(), {"GPU_MAX_HW_QUEUES": "1", "HSA_ENABLE_MWAITX": "1", "NCCL_PROTO": "Simple"})
     ov = next(r for r in res4["rows"] if r["knob"] == "OVERLAYS")
     assert ov["state"] == "not-applied" and ov not in res4["mismatches"]
-    assert any("not applied" in ln and "OVERLAYS" in ln for ln in applied.table_lines(res4, "r9k x:"))
+    assert any("not applied" in ln and "OVERLAYS" in ln for ln in report.applied_lines(res4, "r9k x:"))
 
 
 def test_strict_mode_stops_on_a_mismatch(plugin_env, monkeypatch):
-    monkeypatch.setattr(plugin, "_emit", lambda level, line: None)
+    monkeypatch.setattr(report, "emit", lambda level, line: None)
     plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin.register()
-    plugin.active_set().strict = True  # a strict launch (R9K_STRICT=1 would also make stale gates errors)
+    report.active_set().strict = True  # a strict launch (R9K_STRICT=1 would also make stale gates errors)
     with pytest.raises(StartupError) as ei:
-        plugin.check_applied(_cfg(tp=2))  # the launch asked for TP 1
+        report.check_applied(_cfg(tp=2))  # the launch asked for TP 1
     assert "error[not-applied]" in str(ei.value) and "--tensor-parallel-size 1" in str(ei.value)
-    st = plugin.current_status()
+    st = report.current_status()
     assert st["applied"]["mismatches"][0]["knob"] == "(tp)"
 
 
 def test_strict_mismatch_stops_at_vllms_final_config_before_the_engine(plugin_env, monkeypatch):
     """The hook on VllmConfig.__post_init__ (installed when vllm.config.vllm is imported) compares as soon as
     vLLM's configuration is final: in strict mode a mismatch raises there, before any weights load."""
-    monkeypatch.setattr(plugin, "_emit", lambda level, line: None)
+    monkeypatch.setattr(report, "emit", lambda level, line: None)
     plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin.register()
     cfg = _cfg(tp=2)  # the launch asked for TP 1
@@ -114,11 +114,11 @@ def test_strict_mismatch_stops_at_vllms_final_config_before_the_engine(plugin_en
             self.__dict__.update(vars(cfg))
 
     mod = NS(VllmConfig=FakeVllmConfig)
-    applied.hook_final_config(mod)
-    applied.hook_final_config(mod)  # idempotent: wrapped once
+    report.hook_final_config(mod)
+    report.hook_final_config(mod)  # idempotent: wrapped once
     assert FakeVllmConfig.__post_init__.__wrapped__.__name__ == "__post_init__"
     FakeVllmConfig().__post_init__()  # not strict: no refusal here (init_state logs the table later)
-    plugin.active_set().strict = True
+    report.active_set().strict = True
     with pytest.raises(StartupError) as ei:
         FakeVllmConfig().__post_init__()
     assert "--tensor-parallel-size 1" in str(ei.value)
@@ -133,13 +133,13 @@ def test_the_launch_snapshot_carries_the_whole_mapping(registry):
     rs = resolve(registry, "27b-tp2", env={})
     light = manifest.from_carrier(manifest.carrier(manifest.from_resolved(rs), "s"))[0]
     env = {"GPU_MAX_HW_QUEUES": "1", "HSA_ENABLE_MWAITX": "1", "NCCL_PROTO": "Simple", "VLLM_KV_CACHE_LAYOUT": "LBHNC"}
-    full = applied.compare(rs, _cfg(tp=2), env)["rows"]
-    assert applied.compare(light, _cfg(tp=2), env)["rows"] == full
+    full = report.applied_compare(rs, _cfg(tp=2), env)["rows"]
+    assert report.applied_compare(light, _cfg(tp=2), env)["rows"] == full
     assert any(r["requested"] == f"--kv-cache-memory-bytes {9 * 2**30}" for r in full)
 
 
 def test_a_vllm_version_no_release_was_validated_on_is_a_mismatch_row():
-    ok = applied.version_row("0.32.0+cpu")
+    ok = report.version_row("0.32.0+cpu")
     assert ok.state == "applied" and "v0.3.2" in ok.requested
-    bad = applied.version_row("0.33.0")
+    bad = report.version_row("0.33.0")
     assert bad.state == "mismatch" and bad.applied == "0.33.0" and "0.32" in bad.requested

@@ -24,11 +24,11 @@ def test_a_mutated_module_changes_the_identity_and_says_it_is_not_the_files(tmp_
         monkeypatch.setitem(linecache.cache, f, (len(text), None, text.splitlines(True), f))
         bad = codeid.of_package("fakekern")
         assert bad["hash"] != good["hash"] and bad["as_on_disk"] is False
-        plan = types.SimpleNamespace(mode="fused", op="gemm", module="fakekern")
+        plan = types.SimpleNamespace(state="fused", op="gemm", module="fakekern")
         table = types.SimpleNamespace(plans={"v": plan})
         assert codeid.snapshot(table) == {"gemm": bad}
         assert codeid.combined({"gemm": bad}) != codeid.combined({"gemm": good})
-        plan.mode = "fallback"  # a refused op runs no kernel of this project: no identity claimed for it
+        plan.state = "fallback"  # a refused op runs no kernel of this project: no identity claimed for it
         assert codeid.snapshot(table) == {}
     finally:
         for m in [m for m in sys.modules if m.split(".")[0] == "fakekern"]:

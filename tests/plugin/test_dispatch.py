@@ -22,11 +22,11 @@ def test_fused_when_the_platform_runs_triton(registry):
 
     t = DispatchTable(_rs(registry), platform_probe=lambda: "interpret")
     plans = t.plan()
-    assert plans["router_gemm"].mode == "fused"
+    assert plans["router_gemm"].state == "fused"
     assert [p.variant_id for p in t.installs()] == ["router_gemm"]
     assert t.warnings == []
     c = t.choose("router_gemm", layer="model.layers.0.mlp.gate")
-    assert c is not None and c.impl == "fused" and c.fn is ops.get("router_gemm").fused
+    assert c is not None and c.state == "fused" and c.fn is ops.get("router_gemm").fused
     assert t.choose("router_gemm") is c, "one choice per op and process, not one per layer"
     assert plans["router_gemm"].layers == 2
     assert "fused" in t.in_use()["router_gemm"]
@@ -35,7 +35,7 @@ def test_fused_when_the_platform_runs_triton(registry):
 def test_stock_value_installs_nothing(registry):
     t = DispatchTable(_rs(registry, R9K_ROUTER="stock"), platform_probe=lambda: "interpret")
     t.plan()
-    assert t.plans["router_gemm"].mode == "stock"
+    assert t.plans["router_gemm"].state == "stock"
     assert t.installs() == []
     assert t.choose("router_gemm") is None  # the layer keeps vLLM's own path
     assert "router_gemm" not in t.in_use()
@@ -45,7 +45,7 @@ def test_fallback_to_stock_with_one_warning_line(registry):
     t = DispatchTable(_rs(registry), platform_probe=lambda: None)  # CPU without the interpreter
     t.plan()
     p = t.plans["router_gemm"]
-    assert p.mode == "fallback" and "no Triton backend" in p.reason
+    assert p.state == "fallback" and "no Triton backend" in p.reason
     assert len(t.warnings) == 1 and t.warnings[0].startswith("R9K_ROUTER=r9k: ")
     assert "using vLLM's own path (R9K_ROUTER=stock)" in t.warnings[0]
     assert t.installs() == []
@@ -68,12 +68,12 @@ def test_declared_platforms_restrict_where_it_runs(registry):
     try:
         t = DispatchTable(rs, platform_probe=lambda: "interpret")
         t.plan()
-        assert t.plans["router_gemm"].mode == "fallback"
+        assert t.plans["router_gemm"].state == "fallback"
         assert "cuda-h200" in t.plans["router_gemm"].reason
         impl.platforms = ["triton-interpret"]
         t = DispatchTable(rs, platform_probe=lambda: "interpret")
         t.plan()
-        assert t.plans["router_gemm"].mode == "fused"
+        assert t.plans["router_gemm"].state == "fused"
     finally:
         impl.platforms = old
 
@@ -86,7 +86,7 @@ def test_a_variant_without_adapter_or_implementation_falls_back(registry):
     try:
         t = DispatchTable(rs, platform_probe=lambda: "interpret")
         t.plan()
-        assert t.plans["router_gemm"].mode == "fallback"
+        assert t.plans["router_gemm"].state == "fallback"
         assert "no adapter for custom_op:r9k_no_adapter_here" in t.plans["router_gemm"].reason
         assert t.installs() == []
         with pytest.raises(StartupError):
@@ -108,7 +108,7 @@ def test_a_kernel_that_does_not_load_is_one_located_line(registry, monkeypatch):
     line = t.warnings[-1]
     assert "\n" not in line and "error[kernel-import]" in line and "test_dispatch.py:" in line
     assert "variant router_gemm (R9K_ROUTER=r9k), layer model.layers.0.mlp.gate" in line and "libtriton" in line
-    assert t.plans["router_gemm"].mode == "fallback"
+    assert t.plans["router_gemm"].state == "fallback"
     assert t.choose("router_gemm", layer="model.layers.1.mlp.gate") is None  # later layers: vLLM's path
     strict = DispatchTable(_rs(registry), strict=True, platform_probe=lambda: "interpret")
     strict.plan()

@@ -130,7 +130,7 @@ def test_cpu_smoke_launch_status_stock_equivalence_and_fail_fast(tmp_path, cpu_s
         assert status["values"]["R9K_ROUTER"] == "r9k"
         assert "router_gemm fused (triton interpret)" in status["in_use"]["router_gemm"], status["in_use"]
         check_tables(log, status)
-        if route_installed():  # predicted vs allocated KV cache (plugin/kvcache.py; notes/memory.md)
+        if route_installed():  # predicted vs allocated KV cache (plugin/report.py; notes/memory.md)
             kv = status.get("kv_cache") or {}
             assert kv.get("predicted_tokens") and kv.get("actual_tokens") and kv.get("difference_tokens") is not None, kv
             print(f"KV cache (cpu-smoke): {kv}")

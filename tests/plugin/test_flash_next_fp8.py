@@ -98,13 +98,13 @@ def test_a_sound_checkpoint_passes_and_each_fault_is_one_line_naming_the_tensor(
 def flash_next(plugin_env):
     """The plugin registered for cpu-flash-next (block GEMM and fused activation quant on), fresh counters."""
     import r9k.plugin as plugin
-    from r9k.plugin import counters
+    from r9k.plugin import report
 
-    counters.reset()
+    report.reset()
     plugin_env.setenv(envvars.PROFILE.name, "cpu-flash-next")
-    plugin_env.setattr(plugin, "_emit", lambda level, line: None)
+    plugin_env.setattr(report, "emit", lambda level, line: None)
     yield plugin_env
-    counters.reset()
+    report.reset()
 
 
 def _linears(prefix_kind: str):
@@ -142,7 +142,7 @@ def _linears(prefix_kind: str):
 def test_vllm_linears_serve_the_checkpoint_format_on_each_path(flash_next, vllm_ctx, seed, sets, gemm, qa):
     import r9k.plugin as plugin
     from r9k.kernels.fp8_block import reference
-    from r9k.plugin import counters
+    from r9k.plugin import report
 
     for k, v in sets.items():
         flash_next.setenv(k, v)
@@ -163,7 +163,7 @@ def test_vllm_linears_serve_the_checkpoint_format_on_each_path(flash_next, vllm_
         z, _ = o(x)
         exact_o = x.float() @ dq["o"].T
         assert z.shape == (m, 256) and (z.float() - exact_o).abs().max() <= 0.05 * exact_o.abs().max()
-    snap = counters.snapshot()
+    snap = report.snapshot()
     if not gemm:
         assert snap.get("fp8_block_gemm", {}).get("calls", {}) == {}
         return

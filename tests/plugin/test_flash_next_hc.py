@@ -97,14 +97,14 @@ PATHS = [("hc_mix", False), ("hc_mix", True), (None, True)]
 @pytest.mark.parametrize("rows", [1, 4, 24])
 @pytest.mark.parametrize("mix,combine_norm", PATHS)
 def test_fused_halves_match_an_fp64_reference(rows, mix, combine_norm):
-    from r9k.plugin import counters
+    from r9k.plugin import report
 
     pair = _pair()
     x = torch.randn(rows, HC * HIDDEN).to(torch.bfloat16)
     blk = torch.randn(rows, HIDDEN).to(torch.bfloat16)
     ref_a, ref_b = _reference(pair, x, blk)
     stock_a, stock_b = _run(pair, x, blk)  # vLLM's GatedResidual
-    before = counters.calls("hc_combine_norm")
+    before = report.calls("hc_combine_norm")
     for m, _ in pair:
         _set_ops(m, mix, combine_norm)
     ours_a, ours_b = _run(pair, x, blk)
@@ -113,9 +113,9 @@ def test_fused_halves_match_an_fp64_reference(rows, mix, combine_norm):
         assert e_stock < 1e-2, e_stock  # a few bf16 roundings (2**-9 each)
         assert e_ours <= 1.5 * e_stock + 5e-4, (e_ours, e_stock)
     if combine_norm:
-        assert counters.calls("hc_combine_norm") >= before + 2
+        assert report.calls("hc_combine_norm") >= before + 2
     if mix:
-        assert counters.calls(mix, "fused" if rows <= 16 else "fallback:rows>16") > 0
+        assert report.calls(mix, "fused" if rows <= 16 else "fallback:rows>16") > 0
 
 
 def test_a_wrong_fold_fails_this_check():
@@ -280,17 +280,17 @@ def test_the_bf16_mix_is_reported_superseded_by_the_fp8_mix_never_installed(plug
     """cpu-flash-next turns both mixes on; the fp8 one takes precedence in every module: the startup table, the
     model-built table, /r9k/status (merged_status) and its plan count say "superseded", not "installed"."""
     import r9k.plugin as plugin
-    from r9k.plugin import counters, dispatch, status
+    from r9k.plugin import report, dispatch
     from r9k.plugin.models import hc
 
-    counters.reset()
+    report.reset()
     lines: list[str] = []
     plugin_env.setenv("R9K_PROFILE", "cpu-flash-next")
-    plugin_env.setattr(plugin, "_emit", lambda level, line: lines.append(line))
+    plugin_env.setattr(report, "emit", lambda level, line: lines.append(line))
     plugin.register()
     table = dispatch.get_table()
     head = next(ln for ln in lines if "variant(s) not at stock" in ln)
-    fused = sum(p.mode == "fused" for p in table.plans.values())
+    fused = sum(p.state == "fused" for p in table.plans.values())
     assert f"{fused - 1} installed, 1 superseded" in head, head
     row = next(ln for ln in lines if " R9K_HC_MIX " in ln)
     assert "hc_decode_mix: superseded by hc_mix_fp8 wherever both run" in row, row
@@ -299,15 +299,15 @@ def test_the_bf16_mix_is_reported_superseded_by_the_fp8_mix_never_installed(plug
     for name in names:
         ops = hc.HcOps.choose(name, HC, LORA, 1e-6)
         assert ops.mix_name == hc.MIX_FP8
-    snap = counters.snapshot()
+    snap = report.snapshot()
     assert snap["hc_mix"]["installed"] == [] and snap["hc_mix"]["kept"] == {"superseded by hc_mix_fp8": names}
-    built = plugin.layers_table(plugin._active, snap, plugin._proc)
+    built = report.layers_table(report._active, snap, report._proc)
     assert any(ln.endswith("hc_decode_mix: superseded by hc_mix_fp8 in 3 layer(s)") for ln in built), built
 
-    own = status.snapshot(plugin._active, table, plugin._proc)
-    merged = status.merged_status(own, None)
+    own = report.section(report._active, table, report._proc)
+    merged = report.merged_status(own, None)
     assert merged["superseded"] == {"hc_decode_mix": "hc_decode_mix: superseded by hc_mix_fp8 in 3 layer(s)"}
     assert merged["in_use"]["hc_decode_mix"] == merged["superseded"]["hc_decode_mix"]
     assert merged["plan"]["installed"] == fused - 1 and merged["plan"]["superseded"] == 1
     assert "superseded" not in merged["in_use"]["hc_fp8_decode"]
-    counters.reset()
+    report.reset()

@@ -85,7 +85,7 @@ def _serve(st, q, k, v, idx_qk, pos, monkeypatch, chunks):
 
 @pytest.mark.parametrize("fused", [False, True])
 def test_selection_and_sparse_attention_match_the_reference_within_and_beyond_the_budget(monkeypatch, seed, fused):
-    from r9k.plugin import counters
+    from r9k.plugin import report
 
     g = torch.Generator().manual_seed(seed)
     S = 70
@@ -94,7 +94,7 @@ def test_selection_and_sparse_attention_match_the_reference_within_and_beyond_th
     v = (torch.randn(S, KV * D, generator=g)).to(torch.bfloat16)
     idx_qk = (torch.randn(S, (IH + 1) * ID, generator=g)).to(torch.bfloat16)
     pos = torch.arange(S)
-    counters.reset()
+    report.reset()
     for budget in (32, 512):
         st = _state(budget, fused, seed)
         got = _serve(st, q, k, v, idx_qk, pos, monkeypatch, chunks=[45, 46, 47, 60, 61, S])
@@ -107,9 +107,9 @@ def test_selection_and_sparse_attention_match_the_reference_within_and_beyond_th
             assert keep.sum(1).max().item() == 32 + R - 1 and (keep.sum(1) < torch.arange(1, S + 1)).any()
             dense, _ = _reference(_state(512, fused, seed), q, k, v, idx_qk, pos)
             assert (dense.float() - got.float()).abs().max() > 10 * err
-    calls = counters.calls("qsa_glue")
+    calls = report.calls("qsa_glue")
     assert (calls > 0) == fused, calls
-    counters.reset()
+    report.reset()
 
 
 def test_a_slot_mapping_that_does_not_follow_the_block_table_is_refused(monkeypatch, seed):

@@ -23,20 +23,21 @@ def _build(cfg, hidden, experts):
 
 
 def test_vllm_builds_the_adapter_and_it_runs_the_chosen_kernel(plugin_env, vllm_ctx, seed):
+    from r9k.plugin import report
     import r9k.plugin as plugin
     from r9k.kernels import ops
     from r9k.plugin.dispatch import get_table
     from r9k.plugin.layers.gate_linear import R9kGateLinear
 
     plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
-    plugin_env.setattr(plugin, "_emit", lambda level, line: None)
+    plugin_env.setattr(report, "emit", lambda level, line: None)
     plugin.register()
-    assert get_table().plans["router_gemm"].mode == "fused", get_table().plans["router_gemm"].reason
+    assert get_table().plans["router_gemm"].state == "fused", get_table().plans["router_gemm"].reason
 
     g = torch.Generator().manual_seed(seed)
     layer = _build(vllm_ctx, 256, 16)
     assert type(layer) is R9kGateLinear, "GateLinear(...) must construct the out-of-tree replacement"
-    assert layer._r9k_choice is not None and layer._r9k_choice.impl == "fused"
+    assert layer._r9k_choice is not None and layer._r9k_choice.state == "fused"
     assert layer._r9k_choice.fn is ops.get("router_gemm").fused
     with torch.no_grad():
         layer.weight.copy_(torch.randn(16, 256, generator=g).to(torch.bfloat16))
@@ -55,12 +56,13 @@ def test_vllm_builds_the_adapter_and_it_runs_the_chosen_kernel(plugin_env, vllm_
 
 
 def test_stock_value_leaves_vllms_layer_alone(plugin_env, vllm_ctx):
+    from r9k.plugin import report
     import r9k.plugin as plugin
     from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
 
     plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin_env.setenv("R9K_ROUTER", "stock")
-    plugin_env.setattr(plugin, "_emit", lambda level, line: None)
+    plugin_env.setattr(report, "emit", lambda level, line: None)
     plugin.register()
     layer = _build(vllm_ctx, 128, 8)
     assert type(layer) is GateLinear

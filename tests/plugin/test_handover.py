@@ -19,13 +19,13 @@ E2E_MINUTES = 1  # its launch children: 41 + 17 s under load 5-10 on 2026-12-01:
 NO_RESOLVE = ("import r9k.registry.resolve as R, r9k.registry.validate as V\n"
               "def _boom(*a, **k): raise SystemExit('resolved again')\n"
               "R.resolve = V.validate = V.check_profile = _boom\n")
-CHILD = NO_RESOLVE + ("import r9k.plugin as p; p._emit = lambda l, x: None; p.register(); rs = p.active_set()\n"
-                      "print(rs.hash, p._active.server, '|', p._active.origin)\n")
-WORKER = NO_RESOLVE + ("import json, sys, r9k.plugin as p; p._emit = lambda l, x: None\n"
+CHILD = NO_RESOLVE + ("import r9k.plugin as p, r9k.plugin.report as rp; rp.emit = lambda l, x: None; p.register(); rs = rp.active_set()\n"
+                      "print(rs.hash, rp._active.server, '|', rp._active.origin)\n")
+WORKER = NO_RESOLVE + ("import json, sys, r9k.plugin as p, r9k.plugin.report as rp; rp.emit = lambda l, x: None\n"
                        "class Config:\n    additional_config = json.loads(sys.argv[1])\n"
                        "def init_worker(vllm_config):  # as vLLM's WorkerWrapperBase.init_worker calls the plugins\n"
                        "    p.register()\n"
-                       "init_worker(Config())\nprint(p.active_set().hash, p._active.server, '|', p._active.origin)\n")
+                       "init_worker(Config())\nprint(rp.active_set().hash, rp._active.server, '|', rp._active.origin)\n")
 
 
 def _plan(plugin_env, tmp_path, registry, **sets):
@@ -100,16 +100,17 @@ def test_a_carrier_that_does_not_hold_here_is_refused(plugin_env, tmp_path, regi
 
 
 def test_started_by_hand_the_first_process_resolves_once_and_hands_the_manifest_on(plugin_env, tmp_path):
+    from r9k.plugin import report
     import r9k.plugin as plugin
 
-    plugin_env.setattr(plugin, "_emit", lambda level, line: None)
+    plugin_env.setattr(report, "emit", lambda level, line: None)
     plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin.register()  # the first process: resolves once
-    h = plugin.active_set().hash
+    h = report.active_set().hash
     path = os.environ[envvars.MANIFEST.name]
     assert json.loads(open(path).read())["hash"] == h
     # a later process (engine core, worker, helper) with the inherited environment: loads, never resolves
     out = subprocess.run([sys.executable, "-c", CHILD], env=dict(os.environ), capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    assert out.stdout.split()[:2] == [h, plugin._active.server]
+    assert out.stdout.split()[:2] == [h, report._active.server]

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from r9k.plugin import startup, status
+from r9k.plugin import startup, report
 from r9k.registry import envvars
 
 pytest.importorskip("vllm")
@@ -63,8 +63,8 @@ def test_the_route_answers_503_and_status_fails_when_the_server_has_no_set(plugi
     from fastapi.testclient import TestClient
 
     app = fastapi.FastAPI()
-    status.endpoint_plugin().attach_router(app)
-    res = TestClient(app).get(status.ROUTE)  # the plugin registered nothing in this process
+    report.endpoint_plugin().attach_router(app)
+    res = TestClient(app).get(report.ROUTE)  # the plugin registered nothing in this process
     assert res.status_code == 503 and "no r9k block" in res.json()["error"]
 
     from r9k.r9kctl import netclient
@@ -77,7 +77,7 @@ def test_the_route_answers_503_and_status_fails_when_the_server_has_no_set(plugi
     assert main(["status", "--url", "http://127.0.0.1:9"]) == 2
     assert "no r9k block" in capsys.readouterr().err
     # an older server answering an empty document with 200: refused too, not an empty table
-    plugin_env.setattr(netclient, "get_json", lambda *a, **k: {"schema": status.SCHEMA, "in_use": {}, "hash": None})
+    plugin_env.setattr(netclient, "get_json", lambda *a, **k: {"schema": report.SCHEMA, "in_use": {}, "hash": None})
     assert main(["status", "--url", "http://127.0.0.1:9"]) == 2
     assert "names no set" in capsys.readouterr().err
 

@@ -1,6 +1,6 @@
 """The adapters of plugin/layers/ on vLLM's own classes (no server): each is installed where the
 dispatch table says so, computes what vLLM's path computes (within the stated bound), and records
-its layers and calls in plugin/counters.py. The served end to end: tests/plugin/test_e2e_adapters.py."""
+its layers and calls in plugin/report.py. The served end to end: tests/plugin/test_e2e_adapters.py."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -16,14 +16,14 @@ torch = pytest.importorskip("torch")
 def active(plugin_env):
     """The plugin registered for cpu-qwen2-moe (router, fused routing, shared expert on), fresh counters."""
     import r9k.plugin as plugin
-    from r9k.plugin import counters
+    from r9k.plugin import report
 
-    counters.reset()
+    report.reset()
     plugin_env.setenv(envvars.PROFILE.name, "cpu-qwen2-moe")
-    plugin_env.setattr(plugin, "_emit", lambda level, line: None)
+    plugin_env.setattr(report, "emit", lambda level, line: None)
     plugin.register()
     yield plugin_env
-    counters.reset()
+    report.reset()
 
 
 def _sorted(w, ids):
@@ -34,7 +34,7 @@ def _sorted(w, ids):
 def test_fused_routing_replaces_vllms_cpu_router_and_agrees_with_it(active, seed):
     from vllm.model_executor.layers.fused_moe.router.cpu_router import CPURouter
 
-    from r9k.plugin import counters
+    from r9k.plugin import report
     from r9k.plugin.layers.moe_runner import attach_routing
 
     g = torch.Generator().manual_seed(seed)
@@ -54,14 +54,14 @@ def test_fused_routing_replaces_vllms_cpu_router_and_agrees_with_it(active, seed
         assert w1.dtype == torch.float32 and torch.allclose(w1, w2.float(), rtol=2 ** -8, atol=1e-6)
         if m > 16:
             assert torch.equal(w1, w2.float())
-    snap = counters.snapshot()["moe_route"]
+    snap = report.snapshot()["moe_route"]
     assert snap["installed"] == ["model.layers.0.mlp.experts"]
     assert snap["calls"] == {"fused": 1, "fallback:rows>16": 1}
 
     grouped = CPURouter(top_k=2, global_num_experts=8, use_grouped_topk=True, num_expert_group=2, topk_group=1)
     attach_routing(SimpleNamespace(router=grouped, _quant_method=None), "model.layers.1.mlp.experts")
     assert type(grouped) is CPURouter
-    assert counters.snapshot()["moe_route"]["kept"] == {"grouped top-k routing": ["model.layers.1.mlp.experts"]}
+    assert report.snapshot()["moe_route"]["kept"] == {"grouped top-k routing": ["model.layers.1.mlp.experts"]}
 
 
 def _shared_mlp(cfg, hidden=128, inter=128):
@@ -95,7 +95,7 @@ def test_shared_expert_runs_the_kernel_on_mxfp4_exact_weights_and_keeps_vllms_pa
         active, vllm_ctx, seed, on_grid):
     from vllm.model_executor.models.qwen2_moe import Qwen2MoeMLP
 
-    from r9k.plugin import counters
+    from r9k.plugin import report
     from r9k.plugin.layers.moe_runner import attach_shared_expert
 
     g = torch.Generator().manual_seed(seed)
@@ -107,7 +107,7 @@ def test_shared_expert_runs_the_kernel_on_mxfp4_exact_weights_and_keeps_vllms_pa
     with torch.no_grad():
         out = m(x)
         ref = Qwen2MoeMLP.forward(m, x)  # vLLM's own forward on the same weights
-    snap = counters.snapshot()["shared_expert"]
+    snap = report.snapshot()["shared_expert"]
     if not on_grid:
         assert torch.equal(out, ref)
         assert snap["installed"] == [] and list(snap["kept"]) == [
@@ -123,14 +123,14 @@ def test_shared_expert_runs_the_kernel_on_mxfp4_exact_weights_and_keeps_vllms_pa
     with torch.no_grad():
         big = torch.randn(20, 128, generator=g).to(torch.bfloat16)
         assert torch.equal(m(big), Qwen2MoeMLP.forward(m, big))  # above the fused rows: vLLM's path
-    assert counters.snapshot()["shared_expert"]["calls"] == {"fused": 1, "fallback:rows>16": 1}
+    assert report.snapshot()["shared_expert"]["calls"] == {"fused": 1, "fallback:rows>16": 1}
 
 
 def test_gate_linear_counts_fused_and_fallback_calls(active, vllm_ctx, seed):
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.layers.fused_moe.router.gate_linear import GateLinear
 
-    from r9k.plugin import counters
+    from r9k.plugin import report
 
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
@@ -141,7 +141,7 @@ def test_gate_linear_counts_fused_and_fallback_calls(active, vllm_ctx, seed):
         torch.set_default_dtype(old)
     layer(torch.randn(3, 128, dtype=torch.bfloat16))
     layer(torch.randn(17, 128, dtype=torch.bfloat16))
-    snap = counters.snapshot()["router_gemm"]
+    snap = report.snapshot()["router_gemm"]
     assert snap["installed"] == ["model.layers.0.mlp.gate"]
     assert snap["calls"] == {"fused": 1, "fallback:rows>16": 1}
     layer2 = None
@@ -152,7 +152,7 @@ def test_gate_linear_counts_fused_and_fallback_calls(active, vllm_ctx, seed):
     finally:
         torch.set_default_dtype(old)
     assert layer2._r9k_op is None
-    kept = counters.snapshot()["router_gemm"]["kept"]
+    kept = report.snapshot()["router_gemm"]["kept"]
     assert kept == {"router logits requested in torch.float32, the kernel writes bf16": ["model.layers.1.mlp.gate"]}
 
 

@@ -1,6 +1,6 @@
 """One set per server across processes, ranks and nodes (issue "One active set per server").
 
-* the ranks' agreement (``r9k.plugin._agree_ranks``: an all-gather over vLLM's world group once the groups
+* the ranks' agreement (``r9k.plugin.agree.agree_ranks``: an all-gather over vLLM's world group once the groups
   exist) in 2- and 4-process gloo groups started as vLLM starts its workers (spawned processes named
   ``VllmWorker-<rank>``, ``init_distributed_environment`` over TCP), one rank with another set: refused on
   every rank, naming node, rank and the first differing knob;
@@ -43,13 +43,13 @@ def _rank_main(rank: int, world: int, port: int, env: dict, out, done, calls: in
 
     import r9k.plugin as plugin
 
-    plugin._emit = lambda level, line: None
+    report.emit = lambda level, line: None
     try:
         plugin.register()
         from vllm.config import VllmConfig, set_current_vllm_config
         from vllm.distributed import init_distributed_environment
 
-        from r9k.plugin import counters, dispatch
+        from r9k.plugin import report, dispatch
         from r9k.plugin.startup import StartupError
 
         try:
@@ -64,13 +64,13 @@ def _rank_main(rank: int, world: int, port: int, env: dict, out, done, calls: in
             out.put((rank, "refused", str(exc)))
             return
         for _ in range(calls):
-            counters.hit("router_gemm")
-        ranks = [(r["node"], r["rank"], r["hash"]) for r in plugin._ranks or []]
+            report.hit("router_gemm")
+        ranks = [(r["node"], r["rank"], r["hash"]) for r in report._ranks or []]
         cluster = None
         if rank == 0 and calls:
             want = {str(r): r + 2 for r in range(world)}
             for _ in range(int(RANK_TIMEOUT_S / 0.5)):
-                cluster = plugin.current_status()["cluster"]
+                cluster = report.current_status()["cluster"]
                 got = {r: ((e.get("counters") or {}).get("router_gemm") or {}).get("calls", {}).get("fused")
                        for ranks_ in cluster["nodes"].values() for r, e in ranks_.items()}
                 if got == want:
@@ -215,7 +215,7 @@ def test_nnodes_dry_run_prints_one_command_per_node_with_the_same_set(tmp_path):
 
 
 def test_a_dead_servers_status_file_is_reported_dead_and_cleaned(tmp_path):
-    from r9k.plugin import status
+    from r9k.plugin import report
     from r9k.plugin.startup import pid_start_time
 
     run = tmp_path / "run"
@@ -230,23 +230,23 @@ def test_a_dead_servers_status_file_is_reported_dead_and_cleaned(tmp_path):
                "origin": "test", "strict": False, "values": {}, "non_stock": [],
                "process": {"name": "MainProcess", "pid": pid, "role": "main", "rank": 0,
                            "node": socket.gethostname(), "started": started}}
-        status.write_section(str(path), sec)
-        status.write_counters(str(path), "MainProcess", {})
+        report.write_section(str(path), sec)
+        report.write_counters(str(path), "MainProcess", {})
         return str(path)
 
     alive = write("alive", me, pid_start_time(me))
     dead = write("dead", child.pid, 1.0)
     (run / f"manifest-0123456789ab-{child.pid}.json").write_text("{}")  # what its first process handed on
     reused = write("reused", me, pid_start_time(me) - 100.0)  # this pid, but another (earlier) process
-    assert status.liveness(status.read_status_file(alive)["processes"])["alive"] == ["MainProcess"]
+    assert report.liveness(report.read_status_file(alive)["processes"])["alive"] == ["MainProcess"]
     for path in (dead, reused):
-        assert status.liveness(status.read_status_file(path)["processes"])["dead"] == ["MainProcess"]
+        assert report.liveness(report.read_status_file(path)["processes"])["dead"] == ["MainProcess"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("R9K_", "_R9K_"))}
     out = subprocess.run([sys.executable, "-m", "r9k.r9kctl.cli", "status", "--file", dead], env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 3 and "error[dead-server]" in out.stderr and "server dead is not running" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
-    removed = status.clean_dead(run, keep=None)
+    removed = report.clean_dead(run, keep=None)
     assert sorted(os.path.basename(f) for f in removed if f.endswith(".status.json")) == [
         "server-dead.status.json", "server-reused.status.json"]
     assert os.path.exists(alive) and not any(f.startswith(dead) for f in map(str, run.iterdir()))

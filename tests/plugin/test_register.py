@@ -13,27 +13,30 @@ from r9k.registry import envvars
 
 @pytest.fixture
 def emitted(plugin_env):
+    from r9k.plugin import report
     lines: list[str] = []
-    plugin_env.setattr(plugin, "_emit", lambda level, line: lines.append(line))
+    plugin_env.setattr(report, "emit", lambda level, line: lines.append(line))
     return lines
 
 
 def test_inactive_without_any_r9k_variable(emitted):
+    from r9k.plugin import report
     import vllm.envs as envs
 
     plugin.register()
-    assert plugin.active_set() is None
+    assert report.active_set() is None
     assert emitted == []
     assert "R9K_ROUTER" not in envs.environment_variables
     assert LAUNCH_HASH_VAR not in os.environ
 
 
 def test_register_twice_is_idempotent(plugin_env, emitted):
+    from r9k.plugin import report
     from vllm.model_executor.custom_op import op_registry_oot
 
     plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin.register()
-    rs = plugin.active_set()
+    rs = report.active_set()
     assert rs is not None and rs.profile == "cpu-smoke"
     first = list(emitted)
     assert any(rs.hash in ln and "profile cpu-smoke" in ln for ln in first)
@@ -41,7 +44,7 @@ def test_register_twice_is_idempotent(plugin_env, emitted):
 
     plugin.register()  # vLLM may call it again in the same process
     assert emitted == first, "the second call must not log the table again"
-    assert plugin.active_set() is rs
+    assert report.active_set() is rs
     assert os.environ[LAUNCH_HASH_VAR] == rs.hash
 
     # vLLM's router layer module, imported after register(): the replacement is registered exactly once
@@ -59,6 +62,7 @@ def test_register_twice_is_idempotent(plugin_env, emitted):
 
 
 def test_invalid_override_fails_with_the_validators_located_message(plugin_env, emitted):
+    from r9k.plugin import report
     from r9k.registry.validate import validate
 
     plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
@@ -73,7 +77,7 @@ def test_invalid_override_fails_with_the_validators_located_message(plugin_env, 
     # a second call (vLLM loads plugins again in the same process) raises again, it does not pass
     with pytest.raises(StartupError):
         plugin.register()
-    assert plugin.active_set() is None
+    assert report.active_set() is None
 
 
 def test_error_in_a_profile_file_is_located(plugin_env, emitted, tmp_path):
@@ -97,6 +101,7 @@ def test_worker_that_disagrees_with_the_engine_refuses_to_start(plugin_env, emit
 
 
 def test_manifest_from_launch_and_drift(plugin_env, emitted, tmp_path, registry):
+    from r9k.plugin import report
     from r9k.registry.resolve import resolve
 
     rs = resolve(registry, "cpu-smoke", env={})
@@ -107,18 +112,18 @@ def test_manifest_from_launch_and_drift(plugin_env, emitted, tmp_path, registry)
         plugin_env.setenv(k, v)
     plugin_env.setenv(envvars.MANIFEST.name, str(manifest))
     plugin.register()
-    assert plugin.active_set().hash == rs.hash
+    assert report.active_set().hash == rs.hash
     assert any(f"manifest {manifest}" in ln for ln in emitted)
     from r9k.plugin.startup import status_file_for
 
-    server = plugin._active.server
+    server = report._active.server
     assert server.startswith("cpu-smoke-")
     assert os.environ[envvars.STATUS_FILE.name] == status_file_for(server)
     status = json.loads(open(status_file_for(server)).read())
     assert status["hash"] == rs.hash and "MainProcess" in status["processes"] and status["server"] == server
 
     # the same manifest, but the environment changed after launch validated it
-    plugin._reset_for_tests()
+    report.reset_for_tests()
     for k in [k for k in os.environ if k.startswith("_R9K_")]:
         plugin_env.delenv(k)
     plugin_env.setenv("R9K_ROUTER", "stock")

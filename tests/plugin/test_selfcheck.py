@@ -59,9 +59,9 @@ class _Table:
 
 
 def _choice(fn):
-    from r9k.plugin.dispatch import Choice
+    from r9k.registry.availability import Decision
 
-    return Choice("router_gemm", "router_gemm", "fused", fn, "test")
+    return Decision("router_gemm", "R9K_ROUTER", "r9k", "fused", op="router_gemm", fn=fn, used="test")
 
 
 @pytest.mark.parametrize("strict, env, runs", [(False, None, False), (True, None, True), (False, "1", True),
@@ -87,7 +87,7 @@ def test_when_it_runs_and_what_a_failure_does(monkeypatch, strict, env, runs):
 
 def test_the_hook_keeps_vllms_path_for_a_failing_layer(monkeypatch):
     """eligible_choice with a probe: a failing kernel -> no choice; the counters record why."""
-    from r9k.plugin import counters, dispatch
+    from r9k.plugin import report, dispatch
     from r9k.plugin.layers import _common
 
     monkeypatch.setenv(envvars.SELFCHECK.name, "1")
@@ -95,7 +95,7 @@ def test_the_hook_keeps_vllms_path_for_a_failing_layer(monkeypatch):
     monkeypatch.setattr(dispatch, "get_table", lambda: _Table(False))
     monkeypatch.setattr(_common, "choose", lambda op, layer: zeros)
     kept = []
-    monkeypatch.setattr(counters, "layer", lambda op, layer, installed, reason=None: kept.append((installed, reason)))
+    monkeypatch.setattr(report, "layer", lambda op, layer, installed, reason=None: kept.append((installed, reason)))
     probe = lambda: selfcheck.probe_linear(torch.empty((8, 16), dtype=torch.bfloat16))  # noqa: E731
     assert _common.eligible_choice("router_gemm", "m.gate", lambda: "", probe=probe) is None
     assert kept and kept[0][0] is False and kept[0][1].startswith("self-check failed")
@@ -105,7 +105,7 @@ def test_every_layer_of_a_refused_op_is_counted_stock_and_the_plan_says_fallback
     """Issue 38 item 7: after the first layer's self-check fails, the plan falls back; the later layers of the
     op must be accounted for as stock too (both router layers of the tiny MoE, not only the first), and the
     process's plan counts show no installed kernel for it."""
-    from r9k.plugin import counters, dispatch, status
+    from r9k.plugin import report, dispatch
     from r9k.plugin.layers import _common
     from r9k.registry import load_registry
     from r9k.registry.manifest import from_resolved
@@ -116,24 +116,24 @@ def test_every_layer_of_a_refused_op_is_counted_stock_and_the_plan_says_fallback
     table = dispatch.DispatchTable(rs, strict=False, platform_probe=lambda: "interpret")
     table.plan()
     vid = table.by_op["router_gemm"]
-    assert table.plans[vid].mode == "fused"
+    assert table.plans[vid].state == "fused"
     old = dispatch.get_table()
     dispatch.set_table(table)
     monkeypatch.setattr(_common, "get_table", lambda: table)
     monkeypatch.setattr(selfcheck, "check", lambda *a, **k: "relative L2 error 1 against stock > 0.0039")
-    counters.reset()
+    report.reset()
     try:
         probe = lambda: selfcheck.probe_linear(torch.empty((8, 16), dtype=torch.bfloat16))  # noqa: E731
         for layer in ("model.layers.0.mlp.gate", "model.layers.1.mlp.gate"):
             assert _common.eligible_choice("router_gemm", layer, lambda: "", probe=probe) is None
-        snap = counters.snapshot()["router_gemm"]
+        snap = report.snapshot()["router_gemm"]
         assert snap["installed"] == []
         (reason, layers), = snap["kept"].items()
         assert reason.startswith("self-check failed") and len(layers) == 2, snap
-        counts = status.plan_counts(table)
+        counts = report.plan_counts(table)
         assert counts["installed"] == 0 and counts["fallbacks"][table.plans[vid].knob].startswith("self-check failed")
     finally:
-        counters.reset()
+        report.reset()
         dispatch.set_table(old)
 
 
@@ -142,7 +142,7 @@ def test_the_status_plan_is_the_model_building_workers(tmp_path):
     worker's plan (no kernel installed, the fallback and its reason), not the front's."""
     import json
 
-    from r9k.plugin import status
+    from r9k.plugin import report
 
     def sec(name, role, plan):
         return {"profile": "p", "hash": "h", "tp": 1, "model": "m", "platform": "cpu", "origin": "o", "strict": False,
@@ -154,7 +154,7 @@ def test_the_status_plan_is_the_model_building_workers(tmp_path):
                                             "fallbacks": {"R9K_ROUTER": "self-check failed: zeros"}})
     f = tmp_path / "status.json"
     f.write_text(json.dumps({"processes": {"VllmWorker-0": worker}}))
-    data = status.merged_status(front, str(f))
+    data = report.merged_status(front, str(f))
     assert data["plan"]["installed"] == 0 and data["plan"]["fallbacks"] == {"R9K_ROUTER": "self-check failed: zeros"}
 
 
@@ -187,14 +187,15 @@ def test_a_refused_probe_is_named_by_shapes_not_values(monkeypatch):
     from types import SimpleNamespace as NS
 
     from r9k.plugin import dispatch
-    from r9k.plugin.dispatch import Choice
     from r9k.plugin.layers import moe_runner
+    from r9k.registry.availability import Decision
     from r9k.plugin.startup import StartupError
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     monkeypatch.setattr(dispatch, "get_table", lambda: _Table(True))
     module = NS(down_proj=NS(weight=torch.empty((64, 128), dtype=torch.bfloat16)))
-    zeros = Choice("shared_expert", "shared_expert", "fused", lambda x, w: torch.zeros_like(x), "test")
+    zeros = Decision("shared_expert", "R9K_SHARED_EXPERT", "r9k", "fused", op="shared_expert",
+                     fn=lambda x, w: torch.zeros_like(x), used="test")
     with pytest.raises(StartupError) as err:
         selfcheck.verify(zeros, "model.layers.0.mlp.shared_expert", lambda: moe_runner._shared_probe(module),
                          moe_runner._shared_bound)

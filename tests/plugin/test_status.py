@@ -8,7 +8,7 @@ import socket
 import pytest
 
 import r9k.plugin as plugin
-from r9k.plugin import status
+from r9k.plugin import report
 from r9k.registry import envvars
 
 
@@ -28,16 +28,16 @@ def _section(name, role, rank, h, in_use=None):
 
 def test_sections_merge_and_the_worker_reports_what_is_used(tmp_path):
     path = str(tmp_path / "s.json")
-    status.write_section(path, _section("MainProcess", "main", 0, "aaaaaaaaaaaa", {"router_gemm": "planned"}))
-    status.write_section(path, _section("EngineCore", "engine", 0, "aaaaaaaaaaaa"))
-    status.write_section(path, _section("VllmWorker-0", "worker", 0, "aaaaaaaaaaaa", {"router_gemm": "fused!"}))
-    data = status.merged_status(None, path)
+    report.write_section(path, _section("MainProcess", "main", 0, "aaaaaaaaaaaa", {"router_gemm": "planned"}))
+    report.write_section(path, _section("EngineCore", "engine", 0, "aaaaaaaaaaaa"))
+    report.write_section(path, _section("VllmWorker-0", "worker", 0, "aaaaaaaaaaaa", {"router_gemm": "fused!"}))
+    data = report.merged_status(None, path)
     assert set(data["processes"]) == {"MainProcess", "EngineCore", "VllmWorker-0"}
     assert data["in_use"] == {"router_gemm": "fused!"} and data["in_use_from"] == "VllmWorker-0"
     assert data["agree"] and data["hash"] == "aaaaaaaaaaaa" and data["non_stock"][0]["knob"] == "R9K_ROUTER"
 
     # a section of another launch (other hash) starts the file afresh
-    status.write_section(path, _section("MainProcess", "main", 0, "bbbbbbbbbbbb"))
+    report.write_section(path, _section("MainProcess", "main", 0, "bbbbbbbbbbbb"))
     assert set(json.loads(open(path).read())["processes"]) == {"MainProcess"}
 
 
@@ -45,8 +45,8 @@ def test_r9kctl_status_reads_the_file_and_flags_disagreement(tmp_path, capsys):
     from r9k.r9kctl.cli import main
 
     path = str(tmp_path / "s.json")
-    status.write_section(path, _section("MainProcess", "main", 0, "aaaaaaaaaaaa"))
-    status.write_section(path, _section("VllmWorker-0", "worker", 0, "aaaaaaaaaaaa", {"router_gemm": "fused!"}))
+    report.write_section(path, _section("MainProcess", "main", 0, "aaaaaaaaaaaa"))
+    report.write_section(path, _section("VllmWorker-0", "worker", 0, "aaaaaaaaaaaa", {"router_gemm": "fused!"}))
     assert main(["--plain", "status", "--file", path]) == 0
     out = capsys.readouterr().out
     assert "aaaaaaaaaaaa" in out and "R9K_ROUTER" in out and "fused!" in out
@@ -65,16 +65,16 @@ def test_route_answers_the_active_set(plugin_env):
     from vllm.plugins.endpoint_plugins.interface import EndpointPlugin
 
     plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
-    plugin_env.setattr(plugin, "_emit", lambda level, line: None)
+    plugin_env.setattr(report, "emit", lambda level, line: None)
     plugin.register()
-    ep = status.endpoint_plugin()
+    ep = report.endpoint_plugin()
     assert isinstance(ep, EndpointPlugin)
     app = fastapi.FastAPI()
     ep.attach_router(app)
-    res = TestClient(app).get(status.ROUTE)
+    res = TestClient(app).get(report.ROUTE)
     assert res.status_code == 200
     body = res.json()
-    assert body["hash"] == plugin.active_set().hash and body["profile"] == "cpu-smoke"
+    assert body["hash"] == report.active_set().hash and body["profile"] == "cpu-smoke"
     assert body["values"]["R9K_ROUTER"] == "r9k"
     assert "MainProcess" in body["processes"]
 
@@ -90,7 +90,7 @@ def _vllm_app(argv, monkeypatch):
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
     app = fastapi.FastAPI()
     app.state.args = args
-    status.endpoint_plugin().attach_router(app)
+    report.endpoint_plugin().attach_router(app)
 
     @app.get("/v1/models")
     def models():
@@ -109,21 +109,21 @@ def test_route_is_under_vllms_api_key_and_answers_no_paths_or_secrets(plugin_env
 
     plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin_env.setenv(envvars.STATUS_FILE.name, str(tmp_path / "server.status.json"))
-    plugin_env.setattr(plugin, "_emit", lambda level, line: None)
+    plugin_env.setattr(report, "emit", lambda level, line: None)
     plugin.register()
     argv = ["--api-key", "k3y"] if how == "--api-key" else []
     if how == "VLLM_API_KEY":
         plugin_env.setenv("VLLM_API_KEY", "k3y")
     client = TestClient(_vllm_app(argv, plugin_env))
-    for path in ("/v1/models", status.ROUTE):
+    for path in ("/v1/models", report.ROUTE):
         assert client.get(path).status_code == 401, path
         assert client.get(path, headers={"Authorization": "Bearer wrong"}).status_code == 401, path
     ok = {"Authorization": "Bearer k3y"}
-    res = client.get(status.ROUTE, headers=ok)
+    res = client.get(report.ROUTE, headers=ok)
     assert res.status_code == 200 and res.json()["profile"] == "cpu-smoke"
     assert str(tmp_path) not in res.text and "status_file" not in res.json() and "k3y" not in res.text
     # TestClient's peer is "testclient", not a loopback address: ?paths=1 from elsewhere changes nothing
-    assert str(tmp_path) not in client.get(status.ROUTE + "?paths=1", headers=ok).text
+    assert str(tmp_path) not in client.get(report.ROUTE + "?paths=1", headers=ok).text
 
 
 def test_route_without_a_key_stays_open(plugin_env):
@@ -131,26 +131,26 @@ def test_route_without_a_key_stays_open(plugin_env):
 
     plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin_env.delenv("VLLM_API_KEY", raising=False)
-    plugin_env.setattr(plugin, "_emit", lambda level, line: None)
+    plugin_env.setattr(report, "emit", lambda level, line: None)
     plugin.register()
-    assert TestClient(_vllm_app([], plugin_env)).get(status.ROUTE).status_code == 200
+    assert TestClient(_vllm_app([], plugin_env)).get(report.ROUTE).status_code == 200
 
 
 def test_public_masks_credentials_and_paths():
     data = {"status_file": "/c/run/s.json", "applied": {"args": ["--api-key", "k", "--x=/p", "--api-key=z"]},
             "env": {"HF_TOKEN": "t", "R9K_A": "1"}, "model": "/models/q", "values": {"R9K_B": "r9k"}}
-    out = status.public(data)
+    out = report.public(data)
     assert "status_file" not in out and out["applied"]["args"][1] == "***" and out["applied"]["args"][3] == "--api-key=***"
     assert out["env"] == {"HF_TOKEN": "***", "R9K_A": "1"} and out["values"] == {"R9K_B": "r9k"}
-    assert out["model"] == status.PATH_SHOWN and out["applied"]["args"][2] == status.PATH_SHOWN
+    assert out["model"] == report.PATH_SHOWN and out["applied"]["args"][2] == report.PATH_SHOWN
 
 
 def test_a_workers_counters_file_is_merged_into_its_section(tmp_path):
     path = str(tmp_path / "s.json")
-    status.write_section(path, _section("VllmWorker-0", "worker", 0, "aaaaaaaaaaaa"))
-    status.write_counters(path, "VllmWorker-0", {"router_gemm": {"installed": ["g0"], "kept": {},
+    report.write_section(path, _section("VllmWorker-0", "worker", 0, "aaaaaaaaaaaa"))
+    report.write_counters(path, "VllmWorker-0", {"router_gemm": {"installed": ["g0"], "kept": {},
                                                                  "calls": {"fused": 3}}})
-    data = status.merged_status(None, path)
+    data = report.merged_status(None, path)
     assert data["ops"]["router_gemm"]["calls"] == {"fused": 3} and data["ops"]["router_gemm"]["installed"] == 1
 
 
@@ -159,14 +159,14 @@ def test_counters_of_the_workers_reach_the_merged_status_and_r9kctl_status(tmp_p
     from r9k.r9kctl.cli import main
 
     path = str(tmp_path / "s.json")
-    status.write_section(path, _section("MainProcess", "main", 0, "aaaaaaaaaaaa"))
+    report.write_section(path, _section("MainProcess", "main", 0, "aaaaaaaaaaaa"))
     for rank, (fused, big) in enumerate([(7, 2), (5, 1)]):
         sec = _section(f"VllmWorker-{rank}", "worker", rank, "aaaaaaaaaaaa")
         sec["counters"] = {"router_gemm": {"installed": ["model.layers.0.mlp.gate", "model.layers.1.mlp.gate"],
                                            "kept": {"gate with bias": ["model.layers.2.mlp.gate"]},
                                            "calls": {"fused": fused, "fallback:rows>16": big}}}
-        status.write_section(path, sec)
-    data = status.merged_status(None, path)
+        report.write_section(path, sec)
+    data = report.merged_status(None, path)
     op = data["ops"]["router_gemm"]
     assert op["installed"] == 2 and op["kept"] == {"gate with bias": 1} and op["layers_from"] == "VllmWorker-0"
     assert op["calls"] == {"fused": 12, "fallback:rows>16": 3}
@@ -177,35 +177,35 @@ def test_counters_of_the_workers_reach_the_merged_status_and_r9kctl_status(tmp_p
 
 
 def test_the_flusher_writes_only_when_the_counters_change(plugin_env, tmp_path, monkeypatch):
-    from r9k.plugin import counters
+    from r9k.plugin import report
 
     plugin_env.setenv(envvars.PROFILE.name, "cpu-smoke")
     plugin_env.setenv(envvars.STATUS_FILE.name, str(tmp_path / "st.json"))
-    monkeypatch.setattr(plugin, "_emit", lambda level, line: None)
-    monkeypatch.setattr(plugin, "FLUSH_INTERVAL_S", 3600.0)  # drive the flusher by hand
-    counters.reset()
+    monkeypatch.setattr(report, "emit", lambda level, line: None)
+    monkeypatch.setattr(report, "FLUSH_INTERVAL_S", 3600.0)  # drive the flusher by hand
+    report.reset()
     try:
         plugin.register()
-        f = plugin._flusher
+        f = report._flusher
         assert f is not None, "a process with an installed adapter flushes its counters"
         writes = []
-        monkeypatch.setattr(plugin, "_write_counters", lambda snap: writes.append(1))
-        f.look(counters.snapshot(), None)
+        monkeypatch.setattr(report, "write_counters", lambda path, process, snap: writes.append(1))
+        f.look(report.snapshot(), None)
         assert writes == [1]  # first look: the (empty) counters
-        f.look(counters.snapshot(), None)
+        f.look(report.snapshot(), None)
         assert writes == [1]  # unchanged: no write
-        counters.layer("router_gemm", "model.layers.0.mlp.gate", True)
-        counters.hit("router_gemm", "fused")
-        f.look(counters.snapshot(), None)
+        report.layer("router_gemm", "model.layers.0.mlp.gate", True)
+        report.hit("router_gemm", "fused")
+        f.look(report.snapshot(), None)
         assert writes == [1, 1]
         logged = []
-        monkeypatch.setattr(plugin, "_emit", lambda level, line: logged.append(line))
-        f.look(counters.snapshot(), None)  # stable: the model is built, its layer table is logged once
-        f.look(counters.snapshot(), None)
+        monkeypatch.setattr(report, "emit", lambda level, line: logged.append(line))
+        f.look(report.snapshot(), None)  # stable: the model is built, its layer table is logged once
+        f.look(report.snapshot(), None)
         assert writes == [1, 1] and len([ln for ln in logged if "model built" in ln]) == 1
         assert any("router_gemm: 1 run r9k (model.layers.0.mlp.gate)" in ln for ln in logged)
     finally:
-        counters.reset()
+        report.reset()
 
 
 def test_an_exited_unreaped_process_is_not_alive():
@@ -257,7 +257,7 @@ def test_cluster_merges_every_ranks_table_and_counters_per_node_with_their_age()
 
     live = {"world_size": 4, "collected": now - 1,
             "ranks": {"0": rec(0, 3, now - 2), "2": rec(2, 11, now - 1.5), "3": rec(3, 5, now - STALE_AFTER_S - 10)}}
-    cl = status.cluster({"VllmWorker-0": head_worker}, 4, live, now=now)
+    cl = report.cluster({"VllmWorker-0": head_worker}, 4, live, now=now)
     assert sorted(cl["nodes"]) == sorted([head, "n1"]) and sorted(cl["nodes"][head]) == ["0", "1"]
     n1 = cl["nodes"]["n1"]
     assert n1["2"]["counters"]["router_gemm"]["calls"]["fused"] == 11 and n1["2"]["age_s"] == 1.5
@@ -281,12 +281,12 @@ def test_the_route_merges_the_cluster_file_rank_0_keeps(tmp_path, capsys):
     from r9k.r9kctl.cli import main
 
     path = str(tmp_path / "s.json")
-    status.write_section(path, _section("MainProcess", "main", 0, "aaaaaaaaaaaa"))
+    report.write_section(path, _section("MainProcess", "main", 0, "aaaaaaaaaaaa"))
     rec = {"node": "far-node", "rank": 1, "pid": 4242, "process": "VllmWorker-1", "hash": "aaaaaaaaaaaa",
            "in_use": {}, "modes": {"router_gemm": "fused"}, "time": time.time(), "received": time.time(),
            "counters": {"router_gemm": {"installed": [], "kept": {}, "calls": {"fused": 9}}}}
-    status.write_cluster(path, {"world_size": 3, "collected": time.time(), "ranks": {"1": rec}})
-    data = status.merged_status(None, path)
+    report.write_cluster(path, {"world_size": 3, "collected": time.time(), "ranks": {"1": rec}})
+    data = report.merged_status(None, path)
     assert data["cluster"]["nodes"]["far-node"]["1"]["counters"]["router_gemm"]["calls"] == {"fused": 9}
     assert data["cluster"]["not_reported"] == [0, 2] and data["cluster"]["calls"] == {"router_gemm": {"fused": 9}}
     assert main(["--plain", "status", "--file", path]) == 0

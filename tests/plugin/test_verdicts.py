@@ -54,7 +54,7 @@ def test_validate_launch_and_plugin_agree_in_strict_mode(name, registry, plugin_
     t = DispatchTable(active.rs, platform_probe=lambda: PROBE.get(availability.platform_family(rs.platform)))
     t.plan()
     c = availability.counts(report.availability[name])
-    modes = [p.mode for p in t.plans.values()]
+    modes = [p.state for p in t.plans.values()]
     assert (modes.count("fused"), modes.count("fallback"), modes.count("env")) == (
         c["fused"], c["fallback"], c["env"]), name
 

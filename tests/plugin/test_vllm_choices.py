@@ -1,4 +1,4 @@
-"""What vLLM chose per layer vs the profile's vLLM switches (plugin/vllm_choices.py), on a small stand-in model
+"""What vLLM chose per layer vs the profile's vLLM switches (plugin/report.py), on a small stand-in model
 built of vLLM's own CustomOp class and objects shaped as vLLM 0.32's layers (attention ``attn_backend`` /
 ``impl``, fused-MoE ``quant_method.unquantized_backend``); the real model is tests/plugin/test_vllm_choices_e2e.py."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import ModuleType, SimpleNamespace as NS
 
 import pytest
 
-from r9k.plugin import vllm_choices
+from r9k.plugin import report
 from r9k.plugin.startup import StartupError
 from r9k.registry.resolve import resolve
 
@@ -80,7 +80,7 @@ def reg():
 
 
 def test_read_model_lists_choices_per_layer_kind():
-    ch = vllm_choices.read_model(_model(), _cfg())
+    ch = report.read_model(_model(), _cfg())
     assert ch["layers"]["attention"] == {"CPU_ATTN": {"layers": 2, "first": "l0.attn", "impl": "CPUAttentionImpl"}}
     moe = ch["layers"]["moe"]["CPU"]
     assert moe["layers"] == 2 and moe["method"] == "UnquantizedFusedMoEMethod"
@@ -91,31 +91,31 @@ def test_read_model_lists_choices_per_layer_kind():
 
 def test_requested_vs_chosen_and_the_flip(reg, monkeypatch):
     monkeypatch.setenv("VLLM_CPU_ATTN_SPLIT_KV", "0")
-    ch = vllm_choices.read_model(_model(), _cfg())
+    ch = report.read_model(_model(), _cfg())
     rs = resolve(reg, "cpu-smoke", env={})  # CUSTOM_OP_RMS_NORM="+", VLLM_CPU_ATTN_SPLIT_KV=0
-    rows = {r["knob"]: r for r in vllm_choices.compare(rs, ch, _cfg())}
+    rows = {r["knob"]: r for r in report.choices_compare(rs, ch, _cfg())}
     assert rows["CUSTOM_OP_RMS_NORM"]["state"] == "applied" and rows["CUSTOM_OP_RMS_NORM"]["layer"] == "custom-op"
     sk = rows["VLLM_CPU_ATTN_SPLIT_KV"]
     assert sk["state"] == "applied" and sk["chosen"].startswith("0 ") and "CPU_ATTN (2 layer(s))" in sk["note"]
     # flipped: the same choices no longer match
     flipped = resolve(reg, "cpu-smoke", env={}, sets={"CUSTOM_OP_RMS_NORM": "-", "VLLM_CPU_ATTN_SPLIT_KV": "1"})
-    rows = {r["knob"]: r for r in vllm_choices.compare(flipped, ch, _cfg())}
+    rows = {r["knob"]: r for r in report.choices_compare(flipped, ch, _cfg())}
     assert rows["CUSTOM_OP_RMS_NORM"]["state"] == "mismatch"
     assert rows["VLLM_CPU_ATTN_SPLIT_KV"]["state"] == "mismatch"  # the server's environment says 0
     # an op the model does not have: unverified, not applied
     other = resolve(reg, "cpu-smoke", env={}, sets={"CUSTOM_OP_GELU_AND_MUL": "-"})
-    rows = {r["knob"]: r for r in vllm_choices.compare(other, ch, _cfg())}
+    rows = {r["knob"]: r for r in report.choices_compare(other, ch, _cfg())}
     assert rows["CUSTOM_OP_GELU_AND_MUL"]["state"] == "unverified"
 
 
 def test_a_backend_vllm_did_not_choose_is_a_mismatch(reg):
-    ch = vllm_choices.read_model(_model(attn="CPU_ATTN", moe=_MoeBackend.CPU), _cfg())
+    ch = report.read_model(_model(attn="CPU_ATTN", moe=_MoeBackend.CPU), _cfg())
     rs = resolve(reg, "cpu-smoke", env={}, sets={"ATTENTION_BACKEND": "FLEX_ATTENTION", "MOE_BACKEND": "triton"})
-    rows = {r["knob"]: r for r in vllm_choices.compare(rs, ch, _cfg())}
+    rows = {r["knob"]: r for r in report.choices_compare(rs, ch, _cfg())}
     assert rows["ATTENTION_BACKEND"]["state"] == "mismatch" and rows["ATTENTION_BACKEND"]["chosen"] == "CPU_ATTN"
     assert rows["MOE_BACKEND"]["state"] == "mismatch"
-    ch = vllm_choices.read_model(_model(moe=_MoeBackend.TRITON), _cfg())
-    rows = {r["knob"]: r for r in vllm_choices.compare(rs, ch, _cfg())}
+    ch = report.read_model(_model(moe=_MoeBackend.TRITON), _cfg())
+    rows = {r["knob"]: r for r in report.choices_compare(rs, ch, _cfg())}
     assert rows["MOE_BACKEND"]["state"] == "applied"
 
 
@@ -123,23 +123,21 @@ def test_strict_refuses_a_choice_vllm_did_not_make(reg, monkeypatch):
     import r9k.plugin as plugin
 
     rs = resolve(reg, "cpu-smoke", env={}, sets={"CUSTOM_OP_RMS_NORM": "-"}, strict=True)
-    monkeypatch.setattr(plugin, "_active", NS(rs=rs, hash=rs.hash))
-    recorded = []
-    monkeypatch.setattr(plugin, "record_vllm_choices", recorded.append)
+    monkeypatch.setattr(report, "_active", NS(rs=rs, hash=rs.hash))
     runner = NS(model=_model(), vllm_config=_cfg())
     with pytest.raises(StartupError) as exc:
-        vllm_choices.on_model_built(runner)
+        report.on_model_built(runner)
     assert any("error[not-chosen]: CUSTOM_OP_RMS_NORM" in ln for ln in exc.value.lines)
-    assert recorded and recorded[0]["mismatches"]
+    assert report.choices_current()["mismatches"]  # recorded before the refusal
     rs = resolve(reg, "cpu-smoke", env={}, sets={"CUSTOM_OP_RMS_NORM": "-"})  # not strict: recorded, serves
-    monkeypatch.setattr(plugin, "_active", NS(rs=rs, hash=rs.hash))
-    vllm_choices.on_model_built(runner)
-    assert vllm_choices.current()["mismatches"][0]["knob"] == "CUSTOM_OP_RMS_NORM"
+    monkeypatch.setattr(report, "_active", NS(rs=rs, hash=rs.hash))
+    report.on_model_built(runner)
+    assert report.choices_current()["mismatches"][0]["knob"] == "CUSTOM_OP_RMS_NORM"
 
 
 def test_the_hook_wraps_load_model_once(monkeypatch):
     seen = []
-    monkeypatch.setattr(vllm_choices, "on_model_built", seen.append)
+    monkeypatch.setattr(report, "on_model_built", seen.append)
 
     class Runner:
         def load_model(self):
@@ -150,9 +148,9 @@ def test_the_hook_wraps_load_model_once(monkeypatch):
             super().load_model()
 
     mod = NS(GPUModelRunner=Runner, CPUModelRunner=Sub)
-    vllm_choices._wrap(mod, "GPUModelRunner")
-    vllm_choices._wrap(mod, "CPUModelRunner")
-    vllm_choices._wrap(mod, "CPUModelRunner")  # idempotent
+    report._wrap_runner(mod, "GPUModelRunner")
+    report._wrap_runner(mod, "CPUModelRunner")
+    report._wrap_runner(mod, "CPUModelRunner")  # idempotent
     r = Sub()
     r.load_model()
     assert seen == [r]
@@ -165,15 +163,15 @@ def test_tuned_config_sources(tmp_path, monkeypatch):
     a.TUNED_FILE, b.TUNED_FILE = str(f), str(tmp_path / "tuned_h200.json")
     monkeypatch.setitem(sys.modules, a.__name__, a)
     monkeypatch.setitem(sys.modules, b.__name__, b)
-    t = vllm_choices.r9k_tuned()
+    t = report.r9k_tuned()
     assert t["fake_a"]["source"] == "tuned file" and t["fake_a"]["device"] == "cpu"
     assert t["fake_b"]["source"].startswith("default rules") and t["fake_b"]["file"] is None
     # vLLM's Triton MoE config: its own lookup (the user folder first)
-    got = vllm_choices.tuned_moe_config(8, 64, None)
+    got = report.tuned_moe_config(8, 64, None)
     assert got["source"].startswith("default rules")
     (tmp_path / got["file_name"]).write_text("{}")
     monkeypatch.setenv("VLLM_TUNED_CONFIG_FOLDER", str(tmp_path))
-    got = vllm_choices.tuned_moe_config(8, 64, None)
+    got = report.tuned_moe_config(8, 64, None)
     assert got["source"] == "tuned file" and got["file"] == str(tmp_path / got["file_name"])
 
 
@@ -184,9 +182,9 @@ def test_the_launch_snapshot_carries_the_switches(reg, monkeypatch):
     monkeypatch.setenv("VLLM_CPU_ATTN_SPLIT_KV", "0")
     rs = resolve(reg, "cpu-smoke", env={})
     light = manifest.from_carrier(manifest.carrier(manifest.from_resolved(rs), "s"))[0]
-    ch = vllm_choices.read_model(_model(), _cfg())
-    assert vllm_choices.compare(light, ch, _cfg()) == vllm_choices.compare(rs, ch, _cfg())
-    assert {r["knob"] for r in vllm_choices.compare(light, ch, _cfg())} == {"CUSTOM_OP_RMS_NORM", "VLLM_CPU_ATTN_SPLIT_KV"}
+    ch = report.read_model(_model(), _cfg())
+    assert report.choices_compare(light, ch, _cfg()) == report.choices_compare(rs, ch, _cfg())
+    assert {r["knob"] for r in report.choices_compare(light, ch, _cfg())} == {"CUSTOM_OP_RMS_NORM", "VLLM_CPU_ATTN_SPLIT_KV"}
 
 
 def test_the_v2_model_runner_is_hooked_where_vllm_imports_it(monkeypatch):
@@ -196,8 +194,8 @@ def test_the_v2_model_runner_is_hooked_where_vllm_imports_it(monkeypatch):
 
     calls = []
     monkeypatch.setattr(install, "HOOKS", NS(add=lambda mod, cb: calls.append((mod, cb))))
-    monkeypatch.setattr(vllm_choices, "HOOKS", install.HOOKS)
-    vllm_choices.install_hooks()
+    monkeypatch.setattr(report, "HOOKS", install.HOOKS)
+    report.install_choice_hooks()
     hooked = dict(calls)
     assert "vllm.v1.worker.gpu.model_runner" in hooked and "vllm.v1.worker.gpu_model_runner" in hooked
 
@@ -206,7 +204,7 @@ def test_the_v2_model_runner_is_hooked_where_vllm_imports_it(monkeypatch):
             self.model = "m"
 
     seen = []
-    monkeypatch.setattr(vllm_choices, "on_model_built", seen.append)
+    monkeypatch.setattr(report, "on_model_built", seen.append)
     hooked["vllm.v1.worker.gpu.model_runner"](NS(GPUModelRunner=V2))
     r = V2()
     r.load_model(load_dummy_weights=True)
@@ -220,26 +218,25 @@ def test_a_fused_variant_whose_layer_class_the_model_lacks_is_named_and_strict_r
     from r9k.plugin import dispatch
     from r9k.registry.manifest import Impl
 
-    plan = NS(mode=Impl.FUSED, pluggable=True, op="router_gemm", layers=0, knob="R9K_ROUTER", value="r9k",
+    plan = NS(state=Impl.FUSED, pluggable=True, op="router_gemm", layers=0, knob="R9K_ROUTER", value="r9k",
               adapter=NS(vllm_class="GateLinear"), extension_point="pluggable_layer:gate_linear")
     monkeypatch.setattr(dispatch, "get_table", lambda: NS(plans={"router": plan}))
     emitted = []
-    monkeypatch.setattr(plugin, "_emit", lambda level, ln: emitted.append(ln))
-    monkeypatch.setattr(plugin, "record_vllm_choices", lambda res: None)
+    monkeypatch.setattr(report, "emit", lambda level, ln: emitted.append(ln))
     runner = NS(model=_model(), vllm_config=_cfg())
     for strict in (False, True):
         rs = resolve(reg, "cpu-smoke", env={}, strict=strict)
-        monkeypatch.setattr(plugin, "_active", NS(rs=rs, hash=rs.hash))
+        monkeypatch.setattr(report, "_active", NS(rs=rs, hash=rs.hash))
         if not strict:
-            vllm_choices.on_model_built(runner)
+            report.on_model_built(runner)
             assert any("NOT INSTALLED R9K_ROUTER=r9k: the model built no GateLinear layer" in ln for ln in emitted)
-            assert vllm_choices.current()["not_installed"]
+            assert report.choices_current()["not_installed"]
         else:
             with pytest.raises(StartupError) as exc:
-                vllm_choices.on_model_built(runner)
+                report.on_model_built(runner)
             assert exc.value.lines[0].startswith("error[not-installed]: R9K_ROUTER=r9k")
     plan.layers = 1  # one layer asked for it: nothing to say
     rs = resolve(reg, "cpu-smoke", env={})
-    monkeypatch.setattr(plugin, "_active", NS(rs=rs, hash=rs.hash))
-    vllm_choices.on_model_built(runner)
-    assert vllm_choices.current()["not_installed"] == []
+    monkeypatch.setattr(report, "_active", NS(rs=rs, hash=rs.hash))
+    report.on_model_built(runner)
+    assert report.choices_current()["not_installed"] == []

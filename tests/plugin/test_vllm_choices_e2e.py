@@ -22,7 +22,7 @@ E2E_MINUTES = 2  # its wall time in the CI rehearsal of 2026-12-01 (100 s): test
 
 @pytest.mark.xdist_group(SharedServer.GROUP)
 def test_cpu_profile_vllm_switches_requested_and_chosen(cpu_smoke_server):
-    from r9k.plugin import vllm_choices
+    from r9k.plugin import report
     from r9k.registry import load_registry
     from r9k.registry.resolve import resolve
 
@@ -57,5 +57,5 @@ def test_cpu_profile_vllm_switches_requested_and_chosen(cpu_smoke_server):
     # flipping a switch: the same server's choices are now a mismatch for it (and in strict mode a refusal)
     reg = load_registry()
     flipped = resolve(reg, "cpu-smoke", env={}, sets={"CUSTOM_OP_RMS_NORM": "-"})
-    frows = {r["knob"]: r for r in vllm_choices.compare(flipped, ch, environ={"VLLM_CPU_ATTN_SPLIT_KV": "0"})}
+    frows = {r["knob"]: r for r in report.choices_compare(flipped, ch, environ={"VLLM_CPU_ATTN_SPLIT_KV": "0"})}
     assert frows["CUSTOM_OP_RMS_NORM"]["state"] == "mismatch"

@@ -79,7 +79,7 @@ def test_dry_runs_and_launch_files_hold_no_credential(setup, tmp_path):
 
 def _child(env: dict, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     code = ("import logging, sys\nlogging.basicConfig(level=logging.DEBUG, stream=sys.stderr)\n"
-            "import r9k.plugin as p\np.register()\nprint('active', p.active_set().hash)\n")
+            "import r9k.plugin as p, r9k.plugin.report as rp\np.register()\nprint('active', rp.active_set().hash)\n")
     return subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=cwd, capture_output=True, text=True,
                           timeout=300)
 

@@ -106,18 +106,18 @@ def _schema(path, tmp, mp):
 
 
 def _status_section(path, tmp, mp):
-    from r9k.plugin import status
+    from r9k.plugin import report
 
     sec = {"profile": "p", "hash": "h", "tp": 1, "model": None, "server": "s", "process": {"name": "main"}}
-    return _raises(lambda: status.write_section(str(path), sec))
+    return _raises(lambda: report.write_section(str(path), sec))
 
 
 def _status_counters(path, tmp, mp):
-    from r9k.plugin import status
+    from r9k.plugin import report
 
     base = path.parent / "server-s.status.json"
-    assert status.counters_path(str(base), "main") == path
-    return _raises(lambda: status.write_counters(str(base), "main", {}))
+    assert report.counters_path(str(base), "main") == path
+    return _raises(lambda: report.write_counters(str(base), "main", {}))
 
 
 def _hand_on(path, tmp, mp):
@@ -205,8 +205,8 @@ WRITERS = {
     "results.dump": ("out/answers.jsonl", _results),
     "profile_io.atomic_write": ("profiles/p.toml", _profile),
     "schema --out": ("out/schema.json", _schema),
-    "status.write_section": ("cache/run/server-s.status.json", _status_section),
-    "status.write_counters": ("cache/run/server-s.status.json.main.counters.json", _status_counters),
+    "report.write_section": ("cache/run/server-s.status.json", _status_section),
+    "report.write_counters": ("cache/run/server-s.status.json.main.counters.json", _status_counters),
     "startup.hand_on": (f"cache/run/manifest-abc-{os.getpid()}.json", _hand_on),
     "gatedeps.save_cache": ("cache/gatedeps-1.json", _gatedeps_cache),
     "loader parse cache": ("cache/toml-cache.pickle", _parse_cache),
@@ -248,9 +248,9 @@ THROUGH = {
     ("registry/loader.py", "_ParseCache.save", "fileio.atomic_write"): "loader parse cache",
     ("registry/gatedeps.py", "save_cache", "fileio.atomic_write"): "gatedeps.save_cache",
     ("plugin/startup.py", "hand_on", "fileio.atomic_write"): "startup.hand_on",
-    ("plugin/status.py", "write_section", "fileio.atomic_write"): "status.write_section",
-    ("plugin/status.py", "write_counters", "fileio.atomic_write"): "status.write_counters",
-    ("plugin/status.py", "write_cluster", "fileio.atomic_write"): "fileio.atomic_write (rank 0's cluster file)",
+    ("plugin/report.py", "write_section", "fileio.atomic_write"): "report.write_section",
+    ("plugin/report.py", "write_counters", "fileio.atomic_write"): "report.write_counters",
+    ("plugin/report.py", "write_cluster", "fileio.atomic_write"): "fileio.atomic_write (rank 0's cluster file)",
     ("plugin/models/tiny_flash_next.py", "to_block_fp8", "fileio.atomic_write"): "fileio.atomic_write",
     ("r9kctl/cmd_schema.py", "run", "fileio.atomic_write"): "schema --out",
     ("r9kctl/cmd_bench.py", "run", "fileio.atomic_write"): "fileio.atomic_write (--export-plan)",

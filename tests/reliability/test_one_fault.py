@@ -201,16 +201,17 @@ def test_an_unknown_profile_name_still_gets_its_did_you_mean(tree):
 @pytest.mark.parametrize("name,meant", [("R9K_PROFLE", "R9K_PROFILE"), ("R9K_MANIFST", "R9K_MANIFEST"),
                                         ("R9K_router", "R9K_ROUTER")])
 def test_the_plugin_names_the_variable_a_misspelt_one_meant(monkeypatch, tmp_path, caplog, name, meant):
+    from r9k.plugin import report
     from r9k import plugin
 
     monkeypatch.setenv(name, "tp4-default")
-    plugin._reset_for_tests()
+    report.reset_for_tests()
     try:
         with caplog.at_level("WARNING", logger="vllm.r9k"):
             plugin.register()
             plugin.register()  # a second call in the process: no second warning
     finally:
-        plugin._reset_for_tests()
+        report.reset_for_tests()
     said = [r.getMessage() for r in caplog.records if name in r.getMessage()]
-    assert plugin.active_set() is None
+    assert report.active_set() is None
     assert len(said) == 1 and f"did you mean {meant}?" in said[0], said

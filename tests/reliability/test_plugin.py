@@ -43,14 +43,15 @@ LINE = re.compile(r"^\s*(?P<file>\S+?):(?P<line>\d+)(?::\d+)?: error\[(?P<kind>[
 @pytest.fixture
 def plugin(monkeypatch, tmp_path):
     from r9k import plugin as P
+    from r9k.plugin import report
 
     for k in list(os.environ):
         if k.startswith("R9K_") or k.startswith("_R9K_"):
             monkeypatch.delenv(k)
     monkeypatch.setenv(envvars.CACHE_DIR.name, str(tmp_path / "cache"))
-    P._reset_for_tests()
+    report.reset_for_tests()
     yield P
-    P._reset_for_tests()
+    report.reset_for_tests()
 
 
 def _register(P):
@@ -89,10 +90,11 @@ def test_bad_manifest(plugin, monkeypatch, tmp_path, name, data, line, kind):
     {envvars.NO_CACHE.name: "1", "R9K_LOG_LEVEL": "info", envvars.DEBUG.name: "1"}, {"R9K_VERBOSE": "1"},
 ], ids=lambda e: "+".join(e))
 def test_control_variables_alone_leave_it_inactive(plugin, monkeypatch, env):
+    from r9k.plugin import report
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     assert _register(plugin) is None
-    assert plugin.active_set() is None
+    assert report.active_set() is None
 
 
 @pytest.mark.parametrize("env,kind", [
@@ -145,12 +147,12 @@ def test_an_unexpected_exception_is_one_startup_line(plugin, monkeypatch):
                                                                                            "processes-list", "syntax",
                                                                                            "binary"])
 def test_status_file_of_another_shape_is_replaced_not_a_crash(tmp_path, old):
-    from r9k.plugin import status
+    from r9k.plugin import report
 
     path = tmp_path / "status.json"
     path.write_bytes(old)
     section = {"profile": "p", "hash": "h", "tp": 1, "model": None,
                "process": {"name": "MainProcess", "pid": 1, "role": "main", "rank": 0}}
-    status.write_section(str(path), section)
-    assert status.read_status_file(str(path))["processes"]["MainProcess"]["hash"] == "h"
+    report.write_section(str(path), section)
+    assert report.read_status_file(str(path))["processes"]["MainProcess"]["hash"] == "h"
     assert [n for n in os.listdir(tmp_path) if n.endswith(".tmp")] == []
