@@ -44,18 +44,25 @@ def _ports():
 
 
 _PORTS = _ports()
+_HELD: list[socket.socket] = []  # one bound, never listening socket per port handed out, for the process's life
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on (checked by binding it), from :func:`_ports`: each one
-    once in a test session."""
+    """A TCP port on 127.0.0.1 that nothing listens on, from :func:`_ports`: each one once in a test session,
+    and held: a socket bound to it with ``SO_REUSEADDR`` (not listening) stays open until this process ends.
+    A process binding the port as vLLM's API server, torch's TCPStore and Python's HTTP servers do (with
+    ``SO_REUSEADDR``, then listening) gets it; any other bind of it is refused, so nothing else can take it
+    between this check and the server's bind (CI saw ``Address already in use`` there, twice)."""
     for port in _PORTS:
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            s.close()
+            continue
+        _HELD.append(s)
+        return port
     raise RuntimeError("no free port left below the ephemeral range")
 
 

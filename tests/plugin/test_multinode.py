@@ -43,8 +43,10 @@ def _rank_main(rank: int, world: int, port: int, env: dict, out, done, calls: in
 
     import r9k.plugin as plugin
 
-    report.emit = lambda level, line: None
     try:
+        from r9k.plugin import report
+
+        report.emit = lambda level, line: None
         plugin.register()
         from vllm.config import VllmConfig, set_current_vllm_config
         from vllm.distributed import init_distributed_environment
