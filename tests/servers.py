@@ -1,5 +1,6 @@
 """Processes the end-to-end tests start (vLLM servers, the panel, its web server): a free port, the live
-processes of a session or process group, and stopping a group with nothing left behind.
+processes of a session or process group, stopping a group with nothing left behind, and a JSON answer for
+the stand-in servers.
 
 Imported as ``servers`` (pytest puts ``tests/`` on ``sys.path`` for the test packages below it).
 """
@@ -11,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+import json
 import urllib.request
 from pathlib import Path
 from typing import Optional, Sequence
@@ -258,3 +260,13 @@ class SharedServer:
         cur, cls._current = cls._current, None
         if cur is not None:
             cur.srv.stop()  # asserts that none of its processes is left
+
+
+def send_json(h, obj, status: int = 200) -> None:
+    """Answer one request of a ``BaseHTTPRequestHandler`` ``h`` with ``obj`` as JSON."""
+    body = json.dumps(obj).encode()
+    h.send_response(status)
+    h.send_header("Content-Type", "application/json")
+    h.send_header("Content-Length", str(len(body)))
+    h.end_headers()
+    h.wfile.write(body)

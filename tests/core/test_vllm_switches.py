@@ -85,6 +85,17 @@ def _profile(tmp_path, body):
     return d
 
 
+def _refused_by_032_not_033(r9kctl, d, kind, *needles):
+    """``validate`` of ``mine`` against vLLM 0.32 is one located ``error[kind]`` line holding every needle;
+    against 0.33 that error is gone."""
+    rc, out, err = r9kctl("--profiles-dir", str(d), "validate", "--profile", "mine", "--vllm-version", "0.32")
+    assert rc == 2, out + err
+    line = next(ln for ln in (out + err).splitlines() if f"error[{kind}]" in ln)
+    assert all(n in line for n in needles), line
+    rc, out, err = r9kctl("--profiles-dir", str(d), "validate", "--profile", "mine", "--vllm-version", "0.33")
+    assert f"error[{kind}]" not in out + err
+
+
 def test_a_switch_of_another_platform_is_a_located_error_at_the_profile_line(r9kctl, tmp_path):
     d = _profile(tmp_path, 'extends = "cpu-smoke"\n\n[knobs]\nVLLM_ROCM_USE_AITER = 1\n')
     rc, out, err = r9kctl("--profiles-dir", str(d), "validate", "--profile", "mine", "--vllm-version", "0.32")
@@ -98,12 +109,7 @@ def test_a_switch_of_another_platform_is_a_located_error_at_the_profile_line(r9k
 def test_a_switch_the_target_version_lacks_is_a_located_error(r9kctl, tmp_path):
     d = _profile(tmp_path, 'extends = "stock"\nplatform = "cuda"\nmodel_path = "x/y"\n\n[knobs]\n'
                            'KERNEL_MONOKERNEL = 1\n')
-    rc, out, err = r9kctl("--profiles-dir", str(d), "validate", "--profile", "mine", "--vllm-version", "0.32")
-    assert rc == 2
-    line = next(ln for ln in (out + err).splitlines() if "error[vllm-version]" in ln)
-    assert "mine.toml:6:" in line and "--kernel-config monokernel" in line and ">=0.33" in line, line
-    rc, out, err = r9kctl("--profiles-dir", str(d), "validate", "--profile", "mine", "--vllm-version", "0.33")
-    assert "error[vllm-version]" not in out + err
+    _refused_by_032_not_033(r9kctl, d, "vllm-version", "mine.toml:6:", "--kernel-config monokernel", ">=0.33")
 
 
 def test_a_value_vllm_does_not_have_is_a_located_error_with_did_you_mean(r9kctl, tmp_path):
@@ -253,12 +259,7 @@ def test_the_file_is_what_the_generator_makes_from_the_descriptions():
 
 def test_a_value_only_a_newer_version_accepts_is_refused_for_the_older_one(r9kctl, tmp_path):
     d = _profile(tmp_path, 'extends = "cpu-smoke"\n\n[knobs]\nMOE_BACKEND = "aiter_triton_mxfp4_mxfp4"\n')
-    rc, out, err = r9kctl("--profiles-dir", str(d), "validate", "--profile", "mine", "--vllm-version", "0.32")
-    assert rc == 2, out + err
-    line = next(ln for ln in (out + err).splitlines() if "error[vllm-value]" in ln)
-    assert "mine.toml:4:" in line and "--moe-backend" in line and "0.32" in line, line
-    rc, out, err = r9kctl("--profiles-dir", str(d), "validate", "--profile", "mine", "--vllm-version", "0.33")
-    assert "error[vllm-value]" not in out + err
+    _refused_by_032_not_033(r9kctl, d, "vllm-value", "mine.toml:4:", "--moe-backend", "0.32")
 
 
 def test_a_removed_name_is_suggested_as_its_successor(r9kctl, tmp_path):

@@ -15,6 +15,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from servers import send_json
 
 from r9k.r9kctl.evidence import results
 from r9k.r9kctl.evidence.results import QuestionResult
@@ -39,12 +40,7 @@ class FakeModelServer:
                 pass
 
             def _send(self, code: int, body: dict):
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, body, code)
 
             def do_GET(self):
                 if self.path == "/v1/models":

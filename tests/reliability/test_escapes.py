@@ -73,6 +73,14 @@ def _status_answer(rng: random.Random) -> dict:
             "processes": {}, "agree": True, "server": payload(rng)}
 
 
+def _pty_read(master: int) -> bytes:
+    """One read of a pseudo-terminal's master side; ``b""`` once the other side is closed (Linux raises EIO)."""
+    try:
+        return os.read(master, 65536)
+    except OSError:
+        return b""
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_no_command_prints_a_control_character_of_data(tmp_path, seed):
     rng = random.Random(seed)
@@ -117,13 +125,7 @@ def test_on_a_real_pty_only_sgr_reaches_the_terminal(tmp_path):
         proc = subprocess.Popen(cmd, stdin=slave, stdout=slave, stderr=slave, env=env, close_fds=True)
         os.close(slave)
         data = b""
-        while True:
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:
-                break
-            if not chunk:
-                break
+        while chunk := _pty_read(master):
             data += chunk
         proc.wait(timeout=120)
         os.close(master)
@@ -159,11 +161,7 @@ def test_the_panel_on_a_real_pty_draws_no_control_of_the_data(tmp_path):
                 quit_sent = True
             ready, _, _ = select.select([master], [], [], 0.2)
             if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:
-                    break
-                if not chunk:
+                if not (chunk := _pty_read(master)):
                     break
                 data += chunk
             elif proc.poll() is not None:

@@ -6,7 +6,6 @@ reaches another origin, JSON of the wrong shape or depth is one line and exit 2,
 from __future__ import annotations
 
 import http.server
-import json
 import resource
 import threading
 import time
@@ -15,6 +14,8 @@ import types
 import pytest
 
 from r9k.r9kctl import netclient
+
+from servers import send_json as _json
 
 from .harness import run_main
 
@@ -65,15 +66,6 @@ def serve():
     yield start
     for s in servers:
         s.close()
-
-
-def _json(h, obj, status=200):
-    body = json.dumps(obj).encode()
-    h.send_response(status)
-    h.send_header("Content-Type", "application/json")
-    h.send_header("Content-Length", str(len(body)))
-    h.end_headers()
-    h.wfile.write(body)
 
 
 def drip(h):
