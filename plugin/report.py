@@ -880,7 +880,7 @@ def superseded(ops: dict, op_variants: dict, plans: Optional[dict] = None) -> di
     takes second place to another in the layers that would run it (``r9k.plugin.models.SUPERSEDED_BY``; the
     layers record it as kept with reason ``superseded by <op>``). ``ops``: per op, ``kept`` as {reason: layer
     names or a count} (a process's counters or the merged ops). Before the model is built (no layer recorded),
-    ``plans`` (variant id -> mode) gives the same verdict without a count: both variants installed."""
+    ``plans`` (variant id -> mode) gives the same decision without a count: both variants installed."""
     out: dict[str, str] = {}
     for op, by in SUPERSEDED_BY.items():
         vid = op_variants.get(op)

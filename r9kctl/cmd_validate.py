@@ -72,10 +72,10 @@ def run(args) -> int:
             for c in b.costs:
                 line += f"; {c.knob} {'costs' if c.bytes > 0 else 'frees'} {fmt_bytes(abs(c.bytes))} = {abs(c.tokens):,} tokens"
         print(line)
-        verdicts = report.availability.get(name)
-        if verdicts is not None:
-            print(f"  {name}: {summary_line(verdicts)}")
-            for v in verdicts.values():
+        decisions = report.availability.get(name)
+        if decisions is not None:
+            print(f"  {name}: {summary_line(decisions)}")
+            for v in decisions.values():
                 if v.state == "fallback" and not args.all:  # --all: the grouped line above says why
                     print(f"    falls back: {v.knob}={v.value}: {v.reason}")
         if report.gates.get(name):

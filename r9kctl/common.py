@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..registry import Registry, RegistryError, envvars, load_registry
-from ..registry.cmdline import CommandLine, Sets
+from ..registry.cmdline import CommandLine, Overrides
 from ..registry.errors import Diagnostic
 from ..registry.loader import default_profile_dirs
 
@@ -83,9 +83,9 @@ def report_errors(diags: list[Diagnostic], fmt: str = "table") -> None:
 
 def parse_sets(items: Optional[list[str]], words: Optional[list[str]] = None) -> tuple[dict[str, str], list[Diagnostic]]:
     """The ``--set`` overrides; with the command's ``words`` (``args.argv``), each knows where it was typed
-    (:class:`r9k.registry.cmdline.Sets`: its errors are located at ``<command line>:1:COL``)."""
+    (:class:`r9k.registry.cmdline.Overrides`: its errors are located at ``<command line>:1:COL``)."""
     line = CommandLine(words) if words is not None else None
-    out: dict[str, str] = Sets(command_line=line)
+    out: dict[str, str] = Overrides(command_line=line)
     errs: list[Diagnostic] = []
     for item in items or []:
         if "=" not in item:

@@ -79,7 +79,7 @@ class CommandLine:
         return hit[1] if hit else None
 
 
-class Sets(dict):
+class Overrides(dict):
     """``--set`` overrides (key -> value, what :func:`r9k.registry.resolve.resolve` takes) that also know the
     command line they were typed on (None: given by a program, not typed)."""
 

@@ -73,7 +73,7 @@ class Code:
 
 
 @dataclass
-class Sets:
+class Target:
     """What a launcher knob sets of vLLM's (the TOML's ``sets``, whole: the applied-check needs its units and
     JSON fields too; ``registry.vllm_map.mapping`` reads it like the schema's)."""
 
@@ -94,7 +94,7 @@ class Sets:
         return dict(self.__dict__)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Sets":
+    def from_dict(cls, d: dict) -> "Target":
         return cls(**{k: v for k, v in d.items() if k in cls.__dataclass_fields__})
 
 
@@ -122,7 +122,7 @@ class Facts:
     graph_affecting: bool = False
     implementation: Code = field(default_factory=Code)
     gate_tests: tuple[str, ...] = ()
-    sets: Optional[Sets] = None
+    sets: Optional[Target] = None
     fused_values: tuple[str, ...] = ()
     vllm: Optional[Switch] = None  # one of vLLM's own switches (plugin.report)
 
@@ -279,7 +279,7 @@ def from_dict(data: Any) -> Manifest:
             facts = Facts(vid, d["knob"], d["type"], d.get("stock"), d["category"], bool(d.get("graph_affecting")),
                           Code(impl.get("module"), impl.get("op"), tuple(impl.get("platforms") or ()),
                                impl.get("extension_point")),
-                          tuple(d.get("gate_tests") or ()), Sets.from_dict(sets) if sets else None,
+                          tuple(d.get("gate_tests") or ()), Target.from_dict(sets) if sets else None,
                           tuple(d.get("fused_values") or ()),
                           Switch(**{k: x for k, x in d["vllm"].items() if k in Switch.__dataclass_fields__})
                           if d.get("vllm") else None)
@@ -305,7 +305,7 @@ def from_resolved(rs, registry: Optional[str] = None, warnings=(), gates=None) -
         facts = Facts(vid, v.knob, v.type, v.stock, v.category, bool(v.graph_affecting),
                       Code(impl.module, impl.op, tuple(impl.platforms), impl.extension_point),
                       tuple(v.gate.tests) if v.gate else (),
-                      Sets.from_dict(v.sets.plain()) if v.sets else None,
+                      Target.from_dict(v.sets.plain()) if v.sets else None,
                       fused_values(v.type, v.choices, v.stock) if impl.op else (),
                       Switch(**v.vllm.plain()) if v.vllm else None)
         items[vid] = Item(facts, r.value, r.origin)

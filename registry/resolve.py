@@ -292,7 +292,7 @@ def resolve(
 ) -> ResolvedSet:
     """Resolve ``profile`` (at ``tp``, else the profile's TP size) against ``env`` and ``sets``."""
     env = dict(os.environ) if env is None else dict(env)
-    command_line = getattr(sets, "command_line", None)  # cmdline.Sets: where each --set was typed
+    command_line = getattr(sets, "command_line", None)  # cmdline.Overrides: where each --set was typed
     sets = dict(sets or {})
     chain, base, diags = profile_chain(reg, profile)
 

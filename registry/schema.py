@@ -196,7 +196,7 @@ class Measurement(Strict):
     note: Optional[str] = None
 
 
-class Sets(Strict):
+class Target(Strict):
     """A launcher knob sets something of vLLM's rather than an R9K_ variable of the plugin.
 
     ``vllm-arg``: ``NAME VALUE``; ``vllm-flag`` (a bool knob): ``NAME`` at 1, ``--no-NAME`` at 0;
@@ -290,7 +290,7 @@ class Variant(Strict):
     excluded_models: list[str] = Field(default_factory=list)  # models that lack the part this variant touches
     # what switching it changes; empty: derived from the other facts (registry/effects.py)
     changes: list[ChangeKind] = Field(default_factory=list)
-    sets: Optional[Sets] = None
+    sets: Optional[Target] = None
     vllm: Optional[VllmSwitch] = None  # one of vLLM's own switches: versions, platforms, vLLM's default
     note: Optional[str] = None
 

@@ -90,12 +90,12 @@ CODE_LOADING_ENV = frozenset({"LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PATH
                               "PYTHONSTARTUP", "PYTHONUSERBASE", "BASH_ENV", "ENV"})
 
 
-def availability_dict(verdicts: Mapping) -> dict:
+def availability_dict(decisions: Mapping) -> dict:
     """The per-profile availability report: counts, installed knobs, fallbacks with their reason."""
-    c = availability.counts(verdicts)
+    c = availability.counts(decisions)
     return {"installed": c[Impl.FUSED], "fallback": c[Impl.FALLBACK], "env_only": c[Impl.ENV],
-            "installed_variants": [v.knob for v in verdicts.values() if v.state is Impl.FUSED],
-            "fallbacks": {v.knob: v.reason for v in verdicts.values() if v.state is Impl.FALLBACK}}
+            "installed_variants": [v.knob for v in decisions.values() if v.state is Impl.FUSED],
+            "fallbacks": {v.knob: v.reason for v in decisions.values() if v.state is Impl.FALLBACK}}
 
 
 # ----------------------------------------------------------------------------------- registry-wide
@@ -193,8 +193,8 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
     name = rs.profile
     items = rs.items
     strict = rs.strict
-    verdicts = availability.plan(manifest.from_resolved(rs), adapters=availability.load_adapters())
-    report.availability[name] = verdicts
+    decisions = availability.plan(manifest.from_resolved(rs), adapters=availability.load_adapters())
+    report.availability[name] = decisions
 
     if rs.model and rs.model in reg.models and not reg.models[rs.model].supports_tp(rs.tp):
         m = reg.models[rs.model]
@@ -226,7 +226,7 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
         if r.active and rs.model in reg.models and not v.applies_to(rs.model):
             report.add(Diagnostic("error", "unsupported-model", f"{v.knob}={r.value}{by()}: variant '{vid}' does not apply "
                                   f"to model {rs.model} (applies to: {', '.join(v.models) or 'all but ' + ', '.join(v.excluded_models)})", *where(), [vid, name]))
-        av = verdicts[vid]
+        av = decisions[vid]
         if av.state is Impl.FALLBACK:
             fallbacks.append(Diagnostic("error" if strict else "warning", "no-implementation",
                                         f"{v.knob}={r.value}{by()}: variant '{vid}' cannot run here: {av.reason}; the "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .errors import Diagnostic
-from .manifest import Sets as Mapping  # the same fields as the schema's Sets, in plain data
+from .manifest import Target  # the same fields as the schema's Target, in plain data
 from .vllm_interface import load, target, versions
 from .provenance import in_range
 from .availability import platform_family
@@ -27,29 +27,29 @@ from .consistency import env_where, set_by, value_where
 UNIT_FACTORS = {("GiB", "bytes"): 2**30, ("MiB", "bytes"): 2**20, ("GiB", "MiB"): 1024}
 
 
-def mapping(sets) -> Mapping:
-    """A declared mapping (schema ``Sets`` or the manifest's) with the older spellings normalised."""
+def mapping(sets) -> Target:
+    """A declared target (schema ``Target`` or the manifest's) with the older spellings normalised."""
     k = sets.kind
     common = dict(encode=sets.encode, unit=sets.unit, target_unit=sets.target_unit, program=sets.program,
                   env=dict(sets.env or {}), path=sets.path, reason=sets.reason)
     if k == "compilation-config":
         common["encode"] = "int-list" if sets.name == "cudagraph_capture_sizes" else common["encode"]
-        return Mapping("json-field", "--compilation-config", field=sets.name, **common)
+        return Target("json-field", "--compilation-config", field=sets.name, **common)
     if k == "speculative-config":
         common["encode"] = "int"
-        return Mapping("json-field", "--speculative-config", field="num_speculative_tokens",
+        return Target("json-field", "--speculative-config", field="num_speculative_tokens",
                        fields={"method": sets.name}, **common)
     if k == "attention-backend":  # the variable vLLM no longer reads: the flag carries the knob's value
-        return Mapping("vllm-arg", "--attention-backend", **common)
+        return Target("vllm-arg", "--attention-backend", **common)
     # vLLM's own switches (registry/variants/vllm.toml)
     if k == "kernel-config":
-        return Mapping("json-field", "--kernel-config", field=sets.name, **common)
+        return Target("json-field", "--kernel-config", field=sets.name, **common)
     if k == "vllm-env":
         common["program"] = "vllm"
-        return Mapping("env", sets.name, **common)
+        return Target("env", sets.name, **common)
     if k == "custom-op":
-        return Mapping("custom-op", sets.name, field="custom_ops", **common)
-    return Mapping(k, sets.name, field=sets.field, fields=dict(sets.fields or {}), **common)
+        return Target("custom-op", sets.name, field="custom_ops", **common)
+    return Target(k, sets.name, field=sets.field, fields=dict(sets.fields or {}), **common)
 
 
 @dataclass
@@ -76,13 +76,13 @@ class Request:
         return f"not applied: {self.note}"
 
 
-def env_pairs(value: str, m: Mapping) -> dict[str, str]:
+def env_pairs(value: str, m: Target) -> dict[str, str]:
     """The variables an ``env`` mapping sets for ``value`` (its value map, else NAME=converted value): what the
     launch exports and what every launched process checks it has."""
     return dict(m.env.get(value) or {}) if m.env else {m.name: str(convert(value, m))}
 
 
-def convert(value: str, m: Mapping) -> Any:
+def convert(value: str, m: Target) -> Any:
     """The knob's value as vLLM takes it (unit conversion, then encoding). ValueError when impossible."""
     v: Any = value
     if m.unit and m.target_unit and m.unit != m.target_unit:
@@ -201,7 +201,7 @@ def launch_args(rs, iface=None) -> tuple[list[str], dict[str, str], list[Request
 
 # --- checks against a vLLM version ---------------------------------------------------------------------
 
-def mapping_problems(m: Mapping, iface) -> list[tuple[str, str]]:
+def mapping_problems(m: Target, iface) -> list[tuple[str, str]]:
     """(field of the sets table, message) for each way ``m`` does not exist in ``iface``'s vLLM."""
     v = iface.version
     out: list[tuple[str, str]] = []
@@ -558,7 +558,7 @@ def _knob_for(reg, name: str) -> str:
     return ""
 
 
-def check_caller_env(reg, iface, report, environ: Optional[typing.Mapping[str, str]] = None) -> None:
+def check_caller_env(reg, iface, report, environ: Optional[typing.Target[str, str]] = None) -> None:
     """``VLLM_*`` variables of the caller's environment (a launch passes them all on) that the target vLLM does
     not read (``VLLM_ATTENTION_BACKEND``: removed; the attention backend is ``--attention-backend``, the knob
     ``ATTN``) or whose value it refuses."""
@@ -575,8 +575,8 @@ def check_caller_env(reg, iface, report, environ: Optional[typing.Mapping[str, s
                                   f"launch passes it on: {why} (vLLM {iface.version})", ENVIRON, 1, 1, []))
 
 
-def check_env_conflicts(reg, rs, report, launch_env: typing.Mapping[str, str],
-                        environ: Optional[typing.Mapping[str, str]] = None) -> None:
+def check_env_conflicts(reg, rs, report, launch_env: typing.Target[str, str],
+                        environ: Optional[typing.Target[str, str]] = None) -> None:
     """A ``VLLM_*`` variable of the caller's environment that the launch of ``rs`` sets to another value (its
     ``[env]`` or a launcher knob's variable): the server would not run what this shell says. Located at the
     profile's line (the launch's value wins there)."""
@@ -590,7 +590,7 @@ def check_env_conflicts(reg, rs, report, launch_env: typing.Mapping[str, str],
                               "in the profile", f, ln, col, [rs.profile]))
 
 
-def check_launch_refusals(reg, rs, report, iface, environ: Optional[typing.Mapping[str, str]] = None) -> None:
+def check_launch_refusals(reg, rs, report, iface, environ: Optional[typing.Target[str, str]] = None) -> None:
     """What a launch or the vLLM it starts would refuse, for one resolved set (``validate`` runs it after its
     launch check): files a launcher knob names, the ``[env]`` values, the caller's ``VLLM_*`` that differ."""
     check_knob_files(reg, rs, report)
