@@ -1,10 +1,10 @@
 """Launcher knobs -> exactly what vLLM (or the named program) reads, and the check of a launch against the
 vLLM interface description (:mod:`registry.vllm_interface`).
 
-A launcher knob's ``[variant.sets]`` declares its mapping. :func:`requests` turns a resolved set into one
+A launcher knob's ``[variant.sets]`` declares its :class:`Target` in vLLM. :func:`requests` turns a resolved set into one
 :class:`Request` per knob away from stock, :func:`launch_args` into ``vllm serve`` arguments and variables;
 :func:`check_mappings` checks every declaration against a vLLM version and :func:`check_launch` a launch's
-argv and environment. ``r9kctl validate``, ``r9kctl launch`` and the plugin share them: one verdict.
+argv and environment. ``r9kctl validate``, ``r9kctl launch`` and the plugin share them: one decision.
 """
 from __future__ import annotations
 
