@@ -1,33 +1,30 @@
-"""Repository-wide pytest setup.
+"""Repository-wide pytest setup: a test file named through a top-level link is refused.
 
-The kernels' and benchmarks' gate tests are collected by their paths (``kernels/hc_mix/test_hc_mix.py``),
-and pytest would name such a file after its folders, ``kernels.hc_mix.test_hc_mix``: a second package
-``kernels`` beside ``r9k.kernels`` (two op tables, two copies of every kernel module). This collection hook
-imports each of them as the module of the one package instead (``r9k.kernels.hc_mix.test_hc_mix``, through
-the ``r9k/`` links: docs/architecture.md, "The layout"). Nothing else is redirected: no import hook.
+The folders are the package ``r9k/`` (``r9k/kernels``, ...); the top-level ``kernels``, ``bench``, ... are links
+to them (docs/architecture.md, "The layout"). pytest names a test file after the folders of the path it is
+given: ``r9k/kernels/hc_mix/test_hc_mix.py`` is ``r9k.kernels.hc_mix.test_hc_mix``, the package's own module,
+but through the link it would be ``kernels.hc_mix.test_hc_mix``, a second package ``kernels`` beside
+``r9k.kernels`` (two op tables). So such a path stops the run with one line naming the real path (a walk from the root passes the links by).
 """
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent
-IN_R9K = ("kernels", "bench")  # top-level folders with test files, imported as r9k.<folder>
 
 
-class _PackageModule(pytest.Module):
-    def _getobj(self):
-        name = ".".join(("r9k", *self.path.relative_to(ROOT).with_suffix("").parts))
-        return importlib.import_module(name)
-
-
-def pytest_pycollect_makemodule(module_path: Path, parent):
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config):
     try:
-        rel = module_path.relative_to(ROOT)
+        rel = collection_path.relative_to(ROOT)
     except ValueError:
         return None
-    if rel.parts[0] in IN_R9K:
-        return _PackageModule.from_parent(parent, path=module_path)
+    link = ROOT / rel.parts[0] if rel.parts else None
+    if link is not None and link.is_symlink():
+        if len(rel.parts) == 1 and not any(Path(a.split("::")[0]).absolute() == collection_path for a in config.args):
+            return True  # reached from the root (pytest .): the folder is collected as r9k/<folder>
+        real = (ROOT / rel).resolve().relative_to(ROOT).as_posix()
+        raise pytest.UsageError(f"{rel.as_posix()}:1:1: error[usage]: {rel.parts[0]}/ is a link into the package; "
+                                f"name the real path: {real}")
     return None

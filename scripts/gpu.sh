@@ -35,15 +35,20 @@ setup() {
 
 gates() {
   local t0; t0=$(date +%s)
-  if [ -f registry/provenance.py ]; then
-    python3 registry/provenance.py --out "$OUT/provenance.json" >"$LOGS/provenance.log" 2>&1 || { echo "provenance failed"; tail -3 "$LOGS/provenance.log"; }
+  # The gates' tree is the package folder r9k/ (gate test ids are relative to it: kernels/router/test_router.py::...)
+  if [ -f r9k/registry/provenance.py ]; then
+    python3 r9k/registry/provenance.py --root r9k --out "$OUT/provenance.json" >"$LOGS/provenance.log" 2>&1 || { echo "provenance failed"; tail -3 "$LOGS/provenance.log"; }
   fi
-  local paths=("$@"); [ ${#paths[@]} -eq 0 ] && paths=(kernels tests/evidence/test_decode_step.py)
-  # -p provenance (registry/provenance.py as a plugin) stamps the XML with the tree hash and toolchain
-  timeout "${T_GATES:-240}" env PYTHONPATH="registry${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q \
-    -p no:cacheprovider -p provenance "${paths[@]}" -o junit_family=xunit1 \
+  local paths=("$@"); [ ${#paths[@]} -eq 0 ] && paths=(r9k/kernels)
+  # -p provenance (r9k/registry/provenance.py as a plugin) stamps the XML with the tree hash and toolchain
+  timeout "${T_GATES:-240}" env PYTHONPATH="r9k/registry${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q \
+    -p no:cacheprovider -p provenance --rootdir r9k "${paths[@]}" -o junit_family=xunit1 \
     --junitxml="$OUT/gates-h200.xml" >"$OUT/gates.log" 2>&1
   echo "gates rc=$? in $(( $(date +%s) - t0 )) s"; tail -n 3 "$OUT/gates.log"; grep -E "^(FAILED|ERROR) " "$OUT/gates.log" | head -10
+  if [ $# -eq 0 ]; then  # the decode-step model's own tests, on the GPU too (not gates: outside the package)
+    timeout "${T_GATES:-240}" python3 -m pytest -q -p no:cacheprovider tests/evidence/test_decode_step.py >"$OUT/decode_step_tests.log" 2>&1
+    echo "decode-step tests rc=$?"; tail -n 1 "$OUT/decode_step_tests.log"
+  fi
 }
 
 bench() {

@@ -34,7 +34,7 @@ def _copy_tree(dest: Path) -> Path:
     files = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     for rel in filter(None, files.decode().split("\0")):
         src = ROOT / rel
-        if src.is_symlink():  # r9k/<folder> -> ../<folder>: the copy imports its own files
+        if src.is_symlink():  # <folder> -> r9k/<folder>: the copy's paths are the checkout's
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             os.symlink(os.readlink(src), dest / rel)
         elif src.is_file():
@@ -79,9 +79,19 @@ def followed(tmp_path_factory):
 
 
 def _changed(before: Path, after: Path) -> set[str]:
-    return {p.relative_to(after).as_posix() for p in after.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-            and (not (before / p.relative_to(after)).is_file()
-                 or (before / p.relative_to(after)).read_bytes() != p.read_bytes())}
+    """The files that differ, each named as the page names it: through its top-level link (``kernels/foo/...``
+    for ``r9k/kernels/foo/...``)."""
+    out = set()
+    for d, dirs, files in os.walk(after):  # links are not followed: each file once, under r9k/
+        dirs[:] = [x for x in dirs if x != "__pycache__"]
+        for name in files:
+            p = Path(d) / name
+            rel = p.relative_to(after)
+            if p.is_symlink() or ((before / rel).is_file() and (before / rel).read_bytes() == p.read_bytes()):
+                continue
+            linked = rel.parts[0] == "r9k" and len(rel.parts) > 2 and (after / rel.parts[1]).is_symlink()
+            out.add(Path(*rel.parts[1:]).as_posix() if linked else rel.as_posix())
+    return out
 
 
 _WORDS = {"Ten": 10, "Eleven": 11, "Twelve": 12, "Nine": 9, "Eight": 8, "four": 4, "five": 5, "three": 3, "six": 6}

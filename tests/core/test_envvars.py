@@ -97,8 +97,8 @@ def test_an_installed_copy_writes_its_ledger_to_the_state_dir(tmp_path, monkeypa
     path = ledger.ledger_path(pkg)
     assert path.parent == tmp_path / "state" / "r9k" / "gates"
     assert path.read_text() == '{"shipped": 1}\n'  # started from the packaged records
-    # a checkout (a .git beside the package folder) keeps the repository's ledger
-    (pkg.parent / ".git").mkdir()
+    # a checkout (a .git beside the package r9k/) keeps the repository's ledger
+    (pkg.parents[1] / ".git").mkdir()
     assert ledger.ledger_path(pkg) == pkg / "gates" / "ledger.jsonl"
     # and this repository's own tree is a checkout
     assert ledger.ledger_path(Path(ledger.__file__).parent) == Path(ledger.__file__).parent / "gates" / "ledger.jsonl"

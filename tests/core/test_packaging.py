@@ -1,4 +1,4 @@
-"""The wheel ships every linked folder whole: benchmarks live in ``bench/``, apart from the product packages,
+"""The wheel ships every package folder whole: benchmarks live in ``bench/``, apart from the product packages,
 so no build-time filter is needed (and none exists)."""
 from __future__ import annotations
 
@@ -21,13 +21,15 @@ def _imports(path: Path) -> list[str]:
     return out
 
 
-def test_r9k_links_every_package_folder_and_the_build_finds_them_all():
-    """r9k/ holds one link per top-level package folder and nothing else but its __init__.py; pyproject's
-    package find (the one declaration, no setup.py) ships every package below them, none filtered."""
-    folders = {d.name for d in ROOT.iterdir() if (d / "__init__.py").is_file() and d.name != "r9k"}
-    links = {p.name: os.readlink(p) for p in (ROOT / "r9k").iterdir() if p.is_symlink()}
-    assert links == {f: f"../{f}" for f in folders}
-    assert {p.name for p in (ROOT / "r9k").iterdir()} - set(links) <= {"__init__.py", "__pycache__"}
+def test_the_top_level_links_every_package_folder_and_the_build_finds_them_all():
+    """The package folders are r9k/'s (no link inside r9k/); the top level has one link to each
+    (``registry -> r9k/registry``) and no other package; pyproject's package find (the one declaration, no
+    setup.py) ships every package below them, none filtered."""
+    folders = {d.name for d in (ROOT / "r9k").iterdir() if (d / "__init__.py").is_file()}
+    assert folders >= set(PRODUCT) and not any(p.is_symlink() for p in (ROOT / "r9k").rglob("*"))
+    links = {p.name: os.readlink(p) for p in ROOT.iterdir() if p.is_symlink()}
+    assert links == {f: f"r9k/{f}" for f in folders}
+    assert not [d for d in ROOT.iterdir() if (d / "__init__.py").is_file() and not d.is_symlink() and d.name != "r9k"]
     assert not (ROOT / "setup.py").exists()
     find = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]["find"]
     from setuptools import find_packages

@@ -89,7 +89,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 def installed_copy(root: Path) -> bool:
     """Whether ``root`` is this package's own registry tree outside a repository (a wheel's copy in
     site-packages), where nothing is to be written."""
-    return Path(root).resolve() == _PACKAGE_DIR and not (_PACKAGE_DIR.parent / ".git").exists()
+    return Path(root).resolve() == _PACKAGE_DIR and not (_PACKAGE_DIR.parents[1] / ".git").exists()
 
 
 def ledger_path(reg_or_root: Any) -> Path:

@@ -3,7 +3,7 @@
 Standard library only, and importable without this package (the lent GPU machine has no pydantic, so
 ``r9k.registry`` cannot be imported there): the GPU run's script calls it *as a file*, beside its JUnit XML::
 
-    python3 registry/provenance.py --out "$OUT/provenance.json"      # in the repository root
+    python3 r9k/registry/provenance.py --root r9k --out "$OUT/provenance.json"    # the package folder's tree
 
 which writes (format 1)::
 
@@ -13,7 +13,7 @@ which writes (format 1)::
      "platform": "cuda-h200",
      "files": {"kernels/router/tl_common.py": "<sha256 hex>", ...}}
 
-The same file is a pytest plugin (``PYTHONPATH=registry python3 -m pytest -p provenance --junitxml=...``): it
+The same file is a pytest plugin (``PYTHONPATH=r9k/registry python3 -m pytest -p provenance --rootdir r9k --junitxml=...``): it
 stamps the JUnit XML's test suite with the tree hash (:func:`tree_hash`), the toolchain and the platform, so an
 import can check that the XML and the provenance file describe the same run, and each test case with where
 its code ran (``r9k_ran_on``, :func:`ran_on`), so a CPU test on the GPU host is imported as a CPU record.
@@ -80,10 +80,17 @@ _PYTEST_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
 
 
 def ini_options_hash(root: str | Path) -> str | None:
-    """sha256 of the pytest configuration at ``root`` (None when there is none): the lines of ``pyproject.toml``'s
-    ``[tool.pytest.ini_options]`` section, blank and comment lines dropped, and the whole of ``pytest.ini``,
-    ``.pytest.ini``, and of ``tox.ini`` / ``setup.cfg`` when they hold a pytest section."""
-    root = Path(root)
+    """sha256 of the pytest configuration that a run in ``root`` reads: the first of ``root`` and the folders
+    above it that holds one, as pytest looks (the checkout's, above its package folder ``r9k/``); None when
+    there is none."""
+    root = Path(root).resolve()
+    return next((h for h in map(_ini_options_hash_at, (root, *root.parents)) if h), None)
+
+
+def _ini_options_hash_at(root: Path) -> str | None:
+    """The configuration in one folder: the lines of ``pyproject.toml``'s ``[tool.pytest.ini_options]`` section,
+    blank and comment lines dropped, and the whole of ``pytest.ini``, ``.pytest.ini``, and of ``tox.ini`` /
+    ``setup.cfg`` when they hold a pytest section."""
     parts: dict[str, Any] = {}
     try:
         data = (root / "pyproject.toml").read_bytes()

@@ -3,7 +3,7 @@
 The lent GPU machine has pytest but not this project's dependencies (pydantic...), so ``r9kctl gate``
 cannot run there. Instead the gate tests run there under plain pytest with
 ``--junitxml=FILE -o junit_family=xunit1`` (xunit1 keeps each test's file), and beside the XML the run writes
-its provenance (``python3 registry/provenance.py --out provenance.json``: the sha256 of every file of the
+its provenance (``python3 r9k/registry/provenance.py --root r9k --out provenance.json``: the sha256 of every file of the
 tree it tested and its toolchain). ``r9kctl gate --import-junit FILE`` then turns the XML into ledger
 records here, one per variant whose declared gate tests it covers, only after checking:
 
@@ -129,8 +129,8 @@ def collect(root: Path, test_ids: Iterable[str], timeout_s: float = 300) -> dict
         env = dict(os.environ, **{envvars.GATE_EVENTS.name: str(events), envvars.GATE_SELECT.name: json.dumps(ids)})
         env.setdefault("TRITON_INTERPRET", "1")
         cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "r9k.r9kctl.evidence.pytest_plugin",
-               "-p", "no:cacheprovider", "--rootdir", str(root), *files]
-        r = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=timeout_s)
+               "-p", "no:cacheprovider", "--rootdir", str(root), *(f"{root.name}/{f}" for f in files)]
+        r = subprocess.run(cmd, cwd=root.parent, env=env, capture_output=True, text=True, timeout=timeout_s)
         evs = [json.loads(x) for x in events.read_text().splitlines()] if events.exists() else []
     sel = next((e for e in evs if e["event"] == "selected"), None)
     errs = [e for e in evs if e["event"] == "collect-error"]
@@ -160,7 +160,7 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
     prov_path = Path(provenance) if provenance else xml.with_name("provenance.json")
     if not prov_path.is_file():
         raise _refuse(xml, "provenance", f"no provenance file ({prov_path} does not exist): the GPU run writes "
-                      "it beside the XML with `python3 registry/provenance.py --out provenance.json`")
+                      "it beside the XML with `python3 r9k/registry/provenance.py --root r9k --out provenance.json`")
     try:
         prov = P.read(prov_path)
     except OSError as exc:

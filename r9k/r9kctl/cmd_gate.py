@@ -44,7 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         "refused unless the provenance's file hashes match this tree")
     p.add_argument("--provenance", metavar="FILE",
                    help="with --import-junit: the run's provenance (default: provenance.json beside the XML; "
-                        "written there by python3 registry/provenance.py --out FILE)")
+                        "written there by python3 r9k/registry/provenance.py --root r9k --out FILE)")
     p.add_argument("--platform", help="with --import-junit: where it ran, checked against the provenance")
     p.add_argument("--pairs", action="store_true",
                    help="with --profile: the pairwise composition gate on the CPU decode-step model")

@@ -73,7 +73,8 @@ _ADAPTERS_CACHE: dict[tuple, Adapters] = {}
 
 def default_repo_root() -> Path:
     """Where gate-test paths (``kernels/router/test_router.py::...``) are relative to: ``envvars.REPO_ROOT``,
-    else the folder holding this code's ``kernels/`` (the repository; ``site-packages/r9k`` when installed).
+    else the folder holding this code's ``kernels/``: the package ``r9k/`` (of the checkout, or in
+    ``site-packages`` when installed).
     Gate tests are code, so a registry tree kept elsewhere (``envvars.REGISTRY``) still finds them."""
     forced = envvars.REPO_ROOT.get()
     if forced:

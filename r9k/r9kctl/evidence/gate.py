@@ -3,7 +3,7 @@
 Which variants: those named, or every variant whose resolved value in a profile differs from its stock value
 (``rs.non_stock()``): exactly the variants whose code a launch of that profile would run instead of vLLM's.
 
-How: one ``python -m pytest`` subprocess over the test files of all selected gates, in the repository root,
+How: one ``python -m pytest`` subprocess over the test files of all selected gates, run beside the package ``r9k/``,
 with :mod:`r9k.r9kctl.evidence.pytest_plugin` selecting the declared items, skipping ``gpu``-marked tests when
 no GPU is visible (reported as ``needs-gpu``) and streaming per-test events, from which progress is shown.
 On a machine without a GPU device node, ``TRITON_INTERPRET=1`` is set (unless the caller set it), so Triton
@@ -108,11 +108,12 @@ def run(reg: Any, gate_plan: GatePlan, *, record: bool = True, ledger: str | Pat
             if not any(os.path.exists(p) for p in ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd")):  # no GPU device node
                 env.setdefault("TRITON_INTERPRET", "1")
             cmd = [sys.executable, "-m", "pytest", "-p", "r9k.r9kctl.evidence.pytest_plugin",
-                   "-p", "no:cacheprovider", "--rootdir", str(root), "-q", "-rfE", "--continue-on-collection-errors", *pytest_args, *files]
+                   "-p", "no:cacheprovider", "--rootdir", str(root), "-q", "-rfE", "--continue-on-collection-errors", *pytest_args, *(f"{root.name}/{f}" for f in files)]
             say(f"running {len(existing)} gate test id(s) of {len(gate_plan.variants)} variant(s): "
                 f"{' '.join(cmd[1:4])} ... {len(files)} file(s)")
             with fileio.open_for_writing(logf, what="log file") as log:
-                proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
+                # run from the folder that holds the package r9k/: that tree's own r9k is imported
+                proc = subprocess.Popen(cmd, cwd=root.parent, env=env, stdout=log, stderr=subprocess.STDOUT)
                 pos, total, done = 0, None, 0
                 while True:
                     finished = proc.poll() is not None
