@@ -18,6 +18,7 @@ import sys
 
 from ..registry import envvars
 from ..registry.errors import RegistryError
+from .output import Exit
 
 # The examples each subcommand's --help ends with (by command path, "eval record" for a nested one); a
 # command whose module has an epilog keeps it. Every example runs as printed on a fresh clone
@@ -278,14 +279,6 @@ def merge_globals(args: argparse.Namespace) -> argparse.Namespace:
             setattr(args, dest, after)
     args.registry_root, args.profile_dirs = registry_location(args)
     return args
-
-
-class Exit(Exception):
-    """Raised by a helper that has reported what is wrong (``common.load``): the command ends with ``code``."""
-
-    def __init__(self, code: int = 2):
-        super().__init__(code)
-        self.code = code
 
 
 def main(argv: list[str] | None = None) -> int:

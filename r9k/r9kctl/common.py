@@ -12,8 +12,7 @@ from ..registry.cmdline import CommandLine, Overrides
 from ..registry.errors import Diagnostic
 from ..registry.loader import default_profile_dirs
 
-from .cli import Exit
-from .output import diagnostics, print_json, table
+from .output import Exit, diagnostics, print_json, table
 
 
 def registry_location(args) -> tuple[Optional[Path], Optional[list[Path]]]:

@@ -8,7 +8,7 @@ The one output rule for data (:func:`r9k.registry.redact.escape`): every command
 escaped, wherever the string came from (a profile's description, an ``[env]`` value, a result file's header,
 a server's answer, an unknown key in an error line); only newlines, tabs and, on a terminal, the SGR
 sequences rich draws with pass. Table cells and diagnostics are escaped before rich sees them, so data
-cannot bring its own SGR either.
+cannot bring its own SGR either. A helper that has printed what is wrong ends the command with :class:`Exit`.
 """
 from __future__ import annotations
 
@@ -20,6 +20,14 @@ from typing import Iterable, Optional, Sequence
 from ..registry import envvars
 from ..registry.errors import Diagnostic
 from ..registry.redact import escape, escape_output
+
+
+class Exit(Exception):
+    """Raised by a helper that has reported what is wrong (``common.load``): the command ends with ``code``."""
+
+    def __init__(self, code: int = 2):
+        super().__init__(code)
+        self.code = code
 
 
 class SafeStream:

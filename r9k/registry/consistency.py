@@ -23,6 +23,7 @@ from typing import Optional
 from .errors import Diagnostic
 from .loader import Registry, display_path
 from .resolve import scope_matches, suggest
+from .vllm_interface import serve_options
 from .ledger import repo_root, test_file
 
 # vLLM arguments that a profile's own fields set: serve_args must not set them differently.
@@ -332,25 +333,6 @@ def _releases(reg: Registry, report) -> None:
 # ------------------------------------------------------------------------------------------ profiles
 
 
-def _serve_options(args: list[str]) -> list[tuple[int, str, Optional[str]]]:
-    """(index, option, value) of each option in a vllm serve argument list (value None for a flag)."""
-    out = []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a.startswith("-") and a != "-":
-            if "=" in a and a.startswith("--"):
-                opt, val = a.split("=", 1)
-                out.append((i, opt, val))
-            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
-                out.append((i, a, args[i + 1]))
-                i += 1
-            else:
-                out.append((i, a, None))
-        i += 1
-    return out
-
-
 def _profiles(reg: Registry, report) -> None:
     owned = {}  # vllm argument -> knob that sets it
     for v in reg.variants.values():
@@ -366,7 +348,7 @@ def _profiles(reg: Registry, report) -> None:
         if not prof.serve_args:
             continue
         f, ln, col = reg.locate("profile", name, ("serve_args",))
-        opts = _serve_options(prof.serve_args)
+        opts = serve_options(prof.serve_args)
         seen: dict[str, Optional[str]] = {}
         for _, opt, val in opts:
             if opt in seen and seen[opt] != val:
@@ -411,7 +393,7 @@ def check_resolved(reg: Registry, rs, report) -> None:
         if prof is not None and prof.serve_args:
             where = reg.locate("profile", name, ("serve_args",))
             break
-    for _, opt, val in _serve_options(rs.serve_args):
+    for _, opt, val in serve_options(rs.serve_args):
         r = emitted.get(opt)
         if r is not None and val != r.value:
             report.add(Diagnostic("error", "serve-args", f"profile '{rs.profile}': serve_args has {opt} {val}, but "

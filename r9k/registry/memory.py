@@ -177,11 +177,11 @@ def hybrid_layout(m, tp: int, serve_args: Optional[list] = None) -> Optional[Hyb
     h = m.kv_hybrid
     if h is None:
         return None
-    from .consistency import _serve_options
+    from .vllm_interface import serve_options
 
     key = f"tp{tp}"
     max_len, state_blocks = h.max_model_len, h.state_blocks_per_request
-    for _, opt, val in _serve_options(list(serve_args or [])):
+    for _, opt, val in serve_options(list(serve_args or [])):
         if opt == "--max-model-len" and val is not None:
             try:
                 max_len = int(val)
@@ -241,9 +241,9 @@ def budget_of(reg: Registry, model: str, tp: int, memory_gib: float, values: Map
     # serve_args value (a knob at stock passes nothing), else vLLM's own default
     util_v = next((v for v in reg.variants.values() if v.knob == UTIL_KNOB), None)
     uv = values.get(UTIL_KNOB)
-    from .consistency import _serve_options
+    from .vllm_interface import serve_options
 
-    passed = next((val for _, opt, val in _serve_options(list(serve_args or [])) if opt == UTIL_FLAG), None)
+    passed = next((val for _, opt, val in serve_options(list(serve_args or [])) if opt == UTIL_FLAG), None)
     if uv and (util_v is None or uv != util_v.stock):
         util = _gib(UTIL_KNOB, uv)
     elif passed and not utilization:

@@ -31,6 +31,25 @@ DATA_DIR = Path(__file__).resolve().parent / "vllm"
 SUGGEST_FIRST = 20  # spelling suggestions for the first unknown flags (r9kctl shows the first problems)
 
 
+def serve_options(args: list[str]) -> list[tuple[int, str, Optional[str]]]:
+    """(index, option, value) of each option in a vllm serve argument list (value None for a flag)."""
+    out = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a.startswith("-") and a != "-":
+            if "=" in a and a.startswith("--"):
+                opt, val = a.split("=", 1)
+                out.append((i, opt, val))
+            elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+                out.append((i, a, args[i + 1]))
+                i += 1
+            else:
+                out.append((i, a, None))
+        i += 1
+    return out
+
+
 @dataclass(frozen=True)
 class Flag:
     options: tuple[str, ...]
