@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     if words[:1] == ["__complete"]:  # the shell completion scripts ask here (r9kctl completion SHELL)
         from .cmd_completion import complete
 
-        return complete(words[1:])
+        return complete(words[1:], build_parser())
     try:
         return _main(words)
     except KeyboardInterrupt:

@@ -14,7 +14,6 @@ from typing import Optional
 
 from ..registry import load_registry, RegistryError
 
-from .cli import _subparsers, build_parser
 from .common import registry_location
 
 # option destination -> what its value names
@@ -116,10 +115,14 @@ def _value_candidates(action: argparse.Action, words: list[str]) -> Optional[lis
     return []
 
 
-def candidates(words: list[str]) -> Optional[list[str]]:
-    """What may come as the last word of ``r9kctl WORDS`` (the last word is the prefix being typed)."""
+def _sub(p: argparse.ArgumentParser) -> Optional[argparse._SubParsersAction]:
+    return next((a for a in p._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+def candidates(words: list[str], parser: argparse.ArgumentParser) -> Optional[list[str]]:
+    """What may come as the last word of ``r9kctl WORDS`` (the last word is the prefix being typed), by
+    ``parser`` (``cli.build_parser()``)."""
     *done, cur = words or [""]
-    parser = build_parser()
     path: list[str] = []
     expecting: Optional[argparse.Action] = None
     positional = 0
@@ -138,7 +141,7 @@ def candidates(words: list[str]) -> Optional[list[str]]:
             if a is not None and a.nargs != 0 and "=" not in w:
                 expecting = a
             continue
-        sub = next(_subparsers(parser), None)
+        sub = _sub(parser)
         if sub is not None and w in sub.choices:
             parser = sub.choices[w]
             path.append(w)
@@ -151,7 +154,7 @@ def candidates(words: list[str]) -> Optional[list[str]]:
         return _value_candidates(expecting, words)
     if cur.startswith("-"):
         return _option_strings(parser)
-    sub = next(_subparsers(parser), None)
+    sub = _sub(parser)
     if sub is not None:
         return [str(c) for c in sub.choices]
     cmd = " ".join(path)
@@ -166,10 +169,10 @@ def candidates(words: list[str]) -> Optional[list[str]]:
     return _option_strings(parser)
 
 
-def complete(argv: list[str]) -> int:
+def complete(argv: list[str], parser: argparse.ArgumentParser) -> int:
     words = argv[1:] if argv[:1] == ["--"] else argv
     try:
-        found = candidates(words)
+        found = candidates(words, parser)
     except Exception:  # noqa: BLE001 - a completion must never print a traceback into the prompt
         return 0
     cur = words[-1] if words else ""

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from r9k.r9kctl import cli
+from r9k.r9kctl.cli import build_parser
 from r9k.r9kctl.cmd_completion import candidates
 from r9k.registry.loader import load_registry
 
@@ -105,19 +106,19 @@ def test_did_you_mean_prefers_a_prefix(capsys):
 
 def test_completion_candidates():
     reg = load_registry()
-    assert {"list", "profiles", "releases", "schema", "completion"} <= set(candidates([""]))
-    assert candidates(["launch", "--profile", ""]) == sorted(reg.profiles)
-    assert set(candidates(["diff", ""])) == set(reg.profiles) | set(reg.release_order())
-    knobs = candidates(["show", ""])
+    assert {"list", "profiles", "releases", "schema", "completion"} <= set(candidates([""], build_parser()))
+    assert candidates(["launch", "--profile", ""], build_parser()) == sorted(reg.profiles)
+    assert set(candidates(["diff", ""], build_parser())) == set(reg.profiles) | set(reg.release_order())
+    knobs = candidates(["show", ""], build_parser())
     assert "R9K_HC_FP8_DECODE" in knobs and "hc_fp8_decode" in knobs
-    assert "R9K_ROUTER=" in candidates(["tui", "--set", ""])
-    assert "--category" in candidates(["list", "--"])
-    assert "--registry" in candidates(["list", "--"])  # global options after the command
-    assert candidates(["list", "--category", ""]) == sorted({v.category for v in reg.variants.values()})
-    assert candidates(["completion", ""]) == ["bash", "zsh", "fish"]
-    assert candidates(["eval", ""]) == ["compare", "record"]
-    assert candidates(["tui", "--keymap", ""]) is None  # a file name: the shell completes it
-    assert candidates(["launch", "--profile", "tp2-default", "--", ""]) == []  # vLLM's own arguments
+    assert "R9K_ROUTER=" in candidates(["tui", "--set", ""], build_parser())
+    assert "--category" in candidates(["list", "--"], build_parser())
+    assert "--registry" in candidates(["list", "--"], build_parser())  # global options after the command
+    assert candidates(["list", "--category", ""], build_parser()) == sorted({v.category for v in reg.variants.values()})
+    assert candidates(["completion", ""], build_parser()) == ["bash", "zsh", "fish"]
+    assert candidates(["eval", ""], build_parser()) == ["compare", "record"]
+    assert candidates(["tui", "--keymap", ""], build_parser()) is None  # a file name: the shell completes it
+    assert candidates(["launch", "--profile", "tp2-default", "--", ""], build_parser()) == []  # vLLM's own arguments
 
 
 def test_bash_completion_script(tmp_path):

@@ -475,10 +475,11 @@ def test_memory_check_exits_nonzero_when_a_row_is_over_its_bound(monkeypatch, ca
 
 
 def test_completion_offers_knob_values_and_profiles(capsys, tmp_path):
+    from r9k.r9kctl.cli import build_parser
     from r9k.r9kctl.cmd_completion import complete
 
     def ask(*words):
-        complete(["--", *words])
+        complete(["--", *words], build_parser())
         return capsys.readouterr().out.split()
 
     assert ask("validate", "--set", "R9K_ROUTER=") == ["R9K_ROUTER=r9k", "R9K_ROUTER=stock"]
