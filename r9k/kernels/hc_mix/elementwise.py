@@ -1,6 +1,7 @@
 """The stock hyper-connection mix's two elementwise kernels in Triton, one launch each, with the semantics
-of vLLM's Triton ones (docs/semantics.md 3.1): ``hc_silu_`` (step 2) and ``hc_gate_mix`` (step 4). The stock path
-(:mod:`.reference`) launches them where Triton runs; the fused path (:mod:`.triton_kernel`) shares ``_sigmoid``.
+of vLLM's Triton ones (docs/semantics.md 3.1): ``hc_silu_`` (step 2) and ``hc_gate_mix`` (step 4), with their PyTorch forms for where
+Triton does not run. The stock path (:mod:`.reference`) launches them; the fused path (:mod:`.triton_kernel`)
+shares ``_sigmoid``.
 """
 from __future__ import annotations
 
@@ -8,9 +9,26 @@ import torch
 import triton
 import triton.language as tl
 
+from .._out import into
 from .._triton.common import INTERPRETED, to_bf16, use_triton
 
-from . import reference
+
+def hc_silu_torch_(buf: torch.Tensor, lora_rank: int = 320, hc_count: int = 4) -> torch.Tensor:
+    a = buf[:, :lora_rank].float() / hc_count
+    buf[:, :lora_rank] = (a * torch.sigmoid(a)).to(torch.bfloat16)
+    return buf
+
+
+def hc_gate_mix_torch(xn: torch.Tensor, gate: torch.Tensor, hc_count: int = 4, out=None) -> torch.Tensor:
+    M = xn.shape[0]
+    hd = xn.shape[1] // hc_count
+    g = torch.sigmoid(gate.float().view(M, hc_count, hd))
+    t = g * xn.float().reshape(M, hc_count, hd)
+    acc = t[:, 0]
+    for s in range(1, hc_count):  # stream order 0, 1, 2, 3
+        acc = acc + t[:, s]
+    y = (acc * (1.0 / hc_count)).to(torch.bfloat16)
+    return into(out, y)
 
 
 @triton.jit
@@ -45,7 +63,7 @@ def hc_gate_mix_kernel(xn_ptr, stride_x, g_ptr, stride_g, out_ptr, stride_o, HD,
 def hc_silu_(buf: torch.Tensor, lora_rank: int = 320, hc_count: int = 4) -> torch.Tensor:
     """Stock step 2: hc_silu in place on ``buf[:, :lora_rank]`` (one launch where Triton runs)."""
     if not (use_triton(buf) and buf.stride(1) == 1) or buf.shape[0] == 0:
-        return reference.hc_silu_torch_(buf, lora_rank, hc_count)
+        return hc_silu_torch_(buf, lora_rank, hc_count)
     hc_silu_kernel[(buf.shape[0],)](buf, buf.stride(0), lora_rank, 1.0 / hc_count,
                                     BLOCK=triton.next_power_of_2(lora_rank), INTERPRET=INTERPRETED)
     return buf
@@ -56,7 +74,7 @@ def hc_gate_mix(xn: torch.Tensor, gate: torch.Tensor, hc_count: int = 4, out=Non
     M = xn.shape[0]
     hd = xn.shape[1] // hc_count
     if not (use_triton(xn) and hc_count == 4 and xn.stride(1) == 1 and gate.stride(1) == 1) or M == 0:
-        return reference.hc_gate_mix_torch(xn, gate, hc_count, out=out)
+        return hc_gate_mix_torch(xn, gate, hc_count, out=out)
     if out is None:
         out = torch.empty((M, hd), dtype=torch.bfloat16, device=xn.device)
     block_d = 1024

@@ -6,7 +6,7 @@ Stock sequence (4 launches on a GPU, as vLLM runs it):
 3. ``gate = F.linear(buf[:, :320], W_up)``   bf16 GEMM                                    [M, 10240]
 4. ``hc_gate_mix(xn, gate)``                 ``bf16(0.25 * sum_s sigmoid(gate_s) * xn_s)`` (one Triton launch)
 Steps 2 and 4 use the Triton elementwise kernels of ``elementwise`` where Triton runs (a GPU, or
-the interpreter), the PyTorch ops below elsewhere; the values are the same up to exp/divide ulps.
+the interpreter), its PyTorch ops elsewhere; the values are the same up to exp/divide ulps.
 
 fp8 weights (``R9K_HC_FP8_DECODE``): per output row ``s_n = max(amax_row, 1e-12) / 448``,
 ``q = e4m3(W / s_n)``; W8A16: ``bf16(s_n * sum_k bf16(q) * x)`` then the same epilogues.
@@ -16,36 +16,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from .._out import into
+from .elementwise import hc_gate_mix, hc_gate_mix_torch, hc_silu_, hc_silu_torch_
 
 HC = 4
 LORA = 320
-
-
-# ------------------------------------------------------------------ elementwise steps (PyTorch ops)
-
-def hc_silu_torch_(buf: torch.Tensor, lora_rank: int = LORA, hc_count: int = HC) -> torch.Tensor:
-    a = buf[:, :lora_rank].float() / hc_count
-    buf[:, :lora_rank] = (a * torch.sigmoid(a)).to(torch.bfloat16)
-    return buf
-
-
-def hc_gate_mix_torch(xn: torch.Tensor, gate: torch.Tensor, hc_count: int = HC, out=None) -> torch.Tensor:
-    M = xn.shape[0]
-    hd = xn.shape[1] // hc_count
-    g = torch.sigmoid(gate.float().view(M, hc_count, hd))
-    t = g * xn.float().reshape(M, hc_count, hd)
-    acc = t[:, 0]
-    for s in range(1, hc_count):  # stream order 0, 1, 2, 3
-        acc = acc + t[:, s]
-    y = (acc * (1.0 / hc_count)).to(torch.bfloat16)
-    return into(out, y)
-
-
-def _elementwise():
-    """The stock path's Triton elementwise kernels (imported on first use: that module imports this one)."""
-    from . import elementwise
-
-    return elementwise
 
 
 # ---------------------------------------------------------------------------------- stock paths
@@ -57,12 +31,11 @@ def hc_mix(xn, w_down, w_up, out_buf=None, out_block=None, *, lora_rank: int = L
     Returns ``(buf [M, 336] bf16, block_input [M, HD] bf16)``; ``buf[:, :lora_rank]`` holds the
     hc_silu'd lora, ``buf[:, lora_rank:lora_rank+hc]`` the raw injection logits.
     """
-    tk = _elementwise()
     buf = F.linear(xn, w_down)
     buf = into(out_buf, buf)
-    tk.hc_silu_(buf, lora_rank, hc_count)
+    hc_silu_(buf, lora_rank, hc_count)
     gate = F.linear(buf[:, :lora_rank], w_up)
-    block = tk.hc_gate_mix(xn, gate, hc_count, out=out_block)
+    block = hc_gate_mix(xn, gate, hc_count, out=out_block)
     return buf, block
 
 
