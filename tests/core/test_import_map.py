@@ -116,23 +116,27 @@ FOLDERS = ("registry", "profiles", "r9kctl", "kernels", "plugin", "bench")
 
 
 def test_a_clone_imports_itself(tmp_path):
-    """A second checkout run from its root imports its own files, never the installed checkout's (``r9k/``
-    holds a link per folder: docs/architecture.md, "The layout"), and the suite's import check passes there;
-    pytest names a kernel's test file ``r9k.kernels.<op>.test_<op>`` (no second copy of a kernel module)."""
+    """A second checkout run from its root imports its own files, never the installed checkout's (the folders
+    are ``r9k/``'s: docs/architecture.md, "The layout"), and the suite's import check passes there; pytest names
+    a kernel's test file ``r9k.kernels.<op>.test_<op>`` (no second copy of a kernel module), and refuses the
+    same file named through the top-level link."""
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(ROOT), str(clone)], check=True, timeout=300)
     code = ("import json, sys\nimport r9k, r9k.registry.loader, r9k.r9kctl.cli, r9k.plugin.api, r9k.kernels.ops,"
             " r9k.bench, r9k.profiles\nimport pytest\n"
-            "rc = pytest.main(['-q', '-p', 'no:cacheprovider', '--collect-only', 'kernels/hc_mix/test_hc_mix.py'])\n"
+            "rc = pytest.main(['-q', '-p', 'no:cacheprovider', '--collect-only', 'r9k/kernels/hc_mix/test_hc_mix.py'])\n"
+            "linked = pytest.main(['-q', '-p', 'no:cacheprovider', '--collect-only', 'kernels/hc_mix/test_hc_mix.py'])\n"
             "mods = [m for m in sys.modules if m.split('.')[0] in ('r9k', 'kernels', 'bench', 'registry')]\n"
-            "print(json.dumps([int(rc), {m: getattr(sys.modules[m], '__file__', None) for m in mods}]))\n")
+            "print(json.dumps([int(rc), int(linked), {m: getattr(sys.modules[m], '__file__', None) for m in mods}]))\n")
     out = subprocess.run([sys.executable, "-c", code], cwd=clone, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
-    rc, files = json.loads(out.stdout.strip().splitlines()[-1])
+    rc, linked, files = json.loads(out.stdout.strip().splitlines()[-1])
     assert rc == 0 and "r9k.kernels.hc_mix.test_hc_mix" in files
-    # pytest imports a folder's conftest.py by its path (kernels.conftest: fixtures, no project import), with its
-    # folder's __init__.py (a docstring); every module of the project's code is r9k's
+    assert linked == pytest.ExitCode.USAGE_ERROR and "name the real path: r9k/kernels/hc_mix/test_hc_mix.py" in out.stdout + out.stderr
+    # every module of the project's code is r9k's, from the clone; the refused run had loaded the conftest.py of
+    # the path it was given (kernels.conftest: pytest loads it before any hook can refuse; fixtures only)
     assert {m for m in files if not m.startswith("r9k.")} <= {"r9k", "kernels", "kernels.conftest"}, sorted(files)
+    assert all(f is None or f.startswith(str(clone)) for f in files.values()), files
     elsewhere = {m: f for m, f in files.items() if f and not Path(f).resolve().is_relative_to(clone.resolve())}
     assert not elsewhere, elsewhere
     check = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
