@@ -10,12 +10,9 @@ def make_batch(seed, device, lens, acc, Hk=4, Hv=12, D=128, S=4, tail=0, padded=
                extra_slots=3, gate="sigmoid", pools=1):
     """A batch of len(lens) sequences with lens[n] candidates each, acc[n] accepted from the previous step.
 
-    Slots: sequence n candidate t uses slot ``1 + n*S + t`` (slot 0 reserved: never read or written); sequences
-    listed in ``padded`` get slot 0 everywhere (padding). ``tail`` graph-padding rows follow the last sequence.
-    ``extra_slots`` slots at the end are never referenced. The inputs are strided views as in serving: q|k|v
-    from a conv-output buffer with padded rows, z from the qkvz row, b and a from the ba row.
-    ``pools`` > 1 returns that many independent state pools (the benchmark rotates over them).
-    """
+    Sequence n candidate t uses slot ``1 + n*S + t`` (slot 0 is never read or written); sequences in ``padded``
+    get slot 0 everywhere; ``tail`` graph-padding rows follow the last sequence; ``extra_slots`` unreferenced
+    slots at the end. The inputs are strided views as in serving. ``pools`` > 1: that many state pools."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     N = len(lens)
     T = sum(lens) + tail

@@ -1,8 +1,5 @@
-"""The stock hyper-connection mix's two elementwise kernels in Triton, one launch each, with the semantics
-of vLLM's Triton ones (docs/semantics.md 3.1): ``hc_silu_`` (step 2) and ``hc_gate_mix`` (step 4), with their PyTorch forms for where
-Triton does not run. The stock path (:mod:`.reference`) launches them; the fused path (:mod:`.triton_kernel`)
-shares ``_sigmoid``.
-"""
+"""The stock hyper-connection mix's two elementwise kernels in Triton (docs/semantics.md 3.1):
+``hc_silu_`` (step 2) and ``hc_gate_mix`` (step 4), with their PyTorch forms for where Triton does not run."""
 from __future__ import annotations
 
 import torch
