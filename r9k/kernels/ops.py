@@ -95,9 +95,6 @@ def triton_platform() -> str | None:
     ``TRITON_INTERPRET=1``) or None."""
     try:
         import torch
-    except ImportError:
-        return None
-    try:
         import triton  # noqa: F401
     except ImportError:
         return None

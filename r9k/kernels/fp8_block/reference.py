@@ -24,28 +24,20 @@ def quant_group128_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return qa, sa
 
 
-def gemm_fp8_block(qa, sa, w_q, w_s) -> torch.Tensor:
+def _block_gemm(qa, sa, w_q, w_s, dtype) -> torch.Tensor:
+    """The block-scaled GEMM of the quantised operands in ``dtype``, unrounded [M, N]."""
     M, K = qa.shape
     N = w_q.shape[0]
     G = K // GROUP
-    part = torch.einsum("mgk,ngk->mng", qa.float().view(M, G, GROUP), w_q.float().view(N, G, GROUP))
-    bs = w_s.float().repeat_interleave(GROUP, dim=0)[:N]  # [N, G]
-    acc = ((part * bs[None]) * sa[:, None, :]).sum(dim=-1)
-    return acc.to(torch.bfloat16)
+    part = torch.einsum("mgk,ngk->mng", qa.to(dtype).view(M, G, GROUP), w_q.to(dtype).view(N, G, GROUP))
+    bs = w_s.to(dtype).repeat_interleave(GROUP, dim=0)[:N]  # [N, G]
+    return ((part * bs[None]) * sa.to(dtype)[:, None, :]).sum(dim=-1)
 
 
 def fp8_block_linear(x, w_q, w_s, out=None) -> torch.Tensor:
-    qa, sa = quant_group128_fp8(x)
-    y = gemm_fp8_block(qa, sa, w_q, w_s)
-    return into(out, y)
+    return into(out, _block_gemm(*quant_group128_fp8(x), w_q, w_s, torch.float32).to(torch.bfloat16))
 
 
 def fp8_block_linear_fp64(x, w_q, w_s) -> torch.Tensor:
     """fp64 reference: the exact quantised operands, products and sums in fp64, no rounding."""
-    qa, sa = quant_group128_fp8(x)
-    M, K = qa.shape
-    N = w_q.shape[0]
-    G = K // GROUP
-    part = torch.einsum("mgk,ngk->mng", qa.double().view(M, G, GROUP), w_q.double().view(N, G, GROUP))
-    bs = w_s.double().repeat_interleave(GROUP, dim=0)[:N]
-    return (part * bs[None] * sa.double()[:, None, :]).sum(dim=-1)
+    return _block_gemm(*quant_group128_fp8(x), w_q, w_s, torch.float64)

@@ -1,6 +1,7 @@
 """Speculative-decode batches for the GDN gate tests and benchmark (imported by tests and bench only)."""
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -24,7 +25,7 @@ def make_batch(seed, device, lens, acc, Hk=4, Hv=12, D=128, S=4, tail=0, padded=
     conv = rnd(T, qkv_w + 64).to(torch.bfloat16).to(device)  # padded rows: mixed_qkv rows are strided
     qkvz = rnd(T, qkv_w + Hv * D).to(torch.bfloat16).to(device)
     ba = rnd(T, 2 * Hv, scale=1.5).to(torch.bfloat16).to(device)
-    cu = torch.tensor([0] + list(itertools_accumulate(lens)), dtype=torch.int32, device=device)
+    cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32, device=device)
     idx = torch.zeros(N, S, dtype=torch.int32)
     for n in range(N):
         if n not in padded:
@@ -40,13 +41,6 @@ def make_batch(seed, device, lens, acc, Hk=4, Hv=12, D=128, S=4, tail=0, padded=
               num_k_heads=Hk, num_v_heads=Hv, head_k_dim=D, head_v_dim=D, eps=1e-6, gate=gate,
               scale=1.0 / math.sqrt(D))
     return kw, states
-
-
-def itertools_accumulate(xs):
-    s = 0
-    for x in xs:
-        s += x
-        yield s
 
 
 def written_slots(kw) -> set[int]:
