@@ -95,10 +95,8 @@ def _type_of(t) -> dict:
         return _type_of(cells["return_type"])
     if name == "parse_dataclass":
         cls = cells.get("dataclass_cls") or next((d for d in defaults if isinstance(d, type)), None)
-        fields = {}
-        if cls is not None and dataclasses.is_dataclass(cls):
-            for f in dataclasses.fields(cls):
-                fields[f.name] = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        fields = {f.name: f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+                  for f in (dataclasses.fields(cls) if cls is not None and dataclasses.is_dataclass(cls) else ())}
         return {"type": "json", "config_class": getattr(cls, "__name__", None), "fields": fields}
     if name in ("human_readable_int", "human_readable_int_or_auto"):
         return {"type": "int", "human_readable": True, "auto": name.endswith("auto")}
@@ -112,11 +110,9 @@ def _type_of(t) -> dict:
 
 
 def _unit(dest: str) -> str | None:
-    for suffix, unit in (("_bytes", "bytes"), ("_gb", "GiB"), ("_gib", "GiB"), ("_mb", "MiB"),
-                         ("_utilization", "fraction"), ("_seconds", "s"), ("_s", "s"), ("_ms", "ms")):
-        if dest.endswith(suffix):
-            return unit
-    return None
+    return next((unit for suffix, unit in (("_bytes", "bytes"), ("_gb", "GiB"), ("_gib", "GiB"), ("_mb", "MiB"),
+                                           ("_utilization", "fraction"), ("_seconds", "s"), ("_s", "s"), ("_ms", "ms"))
+                 if dest.endswith(suffix)), None)
 
 
 def _jsonable(v):
@@ -174,10 +170,8 @@ def describe_parser(parser) -> list[dict]:
             d["names"], d["names_from"] = names
         d["default"] = _jsonable(a.default) if d.get("type") != "json" else None
         d["deprecated"] = a in getattr(parser, "_deprecated", ())
-        help_text = (a.help or "").strip()
-        d["help"] = help_text.split("\n\n")[0][:400]
-        u = _unit(a.dest)
-        if u:
+        d["help"] = (a.help or "").strip().split("\n\n")[0][:400]
+        if u := _unit(a.dest):
             d["unit"] = u
         flags.append(d)
     return flags
@@ -228,18 +222,12 @@ def describe_envs(envs_py: Path) -> tuple[dict[str, dict], dict[str, str]]:
 
 # --- what chooses kernels without being a flag or a variable: custom ops and the backend enums ------------
 
-def _files(pkg: Path):
-    for f in sorted(pkg.rglob("*.py")):
-        if "tests" not in f.relative_to(pkg).parts:
-            yield f
-
-
 def describe_custom_ops(pkg: Path) -> dict[str, str]:
     """Every ``@CustomOp.register("name")`` of the sources: op name -> the file that registers it."""
     out: dict[str, str] = {}
-    for f in _files(pkg):
+    for f in sorted(pkg.rglob("*.py")):
         text = f.read_text(encoding="utf-8", errors="replace")
-        if "CustomOp.register(" not in text:
+        if "tests" in f.relative_to(pkg).parts or "CustomOp.register(" not in text:
             continue
         for node in ast.walk(ast.parse(text)):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register"

@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._out import into
 from .._triton import tuned
 from .._triton.common import INTERPRETED, interpreted_tile, to_bf16, to_e4m3, use_triton
 from .._triton.counters import arrival_counters
@@ -164,10 +165,7 @@ def quant_group128_fp8(x: torch.Tensor, out_q=None, out_s=None):
     G = K // GROUP
     if not use_triton(x):
         qa, sa = reference.quant_group128_fp8(x)
-        if out_q is not None:
-            out_q.copy_(qa), out_s.copy_(sa)
-            return out_q, out_s
-        return qa, sa
+        return into(out_q, qa), into(out_s, sa)
     qa = out_q if out_q is not None else torch.empty((M, K), dtype=torch.float8_e4m3fn, device=x.device)
     sa = out_s if out_s is not None else torch.empty((M, G), dtype=torch.float32, device=x.device)
     block_g = min(32, triton.next_power_of_2(G))

@@ -24,8 +24,7 @@ def hc_gate_mix_torch(xn: torch.Tensor, gate: torch.Tensor, hc_count: int = 4, o
     acc = t[:, 0]
     for s in range(1, hc_count):  # stream order 0, 1, 2, 3
         acc = acc + t[:, s]
-    y = (acc * (1.0 / hc_count)).to(torch.bfloat16)
-    return into(out, y)
+    return into(out, (acc * (1.0 / hc_count)).to(torch.bfloat16))
 
 
 @triton.jit

@@ -55,10 +55,7 @@ def hc_mix_fp8(xn, down_q, down_s, up_q, up_s, out_buf=None, out_block=None, *,
     buf = _w8a16(xn, down_q, down_s)
     hc_silu_torch_(buf, lora_rank, hc_count)
     gate = _w8a16(buf[:, :lora_rank], up_q, up_s)
-    block = hc_gate_mix_torch(xn, gate, hc_count)
-    buf = into(out_buf, buf)
-    block = into(out_block, block)
-    return buf, block
+    return into(out_buf, buf), into(out_block, hc_gate_mix_torch(xn, gate, hc_count))
 
 
 # ------------------------------------------------------------------------------ fp64 references

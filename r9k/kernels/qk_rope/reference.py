@@ -29,10 +29,9 @@ def qk_norm_rope_gate(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch
     gate = gate.reshape(T, hq * D)
     q = gemma_rmsnorm(q.view(T, hq, D), q_weight, eps)
     k = gemma_rmsnorm(k.reshape(T, hkv, D), k_weight, eps)
-    q = apply_rope(q, positions, cos_sin_cache, mrope_section if positions.dim() == 2 else None,
-                   mrope_interleaved, truncate_mrope=False).reshape(T, hq * D)
-    k = apply_rope(k, positions, cos_sin_cache, mrope_section if positions.dim() == 2 else None,
-                   mrope_interleaved, truncate_mrope=False).reshape(T, hkv * D)
+    sections = mrope_section if positions.dim() == 2 else None
+    q = apply_rope(q, positions, cos_sin_cache, sections, mrope_interleaved, truncate_mrope=False).reshape(T, hq * D)
+    k = apply_rope(k, positions, cos_sin_cache, sections, mrope_interleaved, truncate_mrope=False).reshape(T, hkv * D)
     if out is not None:
         for dst, src in zip(out, (q, k, gate)):
             dst.copy_(src)

@@ -24,8 +24,7 @@ def router_gemm_fp32_fallback(x: torch.Tensor, w: torch.Tensor, out: torch.Tenso
         y = torch.mm(x, w.t(), out_dtype=torch.float32)
     except (TypeError, RuntimeError):  # torch builds without the out_dtype overload for this device
         y = torch.mm(x.float(), w.float().t())
-    y = y.to(torch.bfloat16)
-    return into(out, y)
+    return into(out, y.to(torch.bfloat16))
 
 
 def router_gemm_fp64(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -59,10 +58,7 @@ def moe_route_torch(logits, top_k, renormalize, out_weights=None, out_ids=None):
     if renormalize:
         den = w.sum(dim=1, keepdim=True)
         w = torch.where(den > 0, w / den, torch.zeros_like(w))
-    ids = order.to(torch.int32)
-    w = into(out_weights, w)
-    ids = into(out_ids, ids)
-    return w, ids
+    return into(out_weights, w), into(out_ids, order.to(torch.int32))
 
 
 def moe_route(logits: torch.Tensor, top_k: int, renormalize: bool, out_weights=None, out_ids=None):
@@ -73,10 +69,7 @@ def moe_route(logits: torch.Tensor, top_k: int, renormalize: bool, out_weights=N
     w, ids = torch.topk(p, top_k, dim=-1)
     if renormalize:
         w = w / w.sum(dim=-1, keepdim=True)
-    ids = ids.to(torch.int32)
-    w = into(out_weights, w)
-    ids = into(out_ids, ids)
-    return w, ids
+    return into(out_weights, w), into(out_ids, ids.to(torch.int32))
 
 
 def moe_route_fp64(logits: torch.Tensor) -> torch.Tensor:

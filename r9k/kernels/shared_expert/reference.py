@@ -118,17 +118,14 @@ def shared_expert(x: torch.Tensor, weights: SharedExpertWeights, out: torch.Tens
     w = weights
     if _use_triton(x):
         from . import blocks as tk
-        xq, xs = tk.row_quant(x)                                    # 1
-        gu = tk.mxfp4_gemm(xq, xs, w.w1_packed, w.w1_scales)         # 2
-        act = tk.silu_and_mul(gu)                                   # 3
-        aq, as_ = tk.row_quant(act)                                 # 4
-        dn = tk.mxfp4_gemm(aq, as_, w.w2_packed, w.w2_scales)        # 5
+        quant, gemm, silu_mul = tk.row_quant, tk.mxfp4_gemm, tk.silu_and_mul
     else:
-        xq, xs = row_quant_fp8_torch(x)
-        gu = mxfp4_gemm_torch(xq, xs, w.w1_packed, w.w1_scales)
-        act = silu_and_mul_torch(gu)
-        aq, as_ = row_quant_fp8_torch(act)
-        dn = mxfp4_gemm_torch(aq, as_, w.w2_packed, w.w2_scales)
+        quant, gemm, silu_mul = row_quant_fp8_torch, mxfp4_gemm_torch, silu_and_mul_torch
+    xq, xs = quant(x)                                               # 1
+    gu = gemm(xq, xs, w.w1_packed, w.w1_scales)                     # 2
+    act = silu_mul(gu)                                              # 3
+    aq, as_ = quant(act)                                            # 4
+    dn = gemm(aq, as_, w.w2_packed, w.w2_scales)                    # 5
     gl = F.linear(x, w.wg.view(1, -1))                              # 6
     g = torch.sigmoid(gl)                                           # 7
     if out is not None:
