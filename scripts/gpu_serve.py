@@ -90,7 +90,7 @@ def get(url: str, timeout: float = 10):
         return r.status, r.read()
 
 
-def wait_up(proc, port: int, log: Path, timeout: float) -> bool:
+def wait_up(proc, port: int, timeout: float) -> bool:
     t0 = time.time()
     while time.time() - t0 < timeout:
         if proc.poll() is not None:
@@ -211,7 +211,7 @@ def broken_kernel(a, logs: Path, summary: dict) -> None:
     log = logs / "broken.log"
     t0 = time.time()
     p = launch(a.fused, 8200, log, {envvars.MUTATE.name: json.dumps(ZEROS)}, hook)
-    served = wait_up(p, 8200, log, a.start_timeout)
+    served = wait_up(p, 8200, a.start_timeout)
     stop(p)
     text = log.read_text(errors="replace")
     lines = [ln for ln in text.splitlines() if "error[self-check]: op" in ln]
@@ -266,8 +266,8 @@ def main() -> int:
     ap.add_argument("--skip-broken", action="store_true", help="skip the broken-kernel start")
     a = ap.parse_args()
     out, logs = Path(a.out), Path(a.logs)
-    out.mkdir(parents=True, exist_ok=True)
-    logs.mkdir(parents=True, exist_ok=True)
+    for d in (out, logs):
+        d.mkdir(parents=True, exist_ok=True)
     import torch
 
     card = for_this_card([a.fused, a.stock])
@@ -284,7 +284,7 @@ def main() -> int:
     try:
         for prof, port in ports.items():
             procs[prof] = launch(prof, port, logs / f"{prof}.log")
-            ok = wait_up(procs[prof], port, logs / f"{prof}.log", a.start_timeout)
+            ok = wait_up(procs[prof], port, a.start_timeout)
             summary.setdefault("up", {})[prof] = {"up": ok, "seconds": round(time.time() - t0, 1)}
             if not ok:
                 say(f"{prof} did not come up (rc {procs[prof].poll()}); its log's tail:")

@@ -77,12 +77,6 @@ def dequantize(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     return rotate(codes.float() * scales[:, None])
 
 
-def wire_bytes(numel: int, bits: int, block: int = DEFAULT_BLOCK) -> int:
-    """Bytes one rank's quantized copy of a ``numel``-element message takes on the wire."""
-    nb = max(1, math.ceil(numel / block))
-    return (nb * block * bits + 7) // 8 + 4 * nb
-
-
 def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
     """Codes ([-qmax, qmax], int8) packed at ``bits`` bits each into a flat uint8 tensor (little end first)."""
     q = qmax(bits)
