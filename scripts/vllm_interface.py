@@ -336,7 +336,8 @@ def _generated(seen, shipped) -> list[str]:
     sw = seen[-1][1]
     knob = _checked_knob(sw)
     op = sw.name[10:]  # a custom op's name after "custom op "
-    what = {"custom-op": f"--compilation-config custom_ops +{op} / -{op}: vLLM's kernel (+) or the native torch path (-)",
+    what = {"custom-op": f"--compilation-config custom_ops +{op} / -{op}: vLLM's kernel (+) "
+                         "or the native torch path (-)",
             "kernel-config": f"{sw.name}: a field of vLLM's kernel config",
             "vllm-arg": f"vLLM's {sw.name}", "vllm-env": f"vLLM's variable {sw.name}"}[sw.kind]
     if sw.help and sw.kind != "custom-op":
@@ -358,8 +359,8 @@ def _generated(seen, shipped) -> list[str]:
     lines += ["allow_unset = true", 'stock = ""', 'since = "v0.3.2-r9k.1"', "", "[variant.status]", 'state = "opt-in"',
               'reason = "vLLM\'s own switch: vLLM decides unless a profile or release sets it"', "", "[variant.sets]",
               f'kind = "{sw.kind}"']
-    lines += {"custom-op": [f'name = "{op}"'],
-              "kernel-config": [f'name = "{sw.name.split()[-1]}"', 'encode = "bool"']}.get(sw.kind, [f'name = "{sw.name}"'])
+    names = {"custom-op": [f'name = "{op}"'], "kernel-config": [f'name = "{sw.name.split()[-1]}"', 'encode = "bool"']}
+    lines += names.get(sw.kind, [f'name = "{sw.name}"'])
     lines += ["", "[variant.implementation]", 'extension_point = "env-only"', "", "[variant.vllm]"]
     rng = _range([ver for ver, _ in seen], shipped)
     if rng:
@@ -459,7 +460,8 @@ def main(argv=None) -> int:
     data = {"format": FORMAT, "vllm_version": re.sub(r"\+.*$", "", version),
             "generated": {"by": "scripts/vllm_interface.py", "from": "sources" if a.src else "installed",
                           "stubbed": sorted(stub.stubbed) if stub else []},
-            "flags": flags, "envs": envs, "removed_envs": removed, "custom_ops": describe_custom_ops(pkg), "enums": describe_enums(pkg)}
+            "flags": flags, "envs": envs, "removed_envs": removed, "custom_ops": describe_custom_ops(pkg),
+            "enums": describe_enums(pkg)}
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     from r9k.registry import fileio  # the one writer: a FIFO, folder or a link out of its folder is refused
