@@ -1,18 +1,10 @@
 #!/usr/bin/env python3
 """The op-sum model's prediction for the served gpu-qwen2-moe pair (``bash scripts/gpu.sh serve`` runs it after the
-servers are gone; notes/gpu-serve.md): the decode-step model's method (a step is the sum of its ops; a fused op
-saves its stock sequence's time less its own) at the served configuration. Per layer and batch M, the op the
-fused profile switches on (vLLM 0.26's Qwen2-MoE has no GateLinear for the router kernel), timed as CUDA-graph
-replays (``triton.testing.do_bench_cudagraph``, the servers run graphs) on random inputs at the checkpoint's shapes:
-
-* shared expert: stock = vLLM's path, launch for launch where it is a library call (``gate_up``, ``down`` and the
-  expert gate as ``F.linear``: cuBLAS, as vLLM's unquantized linears run; the sigmoid and the product), with one
-  labelled stand-in: the served server disables vLLM's ``silu_and_mul`` custom op (its choices table:
-  ``-silu_and_mul``) and runs the native form compiled by Inductor, while this stock calls vLLM's
-  ``_C.silu_and_mul`` CUDA op (``silu_and_mul`` in the JSON names what ran). Fused = this project's MXFP4 kernel
-  (4 launches) on the same weights snapped to MXFP4; both are timed in the same run.
-
-Saving a step = layers x the shared expert's saving. Printed per M; written to ``--out`` as JSON.
+servers are gone; notes/gpu-serve.md): per batch M, the shared expert (the op the fused profile switches on) timed
+as CUDA-graph replays at the checkpoint's shapes, stock (vLLM's path: cuBLAS ``F.linear`` GEMMs, the sigmoid, the
+product, and vLLM's ``_C.silu_and_mul`` as a labelled stand-in for the served server's Inductor-compiled native
+form) against the fused MXFP4 kernel on the same weights snapped to MXFP4. A step saves layers x the difference.
+Printed per M; written to ``--out`` as JSON.
 """
 from __future__ import annotations
 

@@ -1,20 +1,12 @@
 #!/usr/bin/env python3
 """The served comparison on the GPU (``bash scripts/gpu.sh serve``; notes/gpu-serve.md): a fused profile and its
-stock twin, each started with ``r9kctl launch --profile P --strict`` (CUDA graphs and torch.compile at vLLM's
-defaults), both up at once on the one GPU (each its share of the memory) and driven in turn, never together:
+stock twin, each started with ``r9kctl launch --profile P --strict``, both up at once on the one GPU and driven in
+turn: ``/r9k/status`` of each, token agreement on the same greedy prompts, rounds interleaved A/B (TPOT at 1
+request, output tok/s at each concurrency, the paired ratio with a 95 % t interval), ``/r9k/status`` again; last
+the fused profile with the shared-expert kernel mutated to return zeros, which the self-check must refuse.
 
-1. both servers up (started one after the other); ``/r9k/status`` of each (counters, applied vs requested,
-   vLLM's per-layer choices);
-2. the same greedy prompts to both: token agreement;
-3. rounds interleaved A/B/A/B (``--rounds``): TPOT at 1 request (streamed, (last - first token) / (tokens - 1)) and
-   output tok/s at each concurrency; the ratio fused/stock per round (paired), mean with a 95 % t interval;
-4. ``/r9k/status`` again (the counters after the traffic); both servers stopped;
-5. last, the deliberately broken kernel: the fused profile started with the shared-expert kernel made to return
-   zeros (the mutation plugin of r9kctl/evidence/mutate.py through a sitecustomize hook, as
-   tests/evidence/test_e2e_selfcheck.py does on the CPU) must be refused by the self-check (``error[self-check]``, a non-zero exit, never served);
-
-Writes ``summary.json`` and ``summary.txt`` into ``--out`` and each server's log; prints the table last.
-Standard library only (the image's Python), plus scipy for the t quantile when present.
+Writes ``summary.json``, ``summary.txt`` and the servers' log tails into ``--out``. Standard library only (the
+image's Python), plus scipy for the t quantile when present.
 """
 from __future__ import annotations
 
@@ -52,11 +44,9 @@ PROFILES_DIR: list[str] = []  # --profiles-dir for every launch: the profiles ma
 
 
 def for_this_card(profiles: list[str]) -> dict[str, str]:
-    """The profiles to serve on the GPU present: each one itself when its ``platform`` is this card's, else a
-    profile that extends it for this card (``<name>-<card>``, written to a temporary ``--profiles-dir``) with
-    platform ``cuda`` (the family: the kernels' declared platforms are where they have run, e.g. cuda-h200, and
-    a strict launch then counts only gate records of a CUDA card, which scripts/gpu.sh makes on this one just
-    before) and this card's memory (the KV budget). The card is named in the summary."""
+    """The profiles to serve on the GPU present: each one itself when its ``platform`` is this card's, else one
+    that extends it (``<name>-<card>``, in a temporary ``--profiles-dir``) with platform ``cuda`` (a strict launch
+    then counts the gate records scripts/gpu.sh just made on this card) and this card's memory."""
     import torch
 
     from r9k.registry import provenance
@@ -100,7 +90,7 @@ def get(url: str, timeout: float = 10):
         return r.status, r.read()
 
 
-def wait_up(proc, port: int, log: Path, timeout: float) -> bool:
+def wait_up(proc, port: int, timeout: float) -> bool:
     t0 = time.time()
     while time.time() - t0 < timeout:
         if proc.poll() is not None:
@@ -200,8 +190,8 @@ def t_interval(xs: list[float]) -> tuple[float, float, float]:
 
 
 def compact(st: dict) -> dict:
-    """What the served truth reads of one /r9k/status: per op the layers installed / kept and the calls by path,
-    the applied-vs-requested mismatches, whether vLLM's per-layer choices table is there (its layer kinds)."""
+    """One /r9k/status in short: per op the layers installed / kept and the calls by path, the applied-vs-requested
+    mismatches, vLLM's per-layer choices (its layer kinds)."""
     vc = st.get("vllm_choices") or {}
     return {"ops": {op: {"installed": o.get("installed"), "kept": o.get("kept"), "calls": o.get("calls")}
                     for op, o in (st.get("ops") or {}).items()},
@@ -221,7 +211,7 @@ def broken_kernel(a, logs: Path, summary: dict) -> None:
     log = logs / "broken.log"
     t0 = time.time()
     p = launch(a.fused, 8200, log, {envvars.MUTATE.name: json.dumps(ZEROS)}, hook)
-    served = wait_up(p, 8200, log, a.start_timeout)
+    served = wait_up(p, 8200, a.start_timeout)
     stop(p)
     text = log.read_text(errors="replace")
     lines = [ln for ln in text.splitlines() if "error[self-check]: op" in ln]
@@ -233,8 +223,8 @@ def broken_kernel(a, logs: Path, summary: dict) -> None:
 
 
 def table_of(rows: list[dict], fused: str, stock: str, concs: list[int], rounds: int) -> list[dict]:
-    """Per concurrency: medians over the rounds, and the paired ratios (round r of fused over round r of stock)
-    with their mean and 95 % t interval."""
+    """Per concurrency: medians over the rounds and the paired ratios (round r of fused over stock's), mean and
+    95 % t interval."""
     table = []
     for c in concs:
         def pick(prof, key):
@@ -276,8 +266,8 @@ def main() -> int:
     ap.add_argument("--skip-broken", action="store_true", help="skip the broken-kernel start")
     a = ap.parse_args()
     out, logs = Path(a.out), Path(a.logs)
-    out.mkdir(parents=True, exist_ok=True)
-    logs.mkdir(parents=True, exist_ok=True)
+    for d in (out, logs):
+        d.mkdir(parents=True, exist_ok=True)
     import torch
 
     card = for_this_card([a.fused, a.stock])
@@ -288,19 +278,19 @@ def main() -> int:
     def save():
         (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
 
+    role = {a.stock: "stock", a.fused: "fused"}
     ports = {a.fused: 8100, a.stock: 8101}  # 2. both up, one after the other (vLLM's memory profiling of a
     procs, t0, rc = {}, time.time(), 1      # starting server reads the device's free memory: one start at a time)
     try:
         for prof, port in ports.items():
             procs[prof] = launch(prof, port, logs / f"{prof}.log")
-            ok = wait_up(procs[prof], port, logs / f"{prof}.log", a.start_timeout)
+            ok = wait_up(procs[prof], port, a.start_timeout)
             summary.setdefault("up", {})[prof] = {"up": ok, "seconds": round(time.time() - t0, 1)}
             if not ok:
                 say(f"{prof} did not come up (rc {procs[prof].poll()}); its log's tail:")
                 say("\n".join((logs / f"{prof}.log").read_text(errors="replace").splitlines()[-40:]))
                 save()
-                rc = 1
-                return rc
+                return 1
         say("both up in", round(time.time() - t0, 1), "s")
         for prof in ports:  # which model runner vLLM instantiated, its compile and graph lines, the choices table
             text = (logs / f"{prof}.log").read_text(errors="replace").splitlines()
@@ -318,8 +308,8 @@ def main() -> int:
                     st = json.loads(get(f"http://127.0.0.1:{port}/r9k/status", 30)[1])
                 except Exception as exc:  # noqa: BLE001
                     st = {"error": f"{type(exc).__name__}: {exc}"}
-                statuses[f"{'fused' if prof == a.fused else 'stock'}-{tag}"] = st
-                summary.setdefault("status", {})[f"{'fused' if prof == a.fused else 'stock'}-{tag}"] = compact(st)
+                statuses[f"{role[prof]}-{tag}"] = st
+                summary.setdefault("status", {})[f"{role[prof]}-{tag}"] = compact(st)
                 say(f"status {prof} {tag}:", json.dumps(compact(st), default=str)[:1500])
             (out / "status.json").write_text(json.dumps(statuses, indent=1, default=str))
         status("start")
@@ -346,8 +336,7 @@ def main() -> int:
                 load_run(port, models[prof], c, c, 16, a.prompt_len, 0)
         rows = []
         for rnd in range(a.rounds):
-            order = [a.fused, a.stock]  # A/B/A/B
-            for prof in order:
+            for prof in (a.fused, a.stock):  # A/B/A/B
                 for c in concs:
                     n = max(3, 2 * c)
                     r = load_run(ports[prof], models[prof], c, n, a.max_tokens, a.prompt_len, 1000 * rnd + c)
@@ -369,7 +358,7 @@ def main() -> int:
         for prof in ports:
             lg = logs / f"{prof}.log"
             if lg.exists():
-                (out / f"{'fused' if prof == a.fused else 'stock'}.log.tail").write_text(
+                (out / f"{role[prof]}.log.tail").write_text(
                     "\n".join(lg.read_text(errors="replace").splitlines()[-150:]))
         save()
     if not a.skip_broken:  # last, so that a slow start of it cannot eat the served comparison's time

@@ -1,24 +1,14 @@
 #!/usr/bin/env python3
 """Generate the vLLM interface description (``registry/vllm/<major.minor>.json``) from vLLM itself.
 
-Flags: the ``vllm serve`` parser, built the way vLLM's CLI builds it (``FlexibleArgumentParser`` ->
-``add_subparsers`` -> ``ServeSubcommand().subparser_init``); every action is read (option strings, dest,
-action kind, type, choices, nargs, default, help). JSON-valued flags (``--compilation-config``, ...) also
-list the fields of the dataclass their parser builds. Variables: ``vllm/envs.py`` read as source (AST):
-the keys of its ``environment_variables`` table (what vLLM reads), the ``TYPE_CHECKING`` annotations (type,
-default) and the choices given to ``env_with_choices``; with the installed vLLM the keys are checked against
-``vllm.envs.environment_variables`` itself.
+The ``vllm serve`` parser's actions (built as vLLM's CLI builds it), the variables of ``vllm/envs.py`` (read as
+source, checked against the installed ``vllm.envs``), the custom ops and the backend enums:
 
-    # the installed vLLM (0.32 in .venv):
-    .venv/bin/python scripts/vllm_interface.py --out registry/vllm/0.32.json
-    # a wheel's Python sources, not installed (pip download vllm==0.33.0 --no-deps -d /tmp/v033;
-    # unzip -q /tmp/v033/vllm-0.33.0-*.whl 'vllm/*.py' -d /tmp/v033/src):
-    .venv/bin/python scripts/vllm_interface.py --src /tmp/v033/src --out registry/vllm/0.33.json
+    .venv/bin/python scripts/vllm_interface.py --out registry/vllm/0.32.json              # the installed vLLM
+    .venv/bin/python scripts/vllm_interface.py --src /tmp/v033/src --out registry/vllm/0.33.json   # a wheel's sources
 
-With ``--src`` the sources are imported from DIR ahead of any installed vLLM; third-party modules that the
-sources import and this environment lacks (orjson, ray, ...) are replaced by empty stand-ins, and only those
-(the list is recorded in the output's ``generated.stubbed``). Nothing of vLLM's code is copied: the output is
-the parser's and the variables' description only.
+With ``--src`` the sources are imported from DIR ahead of any installed vLLM; third-party modules they import
+and this environment lacks are replaced by empty stand-ins (listed in the output's ``generated.stubbed``).
 """
 from __future__ import annotations
 
@@ -43,15 +33,14 @@ class _Stub(types.ModuleType):
     def __getattr__(self, name):
         if name.startswith("__"):
             raise AttributeError(name)
-        # a class whose instances call, iterate (empty) and test false: enough for module-level uses such as
-        # ``{f: f for f in soundfile.available_formats()}`` in a third-party module that imports the stand-in
+        # instances call, iterate (empty) and test false: enough for a third-party module's module-level uses
         return type(name, (), {"__init__": lambda s, *a, **k: None, "__call__": lambda s, *a, **k: None,
                                "__iter__": lambda s: iter(()), "__bool__": lambda s: False})
 
 
 class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Last on ``sys.meta_path``: reached only for a module no other finder has; stubs it when the import
-    statement is in a file of SRC (not vLLM's platform detection, which must see the real machine)."""
+    """Last on ``sys.meta_path``: stubs a module no other finder has when a file of SRC imports it (not vLLM's
+    platform detection, which must see the real machine)."""
 
     def __init__(self, src: str):
         self.src = src
@@ -79,7 +68,6 @@ class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 # --- the parser ---------------------------------------------------------------------------------------
 
 def serve_parser():
-    """vLLM's ``vllm serve`` parser, constructed as ``vllm``'s CLI main does."""
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -89,7 +77,6 @@ def serve_parser():
 
 
 def _type_of(t) -> dict:
-    """A JSON description of an argparse ``type`` callable."""
     if t is None:
         return {"type": "str"}
     if t in (int, float, str):
@@ -108,10 +95,8 @@ def _type_of(t) -> dict:
         return _type_of(cells["return_type"])
     if name == "parse_dataclass":
         cls = cells.get("dataclass_cls") or next((d for d in defaults if isinstance(d, type)), None)
-        fields = {}
-        if cls is not None and dataclasses.is_dataclass(cls):
-            for f in dataclasses.fields(cls):
-                fields[f.name] = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+        fields = {f.name: f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+                  for f in (dataclasses.fields(cls) if cls is not None and dataclasses.is_dataclass(cls) else ())}
         return {"type": "json", "config_class": getattr(cls, "__name__", None), "fields": fields}
     if name in ("human_readable_int", "human_readable_int_or_auto"):
         return {"type": "int", "human_readable": True, "auto": name.endswith("auto")}
@@ -125,12 +110,9 @@ def _type_of(t) -> dict:
 
 
 def _unit(dest: str) -> str | None:
-    """The unit a flag's name states (vLLM spells units in its destinations)."""
-    for suffix, unit in (("_bytes", "bytes"), ("_gb", "GiB"), ("_gib", "GiB"), ("_mb", "MiB"),
-                         ("_utilization", "fraction"), ("_seconds", "s"), ("_s", "s"), ("_ms", "ms")):
-        if dest.endswith(suffix):
-            return unit
-    return None
+    return next((unit for suffix, unit in (("_bytes", "bytes"), ("_gb", "GiB"), ("_gib", "GiB"), ("_mb", "MiB"),
+                                           ("_utilization", "fraction"), ("_seconds", "s"), ("_s", "s"), ("_ms", "ms"))
+                 if dest.endswith(suffix)), None)
 
 
 def _jsonable(v):
@@ -148,9 +130,8 @@ def _jsonable(v):
 
 
 def _enum_names(dest: str):
-    """(usable member names, the enum's name) when ``EngineArgs.<dest>`` is an enum the parser leaves a string and
-    vLLM's config looks up by name (``--attention-backend``: ``AttentionBackendEnum[value.upper()]``); a member without a value (``CUSTOM``: "must be
-    registered before use") is not usable. None for every other flag."""
+    """(usable member names, the enum's name) when ``EngineArgs.<dest>`` is an enum the parser leaves a string
+    (``--attention-backend``); a member without a value (``CUSTOM``) is not usable. None for other flags."""
     import enum
     import typing
 
@@ -189,10 +170,8 @@ def describe_parser(parser) -> list[dict]:
             d["names"], d["names_from"] = names
         d["default"] = _jsonable(a.default) if d.get("type") != "json" else None
         d["deprecated"] = a in getattr(parser, "_deprecated", ())
-        help_text = (a.help or "").strip()
-        d["help"] = help_text.split("\n\n")[0][:400]
-        u = _unit(a.dest)
-        if u:
+        d["help"] = (a.help or "").strip().split("\n\n")[0][:400]
+        if u := _unit(a.dest):
             d["unit"] = u
         flags.append(d)
     return flags
@@ -243,19 +222,12 @@ def describe_envs(envs_py: Path) -> tuple[dict[str, dict], dict[str, str]]:
 
 # --- what chooses kernels without being a flag or a variable: custom ops and the backend enums ------------
 
-def _files(pkg: Path):
-    for f in sorted(pkg.rglob("*.py")):
-        if "tests" not in f.relative_to(pkg).parts:
-            yield f
-
-
 def describe_custom_ops(pkg: Path) -> dict[str, str]:
-    """Every ``@CustomOp.register("name")`` of the sources: op name -> the file that registers it (the names
-    ``--compilation-config``'s ``custom_ops`` list takes as ``+name`` / ``-name``)."""
+    """Every ``@CustomOp.register("name")`` of the sources: op name -> the file that registers it."""
     out: dict[str, str] = {}
-    for f in _files(pkg):
+    for f in sorted(pkg.rglob("*.py")):
         text = f.read_text(encoding="utf-8", errors="replace")
-        if "CustomOp.register(" not in text:
+        if "tests" in f.relative_to(pkg).parts or "CustomOp.register(" not in text:
             continue
         for node in ast.walk(ast.parse(text)):
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register"
@@ -265,8 +237,7 @@ def describe_custom_ops(pkg: Path) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-#: enum class -> the file (under vllm/) that defines it: the names ``--attention-backend`` and
-#: ``--mamba-backend`` take (their parser takes any string and converts it to the enum member).
+#: enum class -> the file (under vllm/) that defines it: the names ``--attention-backend`` and ``--mamba-backend`` take
 ENUMS = {"AttentionBackendEnum": "v1/attention/backends/registry.py",
          "MambaAttentionBackendEnum": "v1/attention/backends/registry.py",
          "MambaBackendEnum": "config/mamba.py"}
@@ -343,7 +314,7 @@ def _platforms(sw) -> list[str]:
 
 
 def _range(present: list[str], shipped: list[str]) -> str:
-    """The version clause of the shipped versions that have it (contiguous: vLLM adds and removes)."""
+    """The version clause of the shipped versions that have it (contiguous)."""
     if present == shipped:
         return ""
     i, j = shipped.index(present[0]), shipped.index(present[-1])
@@ -356,10 +327,56 @@ def _q(x) -> str:
     return json.dumps(x, ensure_ascii=False)
 
 
+def _union(seen) -> list:
+    return list(dict.fromkeys(x for _ver, sw in reversed(seen) for x in (sw.values or ())))
+
+
+def _generated(seen, shipped) -> list[str]:
+    """The lines of the generated variant of one switch (``seen``: its (version, switch) in version order)."""
+    sw = seen[-1][1]
+    knob = _checked_knob(sw)
+    op = sw.name[10:]  # a custom op's name after "custom op "
+    what = {"custom-op": f"--compilation-config custom_ops +{op} / -{op}: vLLM's kernel (+) "
+                         "or the native torch path (-)",
+            "kernel-config": f"{sw.name}: a field of vLLM's kernel config",
+            "vllm-arg": f"vLLM's {sw.name}", "vllm-env": f"vLLM's variable {sw.name}"}[sw.kind]
+    if sw.help and sw.kind != "custom-op":
+        what += ": " + sw.help.split(". ")[0].rstrip(".")
+    summary = what[:200].replace('"', "'").replace("\\", "/")
+    defaults: dict = {}
+    for ver, x in seen:
+        unset = "as custom_ops all/none" if sw.kind == "custom-op" else "unset: vLLM decides"
+        defaults.setdefault(x.default if x.default is not None else unset, []).append(ver)
+    default = "; ".join(f"{d} ({', '.join(vs)})" if len(defaults) > 1 else d for d, vs in defaults.items())
+    # the id: at most 26 characters, like the knob (tables at 80 columns keep both whole)
+    lines = ["[[variant]]", f'id = "{knob.lower()}"', f'knob = "{knob}"', f'summary = "{summary}"',
+             'category = "launcher"', f'area = "{AREA.get(sw.decides, "other")}"']
+    union = _union(seen)
+    if sw.type == "enum" and union:
+        lines += ['type = "enum"', f"choices = {_q(union)}"]
+    else:
+        lines.append(f'type = "{"bool" if sw.type == "bool" else "string"}"')
+    lines += ["allow_unset = true", 'stock = ""', 'since = "v0.3.2-r9k.1"', "", "[variant.status]", 'state = "opt-in"',
+              'reason = "vLLM\'s own switch: vLLM decides unless a profile or release sets it"', "", "[variant.sets]",
+              f'kind = "{sw.kind}"']
+    names = {"custom-op": [f'name = "{op}"'], "kernel-config": [f'name = "{sw.name.split()[-1]}"', 'encode = "bool"']}
+    lines += names.get(sw.kind, [f'name = "{sw.name}"'])
+    lines += ["", "[variant.implementation]", 'extension_point = "env-only"', "", "[variant.vllm]"]
+    rng = _range([ver for ver, _ in seen], shipped)
+    if rng:
+        lines.append(f'versions = "{rng}"')
+    plats = _platforms(sw)
+    if plats:
+        lines.append(f"platforms = {_q(plats)}")
+    src = {"vllm-env": "vllm/envs.py", "custom-op": sw.help.removeprefix("registered in "),
+           "kernel-config": "vllm/config/kernel.py (KernelConfig)", "vllm-arg": "vllm serve's parser"}[sw.kind]
+    return lines + [f'decides = "{sw.decides}"', f"source = {_q(src)}",
+                    f"default = {{ {plats[0] if len(plats) == 1 else 'all'} = {_q(default)} }}", ""]
+
+
 def generate_switches(toml_path: Path) -> tuple[str, int, int]:
-    """The vLLM-switch file: its hand part (above :data:`MARK`) with every declared enum switch's ``choices``
-    set to the values some shipped vLLM accepts, then one generated variant per switch no hand entry declares.
-    Returns (text, hand-declared, generated)."""
+    """(the vLLM-switch file, hand-declared, generated): its hand part (above :data:`MARK`) with each declared
+    enum switch's ``choices`` and version range set from the shipped versions, then one variant per other switch."""
     import tomllib
 
     from r9k.registry.vllm_interface import load, versions
@@ -376,7 +393,7 @@ def generate_switches(toml_path: Path) -> tuple[str, int, int]:
         v = declared.get(name)
         if v is None or v.get("type") != "enum" or seen[-1][1].values is None:
             continue
-        union = list(dict.fromkeys(x for _ver, sw in reversed(seen) for x in (sw.values or ())))
+        union = _union(seen)
         block = re.search(r'^id = "%s"\n(?:(?!\[\[variant\]\]).*\n)*?choices = \[.*\]$' % re.escape(v["id"]), hand, re.M)
         if block:
             start = block.end() - len(block.group(0).splitlines()[-1])
@@ -394,55 +411,9 @@ def generate_switches(toml_path: Path) -> tuple[str, int, int]:
             hand = hand[:a] + line + hand[b:]
     out = [hand, MARK, "# One variant per switch of registry/vllm_interface.Interface.kernel_switches that the hand part",
            "# above does not declare: values, types, defaults and version ranges from each version's description.", ""]
-    n = 0
-    for name in sorted(by_name):
-        if name in declared:
-            continue
-        seen = by_name[name]
-        present = [ver for ver, _ in seen]
-        sw = seen[-1][1]
-        knob = _checked_knob(sw)
-        vid = knob.lower()  # at most 26 characters, like the knob (tables at 80 columns keep both whole)
-        what = {"custom-op": f"--compilation-config custom_ops +{sw.name[10:]} / -{sw.name[10:]}: vLLM's kernel (+) "
-                             "or the native torch path (-)",
-                "kernel-config": f"{sw.name}: a field of vLLM's kernel config",
-                "vllm-arg": f"vLLM's {sw.name}", "vllm-env": f"vLLM's variable {sw.name}"}[sw.kind]
-        defaults = {}
-        for ver, x in seen:
-            d = x.default if x.default is not None else ("as custom_ops all/none" if sw.kind == "custom-op" else "unset: vLLM decides")
-            defaults.setdefault(d, []).append(ver)
-        default = "; ".join(f"{d} ({', '.join(vs)})" if len(defaults) > 1 else d for d, vs in defaults.items())
-        lines = ["[[variant]]", f'id = "{vid}"', f'knob = "{knob}"', f"summary = {_q(what + (': ' + sw.help.split('. ')[0] if sw.help and sw.kind != 'custom-op' else '') )[:1] + (what + (': ' + sw.help.split('. ')[0].rstrip('.') if sw.help and sw.kind != 'custom-op' else ''))[:200].replace(chr(34), chr(39)).replace(chr(92), '/') + chr(34)}",
-                 'category = "launcher"', f'area = "{AREA.get(sw.decides, "other")}"']
-        union = list(dict.fromkeys(x for _ver, s2 in reversed(seen) for x in (s2.values or ())))
-        if sw.type == "enum" and union:
-            lines += ['type = "enum"', f"choices = {_q(union)}"]
-        else:
-            lines.append(f'type = "{"bool" if sw.type == "bool" else "string"}"')
-        lines += ["allow_unset = true", 'stock = ""', 'since = "v0.3.2-r9k.1"', "", "[variant.status]", 'state = "opt-in"',
-                  'reason = "vLLM\'s own switch: vLLM decides unless a profile or release sets it"', "", "[variant.sets]"]
-        if sw.kind == "vllm-env":
-            lines += ['kind = "vllm-env"', f'name = "{sw.name}"']
-        elif sw.kind == "custom-op":
-            lines += ['kind = "custom-op"', f'name = "{sw.name[10:]}"']
-        elif sw.kind == "kernel-config":
-            lines += ['kind = "kernel-config"', f'name = "{sw.name.split()[-1]}"', 'encode = "bool"']
-        else:
-            lines += ['kind = "vllm-arg"', f'name = "{sw.name}"']
-        lines += ["", "[variant.implementation]", 'extension_point = "env-only"', "", "[variant.vllm]"]
-        rng = _range(present, shipped)
-        if rng:
-            lines.append(f'versions = "{rng}"')
-        plats = _platforms(sw)
-        if plats:
-            lines.append(f"platforms = {_q(plats)}")
-        src = {"vllm-env": "vllm/envs.py", "custom-op": sw.help.removeprefix("registered in "),
-               "kernel-config": "vllm/config/kernel.py (KernelConfig)", "vllm-arg": "vllm serve's parser"}[sw.kind]
-        lines += [f'decides = "{sw.decides}"', f"source = {_q(src)}",
-                  f"default = {{ {plats[0] if len(plats) == 1 else 'all'} = {_q(default)} }}", ""]
-        out.append("\n".join(lines))
-        n += 1
-    return "\n".join(out).rstrip("\n") + "\n", len(declared), n
+    generated = [name for name in sorted(by_name) if name not in declared]
+    out += ["\n".join(_generated(by_name[name], shipped)) for name in generated]
+    return "\n".join(out).rstrip("\n") + "\n", len(declared), len(generated)
 
 
 def main(argv=None) -> int:
@@ -489,7 +460,8 @@ def main(argv=None) -> int:
     data = {"format": FORMAT, "vllm_version": re.sub(r"\+.*$", "", version),
             "generated": {"by": "scripts/vllm_interface.py", "from": "sources" if a.src else "installed",
                           "stubbed": sorted(stub.stubbed) if stub else []},
-            "flags": flags, "envs": envs, "removed_envs": removed, "custom_ops": describe_custom_ops(pkg), "enums": describe_enums(pkg)}
+            "flags": flags, "envs": envs, "removed_envs": removed, "custom_ops": describe_custom_ops(pkg),
+            "enums": describe_enums(pkg)}
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     from r9k.registry import fileio  # the one writer: a FIFO, folder or a link out of its folder is refused

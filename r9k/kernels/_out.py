@@ -3,7 +3,6 @@ from __future__ import annotations
 
 
 def into(out, value):
-    """``value`` copied into ``out`` and ``out`` returned; ``value`` itself when ``out`` is None."""
     if out is None:
         return value
     out.copy_(value)

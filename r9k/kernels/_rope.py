@@ -1,45 +1,28 @@
-"""Stock rotary and Gemma RMSNorm pieces shared by the ``qsa_glue`` and ``qk_rope`` references: vLLM's
-GemmaRMSNorm, the neox rotary (1-D or MRoPE, products rounded to nearest or truncated), the MRoPE row selector,
-and the same norm + rotary in fp64 without intermediate rounding (the gates' references).
-"""
+"""Stock rotary and Gemma RMSNorm pieces of the ``qsa_glue`` and ``qk_rope`` references, and the same norm +
+rotary in fp64 without intermediate rounding (the gates' references)."""
 from __future__ import annotations
 
 import torch
 
 
 def mrope_selector(half: int, sections, interleaved: bool) -> list[int]:
-    """Which position row (0 = t, 1 = h, 2 = w) each rotary half-dim j takes its cos/sin from.
-
-    Interleaved: row 1 where ``j % 3 == 1 and j < 3*s_h``, row 2 where ``j % 3 == 2 and j < 3*s_w``, else row 0.
-    Concatenated: row 0 for ``j < s_t``, row 1 for ``j < s_t + s_h``, else row 2.
-    """
+    """Which position row (0 = t, 1 = h, 2 = w) each rotary half-dim j takes its cos/sin from."""
     s_t, s_h, s_w = (int(s) for s in sections)
-    sel = []
-    for j in range(half):
-        if interleaved:
-            if j % 3 == 1 and j < 3 * s_h:
-                sel.append(1)
-            elif j % 3 == 2 and j < 3 * s_w:
-                sel.append(2)
-            else:
-                sel.append(0)
-        else:
-            sel.append(0 if j < s_t else (1 if j < s_t + s_h else 2))
-    return sel
+    if interleaved:
+        return [1 if j % 3 == 1 and j < 3 * s_h else 2 if j % 3 == 2 and j < 3 * s_w else 0 for j in range(half)]
+    return [0 if j < s_t else 1 if j < s_t + s_h else 2 for j in range(half)]
 
 
 _SELECTORS: dict = {}
 
 
 def _selector_tensor(half, sections, interleaved, device) -> torch.Tensor:
-    """The MRoPE row selector as a device tensor, made once per (shape, device): a host-to-device copy inside
-    the forward would break CUDA-graph capture."""
+    """The selector as a device tensor, made once per (shape, device): a host-to-device copy in the
+    forward would break CUDA-graph capture."""
     key = (half, tuple(int(s) for s in sections), bool(interleaved), str(device))
-    t = _SELECTORS.get(key)
-    if t is None:
-        t = torch.tensor(mrope_selector(half, sections, interleaved), device=device)
-        _SELECTORS[key] = t
-    return t
+    if key not in _SELECTORS:
+        _SELECTORS[key] = torch.tensor(mrope_selector(half, sections, interleaved), device=device)
+    return _SELECTORS[key]
 
 
 def gemma_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -53,19 +36,14 @@ def gemma_rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Te
 
 
 def _trunc_bf16(v: torch.Tensor) -> torch.Tensor:
-    """Round an fp32 tensor to bf16 toward zero (drop the low 16 bits)."""
     return (v.contiguous().view(torch.int32) & -65536).view(torch.float32).to(torch.bfloat16)
 
 
 def apply_rope(y: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Tensor,
                mrope_section=None, mrope_interleaved: bool = True, truncate_mrope: bool = True) -> torch.Tensor:
-    """Neox rotary on the first ``rotary_dim = cos_sin_cache.shape[1]`` dims of ``y`` [T, H, D] (bf16).
-
-    positions: [T] (1-D) or [3, T] (MRoPE rows t, h, w; needs ``mrope_section``).
-    1-D: ``o1 = bf16(bf16(x1*cos) - bf16(x2*sin))``, ``o2 = bf16(bf16(x2*cos) + bf16(x1*sin))`` (torch bf16 ops).
-    MRoPE: cos/sin of half-dim j from row ``sel(j)``; with ``truncate_mrope`` the products are truncated to bf16
-    (vLLM's Triton MRoPE kernel on the original backend), otherwise rounded to nearest (vLLM's forward_native).
-    """
+    """Neox rotary on the first ``cos_sin_cache.shape[1]`` dims of ``y`` [T, H, D] (bf16); positions [T] or
+    [3, T] (MRoPE rows t, h, w, with ``mrope_section``). MRoPE products are truncated to bf16 with
+    ``truncate_mrope`` (vLLM's Triton MRoPE kernel), else rounded to nearest (its forward_native)."""
     rot = cos_sin_cache.shape[-1]
     half = rot // 2
     x_rot, x_pass = y[..., :rot], y[..., rot:]
@@ -98,8 +76,7 @@ def apply_rope(y: torch.Tensor, positions: torch.Tensor, cos_sin_cache: torch.Te
 
 def cos_sin_fp64(positions: torch.Tensor, cos_sin_cache: torch.Tensor, mrope_section=None,
                  mrope_interleaved: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp64 cos and sin of each token's rotated pairs, ``[T, 1, rot/2]`` each; positions [T] or [3, T] (MRoPE
-    rows resolved per half-dim by :func:`mrope_selector`)."""
+    """fp64 cos and sin of each token's rotated pairs, ``[T, 1, rot/2]`` each; positions [T] or [3, T]."""
     half = cos_sin_cache.shape[-1] // 2
     cs = cos_sin_cache.double()[positions]  # [T, rot] or [3, T, rot]
     if positions.dim() == 1:
@@ -110,8 +87,8 @@ def cos_sin_fp64(positions: torch.Tensor, cos_sin_cache: torch.Tensor, mrope_sec
 
 
 def norm_rope_fp64(x: torch.Tensor, weight: torch.Tensor, eps: float, cos=None, sin=None) -> torch.Tensor:
-    """Gemma RMSNorm of the fp64 rows ``x`` (``1 + w``), then (with ``cos``/``sin`` of :func:`cos_sin_fp64`) the neox
-    rotary of the first ``2 * cos.shape[-1]`` dims, in fp64 with no intermediate rounding."""
+    """Gemma RMSNorm of the fp64 rows ``x``, then (with :func:`cos_sin_fp64`'s ``cos``/``sin``) the neox
+    rotary of the first ``2 * cos.shape[-1]`` dims, in fp64."""
     y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + weight.double())
     if cos is None:
         return y

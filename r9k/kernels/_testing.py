@@ -1,4 +1,4 @@
-"""Small helpers shared by the part-1 kernel gate tests (imported by tests only)."""
+"""Small helpers of the kernel gate tests (imported by tests only)."""
 from __future__ import annotations
 
 import torch
@@ -31,18 +31,13 @@ def bf16_flips(a: torch.Tensor, b: torch.Tensor) -> int:
 
 
 def bf16_ulp(t: torch.Tensor) -> torch.Tensor:
-    """One bf16 ulp at each value's magnitude (8 significant bits), in fp64; the smallest normal's at 0."""
     a = t.double().abs().clamp_min(2.0 ** -126)
     return torch.exp2(torch.floor(torch.log2(a)) - 7)
 
 
 def bf16_within(got: torch.Tensor, exact: torch.Tensor, tol: torch.Tensor) -> torch.Tensor:
-    """Which elements of ``got`` (bf16) are the bf16 rounding of some value within ``tol`` of ``exact`` (fp64).
-
-    Rounding is monotone, so the roundings of the values in ``[exact - tol, exact + tol]`` are exactly the bf16
-    values from the rounding of the low end to that of the high end: an element whose computed (fp32) value is
-    within its derived error bound of the exact one passes, whether or not it landed across a rounding boundary,
-    and nothing else does. No count of flips, so no chance of a seed that crosses more boundaries than a quota."""
+    """Which elements of ``got`` (bf16) are the bf16 rounding of some value within ``tol`` of ``exact``
+    (fp64): rounding is monotone, so those are the values between the roundings of ``exact -+ tol``."""
     lo = (exact - tol).to(torch.bfloat16).double()
     hi = (exact + tol).to(torch.bfloat16).double()
     g = got.double()

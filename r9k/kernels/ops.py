@@ -1,16 +1,9 @@
-"""The op table: every fused op the project ships, with its named implementations.
+"""The op table: every fused op the project ships, with its stock (plain PyTorch) and fused (Triton) forms.
 
-Each kernel subpackage declares one or more :class:`KernelOp` and calls :func:`register` at import. There is
-no central list: :func:`load_all` imports every subpackage of ``kernels/`` (a folder with an ``__init__.py``
-whose name does not start with ``_``), so adding a kernel is adding its folder, and no file in another kernel's
-gate closure changes (the import is dynamic, which :mod:`r9k.registry.gatedeps` does not follow). Registration
-checks that the fused implementation takes every call the stock one takes (:func:`check_signatures`).
-An op has a ``stock`` implementation (plain PyTorch, the unfused composition, runs anywhere) and a
-``fused`` one (Triton). The dispatch layer (``r9k.plugin.dispatch``) asks :meth:`KernelOp.select` once,
-when a model is built, never per call.
-
-This module imports neither torch nor triton, so the plugin's startup path stays cheap.
-"""
+Each kernel subpackage registers its :class:`KernelOp` at import; :func:`load_all` imports every subpackage of
+``kernels/`` not starting with ``_`` (no central list, and a dynamic import that gate hashes do not follow, so a
+new kernel changes no other gate). The dispatch layer asks :meth:`KernelOp.select` once, when a model is built.
+This module imports neither torch nor triton, so the plugin's startup stays cheap."""
 from __future__ import annotations
 
 import importlib
@@ -23,14 +16,8 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class KernelOp:
-    """One fused op.
-
-    name:      the op's name, e.g. ``"fp8_block_linear"``.
-    variant:   the registry variant id whose knob selects between the implementations.
-    stock:     plain PyTorch reference (the unfused composition, launch for launch).
-    fused:     the Triton implementation; takes every call the stock one takes (checked at registration).
-    fused_values: knob values that select ``fused`` (every other value selects ``stock``).
-    """
+    """One fused op: its ``name``, the registry ``variant`` whose knob selects the implementation, the ``stock``
+    and ``fused`` implementations and the knob's ``fused_values`` that select ``fused``."""
 
     name: str
     variant: str
@@ -39,8 +26,8 @@ class KernelOp:
     fused_values: frozenset[str]  # stated by each op: the values of its own knob that mean "fused"
 
     def select(self, value: "str | None") -> "tuple[str, Callable]":
-        """The one rule every caller (the plugin's dispatch table, the decode-step model) applies:
-        ``("fused", fused)`` when the knob's value selects the fused implementation, else ``("stock", stock)``."""
+        """``("fused", fused)`` when the knob's value selects the fused implementation, else ``("stock",
+        stock)``: the one rule of every caller."""
         if value is not None and value in self.fused_values:
             return "fused", self.fused
         return "stock", self.stock
@@ -50,9 +37,8 @@ _OPS: dict[str, KernelOp] = {}
 
 
 def check_signatures(op: KernelOp) -> None:
-    """Raise ``TypeError`` unless every call of ``op.stock`` is a call of ``op.fused`` too: the stock's
-    parameters (name, kind, default) come first in the fused one, in order, and the fused one's extra
-    parameters (tile sizes, warps) all have defaults. Annotations are not compared."""
+    """Raise ``TypeError`` unless every call of ``op.stock`` is a call of ``op.fused``: the stock's
+    parameters (name, kind, default) come first in the fused one, in order, and its extra ones have defaults."""
     try:
         stock, fused = inspect.signature(op.stock), inspect.signature(op.fused)
     except (TypeError, ValueError):  # a builtin without a signature: nothing to compare
@@ -76,8 +62,7 @@ def check_signatures(op: KernelOp) -> None:
 
 
 def register(op: KernelOp) -> KernelOp:
-    """Add an op to the table after :func:`check_signatures`; registering the same op again (a re-import) is a
-    no-op."""
+    """Add an op after :func:`check_signatures`; registering the same op again (a re-import) is a no-op."""
     prev = _OPS.get(op.name)
     if prev is not None and prev.variant != op.variant:
         raise ValueError(f"kernel op {op.name!r} is already registered for variant {prev.variant!r}")
@@ -87,15 +72,13 @@ def register(op: KernelOp) -> KernelOp:
 
 
 def discover() -> tuple[str, ...]:
-    """The kernel subpackages, by module name: every package in ``kernels/`` whose name does not start with
-    ``_`` (``_triton`` holds shared helpers, no op)."""
+    """The kernel subpackages' module names: every package in ``kernels/`` not starting with ``_``."""
     here = importlib.import_module(__package__)
     return tuple(sorted(f"{__package__}.{m.name}" for m in pkgutil.iter_modules(here.__path__)
                         if m.ispkg and not m.name.startswith("_")))
 
 
 def load_all() -> dict[str, KernelOp]:
-    """Import every kernel subpackage (each registers its ops) and return the op table."""
     for mod in discover():
         importlib.import_module(mod)
     return dict(_OPS)
@@ -108,15 +91,10 @@ def get(name: str) -> KernelOp:
 
 
 def triton_platform() -> str | None:
-    """Where Triton kernels can run in this process: ``"cuda"``, ``"rocm"``, ``"interpret"`` or None.
-
-    ``interpret`` is Triton's CPU interpreter (``TRITON_INTERPRET=1``), used for correctness tests.
-    """
+    """Where Triton kernels can run here: ``"cuda"``, ``"rocm"``, ``"interpret"`` (the CPU interpreter,
+    ``TRITON_INTERPRET=1``) or None."""
     try:
         import torch
-    except ImportError:
-        return None
-    try:
         import triton  # noqa: F401
     except ImportError:
         return None

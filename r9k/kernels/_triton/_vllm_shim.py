@@ -1,5 +1,4 @@
-"""The few names vLLM's kernel files import from vLLM itself, for :mod:`.vllm_peer` (this project's own code:
-Triton, and what vLLM's CUDA platform answers for them)."""
+"""The few names vLLM's kernel files import from vLLM itself, for :mod:`.vllm_peer`."""
 from __future__ import annotations
 
 import functools
@@ -17,7 +16,6 @@ __all__ = ["triton", "tl", "current_platform", "direct_register_custom_op", "cdi
 class _Platform:
     @staticmethod
     def is_arch_support_pdl() -> bool:
-        """vLLM's CUDA platform: compute capability 9 or newer (never under the interpreter)."""
         if os.environ.get("TRITON_INTERPRET") == "1" or not torch.cuda.is_available():
             return False
         return torch.cuda.get_device_capability()[0] >= 9
@@ -27,7 +25,7 @@ current_platform = _Platform()
 
 
 def direct_register_custom_op(*args, **kwargs) -> None:
-    """Registration as a torch custom op is not needed to call the kernels' Python wrappers."""
+    """Not needed to call the kernels' Python wrappers."""
 
 
 def cdiv(a: int, b: int) -> int:
@@ -45,7 +43,7 @@ def num_compute_units(index=None) -> int:
 
 
 def input_guard(fn):
-    """As flash-linear-attention's: every tensor argument made contiguous before the call."""
+    """As flash-linear-attention's: every tensor argument made contiguous."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -63,7 +61,7 @@ def rearrange(*args, **kwargs):
 
 
 class VllmJitKernel:
-    """Base of vLLM's warm-up-aware kernel launchers; only the launch (``__call__``) is used here."""
+    """Base of vLLM's kernel launchers; only the launch (``__call__``) is used here."""
 
     def __class_getitem__(cls, _key):
         return cls

@@ -1,19 +1,9 @@
-"""Triton device helpers shared by every kernel of the project.
+"""Triton device helpers shared by every kernel.
 
-* ``INTERPRETED`` / :func:`use_triton`: whether Triton runs here (a GPU tensor, or the CPU interpreter);
-* ``rne_bf16``: fp32 -> nearest-even bf16 value (as fp32) on the bits, identical on the GPU and the interpreter;
-* ``to_bf16`` / ``to_e4m3`` / ``dot_bf16`` below.
-
-The last three take ``INTERPRET`` (a constexpr): Triton's CPU interpreter (triton 3.9, ``TRITON_INTERPRET=1``)
-gets three things wrong that the gates depend on, so under it these helpers compute the same values
-with plain integer/float arithmetic; on a GPU they compile to the hardware instruction:
-
-* ``to_bf16``: the interpreter truncates fp32 -> bf16; the GPU (``cvt.rn.bf16.f32``) and torch round
-  to nearest even.
-* ``to_e4m3``: the interpreter's fp32 -> e4m3 rounding is neither RNE nor carries into the exponent;
-  the GPU's ``cvt.rn.satfinite.e4m3x2.f32`` and torch round to nearest even.
-* ``dot_bf16``: the interpreter multiplies bf16 tiles as their raw uint16 bits.
-"""
+``to_bf16`` / ``to_e4m3`` / ``dot_bf16`` take ``INTERPRET`` (a constexpr): Triton's CPU interpreter truncates
+fp32 -> bf16, rounds fp32 -> e4m3 neither to nearest even nor with the exponent carry, and multiplies bf16
+tiles as their raw bits, so under it these compute the GPU's values with integer/float arithmetic; on a GPU
+they compile to the hardware instruction."""
 from __future__ import annotations
 
 import os
@@ -30,21 +20,15 @@ def use_triton(t) -> bool:
 
 
 def interpreted_tile(n: int, cap: int = 1024) -> int:
-    """The tile a default launch config takes under the CPU interpreter: as wide as ``n`` (a power of two, at
-    most ``cap``). The interpreter runs programs one after another and pays per program and per operation, not
-    per byte, so one wide program costs a fraction of the ~128 narrow ones (split-K included) sized for a GPU's
-    SMs; the kernels' tests pin the GPU's narrow and split configs explicitly."""
+    """The tile of a default config under the interpreter: as wide as ``n`` (a power of two, at most
+    ``cap``): the interpreter pays per program, not per byte. The tests pin the GPU's narrow configs explicitly."""
     return min(triton.next_power_of_2(n), cap)
 
 
 @triton.jit
 def rne_bf16(v):
-    """Round fp32 to the nearest-even bf16 value, returned as fp32 (exact in bf16).
-
-    Done on the bits rather than with ``.to(tl.bfloat16)``: the Triton CPU interpreter's float casts truncate
-    (and its "rtne" mode rounds ties away), so the CI gate would not see the GPU's rounding otherwise. On the GPU
-    this is four integer ops and gives the same bits as ``cvt.rn.bf16.f32`` for finite values.
-    """
+    """fp32 rounded to the nearest-even bf16 value, as fp32, on the bits (the interpreter's casts truncate):
+    the same bits as ``cvt.rn.bf16.f32`` for finite values."""
     bits = v.to(tl.int32, bitcast=True)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
     return bits.to(tl.float32, bitcast=True)

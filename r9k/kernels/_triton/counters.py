@@ -1,11 +1,6 @@
-"""Arrival counters for the kernels whose programs meet at the end (split-K reductions, the GDN core's
-per-head norm): zeroed int32 words that the last program to arrive resets to zero after use.
-
-One pool per (device, user): the users never share words, so two kernels that overlap under programmatic
-dependent launch cannot see each other's counts. Allocated once and kept (grown, never shrunk); the first
-call must happen outside CUDA-graph capture (every caller warms up first). Kernels of one user on one
-stream use their pool one after another; calls on concurrent streams must not overlap.
-"""
+"""Arrival counters of the kernels whose programs meet at the end (split-K reductions, the GDN core's norm):
+zeroed int32 words the last program to arrive resets after use. One pool per (device, user), so kernels that
+overlap under PDL never share words; allocated once (grown, never shrunk), first outside CUDA-graph capture."""
 from __future__ import annotations
 
 import torch

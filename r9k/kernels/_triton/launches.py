@@ -1,16 +1,9 @@
 """Counting what a decode step launches.
 
-Two counters, for two machines:
-
-* :class:`LaunchCounter` (any machine, CPU included): counts, while active, every ATen op that does device
-  work (a kernel, memset or copy on a GPU) and every Triton kernel launch. ATen ops that only make views
-  or allocate (``view``, ``slice``, ``empty``...) are not counted: they put nothing on the device. Works
-  under the Triton interpreter, so a tiny model's count is checked on the CPU. It counts *launch sites*:
-  a cuBLAS call that runs two kernels counts once, which is why the GPU figures come from the graph.
-* :func:`graph_node_counts` (CUDA): the nodes of a captured CUDA graph, by type, read from the driver
-  (``cuGraphGetNodes`` / ``cuGraphNodeGetType`` through ctypes on ``libcuda``): ``nodes`` = all nodes,
-  ``kernels`` = kernel nodes. This is what a replay of the step dispatches.
-"""
+* :class:`LaunchCounter` (any machine, the interpreter included): every ATen op that does device work (not a
+  view or an allocation) and every Triton launch, while active. It counts launch sites: a cuBLAS call that runs
+  two kernels counts once, which is why the GPU figures come from the graph.
+* :func:`graph_node_counts` (CUDA): the nodes of a captured CUDA graph by type, read from the driver."""
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +19,7 @@ _ALLOC_ONLY = {"empty", "empty_strided", "empty_like", "new_empty", "new_empty_s
 
 
 def _is_launch(func) -> bool:
-    """Whether an ATen overload does device work: not a pure view (every return aliases an input without
-    writing) and not an allocation."""
+    """Whether an ATen overload does device work: neither a pure view nor an allocation."""
     name = func._schema.name.split("::")[-1]
     if name in _ALLOC_ONLY:
         return False
@@ -81,7 +73,6 @@ class LaunchCounter(TorchDispatchMode):
             self._patches.clear()
 
     def _patch_triton(self):
-        """Count launches of every ``@triton.jit`` kernel (compiled or interpreted) while active."""
         classes = []
         try:
             from triton.runtime.jit import JITFunction
@@ -136,8 +127,8 @@ def _libcuda():
 
 
 def graph_node_counts(raw_graph: int) -> dict:
-    """``{"nodes", "kernels", "memcpy", "memset", "other"}`` of a ``cudaGraph_t`` (as returned by
-    ``torch.cuda.CUDAGraph(keep_graph=True).raw_cuda_graph()``), from the driver."""
+    """``{"nodes", "kernels", "memcpy", "memset", "other"}`` of a ``cudaGraph_t`` (as
+    ``torch.cuda.CUDAGraph(keep_graph=True).raw_cuda_graph()`` returns it), from the driver."""
     lib = _libcuda()
     if lib is None:
         raise RuntimeError("libcuda not found")
@@ -161,9 +152,8 @@ def graph_node_counts(raw_graph: int) -> dict:
 
 
 def capture(fn, warmup: int = 2):
-    """Capture ``fn()`` in a CUDA graph kept for inspection; returns ``(graph, output, node counts or None)``.
-
-    The graph is instantiated here, so the first replay is not slowed by it."""
+    """Capture ``fn()`` in a CUDA graph kept for inspection (and instantiated here, so the first replay is
+    not slowed): ``(graph, output, node counts or None)``."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):

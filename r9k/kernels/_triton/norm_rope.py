@@ -1,7 +1,5 @@
-"""Gemma RMSNorm + neox rotary (1-D or MRoPE) of one row, shared by ``qsa_glue`` and ``qk_rope``.
-
-``norm_rope_row`` is a ``triton.jit`` helper; ``pos_args`` turns a positions tensor into its kernel arguments.
-"""
+"""Gemma RMSNorm + neox rotary (1-D or MRoPE) of one row (``norm_rope_row``), shared by ``qsa_glue`` and
+``qk_rope``; ``pos_args`` turns a positions tensor into its kernel arguments."""
 from __future__ import annotations
 
 import triton
@@ -15,7 +13,6 @@ POS_NONE, POS_1D, POS_MROPE_INTERLEAVED, POS_MROPE_CONCAT = 0, 1, 2, 3
 
 @triton.jit
 def _round_prod(v, TRUNC: tl.constexpr):
-    """fp32 -> bf16 (as fp32): to nearest even, or toward zero when TRUNC."""
     if TRUNC:
         return (v.to(tl.int32, bitcast=True) & -65536).to(tl.float32, bitcast=True)
     else:
@@ -25,11 +22,8 @@ def _round_prod(v, TRUNC: tl.constexpr):
 @triton.jit
 def norm_rope_row(x_row, o_row, w_ptr, pos_base, sp_row, cache_ptr, s_cache, D, HALF, eps, S0, S1, S2,
                   BLOCK_D: tl.constexpr, BLOCK_HALF: tl.constexpr, POS_MODE: tl.constexpr, TRUNC: tl.constexpr):
-    """Norm (+ rotary) of one row: reads ``x_row[0:D]`` and writes ``o_row[0:D]`` (both element pointers).
-
-    pos_base: pointer to this token's position (row 0 for MRoPE); sp_row: stride between MRoPE position rows.
-    cache_ptr / s_cache: cos|sin cache and its row stride. S0, S1, S2: MRoPE sections (t, h, w).
-    """
+    """Norm (+ rotary) of ``x_row[0:D]`` into ``o_row[0:D]``. pos_base: this token's position (row 0 for
+    MRoPE), sp_row: the stride between MRoPE rows; cache_ptr / s_cache: the cos|sin cache; S0..S2: MRoPE sections."""
     d = tl.arange(0, BLOCK_D)
     md = d < D
     x = tl.load(x_row + d, mask=md, other=0.0).to(tl.float32)

@@ -1,11 +1,6 @@
 """Programmatic dependent launch (SM90): a kernel launched with ``launch_pdl=True`` may start while its
-predecessor on the stream is still running; it calls :func:`gdc_wait` before touching anything the predecessor
-writes, and the predecessor calls :func:`gdc_launch_dependents` once its successor may begin its prologue.
-
-Switched by ``R9K_PDL`` (variant ``programmatic_dependent_launch``, opt-in: ``1`` turns it on; unset or ``0``
-every kernel launches without the attribute and its wait is not compiled in). It is only used on CUDA devices of
-compute capability 9 or newer, never under the Triton interpreter.
-"""
+predecessor runs; it calls :func:`gdc_wait` before touching the predecessor's output, and the predecessor calls
+:func:`gdc_launch_dependents`. On with ``R9K_PDL=1`` (opt-in), CUDA devices of compute capability >= 9 only."""
 from __future__ import annotations
 
 import functools
@@ -43,8 +38,7 @@ def gdc_launch_dependents():
 
 @triton.jit
 def prefetch_l2(ptrs):
-    """``prefetch.global.L2`` of each address (a hint: nothing is loaded into registers). Used before
-    :func:`gdc_wait` on data no predecessor writes (weights), so their streaming overlaps the predecessor's tail.
-    Pass only valid addresses (mask with ``tl.where(mask, ptrs, base)``)."""
+    """``prefetch.global.L2`` of each address (a hint), before :func:`gdc_wait` on data no predecessor
+    writes (weights). Pass only valid addresses (mask with ``tl.where(mask, ptrs, base)``)."""
     tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptrs], dtype=tl.int32,
                               is_pure=False, pack=1)

@@ -1,15 +1,10 @@
-"""The skinny split-K GEMM of decode widths (M <= 16), shared by the MoE router (``r9k.kernels.router``) and the
-hyper-connection down GEMM (``r9k.kernels.hc_mix``): ``out = epi(bf16(scale[n] * sum_k x[m,k] * W[n,k]))``.
+"""The skinny split-K GEMM of decode widths (M <= 16), shared by the MoE router and the hyper-connection down
+GEMM: ``out = epi(bf16(scale[n] * sum_k x[m,k] * W[n,k]))``.
 
-* One 16-row tile; grid = (N tiles, K splits). Each program streams a ``BLOCK_N x K/SPLIT_K`` slice
-  of the weight (bf16, or e4m3 converted exactly to bf16 for W8A16), so a 512- or 336-row weight is
-  spread over ~100-200 programs instead of the 4-32 a 128-wide tile would give.
-* Split-K partials are reduced in one launch, deterministically: every program writes its fp32 partial
-  to a workspace, then bumps a per-N-tile counter (acq_rel atomic); the program that arrives last sums
-  the partials in split order 0, 1, ..., rounds once and runs the epilogue, then resets the counter
-  to 0 for the next call (graph-safe, no memset launch).
-* Epilogues: none, or hc_silu on the first ``EPI_COLS`` columns (``bf16(silu(bf16(acc) / hc))``).
-"""
+One 16-row tile; grid = (N tiles, K splits), so a 512- or 336-row weight (bf16, or e4m3 converted exactly to
+bf16) is spread over ~100-200 programs. The split-K partials go to an fp32 workspace; the last program of an
+N tile to arrive (acq_rel counter) sums them in split order, rounds once, runs the epilogue (none, or hc_silu
+on the first ``EPI_COLS`` columns) and resets the counter (graph-safe, no memset launch)."""
 from __future__ import annotations
 
 import os
@@ -28,7 +23,7 @@ BLOCK_M = 16  # one tile of decode rows (MTP-3: 4 rows a request, so up to 4 req
 
 @triton.jit
 def _hc_silu(v, inv_hc):
-    """hc_silu on the bf16-rounded GEMM value v (fp32 holding a bf16): a * sigmoid(a), a = v / hc."""
+    """a * sigmoid(a), a = v / hc, of the bf16-rounded GEMM value v."""
     a = v * inv_hc
     return a / (1.0 + tl.exp(-a))
 
@@ -65,8 +60,7 @@ def skinny_gemm_kernel(
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     if PDL:
-        # weights are no predecessor's output: stream this split's rows into the L2 (one prefetch per 128 bytes)
-        # before waiting for the activations
+        # weights are no predecessor's output: into the L2 (one prefetch per 128 bytes) before the wait
         LINE: tl.constexpr = 128 // W_BYTES
         NL: tl.constexpr = (BLOCK_K + LINE - 1) // LINE
         lines = tl.arange(0, NL) * LINE
@@ -94,11 +88,10 @@ def skinny_gemm_kernel(
         tl.store(ws, acc, mask=out_mask)
         tl.debug_barrier()  # every thread's partial is issued before the arrival is published
         arrived = tl.atomic_add(cnt_ptr + pid_n, 1)  # acq_rel, gpu scope
-        # Only the last program to arrive finishes the tile (masks, not a branch).
+        # only the last program to arrive finishes the tile (masks, not a branch)
         out_mask = out_mask & ((tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32) + arrived) == SPLIT_K - 1)
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         # fixed order: deterministic bits; unrolled so the last arriver issues every partial's load at once
-        # (issue 28: a runtime loop waited for each L2 round trip in turn)
         for s in tl.static_range(SPLIT_K):
             part = tl.load(ws_ptr + (s * BLOCK_M + offs_m[:, None]) * N + offs_n[None, :],
                            mask=out_mask, other=0.0, cache_modifier=".cg")
@@ -119,8 +112,7 @@ TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (
 
 
 def load_tuned(path: str = TUNED_FILE) -> dict:
-    """A device's sweep winners (written by the router and hc_mix benchmarks with ``--sweep``, gate-tested in the
-    same device run; see notes/kernels-linear-routing.md): {"skinny": {"NxK": [cfg]}}."""
+    """A device's sweep winners (the router and hc_mix benchmarks' ``--sweep``): {"skinny": {"NxK": [cfg]}}."""
     return tuned.read(path)
 
 
@@ -128,9 +120,8 @@ TUNED: dict = load_tuned()
 
 
 def default_skinny_config(n: int, k: int) -> tuple[int, int, int, int, int]:
-    """(BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages) for a skinny GEMM of N x K: the H200
-    sweep's winner for this shape if recorded, else ~130-260 programs (132 SMs), each streaming a few
-    tens of KB of weight."""
+    """(BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages) for N x K: the device's sweep winner if
+    recorded, else ~130-260 programs (132 SMs)."""
     if INTERPRETED:
         return interpreted_tile(n), interpreted_tile(k), 1, 4, 3
     cfg = TUNED.get("skinny", {}).get(f"{n}x{k}")
@@ -152,11 +143,9 @@ SKINNY_PDL = False
 def skinny_gemm(x, w, *, scale=None, out=None, epi_cols: int = 0, hc_count: int = 4, config=None):
     """``out[m, n] = epi(bf16(scale[n] * sum_k x[m,k] * w[n,k]))`` for M <= 16 in one launch.
 
-    x [M, K] bf16 (row stride free, unit column stride), w [N, K] bf16 or float8_e4m3fn (contiguous),
-    scale [N] fp32 or None, out [M, N] bf16 (allocated when None). ``epi_cols > 0`` applies hc_silu
-    (``silu(v / hc_count)`` on the bf16-rounded value) to columns ``< epi_cols``.
-    ``config``: (BLOCK_N, BLOCK_K, SPLIT_K, num_warps, num_stages[, unroll]); None = tuned or default.
-    """
+    x [M, K] bf16 (unit column stride), w [N, K] bf16 or float8_e4m3fn (contiguous), scale [N] fp32 or None.
+    ``epi_cols > 0``: hc_silu (``silu(v / hc_count)``) on columns ``< epi_cols``. ``config``: (BLOCK_N, BLOCK_K,
+    SPLIT_K, num_warps, num_stages[, unroll]); None = tuned or default."""
     M, K = x.shape
     N = w.shape[0]
     assert w.shape[1] == K and w.is_contiguous() and x.stride(1) == 1
@@ -168,8 +157,7 @@ def skinny_gemm(x, w, *, scale=None, out=None, epi_cols: int = 0, hc_count: int 
     split = triton.cdiv(K, k_per_split)  # no empty splits
     unroll = k_per_split // block_k if (rest and rest[0]) else 0
     tiles = triton.cdiv(N, block_n)
-    # PDL is not used here: over a decode step it measured slower with the skinny GEMMs (router, hc down) taking
-    # part (notes/kernels-decode-width.md); the kernel keeps the path for the benchmark's comparison
+    # PDL off: slower over a decode step with the skinny GEMMs taking part (notes/kernels-decode-width.md)
     pdl = SKINNY_PDL and pdl_enabled(x)
     if split > 1:
         ws = torch.empty((split, BLOCK_M, N), dtype=torch.float32, device=x.device)

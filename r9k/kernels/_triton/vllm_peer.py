@@ -1,31 +1,12 @@
-"""vLLM's own Triton kernels, loaded from vLLM's installed (or carried) sources, for side-by-side runs.
+"""vLLM's own Triton kernels for the ops this project fuses, loaded from vLLM's installed (or carried,
+``R9K_VLLM_SRC``) sources for side-by-side runs: the GDN spec-decode core (flash-linear-attention's recurrent
+update + gated RMS norm), Qwen4Exp's hyper-connection combine + grouped norm and input mix (its unfused path:
+cuBLAS down, ``_hc_silu_kernel``, cuBLAS up, ``_hc_gate_mix``; the 1..48-row CuTe DSL kernel needs the CUTLASS
+DSL, so that part is a stand-in), and the one-launch QSA prepare (timing only).
 
-What stock vLLM runs at decode for the ops this project fuses, launch for launch:
-
-* GDN spec-decode core: flash-linear-attention's ``fused_sigmoid_gating_delta_rule_update`` (one recurrent
-  launch, q/k l2-norm and gating inside) after the q/k/v/a/b ``.contiguous()`` copies of its wrapper, then
-  the gated RMS norm (``RMSNormGated.forward_cuda`` -> ``rmsnorm_fn`` -> ``layer_norm_fwd_kernel``, one launch);
-* hyper-connection combine + grouped norm: Qwen4Exp's ``_hc_combine_norm`` (one launch), and for a module with no
-  pending block output ``_grouped_gemma_rmsnorm`` (one launch), from ``vllm/models/qwen4_exp/nvidia/ops/hc.py``;
-* QSA prepare (:func:`qsa_prepare`, ``ops/qsa_prepare.py``): one launch for the main q/k norm + rotary + gate and
-  K/V cache write and the indexer's q, compressed key and raw-key ring -- for side-by-side timing only (its
-  indexer rotary is 64 dims, this project's model ropes 32: notes/decode-step.md);
-* hyper-connection input mix (:func:`hc_mix`): ``GatedResidual``'s unfused path (``hyperconnection.py``): the
-  merged down+inject GEMM (a bf16 ``F.linear``, cuBLAS), ``_hc_silu_kernel`` (one launch), the up GEMM (cuBLAS),
-  ``_hc_gate_mix`` (one launch). vLLM runs this path above 48 rows; at 1..48 rows on SM90 it runs the down GEMM +
-  SiLU as one CuTe DSL kernel (``ops/cute_dsl/hc_down_silu.py``), which needs the CUTLASS DSL (not on the H200
-  image): that part is a stand-in (:data:`r9k.r9kctl.decode_step.dispatch.STOCK_SOURCE` says so per op).
-
-vLLM's CUDA default for the GDN core is its fused post-conv MTP kernel (CUDA C++, one launch with the norm):
-not loadable from Python sources, so it is an anchor this project has not measured.
-
-The files are executed from vLLM's sources with their ``vllm.*`` imports pointed at :mod:`._vllm_shim` (Triton
-itself plus a few small platform helpers), so neither vLLM's package init nor its compiled extension is needed:
-the H200 has no vLLM installed, its sources travel with the device call (``R9K_VLLM_SRC``, the folder holding
-``vllm/``). Nothing of vLLM is copied into this project: the kernels are read from vLLM's own files at run time.
-The kernels' text is unchanged; only import lines are rewritten, one for one, so line numbers (and Triton's view
-of the source) stay those of vLLM's file.
-"""
+The files are executed with their ``vllm.*`` imports pointed at :mod:`._vllm_shim`, so neither vLLM's package
+init nor its compiled extension is needed; only import lines are rewritten, one for one, so line numbers stay
+those of vLLM's file. Nothing of vLLM is copied into this project."""
 from __future__ import annotations
 
 import functools
@@ -48,7 +29,7 @@ _IMPORT = re.compile(r"^(\s*)from (vllm\.[\w.]+|einops|\.[\w.]*) import ", re.M)
 
 
 class PeerUnavailable(RuntimeError):
-    """vLLM's sources are not on this machine (or a file failed to load): the reason is the message."""
+    """vLLM's sources are not here (or a file failed to load): the reason is the message."""
 
 
 def source_root() -> Optional[Path]:
@@ -101,7 +82,7 @@ def available() -> tuple[bool, str]:
 def gdn_core(mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted, state_indices,
              num_k_heads, num_v_heads, head_k_dim=128, head_v_dim=128, eps=1e-6, gate="sigmoid", scale=None,
              out=None):
-    """vLLM's GDN spec-decode core, as its layer runs it: the signature of
+    """vLLM's GDN spec-decode core as its layer runs it, with the signature of
     :func:`r9k.kernels.gdn_decode.gdn_spec_decode_core` (``state`` updated in place)."""
     fla, norm = load("fla_gating"), load("fla_norm")
     T = mixed_qkv.shape[0]
@@ -120,8 +101,8 @@ def gdn_core(mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens,
 
 
 def gdn_split(mixed_qkv, z, b, a, num_k_heads, num_v_heads, head_k_dim=128, head_v_dim=128):
-    """The contiguous q, k, v [1, T, H, D], a, b [T, Hv] and z [T*Hv, Dv] that vLLM's layer hands its two GDN
-    kernels (its wrapper's ``.contiguous()`` copies, made once): for timing the two launches alone."""
+    """The contiguous q, k, v [1, T, H, D], a, b [T, Hv] and z [T*Hv, Dv] vLLM's layer hands its two GDN
+    kernels (its wrapper's copies, made once): for timing the two launches alone."""
     T = mixed_qkv.shape[0]
     Hk, Hv, Dk, Dv = num_k_heads, num_v_heads, head_k_dim, head_v_dim
     q = mixed_qkv[:, : Hk * Dk].reshape(1, T, Hk, Dk).contiguous()
@@ -143,11 +124,8 @@ def gdn_two_launches(q, k, v, a, b, z2, A_log, dt_bias, norm_weight, state, cu_s
 
 
 def hc_mix(xn, w_down, w_up, out_buf=None, out_block=None, *, lora_rank: int = 320, hc_count: int = 4):
-    """vLLM's Qwen4Exp hyper-connection input mix on its unfused path, with the signature of
-    :func:`r9k.kernels.hc_mix.reference.hc_mix`: ``(buf [M, N_down], block_input [M, HD])``, ``buf[:, :lora_rank]``
-    the SiLU'd lora, ``buf[:, lora_rank:lora_rank + hc_count]`` the injection logits. Four launches: cuBLAS down,
-    vLLM's ``_hc_silu_kernel`` (written into ``buf``'s lora columns: the kernel takes separate in/out pointers, so
-    no copy is added), cuBLAS up, vLLM's ``_hc_gate_mix``."""
+    """vLLM's Qwen4Exp hyper-connection input mix on its unfused path (four launches), with the signature of
+    :func:`r9k.kernels.hc_mix.reference.hc_mix`; the SiLU is written into ``buf``'s lora columns (no copy added)."""
     import torch.nn.functional as F
 
     m = load("hc")
@@ -167,8 +145,8 @@ def hc_mix(xn, w_down, w_up, out_buf=None, out_block=None, *, lora_rank: int = 3
 
 
 def hc_combine_norm(res, blk, inj, weight, eps, hc):
-    """vLLM's Qwen4Exp combine + grouped Gemma norm: ``(new residual, normed)``; ``blk is None``: the grouped
-    norm alone (``res`` returned as the residual)."""
+    """vLLM's Qwen4Exp combine + grouped Gemma norm: ``(new residual, normed)``; ``blk is None``: the
+    grouped norm alone."""
     m = load("hc")
     if blk is None:
         return res, m._grouped_gemma_rmsnorm(res, weight, eps, hc)
@@ -177,11 +155,9 @@ def hc_combine_norm(res, blk, inj, weight, eps, hc):
 
 def qsa_decode_caches(requests: int, spec: int, context: int, group: int, idx_head: int, page: int, kv_heads: int,
                       head_dim: int, device, ring: int = 4, gen=None) -> dict:
-    """vLLM's caches and metadata for a uniform decode batch (``requests`` x ``spec`` new tokens at positions
-    ``context - spec .. context - 1``, one completed indexer group a request), as its QSA metadata builders
-    hand them to ``qsa_prepare``: the main K/V cache [pages, page, kv_heads, 2 * head_dim] (K | V in one row),
-    the raw-key ring [requests, ring, idx_head], the compressed-key cache [requests, context / group, idx_head]
-    (one block a request), the slots and one K work item (request, 0) a request."""
+    """vLLM's caches and metadata for a uniform decode batch (``requests`` x ``spec`` new tokens at
+    positions ``context - spec .. context - 1``, one completed indexer group a request), as its QSA metadata
+    builders hand them to ``qsa_prepare``."""
     import torch
 
     R, S = requests, spec
@@ -206,12 +182,9 @@ def qsa_decode_caches(requests: int, spec: int, context: int, group: int, idx_he
 
 def qsa_prepare(ix, qkv, caches: dict, cos_sin, idx_q_norm, idx_k_norm, q_norm, k_norm, eps, idx_heads: int,
                 group: int):
-    """vLLM's one-launch QSA prepare (``ops/qsa_prepare.py``) on the decode batch of :func:`qsa_decode_caches`:
-    the main q/k Gemma norm + rotary, the gate copy and the K/V cache write, the indexer q norm + rotary, the
-    pooled + normed + roped key of each completed group into the compressed cache, the raw keys into the ring.
-    ``ix`` [T, (idx_heads + 1) * idx_head] (indexer q heads, then the raw key), ``qkv`` [T, 2 (hq + hkv) D].
-    Returns ``(q [T, hq, D], gate [T, hq, D], indexer q [T, idx_heads, idx_head])``. vLLM ropes the first
-    ``idx_head / 2`` dims of both with one table (``cos_sin`` [positions, idx_head / 2])."""
+    """vLLM's one-launch QSA prepare on the batch of :func:`qsa_decode_caches`: ``(q [T, hq, D],
+    gate [T, hq, D], indexer q [T, idx_heads, idx_head])``. ``ix`` [T, (idx_heads + 1) * idx_head] (indexer q
+    heads, then the raw key), ``qkv`` [T, 2 (hq + hkv) D]; ``cos_sin`` [positions, idx_head / 2]."""
     import torch
 
     m = load("qsa_prepare")

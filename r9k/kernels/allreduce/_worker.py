@@ -1,9 +1,6 @@
-"""What each rank of the all-reduce tests runs (a module of its own: ``torch.multiprocessing.spawn`` imports
-the function by name in every child, which a pytest-collected test module is not importable as).
-
-Every rank draws every rank's input from the same seeds, so each rank checks its own result against the
-fp64 sum and the stated bound, and all ranks compare their results bitwise through one more all-gather.
-"""
+"""What each rank of the all-reduce tests runs (a module of its own: ``torch.multiprocessing.spawn``
+imports it by name in every child). Every rank draws every rank's input from the same seeds, checks its result
+against the fp64 sum and the stated bound, and compares it bitwise with the others' through an all-gather."""
 from __future__ import annotations
 
 import json
@@ -37,7 +34,7 @@ def _identical(out: torch.Tensor) -> bool:
                for o in outs)
 
 
-def run_checks(rank: int, world: int, port: int, seed: int, out_dir: str, codec_name: str, iters: int) -> None:
+def spawn_entry(rank: int, world: int, port: int, seed: int, out_dir: str, codec_name: str, iters: int) -> None:
     os.environ.setdefault("TRITON_INTERPRET", "1")
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     results = {"rank": rank, "checks": 0, "failures": [], "rms": {}}
@@ -111,7 +108,3 @@ def run_checks(rank: int, world: int, port: int, seed: int, out_dir: str, codec_
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as f:
             json.dump(results, f)
         dist.destroy_process_group()
-
-
-def spawn_entry(rank: int, world: int, port: int, seed: int, out_dir: str, codec_name: str, iters: int) -> None:
-    run_checks(rank, world, port, seed, out_dir, codec_name, iters)

@@ -1,27 +1,19 @@
 """The all-reduce variants' schedules over a ``torch.distributed`` group (docs/semantics.md 3.12).
 
-Each function is called by every rank of ``group`` with a tensor of the same shape and dtype and returns
-the sum over ranks, **bitwise identical on every rank** (tensor-parallel ranks must agree). Where the GPU
-variants read peers' buffers directly (peer memory), these schedules move the same data with
-``all_gather``: the result and the order of every addition are the GPU kernels', only the transport
-differs (gloo on the CPU in CI, NCCL or symmetric memory on GPUs).
+Called by every rank with a tensor of the same shape and dtype, each returns the sum over ranks, bitwise
+identical on every rank. Where the GPU variants read peers' buffers, these move the same data with
+``all_gather``: the additions and their order are the GPU kernels', only the transport differs.
 
-* :func:`one_shot`: every rank reads every peer's whole message and adds them in rank order.
-* :func:`two_shot`: rank ``r`` owns chunk ``r``: it adds that chunk of every rank in rank order
-  (reduce-scatter), then every rank copies every owner's chunk (all-gather). The same additions in the
-  same order as :func:`one_shot`: the two are bitwise equal, and equal to :func:`fixed_order_sum`.
-* :func:`compressed_one_shot`: every rank sends its message quantized (:mod:`.quant`); every rank adds
-  the dequantized messages in rank order. One quantization per contribution.
-* :func:`compressed_two_shot`: reduce-scatter with quantized peers' chunks (the owner's own chunk stays
-  exact), then an all-gather of the owner's quantized sum, which every rank (the owner too) dequantizes.
-* :func:`hier4`: 4 ranks as 2 pairs (0, 1) and (2, 3), the original's 2x2 topology: an exact
-  reduce-scatter inside each pair, a compressed exchange of each half between the pairs, an exact
-  all-gather inside each pair. Only the pair-to-pair hop is quantized.
+* :func:`one_shot`: every rank adds every peer's whole message in rank order.
+* :func:`two_shot`: rank ``r`` adds chunk ``r`` of every rank in rank order, then all gather the chunks
+  (bitwise equal to :func:`one_shot` and :func:`fixed_order_sum`).
+* :func:`compressed_one_shot`: every rank sends its message quantized (:mod:`.quant`), all add the dequantized
+  messages in rank order.
+* :func:`compressed_two_shot`: reduce-scatter with quantized peers' chunks (the owner's own exact), then an
+  all-gather of the owner's quantized sum.
+* :func:`hier4`: 4 ranks as pairs (0, 1) and (2, 3): exact inside a pair, quantized between the pairs.
 
-:func:`all_reduce` picks one by message size with the registry's thresholds (:class:`Config`).
-``codec`` is the quantizer: :mod:`.quant` (plain PyTorch, the reference) or the Triton kernels
-(:mod:`.triton_kernel`); both expose ``quantize(x, bits, block)`` and ``dequant_sum(codes, scales)``.
-"""
+``codec`` is :class:`TorchCodec` or the Triton one (:mod:`.triton_kernel`)."""
 from __future__ import annotations
 
 import math
@@ -149,12 +141,8 @@ def hier4(x, group=None, bits=4, block=quant.DEFAULT_BLOCK, codec=TorchCodec) ->
 
 @dataclass(frozen=True)
 class Config:
-    """The registry's all-reduce knobs, as the plugin resolves them (no environment read here).
-
-    Field names follow the variant ids: enabled: p2p_allreduce_hook; two_rank_max_mb: ar_scratch_mb;
-    ar2_*: ar2_compressed, ar2_compressed_bits, ar2_compressed_min_kb; oneshot_kb / max_kb: arn_oneshot_cap /
-    arn_max_kb; ar4_*: ar4_compressed, ar4_bits, ar4_max_mb.
-    """
+    """The registry's all-reduce knobs, as the plugin resolves them (fields named after the variant ids:
+    ``ar_scratch_mb`` -> two_rank_max_mb, ``arn_oneshot_cap`` / ``arn_max_kb`` -> oneshot_kb / max_kb)."""
 
     enabled: bool = False
     two_rank_max_mb: int = 48
@@ -169,8 +157,7 @@ class Config:
     block: int = quant.DEFAULT_BLOCK
 
     def choose(self, nbytes: int, world: int) -> str:
-        """Which schedule a message of ``nbytes`` takes at ``world`` ranks: one of ``stock``, ``one_shot``,
-        ``two_shot``, ``compressed_one_shot``, ``hier4``. Decode-sized messages always stay exact."""
+        """The schedule of a message of ``nbytes`` at ``world`` ranks; decode-sized messages stay exact."""
         if not self.enabled or world < 2:
             return "stock"
         if world == 2:
@@ -204,6 +191,6 @@ def all_reduce(x: torch.Tensor, cfg: Config, group=None, codec=TorchCodec, stock
 
 
 def variant_all_reduce(x: torch.Tensor, group=None, cfg: "Config | None" = None, codec=TorchCodec) -> torch.Tensor:
-    """The op table's fused implementation (``allreduce``): the sum by the schedule ``cfg`` picks for this
-    message (:func:`all_reduce`); ``cfg`` None: every schedule on, at :class:`Config`'s thresholds."""
+    """The op table's fused implementation: the sum by the schedule ``cfg`` picks (None: every
+    schedule on, at :class:`Config`'s thresholds)."""
     return all_reduce(x, cfg if cfg is not None else Config(enabled=True), group, codec)[1]

@@ -1,17 +1,11 @@
 """The compressed all-reduce's wire format, in plain PyTorch (the reference codec).
 
-A message is cut into blocks of ``block`` elements (a power of two; the last block is padded with
-zeros). Each block is rotated by the orthonormal Walsh-Hadamard matrix ``H / sqrt(block)`` (it spreads
-an outlier over the whole block, so one large value no longer sets a coarse scale for its neighbours),
-then quantized symmetrically: ``scale = max|y| / qmax``, ``code = floor(y / scale + 1/2)`` clamped to
-``[-qmax, qmax]`` (``qmax = 2**(bits-1) - 1``: 7 for 4 bits, 31 for 6, 127 for 8). The wire carries the
-codes packed at ``bits`` bits each and one fp32 scale a block: ``bits + 32 / block`` bits an element
-(4.25 for 4-bit codes in blocks of 128, as the original's 4-bit wire).
-
-Error (exact arithmetic): ``|y - code * scale| <= scale / 2`` for every element, and the rotation is
-orthonormal, so a block's dequantized values differ from the input by at most ``sqrt(block) * scale / 2``
-in the L2 norm. :func:`r9k.kernels.allreduce.reference.error_bound` adds these up over a schedule.
-"""
+A message is cut into blocks of ``block`` elements (a power of two, the last zero-padded); each block is
+rotated by the orthonormal Walsh-Hadamard matrix ``H / sqrt(block)`` (an outlier spreads over the block instead
+of setting a coarse scale for its neighbours), then quantized symmetrically: ``scale = max|y| / qmax``,
+``code = floor(y / scale + 1/2)`` clamped to ``[-qmax, qmax]``, ``qmax = 2**(bits-1) - 1``. The wire carries
+the codes packed at ``bits`` bits and one fp32 scale a block. A block's dequantized values are within
+``sqrt(block) * scale / 2`` of the input in the L2 norm (:func:`.reference.error_bound` adds these up)."""
 from __future__ import annotations
 
 import math
@@ -53,7 +47,6 @@ def hadamard(block: int, device="cpu") -> torch.Tensor:
 
 
 def to_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
-    """``x`` flattened to fp32 and zero-padded to ``[n_blocks, block]``."""
     flat = x.reshape(-1).float()
     n = flat.numel()
     nb = max(1, math.ceil(n / block))
@@ -63,7 +56,6 @@ def to_blocks(x: torch.Tensor, block: int) -> torch.Tensor:
 
 
 def rotate(blocks: torch.Tensor) -> torch.Tensor:
-    """``blocks @ H / sqrt(block)`` in fp32 (H is symmetric and orthogonal up to the factor)."""
     b = blocks.shape[-1]
     return (blocks @ hadamard(b, blocks.device)) * (1.0 / math.sqrt(b))
 
@@ -83,12 +75,6 @@ def quantize(x: torch.Tensor, bits: int, block: int = DEFAULT_BLOCK) -> tuple[to
 def dequantize(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     """fp32 ``[n_blocks, block]``: the rotation undone on ``codes * scale`` (H / sqrt(b) is its own inverse)."""
     return rotate(codes.float() * scales[:, None])
-
-
-def wire_bytes(numel: int, bits: int, block: int = DEFAULT_BLOCK) -> int:
-    """Bytes one rank's quantized copy of a ``numel``-element message takes on the wire."""
-    nb = max(1, math.ceil(numel / block))
-    return (nb * block * bits + 7) // 8 + 4 * nb
 
 
 def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:

@@ -1,20 +1,8 @@
-"""Stock path, exact reference and stated error bounds of the all-reduce variants.
+"""Stock path, exact reference and stated error bounds of the all-reduce variants (docs/semantics.md 3.12).
 
-Stock: ``torch.distributed.all_reduce`` on the group (NCCL on NVIDIA GPUs, what vLLM's
-``pynccl`` / ``torch.distributed`` path runs when no custom all-reduce takes a message; gloo on the CPU).
-
-Bounds (docs/semantics.md 3.12):
-
-* exact schedules (one-shot, two-shot): the fixed-order fp32 sum, rounded once to the dtype; against the
-  fp64 sum each element is within ``(world - 1) * 2^-24 * sum_r |x_r|`` before the final rounding, plus
-  half an ulp of the dtype after it.
-* compressed schedules: per block of ``block`` elements, in the L2 norm,
-  ``sqrt(block) / 2 * (sum of the scales of every quantization on that block's path)`` (each rounding moves
-  an element of the rotated block by at most half a scale, and the rotation is orthonormal), plus the fp32
-  work (``4 * block * 2^-24`` times the L1 norm of every rotated vector: a rotation is a block-term dot
-  product per element) and the final rounding to the dtype (``2^-8`` of the block's result norm).
-  :func:`error_bound` recomputes the scales each schedule uses from all ranks' inputs.
-"""
+Stock: ``torch.distributed.all_reduce`` (NCCL on GPUs, gloo on the CPU). Bounds: exact schedules, the
+fixed-order fp32 sum rounded once; compressed ones, per block in the L2 norm, ``sqrt(block) / 2`` times the
+scales of every quantization on the block's path, plus the fp32 work of the rotations and the final rounding."""
 from __future__ import annotations
 
 import math
@@ -35,7 +23,6 @@ def all_reduce_stock(x: torch.Tensor, group=None) -> torch.Tensor:
 
 
 def exact_sum(xs) -> torch.Tensor:
-    """fp64 sum of the ranks' inputs (no rounding at this scale)."""
     acc = xs[0].double().clone()
     for x in xs[1:]:
         acc += x.double()
@@ -55,7 +42,6 @@ def _blocks(x, block):
 
 
 def _q_terms(v_fp32: torch.Tensor, bits: int, block: int):
-    """(scales, L1 norms) of the blocks of one quantized vector."""
     _, scales = quant.quantize(v_fp32, bits, block)
     l1 = quant.to_blocks(v_fp32, block).double().abs().sum(1)
     return scales.double(), l1
@@ -70,12 +56,8 @@ def error_bound(xs, schedule: str, bits: int, block: int = quant.DEFAULT_BLOCK, 
     flats = [x.reshape(-1).float() for x in xs]
     fp32 = 4 * block * U32
     if schedule == "compressed_one_shot":
-        q = quant_sum = None
-        for f in flats:
-            s, l1 = _q_terms(f, bits, block)
-            term = rt / 2 * s + fp32 * 2 * l1  # forward and inverse rotation
-            q = term if q is None else q + term
-        quant_sum = q
+        # forward and inverse rotation of each rank's message
+        quant_sum = sum(rt / 2 * s + fp32 * 2 * l1 for s, l1 in (_q_terms(f, bits, block) for f in flats))
         result = _blocks(exact_sum(xs), block).norm(dim=1)
         return quant_sum + 2.0 ** -8 * (result + quant_sum) * (dtype != torch.float32)
     if schedule == "compressed_two_shot":
@@ -121,8 +103,8 @@ def error_bound(xs, schedule: str, bits: int, block: int = quant.DEFAULT_BLOCK, 
 
 
 def _trim(bound, n, block, xs, dtype):
-    """Re-block a bound laid out over the padded schedule to the message's own blocks (the schedules above
-    align their chunks to whole blocks, so block i of the message is block i of the layout)."""
+    """Re-block a bound laid out over the padded schedule to the message's own blocks (chunks are whole
+    blocks, so block i of the message is block i of the layout)."""
     nb = max(1, math.ceil(n / block))
     b = bound[:nb]
     if dtype != torch.float32:

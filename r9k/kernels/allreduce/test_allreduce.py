@@ -85,11 +85,6 @@ def test_pack_roundtrip(bits, seed):
         assert torch.equal(quant.unpack(packed, bits, n), codes)
 
 
-def test_wire_is_bits_plus_a_scale_per_block():
-    assert quant.wire_bytes(128 * 1000, 4) * 8 / (128 * 1000) == 4.25
-    assert quant.wire_bytes(128 * 1000, 6) * 8 / (128 * 1000) == 6.25
-
-
 @pytest.mark.parametrize("bits", [4, 6])
 def test_codec_rounding_rule(bits, seed):
     """Every rotated element moves by at most half a scale; a block of zeros stays zeros."""

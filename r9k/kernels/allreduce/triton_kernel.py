@@ -1,13 +1,7 @@
-"""Triton kernels of the compressed all-reduce's codec (the fused path of :mod:`.quant`).
-
-* ``quantize``: one launch; each program loads ``BM`` blocks, rotates them with one ``tl.dot`` against the
-  Hadamard matrix (fp32, ``input_precision="ieee"``: no tf32), takes each block's absmax, and writes the
-  codes (int8) and the fp32 scales. Same rule as :func:`r9k.kernels.allreduce.quant.quantize`; the
-  rotation's summation order differs, so a value on a rounding boundary may take the neighbouring code.
-* ``dequant_sum``: one launch for all ranks: each program walks the ranks in rank order, scales the codes,
-  undoes the rotation with ``tl.dot`` and accumulates in fp32.
-Packing the codes at 4 or 6 bits stays in :mod:`.quant` (byte shuffling, not the hot path's arithmetic).
-"""
+"""Triton kernels of the compressed all-reduce's codec (the fused path of :mod:`.quant`): ``quantize``
+(rotation by one fp32 ``tl.dot`` with the Hadamard matrix, absmax, codes and scales; the summation order
+differs from :mod:`.quant`'s, so a value on a rounding boundary may take the neighbouring code) and
+``dequant_sum`` (all ranks in one launch, in rank order). Packing the codes stays in :mod:`.quant`."""
 from __future__ import annotations
 
 import math
@@ -86,7 +80,6 @@ def dequant_sum(codes_list, scales_list) -> torch.Tensor:
 
 
 class TritonCodec:
-    """The fused codec, interchangeable with :class:`r9k.kernels.allreduce.algorithms.TorchCodec`."""
 
     name = "fused"
     quantize = staticmethod(quantize)

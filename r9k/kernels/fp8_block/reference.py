@@ -1,16 +1,6 @@
-"""Plain-PyTorch reference of the block-fp8 linear with per-(row, 128-group) activation quant
-(docs/semantics.md 3.11), and its fp64 reference.
-
-Semantics (r9k form; vLLM's stock quant divides by the scale instead and may differ on rare codes):
-* quant: per row m and group g of 128 columns: ``A = max(max |x|, 1e-12)``, ``sa = A / 448``,
-  ``qa = e4m3_rne(x * (448 / A))`` (fp32 multiply by the reciprocal, no clamp needed).
-* GEMM: ``out[m, n] = bf16( sum_g (sum_{k in g} qa[m,k] * Wq[n,k]) * Bs[n // 128, g] * sa[m, g] )``,
-  each group's partial scaled as ``(partial * Bs) * sa`` and added to an fp32 running sum.
-
-The on-GPU stock path (quant launch + GEMM launch, both Triton) is ``triton_kernel.fp8_block_linear_stock``;
-the functions here are the same math in PyTorch ops (used on a CPU without the Triton interpreter and
-as the gates' references).
-"""
+"""Plain-PyTorch block-fp8 linear with per-(row, 128-group) activation quant (docs/semantics.md 3.11), and its
+fp64 reference: the same math as the Triton paths (``triton_kernel.fp8_block_linear_stock`` is the GPU stock),
+used without Triton and by the gates."""
 from __future__ import annotations
 
 import torch
@@ -21,8 +11,8 @@ FP8_MAX = 448.0
 
 
 def quant_group128_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [M, K] bf16 (K % 128 == 0) -> (qa [M, K] float8_e4m3fn, sa [M, K // 128] fp32). Bit-exact
-    with the Triton quant kernel and the fused kernel's A-load."""
+    """x [M, K] bf16 -> (qa [M, K] float8_e4m3fn, sa [M, K // 128] fp32), bit-exact with the
+    Triton quant kernel and the fused A-load."""
     M, K = x.shape
     xf = x.float().view(M, K // GROUP, GROUP)
     A = xf.abs().amax(dim=-1).clamp_min(1e-12)
@@ -34,31 +24,20 @@ def quant_group128_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return qa, sa
 
 
-def gemm_fp8_block(qa, sa, w_q, w_s) -> torch.Tensor:
-    """The block-scaled GEMM of the quantised operands in fp32 torch ops -> bf16 [M, N]."""
+def _block_gemm(qa, sa, w_q, w_s, dtype) -> torch.Tensor:
+    """The block-scaled GEMM of the quantised operands in ``dtype``, unrounded [M, N]."""
     M, K = qa.shape
     N = w_q.shape[0]
     G = K // GROUP
-    part = torch.einsum("mgk,ngk->mng", qa.float().view(M, G, GROUP), w_q.float().view(N, G, GROUP))
-    bs = w_s.float().repeat_interleave(GROUP, dim=0)[:N]  # [N, G]
-    acc = ((part * bs[None]) * sa[:, None, :]).sum(dim=-1)
-    return acc.to(torch.bfloat16)
+    part = torch.einsum("mgk,ngk->mng", qa.to(dtype).view(M, G, GROUP), w_q.to(dtype).view(N, G, GROUP))
+    bs = w_s.to(dtype).repeat_interleave(GROUP, dim=0)[:N]  # [N, G]
+    return ((part * bs[None]) * sa.to(dtype)[:, None, :]).sum(dim=-1)
 
 
 def fp8_block_linear(x, w_q, w_s, out=None) -> torch.Tensor:
-    """Plain-PyTorch block-fp8 linear: quant then GEMM (same signature as the Triton paths)."""
-    qa, sa = quant_group128_fp8(x)
-    y = gemm_fp8_block(qa, sa, w_q, w_s)
-    return into(out, y)
+    return into(out, _block_gemm(*quant_group128_fp8(x), w_q, w_s, torch.float32).to(torch.bfloat16))
 
 
 def fp8_block_linear_fp64(x, w_q, w_s) -> torch.Tensor:
-    """fp64 reference: the exact quantised operands (bit-exact quant above), products and sums in fp64,
-    no output rounding."""
-    qa, sa = quant_group128_fp8(x)
-    M, K = qa.shape
-    N = w_q.shape[0]
-    G = K // GROUP
-    part = torch.einsum("mgk,ngk->mng", qa.double().view(M, G, GROUP), w_q.double().view(N, G, GROUP))
-    bs = w_s.double().repeat_interleave(GROUP, dim=0)[:N]
-    return (part * bs[None] * sa.double()[:, None, :]).sum(dim=-1)
+    """fp64 reference: the exact quantised operands, products and sums in fp64, no rounding."""
+    return _block_gemm(*quant_group128_fp8(x), w_q, w_s, torch.float64)

@@ -1,15 +1,10 @@
-"""Block-fp8 linear at decode widths in Triton: the quant kernel, the block-scaled GEMM reading the
-quantised activations (two launches: the stock path of R9K_FP8_QA), and the same GEMM with the quant
-in its A-load (one launch: R9K_FP8_QA=1).
+"""Block-fp8 linear at decode widths: the quant kernel, the block-scaled GEMM on its output (two launches:
+R9K_FP8_QA's stock) and the same GEMM with the quant in its A-load (one launch).
 
-GEMM layout (M <= 16, one 16-row tile): grid = (N / BLOCK_N, SPLIT_K). A program walks its share of
-the K/128 groups; per group it loads x[:, g] (bf16) and quantises it in registers -- or loads the
-quant kernel's codes and scales -- loads the ``BLOCK_N x 128`` e4m3 weight tile, takes the fp8 x fp8
-tile product (fp32) and folds ``(partial * Bs[n // 128, g]) * sa[m, g]`` into its fp32 sum. Split-K
-partials are reduced deterministically in the same launch (last-arriving program, fixed order; see
-``r9k.kernels.router.triton_kernel``). The quant arithmetic is the same code in both kernels, so the
-fp8 operands are the same bytes and the two paths give the same bits.
-"""
+GEMM (M <= 16, one 16-row tile): grid = (N / BLOCK_N, SPLIT_K); per 128-group a program quantises x[:, g] in
+registers (or loads the quant kernel's output), takes the e4m3 tile product and folds ``(partial * Bs) * sa``
+into its fp32 sum; split-K partials are reduced in the same launch by the last program to arrive, in a fixed
+order. Both paths run the same quant code, so they give the same bits."""
 from __future__ import annotations
 
 import os
@@ -18,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._out import into
 from .._triton import tuned
 from .._triton.common import INTERPRETED, interpreted_tile, to_bf16, to_e4m3, use_triton
 from .._triton.counters import arrival_counters
@@ -32,8 +28,8 @@ MAX_M = 16  # the fused (quant-in-A-load) form serves M <= 16, as in the origina
 
 @triton.jit
 def _quant_tile(x, INTERPRET: tl.constexpr):
-    """x [BM, 128] fp32 -> (codes [BM, 128] e4m3, sa [BM] fp32): A = max(amax, 1e-12), sa = A/448,
-    q = e4m3(x * (448/A)); both divisions IEEE round-to-nearest (as torch)."""
+    """x [BM, 128] fp32 -> (codes e4m3, sa [BM] fp32): A = max(amax, 1e-12), sa = A/448,
+    q = e4m3(x * (448/A)), both divisions IEEE round-to-nearest (as torch)."""
     amax = tl.max(tl.abs(x), axis=1)
     A = tl.maximum(amax, 1e-12)
     r = tl.math.div_rn(tl.full(A.shape, 448.0, tl.float32), A)
@@ -45,7 +41,6 @@ def _quant_tile(x, INTERPRET: tl.constexpr):
 @triton.jit
 def quant_group128_kernel(x_ptr, stride_xm, q_ptr, s_ptr, M, K, G,
                           BLOCK_G: tl.constexpr, INTERPRET: tl.constexpr):
-    """One program per (row, BLOCK_G groups): codes [M, K] e4m3, scales [M, G] fp32."""
     m = tl.program_id(0)
     offs_g = tl.program_id(1) * BLOCK_G + tl.arange(0, BLOCK_G)
     offs_k = tl.arange(0, 128)
@@ -61,8 +56,7 @@ def quant_group128_kernel(x_ptr, stride_xm, q_ptr, s_ptr, M, K, G,
 def _group_step(acc, g, g_hi, x_ptr, stride_xm, qa_ptr, sa_ptr, w_ptr, bs_ptr, bs_row,
                 offs_m, offs_n, offs_k, m_mask, n_mask, K, G,
                 FUSED_QUANT: tl.constexpr, INTERPRET: tl.constexpr):
-    """One 128-group of the K loop: quantise (or load) the activation group, e4m3 tile product,
-    fold ``(partial * Bs) * sa`` into the fp32 sum. ``g >= g_hi`` (an unrolled tail) adds nothing."""
+    """One 128-group of the K loop; ``g >= g_hi`` (an unrolled tail) adds nothing."""
     cols = g * 128 + offs_k
     mk = m_mask & ((offs_m * 0 + g) < g_hi)  # tensor-shaped: the interpreter rejects scalar-bool masks
     if FUSED_QUANT:
@@ -96,8 +90,7 @@ def fp8_block_gemm_kernel(
     g_hi = tl.minimum(g_lo + G_PER_SPLIT, G)
     bs_row = (offs_n // 128) * G
     if PDL:
-        # the weights are no predecessor's output: start streaming this split's 128-byte rows into the L2
-        # before waiting for the activations
+        # the weights are no predecessor's output: into the L2 before the wait
         wrow = tl.where(n_mask, w_ptr + offs_n.to(tl.int64) * K, w_ptr)
         for g in range(g_lo, g_hi):
             prefetch_l2(wrow + g * 128)
@@ -106,8 +99,7 @@ def fp8_block_gemm_kernel(
 
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if UNROLL > 0:
-        # UNROLL == G_PER_SPLIT: the group loop fully unrolled, so every load of the split can be
-        # issued up front (decode widths are latency-bound: few groups per program).
+        # UNROLL == G_PER_SPLIT: the group loop fully unrolled, every load of the split issued up front
         for i in tl.static_range(UNROLL):
             acc = _group_step(acc, g_lo + i, g_hi, x_ptr, stride_xm, qa_ptr, sa_ptr, w_ptr, bs_ptr, bs_row,
                               offs_m, offs_n, offs_k, m_mask, n_mask, K, G, FUSED_QUANT, INTERPRET)
@@ -124,7 +116,6 @@ def fp8_block_gemm_kernel(
         out_mask = out_mask & ((tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.int32) + arrived) == SPLIT_K - 1)
         acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
         # fixed order: deterministic bits; unrolled so the last arriver issues every partial's load at once
-        # (issue 28: a runtime loop waited for each L2 round trip in turn)
         for s in tl.static_range(SPLIT_K):
             acc += tl.load(ws_ptr + (s * BLOCK_M + offs_m[:, None]) * N + offs_n[None, :],
                            mask=out_mask, other=0.0, cache_modifier=".cg")
@@ -132,10 +123,8 @@ def fp8_block_gemm_kernel(
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], to_bf16(acc, INTERPRET), mask=out_mask)
 
 
-# Tile configs: (BLOCK_N, SPLIT_K, num_warps, num_stages, UNROLL) where UNROLL 1 fully unrolls the
-# group loop of a split. Per (N, K) winners of a device's sweep live in tuned_<device>.json next to this
-# file (written by ``bench_fp8_block --sweep``, gate-tested in the same device run, see
-# notes/kernels-linear-routing.md); every other shape uses default_config's rule.
+# Tile configs: (BLOCK_N, SPLIT_K, num_warps, num_stages, UNROLL), UNROLL 1 unrolling a split's group loop;
+# a device's sweep winners per (N, K) in tuned_<device>.json (``bench_fp8_block --sweep``).
 TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (absent: default configs)
 
 
@@ -148,8 +137,7 @@ TUNED: dict = load_tuned()
 
 
 def default_config(n: int, k: int) -> tuple[int, int, int, int, int]:
-    """Tuned config for (n, k) if the H200 sweep recorded one, else: BLOCK_N 64 and split K until
-    there are >= ~128 programs (132 SMs), 4 warps, 3 stages, rolled loop; under the interpreter one wide tile."""
+    """The device's tuned config for (n, k), else BLOCK_N 64 and split K until ~128 programs."""
     if INTERPRETED:
         return interpreted_tile(n, 256), 1, 4, 3, 0
     if (n, k) in TUNED:
@@ -173,15 +161,11 @@ def _check(x, w_q, w_s):
 
 
 def quant_group128_fp8(x: torch.Tensor, out_q=None, out_s=None):
-    """The quant launch: x [M, K] bf16 -> (qa [M, K] float8_e4m3fn, sa [M, K/128] fp32)."""
     M, K = x.shape
     G = K // GROUP
     if not use_triton(x):
         qa, sa = reference.quant_group128_fp8(x)
-        if out_q is not None:
-            out_q.copy_(qa), out_s.copy_(sa)
-            return out_q, out_s
-        return qa, sa
+        return into(out_q, qa), into(out_s, sa)
     qa = out_q if out_q is not None else torch.empty((M, K), dtype=torch.float8_e4m3fn, device=x.device)
     sa = out_s if out_s is not None else torch.empty((M, G), dtype=torch.float32, device=x.device)
     block_g = min(32, triton.next_power_of_2(G))
@@ -218,11 +202,7 @@ def _gemm(x, qa, sa, w_q, w_s, out, fused: bool, config=None):
 
 
 def fp8_block_linear_stock(x, w_q, w_s, out=None, config=None) -> torch.Tensor:
-    """Stock path (R9K_FP8_QA=0): the quant launch, then the block-scaled GEMM launch.
-
-    x [M, K] bf16, w_q [N, K] float8_e4m3fn, w_s [ceil(N/128), K/128] fp32 (dequant multipliers),
-    out [M, N] bf16 optional. Any M (16-row tiles above 16 are run tile by tile).
-    """
+    """Stock path (R9K_FP8_QA=0): the quant launch, then the GEMM launch per 16-row tile."""
     if not use_triton(x):
         return reference.fp8_block_linear(x, w_q, w_s, out=out)
     M = x.shape[0]
@@ -238,8 +218,7 @@ def fp8_block_linear_stock(x, w_q, w_s, out=None, config=None) -> torch.Tensor:
 
 
 def fp8_block_linear(x, w_q, w_s, out=None, config=None) -> torch.Tensor:
-    """Fused path (R9K_FP8_QA=1): one launch with the activation quant in the GEMM's A-load, for
-    1 <= M <= 16; larger M runs the stock two-launch path. Same signature and bits as the stock path."""
+    """Fused path (R9K_FP8_QA=1): one launch for 1 <= M <= 16, else the stock path (same bits)."""
     M = x.shape[0]
     if not use_triton(x):
         return reference.fp8_block_linear(x, w_q, w_s, out=out)

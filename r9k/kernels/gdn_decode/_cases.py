@@ -1,6 +1,7 @@
 """Speculative-decode batches for the GDN gate tests and benchmark (imported by tests and bench only)."""
 from __future__ import annotations
 
+import itertools
 import math
 
 import torch
@@ -10,12 +11,9 @@ def make_batch(seed, device, lens, acc, Hk=4, Hv=12, D=128, S=4, tail=0, padded=
                extra_slots=3, gate="sigmoid", pools=1):
     """A batch of len(lens) sequences with lens[n] candidates each, acc[n] accepted from the previous step.
 
-    Slots: sequence n candidate t uses slot ``1 + n*S + t`` (slot 0 reserved: never read or written); sequences
-    listed in ``padded`` get slot 0 everywhere (padding). ``tail`` graph-padding rows follow the last sequence.
-    ``extra_slots`` slots at the end are never referenced. The inputs are strided views as in serving: q|k|v
-    from a conv-output buffer with padded rows, z from the qkvz row, b and a from the ba row.
-    ``pools`` > 1 returns that many independent state pools (the benchmark rotates over them).
-    """
+    Sequence n candidate t uses slot ``1 + n*S + t`` (slot 0 is never read or written); sequences in ``padded``
+    get slot 0 everywhere; ``tail`` graph-padding rows follow the last sequence; ``extra_slots`` unreferenced
+    slots at the end. The inputs are strided views as in serving. ``pools`` > 1: that many state pools."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     N = len(lens)
     T = sum(lens) + tail
@@ -27,7 +25,7 @@ def make_batch(seed, device, lens, acc, Hk=4, Hv=12, D=128, S=4, tail=0, padded=
     conv = rnd(T, qkv_w + 64).to(torch.bfloat16).to(device)  # padded rows: mixed_qkv rows are strided
     qkvz = rnd(T, qkv_w + Hv * D).to(torch.bfloat16).to(device)
     ba = rnd(T, 2 * Hv, scale=1.5).to(torch.bfloat16).to(device)
-    cu = torch.tensor([0] + list(itertools_accumulate(lens)), dtype=torch.int32, device=device)
+    cu = torch.tensor([0] + list(itertools.accumulate(lens)), dtype=torch.int32, device=device)
     idx = torch.zeros(N, S, dtype=torch.int32)
     for n in range(N):
         if n not in padded:
@@ -43,13 +41,6 @@ def make_batch(seed, device, lens, acc, Hk=4, Hv=12, D=128, S=4, tail=0, padded=
               num_k_heads=Hk, num_v_heads=Hv, head_k_dim=D, head_v_dim=D, eps=1e-6, gate=gate,
               scale=1.0 / math.sqrt(D))
     return kw, states
-
-
-def itertools_accumulate(xs):
-    s = 0
-    for x in xs:
-        s += x
-        yield s
 
 
 def written_slots(kw) -> set[int]:

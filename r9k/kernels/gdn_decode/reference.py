@@ -1,24 +1,16 @@
 """Stock path of the Gated DeltaNet speculative-decode core (docs/semantics.md 3.10, step 2), plain PyTorch.
 
-What ``R9K_GDN_DECODE=stock`` computes after the conv update: per sequence n and value head v (key head
-``v // (Hv/Hk)``), starting from the state slot of the last accepted candidate ``idx[n, acc[n]-1]`` (a slot
-``<= 0`` marks a padding sequence: zero output, nothing stored), for each of the sequence's tokens in order:
+Per sequence n and value head v, from the state slot of the last accepted candidate ``idx[n, acc[n]-1]`` (a
+slot ``<= 0``: a padding sequence, zero output, nothing stored), for each of the sequence's tokens in order:
 
 * ``k^ = k / sqrt(sum k^2 + 1e-6)``, ``q^ = q / sqrt(sum q^2 + 1e-6) * scale``;
-* ``decay = exp(-exp(A_log) * softplus(a + dt_bias))`` (softplus linear above 20), ``beta = sigmoid(b)``;
-* ``H <- decay * H``; ``u = beta * (v - H k^)``; ``H <- H + u k^T``; ``o = H q^``;
-* store ``H`` to slot ``idx[n, t]`` when that is > 0 (rounded to nearest when the pool is bf16);
-* gated RMS norm: ``o^ = bf16(o)``, ``y = bf16(o^ * rsqrt(mean(o^2) + eps) * w * gate(z))`` with
-  ``gate = sigmoid`` (Flash-Next) or ``silu``.
+* ``decay = exp(-exp(A_log) * softplus(a + dt_bias))``, ``beta = sigmoid(b)``;
+* ``H <- decay * H``; ``u = beta * (v - H k^)``; ``H <- H + u k^T``; ``o = H q^``; ``H`` stored to slot
+  ``idx[n, t]`` when > 0;
+* ``y = bf16(o^ * rsqrt(mean(o^2) + eps) * w * gate(z))``, ``o^ = bf16(o)``, gate ``sigmoid`` or ``silu``.
 
-Rows of padding sequences and rows past ``cu[N]`` are zero. The composition is vectorised over sequences and
-heads with a Python loop over the (at most S) candidate positions, no host synchronisation, so it can be
-captured in a CUDA graph; it launches on the order of a hundred small kernels, like the anchor's "plain PyTorch
-composition".
-
-:func:`gdn_decode_fp64` runs the same semantics in fp64 without the bf16 rounding of ``o`` (the gate's
-reference).
-"""
+Vectorised over sequences and heads with a loop over the candidate positions and no host synchronisation
+(CUDA-graph capturable). :func:`gdn_decode_fp64` is the same in fp64 without the rounding of ``o``."""
 from __future__ import annotations
 
 import torch
@@ -84,17 +76,12 @@ def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tens
                          num_k_heads: int, num_v_heads: int, head_k_dim: int = 128, head_v_dim: int = 128,
                          eps: float = 1e-6, gate: str = "sigmoid", scale: float | None = None,
                          out: torch.Tensor | None = None) -> torch.Tensor:
-    """GDN speculative-decode core, stock composition. Updates ``state`` in place; returns ``out``.
+    """GDN speculative-decode core, stock composition; updates ``state`` in place.
 
-    mixed_qkv: [T, 2*Hk*Dk + Hv*Dv] bf16, the conv output ``[q | k | v]`` (rows may be strided).
-    z:         [T, Hv*Dv] bf16 output-gate input (a strided view of the qkvz row in serving).
-    b, a:      [T, Hv] bf16 (strided views of the ba row).
-    A_log, dt_bias: [Hv] fp32; norm_weight: [Dv] (bf16 parameter, used as fp32).
-    state:     [slots, Hv, Dv, Dk] fp32 or bf16 pool, contiguous; slot <= 0 is never read or written.
-    cu_seqlens: [N+1] int32 token offsets; num_accepted: [N] int32 (1..S); state_indices: [N, S] int32.
-    gate:      "sigmoid" (Flash-Next) or "silu". scale: default Dk**-0.5.
-    out:       optional [T, Hv*Dv] bf16. Returns [T, Hv*Dv] bf16.
-    """
+    mixed_qkv: [T, 2*Hk*Dk + Hv*Dv] bf16 ``[q | k | v]`` (rows may be strided); z: [T, Hv*Dv] bf16; b, a: [T, Hv]
+    bf16; A_log, dt_bias: [Hv] fp32; norm_weight: [Dv]; state: [slots, Hv, Dv, Dk] fp32 or bf16, contiguous;
+    cu_seqlens: [N+1] int32; num_accepted: [N] int32 (1..S); state_indices: [N, S] int32; scale: default
+    Dk**-0.5. Returns [T, Hv*Dv] bf16."""
     y, _ = _core(mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted, state_indices,
                  num_k_heads, num_v_heads, head_k_dim, head_v_dim, eps, gate, scale, torch.float32, True, True)
     y = y.to(torch.bfloat16)
@@ -104,7 +91,7 @@ def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tens
 def gdn_decode_fp64(mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, state, cu_seqlens, num_accepted,
                     state_indices, num_k_heads, num_v_heads, head_k_dim=128, head_v_dim=128, eps=1e-6,
                     gate="sigmoid", scale=None):
-    """fp64 reference: returns ``(y fp64 [T, Hv*Dv], state fp64 copy after the step)``; the input is not changed."""
+    """fp64 reference: ``(y fp64 [T, Hv*Dv], a fp64 copy of the state after the step)``."""
     st = state.to(torch.float64).clone()
     y, _ = _core(mixed_qkv, z, b, a, A_log, dt_bias, norm_weight, st, cu_seqlens, num_accepted, state_indices,
                  num_k_heads, num_v_heads, head_k_dim, head_v_dim, eps, gate, scale, torch.float64, False, True)

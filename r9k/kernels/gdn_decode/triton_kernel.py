@@ -1,20 +1,11 @@
-"""Fused Gated DeltaNet speculative-decode core: gating, l2-norms, delta-rule recurrence over the candidates,
-state stores and the gated RMS-norm output in ONE launch per layer.
+"""Fused Gated DeltaNet speculative-decode core: gating, l2-norms, the delta-rule recurrence over the
+candidates, state stores and the gated RMS-norm output in one launch per layer.
 
-Grid ``(N + 1, Hv, DV / BV)``: program (n, v, j) owns rows j*BV .. of sequence n's value head v (the delta
-rule is independent per value row), ``BV x 128`` of fp32 state in registers; programs (N, v, j) zero the
-graph-padding rows past ``cu[N]``. The gated RMS norm couples the 128 value rows: with BV < 128 every block
-writes its bf16 ``o`` into the output and the last block of a (sequence, head) to arrive -- an atomic counter
-with acquire/release order -- norms the whole head in place (no block ever waits, so no deadlock at any grid
-size). Per token the two products of the old state, ``H k`` and ``H q``, are independent reductions and
-``o = d (H q) + u (k . q)``, so the state update is off the reduction chain. All of a sequence's candidate rows (q, k, v, z, b, a: at most S_MAX) are
-loaded up front together with the state, so the per-token loop has no memory latency on its critical path;
-the state stores are fire-and-forget. The output of all candidates is normed and stored once at the end.
-
-Rounding: fp32 throughout as stock; ``o`` rounded to bf16 before the norm, output and bf16 state rounded to
-nearest (on the bits, see :func:`r9k.kernels.qsa_glue.triton_kernel.rne_bf16`). Differences from stock are
-fp32 summation order only.
-"""
+Grid ``(N + 1, Hv, DV / BV)``: program (n, v, j) owns value rows j*BV .. of sequence n's head v, its state in
+registers; programs (N, v, j) zero the graph-padding rows past ``cu[N]``. The norm couples a head's rows: with
+BV < DV the last block of a (sequence, head) to arrive (acq_rel counter) norms the head in place (no block
+waits). A sequence's candidate rows are loaded up front with the state; ``o = d (H q) + u (k . q)`` keeps the
+state update off the reduction chain. fp32 as stock, roundings on the bits: only the summation order differs."""
 from __future__ import annotations
 
 import torch
@@ -28,15 +19,14 @@ from .._triton.pdl import gdc_launch_dependents, gdc_wait, pdl_enabled
 
 @triton.jit
 def _pick(tile, rows, i):
-    """Row ``i`` of a [S_MAX, D] tile as a [D] vector."""
     return tl.sum(tl.where((rows == i)[:, None], tile, 0.0), axis=0)
 
 
 @triton.jit
 def _norm_gate_store(O, z_ptr, s_z, w_ptr, w_ptrs, r, rm, rows, L, hv, dv, eps, DV: tl.constexpr,
                      GATE_SILU: tl.constexpr):
-    """The gated RMSNorm of a (sequence, head)'s o rows (fp32 values of the bf16 o, all DV columns) and its
-    bf16 store: ``rne_bf16(o * rsqrt(mean(o^2) + eps) * w * gate(z))``, rows past the sequence zero."""
+    """The gated RMSNorm of a (sequence, head)'s o rows and its bf16 store, rows past the
+    sequence zero."""
     rr = tl.math.rsqrt(tl.sum(O * O, axis=1) / DV + eps)
     Z = tl.load(z_ptr + r[:, None] * s_z + hv * DV + dv[None, :], mask=rm[:, None], other=0.0).to(tl.float32)
     sg = 1.0 / (1.0 + tl.exp(-Z))
@@ -153,14 +143,11 @@ def gdn_spec_decode_core(mixed_qkv: torch.Tensor, z: torch.Tensor, b: torch.Tens
                          eps: float = 1e-6, gate: str = "sigmoid", scale: float | None = None,
                          out: torch.Tensor | None = None, num_warps: int = 4,
                          block_v: int | None = None) -> torch.Tensor:
-    """Fused form of :func:`r9k.kernels.gdn_decode.reference.gdn_spec_decode_core` (same arguments, one launch).
+    """Fused form of :func:`r9k.kernels.gdn_decode.reference.gdn_spec_decode_core`, one launch.
 
-    Extra requirements: head dims powers of two, Hv % Hk == 0, state [slots, Hv, Dv, Dk] contiguous per slot
-    (fp32 or bf16), at most 8 candidates per sequence (``state_indices.shape[1] <= 8``); last dims of
-    mixed_qkv and z contiguous. ``block_v`` (value rows per program, DV = one program per head) and
-    ``num_warps`` are tuning knobs (the benchmark sweeps them). With block_v < DV the programs of one head meet
-    through an arrival counter in a small persistent workspace: calls on concurrent streams must not overlap.
-    """
+    Needs head dims powers of two, Hv % Hk == 0, the state contiguous per slot, at most 8 candidates a sequence,
+    the last dims of mixed_qkv and z contiguous. ``block_v`` (value rows a program) and ``num_warps`` are tuning
+    knobs; with block_v < DV calls on concurrent streams must not overlap (shared arrival counters)."""
     T = mixed_qkv.shape[0]
     N, S = state_indices.shape
     Hk, Hv, Dk, Dv = num_k_heads, num_v_heads, head_k_dim, head_v_dim

@@ -1,8 +1,5 @@
-"""The stock hyper-connection mix's two elementwise kernels in Triton, one launch each, with the semantics
-of vLLM's Triton ones (docs/semantics.md 3.1): ``hc_silu_`` (step 2) and ``hc_gate_mix`` (step 4), with their PyTorch forms for where
-Triton does not run. The stock path (:mod:`.reference`) launches them; the fused path (:mod:`.triton_kernel`)
-shares ``_sigmoid``.
-"""
+"""The stock hyper-connection mix's two elementwise kernels in Triton (docs/semantics.md 3.1):
+``hc_silu_`` (step 2) and ``hc_gate_mix`` (step 4), with their PyTorch forms for where Triton does not run."""
 from __future__ import annotations
 
 import torch
@@ -27,8 +24,7 @@ def hc_gate_mix_torch(xn: torch.Tensor, gate: torch.Tensor, hc_count: int = 4, o
     acc = t[:, 0]
     for s in range(1, hc_count):  # stream order 0, 1, 2, 3
         acc = acc + t[:, s]
-    y = (acc * (1.0 / hc_count)).to(torch.bfloat16)
-    return into(out, y)
+    return into(out, (acc * (1.0 / hc_count)).to(torch.bfloat16))
 
 
 @triton.jit

@@ -1,16 +1,8 @@
 """Stock path and fp64 references of the hyper-connection input mix (docs/semantics.md 3.1, 3.3).
 
-Stock sequence (4 launches on a GPU, as vLLM runs it):
-1. ``buf = F.linear(xn, W_down)``            bf16 GEMM, fp32 accumulation, one rounding  [M, 336]
-2. ``hc_silu`` in place on ``buf[:, :320]``  ``bf16(silu(v / 4))`` (one Triton launch on a GPU)
-3. ``gate = F.linear(buf[:, :320], W_up)``   bf16 GEMM                                    [M, 10240]
-4. ``hc_gate_mix(xn, gate)``                 ``bf16(0.25 * sum_s sigmoid(gate_s) * xn_s)`` (one Triton launch)
-Steps 2 and 4 use the Triton elementwise kernels of ``elementwise`` where Triton runs (a GPU, or
-the interpreter), its PyTorch ops elsewhere; the values are the same up to exp/divide ulps.
-
-fp8 weights (``R9K_HC_FP8_DECODE``): per output row ``s_n = max(amax_row, 1e-12) / 448``,
-``q = e4m3(W / s_n)``; W8A16: ``bf16(s_n * sum_k bf16(q) * x)`` then the same epilogues.
-"""
+Stock (4 launches on a GPU, as vLLM runs it): ``buf = F.linear(xn, W_down)`` [M, 336]; ``hc_silu`` in place on
+``buf[:, :320]``; ``gate = F.linear(buf[:, :320], W_up)`` [M, 10240]; ``hc_gate_mix(xn, gate)``. fp8 weights:
+per output row ``s_n = max(amax_row, 1e-12) / 448``, ``q = e4m3(W / s_n)``; W8A16 ``bf16(s_n * sum_k q * x)``."""
 from __future__ import annotations
 
 import torch
@@ -25,12 +17,8 @@ LORA = 320
 # ---------------------------------------------------------------------------------- stock paths
 
 def hc_mix(xn, w_down, w_up, out_buf=None, out_block=None, *, lora_rank: int = LORA, hc_count: int = HC):
-    """Stock hyper-connection input mix (bf16 weights), 4 launches on a GPU.
-
-    xn [M, hc*HD] bf16 (unit column stride), w_down [336, hc*HD] bf16, w_up [hc*HD, lora_rank] bf16.
-    Returns ``(buf [M, 336] bf16, block_input [M, HD] bf16)``; ``buf[:, :lora_rank]`` holds the
-    hc_silu'd lora, ``buf[:, lora_rank:lora_rank+hc]`` the raw injection logits.
-    """
+    """Stock hyper-connection input mix (bf16 weights): ``(buf [M, 336] bf16, block_input [M, HD] bf16)``,
+    ``buf[:, :lora_rank]`` the hc_silu'd lora, ``buf[:, lora_rank:lora_rank+hc]`` the raw injection logits."""
     buf = F.linear(xn, w_down)
     buf = into(out_buf, buf)
     hc_silu_(buf, lora_rank, hc_count)
@@ -40,8 +28,7 @@ def hc_mix(xn, w_down, w_up, out_buf=None, out_block=None, *, lora_rank: int = L
 
 
 def prepare_hc_fp8(w_down: torch.Tensor, w_up: torch.Tensor):
-    """Make the fp8 copies once at load: ``(down_q, down_s, up_q, up_s)``; ``*_q`` float8_e4m3fn
-    [N, K] (same layout as the bf16 weight), ``*_s`` fp32 [N], one scale per output row."""
+    """The fp8 copies, once at load: ``(down_q, down_s, up_q, up_s)``, e4m3 [N, K] and fp32 [N]."""
 
     def q(w):
         wf = w.float()
@@ -59,28 +46,22 @@ def hc_fp8_bytes(down_q, down_s, up_q, up_s) -> int:
 
 
 def _w8a16(x, q, s):
-    """bf16(s_n * sum_k x * bf16(q)): fp32 GEMM of exact values, scale once, one rounding."""
     return ((x.float() @ q.float().t()) * s[None, :]).to(torch.bfloat16)
 
 
 def hc_mix_fp8(xn, down_q, down_s, up_q, up_s, out_buf=None, out_block=None, *,
                lora_rank: int = LORA, hc_count: int = HC):
-    """Plain-PyTorch W8A16 hyper-connection mix on the fp8 copies (same signature as the fused op);
-    the semantics reference and the fallback where no Triton platform exists."""
+    """Plain-PyTorch W8A16 mix on the fp8 copies: the semantics reference and the fallback."""
     buf = _w8a16(xn, down_q, down_s)
     hc_silu_torch_(buf, lora_rank, hc_count)
     gate = _w8a16(buf[:, :lora_rank], up_q, up_s)
-    block = hc_gate_mix_torch(xn, gate, hc_count)
-    buf = into(out_buf, buf)
-    block = into(out_block, block)
-    return buf, block
+    return into(out_buf, buf), into(out_block, hc_gate_mix_torch(xn, gate, hc_count))
 
 
 # ------------------------------------------------------------------------------ fp64 references
 
 def mix_fp64(xn, lora, w_up, up_scale=None, hc_count: int = HC):
-    """fp64 reference of stock's up + gated mean from a given bf16 ``lora``: the up GEMM exact then
-    rounded to bf16 (as stock's GEMM output), sigmoid, mean over streams, all in fp64."""
+    """fp64 reference of stock's up + gated mean from a given bf16 ``lora`` (the up GEMM rounded to bf16)."""
     g = lora.double() @ w_up.double().t()
     if up_scale is not None:
         g = g * up_scale.double()[None, :]
@@ -92,8 +73,7 @@ def mix_fp64(xn, lora, w_up, up_scale=None, hc_count: int = HC):
 
 
 def hc_fp8_dequant_ref(xn, down_q, down_s, up_q, up_s, lora_rank: int = LORA, hc_count: int = HC):
-    """The fp8 gate's reference (3.3): GEMMs in fp32 on the exactly dequantised weights, rounded to
-    bf16, then hc_silu / gated mean in fp32, rounded to bf16."""
+    """The fp8 gate's reference (3.3): fp32 GEMMs on the dequantised weights, rounded to bf16."""
     wd = down_q.float() * down_s[:, None]
     wu = up_q.float() * up_s[:, None]
     buf = (xn.float() @ wd.t()).to(torch.bfloat16)

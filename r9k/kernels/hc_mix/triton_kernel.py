@@ -1,16 +1,10 @@
 """Fused hyper-connection input mix in Triton: 2 launches instead of stock's 4, bf16 or fp8 weights.
 
-* Down + hc_silu: the split-K skinny GEMM of ``r9k.kernels._triton.skinny_gemm`` (10240 -> 336) with the hc_silu
-  epilogue on the first ``lora_rank`` columns, computed from the bf16-rounded GEMM value exactly where
-  stock rounds; for fp8 weights the e4m3 codes are converted exactly to bf16 and the per-row scale is
-  applied once to the fp32 sum (W8A16).
-* Up + gated mean (``hc_up_mix_kernel``): a program owns ``BLOCK_D`` output dims d and the four weight
-  rows ``s*HD + d`` of each; it accumulates the four dots with ``lora`` in fp32, rounds each to bf16
-  (stock's GEMM output), applies sigmoid, multiplies by ``xn``, adds the four terms in stream order
-  ``((t0 + t1) + t2) + t3``, scales by 1/4 and rounds once. The [M, 10240] gate never touches memory.
-
-The stock path's two elementwise kernels (``hc_silu_``, ``hc_gate_mix``) are in :mod:`.elementwise`.
-"""
+* Down + hc_silu: the skinny split-K GEMM (10240 -> 336) with the hc_silu epilogue on the first ``lora_rank``
+  columns, from the bf16-rounded value where stock rounds; fp8 weights as exact bf16, the per-row scale once.
+* Up + gated mean (``hc_up_mix_kernel``): a program owns ``BLOCK_D`` output dims and the four weight rows
+  ``s*HD + d`` of each; the four dots in fp32, each rounded to bf16 (stock's GEMM output), sigmoid, times
+  ``xn``, added in stream order, scaled by 1/4, rounded once. The [M, 10240] gate never touches memory."""
 from __future__ import annotations
 
 import os
@@ -20,8 +14,7 @@ import triton
 import triton.language as tl
 
 from .._triton import tuned
-from .._triton.common import INTERPRETED, dot_bf16, interpreted_tile, to_bf16
-from .._triton.common import use_triton
+from .._triton.common import INTERPRETED, dot_bf16, interpreted_tile, to_bf16, use_triton
 from .._triton.skinny_gemm import BLOCK_M, skinny_gemm
 
 from . import reference
@@ -33,7 +26,6 @@ MAX_M = 16  # fused for 1 <= M <= 16 (one 16-row tile); above: the stock sequenc
 @triton.jit
 def _gate_term(acc, s_ptr, rows, d_mask, xn_ptr, xn_off, x_mask,
                HAS_SCALE: tl.constexpr, INTERPRET: tl.constexpr):
-    """sigmoid(bf16(acc [* scale])) * xn for one stream, in fp32."""
     if HAS_SCALE:
         sc = tl.load(s_ptr + rows, mask=d_mask, other=0.0)
         acc = acc * sc[None, :]
@@ -45,7 +37,6 @@ def _gate_term(acc, s_ptr, rows, d_mask, xn_ptr, xn_off, x_mask,
 @triton.jit
 def _up_step(acc0, acc1, acc2, acc3, r0, lora_ptr, stride_lm, w_ptr, offs_m, offs_d, offs_r, m_mask, d_mask,
              HD, R, INTERPRET: tl.constexpr):
-    """One BLOCK_R chunk of the four stream dots (weight rows s*HD + d, s = 0..3)."""
     rr = r0 + offs_r
     r_mask = rr < R
     lo = tl.load(lora_ptr + offs_m[:, None] * stride_lm + rr[None, :],
@@ -98,8 +89,7 @@ def hc_up_mix_kernel(
     tl.store(out_ptr + offs_m[:, None] * stride_om + offs_d[None, :], to_bf16(y * 0.25, INTERPRET), mask=x_mask)
 
 
-# Tile of the up+mix kernel: (BLOCK_D, BLOCK_R, num_warps, num_stages). The H200 sweep's winner is
-# read from tuned_<device>.json (written by ``bench_hc_mix --sweep``, gate-tested in the same run).
+# Tile of the up+mix kernel: (BLOCK_D, BLOCK_R, num_warps, num_stages); a sweep's winner in tuned_<device>.json
 TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (absent: default configs)
 UP_CONFIG = tuple(tuned.read(TUNED_FILE).get("up_mix", (16, 64, 4, 3)))  # default: 2560 / 16 = 160 programs
 # Down GEMM tiles (BLOCK_N, BLOCK_K, SPLIT_K, warps, stages); None = the skinny GEMM's default.
@@ -127,39 +117,35 @@ def _up_mix(lora, w_up, up_scale, xn, out, hc_count, config=None):
     return out
 
 
+def _fused(xn, hc_count) -> bool:
+    return use_triton(xn) and 1 <= xn.shape[0] <= MAX_M and xn.stride(1) == 1 and hc_count == 4
+
+
+def _two_launches(xn, w_down, down_s, w_up, up_s, out_buf, out_block, lora_rank, hc_count, down_config, up_config):
+    buf = skinny_gemm(xn, w_down, scale=down_s, out=out_buf, epi_cols=lora_rank, hc_count=hc_count,
+                      config=down_config or DOWN_CONFIG)
+    return buf, _up_mix(buf[:, :lora_rank], w_up, up_s, xn, out_block, hc_count, up_config)
+
+
 def hc_mix(xn, w_down, w_up, out_buf=None, out_block=None, *, lora_rank: int = 320, hc_count: int = 4,
            down_config=None, up_config=None):
-    """Fused hyper-connection input mix (bf16 weights), 2 launches for 1 <= M <= 16.
-
-    Same signature and outputs as ``reference.hc_mix``: xn [M, 4*HD] bf16, w_down [336, 4*HD] bf16,
-    w_up [4*HD, lora_rank] bf16 -> ``(buf [M, 336] bf16, block_input [M, HD] bf16)``. Above 16 rows,
-    where Triton cannot run, or for a stream count other than 4, the stock sequence runs.
-    """
-    M = xn.shape[0]
-    if not (use_triton(xn) and 1 <= M <= MAX_M and xn.stride(1) == 1 and hc_count == 4):
+    """Fused hyper-connection input mix (bf16 weights), 2 launches for 1 <= M <= 16; the signature and outputs of
+    ``reference.hc_mix``, which runs above 16 rows, without Triton or for a stream count other than 4."""
+    if not _fused(xn, hc_count):
         return reference.hc_mix(xn, w_down, w_up, out_buf, out_block, lora_rank=lora_rank, hc_count=hc_count)
-    buf = skinny_gemm(xn, w_down, out=out_buf, epi_cols=lora_rank, hc_count=hc_count,
-                      config=down_config or DOWN_CONFIG)
-    block = _up_mix(buf[:, :lora_rank], w_up, None, xn, out_block, hc_count, up_config)
-    return buf, block
+    return _two_launches(xn, w_down, None, w_up, None, out_buf, out_block, lora_rank, hc_count, down_config,
+                         up_config)
 
 
 def hc_mix_fp8(xn, down_q, down_s, up_q, up_s, out_buf=None, out_block=None, *,
                lora_rank: int = 320, hc_count: int = 4, down_config=None, up_config=None):
-    """Fused hyper-connection input mix on the fp8 copies (W8A16), 2 launches for 1 <= M <= 16.
-
-    xn [M, 4*HD] bf16; ``(down_q, down_s, up_q, up_s)`` from ``prepare_hc_fp8`` (e4m3 [N, K] codes and
-    fp32 per-row scales). Returns ``(buf [M, 336] bf16, block_input [M, HD] bf16)``. Above 16 rows, or
-    where Triton cannot run, the plain-PyTorch W8A16 reference runs (same semantics).
-    """
-    M = xn.shape[0]
-    if not (use_triton(xn) and 1 <= M <= MAX_M and xn.stride(1) == 1 and hc_count == 4):
+    """Fused mix on the fp8 copies of ``prepare_hc_fp8`` (W8A16), 2 launches for 1 <= M <= 16; elsewhere the
+    plain-PyTorch W8A16 reference (same semantics)."""
+    if not _fused(xn, hc_count):
         return reference.hc_mix_fp8(xn, down_q, down_s, up_q, up_s, out_buf, out_block,
                                     lora_rank=lora_rank, hc_count=hc_count)
-    buf = skinny_gemm(xn, down_q, scale=down_s, out=out_buf, epi_cols=lora_rank, hc_count=hc_count,
-                      config=down_config or DOWN_CONFIG)
-    block = _up_mix(buf[:, :lora_rank], up_q, up_s, xn, out_block, hc_count, up_config)
-    return buf, block
+    return _two_launches(xn, down_q, down_s, up_q, up_s, out_buf, out_block, lora_rank, hc_count, down_config,
+                         up_config)
 
 
 prepare_hc_fp8 = reference.prepare_hc_fp8

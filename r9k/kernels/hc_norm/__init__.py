@@ -1,15 +1,10 @@
 """Hyper-connection combine + grouped Gemma norm at decode widths in one launch (op ``hc_combine_norm``,
-variant ``hc_combine_norm_fused``, knob ``R9K_HC_COMBINE_NORM``; new in this project: the original ran
-vLLM's Triton kernel at decode widths and its own only at prefill widths, docs/semantics.md 3.2).
+variant ``hc_combine_norm_fused``, knob ``R9K_HC_COMBINE_NORM``, docs/semantics.md 3.2).
 
-Signature (stock and fused interchangeable):
-
-* ``hc_combine_norm(res, blk, inj, weight, eps=1e-6, hc=4) -> (out, y)``: res [M, hc*HD] bf16 (the streams),
-  blk [M, HD] bf16 (the block output to fold in) or None (a module with nothing pending: the grouped norm
-  alone, ``out`` is ``res``), inj [M, hc] (injection logits, unit column stride), weight [HD] or [hc*HD].
-  ``out = bf16(res + blk * 2*sigmoid(inj/hc))`` per stream, ``y = bf16(out * rsqrt(mean(out^2) + eps) * (1 + w))``
-  per stream. Stock: the plain composition (about 17 launches); fused: one launch.
-"""
+``hc_combine_norm(res, blk, inj, weight, eps=1e-6, hc=4) -> (out, y)``: res [M, hc*HD] bf16 (the streams), blk
+[M, HD] bf16 or None (nothing pending: the grouped norm alone, ``out`` is ``res``), inj [M, hc], weight [HD] or
+[hc*HD]; per stream ``out = bf16(res + blk * 2*sigmoid(inj/hc))``, ``y = bf16(out * rsqrt(mean(out^2) + eps)
+* (1 + w))``. Stock: the plain composition (about 17 launches)."""
 from ..ops import KernelOp, register
 
 from . import reference, triton_kernel

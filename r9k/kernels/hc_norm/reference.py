@@ -1,10 +1,6 @@
-"""References of the hyper-connection combine + grouped norm (docs/semantics.md 3.2).
-
-* :func:`hc_combine_norm`: the plain PyTorch composition, same rounding points as the kernel (the op's stock
-  implementation in the op table, and what the decode step used before the kernel existed).
-* :func:`hc_combine_norm_fp64`: the math in float64 with the one rounding the semantics fix (``out`` to bf16
-  before the norm), returned unrounded: the gate's independent reference.
-"""
+"""References of the hyper-connection combine + grouped norm (docs/semantics.md 3.2): the stock
+composition with the kernel's rounding points, and the fp64 math with the one rounding the semantics fix
+(``out`` to bf16 before the norm), the gate's independent reference."""
 from __future__ import annotations
 
 import torch
@@ -26,7 +22,6 @@ def hc_combine_norm(res, blk, inj, weight, eps: float = 1e-6, hc: int = 4):
 
 
 def hc_combine_norm_fp64(res, blk, inj, weight, eps: float = 1e-6, hc: int = 4):
-    """(out rounded to bf16 as the semantics say, y in float64 unrounded)."""
     M = res.shape[0]
     x = res.double()
     if blk is not None:

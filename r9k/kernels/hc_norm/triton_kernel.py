@@ -1,13 +1,8 @@
 """Hyper-connection combine + grouped Gemma norm in one launch (docs/semantics.md 3.2).
 
-Grid ``(M * hc,)``: one program per (row, stream), the stream's HD values in one register tile (a first version
-walked HD in 5 tiles of 512 twice, recomputing the combine in the second pass: 3.4-4.2 us against vLLM's 2.0-2.6
-on the H200, notes/kernels-decode-width.md). The norm weight is loaded first (no predecessor writes it), then, after the
-programmatic-dependent-launch wait (``R9K_PDL``, SM90), the residual, the block row and the injection logit;
-``out = bf16(res + blk * g)`` (fp32, as the unfused combine) is stored, the successor is released, and
-``y = bf16(out * rsqrt(mean(out^2) + eps) * (1 + w))`` is written. The grouped norm alone (``blk`` None) is the
-same kernel with the combine left out.
-"""
+Grid ``(M * hc,)``: one program per (row, stream), the stream's HD values in one register tile. The norm weight
+is loaded before the PDL wait (no predecessor writes it); ``out`` is stored and the successor released before
+the norm. The grouped norm alone (``blk`` None) is the same kernel without the combine."""
 from __future__ import annotations
 
 import torch
@@ -51,15 +46,14 @@ def _hc_combine_norm_kernel(res_ptr, blk_ptr, inj_ptr, w_ptr, out_ptr, y_ptr, s_
 
 
 def _warps(m: int) -> int:
-    """H200 sweep (notes/kernels-decode-width.md): 8 warps at one row (1.56 us against 1.82 with 4), 4 from 4 rows on
-    (1.89 against 1.94 at 4 rows, 2.65 against 2.82 at 64)."""
+    """8 warps at one row, 4 from 4 rows on (the H200 sweep, notes/kernels-decode-width.md)."""
     return 8 if m == 1 else 4
 
 
 def hc_combine_norm(res: torch.Tensor, blk, inj, weight: torch.Tensor, eps: float = 1e-6, hc: int = 4,
                     out: torch.Tensor | None = None, y: torch.Tensor | None = None, num_warps: int | None = None):
-    """One-launch form of :func:`r9k.kernels.hc_norm.reference.hc_combine_norm` (same arguments; ``num_warps``
-    a tuning knob the benchmark sweeps)."""
+    """One-launch form of :func:`r9k.kernels.hc_norm.reference.hc_combine_norm` (``num_warps`` a
+    tuning knob)."""
     M, dim = res.shape
     hd = dim // hc
     block = triton.next_power_of_2(hd)

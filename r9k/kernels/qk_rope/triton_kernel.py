@@ -1,10 +1,6 @@
-"""Fused attention q/k Gemma norm + MRoPE + output-gate split: one launch for all q and k heads.
-
-Grid (T, hq + hkv): a q-head program normalizes and ropes its head's q half and copies the gate half to the
-contiguous gate output; a k-head program normalizes and ropes its k head. Same rounding points as the stock
-ops (one bf16 rounding of the normed value, each rotary product and the sum rounded to nearest), shared with
-the indexer glue through :func:`r9k.kernels._triton.norm_rope.norm_rope_row`.
-"""
+"""Fused attention q/k Gemma norm + MRoPE + output-gate split: one launch, grid (T, hq + hkv). A q-head
+program norms and ropes its q half and copies the gate half; a k-head program its k head. The stock rounding
+points, through :func:`r9k.kernels._triton.norm_rope.norm_rope_row`."""
 from __future__ import annotations
 
 import torch
@@ -44,7 +40,6 @@ def qk_norm_rope_gate(qkv: torch.Tensor, q_weight: torch.Tensor, k_weight: torch
                       cos_sin_cache: torch.Tensor, num_heads: int, num_kv_heads: int, head_dim: int = 256,
                       eps: float = 1e-6, mrope_section=MROPE_SECTION, mrope_interleaved: bool = True,
                       out=None):
-    """Fused form of :func:`r9k.kernels.qk_rope.reference.qk_norm_rope_gate` (same signature, one launch)."""
     T = qkv.shape[0]
     hq, hkv, D = num_heads, num_kv_heads, head_dim
     if qkv.stride(-1) != 1 or qkv.shape[1] != (2 * hq + 2 * hkv) * D:

@@ -1,13 +1,6 @@
-"""Fused QSA indexer glue: Gemma RMSNorm + neox rotary (1-D or MRoPE) of one row in one launch.
-
-One program per (token, head) row of D. The row is read once for the sum of squares; the rotary halves are read
-again (cache hits) so that each pair (j, j + R2/2) is in the same lanes without a register shuffle. Rounding
-points are the stock ones (see ``reference.py``): the normed value is rounded to bf16 once, each rotary product
-is rounded to bf16 (to nearest for 1-D positions, by truncation for MRoPE positions when ``TRUNC``), and the sum
-to nearest. Only the fp32 order of the sum of squares differs from stock.
-
-The row helper ``norm_rope_row`` lives in ``kernels/_triton/norm_rope.py`` (shared with ``qk_rope``).
-"""
+"""Fused QSA indexer glue: Gemma RMSNorm + neox rotary (1-D or MRoPE) in one launch, one program per
+(token, head) row, with stock's rounding points (the MRoPE products truncated when ``TRUNC``); only the fp32
+order of the sum of squares differs."""
 from __future__ import annotations
 
 import torch
@@ -32,12 +25,8 @@ def _gemma_norm_rope_kernel(x_ptr, w_ptr, out_ptr, pos_ptr, cache_ptr, H, D, HAL
 def gemma_norm_rope(x: torch.Tensor, weight: torch.Tensor, positions: torch.Tensor | None = None,
                     cos_sin_cache: torch.Tensor | None = None, eps: float = 1e-6, mrope_section=None,
                     mrope_interleaved: bool = True, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Fused form of :func:`r9k.kernels.qsa_glue.reference.gemma_norm_rope` (same signature, one launch).
-
-    x [T, H, D] bf16 (last dim contiguous, other strides free); weight [D]; positions None / [T] / [3, T]
-    (any strides); cos_sin_cache [max_pos, R2] with R2 % 2 == 0, R2 <= D; out: optional [T, H, D] bf16 with
-    contiguous last dim. Returns out. Requires D <= 1024.
-    """
+    """Fused form of :func:`r9k.kernels.qsa_glue.reference.gemma_norm_rope`, one launch; D <= 1024,
+    R2 <= D."""
     if x.dim() != 3 or x.stride(-1) != 1:
         raise ValueError("x must be [T, H, D] with a contiguous last dim")
     T, H, D = x.shape

@@ -1,15 +1,9 @@
 """MoE router GEMM (``router_gemm``, variant ``router_gemm``, knob R9K_ROUTER) and fused routing
-(``moe_route``, variant ``moe_fused_routing``, knob R9K_MOE_ROUTE).
+(``moe_route``, variant ``moe_fused_routing``, knob R9K_MOE_ROUTE); stock and fused interchangeable:
 
-Signatures (stock and fused are interchangeable):
-
-* ``router_gemm(x, w, out=None) -> logits``: x [M, 2560] bf16, w [512, 2560] bf16 (contiguous),
-  logits [M, 512] bf16 = bf16(x @ w.T) with fp32 accumulation. Fused: one Triton launch for
-  1 <= M <= 16, the fp32-out GEMM rounded once above.
-* ``moe_route(logits, top_k, renormalize, out_weights=None, out_ids=None) -> (weights, ids)``:
-  logits [M, E] bf16/fp32 (E <= 1024), top_k <= 16; weights [M, k] fp32, ids [M, k] int32, in
-  selection order. Fused: one launch, ties to the lower expert id, robust to NaN/inf rows.
-"""
+* ``router_gemm(x, w, out=None) -> logits``: ``bf16(x @ w.T)``, fp32 accumulation; fused: one launch for M <= 16.
+* ``moe_route(logits, top_k, renormalize, out_weights=None, out_ids=None) -> (weights fp32, ids int32)`` [M, k]
+  in selection order; fused: one launch, ties to the lower expert id, robust to NaN/inf rows."""
 from ..ops import KernelOp, register
 
 from . import reference, triton_kernel

@@ -1,11 +1,6 @@
-"""Stock paths and fp64 references for the MoE router GEMM and routing (docs/semantics.md 3.4, 3.5).
-
-Stock router GEMM: ``F.linear(x, W)`` -- one bf16 GEMM launch (cuBLAS on an NVIDIA GPU), fp32
-accumulation, one rounding to bf16.
-Stock routing: fp32 softmax of the logits, top-k, optional renormalisation, in plain PyTorch (the
-semantics of vLLM's ``fused_topk``; PyTorch runs it as a few launches where vLLM runs one
-``topk_softmax`` CUDA kernel, see notes/kernels-linear-routing.md).
-"""
+"""Stock paths and fp64 references of the MoE router GEMM and routing (docs/semantics.md 3.4, 3.5): the
+GEMM is ``F.linear`` (one cuBLAS launch); the routing fp32 softmax, top-k and optional renormalisation in
+PyTorch (the semantics of vLLM's ``fused_topk``, notes/kernels-linear-routing.md)."""
 from __future__ import annotations
 
 import torch
@@ -18,24 +13,21 @@ MAX_EXPERTS = 1024
 
 
 def router_gemm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Stock router logits: ``F.linear(x, w)``, x [M, K] bf16, w [E, K] bf16 -> [M, E] bf16."""
     y = F.linear(x, w)
     return into(out, y)
 
 
 def router_gemm_fp32_fallback(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """The fused op's path above its decode widths: the GEMM with an fp32 output, rounded once to bf16
-    (the value of the fused kernel up to summation order)."""
+    """The fused op's path above its decode widths: the GEMM with an fp32 output, rounded
+    once to bf16."""
     try:
         y = torch.mm(x, w.t(), out_dtype=torch.float32)
     except (TypeError, RuntimeError):  # torch builds without the out_dtype overload for this device
         y = torch.mm(x.float(), w.float().t())
-    y = y.to(torch.bfloat16)
-    return into(out, y)
+    return into(out, y.to(torch.bfloat16))
 
 
 def router_gemm_fp64(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """fp64 reference of the router logits (no rounding)."""
     return x.double() @ w.double().t()
 
 
@@ -51,8 +43,8 @@ def check_route_args(logits: torch.Tensor, top_k: int) -> tuple[int, int]:
 
 
 def moe_route_torch(logits, top_k, renormalize, out_weights=None, out_ids=None):
-    """Plain-PyTorch routing with the fused kernel's exact rules (ties to the lower id, non-finite
-    exps count as 0, distinct valid ids on degenerate rows). Used where no Triton platform exists."""
+    """Plain-PyTorch routing with the fused kernel's rules (ties to the lower id, non-finite exps
+    count as 0), where no Triton platform exists."""
     l = logits.float()
     l_c = torch.where(torch.isnan(l), torch.full_like(l, float("-inf")), l)
     mx = l_c.amax(dim=1, keepdim=True)
@@ -66,29 +58,19 @@ def moe_route_torch(logits, top_k, renormalize, out_weights=None, out_ids=None):
     if renormalize:
         den = w.sum(dim=1, keepdim=True)
         w = torch.where(den > 0, w / den, torch.zeros_like(w))
-    ids = order.to(torch.int32)
-    w = into(out_weights, w)
-    ids = into(out_ids, ids)
-    return w, ids
+    return into(out_weights, w), into(out_ids, order.to(torch.int32))
 
 
 def moe_route(logits: torch.Tensor, top_k: int, renormalize: bool, out_weights=None, out_ids=None):
-    """Stock routing: ``softmax(logits.float())``, ``torch.topk``, optional renormalisation.
-
-    Same signature and outputs as the fused op (weights [M, k] fp32, ids [M, k] int32). Tie order
-    among equal probabilities is torch.topk's (unspecified); NaN rows give NaN weights here.
-    """
+    """Stock routing: ``softmax(logits.float())``, ``torch.topk``, optional renormalisation; tie order is
+    torch.topk's, NaN rows give NaN weights."""
     check_route_args(logits, top_k)
     p = torch.softmax(logits.float(), dim=-1)
     w, ids = torch.topk(p, top_k, dim=-1)
     if renormalize:
         w = w / w.sum(dim=-1, keepdim=True)
-    ids = ids.to(torch.int32)
-    w = into(out_weights, w)
-    ids = into(out_ids, ids)
-    return w, ids
+    return into(out_weights, w), into(out_ids, ids.to(torch.int32))
 
 
 def moe_route_fp64(logits: torch.Tensor) -> torch.Tensor:
-    """fp64 softmax probabilities (reference for weights and near-tie decisions)."""
     return torch.softmax(logits.double(), dim=-1)

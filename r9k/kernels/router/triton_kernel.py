@@ -1,9 +1,6 @@
-"""Fused Triton kernels for the MoE router: ``router_gemm`` (the skinny split-K GEMM of
-``r9k.kernels._triton.skinny_gemm``, shared with the hyper-connection down GEMM) and ``moe_route``.
-
-Fused routing (``moe_route``): one program per row: fp32 softmax of the logits (non-finite exp -> 0),
-top-k by iterated arg-max with ties to the lower expert id, optional renormalisation.
-"""
+"""Fused Triton kernels of the MoE router: ``router_gemm`` (the skinny split-K GEMM of
+``r9k.kernels._triton.skinny_gemm``) and ``moe_route`` (one program per row: fp32 softmax, non-finite exps
+counting 0, top-k by iterated arg-max with ties to the lower expert id, optional renormalisation)."""
 from __future__ import annotations
 
 import os
@@ -23,12 +20,7 @@ MAX_M = 16  # above this the wrappers use the stock GEMM (fp32-out mm, one round
 
 
 def router_gemm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """MoE router logits ``bf16(x @ w.T)`` (fp32 accumulation, one rounding).
-
-    x [M, K] bf16, w [E, K] bf16 (contiguous), out [M, E] bf16 optional. For 1 <= M <= 16 one Triton
-    launch (split-K skinny GEMM); above that, or where no Triton platform is present, the stock
-    fallback ``bf16(mm(x, w.T) in fp32)`` -- the same value up to summation order.
-    """
+    """One launch for 1 <= M <= 16; above that, or without Triton, ``bf16(mm(x, w.T) in fp32)``."""
     from .reference import router_gemm_fp32_fallback
 
     if not (use_triton(x) and 1 <= x.shape[0] <= MAX_M and x.stride(1) == 1):
@@ -56,8 +48,7 @@ def moe_route_kernel(
     total = tl.sum(e, axis=0)
     inv = tl.where(total > 0.0, 1.0 / total, 0.0)
     p = e * inv
-    # Available lanes score p >= 0; taken and padded lanes -1, so E >= TOPK guarantees distinct
-    # valid ids even for all-zero rows.
+    # available lanes score p >= 0, taken and padded ones -1: distinct valid ids even for all-zero rows
     score = tl.where(valid, p, -1.0)
     jj = tl.arange(0, TOPK_P2)
     wv = tl.zeros([TOPK_P2], dtype=tl.float32)
@@ -82,7 +73,6 @@ TUNED_FILE = tuned.tuned_path(os.path.dirname(__file__))  # this device's file (
 
 
 def load_tuned(path: str = TUNED_FILE) -> dict:
-    """A device's sweep winner for the routing kernel: {"moe_route_warps": int}."""
     return tuned.read(path)
 
 
@@ -95,13 +85,8 @@ def moe_route_warps() -> int:
 
 def moe_route(logits: torch.Tensor, top_k: int, renormalize: bool, out_weights=None, out_ids=None,
               num_warps: int | None = None):
-    """Softmax + top-k (+ renormalisation) of router logits in one launch.
-
-    logits [M, E] bf16 or fp32 (E <= 1024), top_k <= 16 (and <= E). Returns ``(weights [M, k] fp32,
-    ids [M, k] int32)`` in selection order (probability descending, ties to the lower expert id).
-    Robust to NaN/inf rows: non-finite exps count as 0, ids are always valid and distinct, weights
-    finite (0 when a row's sum is 0).
-    """
+    """Softmax + top-k (+ renormalisation) in one launch; logits [M, E] (E <= 1024), top_k <= 16 (<= E).
+    Non-finite exps count as 0: ids always valid and distinct, weights finite (0 when a row's sum is 0)."""
     from .reference import check_route_args, moe_route_torch
 
     M, E = check_route_args(logits, top_k)
@@ -112,6 +97,7 @@ def moe_route(logits: torch.Tensor, top_k: int, renormalize: bool, out_weights=N
     assert logits.stride(1) == 1 and w.is_contiguous() and ids.is_contiguous()
     if M:
         moe_route_kernel[(M,)](logits, logits.stride(0), w, ids, E,
-                               TOPK=top_k, TOPK_P2=triton.next_power_of_2(top_k), BLOCK_E=triton.next_power_of_2(E), RENORM=renormalize,
+                               TOPK=top_k, TOPK_P2=triton.next_power_of_2(top_k), BLOCK_E=triton.next_power_of_2(E),
+                               RENORM=renormalize,
                                num_warps=num_warps or moe_route_warps())
     return w, ids

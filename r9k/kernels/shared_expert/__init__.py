@@ -1,12 +1,9 @@
 """Shared expert with its sigmoid scalar gate (variant ``shared_expert_fused``, knob ``R9K_SHARED_EXPERT``),
 docs/semantics.md 3.6: MXFP4 weights, per-row fp8 activations; 8 launches (stock) to 4 (fused).
 
-Op ``shared_expert``: ``shared_expert(x, weights, out=None) -> [M, H] bf16`` with ``x`` [M, H] bf16 and
-``weights`` a :class:`SharedExpertWeights` made once at load by ``prepare_shared_expert(w1_packed, w1_scales,
-w2_packed, w2_scales, wg)`` (MXFP4 codes and E8M0 exponents as in the checkpoint; ``quantize_mxfp4`` makes them
-from a float weight). Flash-Next per rank: H = 2560, I = 160 at TP4 (gate_up 320 x 2560, down 2560 x 160),
-I = 320 at TP2.
-"""
+Op ``shared_expert``: ``shared_expert(x, weights, out=None) -> [M, H] bf16``, ``weights`` made once at load by
+``prepare_shared_expert(w1_packed, w1_scales, w2_packed, w2_scales, wg)`` (``quantize_mxfp4`` makes the codes
+from a float weight)."""
 from ..ops import KernelOp, register
 
 from . import reference, triton_kernel

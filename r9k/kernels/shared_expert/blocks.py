@@ -1,14 +1,9 @@
-"""The shared expert's Triton building blocks (docs/semantics.md 3.6), launched by both of its paths: the stock
-composition (:func:`r9k.kernels.shared_expert.reference.shared_expert` on a GPU: row quant, MXFP4 GEMM,
-silu-and-mul, row quant, MXFP4 GEMM) and the fused one (:mod:`r9k.kernels.shared_expert.triton_kernel`: the
-gate folded into the row quant, the silu-and-mul's quant, the gate in the last GEMM's epilogue). Kept apart so
-that the stock path never imports the fused module.
+"""The shared expert's Triton building blocks (docs/semantics.md 3.6), launched by both of its paths (kept
+apart so that the stock path never imports the fused module).
 
-The MXFP4 GEMM decodes e2m1 codes and the E8M0 block exponent to exact bf16 values in registers and runs bf16
-``tl.dot`` with fp32 accumulation: fp8 x e2m1 * 2^e products are exact in fp32, so only the summation order can
-differ from any other exact-product GEMM. Every rounding to bf16 / e4m3 is done on the bits
-(``rne_bf16``, ``rne_e4m3``) so the CPU interpreter, whose float casts truncate, gives the GPU's values.
-"""
+The MXFP4 GEMM decodes e2m1 codes and the E8M0 exponent to exact bf16 values in registers and runs bf16
+``tl.dot`` with fp32 accumulation (exact products: only the summation order can differ). Every rounding to
+bf16 / e4m3 is done on the bits, so the CPU interpreter, whose casts truncate, gives the GPU's values."""
 from __future__ import annotations
 
 import os
@@ -23,7 +18,7 @@ from .._triton.counters import arrival_counters
 
 @triton.jit
 def rne_e4m3(v):
-    """Round fp32 to the nearest-even OCP e4m3fn value (saturating at +-448), returned as fp32 (exact in e4m3)."""
+    """fp32 rounded to the nearest-even OCP e4m3fn value (saturating at +-448), as fp32."""
     bits = v.to(tl.int32, bitcast=True)
     normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & -1048576).to(tl.float32, bitcast=True)  # 3 mantissa bits
     sub = (v + 24576.0) - 24576.0  # below 2^-6 the e4m3 grid is 2^-9: the add rounds to it (ties to even)
@@ -114,8 +109,7 @@ def _mxfp4_gemm_kernel(a_ptr, sa_ptr, w_ptr, ws_ptr, g_ptr, o_ptr, part_ptr, cnt
             acc += tl.dot(a_odd.to(tl.bfloat16), tl.trans(w_hi.to(tl.bfloat16)))
     omask = mm[:, None] & mn[None, :]
     if SPLIT_K > 1:
-        # split-K: park the partial, the last of the SPLIT_K programs of this tile to arrive (acq_rel counter)
-        # sums them in split order (deterministic) and runs the epilogue; nobody waits.
+        # split-K: the last program of this tile to arrive (acq_rel counter) sums the partials in split order
         poff = rm[:, None] * N + rn[None, :]
         tl.store(part_ptr + pid_k * M * N + poff, acc, mask=omask)
         tile = pid_m * tl.num_programs(0) + pid_n
@@ -140,9 +134,9 @@ def _mxfp4_gemm_kernel(a_ptr, sa_ptr, w_ptr, ws_ptr, g_ptr, o_ptr, part_ptr, cnt
 
 # ---------------------------------------------------------------------------------------------- wrappers
 def _gemm_config(M, N, K):
-    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K) for decode widths. The e2m1 decode is integer
-    work proportional to the weight, so the weight is spread over ~100+ programs: narrow N tiles, and split-K
-    for the 2560-deep gate_up GEMM (whose N is only 320 / 640); under the interpreter one wide tile."""
+    """(BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K) for decode widths: the e2m1 decode
+    is work proportional to the weight, so it is spread over ~100+ programs (narrow N tiles, split-K for the
+    2560-deep gate_up GEMM); under the interpreter one wide tile."""
     if INTERPRETED:
         return 16, interpreted_tile(N, 256), max(64, interpreted_tile(K)), 4, 2, 1
     block_k = 256 if K >= 256 else max(64, triton.next_power_of_2(K))
@@ -158,11 +152,8 @@ def _gemm_config(M, N, K):
 def mxfp4_gemm(q: torch.Tensor, s: torch.Tensor, packed: torch.Tensor, scales: torch.Tensor,
                gate: torch.Tensor | None = None, out: torch.Tensor | None = None, config=None) -> torch.Tensor:
     """``out[m, n] = bf16(sum_k q[m,k] W[n,k] * s[m] [* gate[m]])``; q [M, K] e4m3, s/gate [M] fp32, W MXFP4.
-
-    ``config``: (BLOCK_M, BLOCK_N, BLOCK_K, num_warps, num_stages, SPLIT_K), default by :func:`_gemm_config`.
-    With SPLIT_K > 1 the partial sums go through an fp32 workspace and are added in a fixed order, so results
-    are deterministic; calls on concurrent streams must not overlap (shared arrival counters).
-    """
+    With SPLIT_K > 1 the partials are added in a fixed order (deterministic); calls on concurrent streams must
+    not overlap (shared arrival counters)."""
     M, K = q.shape
     N = packed.shape[0]
     if K % 32 or packed.shape[1] * 2 != K or q.stride(-1) != 1:
@@ -231,5 +222,5 @@ def silu_and_mul(gu: torch.Tensor) -> torch.Tensor:
 
 
 def silu_mul_quant(gu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Fused step 3: ``v = silu(gate) * up`` in fp32, then per-row fp8 quant of v: (q [M, I] e4m3, s [M])."""
+    """Fused step 3: ``silu(gate) * up`` in fp32, then its per-row fp8 quant: (q [M, I] e4m3, s [M])."""
     return _silu(gu, True)

@@ -1,20 +1,13 @@
-"""Shared expert of a Flash-Next MoE layer (docs/semantics.md 3.6, appendices A and B): MXFP4 weights, per-row
-fp8 activations, sigmoid scalar gate. Stock = the plugin's own unfused composition, 8 launches:
+"""Shared expert of a Flash-Next MoE layer (docs/semantics.md 3.6, appendices A and B). Stock = the plugin's
+unfused composition, 8 launches:
 
 1. per-row fp8 quant of x;  2. ``gu = bf16(GEMM_mxfp4(x_q, W1) * s_x)`` [M, 2I] (gate | up);
 3. ``act = bf16(silu(gate) * up)``;  4. per-row fp8 quant of act;  5. ``dn = bf16(GEMM_mxfp4(act_q, W2) * s_act)``;
 6. ``gl = F.linear(x, wg)`` (bf16 [M, 1]);  7. ``g = sigmoid(gl)`` (bf16);  8. ``out = dn * g`` (bf16).
 
-On a GPU steps 1-5 run the plugin's kernels (the Triton row quant, MXFP4 GEMM and silu-and-mul kernels of
-``blocks.py``, one launch each, the same GEMM kernel the fused path uses); steps 6-8 are torch ops.
-Elsewhere (CPU, no Triton backend) steps 1-5 run the torch emulations below, which define the same values: the
-row quant and silu-and-mul bit for bit, the GEMM up to fp32 summation order.
-
-Formats. MXFP4 weight [N, K]: ``packed`` uint8 [N, K/2] (element 2i in the low nibble, 2i+1 in the high one,
-e2m1 codes: sign, 2 exponent bits, 1 mantissa bit) and ``scales`` uint8 [N, K/32] (E8M0: the block's values are
-``e2m1 * 2^(E-127)``). Per-row fp8 (appendix B): ``A = max(amax_row, 1e-12)``, ``s = A/448``,
-``q = e4m3(x * (448/A))`` round to nearest even.
-"""
+On a GPU steps 1-5 run the kernels of ``blocks.py``; elsewhere the torch emulations below (the same values: the
+quant and silu-and-mul bit for bit, the GEMM up to summation order). MXFP4 weight [N, K]: ``packed`` uint8
+[N, K/2] (element 2i in the low nibble) and ``scales`` uint8 [N, K/32] (E8M0: values ``e2m1 * 2^(E-127)``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,11 +21,8 @@ FP8_MAX = 448.0
 
 @dataclass(frozen=True)
 class SharedExpertWeights:
-    """Weights of one shared expert as the kernels read them (made once by :func:`prepare_shared_expert`).
-
-    w1_packed [2I, H/2] uint8, w1_scales [2I, H/32] uint8: gate_up (rows 0..I-1 gate, I..2I-1 up).
-    w2_packed [H, I/2] uint8, w2_scales [H, I/32] uint8: down. wg [H] bf16: the expert gate ``Linear(H -> 1)``.
-    """
+    """One shared expert as the kernels read it: gate_up ``w1_*`` [2I, H/2] and [2I, H/32] (rows
+    0..I-1 gate), down ``w2_*`` [H, I/2] and [H, I/32], the expert gate ``wg`` [H] bf16."""
 
     w1_packed: torch.Tensor
     w1_scales: torch.Tensor
@@ -50,7 +40,7 @@ class SharedExpertWeights:
 
 
 def prepare_shared_expert(w1_packed, w1_scales, w2_packed, w2_scales, wg) -> SharedExpertWeights:
-    """Check shapes and make the tensors contiguous (the checkpoint's MXFP4 codes are used as they are)."""
+    """Check shapes and make the tensors contiguous (the checkpoint's codes as they are)."""
     two_i, half_h = w1_packed.shape
     H, half_i = w2_packed.shape
     if two_i != 4 * half_i or H != 2 * half_h or w1_scales.shape != (two_i, H // 32) \
@@ -62,8 +52,8 @@ def prepare_shared_expert(w1_packed, w1_scales, w2_packed, w2_scales, wg) -> Sha
 
 # ---------------------------------------------------------------------------------------------- MXFP4 helpers
 def quantize_mxfp4(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize a [N, K] float weight to MXFP4 (OCP MX rule: E = floor(log2(amax)) - 2 per 32 values, e2m1 codes
-    round to nearest, clamped at 6). For tests and for models shipped in bf16; checkpoints carry their codes."""
+    """A [N, K] float weight in MXFP4 (OCP MX rule: E = floor(log2(amax)) - 2 per 32 values, e2m1
+    codes rounded to nearest, clamped at 6), for tests and bf16 models."""
     N, K = w.shape
     blocks = w.float().reshape(N, K // 32, 32)
     amax = blocks.abs().amax(-1).clamp_min(2.0**-126)
@@ -91,7 +81,7 @@ def dequant_mxfp4(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------------------------- torch emulations
 def row_quant_fp8_torch(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Appendix B on an fp32 or bf16 [M, K]: returns (q e4m3 [M, K], s fp32 [M])."""
+    """Appendix B on an fp32 or bf16 [M, K]: (q e4m3 [M, K], s fp32 [M])."""
     xf = x.float()
     A = xf.abs().amax(-1).clamp_min(1e-12)
     # true fp32 divisions, tensor by tensor: torch evaluates ``scalar / tensor`` as ``scalar * reciprocal(tensor)``,
@@ -113,7 +103,6 @@ def mxfp4_gemm_torch(q: torch.Tensor, s: torch.Tensor, packed: torch.Tensor, sca
 
 
 def silu_and_mul_torch(gu: torch.Tensor) -> torch.Tensor:
-    """``bf16(silu(gate) * up)`` computed in fp32 from the bf16 [M, 2I] (one rounding)."""
     I = gu.shape[1] // 2
     g, u = gu[:, :I].float(), gu[:, I:].float()
     return (g / (1.0 + torch.exp(-g)) * u).to(torch.bfloat16)
@@ -125,24 +114,18 @@ def _use_triton(x: torch.Tensor) -> bool:
 
 
 def shared_expert(x: torch.Tensor, weights: SharedExpertWeights, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Stock shared expert: ``sigmoid(x wg) * W2(silu(x W1_gate) * (x W1_up))``, 8 launches (see module doc).
-
-    x [M, H] bf16 (last dim contiguous); weights from :func:`prepare_shared_expert`; out optional [M, H] bf16.
-    """
+    """Stock shared expert, 8 launches (see the module doc); x [M, H] bf16 (last dim contiguous)."""
     w = weights
     if _use_triton(x):
         from . import blocks as tk
-        xq, xs = tk.row_quant(x)                                    # 1
-        gu = tk.mxfp4_gemm(xq, xs, w.w1_packed, w.w1_scales)         # 2
-        act = tk.silu_and_mul(gu)                                   # 3
-        aq, as_ = tk.row_quant(act)                                 # 4
-        dn = tk.mxfp4_gemm(aq, as_, w.w2_packed, w.w2_scales)        # 5
+        quant, gemm, silu_mul = tk.row_quant, tk.mxfp4_gemm, tk.silu_and_mul
     else:
-        xq, xs = row_quant_fp8_torch(x)
-        gu = mxfp4_gemm_torch(xq, xs, w.w1_packed, w.w1_scales)
-        act = silu_and_mul_torch(gu)
-        aq, as_ = row_quant_fp8_torch(act)
-        dn = mxfp4_gemm_torch(aq, as_, w.w2_packed, w.w2_scales)
+        quant, gemm, silu_mul = row_quant_fp8_torch, mxfp4_gemm_torch, silu_and_mul_torch
+    xq, xs = quant(x)                                               # 1
+    gu = gemm(xq, xs, w.w1_packed, w.w1_scales)                     # 2
+    act = silu_mul(gu)                                              # 3
+    aq, as_ = quant(act)                                            # 4
+    dn = gemm(aq, as_, w.w2_packed, w.w2_scales)                    # 5
     gl = F.linear(x, w.wg.view(1, -1))                              # 6
     g = torch.sigmoid(gl)                                           # 7
     if out is not None:
@@ -151,8 +134,8 @@ def shared_expert(x: torch.Tensor, weights: SharedExpertWeights, out: torch.Tens
 
 
 def shared_expert_fp64(x: torch.Tensor, weights: SharedExpertWeights) -> torch.Tensor:
-    """The gate's reference: stock semantics from the same fp8 quant of x but with the activation unquantized
-    and nothing rounded: ``sigmoid(x.wg) * (silu(g) * u) W2^T`` in fp64, ``[g | u] = (x_q * s_x) W1^T``."""
+    """The gate's reference: stock's semantics from the same fp8 quant of x, the activation
+    unquantized and nothing rounded, in fp64."""
     w = weights
     xq, xs = row_quant_fp8_torch(x)
     xd = xq.double() * xs.double()[:, None]
