@@ -1,6 +1,5 @@
 """The main screen: profile and TP pickers, filters, the variant table, the detail pane, the validation
-panel and the memory budget. Every change re-resolves and re-validates (:class:`Session`), then redraws
-only what changed."""
+panel and the memory budget. Every change re-validates (:class:`Session`), then redraws only what changed."""
 from __future__ import annotations
 
 import time
@@ -56,7 +55,6 @@ class MainScreen(Screen):
 
     def compose(self):
         s = self.s
-        # the layout classes are set before the children mount: changing them later restyles every node
         self._layout_for(self.app.size.width)
         with Horizontal(id="topbar"):
             yield Static(Text(" r9k ", "bold reverse"), id="logo")  # or the unsaved badge
@@ -82,7 +80,7 @@ class MainScreen(Screen):
         return opts
 
     def on_mount(self) -> None:
-        # the widgets a toggle redraws, looked up once (query_one matches selectors: ~0.3 ms a call)
+        # the widgets a toggle redraws, looked up once (query_one is slow)
         self.table = self.query_one(VariantTable)
         self.validation = self.query_one(ValidationPanel)
         self.budget_panel = self.query_one(BudgetPanel)
@@ -112,9 +110,8 @@ class MainScreen(Screen):
     def _layout_for(self, width: int) -> None:
         narrow = width < NARROW
         if narrow and (not self._sized or not self.has_class("-narrow")):
-            # starting narrow, or shrinking to narrow: the pane closes (it would replace the table)
             self.detail_open = False
-        self.set_class(narrow, "-narrow")  # (a class already so is no restyle)
+        self.set_class(narrow, "-narrow")
         self.set_class(width < TINY, "-tiny")
         self.set_class(self.detail_open, "-detail-open")
         self._sized = True
@@ -132,7 +129,7 @@ class MainScreen(Screen):
         self.budget_panel.show(s)
         n = len(s.current_edits)
         others = len(s.other_edits())
-        # the unsaved badge takes the logo's place, left of the pickers: no width cuts it off
+        # the unsaved badge replaces the logo: no width cuts it off
         self.logo.update(Text(f" ● {n} unsaved ", "bold reverse magenta") if n else Text(" r9k ", "bold reverse"),
                          layout=False)
         t = Text()
@@ -151,8 +148,7 @@ class MainScreen(Screen):
             self.detail.show(self.s, self.table.current_variant())
 
     def after_change(self) -> None:
-        """After an edit: redraw the changed cells and the panels (the table keeps its rows unless a
-        state filter depends on the change)."""
+        """After an edit: redraw the changed cells (all rows under a state filter) and the panels."""
         if self.filters.status and self.filters.status.startswith("@"):
             self.table.fill(self.s, self.filters.apply(self.s))
         else:
@@ -214,10 +210,9 @@ class MainScreen(Screen):
         return True
 
     def jump_to(self, vid: str) -> None:
-        """Move the cursor to a variant and scroll it into view; a search or filter that hides it is
-        cleared first (and a note says so), so the row under the cursor is always the one shown."""
-        if self.app.screen is not self:  # the palette is still open: a screen in the background does not
-            self._pending_jump = vid  # lay out, so it could not scroll; jump when it is shown again
+        """Move the cursor to a variant and scroll it into view, first clearing (with a note) a filter that hides it."""
+        if self.app.screen is not self:  # under the palette: a background screen does not lay out; jump when shown
+            self._pending_jump = vid
             return
         table = self.table
         if not table.jump_to(vid):
@@ -229,7 +224,6 @@ class MainScreen(Screen):
             table.jump_to(vid)
             self.notify(f"cleared {cleared} to show {self.s.reg.variants[vid].knob}", timeout=4)
         table.scroll_to_cursor()
-        # after a refill the new height is known only after the next layout: scroll again then
         table.call_after_refresh(table.scroll_to_cursor)
         table.focus()
         self.show_detail()
@@ -255,7 +249,6 @@ class MainScreen(Screen):
         if vid is None:
             return
         if not self.table.cursor_visible():
-            # the cursor's row is scrolled out of view: bring it back rather than change what is not seen
             self.table.scroll_to_cursor()
             self.notify(f"{self.s.reg.variants[vid].knob} was off screen: press space again to toggle it",
                         timeout=3)
@@ -332,8 +325,7 @@ class MainScreen(Screen):
     # ------------------------------------------------------------------------------ save / reload
 
     def action_save(self, then=None) -> None:
-        """Save the current profile; ``then()`` runs after a successful save (save and quit). With
-        validation errors it asks first (Cancel is the default); a file changed on disk asks what to do."""
+        """Save the current profile, then ``then()``; validation errors and a file changed on disk ask first."""
         s = self.s
         if not s.has_edits():
             if then is None:
@@ -352,8 +344,7 @@ class MainScreen(Screen):
         self._do_save(then)
 
     def _ask(self, title: str, body: Text, choices: list[tuple]) -> None:
-        """A question in a dialog: Cancel (key n) first and the default (enter never destroys anything), then
-        ``choices`` (id, label, key, variant, what to do when it is chosen)."""
+        """A question: Cancel (n, the default) then ``choices`` (id, label, key, variant, what to do if chosen)."""
         from .dialogs import ConfirmScreen
 
         act = {c[0]: c[4] for c in choices}
@@ -433,9 +424,7 @@ class MainScreen(Screen):
     # ------------------------------------------------------------------------------ $EDITOR
 
     def action_open_editor(self) -> None:
-        """Open the profile's file in $VISUAL / $EDITOR (the panel suspended), then reload and re-validate.
-        Unsaved panel edits of this profile are never merged with the file silently: save them first,
-        or drop them (ctrl+z brings them back), or stay."""
+        """Open the profile's file in $EDITOR, then reload; unsaved edits of it are saved or dropped first (asked)."""
         s = self.s
         path = s.profile_path()
         if path is None:
@@ -460,7 +449,7 @@ class MainScreen(Screen):
         self.app.edit_file(path)
 
     def after_editor(self, changed: bool) -> None:
-        """Back from the editor: reload (keeping other profiles' edits) and show what validation says."""
+        """Back from the editor: reload (other profiles' edits kept) and say what validation says."""
         s = self.s
         if not self._reloaded(lambda: s.reload(keep_others=True)):
             return
@@ -481,12 +470,10 @@ class MainScreen(Screen):
         self.app.push_screen(LaunchScreen(self.s, len(self.s.current_edits)), done)
 
     def action_server(self) -> None:
-        """The server screen of the server launched from here (or attached to)."""
         self.app.show_server()
 
     def request_quit(self) -> None:
-        """Every way out comes here (q, ctrl+q, the palette's Quit, a closed terminal's SIGHUP aside):
-        with unsaved edits it asks, Cancel being the default; "Save and quit" saves every edited profile."""
+        """Every way out but a hang-up: with unsaved edits it asks (Cancel the default; Save and quit saves all)."""
         s = self.s
         edited = {p: e for p, e in s.edits.items() if e}
         if not edited:
@@ -499,8 +486,7 @@ class MainScreen(Screen):
                    ("discard", "Quit without saving", "d", "error", self.app.exit)])
 
     def _save_all_then(self, then) -> None:
-        """Save each edited profile in turn (each through the usual questions), then ``then()``; a
-        cancelled or failed save stops there, with that profile shown."""
+        """Save each edited profile in turn (each asking as usual), then ``then()``; a failed or cancelled one stops."""
         s = self.s
         pending = sorted(p for p, e in s.edits.items() if e)
         if not pending:

@@ -1,21 +1,13 @@
-"""``r9kctl tui --serve``: the control panel in a web browser, through textual-serve (the extra ``web``).
+"""``r9kctl tui --serve``: the control panel in a web browser, through textual-serve (the extra ``web``); each
+tab runs its own ``r9kctl tui``, which can do all the panel does. So every request is checked, loopback too:
 
-Every browser tab gets its own ``r9kctl tui`` process (textual-serve runs the command with its web
-driver): whoever reaches the page can do what the panel does, edit and save profiles, open ``$EDITOR``
-and start vLLM. So every request is checked, on loopback as elsewhere:
+- a token printed once in the URL (``?token=``, then an HttpOnly SameSite=Strict cookie), else 403;
+- ``Host`` an address literal, ``localhost``, this machine's name or ``--host`` (no DNS rebinding), and an
+  ``Origin``, where sent, this server itself;
+- at most ``max_panels`` panels at once (one more websocket answers 503);
+- a panel whose tab closes, and all at the server's stop, is asked to quit, then SIGTERM, then SIGKILL.
 
-- a token, made at start and printed once in the URL to open (as Jupyter does): the page, its websocket
-  and its files answer 403 without it. It travels as ``?token=`` on the first request; the page's own
-  requests then carry a cookie (HttpOnly, SameSite=Strict);
-- ``Host`` must be an address literal, ``localhost``, this machine's name or the ``--host`` given (a
-  DNS-rebinding name such as ``evil.example`` pointing at 127.0.0.1 is refused), and an ``Origin``, where
-  the browser sends one, must be this server itself (a websocket opened by another site's page is refused);
-- at most ``max_panels`` panels at once (each is a ~55 MB process); one more websocket answers 503;
-- a panel whose tab closes, and every panel when the server stops (Ctrl+C, SIGTERM), is stopped: asked to
-  quit, then SIGTERM, then SIGKILL, a few seconds each (textual-serve alone waits for the panel forever).
-
-This is an access check, not encryption: across an untrusted network, put it behind TLS (an SSH tunnel to
-the loopback port is the simplest).
+An access check, not encryption: across an untrusted network, tunnel it.
 """
 from __future__ import annotations
 
