@@ -1,25 +1,13 @@
 """How much ``register()`` adds to a vLLM process start.
 
-Each measurement is a fresh interpreter (``-X importtime`` is not used: it slows imports down) that
-first imports what vLLM has imported by the time it loads its general plugins in the API server
-(``vllm.engine.arg_utils``: torch, pydantic, vllm's config), then times ``r9k.plugin.register()``
-with ``time.perf_counter``. Cases:
+Each measurement is a fresh interpreter that imports what vLLM has when it loads its general plugins
+(``vllm.engine.arg_utils``), then times ``r9k.plugin.register()`` (and a second call). Cases: ``inactive`` (no
+R9K_* variable), ``first-cold`` (profile cpu-smoke, empty caches), ``first`` (a launch's API server, parse cache
+filled), ``manifest`` (from ``r9kctl launch``'s manifest) and ``later`` (the engine core / a worker: the launch
+snapshot). The children's bytecode cache is on (``--no-bytecode`` keeps the caller's setting).
 
-* ``inactive``:    no R9K_* variable (plain vLLM use with the package installed);
-* ``first-cold``:  profile cpu-smoke (``envvars.PROFILE``), empty caches: the registry's TOML is parsed (once per
-                   machine and registry change);
-* ``first``:       the first process of a launch (the API server): full resolution and validation,
-                   the TOML parse cache filled;
-* ``manifest``:    the same from ``r9kctl launch``'s manifest (re-resolved and compared);
-* ``later``:       the engine core / a worker of the same launch (its inputs equal the first
-                   process's: the launch snapshot is loaded);
-* each line also gives the median of a second ``register()`` call in the same process.
-
-Python's bytecode cache is on for the children (``PYTHONDONTWRITEBYTECODE`` removed, one warm-up run),
-as in a normal installation; ``--no-bytecode`` keeps the caller's setting.
-
-Usage: ``python -m r9k.bench.bench_register [--runs N]``; prints one line per case (median and
-min over N fresh processes, milliseconds) and whether textual or rich got imported.
+Usage: ``python -m r9k.bench.bench_register [--runs N]``: per case, median and min in ms, and whether textual or
+rich got imported.
 """
 from __future__ import annotations
 
