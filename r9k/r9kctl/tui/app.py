@@ -152,8 +152,6 @@ class R9kApp(App):
         else:
             self.load()
 
-    # ------------------------------------------------------------------------------ the running server
-
     def start_server(self, session) -> None:
         """Start the session's launch plan in the background (a log file in the cache), then the server screen."""
         if self.server is not None and self.server.owned and self.server.running():
@@ -195,8 +193,6 @@ class R9kApp(App):
         if self.server is not None and self.server.owned and self.server.running():
             return self.server.stop()
         return None
-
-    # ------------------------------------------------------------------------------ ways out
 
     def main_screen(self):
         from .main_screen import MainScreen
@@ -248,8 +244,6 @@ class R9kApp(App):
             self.session.journal = None
             clear_journal()
         super().exit(result, return_code, message)
-
-    # ------------------------------------------------------------------------------ $EDITOR
 
     def edit_file(self, path: Path, then=None) -> None:
         """Open ``path`` in $VISUAL / $EDITOR (else vi) with the panel suspended; then the main screen reloads

@@ -51,8 +51,6 @@ class MainScreen(Screen):
         self.last_toggle_ms: Optional[float] = None  # re-validate + redraw of the last change (bench)
         self.last_toggle_cpu_ms: Optional[float] = None  # the same in CPU time of this process
 
-    # ------------------------------------------------------------------------------ layout
-
     def compose(self):
         s = self.s
         self._layout_for(self.app.size.width)
@@ -116,8 +114,6 @@ class MainScreen(Screen):
         self.set_class(self.detail_open, "-detail-open")
         self._sized = True
 
-    # ------------------------------------------------------------------------------ redraw
-
     def refill(self) -> None:
         """Rebuild the table (filters, profile or TP changed), then the panels."""
         self.table.fill(self.s, self.filters.apply(self.s))
@@ -155,8 +151,6 @@ class MainScreen(Screen):
             self.table.update_rows(self.s)
         self.refresh_panels()
 
-    # ------------------------------------------------------------------------------ events
-
     def on_variant_table_highlighted(self, event: VariantTable.Highlighted) -> None:
         self.show_detail()
 
@@ -182,8 +176,6 @@ class MainScreen(Screen):
         elif sel.id and sel.id.startswith("f-"):
             self.filters = self.query_one(FilterBar).filters()
             self.refill()
-
-    # ------------------------------------------------------------------------------ commands
 
     def switch_profile(self, name: str) -> None:
         self.s.set_profile(name)
@@ -322,8 +314,6 @@ class MainScreen(Screen):
 
         self.app.push_screen(DiffScreen(self.s, a, b))
 
-    # ------------------------------------------------------------------------------ save / reload
-
     def action_save(self, then=None) -> None:
         """Save the current profile, then ``then()``; validation errors and a file changed on disk ask first."""
         s = self.s
@@ -405,8 +395,6 @@ class MainScreen(Screen):
         if self._reloaded(self.s.reload):
             self.notify("reloaded from disk", timeout=2)
 
-    # ------------------------------------------------------------------------------ undo / redo
-
     def action_undo_redo(self, redo: bool) -> None:
         s = self.s
         profile = s.profile
@@ -420,8 +408,6 @@ class MainScreen(Screen):
             self.refill()
         self.notify(f"{'redone' if redo else 'undone'}: {label}" + (f" (in {s.profile})" if s.profile != profile
                                                                       else ""), timeout=2)
-
-    # ------------------------------------------------------------------------------ $EDITOR
 
     def action_open_editor(self) -> None:
         """Open the profile's file in $EDITOR, then reload; unsaved edits of it are saved or dropped first (asked)."""
@@ -457,8 +443,6 @@ class MainScreen(Screen):
         what = "reloaded" if changed else "unchanged"
         self.notify(f"{self.s.shown_path} {what}: {ne} error(s), {nw} warning(s)",
                     severity="error" if ne else "information", timeout=4)
-
-    # ------------------------------------------------------------------------------ launch / quit
 
     def action_launch(self) -> None:
         from .launch_screen import LaunchScreen

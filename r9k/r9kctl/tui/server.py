@@ -72,8 +72,6 @@ class Server:
         self.started_at: Optional[float] = None
         self.stopped = False
 
-    # ------------------------------------------------------------------------------ making one
-
     @classmethod
     def attach(cls, url: str, log_path: Optional[Path] = None) -> "Server":
         return cls(url, log_path=log_path)
@@ -108,8 +106,6 @@ class Server:
         self.started_at = time.time()
         self.stopped = False
 
-    # ------------------------------------------------------------------------------ stop / restart
-
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
@@ -135,8 +131,6 @@ class Server:
             raise RuntimeError("a server started elsewhere cannot be restarted from here")
         self.stop()
         self._spawn()
-
-    # ------------------------------------------------------------------------------ looking
 
     def poll(self, timeout: float = 3.0) -> Poll:
         log = log_tail(self.log_path)

@@ -143,8 +143,6 @@ class ServerScreen(Screen):
                        else "(empty)", "dim")
         self.query_one("#server-log", Static).update(log)
 
-    # ------------------------------------------------------------------------------ actions
-
     def action_stop(self) -> None:
         if self.server.owned and self.server.running():
             self.notify("stopping the server (SIGTERM to its process group)")

@@ -154,8 +154,6 @@ class Session:
         if before.edits != kept:
             self._push_undo(before)
 
-    # ------------------------------------------------------------------------------ undo / redo
-
     def snapshot(self, label: str) -> "Snapshot":
         return Snapshot(label, self.profile, {p: dict(e) for p, e in self.edits.items() if e})
 
@@ -195,8 +193,6 @@ class Session:
         keep.append(self.snapshot(snap.label))
         self._restore(snap)
         return snap.label
-
-    # ------------------------------------------------------------------------------ switching
 
     def _switched(self) -> None:
         """After the profile or TP size changed: the current numbers, and the saved state's budget."""
@@ -243,8 +239,6 @@ class Session:
             sizes = {int(k[2:]) for k in self.reg.models[model].kv_bytes_per_token}
         sizes.add(self.profile_tp)
         return sorted(sizes)
-
-    # ------------------------------------------------------------------------------ edits
 
     @property
     def current_edits(self) -> dict[str, object]:
@@ -354,8 +348,6 @@ class Session:
             return r.source
         return None
 
-    # ------------------------------------------------------------------------------ derived state
-
     def finish_validation(self) -> None:
         """The checks a deferred start left out; afterwards every change is re-validated."""
         if self.validated:
@@ -440,8 +432,6 @@ class Session:
     def diagnostics(self) -> list[Diagnostic]:
         order = {"error": 0, "warning": 1, "info": 2}
         return sorted(self.report.diagnostics, key=lambda d: order.get(d.level, 3))
-
-    # ------------------------------------------------------------------------------ files
 
     def profile_dirs_now(self) -> list[Path]:
         return self.profile_dirs if self.profile_dirs is not None else default_profile_dirs()
@@ -528,8 +518,6 @@ class Session:
         if self.profile not in self.reg.profiles:
             self.profile = self.default_profile()
         self._switched()
-
-    # ------------------------------------------------------------------------------ diff and launch
 
     def diff_sides(self, a: str, b: str):
         from ...registry.diff import diff

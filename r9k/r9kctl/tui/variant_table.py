@@ -204,8 +204,6 @@ class VariantTable(ScrollView, can_focus=True):
             changed += 1
         return changed
 
-    # ------------------------------------------------------------------------------ cursor
-
     def watch_cursor_row(self, old: int, new: int) -> None:
         self.refresh_line(old + 1)
         self.refresh_line(new + 1)
@@ -274,8 +272,6 @@ class VariantTable(ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._strips.clear()
-
-    # ------------------------------------------------------------------------------ rendering
 
     def _strip(self, line: Text, style, scroll_x: int, width: int) -> Strip:
         """A row's text rendered with ``style``, the ``width`` cells from ``scroll_x``: the text is cut before it is
