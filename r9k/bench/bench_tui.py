@@ -36,37 +36,29 @@ def _stats(xs: list[float]) -> dict:
 def child(out: str, profile: str, toggles: int) -> None:
     from ..r9kctl.tui.app import R9kApp
 
-    t_import = time.perf_counter()
-    result: dict = {"import_s": t_import - T0}
+    result: dict = {"import_s": time.perf_counter() - T0}
 
     class BenchApp(R9kApp):
         def first_frame_painted(self) -> None:
-            first = self.first_frame_at is None
-            super().first_frame_painted()
-            if first:
-                result["first_frame_s"] = self.first_frame_at - T0
-                result["first_frame_at"] = self.first_frame_at  # CLOCK_MONOTONIC: comparable with the parent's
-                result["first_frame_cpu_s"] = time.process_time()  # CPU since the process started
+            if self.first_frame_at is None:  # *_at: CLOCK_MONOTONIC, comparable with the parent's; CPU since start
+                super().first_frame_painted()
+                result.update(first_frame_s=self.first_frame_at - T0, first_frame_at=self.first_frame_at,
+                              first_frame_cpu_s=time.process_time())
 
         def validated_frame_painted(self) -> None:
-            first = self.validated_at is None
-            super().validated_frame_painted()
-            if first:  # the panel with its validation result: the toggles start from here
-                result["validated_s"] = self.validated_at - T0
-                result["validated_at"] = self.validated_at
+            if self.validated_at is None:  # the panel with its validation result: the toggles start from here
+                super().validated_frame_painted()
+                result.update(validated_s=self.validated_at - T0, validated_at=self.validated_at)
                 self.call_later(self._start_toggles)
 
         def _start_toggles(self) -> None:
-            screen = self.screen
-            screen.jump_to("hc_fp8_decode")
+            self.screen.jump_to("hc_fp8_decode")
             self._times: list[float] = []
             self._cpu: list[float] = []
-            self._last = None
             self._toggle_next()
             self.set_interval(0.01, self._poll)
 
         def _toggle_next(self) -> None:
-            self._last = self.screen.last_toggle_ms
             self.screen.last_toggle_ms = None
             self.screen.action_toggle()
 
@@ -77,8 +69,7 @@ def child(out: str, profile: str, toggles: int) -> None:
             self._times.append(ms)
             self._cpu.append(self.screen.last_toggle_cpu_ms)
             if len(self._times) >= toggles:
-                result["toggle_ms"] = self._times
-                result["toggle_cpu_ms"] = self._cpu
+                result.update(toggle_ms=self._times, toggle_cpu_ms=self._cpu)
                 self.exit()
                 return
             self._toggle_next()
@@ -92,9 +83,7 @@ def child(out: str, profile: str, toggles: int) -> None:
         t = time.perf_counter()
         s.cycle("hc_fp8_decode")
         core.append((time.perf_counter() - t) * 1000.0)
-    result["core_ms"] = core
-    result["variants"] = len(s.reg.variants)
-    result["kv_tokens"] = s.budget.kv_tokens if s.budget else None
+    result.update(core_ms=core, variants=len(s.reg.variants), kv_tokens=s.budget.kv_tokens if s.budget else None)
     with fileio.open_for_writing(out) as f:
         json.dump(result, f)
 
