@@ -2,6 +2,7 @@
 the command palette provider, two themes of its own and a keymap by binding id."""
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from functools import partial
@@ -216,12 +217,11 @@ class R9kApp(App):
         import asyncio
         import signal
 
-        try:
+        # not the main thread, or no such signals here: nothing to catch
+        with contextlib.suppress(RuntimeError, NotImplementedError, ValueError, AttributeError):
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGHUP, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._hang_up)
-        except (RuntimeError, NotImplementedError, ValueError, AttributeError):
-            pass  # not the main thread, or no such signals here
 
     def _hang_up(self) -> None:
         import threading

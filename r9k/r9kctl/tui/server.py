@@ -3,6 +3,7 @@ in a log file) or one it attaches to by URL. A poll reads ``GET /health``, ``GET
 ``cmd_status.fetch``) and the log's last lines. No Textual here."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -73,8 +74,8 @@ class Server:
         self.stopped = False
 
     @classmethod
-    def attach(cls, url: str, log_path: Optional[Path] = None) -> "Server":
-        return cls(url, log_path=log_path)
+    def attach(cls, url: str) -> "Server":
+        return cls(url)
 
     @classmethod
     def start(cls, plan, log_path: Path) -> "Server":
@@ -115,10 +116,8 @@ class Server:
             return None
         self.stopped = True
         for sig, wait_s in ((signal.SIGTERM, timeout), (signal.SIGKILL, 30.0)):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
             end = time.monotonic() + wait_s
             while time.monotonic() < end:
                 if self.proc.poll() is not None and not _group_alive(self.proc.pid):

@@ -49,13 +49,11 @@ def toml_value(v, value: str) -> object:
     anything else (and special words, '') as a string."""
     if value == "" or value in v.special:
         return value
-    try:
+    with contextlib.suppress(ValueError):
         if v.type in ("bool", "int"):
             return int(value)
         if v.type == "float":
             return float(value)
-    except ValueError:
-        pass
     return value
 
 
@@ -140,10 +138,8 @@ class Session:
             path = self.profile_path(name)
             if path is None:
                 continue
-            try:
+            with contextlib.suppress(OSError):
                 self._files[name] = (path, path.read_bytes(), path.stat().st_mtime_ns)
-            except OSError:
-                pass
 
     def reload(self, keep_others: bool = False) -> None:
         """Reload everything from disk (raises RegistryError), dropping the edits (undoable); ``keep_others`` (after
@@ -548,20 +544,17 @@ def journal(s: Session) -> None:
     state = (s.profile, repr(edits))
     if getattr(s, "_journaled", None) == state:
         return
-    if edits:
-        if write_recovery(s) is None:
-            return  # not written (a read-only cache): try again at the next change
-    else:
+    if edits and write_recovery(s) is None:
+        return  # not written (a read-only cache): try again at the next change
+    if not edits:
         clear_journal()
     s._journaled = state
 
 
 def clear_journal() -> None:
     """The panel ended by asking: nothing to restore next time."""
-    try:
+    with contextlib.suppress(OSError):
         recovery_path().unlink()
-    except OSError:
-        pass
 
 
 def write_recovery(s: Session) -> Optional[Path]:
@@ -595,14 +588,12 @@ def restore_recovery(s: Session) -> int:
         for vid, value in edits.items():
             if vid not in s.reg.variants:
                 continue
-            try:
+            with contextlib.suppress(EditError):
                 if value is None:
                     s.reset(vid)
                 else:
                     s.set_value(vid, value)
                 n += 1
-            except EditError:
-                continue
     if s.profile != start:
         s.set_profile(start)
     clear_journal()

@@ -12,6 +12,7 @@ An access check, not encryption: across an untrusted network, tunnel it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import secrets
@@ -30,10 +31,8 @@ STOP_GRACE_S = 3.0
 def allowed_hosts(bind: str) -> set[str]:
     """The names (lower case, no port) a ``Host`` header may carry besides address literals."""
     names = {"localhost", bind.lower().strip("[]")}
-    try:
+    with contextlib.suppress(OSError):
         names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
-    except OSError:
-        pass
     return names
 
 
@@ -135,10 +134,8 @@ def make_server(argv: list[str], host: str, port: int, token: str, max_panels: i
 async def stop_panel(app_service, websocket) -> None:
     """Ask the panel to quit, then SIGTERM, then SIGKILL, a few seconds each; then close its websocket."""
     proc = getattr(app_service, "_process", None)
-    try:
+    with contextlib.suppress(Exception):  # a broken pipe: the panel is going anyway
         await asyncio.wait_for(app_service.send_meta({"type": "quit"}), STOP_GRACE_S)
-    except Exception:  # noqa: BLE001  (a broken pipe: the panel is going anyway)
-        pass
     if proc is not None:
         for sig in (None, signal.SIGTERM, signal.SIGKILL):
             if sig is not None and proc.returncode is None:
@@ -151,10 +148,8 @@ async def stop_panel(app_service, websocket) -> None:
                 break
             except asyncio.TimeoutError:
                 continue
-    try:
+    with contextlib.suppress(Exception):
         await websocket.close()
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def serve(argv: list[str], host: str = "127.0.0.1", port: int = 8080, max_panels: int = MAX_PANELS) -> int:
