@@ -275,10 +275,8 @@ class Session:
     def inherited_value(self, vid: str) -> Optional[str]:
         """The value the profile chain gives a variant without this profile's own key (no env)."""
         r = self._saved_noenv.items[vid]
-        if self.key_for(vid) in self.saved_knobs():
-            # this profile's key was applied last (no environment here): the entry before it
-            return r.history[-1][1] if r.history else r.value
-        return r.value
+        # with a key of this profile's, it was applied last (no environment here): the entry before it
+        return r.history[-1][1] if r.history and self.key_for(vid) in self.saved_knobs() else r.value
 
     def set_value(self, vid: str, raw: object) -> str:
         """Set a variant to ``raw`` (unsaved); returns the canonical value, raises :class:`EditError`. Back to the
@@ -375,9 +373,7 @@ class Session:
                 if r.layer == "profile":
                     # the key is not in the file yet (or not with this value): no line to point at
                     r.origin = Origin("profile", file, detail=UNSAVED)
-        report = Report()
-        for d in self.registry_report.diagnostics:
-            report.add(d)
+        report = Report(list(self.registry_report.diagnostics))
         if self.validated:
             self.budget = check_profile(reg, rs, report)
         else:

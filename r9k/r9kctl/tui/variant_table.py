@@ -36,8 +36,7 @@ VARIANT_MIN = 14
 
 def layout(width: int, knob_width: int) -> list[tuple[int, int]]:
     """(column index, width) of the columns shown in a table ``width`` cells wide."""
-    widths = {k: w for k, _l, w in COLUMNS}
-    widths["knob"] = knob_width
+    widths = {k: w for k, _l, w in COLUMNS} | {"knob": knob_width}
     shown = [k for k, _l, _w in COLUMNS]
 
     def total() -> int:
