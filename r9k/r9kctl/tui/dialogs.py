@@ -217,10 +217,8 @@ class ErrorScreen(Screen):
         lines = [Text(f"The registry or a profile cannot be loaded ({n} error(s)). Fix the file(s), then press r "
                       "(e opens the first in $EDITOR).\n", "bold red")]
         for d in self.diagnostics:
-            t = Text()
-            t.append(d.location() or "(no file)", "bold")
-            t.append(f"  {d.level}[{d.code}]: ", "red" if d.level == "error" else "yellow")
-            t.append(d.message)
+            t = Text.assemble((d.location() or "(no file)", "bold"),
+                              (f"  {d.level}[{d.code}]: ", "red" if d.level == "error" else "yellow"), d.message)
             if d.hint:
                 t.append(f" ({d.hint})", "dim")
             lines.append(t)

@@ -217,14 +217,11 @@ def detail_head(s: Session, vid: str) -> Text:
     """What changes with a toggle: the value here, its provenance, what it overrode, its cost."""
     r = s.rs.items[vid]
     v = r.variant
-    head = Text()
-    head.append(v.knob, "bold")
-    head.append(f"  {vid}\n", "dim")
-    head.append("value here  ")
-    head.append(show_value(r.value, 40), "bold green" if r.active else "bold")
-    head.append(f"  ({'on' if r.active else 'stock/off'}, tp{s.tp})\n")
-    head.append("from        ")
-    head.append(f"{LAYER_SHORT.get(r.layer, r.layer)}: {r.source}\n", "magenta" if r.layer == "profile" else "")
+    head = Text.assemble((v.knob, "bold"), (f"  {vid}\n", "dim"), "value here  ",
+                         (show_value(r.value, 40), "bold green" if r.active else "bold"),
+                         f"  ({'on' if r.active else 'stock/off'}, tp{s.tp})\nfrom        ",
+                         (f"{LAYER_SHORT.get(r.layer, r.layer)}: {r.source}\n",
+                          "magenta" if r.layer == "profile" else ""))
     if r.history:  # the value this one replaced (the last one only)
         origin, value = r.history[-1]
         layer, source = origin.layer, str(origin)
@@ -233,8 +230,7 @@ def detail_head(s: Session, vid: str) -> Text:
         head.append(f"{show_value(value, 24)} ({LAYER_SHORT.get(layer, layer)}: {source}){more}\n", "dim")
     cost = s.cost(vid)
     if cost is not None and cost.bytes:
-        head.append("KV cost     ")
-        head.append(f"{fmt_bytes(cost.bytes)} a GPU = {cost.tokens:,} KV tokens"
+        head.append(f"KV cost     {fmt_bytes(cost.bytes)} a GPU = {cost.tokens:,} KV tokens"
                     f"{' (on)' if r.active else ' if switched on'}\n")
     env = s.env_overrides(vid)
     if env:
@@ -300,10 +296,7 @@ ICON = {"error": ("✗", "bold red"), "warning": ("!", "bold yellow"), "info": (
 
 def diagnostic_text(d, variants) -> Text:
     icon, style = ICON.get(d.level, ("?", ""))
-    t = Text()
-    t.append(f"{icon} ", style)
-    t.append(f"{d.code}: ", style)
-    t.append(d.message)
+    t = Text.assemble((f"{icon} ", style), (f"{d.code}: ", style), d.message)
     items = [i for i in d.items if i in variants]
     if items:
         t.append(f"  [{', '.join(items)}]", "cyan")
