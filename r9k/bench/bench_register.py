@@ -73,39 +73,32 @@ def main() -> int:
             print(line, flush=True)
 
         run_case(dict(prof), 1)  # warm-up: bytecode and the TOML parse cache
-        f, s, ui = run_case(dict(base, **{CACHE: str(cache)}), args.runs)
-        report("inactive", f, s, ui)
+        report("inactive", *run_case(dict(base, **{CACHE: str(cache)}), args.runs))
         colds = []
         for _ in range(args.runs):  # a fresh cache each run: the registry is parsed
             with tempfile.TemporaryDirectory() as c:
                 ff, _, ui = run_case(dict(prof, **{CACHE: c}), 1)
                 colds += ff
         report("first-cold", colds, None, ui)
-        f, s, ui = run_case(prof, args.runs)
-        report("first", f, s, ui)
+        report("first", *run_case(prof, args.runs))
 
         # a manifest as r9kctl launch writes it, and the environment it exports
-        from ..registry import load_registry
+        from ..registry import fileio, load_registry
         from ..registry.resolve import resolve
 
         rs = resolve(load_registry(), "cpu-smoke", env={})
-        from ..registry import fileio
-
         mpath = Path(tmp) / "manifest.json"
         fileio.atomic_write(mpath, json.dumps(rs.to_manifest()), "manifest")
         menv = dict(base, **{CACHE: str(cache), MANIFEST: str(mpath), PROFILE: "cpu-smoke", TP: "1"})
         menv.update(rs.env())
-        f, s, ui = run_case(menv, args.runs)
-        report("manifest", f, s, ui)
+        report("manifest", *run_case(menv, args.runs))
 
         # what the first process exports to the engine core and the workers it starts
         probe = ("import os, json, r9k.plugin as p, r9k.plugin.report as rp; rp.emit = lambda l, x: None; p.register(); "
                  "print(json.dumps({k: v for k, v in os.environ.items() if k.startswith(('R9K_', '_R9K_'))}))")
         out = subprocess.run([sys.executable, "-c", probe], env=menv, capture_output=True, text=True, timeout=300)
-        later = dict(menv)
-        later.update(json.loads(out.stdout.strip().splitlines()[-1]))
-        f, s, ui = run_case(later, args.runs)
-        report("later", f, s, ui)
+        later = dict(menv, **json.loads(out.stdout.strip().splitlines()[-1]))
+        report("later", *run_case(later, args.runs))
     return 0
 
 
