@@ -2,9 +2,8 @@
 
     python -m r9k.bench.bench_load [--runs 7]
 
-Prints medians (and min/max) for: a new process running the validate command, with and without the
-parse cache; and an in-process ``load_registry()`` with and without it. Targets (issue 2): validate
-within 250 ms, registry load within 30 ms, on a 2-core machine. Not a test: it prints figures.
+Prints medians (and min/max) of a new process validating and of an in-process ``load_registry()``, with and
+without the parse cache.
 """
 from __future__ import annotations
 

@@ -1,25 +1,13 @@
 """How much ``register()`` adds to a vLLM process start.
 
-Each measurement is a fresh interpreter (``-X importtime`` is not used: it slows imports down) that
-first imports what vLLM has imported by the time it loads its general plugins in the API server
-(``vllm.engine.arg_utils``: torch, pydantic, vllm's config), then times ``r9k.plugin.register()``
-with ``time.perf_counter``. Cases:
+Each measurement is a fresh interpreter that imports what vLLM has when it loads its general plugins
+(``vllm.engine.arg_utils``), then times ``r9k.plugin.register()`` (and a second call). Cases: ``inactive`` (no
+R9K_* variable), ``first-cold`` (profile cpu-smoke, empty caches), ``first`` (a launch's API server, parse cache
+filled), ``manifest`` (from ``r9kctl launch``'s manifest) and ``later`` (the engine core / a worker: the launch
+snapshot). The children's bytecode cache is on (``--no-bytecode`` keeps the caller's setting).
 
-* ``inactive``:    no R9K_* variable (plain vLLM use with the package installed);
-* ``first-cold``:  profile cpu-smoke (``envvars.PROFILE``), empty caches: the registry's TOML is parsed (once per
-                   machine and registry change);
-* ``first``:       the first process of a launch (the API server): full resolution and validation,
-                   the TOML parse cache filled;
-* ``manifest``:    the same from ``r9kctl launch``'s manifest (re-resolved and compared);
-* ``later``:       the engine core / a worker of the same launch (its inputs equal the first
-                   process's: the launch snapshot is loaded);
-* each line also gives the median of a second ``register()`` call in the same process.
-
-Python's bytecode cache is on for the children (``PYTHONDONTWRITEBYTECODE`` removed, one warm-up run),
-as in a normal installation; ``--no-bytecode`` keeps the caller's setting.
-
-Usage: ``python -m r9k.bench.bench_register [--runs N]``; prints one line per case (median and
-min over N fresh processes, milliseconds) and whether textual or rich got imported.
+Usage: ``python -m r9k.bench.bench_register [--runs N]``: per case, median and min in ms, and whether textual or
+rich got imported.
 """
 from __future__ import annotations
 
@@ -85,39 +73,32 @@ def main() -> int:
             print(line, flush=True)
 
         run_case(dict(prof), 1)  # warm-up: bytecode and the TOML parse cache
-        f, s, ui = run_case(dict(base, **{CACHE: str(cache)}), args.runs)
-        report("inactive", f, s, ui)
+        report("inactive", *run_case(dict(base, **{CACHE: str(cache)}), args.runs))
         colds = []
         for _ in range(args.runs):  # a fresh cache each run: the registry is parsed
             with tempfile.TemporaryDirectory() as c:
                 ff, _, ui = run_case(dict(prof, **{CACHE: c}), 1)
                 colds += ff
         report("first-cold", colds, None, ui)
-        f, s, ui = run_case(prof, args.runs)
-        report("first", f, s, ui)
+        report("first", *run_case(prof, args.runs))
 
         # a manifest as r9kctl launch writes it, and the environment it exports
-        from ..registry import load_registry
+        from ..registry import fileio, load_registry
         from ..registry.resolve import resolve
 
         rs = resolve(load_registry(), "cpu-smoke", env={})
-        from ..registry import fileio
-
         mpath = Path(tmp) / "manifest.json"
         fileio.atomic_write(mpath, json.dumps(rs.to_manifest()), "manifest")
         menv = dict(base, **{CACHE: str(cache), MANIFEST: str(mpath), PROFILE: "cpu-smoke", TP: "1"})
         menv.update(rs.env())
-        f, s, ui = run_case(menv, args.runs)
-        report("manifest", f, s, ui)
+        report("manifest", *run_case(menv, args.runs))
 
         # what the first process exports to the engine core and the workers it starts
         probe = ("import os, json, r9k.plugin as p, r9k.plugin.report as rp; rp.emit = lambda l, x: None; p.register(); "
                  "print(json.dumps({k: v for k, v in os.environ.items() if k.startswith(('R9K_', '_R9K_'))}))")
         out = subprocess.run([sys.executable, "-c", probe], env=menv, capture_output=True, text=True, timeout=300)
-        later = dict(menv)
-        later.update(json.loads(out.stdout.strip().splitlines()[-1]))
-        f, s, ui = run_case(later, args.runs)
-        report("later", f, s, ui)
+        later = dict(menv, **json.loads(out.stdout.strip().splitlines()[-1]))
+        report("later", *run_case(later, args.runs))
     return 0
 
 

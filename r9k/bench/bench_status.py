@@ -1,13 +1,9 @@
 """What the truthful status costs (not a test): ``python -m r9k.bench.bench_status [--calls N]``.
 
-1. A counted call against the same call uncounted: two torch custom ops doing the router's stock GEMM
-   (``F.linear`` of 4 x 128 by 8 x 128 bf16: the cheapest op an adapter wraps, so the most sensitive
-   comparison), one with ``report.hit`` inside as the adapters have it, one without; interleaved rounds,
-   median per call of each.
-2. The status flusher's look (what each model-building process does once a second): ``report.snapshot()``
-   of a realistic table (5 ops, 48 layers each, 4 call paths) and the comparison with the last one.
-3. The flusher's write (its process's counters file, at most once a second, only when they changed), and
-   for comparison a status-section write.
+1. A counted call against the same call uncounted: two torch custom ops doing a tiny ``F.linear`` (the most
+   sensitive comparison), one with ``report.hit`` inside; interleaved rounds, median per call.
+2. The status flusher's look, once a second: ``report.snapshot()`` of 5 ops x 48 layers and its comparison.
+3. The flusher's counters-file write, and for comparison a status-section write.
 """
 from __future__ import annotations
 

@@ -3,21 +3,10 @@
     python -m r9k.bench.bench_tui [--size 120x36] [--runs 5] [--toggles 60] [--profile tp2-default]
                                        [--user-cache] [--phases]
 
-Each run starts a fresh interpreter on a pseudo-terminal (the real terminal driver, so writing the frame
-to the terminal is part of the time, as for a person), which
-
-* marks the moment the module starts executing, imports the app, loads the registry and profiles and
-  paints the main screen (``first frame``: from the first line of the child process's code, and from
-  the parent's fork, so the interpreter's own start is included), then the frame with the validation
-  result (the checks run right after the first frame);
-* runs Textual's hello world the same way (fork, fresh interpreter, pty), interleaved with the panel's
-  runs, as the yardstick of the first frame;
-* then toggles ``R9K_HC_FP8_DECODE`` back and forth ``--toggles`` times; each toggle is timed from the
-  key action to the end of the screen refresh that shows it (re-resolve, re-validate, budget, changed
-  table cells, validation and budget panels, detail pane, and the terminal write);
-* and times the core's part alone (``Session.cycle``: resolve + check_profile + budget).
-
-Figures are printed as JSON-ish lines (median, p90, max) and go in notes/tui.md.
+Each run is a fresh interpreter on a pseudo-terminal (the real terminal driver): the first frame and the
+validated frame (from the child's first line and from the parent's fork), Textual's hello world started the
+same way between the panel's runs (the yardstick), ``--toggles`` toggles of hc_fp8_decode (key action to the
+end of the refresh that shows it) and the core's part alone (``Session.cycle``). notes/tui.md, "Speed".
 """
 from __future__ import annotations
 
@@ -47,37 +36,29 @@ def _stats(xs: list[float]) -> dict:
 def child(out: str, profile: str, toggles: int) -> None:
     from ..r9kctl.tui.app import R9kApp
 
-    t_import = time.perf_counter()
-    result: dict = {"import_s": t_import - T0}
+    result: dict = {"import_s": time.perf_counter() - T0}
 
     class BenchApp(R9kApp):
         def first_frame_painted(self) -> None:
-            first = self.first_frame_at is None
-            super().first_frame_painted()
-            if first:
-                result["first_frame_s"] = self.first_frame_at - T0
-                result["first_frame_at"] = self.first_frame_at  # CLOCK_MONOTONIC: comparable with the parent's
-                result["first_frame_cpu_s"] = time.process_time()  # CPU since the process started
+            if self.first_frame_at is None:  # *_at: CLOCK_MONOTONIC, comparable with the parent's; CPU since start
+                super().first_frame_painted()
+                result.update(first_frame_s=self.first_frame_at - T0, first_frame_at=self.first_frame_at,
+                              first_frame_cpu_s=time.process_time())
 
         def validated_frame_painted(self) -> None:
-            first = self.validated_at is None
-            super().validated_frame_painted()
-            if first:  # the panel with its validation result: the toggles start from here
-                result["validated_s"] = self.validated_at - T0
-                result["validated_at"] = self.validated_at
+            if self.validated_at is None:  # the panel with its validation result: the toggles start from here
+                super().validated_frame_painted()
+                result.update(validated_s=self.validated_at - T0, validated_at=self.validated_at)
                 self.call_later(self._start_toggles)
 
         def _start_toggles(self) -> None:
-            screen = self.screen
-            screen.jump_to("hc_fp8_decode")
+            self.screen.jump_to("hc_fp8_decode")
             self._times: list[float] = []
             self._cpu: list[float] = []
-            self._last = None
             self._toggle_next()
             self.set_interval(0.01, self._poll)
 
         def _toggle_next(self) -> None:
-            self._last = self.screen.last_toggle_ms
             self.screen.last_toggle_ms = None
             self.screen.action_toggle()
 
@@ -88,8 +69,7 @@ def child(out: str, profile: str, toggles: int) -> None:
             self._times.append(ms)
             self._cpu.append(self.screen.last_toggle_cpu_ms)
             if len(self._times) >= toggles:
-                result["toggle_ms"] = self._times
-                result["toggle_cpu_ms"] = self._cpu
+                result.update(toggle_ms=self._times, toggle_cpu_ms=self._cpu)
                 self.exit()
                 return
             self._toggle_next()
@@ -103,9 +83,7 @@ def child(out: str, profile: str, toggles: int) -> None:
         t = time.perf_counter()
         s.cycle("hc_fp8_decode")
         core.append((time.perf_counter() - t) * 1000.0)
-    result["core_ms"] = core
-    result["variants"] = len(s.reg.variants)
-    result["kv_tokens"] = s.budget.kv_tokens if s.budget else None
+    result.update(core_ms=core, variants=len(s.reg.variants), kv_tokens=s.budget.kv_tokens if s.budget else None)
     with fileio.open_for_writing(out) as f:
         json.dump(result, f)
 
@@ -135,7 +113,7 @@ def hello_child(out: str) -> None:
 
 
 def phases_child(profile: str) -> None:
-    """CPU time of each start-up phase in this fresh interpreter (headless: no terminal writes)."""
+    """CPU time of each start-up phase in this fresh interpreter (headless)."""
     import asyncio
 
     P = time.process_time
@@ -239,30 +217,39 @@ def main(argv=None) -> int:
     if a.phases_child:
         phases_child(a.profile)
         return 0
-    tmp_cache = None
-    if not a.user_cache:
-        import tempfile
+    import contextlib
+    import tempfile
 
-        tmp_cache = tempfile.mkdtemp(prefix="r9k-bench-cache-")
-        os.environ[envvars.CACHE_DIR.name] = tmp_cache
-        run_in_pty((80, 24), a.profile, 2)  # warm-up: fills the parse cache, not timed
-    if a.phases:
-        import subprocess
-
-        rows = []
-        for _ in range(a.runs):
-            res = subprocess.run([sys.executable, "-m", "r9k.bench.bench_tui", "--phases-child", "--profile",
-                                  a.profile], capture_output=True, text=True, check=True)
-            rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
-        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-        print(json.dumps({"cpus": os.cpu_count(), "loadavg_1m": load, "runs": a.runs}))
-        for key in rows[0]:
-            print(f"{key} CPU ms:", json.dumps(_stats([r[key] for r in rows])))
+    fresh = tempfile.TemporaryDirectory(prefix="r9k-bench-cache-", ignore_cleanup_errors=True)
+    with contextlib.nullcontext() if a.user_cache else fresh as tmp_cache:
         if tmp_cache:
-            import shutil
+            os.environ[envvars.CACHE_DIR.name] = tmp_cache
+            run_in_pty((80, 24), a.profile, 2)  # warm-up: fills the parse cache, not timed
+        if a.phases:
+            phases(a)
+        else:
+            measure(a)
+    return 0
 
-            shutil.rmtree(tmp_cache, ignore_errors=True)
-        return 0
+
+def _load() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def phases(a) -> None:
+    import subprocess
+
+    rows = []
+    for _ in range(a.runs):
+        res = subprocess.run([sys.executable, "-m", "r9k.bench.bench_tui", "--phases-child", "--profile",
+                              a.profile], capture_output=True, text=True, check=True)
+        rows.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    print(json.dumps({"cpus": os.cpu_count(), "loadavg_1m": _load(), "runs": a.runs}))
+    for key in rows[0]:
+        print(f"{key} CPU ms:", json.dumps(_stats([r[key] for r in rows])))
+
+
+def measure(a) -> None:
     w, h = (int(x) for x in a.size.lower().split("x"))
     ms: dict[str, list[float]] = {k: [] for k in ("hello from_fork_s", "hello first_frame_cpu_s", "from_fork_s",
                                                   "validated_from_fork_s", "first_frame_s", "first_frame_cpu_s",
@@ -280,8 +267,7 @@ def main(argv=None) -> int:
             ms[k] += r[k][1:]  # the first toggle also warms caches: reported apart
         info = {"variants": r["variants"], "first_toggle_ms": round(r["toggle_ms"][0], 2)}
     forks, hellos = ms["from_fork_s"], ms["hello from_fork_s"]
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    print(json.dumps({"cpus": os.cpu_count(), "loadavg_1m": load, "size": a.size, "profile": a.profile,
+    print(json.dumps({"cpus": os.cpu_count(), "loadavg_1m": _load(), "size": a.size, "profile": a.profile,
                       "runs": a.runs, **info}))
     print("first frame ms (from the parent's fork: interpreter start, imports, load, paint):", json.dumps(_stats(forks)))
     if hellos:
@@ -289,22 +275,17 @@ def main(argv=None) -> int:
         print("  Textual hello world, started the same way, ms:", json.dumps(_stats(hellos)),
               "CPU ms:", json.dumps(_stats(ms["hello first_frame_cpu_s"])))
         print(f"  ratio of the medians (panel / hello world): {ratio:.2f}")
-    print("  the panel with its validation result (deferred checks done, painted) ms from the fork:",
-          json.dumps(_stats(ms["validated_from_fork_s"])))
-    print("first frame ms (from the child's first line):", json.dumps(_stats(ms["first_frame_s"])))
-    print("  CPU time of the child up to the first frame, interpreter start included:",
-          json.dumps(_stats(ms["first_frame_cpu_s"])))
-    print("  of which importing the app ms:", json.dumps(_stats(ms["import_s"])))
-    print("process start to the end of the run ms (parent's fork to exit, includes the toggles):",
-          json.dumps(_stats(ms["wall_s"])))
-    print("toggle re-validate + redraw ms:", json.dumps(_stats(ms["toggle_ms"])))
-    print("  CPU time ms:", json.dumps(_stats(ms["toggle_cpu_ms"])))
-    print("  of which core (resolve + check_profile + budget) ms:", json.dumps(_stats(ms["core_ms"])))
-    if tmp_cache:
-        import shutil
-
-        shutil.rmtree(tmp_cache, ignore_errors=True)
-    return 0
+    for label, key in (
+            ("  the panel with its validation result (deferred checks done, painted) ms from the fork:",
+             "validated_from_fork_s"),
+            ("first frame ms (from the child's first line):", "first_frame_s"),
+            ("  CPU time of the child up to the first frame, interpreter start included:", "first_frame_cpu_s"),
+            ("  of which importing the app ms:", "import_s"),
+            ("process start to the end of the run ms (parent's fork to exit, includes the toggles):", "wall_s"),
+            ("toggle re-validate + redraw ms:", "toggle_ms"),
+            ("  CPU time ms:", "toggle_cpu_ms"),
+            ("  of which core (resolve + check_profile + budget) ms:", "core_ms")):
+        print(label, json.dumps(_stats(ms[key])))
 
 
 if __name__ == "__main__":

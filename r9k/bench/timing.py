@@ -1,19 +1,7 @@
-"""The CUDA-graph timing harness of every kernel benchmark and of the decode step.
-
-How a number is made (see notes/kernels-linear-routing.md for why):
-
-* ``graph_time_us(fn, arg_sets)``: one CUDA graph captures ``len(arg_sets)`` calls of ``fn``, each on
-  its own argument set (its own weight copy), so that the weights stream from HBM as in a real
-  48-layer decode step instead of sitting in the 60 MB L2. The graph is replayed many times; each
-  replay is timed with CUDA events and divided by the calls it holds; the median is reported.
-  Launch gaps inside a graph are ~1.2 us a node on an H200, which is what a decode step pays too.
-* ``launches_per_call(fn, args)``: GPU kernels (and memsets/copies) one call puts on the device,
-  counted with torch.profiler over a few eager calls.
-* ``copy_bandwidth()``: a large device-to-device copy, bytes read + written over time; the
-  denominator of every "fraction of bandwidth" figure, measured in the same run.
-* ``copies_for(nbytes)``: how many argument sets to rotate over so their weights exceed the L2.
-
-Nothing here runs at import; torch is imported lazily so ``import r9k.bench.timing`` is cheap.
+"""The CUDA-graph timing harness of every kernel benchmark (notes/kernels-linear-routing.md says why): a graph of
+calls rotating over argument sets (their weights stream from HBM, as in a decode step, not from the L2), launches
+counted by torch.profiler, the copy bandwidth as the denominator of every bandwidth fraction. torch is imported
+lazily.
 """
 from __future__ import annotations
 
@@ -58,13 +46,11 @@ def copy_bandwidth(nbytes: int = 1 << 30, reps: int = 20) -> float:
 
 
 def graph_time_us(fn: Callable, arg_sets: Sequence[tuple], replays: int = 50, warmup: int = 3) -> dict:
-    """Median microseconds per call of ``fn`` in CUDA-graph replay, rotating over ``arg_sets``.
-
-    Returns ``{"us": median, "p10": ..., "p90": ..., "calls_per_graph": len(arg_sets)}``.
-    """
+    """Median microseconds per call of ``fn`` in CUDA-graph replay, rotating over ``arg_sets`` (one graph holds a
+    call on each): ``{"us": median, "p10": ..., "p90": ..., "calls_per_graph": len(arg_sets)}``."""
     import torch
 
-    # Compile / warm up on a side stream (required before capture), every argument set once.
+    # warm up on a side stream (required before capture), every argument set
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -85,10 +71,8 @@ def graph_time_us(fn: Callable, arg_sets: Sequence[tuple], replays: int = 50, wa
 
 
 def launches_per_call(fn: Callable, args: tuple, calls: int = 4) -> float:
-    """GPU activities (kernels, memsets, device copies) one call of ``fn`` launches, by torch.profiler.
-
-    Returns -1.0 if the profiler cannot see the device (it is then reported as unknown, not guessed).
-    """
+    """GPU activities (kernels, memsets, device copies) one call of ``fn`` launches, by torch.profiler; -1.0 if
+    the profiler cannot see the device (reported as unknown, not guessed)."""
     import torch
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
@@ -113,14 +97,12 @@ def fmt_table(rows: Sequence[dict], cols: Sequence[str]) -> str:
         return f"{v:.2f}" if isinstance(v, float) else str(v)
 
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        out.append("| " + " | ".join(cell(r.get(c, "")) for c in cols) + " |")
+    out += ["| " + " | ".join(cell(r.get(c, "")) for c in cols) + " |" for r in rows]
     return "\n".join(out)
 
 
 def node_overhead_us(n: int = 64) -> float:
-    """Graph-replay cost of one tiny elementwise kernel node (a 1-element fill): the floor any
-    single-launch op pays per call in a decode-step graph (the anchors measured 1.23 us)."""
+    """Graph-replay cost of one tiny kernel node (a 1-element fill): the floor of any single-launch op."""
     import torch
 
     bufs = [(torch.empty(1, device="cuda"),) for _ in range(n)]
@@ -191,9 +173,9 @@ def graph_nodes(fn, args) -> int | None:
 
 def row(name: str, m: int, stock_fn, fused_fn, stock_sets, fused_sets, bytes_moved: int, bw: float,
         nodes: bool = True) -> dict:
-    """Time a stock and a fused implementation on their argument sets: one row of :data:`COLS`, with the
-    bandwidth fraction ``floor us / fused us`` and the fused spread. ``bytes_moved``: the fewest bytes one call
-    must move (weights + activations + outputs). ``nodes``: also count the graph nodes of one call."""
+    """Time a stock and a fused implementation on their argument sets: one row of :data:`COLS`, with the bandwidth
+    fraction and the fused spread. ``bytes_moved``: the fewest bytes one call must move. ``nodes``: also count
+    the graph nodes of one call."""
     ts = graph_time_us(stock_fn, stock_sets)
     tf = graph_time_us(fused_fn, fused_sets)
     ls = launches_per_call(stock_fn, stock_sets[0])

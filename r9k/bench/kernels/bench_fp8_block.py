@@ -2,15 +2,11 @@
 
     python -m r9k.bench.kernels fp8_block [--sweep] [--json FILE]
 
-CUDA-graph replay over rotating weight copies (r9k.bench.timing), M = 1, 4, 8, 16, the Flash-Next
-shards; in the same run: cuBLAS bf16 (F.linear on bf16 weights of the same shape), cuBLASLt fp8
-row-wise (torch._scaled_mm, M = 16), the fused kernel with L2-hot weights (one copy: the latency
-part), and the graph cost of an empty kernel node. ``--sweep`` times tile configs on the TP4 in_proj
-(K = 2560) and out_proj (K = 1536) shards, checks each against the fp64 reference, and writes the
-winners for every shard of that K into tuned_<device>.json (the gate tests then run on them).
+M = 1, 4, 8, 16 on the Flash-Next shards, beside cuBLAS bf16, cuBLASLt fp8 row-wise (M = 16) and the fused kernel
+with L2-hot weights. ``--sweep`` times tile configs on the TP4 in_proj (K = 2560) and out_proj (K = 1536) shards,
+checks each against the fp64 reference and writes the winners for every shard of that K into tuned_<device>.json.
 """
 from __future__ import annotations
-
 
 import torch
 import torch.nn.functional as F

@@ -1,8 +1,6 @@
-"""Benchmark of the GDN speculative-decode core: stock PyTorch composition vs the fused kernel, CUDA-graph
-replay rotating over 36 state pools (as the anchor in h200-anchors.md), Flash-Next TP4 (4 key / 12 value heads).
-
-M = tokens: 1 (one request, one candidate), 4, 8, 16, 32, 64 (1, 2, 4, 8, 16 requests x 4 MTP-3 candidates). Also a sweep of
-the fused kernel's value-row block and num_warps. Run: ``python -m r9k.bench.kernels gdn_decode``.
+"""Benchmark of the GDN speculative-decode core: stock PyTorch composition vs the fused kernel, CUDA-graph replay
+rotating over 36 state pools, Flash-Next TP4 (4 key / 12 value heads), M = 1 to 64 tokens (up to 16 requests x 4
+MTP-3 candidates), and a sweep of the value-row block and num_warps. ``python -m r9k.bench.kernels gdn_decode``.
 """
 from __future__ import annotations
 

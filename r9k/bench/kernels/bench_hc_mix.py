@@ -9,7 +9,6 @@ and writes the winners into the tuned_<device>.json files (the gate tests then r
 """
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 

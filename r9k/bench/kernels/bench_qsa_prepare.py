@@ -1,17 +1,7 @@
-"""vLLM's one-launch QSA prepare beside this project's attention glue, per attention layer, on the H200.
-
-vLLM 0.32's Qwen4Exp runs the attention layer's q/k norm + rotary + gate, the K/V cache write, the indexer's q
-norm + rotary, the completed group's pooled key (norm + rotary, into the compressed cache) and the raw-key ring as
-one Triton launch (``qsa_prepare``, loaded from its sources by :mod:`r9k.kernels._triton.vllm_peer`). The decode
-step's stock does not run it (its indexer rotary is 64 dims, the model's 32; notes/decode-step.md), so this times
-the three versions of the same work on the same inputs, Flash-Next TP4 shard, MTP-3 (4 tokens a request):
-
-* ``vllm``: ``qsa_prepare`` (one launch);
-* ``fused``: what tp4-default runs in ``DecodeStepModel._attn`` for that work: fused q/k norm + rope + gate, the
-  K/V write, the group pooling, the fused glue on the indexer q and on the new key, the key's copy into the cache;
-* ``stock``: the same with the op table's stock compositions.
-
-CUDA-graph replay over 8 input sets (``timing.graph_time_us``). ``python -m r9k.bench.kernels qsa_prepare``.
+"""vLLM's one-launch QSA prepare (``qsa_prepare``: q/k norm + rotary + gate, K/V write, indexer q, pooled key, raw-key
+ring; from its sources, :mod:`r9k.kernels._triton.vllm_peer`) beside the same work as tp4-default runs it in
+``DecodeStepModel._attn`` (``fused``) and with the op table's stock compositions (``stock``), Flash-Next TP4, MTP-3,
+CUDA-graph replay over 8 input sets (notes/decode-step.md). ``python -m r9k.bench.kernels qsa_prepare``.
 """
 from __future__ import annotations
 

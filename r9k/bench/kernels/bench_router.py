@@ -8,7 +8,6 @@ each, and writes the winners into tuned_<device>.json (the gate tests then run o
 """
 from __future__ import annotations
 
-
 import torch
 
 from ...kernels._triton import skinny_gemm as sk

@@ -4,7 +4,7 @@ replay rotating over enough weight copies to exceed the L2 4x.
 Run: ``python -m r9k.bench.kernels shared_expert``."""
 from __future__ import annotations
 
-from ..timing import copies_for, graph_time_us, row
+from ..timing import copies_for, row
 
 MS = (1, 4, 8, 16)
 H = 2560

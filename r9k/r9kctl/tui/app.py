@@ -2,6 +2,7 @@
 the command palette provider, two themes of its own and a keymap by binding id."""
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from functools import partial
@@ -36,8 +37,7 @@ ACTIONS = [  # the command palette's (text, action on the main screen, help)
 
 
 class R9kCommands(Provider):
-    """The command palette (ctrl+p): the app's actions, switching profile or TP size, jumping to a variant
-    (by id or knob) and diffing against any release or profile."""
+    """The command palette (ctrl+p): the app's actions, profile and TP switches, jumps to a variant, diffs."""
 
     def _commands(self):
         main = self.app.main_screen()
@@ -80,10 +80,8 @@ LIGHT = Theme(name="r9k-light", primary="#0969DA", secondary="#8250DF", accent="
 
 
 class DropControls(LineFilter):
-    """The output rule for data in the panel: a control or bidi character in what a widget draws (a profile's
-    description, a value, a server's answer) never reaches the terminal. Textual writes a segment's text as it is,
-    so an OSC 52 in a description would write the clipboard. They are dropped (their cell width is 0, so the
-    layout stays as measured); the command line shows the same text escaped (registry/redact.escape)."""
+    """A control or bidi character in what a widget draws (a description, a value, a server's answer) never reaches
+    the terminal (an OSC 52 would write the clipboard): dropped, their cell width being 0 (the CLI escapes them)."""
 
     def apply(self, segments, background):
         if not any(has_controls(s.text) for s in segments):
@@ -93,7 +91,7 @@ class DropControls(LineFilter):
 
 def _read(path: Path) -> Optional[bytes]:
     try:
-        return Path(path).read_bytes()
+        return path.read_bytes()
     except OSError:
         return None
 
@@ -111,7 +109,7 @@ class R9kApp(App):
     """``R9kApp(profile, tp).run()``: the panel; a confirmed launch starts the server in the background and
     opens the server screen (``R9kApp(attach=URL)``: that screen alone, on a server started elsewhere)."""
 
-    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: a subclass elsewhere (the benchmark's) finds it too
+    CSS_PATH = Path(__file__).with_name("app.tcss")  # absolute: the benchmark's subclass finds it too
     TITLE = "r9kctl tui"
     COMMANDS = App.COMMANDS | {R9kCommands}
     BINDINGS = [
@@ -126,10 +124,10 @@ class R9kApp(App):
                  registry_root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None,
                  attach: Optional[str] = None) -> None:
         super().__init__()
-        self.attach = attach  # a server's URL: the server screen alone (r9kctl tui --attach URL)
+        self.attach = attach  # a server's URL: the server screen alone
         self.server = None  # the vLLM server this panel started or attached to (server.py)
         self.child_env: dict[str, str] = {}  # what a started server's environment adds (r9kctl's --registry)
-        self.registry_root = registry_root  # None: the loader's default (envvars.REGISTRY, else the packaged tree)
+        self.registry_root = registry_root  # None: the loader's default
         self.profile_dirs = profile_dirs
         self.start_profile = profile
         self.start_tp = tp
@@ -155,11 +153,8 @@ class R9kApp(App):
         else:
             self.load()
 
-    # ------------------------------------------------------------------------------ the running server
-
     def start_server(self, session) -> None:
-        """Start the launch plan of the session's current state in the background (its own process
-        group, output to a log file in the cache) and open the server screen on it."""
+        """Start the session's launch plan in the background (a log file in the cache), then the server screen."""
         if self.server is not None and self.server.owned and self.server.running():
             self.notify("a server started here is still running: stop it first ('s' on the server screen)",
                         severity="warning")
@@ -195,12 +190,10 @@ class R9kApp(App):
         self.push_screen(ServerScreen(self.server))
 
     def stop_server(self) -> Optional[int]:
-        """Stop the server this panel started (the panel ends: nothing it started stays behind)."""
+        """Stop the server this panel started (at the panel's end)."""
         if self.server is not None and self.server.owned and self.server.running():
             return self.server.stop()
         return None
-
-    # ------------------------------------------------------------------------------ ways out
 
     def main_screen(self):
         from .main_screen import MainScreen
@@ -214,23 +207,21 @@ class R9kApp(App):
             self.exit()
             return
         if main is not self.screen and self.screen.is_modal:
-            # a dialog is open (maybe the quit question itself): close it, then ask on the main screen
+            # close a dialog (maybe the quit question itself), then ask on the main screen
             while self.screen is not main and len(self.screen_stack) > 1:
                 self.pop_screen()
         main.request_quit()
 
     def _catch_hangup(self) -> None:
-        """A closed terminal (SIGHUP) or a kill (SIGTERM) cannot be asked: the unsaved edits go to a
-        recovery file, restored as unsaved edits at the next start (session.journal)."""
+        """SIGHUP and SIGTERM cannot be asked: the edits go to the recovery file (session.journal)."""
         import asyncio
         import signal
 
-        try:
+        # not the main thread, or no such signals here: nothing to catch
+        with contextlib.suppress(RuntimeError, NotImplementedError, ValueError, AttributeError):
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGHUP, signal.SIGTERM):
                 loop.add_signal_handler(sig, self._hang_up)
-        except (RuntimeError, NotImplementedError, ValueError, AttributeError):
-            pass  # not the main thread, or no such signals here
 
     def _hang_up(self) -> None:
         import threading
@@ -239,16 +230,14 @@ class R9kApp(App):
 
         if self.session is not None:
             write_recovery(self.session)
-        # An app still starting (its first frame, the registry's load) may not get to its exit: with nobody to
-        # ask and the edits saved, the process ends a few seconds later whatever the app is doing.
+        # an app still starting may not get to its exit: the process ends a few seconds later whatever it does
         stop = threading.Timer(HANG_UP_GRACE_S, os._exit, (129,))
         stop.daemon = True  # an exit that completes is not delayed by it
         stop.start()
         self.exit(return_code=129)
 
     def exit(self, result=None, return_code: int = 0, message=None) -> None:
-        """Every way out: one that asked (or had nothing to ask) leaves no journal to restore; a hang-up
-        (return code 129) keeps it for the next start."""
+        """A way out that asked leaves no journal to restore; a hang-up (return code 129) keeps it."""
         if return_code != 129 and self.session is not None and self.session.journal is not None:
             from .session import clear_journal
 
@@ -256,11 +245,9 @@ class R9kApp(App):
             clear_journal()
         super().exit(result, return_code, message)
 
-    # ------------------------------------------------------------------------------ $EDITOR
-
     def edit_file(self, path: Path, then=None) -> None:
-        """Open ``path`` in $VISUAL / $EDITOR (vi without either) with the panel suspended; afterwards the
-        main screen reloads and re-validates (or ``then(changed)`` runs)."""
+        """Open ``path`` in $VISUAL / $EDITOR (else vi) with the panel suspended; then the main screen reloads
+        (or ``then(changed)`` runs)."""
         import shlex
         import subprocess
 
@@ -320,7 +307,7 @@ class R9kApp(App):
         from .main_screen import MainScreen
 
         restored = restore_recovery(self.session)
-        self.session.journal = journal  # every edit from here on is on disk at once (a kill -9 loses none)
+        self.session.journal = journal  # every edit from here on is on disk at once
         journal(self.session)
         self.switch_or_push(MainScreen(self.session))
         if restored:
@@ -328,17 +315,17 @@ class R9kApp(App):
                         "terminal was closed); ctrl+z drops them", timeout=10)
 
     def validated_frame_painted(self) -> None:
-        """Called once the main screen shows the validation result (after a deferred start)."""
+        """Called once the main screen shows the validation result."""
         if self.validated_at is None:
             self.validated_at = time.perf_counter()
 
     def first_frame_painted(self) -> None:
-        """Called once the main screen has been painted (the benchmark's first-frame mark)."""
+        """Called once the main screen has been painted (the benchmark's mark)."""
         if self.first_frame_at is None:
             self.first_frame_at = time.perf_counter()
 
     def switch_or_push(self, screen) -> None:
-        # the default screen stays at the bottom of the stack; ours replaces whatever is above it
+        """``screen`` replaces whatever is above the default screen."""
         while len(self.screen_stack) > 1:
             self.pop_screen()
         self.push_screen(screen)

@@ -22,9 +22,8 @@ DESTRUCTIVE = ("error", "warning")
 
 
 class ConfirmScreen(ModalScreen[str]):
-    """``choices``: (answer id, label, key, variant). Dismisses with the answer id ("cancel" on escape).
-    The focused button (what enter presses) is never a destructive one: ``default`` names it, and without
-    it the first answer whose button is not ``error``/``warning`` styled is focused."""
+    """``choices``: (answer id, label, key, variant). Dismisses with the answer id ("cancel" on escape). The focused
+    button (``default``, else the first safe one) is never a destructive (``error``/``warning``) one."""
 
     BINDINGS = [Binding("escape", "dismiss('cancel')", "Cancel", id="r9k.cancel")]
     AUTO_FOCUS = None  # on_mount focuses the safe answer
@@ -67,8 +66,8 @@ class ConfirmScreen(ModalScreen[str]):
 
 
 class FieldScreen(ModalScreen[Optional[str]]):
-    """A field checked as it is typed (its error line below it); enter dismisses with the checked value,
-    escape with None. A subclass composes the field and its error line (``#{FIELD}-error``) and checks."""
+    """A field checked as it is typed; enter dismisses with the checked value, escape with None. A subclass
+    composes the field and its error line (``#{FIELD}-error``) and checks."""
 
     BINDINGS = [Binding("escape", "dismiss", "Cancel", id="r9k.cancel")]
     FIELD = ""
@@ -93,9 +92,8 @@ class FieldScreen(ModalScreen[Optional[str]]):
 
 
 class ValueInputScreen(FieldScreen):
-    """The input for an int, float, path or string knob (and any knob with ``=``): shows the allowed values
-    and refuses an illegal one with the registry's reason, before anything changes. Dismisses with the
-    canonical value, or None when cancelled."""
+    """The input of a value (``=``, or space on a non-bool, non-enum knob): shows the allowed values and refuses
+    an illegal one with the registry's reason. Dismisses with the canonical value, or None."""
 
     FIELD = "value"
 
@@ -146,8 +144,7 @@ class SaveAsScreen(FieldScreen):
 
 
 class ProblemsScreen(ModalScreen[Optional[str]]):
-    """Every error and warning of the current state in a list; choosing one dismisses with its first
-    variant's id (to jump to), escape with None."""
+    """Every problem of the current state; choosing one dismisses with its first variant's id, escape with None."""
 
     BINDINGS = [Binding("escape,v,q", "dismiss", "Close", id="r9k.close_problems")]
 
@@ -160,11 +157,10 @@ class ProblemsScreen(ModalScreen[Optional[str]]):
         with Vertical(id="problems-dialog"):
             yield Static(Text(f"{self.s.profile} at tp{self.s.tp}: {len(diags)} problem(s); enter jumps to the "
                               "first variant named", "bold"))
-            opts = []
-            for n, d in enumerate(diags):
-                first = next((i for i in d.items if i in self.s.reg.variants), "")
-                opts.append(Option(diagnostic_text(d, self.s.reg.variants), id=f"{n}:{first}"))
-            yield OptionList(*opts, id="problems-list")
+            variants = self.s.reg.variants
+            firsts = [next((i for i in d.items if i in variants), "") for d in diags]
+            yield OptionList(*(Option(diagnostic_text(d, variants), id=f"{n}:{first}")
+                               for n, (d, first) in enumerate(zip(diags, firsts))), id="problems-list")
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
@@ -183,8 +179,7 @@ Keys can be remapped by binding id in $XDG_CONFIG_HOME/r9k/tui.toml ([keys] r9k.
 
 
 class HelpScreen(ModalScreen[None]):
-    """The keys (as currently mapped, with their binding ids for a keymap file) and what the columns and
-    colours mean."""
+    """The keys as mapped (with their binding ids) and what the columns and colours mean."""
 
     BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss", "Close", id="r9k.close_help")]
 
@@ -222,10 +217,8 @@ class ErrorScreen(Screen):
         lines = [Text(f"The registry or a profile cannot be loaded ({n} error(s)). Fix the file(s), then press r "
                       "(e opens the first in $EDITOR).\n", "bold red")]
         for d in self.diagnostics:
-            t = Text()
-            t.append(d.location() or "(no file)", "bold")
-            t.append(f"  {d.level}[{d.code}]: ", "red" if d.level == "error" else "yellow")
-            t.append(d.message)
+            t = Text.assemble((d.location() or "(no file)", "bold"),
+                              (f"  {d.level}[{d.code}]: ", "red" if d.level == "error" else "yellow"), d.message)
             if d.hint:
                 t.append(f" ({d.hint})", "dim")
             lines.append(t)

@@ -1,5 +1,5 @@
-"""The diff view: the current edits against the saved profile, or any two releases or profiles, computed
-by ``r9k.registry.diff.diff`` (the same diff as ``r9kctl diff``) and laid out like its table output."""
+"""The diff view: the edits against the saved profile, or any two releases or profiles, by the diff of
+``r9kctl diff`` (``r9k.registry.diff.diff``), laid out like its table output."""
 from __future__ import annotations
 
 from rich.console import Group
@@ -16,38 +16,31 @@ from ..cmd_diff import (cell, eval_label, fmt_delta, method_label, quality_rows,
                         side_names, value_text, vs_reference_rows)
 
 
-def _table(title: str, columns, overflow: str = "fold") -> Table:
+def _table(title: str, columns, rows, overflow: str = "fold") -> Table:
     t = Table(title=title, title_justify="left", header_style="bold", expand=True)
     for c in columns:
         t.add_column(c, overflow=overflow)
+    for r in rows:
+        t.add_row(*r)
     return t
 
 
 def diff_renderable(reg, d, A: str, B: str):
-    """The diff as rich renderables. No value is '-' (never Python's None); the numbers are the releases'
-    (a profile's are its base release's), so their columns are named by release."""
+    """The diff as rich renderables; the numbers are the releases' (a profile's: its base release's)."""
     parts = []
     if d.added or d.removed or d.left_off:
-        t = _table("Variants", ("change", "variant", "knob"), overflow="ellipsis")
-        for change, vids in (("added", d.added), ("removed", d.removed), ("measured, left off", d.left_off)):
-            for v in vids:
-                t.add_row(change, v, reg.variants[v].knob)
-        parts.append(t)
+        changes = (("added", d.added), ("removed", d.removed), ("measured, left off", d.left_off))
+        parts.append(_table("Variants", ("change", "variant", "knob"),
+                            [(change, v, reg.variants[v].knob) for change, vids in changes for v in vids], "ellipsis"))
     if d.fields:
-        t = _table("Profile fields", ("field", A, B))
-        for f, a, b in d.fields:
-            t.add_row(Text(f), Text(value_text(a)), Text(value_text(b)))
-        parts.append(t)
+        parts.append(_table("Profile fields", ("field", A, B),
+                            [(Text(f), Text(value_text(a)), Text(value_text(b))) for f, a, b in d.fields]))
     if d.changed:
         show_src = d.a.kind == "profile" or d.b.kind == "profile"
-        t = _table(f"Changed values ({len(d.changed)})",
-                   ["knob", "tp", A, B] + (["source in " + B] if show_src else []))
-        for c in d.changed:
-            row = [Text(c.knob), Text(c.tp), Text(value_text(c.a), "red"), Text(value_text(c.b), "green")]
-            if show_src:
-                row.append(Text(value_text(c.b_source), "dim"))
-            t.add_row(*row)
-        parts.append(t)
+        parts.append(_table(f"Changed values ({len(d.changed)})",
+                            ["knob", "tp", A, B] + (["source in " + B] if show_src else []),
+                            [[Text(c.knob), Text(c.tp), Text(value_text(c.a), "red"), Text(value_text(c.b), "green")]
+                             + ([Text(value_text(c.b_source), "dim")] if show_src else []) for c in d.changed]))
     else:
         parts.append(Text("No value differs.", "bold"))
     for key in sorted(set(d.a.kv_tokens) | set(d.b.kv_tokens)):
@@ -58,28 +51,22 @@ def diff_renderable(reg, d, A: str, B: str):
     RA, RB = side_names(d, A, B)
     rows = [r for r in d.bench if r.stack == "ours" and (r.delta != 0 or r.note)]
     if rows:
-        t = _table(f"Numbers of release {RA} and release {RB}",
-                   ("config", "metric", "source", f"release {RA}", f"release {RB}", "change"))
-        for r in rows:
-            t.add_row(*map(Text, (r.config + (f" {r.setting}" if r.setting else ""), row_label(r),
-                                  method_label(r.method), cell(r.a, r.a_alt), cell(r.b, r.b_alt), fmt_delta(r))))
-        parts.append(t)
+        parts.append(_table(f"Numbers of release {RA} and release {RB}",
+                            ("config", "metric", "source", f"release {RA}", f"release {RB}", "change"),
+                            [map(Text, (r.config + (f" {r.setting}" if r.setting else ""), row_label(r),
+                                        method_label(r.method), cell(r.a, r.a_alt), cell(r.b, r.b_alt), fmt_delta(r)))
+                             for r in rows]))
     for rel in dict.fromkeys((RA, RB)):
         items = [v for v in d.vs_reference if v.release == rel]
         if items:
-            t = _table(f"Release {rel} vs the reference stack",
-                       ("config", "metric", "source", f"release {rel}", "reference", "ours vs reference"))
-            for cfg in dict.fromkeys(v.config for v in items):
-                for r in vs_reference_rows([v for v in items if v.config == cfg]):
-                    t.add_row(*map(Text, [cfg, *r]))
-            parts.append(t)
-    for rel, cfg, text in d.texts:
-        parts.append(Text(f"{cfg} ({rel}): {text}", "dim"))
+            parts.append(_table(f"Release {rel} vs the reference stack",
+                                ("config", "metric", "source", f"release {rel}", "reference", "ours vs reference"),
+                                [map(Text, [cfg, *r]) for cfg in dict.fromkeys(v.config for v in items)
+                                 for r in vs_reference_rows([v for v in items if v.config == cfg])]))
+    parts += [Text(f"{cfg} ({rel}): {text}", "dim") for rel, cfg, text in d.texts]
     for q in d.quality:
-        t = _table(f"Quality gate ({q.config})", ("", eval_label(q), "HumanEval", "strict sanity"))
-        for r in quality_rows(q):
-            t.add_row(*map(Text, r))
-        parts.append(t)
+        parts.append(_table(f"Quality gate ({q.config})", ("", eval_label(q), "HumanEval", "strict sanity"),
+                            [map(Text, r) for r in quality_rows(q)]))
         parts.append(Text(f"Paired: {quality_text(q)}", "dim"))
     return Group(*parts)
 

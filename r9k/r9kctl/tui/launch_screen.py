@@ -1,8 +1,6 @@
-"""Launch: the exact command first, the text of ``r9kctl launch --dry-run`` for the plan that will run, its
-environment and the validation's warnings folded under it, and the field for extra vLLM arguments (as
-``r9kctl launch --profile P -- ARGS`` takes them), focused on open. Enter in the field applies the arguments
-and stays there. ``ctrl+l`` (or ``y`` outside the field, or the button) launches: the server starts in the
-background and the server screen follows it. An invalid profile is refused with its errors."""
+"""Launch: the exact command of ``r9kctl launch --dry-run``, its environment and the validation's warnings folded
+under it, and a field for extra vLLM arguments (enter applies them). ``ctrl+l`` (``y`` outside the field, or the
+button) launches in the background and opens the server screen. An invalid profile is refused with its errors."""
 from __future__ import annotations
 
 import shlex
@@ -17,8 +15,7 @@ from textual.widgets import Button, Collapsible, Input, Static
 
 
 class LaunchScreen(ModalScreen[bool]):
-    """Dismisses with True to launch (only offered when the plan is valid); the extra arguments typed
-    are kept in ``session.extra_args`` (the launch uses them)."""
+    """Dismisses with True to launch (a valid plan only); the extra arguments go to ``session.extra_args``."""
 
     BINDINGS = [Binding("escape", "dismiss(False)", "Cancel", id="r9k.cancel"),
                 Binding("ctrl+l", "launch", "Launch", id="r9k.launch_go", priority=True)]
@@ -31,8 +28,7 @@ class LaunchScreen(ModalScreen[bool]):
         self.plan = self._plan()
 
     def _plan(self):
-        """The plan that a launch runs (final: the manifest written, the model a path); its text the dry
-        run's (the knobs' variables by reference, in the env file beside the manifest)."""
+        """The plan a launch runs (the manifest written); its env file beside the manifest, as the dry run's."""
         plan = self.session.plan_launch(final=True)
         if plan.ok:
             plan.write_env_file()
@@ -61,7 +57,7 @@ class LaunchScreen(ModalScreen[bool]):
 
     def on_mount(self) -> None:
         for b in self.query(Button):
-            b.can_focus = False  # enter reaches no button: only ctrl+l, y or a click launches or closes
+            b.can_focus = False  # enter presses no button
 
     def _title(self) -> Text:
         p = self.plan
@@ -72,7 +68,7 @@ class LaunchScreen(ModalScreen[bool]):
                              ": the profile does not validate")
 
     def dry_run_lines(self) -> list[str]:
-        """``r9kctl launch --dry-run``'s text of this plan, line by line: comments, exports, the command."""
+        """``r9kctl launch --dry-run``'s text of this plan, line by line (the command last)."""
         return self.plan.display().splitlines()
 
     def _command(self):

@@ -1,6 +1,5 @@
 """The main screen: profile and TP pickers, filters, the variant table, the detail pane, the validation
-panel and the memory budget. Every change re-resolves and re-validates (:class:`Session`), then redraws
-only what changed."""
+panel and the memory budget. Every change re-validates (:class:`Session`), then redraws only what changed."""
 from __future__ import annotations
 
 import time
@@ -52,11 +51,8 @@ class MainScreen(Screen):
         self.last_toggle_ms: Optional[float] = None  # re-validate + redraw of the last change (bench)
         self.last_toggle_cpu_ms: Optional[float] = None  # the same in CPU time of this process
 
-    # ------------------------------------------------------------------------------ layout
-
     def compose(self):
         s = self.s
-        # the layout classes are set before the children mount: changing them later restyles every node
         self._layout_for(self.app.size.width)
         with Horizontal(id="topbar"):
             yield Static(Text(" r9k ", "bold reverse"), id="logo")  # or the unsaved badge
@@ -82,7 +78,7 @@ class MainScreen(Screen):
         return opts
 
     def on_mount(self) -> None:
-        # the widgets a toggle redraws, looked up once (query_one matches selectors: ~0.3 ms a call)
+        # the widgets a toggle redraws, looked up once (query_one is slow)
         self.table = self.query_one(VariantTable)
         self.validation = self.query_one(ValidationPanel)
         self.budget_panel = self.query_one(BudgetPanel)
@@ -112,14 +108,11 @@ class MainScreen(Screen):
     def _layout_for(self, width: int) -> None:
         narrow = width < NARROW
         if narrow and (not self._sized or not self.has_class("-narrow")):
-            # starting narrow, or shrinking to narrow: the pane closes (it would replace the table)
             self.detail_open = False
-        self.set_class(narrow, "-narrow")  # (a class already so is no restyle)
+        self.set_class(narrow, "-narrow")
         self.set_class(width < TINY, "-tiny")
         self.set_class(self.detail_open, "-detail-open")
         self._sized = True
-
-    # ------------------------------------------------------------------------------ redraw
 
     def refill(self) -> None:
         """Rebuild the table (filters, profile or TP changed), then the panels."""
@@ -132,7 +125,7 @@ class MainScreen(Screen):
         self.budget_panel.show(s)
         n = len(s.current_edits)
         others = len(s.other_edits())
-        # the unsaved badge takes the logo's place, left of the pickers: no width cuts it off
+        # the unsaved badge replaces the logo: no width cuts it off
         self.logo.update(Text(f" ● {n} unsaved ", "bold reverse magenta") if n else Text(" r9k ", "bold reverse"),
                          layout=False)
         t = Text()
@@ -151,15 +144,12 @@ class MainScreen(Screen):
             self.detail.show(self.s, self.table.current_variant())
 
     def after_change(self) -> None:
-        """After an edit: redraw the changed cells and the panels (the table keeps its rows unless a
-        state filter depends on the change)."""
+        """After an edit: redraw the changed cells (all rows under a state filter) and the panels."""
         if self.filters.status and self.filters.status.startswith("@"):
             self.table.fill(self.s, self.filters.apply(self.s))
         else:
             self.table.update_rows(self.s)
         self.refresh_panels()
-
-    # ------------------------------------------------------------------------------ events
 
     def on_variant_table_highlighted(self, event: VariantTable.Highlighted) -> None:
         self.show_detail()
@@ -187,8 +177,6 @@ class MainScreen(Screen):
             self.filters = self.query_one(FilterBar).filters()
             self.refill()
 
-    # ------------------------------------------------------------------------------ commands
-
     def switch_profile(self, name: str) -> None:
         self.s.set_profile(name)
         self._resync()
@@ -214,10 +202,9 @@ class MainScreen(Screen):
         return True
 
     def jump_to(self, vid: str) -> None:
-        """Move the cursor to a variant and scroll it into view; a search or filter that hides it is
-        cleared first (and a note says so), so the row under the cursor is always the one shown."""
-        if self.app.screen is not self:  # the palette is still open: a screen in the background does not
-            self._pending_jump = vid  # lay out, so it could not scroll; jump when it is shown again
+        """Move the cursor to a variant and scroll it into view, first clearing (with a note) a filter that hides it."""
+        if self.app.screen is not self:  # under the palette: a background screen does not lay out; jump when shown
+            self._pending_jump = vid
             return
         table = self.table
         if not table.jump_to(vid):
@@ -229,7 +216,6 @@ class MainScreen(Screen):
             table.jump_to(vid)
             self.notify(f"cleared {cleared} to show {self.s.reg.variants[vid].knob}", timeout=4)
         table.scroll_to_cursor()
-        # after a refill the new height is known only after the next layout: scroll again then
         table.call_after_refresh(table.scroll_to_cursor)
         table.focus()
         self.show_detail()
@@ -255,7 +241,6 @@ class MainScreen(Screen):
         if vid is None:
             return
         if not self.table.cursor_visible():
-            # the cursor's row is scrolled out of view: bring it back rather than change what is not seen
             self.table.scroll_to_cursor()
             self.notify(f"{self.s.reg.variants[vid].knob} was off screen: press space again to toggle it",
                         timeout=3)
@@ -329,11 +314,8 @@ class MainScreen(Screen):
 
         self.app.push_screen(DiffScreen(self.s, a, b))
 
-    # ------------------------------------------------------------------------------ save / reload
-
     def action_save(self, then=None) -> None:
-        """Save the current profile; ``then()`` runs after a successful save (save and quit). With
-        validation errors it asks first (Cancel is the default); a file changed on disk asks what to do."""
+        """Save the current profile, then ``then()``; validation errors and a file changed on disk ask first."""
         s = self.s
         if not s.has_edits():
             if then is None:
@@ -352,8 +334,7 @@ class MainScreen(Screen):
         self._do_save(then)
 
     def _ask(self, title: str, body: Text, choices: list[tuple]) -> None:
-        """A question in a dialog: Cancel (key n) first and the default (enter never destroys anything), then
-        ``choices`` (id, label, key, variant, what to do when it is chosen)."""
+        """A question: Cancel (n, the default) then ``choices`` (id, label, key, variant, what to do if chosen)."""
         from .dialogs import ConfirmScreen
 
         act = {c[0]: c[4] for c in choices}
@@ -414,8 +395,6 @@ class MainScreen(Screen):
         if self._reloaded(self.s.reload):
             self.notify("reloaded from disk", timeout=2)
 
-    # ------------------------------------------------------------------------------ undo / redo
-
     def action_undo_redo(self, redo: bool) -> None:
         s = self.s
         profile = s.profile
@@ -430,12 +409,8 @@ class MainScreen(Screen):
         self.notify(f"{'redone' if redo else 'undone'}: {label}" + (f" (in {s.profile})" if s.profile != profile
                                                                       else ""), timeout=2)
 
-    # ------------------------------------------------------------------------------ $EDITOR
-
     def action_open_editor(self) -> None:
-        """Open the profile's file in $VISUAL / $EDITOR (the panel suspended), then reload and re-validate.
-        Unsaved panel edits of this profile are never merged with the file silently: save them first,
-        or drop them (ctrl+z brings them back), or stay."""
+        """Open the profile's file in $EDITOR, then reload; unsaved edits of it are saved or dropped first (asked)."""
         s = self.s
         path = s.profile_path()
         if path is None:
@@ -460,7 +435,7 @@ class MainScreen(Screen):
         self.app.edit_file(path)
 
     def after_editor(self, changed: bool) -> None:
-        """Back from the editor: reload (keeping other profiles' edits) and show what validation says."""
+        """Back from the editor: reload (other profiles' edits kept) and say what validation says."""
         s = self.s
         if not self._reloaded(lambda: s.reload(keep_others=True)):
             return
@@ -468,8 +443,6 @@ class MainScreen(Screen):
         what = "reloaded" if changed else "unchanged"
         self.notify(f"{self.s.shown_path} {what}: {ne} error(s), {nw} warning(s)",
                     severity="error" if ne else "information", timeout=4)
-
-    # ------------------------------------------------------------------------------ launch / quit
 
     def action_launch(self) -> None:
         from .launch_screen import LaunchScreen
@@ -481,12 +454,10 @@ class MainScreen(Screen):
         self.app.push_screen(LaunchScreen(self.s, len(self.s.current_edits)), done)
 
     def action_server(self) -> None:
-        """The server screen of the server launched from here (or attached to)."""
         self.app.show_server()
 
     def request_quit(self) -> None:
-        """Every way out comes here (q, ctrl+q, the palette's Quit, a closed terminal's SIGHUP aside):
-        with unsaved edits it asks, Cancel being the default; "Save and quit" saves every edited profile."""
+        """Every way out but a hang-up: with unsaved edits it asks (Cancel the default; Save and quit saves all)."""
         s = self.s
         edited = {p: e for p, e in s.edits.items() if e}
         if not edited:
@@ -499,8 +470,7 @@ class MainScreen(Screen):
                    ("discard", "Quit without saving", "d", "error", self.app.exit)])
 
     def _save_all_then(self, then) -> None:
-        """Save each edited profile in turn (each through the usual questions), then ``then()``; a
-        cancelled or failed save stops there, with that profile shown."""
+        """Save each edited profile in turn (each asking as usual), then ``then()``; a failed or cancelled one stops."""
         s = self.s
         pending = sorted(p for p, e in s.edits.items() if e)
         if not pending:

@@ -1,7 +1,5 @@
-"""The panel's widgets besides the variant table: the picker (profile, TP size, filters, diff sides), the search
-and filter bar, the detail pane, the validation panel and the memory budget. The panels have a fixed size and
-redraw without a reflow of the screen (a widget whose height changed would re-layout every widget on each
-toggle)."""
+"""The panel's widgets besides the variant table: the picker, the search and filter bar, the detail pane, the
+validation panel and the memory budget. The panels have a fixed size and redraw without a reflow of the screen."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -59,8 +57,7 @@ class PickerScreen(ModalScreen[Optional[int]]):
         lst.clear_options()
         matches = [(match_rank(label, words), i, label) for i, (label, _v) in enumerate(self.options)
                    if all(w in label.lower() for w in words)]
-        # the best match first (what enter takes): exact, then prefix, then a word's prefix, then anywhere
-        shown = [Option(label, id=str(i)) for _r, i, label in sorted(matches)]
+        shown = [Option(label, id=str(i)) for _r, i, label in sorted(matches)]  # the best match first
         lst.add_options(shown)
         if shown:
             ids = [o.id for o in shown]
@@ -86,10 +83,8 @@ class PickerScreen(ModalScreen[Optional[int]]):
 
 
 class Picker(Widget, can_focus=True):
-    """``Picker(label, options, value)``: shows the choice; enter, space or a click opens a small list with a
-    filter box (type to narrow, enter to choose, escape to keep the choice); posts :class:`Picker.Changed` when
-    the user picks a value. One widget instead of Textual's ``Select`` (four, its overlay list built up front):
-    a faster first frame."""
+    """``Picker(label, options, value)``: shows the choice; enter, space or a click opens a list with a filter box;
+    posts :class:`Picker.Changed` when the user picks. One widget, not ``Select``'s four: a faster first frame."""
 
     DEFAULT_CSS = """
     Picker { height: 1; width: auto; padding: 0 1; background: $boost; }
@@ -120,10 +115,8 @@ class Picker(Widget, can_focus=True):
         self.refresh(layout=True)  # the same value may have another label now
 
     def _shown(self) -> str:
-        for label, v in self._options:
-            if v == self.value:
-                return label
-        return "all" if self.value is None else str(self.value)
+        return next((label for label, v in self._options if v == self.value),
+                    "all" if self.value is None else str(self.value))
 
     def render(self) -> Text:
         return Text.assemble((f"{self.label} ", "dim"), self._shown(), " ▾")
@@ -170,15 +163,9 @@ class Filters:
         st = self.status
         if st:
             r = s.rs.items[vid]
-            if st == "@on" and not r.active:
-                return False
-            if st == "@edited" and vid not in s.edits.get(s.profile, {}):
-                return False
-            if st == "@problems" and vid not in problems:
-                return False
-            if st == "@profile" and r.layer != "profile":
-                return False
-            if not st.startswith("@") and v.status.state != st:
+            ok = {"@on": lambda: r.active, "@edited": lambda: vid in s.edits.get(s.profile, {}),
+                  "@problems": lambda: vid in problems, "@profile": lambda: r.layer == "profile"}
+            if not ok.get(st, lambda: v.status.state == st)():
                 return False
         q = self.text.strip().lower()
         if q:
@@ -220,31 +207,22 @@ class FilterBar(Horizontal):
             picker.value = None
 
     def filters(self) -> Filters:
-        def val(sel_id: str) -> Optional[str]:
-            v = self.query_one(sel_id, Picker).value
-            return None if v is None else str(v)
-
-        return Filters(self.query_one("#search", Input).value, val("#f-area"), val("#f-category"), val("#f-status"))
+        vals = [self.query_one(f"#f-{name}", Picker).value for name in ("area", "category", "status")]
+        return Filters(self.query_one("#search", Input).value, *(None if v is None else str(v) for v in vals))
 
 
 # ------------------------------------------------------------------------------ detail pane
-
-HEAD_LINES = 6  # the state lines above the registry's description: a fixed height, redrawn without a reflow
-
 
 def detail_head(s: Session, vid: str) -> Text:
     """What changes with a toggle: the value here, its provenance, what it overrode, its cost."""
     r = s.rs.items[vid]
     v = r.variant
-    head = Text()
-    head.append(v.knob, "bold")
-    head.append(f"  {vid}\n", "dim")
-    head.append("value here  ")
-    head.append(show_value(r.value, 40), "bold green" if r.active else "bold")
-    head.append(f"  ({'on' if r.active else 'stock/off'}, tp{s.tp})\n")
-    head.append("from        ")
-    head.append(f"{LAYER_SHORT.get(r.layer, r.layer)}: {r.source}\n", "magenta" if r.layer == "profile" else "")
-    if r.history:  # the value this one replaced (only the last one; Resolved.history holds the whole chain)
+    head = Text.assemble((v.knob, "bold"), (f"  {vid}\n", "dim"), "value here  ",
+                         (show_value(r.value, 40), "bold green" if r.active else "bold"),
+                         f"  ({'on' if r.active else 'stock/off'}, tp{s.tp})\nfrom        ",
+                         (f"{LAYER_SHORT.get(r.layer, r.layer)}: {r.source}\n",
+                          "magenta" if r.layer == "profile" else ""))
+    if r.history:  # the value this one replaced (the last one only)
         origin, value = r.history[-1]
         layer, source = origin.layer, str(origin)
         more = f" +{len(r.history) - 1} below" if len(r.history) > 1 else ""
@@ -252,8 +230,7 @@ def detail_head(s: Session, vid: str) -> Text:
         head.append(f"{show_value(value, 24)} ({LAYER_SHORT.get(layer, layer)}: {source}){more}\n", "dim")
     cost = s.cost(vid)
     if cost is not None and cost.bytes:
-        head.append("KV cost     ")
-        head.append(f"{fmt_bytes(cost.bytes)} a GPU = {cost.tokens:,} KV tokens"
+        head.append(f"KV cost     {fmt_bytes(cost.bytes)} a GPU = {cost.tokens:,} KV tokens"
                     f"{' (on)' if r.active else ' if switched on'}\n")
     env = s.env_overrides(vid)
     if env:
@@ -269,15 +246,14 @@ def detail_body(s: Session, vid: str) -> Table:
     grid.add_column(style="bold cyan", no_wrap=True)
     grid.add_column(overflow="fold")
     for field, text in describe(s.reg, v):
-        if field in ("id", "knob"):
-            continue
-        grid.add_row(field, text)
+        if field not in ("id", "knob"):
+            grid.add_row(field, text)
     return grid
 
 
 class DetailPane(VerticalScroll):
-    """Everything the registry knows about one variant (``r9kctl show``'s ``describe``), under its value here,
-    where that value comes from and what it overrode; ``show(session, vid)`` redraws it."""
+    """Everything the registry knows about one variant (``r9kctl show``'s ``describe``) under its value here,
+    provenance and what it overrode."""
 
     can_focus = True
 
@@ -320,10 +296,7 @@ ICON = {"error": ("✗", "bold red"), "warning": ("!", "bold yellow"), "info": (
 
 def diagnostic_text(d, variants) -> Text:
     icon, style = ICON.get(d.level, ("?", ""))
-    t = Text()
-    t.append(f"{icon} ", style)
-    t.append(f"{d.code}: ", style)
-    t.append(d.message)
+    t = Text.assemble((f"{icon} ", style), (f"{d.code}: ", style), d.message)
     items = [i for i in d.items if i in variants]
     if items:
         t.append(f"  [{', '.join(items)}]", "cyan")
@@ -334,8 +307,8 @@ def diagnostic_text(d, variants) -> Text:
 
 
 class ValidationPanel(Vertical):
-    """A count line, then the errors and warnings of the current state (errors first), as many as fit; ``v``
-    or a click opens the full list (:class:`.dialogs.ProblemsScreen`)."""
+    """A count line, then the problems of the current state (errors first), as many as fit; ``v`` or a click
+    opens them all (:class:`.dialogs.ProblemsScreen`)."""
 
     _key: tuple = ()
 
@@ -414,13 +387,12 @@ class BudgetPanel(Vertical):
     """KV-cache capacity, its change since the last save, where each GPU's memory goes (a stacked bar) and how
     the capacity moved over this session's edits."""
 
+    _key: tuple = ()
+    _session = None
+
     def compose(self):
         self.text_widget = Static(id="budget-text")
         yield self.text_widget
-
-    _key: tuple = ()
-
-    _session = None
 
     def on_resize(self, event) -> None:
         if self._session is not None:
@@ -456,7 +428,6 @@ class BudgetPanel(Vertical):
         kv_raw = b.kv_bytes if b.fixed_kv_bytes is None else b.fixed_kv_bytes
         kv = max(0, kv_raw)  # a budget that does not fit has no KV cache, not a negative one
         kv_text = fmt_bytes(kv) if kv_raw >= 0 else f"none ({fmt_bytes(-kv_raw)} short)"
-        # vLLM's CPU backend: the KV cache is its own allocation (VLLM_CPU_KVCACHE_SPACE), not in the GPU share
         of_text = "its own pool" if b.kv_pool_separate else f"of {fmt_bytes(cap)}"
         t.append_text(bar([("weights", b.weights), ("overhead", b.overhead), ("variants", b.variant_bytes)]
                           + ([] if b.kv_pool_separate else [("KV", kv)]) + [("free", max(0, b.headroom))], width))

@@ -1,12 +1,9 @@
-"""A vLLM server seen from the control panel: one the panel started in the background (its own process
-group, its output in a log file) or one started elsewhere that the panel attaches to by URL. No Textual
-here: the server screen (server_screen.py) polls :meth:`Server.poll` from a worker thread.
-
-What a poll reads: ``GET /health`` (vLLM's), ``GET /r9k/status`` (the plugin's route, read through
-``r9kctl status``'s :func:`~r9k.r9kctl.cmd_status.fetch`) and the log file's last lines.
-"""
+"""A vLLM server seen from the control panel: one it started in the background (its own process group, its output
+in a log file) or one it attaches to by URL. A poll reads ``GET /health``, ``GET /r9k/status`` (through
+``cmd_status.fetch``) and the log's last lines. No Textual here."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -22,8 +19,7 @@ LOG_TAIL_BYTES = 64 * 1024
 
 
 def url_of(argv: list[str]) -> str:
-    """The base URL a ``vllm serve`` argument list listens on (vLLM's defaults: all addresses, port 8000;
-    the panel reads it on the loopback)."""
+    """The base URL a ``vllm serve`` argument list listens on (default: port 8000, read on the loopback)."""
     found = {"--host": "127.0.0.1", "--port": "8000"}
     for i, a in enumerate(argv):
         flag, eq, val = a.partition("=")
@@ -38,8 +34,7 @@ OWN_POLLS = ('"GET /health HTTP', '"GET /r9k/status HTTP', '"GET /r9k/status?pat
 
 
 def log_tail(path: Optional[Path], lines: int = 12) -> list[str]:
-    """The last ``lines`` lines of a log file (carriage-return progress bars kept to their last state),
-    without the access-log lines of the server screen's own polls."""
+    """The last ``lines`` lines of a log file (a progress bar's last state), without the screen's own polls."""
     if path is None:
         return []
     try:
@@ -78,11 +73,9 @@ class Server:
         self.started_at: Optional[float] = None
         self.stopped = False
 
-    # ------------------------------------------------------------------------------ making one
-
     @classmethod
-    def attach(cls, url: str, log_path: Optional[Path] = None) -> "Server":
-        return cls(url, log_path=log_path)
+    def attach(cls, url: str) -> "Server":
+        return cls(url)
 
     @classmethod
     def start(cls, plan, log_path: Path) -> "Server":
@@ -101,9 +94,8 @@ class Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
 
         env = process_env(self.plan)
-        # process_env marks this process's pid as the launch's first vLLM process (r9kctl launch exec's into
-        # it: same pid). A child has another pid: let the API server claim it, or it takes itself for a
-        # helper and neither writes nor reads the status file (the route would show no worker's counters).
+        # process_env names this pid as the launch's first vLLM process (launch exec's into it); a child has
+        # another pid: let the API server claim it, or it takes itself for a helper and writes no status
         env.pop(envvars.LAUNCH_PID.name, None)
         env.pop(envvars.LAUNCH_HASH.name, None)
         env.setdefault("PYTHONUNBUFFERED", "1")
@@ -115,22 +107,17 @@ class Server:
         self.started_at = time.time()
         self.stopped = False
 
-    # ------------------------------------------------------------------------------ stop / restart
-
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def stop(self, timeout: float = 60.0) -> Optional[int]:
-        """SIGTERM to the whole process group (vLLM's API server, engine core, workers), SIGKILL after
-        ``timeout`` seconds; returns the exit code."""
+        """SIGTERM to the whole process group, SIGKILL after ``timeout`` seconds; returns the exit code."""
         if self.proc is None:
             return None
         self.stopped = True
         for sig, wait_s in ((signal.SIGTERM, timeout), (signal.SIGKILL, 30.0)):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                pass
             end = time.monotonic() + wait_s
             while time.monotonic() < end:
                 if self.proc.poll() is not None and not _group_alive(self.proc.pid):
@@ -143,8 +130,6 @@ class Server:
             raise RuntimeError("a server started elsewhere cannot be restarted from here")
         self.stop()
         self._spawn()
-
-    # ------------------------------------------------------------------------------ looking
 
     def poll(self, timeout: float = 3.0) -> Poll:
         log = log_tail(self.log_path)
@@ -174,8 +159,7 @@ class Server:
 
 
 def _group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs; an exited one that nobody has reaped yet (state Z: its
-    parent died first, and init reaps when it does) does not count. Without ``/proc``: ``kill(-pgid, 0)``."""
+    """Whether a process of group ``pgid`` still runs, a zombie not counted (without ``/proc``: ``kill(-pgid, 0)``)."""
     proc = Path("/proc")
     if not proc.is_dir():
         return fileio.pid_alive(-pgid)

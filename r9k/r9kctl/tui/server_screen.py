@@ -1,8 +1,6 @@
-"""The running server: health, what each op uses and its counters, vLLM's choices, the KV cache predicted
-vs allocated, the last log lines; refreshed from ``GET /r9k/status`` every :data:`POLL_S` seconds (in a
-worker thread: a slow server never blocks the panel). ``s`` stops and ``r`` restarts a server the panel
-started; ``escape`` goes back to the panel (the server keeps running; ``o`` there comes back here).
-``r9kctl tui --attach URL`` opens this screen alone, on a server started elsewhere."""
+"""The running server: health, what each op uses and its counters, vLLM's choices, the KV cache predicted vs
+allocated, the last log lines; polled every :data:`POLL_S` seconds in a worker thread. ``s`` stops and ``r``
+restarts a server the panel started; ``escape`` goes back to the panel (``o`` there comes back here)."""
 from __future__ import annotations
 
 import time
@@ -144,8 +142,6 @@ class ServerScreen(Screen):
             log.append("(no log: attached to a server started elsewhere)" if self.server.log_path is None
                        else "(empty)", "dim")
         self.query_one("#server-log", Static).update(log)
-
-    # ------------------------------------------------------------------------------ actions
 
     def action_stop(self) -> None:
         if self.server.owned and self.server.running():

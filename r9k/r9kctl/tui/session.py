@@ -1,14 +1,9 @@
-"""The control panel's editing state, without any widget: the profile and TP size shown, the unsaved
-edits, and the resolved set, validation report and memory budget the core computes from them. Edits are
-applied to a copy of the profile inside a shallow copy of the registry, so an edited knob's provenance is
-the profile layer, as it will be once saved.
+"""The control panel's editing state, without any widget: the profile and TP size shown, the unsaved edits
+(applied to a copy of the profile in a shallow copy of the registry) and the resolved set, report and budget.
 
-The unsaved edits of a panel that could not ask before it ended (the terminal was closed: SIGHUP, a SIGTERM,
-or a ``kill -9`` that nothing can catch) are in ``tui-recovery.json`` in the cache directory, a journal
-rewritten atomically after every change of the edits (removed when none are left or the panel ends by
-asking) and restored as unsaved edits at the next start, so that no way out loses an edit. It holds variant
-id -> canonical value (null: the profile's key removed), per profile; restored edits go through
-``Session.set_value`` / ``reset`` (re-checked, undoable).
+The recovery journal, ``tui-recovery.json`` in the cache directory, holds the unsaved edits (profile -> variant
+id -> canonical value, null: the key removed) after every change, for a panel that ends without asking (SIGHUP,
+SIGTERM, ``kill -9``); the next start restores them through ``set_value`` / ``reset`` (notes/tui.md).
 """
 from __future__ import annotations
 
@@ -24,7 +19,7 @@ from typing import Mapping, Optional
 from ...registry.envvars import cache_dir
 from ...registry.errors import Diagnostic
 from ...registry.loader import Registry, default_profile_dirs, load_registry
-from ...registry.memory import Budget, VariantCost, budget, cost_if_toggled
+from ...registry.memory import VariantCost, budget, cost_if_toggled
 from ...registry.origin import Origin
 from ...registry.resolve import ResolvedSet, resolve
 from ...registry.validate import Report, check_profile, check_registry, gate_states
@@ -50,24 +45,21 @@ class Snapshot:
 
 
 def toml_value(v, value: str) -> object:
-    """A canonical value as the TOML value it is declared as: a bool as 0/1, an int or a float as a number;
-    enums, strings, paths, special words ("auto") and '' as strings."""
+    """A canonical value as the TOML value it is declared as: bool and int as an int, float as a float;
+    anything else (and special words, '') as a string."""
     if value == "" or value in v.special:
         return value
-    try:
+    with contextlib.suppress(ValueError):
         if v.type in ("bool", "int"):
             return int(value)
         if v.type == "float":
             return float(value)
-    except ValueError:
-        pass
     return value
 
 
 def match_rank(label: str, words: list[str]) -> int:
-    """How well a name matches what was typed (the pickers' order, the closest profile to a mistyped name):
-    0 exact, 1 the label starts with the query, 2 one of its words does (``-``, ``_``, ``.``, space
-    separate words), 3 it contains it; no words: 0 (the given order)."""
+    """How well a name matches what was typed (the pickers' order, the closest profile): 0 exact (or no
+    words), 1 a prefix, 2 a prefix of one of its words (split at ``-_.`` and space), 3 anywhere."""
     if not words:
         return 0
     q = " ".join(words)
@@ -76,10 +68,7 @@ def match_rank(label: str, words: list[str]) -> int:
         return 0
     if low.startswith(words[0]):
         return 1
-    parts = re.split(r"[-_. ]+", low)
-    if any(p.startswith(words[0]) for p in parts):
-        return 2
-    return 3
+    return 2 if any(p.startswith(words[0]) for p in re.split(r"[-_. ]+", low)) else 3
 
 
 def save_as_description(base: str, knobs: dict) -> str:
@@ -90,19 +79,8 @@ def save_as_description(base: str, knobs: dict) -> str:
     return f"{base} with {sets}"
 
 
-def load_gate_states(reg: Registry) -> Optional[dict]:
-    """variant id -> GateState from the evidence ledger (memoized on the registry object by the core, so
-    re-validating on a toggle does not re-hash sources); None where the ledger cannot be read (the column
-    then shows '-'; validation says why)."""
-    try:
-        return gate_states(reg)
-    except Exception:  # noqa: BLE001 - check_profile reports the unreadable ledger itself
-        return None
-
-
 class Session:
-    """The state behind the main screen. ``env`` is the environment resolved against (the process's
-    by default, so the environment layer shows as it would at launch)."""
+    """The state behind the main screen. ``env`` is the environment resolved against (default: the process's)."""
 
     def __init__(self, reg: Registry, profile: Optional[str] = None, tp: Optional[int] = None,
                  env: Optional[Mapping[str, str]] = None, profile_dirs: Optional[list[Path]] = None,
@@ -114,8 +92,7 @@ class Session:
         self.sets = dict(sets or {})  # --set KNOB=VALUE: the override layer, above every edit
         self.profile_dirs = profile_dirs
         self.registry_report, self.gates = Report(), None
-        # deferred: the first frame shows the resolved values and the budget; the checks (the registry's,
-        # the gate ledger's ~150 ms of source hashing, the profile's) follow at once (finish_validation)
+        # deferred: the first frame shows the values and the budget; the checks follow (finish_validation)
         self.validated = not defer_validation
         if self.validated:
             self._check_registry()
@@ -129,29 +106,21 @@ class Session:
         self.profile = profile if profile in reg.profiles else (self.closest_profile(profile) or self.default_profile())
         self.tp_choice = tp  # None: the profile's own TP size
         self.kv_history: list[int] = []
-        self.rs: ResolvedSet
-        self.report: Report
-        self.budget: Optional[Budget]
-        self.saved_budget: Optional[Budget]
         self._noenv: Optional[ResolvedSet] = None
         self._switched()
-
-    # ------------------------------------------------------------------------------ loading
 
     @classmethod
     def open(cls, profile: Optional[str] = None, tp: Optional[int] = None,
              env: Optional[Mapping[str, str]] = None, sets: Optional[Mapping[str, object]] = None,
              root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None,
              defer_validation: bool = False) -> "Session":
-        """Load the registry and profiles (raises RegistryError with located diagnostics); ``root`` and
-        ``profile_dirs`` as for ``load_registry`` (None: its defaults)."""
-        # the panel lists and edits every profile: a broken one is an error screen, not a missing entry
+        """Load the registry and profiles (a broken profile raises RegistryError: the panel edits them all)."""
         return cls(load_registry(root, profile_dirs, broken_profiles="raise"), profile, tp, env,
                    profile_dirs=profile_dirs, sets=sets, root=root, defer_validation=defer_validation)
 
     def closest_profile(self, query: Optional[str]) -> Optional[str]:
-        """The profile a mistyped or shortened name most likely means (``tp2`` -> tp2-default): the best
-        prefix or word-prefix match, as the picker orders them; None if nothing starts so."""
+        """The profile a shortened name most likely means (``tp2`` -> tp2-default): the best prefix or word-prefix
+        match (:func:`match_rank`); None if nothing starts so."""
         if not query:
             return None
         words = query.lower().split()
@@ -159,36 +128,27 @@ class Session:
         return ranked[0][1] if ranked and ranked[0][0] <= 2 else None
 
     def default_profile(self) -> str:
-        for name in ("tp4-default", "tp2-default"):
-            if name in self.reg.profiles:
-                return name
-        return sorted(self.reg.profiles)[0]
+        return next((n for n in ("tp4-default", "tp2-default") if n in self.reg.profiles), min(self.reg.profiles))
 
     def _capture_files(self) -> None:
-        """The bytes of every profile file as of this load: what "changed on disk since it was loaded"
-        compares against at save (the loader keeps no text when its parse cache answers)."""
+        """The bytes of every profile file as of this load, which a save compares against (the loader keeps no
+        text when its parse cache answers)."""
         self._files: dict[str, tuple[Path, bytes, Optional[int]]] = {}
         for name in self.reg.profiles:
             path = self.profile_path(name)
             if path is None:
                 continue
-            try:
-                st = path.stat()
-                self._files[name] = (path, path.read_bytes(), st.st_mtime_ns)
-            except OSError:
-                continue
+            with contextlib.suppress(OSError):
+                self._files[name] = (path, path.read_bytes(), path.stat().st_mtime_ns)
 
     def reload(self, keep_others: bool = False) -> None:
-        """Reload everything from disk (raises RegistryError), dropping the edits; ``keep_others`` (the current
-        profile's file was edited in $EDITOR) keeps the other profiles' edits. Undo brings back what was dropped
-        onto what was read."""
+        """Reload everything from disk (raises RegistryError), dropping the edits (undoable); ``keep_others`` (after
+        $EDITOR) keeps the other profiles' edits."""
         before = self.snapshot("edit in $EDITOR" if keep_others else "reload")
         kept = self.other_edits() if keep_others else {}
         self._reload_keep(kept)
         if before.edits != kept:
             self._push_undo(before)
-
-    # ------------------------------------------------------------------------------ undo / redo
 
     def snapshot(self, label: str) -> "Snapshot":
         return Snapshot(label, self.profile, {p: dict(e) for p, e in self.edits.items() if e})
@@ -209,7 +169,7 @@ class Session:
     def _restore(self, snap: "Snapshot") -> None:
         self.edits = {p: {vid: v for vid, v in e.items() if vid in self.reg.variants}
                       for p, e in snap.edits.items() if p in self.reg.profiles}
-        if snap.profile in self.reg.profiles and snap.profile != self.profile:
+        if snap.profile in self.reg.profiles:
             self.profile = snap.profile
         self._switched()
 
@@ -230,11 +190,8 @@ class Session:
         self._restore(snap)
         return snap.label
 
-    # ------------------------------------------------------------------------------ switching
-
     def _switched(self) -> None:
-        """After the profile or TP size changed: the current numbers, and the saved state's (the same
-        when there are no edits, so no second resolve)."""
+        """After the profile or TP size changed: the current numbers, and the saved state's budget."""
         self._noenv = None
         self.kv_history = []
         self.recompute()
@@ -246,7 +203,7 @@ class Session:
 
     @property
     def _saved_noenv(self) -> ResolvedSet:
-        """The saved profile resolved without the environment (what the profile chain itself gives)."""
+        """The saved profile resolved without the environment."""
         if self._noenv is None:
             self._noenv = resolve(self.reg, self.profile, tp=self.tp_choice, env={})
         return self._noenv
@@ -279,8 +236,6 @@ class Session:
         sizes.add(self.profile_tp)
         return sorted(sizes)
 
-    # ------------------------------------------------------------------------------ edits
-
     @property
     def current_edits(self) -> dict[str, object]:
         return self.edits.setdefault(self.profile, {})
@@ -292,7 +247,7 @@ class Session:
         return dict(self.reg.profiles[self.profile].knobs)
 
     def key_for(self, vid: str) -> str:
-        """The key the profile file uses for a variant (its knob, id or alias), or the knob if none."""
+        """The key the profile file uses for a variant (knob, id or alias), else the knob."""
         for key in self.saved_knobs():
             v = self.reg.find_variant(key)
             if v is not None and v.id == vid:
@@ -309,8 +264,8 @@ class Session:
         return knobs
 
     def edited_registry(self, alias: Optional[str] = None) -> Registry:
-        """The registry with the current profile's edits applied (to a copy of the profile). With
-        ``alias``, the edited profile is added under that name and the saved one kept (for diffs)."""
+        """The registry with the current profile's edits applied to a copy of it; with ``alias``, the edited copy
+        is added under that name beside the saved one (for diffs)."""
         if not self.edits.get(self.profile) and alias is None:
             return self.reg
         name = alias or self.profile
@@ -320,15 +275,12 @@ class Session:
     def inherited_value(self, vid: str) -> Optional[str]:
         """The value the profile chain gives a variant without this profile's own key (no env)."""
         r = self._saved_noenv.items[vid]
-        if self.key_for(vid) in self.saved_knobs():
-            # this profile's key was applied last (no environment here): the entry before it
-            return r.history[-1][1] if r.history else r.value
-        return r.value
+        # with a key of this profile's, it was applied last (no environment here): the entry before it
+        return r.history[-1][1] if r.history and self.key_for(vid) in self.saved_knobs() else r.value
 
     def set_value(self, vid: str, raw: object) -> str:
-        """Set a variant to ``raw`` in the current profile (unsaved). Returns the canonical value;
-        raises :class:`EditError` with the reason for an illegal one. Setting a knob back to its saved
-        value, or to the inherited value when the file has no key for it, drops the edit."""
+        """Set a variant to ``raw`` (unsaved); returns the canonical value, raises :class:`EditError`. Back to the
+        saved value (or the inherited one when the file has no key for it) drops the edit."""
         v = self.reg.variants[vid]
         try:
             value = v.normalize(raw)
@@ -374,9 +326,7 @@ class Session:
             return "0" if cur == "1" else "1"
         if v.type == "enum":
             order = list(v.choices) + ([""] if v.allow_unset else [])
-            if cur in order:
-                return order[(order.index(cur) + 1) % len(order)]
-            return order[0]
+            return order[(order.index(cur) + 1) % len(order)] if cur in order else order[0]
         return None
 
     def cycle(self, vid: str) -> Optional[str]:
@@ -392,11 +342,8 @@ class Session:
             return r.source
         return None
 
-    # ------------------------------------------------------------------------------ derived state
-
     def finish_validation(self) -> None:
-        """The checks a deferred start left out (see ``defer_validation``); afterwards every change is
-        re-validated as usual."""
+        """The checks a deferred start left out; afterwards every change is re-validated."""
         if self.validated:
             return
         self.validated = True
@@ -406,12 +353,15 @@ class Session:
     def _check_registry(self) -> None:
         self.registry_report = Report()
         check_registry(self.reg, self.registry_report)
-        self.gates = load_gate_states(self.reg)
+        try:
+            self.gates = gate_states(self.reg)  # memoized on the registry: a toggle does not re-hash sources
+        except Exception:  # noqa: BLE001 - check_profile reports the unreadable ledger itself ('-' shown)
+            self.gates = None
 
     def recompute(self) -> None:
-        """Re-resolve and re-validate (a few milliseconds with the shipped registry)."""
+        """Re-resolve and re-validate."""
         if not self.validated and (self.has_edits() or hasattr(self, "rs")):
-            self.finish_validation()  # an edit before the deferred checks ran: check it all now
+            self.finish_validation()  # an edit before the deferred checks: check it all now
             return
         reg = self.edited_registry()
         rs = resolve(reg, self.profile, tp=self.tp_choice, env=self.env, sets=self.sets)
@@ -423,9 +373,7 @@ class Session:
                 if r.layer == "profile":
                     # the key is not in the file yet (or not with this value): no line to point at
                     r.origin = Origin("profile", file, detail=UNSAVED)
-        report = Report()
-        for d in self.registry_report.diagnostics:
-            report.add(d)
+        report = Report(list(self.registry_report.diagnostics))
         if self.validated:
             self.budget = check_profile(reg, rs, report)
         else:
@@ -464,21 +412,18 @@ class Session:
         st = self.gates.get(vid)
         if st is None:
             return "-" if not (self.reg.variants[vid].gate and self.reg.variants[vid].gate.tests) else "?"
-        # the state on the profile's platform; "fresh*": only imported evidence (unverified), "none": no
-        # record on that platform (the detail pane has the full line)
+        # on the profile's platform; "fresh*": only imported evidence, "none": records only elsewhere
         plat = self.rs.platform
         state, _ = st.on(plat)
         if state == "missing" and plat and st.per_platform and \
                 not any(platform_matches(p, plat) for p in st.per_platform):
-            return "none"  # records elsewhere, none on this platform (never run at all: "missing")
+            return "none"
         ev = [e for p, e in st.evidence.items() if plat is None or platform_matches(p, plat)]
         return state + ("*" if state == "fresh" and ev and "ran here" not in ev else "")
 
     def diagnostics(self) -> list[Diagnostic]:
         order = {"error": 0, "warning": 1, "info": 2}
         return sorted(self.report.diagnostics, key=lambda d: order.get(d.level, 3))
-
-    # ------------------------------------------------------------------------------ files
 
     def profile_dirs_now(self) -> list[Path]:
         return self.profile_dirs if self.profile_dirs is not None else default_profile_dirs()
@@ -492,8 +437,7 @@ class Session:
         return find_profile_file(name or self.profile, self.profile_dirs_now())
 
     def document(self) -> ProfileDocument:
-        """The profile's file for round-trip editing, as it was when the registry was loaded (a save
-        then refuses a file that changed on disk since)."""
+        """The profile's file for round-trip editing, as it was when the registry was loaded."""
         if self.profile in self._files:
             return ProfileDocument.from_bytes(*self._files[self.profile])
         path = self.profile_path()
@@ -502,9 +446,8 @@ class Session:
         return ProfileDocument.load(path)
 
     def save(self) -> Path:
-        """Write the current profile's edits into its file (keeping comments and layout), atomically.
-        Raises ProfileConflict when the file changed on disk since it was loaded. Reloads the registry
-        afterwards so provenance points at the new lines."""
+        """Write the current profile's edits into its file (comments and layout kept), atomically, then reload.
+        Raises ProfileConflict when the file changed on disk since it was loaded."""
         doc = self.document()
         in_file = doc.knobs()
         for vid, val in self.current_edits.items():
@@ -522,8 +465,7 @@ class Session:
         return doc.path
 
     def save_as_target(self) -> Path:
-        """Where save-as writes: the last extra profile folder (``envvars.PROFILES_DIR`` / --profiles-dir),
-        else the current profile's folder."""
+        """Where save-as writes: the last extra profile folder (--profiles-dir), else the current profile's."""
         dirs = self.profile_dirs_now()
         if len(dirs) > 1:
             return Path(dirs[-1])
@@ -537,8 +479,7 @@ class Session:
         noenv = resolve(self.edited_registry(), self.profile, tp=self.tp_choice, env={})
         knobs: dict[str, object] = {}
         for vid in self.current_edits:
-            # a reset (REMOVED) too: the new profile extends the saved one, which still has the key, so
-            # it writes the inherited value the panel showed
+            # a reset too: the saved base still has the key, so the new profile writes the inherited value
             v = self.reg.variants[vid]
             val = noenv.items[vid].value
             if val is not None:
@@ -561,8 +502,7 @@ class Session:
         self.redo_stack.clear()
 
     def _reload_keep(self, edits: dict) -> None:
-        """Read the registry and the profile files again; ``edits`` (profile -> its edits) are kept where
-        their profile still exists, every other edit is dropped."""
+        """Read the registry and profiles again, keeping ``edits`` (profile -> its edits) whose profile exists."""
         self.reg = load_registry(self.root, self.profile_dirs, broken_profiles="raise")
         self._check_registry()
         self._capture_files()
@@ -571,16 +511,13 @@ class Session:
             self.profile = self.default_profile()
         self._switched()
 
-    # ------------------------------------------------------------------------------ diff and launch
-
     def diff_sides(self, a: str, b: str):
         from ...registry.diff import diff
 
         return diff(self.edited_registry(alias=f"{self.profile}*"), a, b, tp=None)
 
     def plan_launch(self, final: bool = False):
-        """The launch plan of the current state (edits included), via the same path as
-        ``r9kctl launch``. ``final`` writes the manifest (the plan is about to be executed)."""
+        """The launch plan of the current state, as ``r9kctl launch`` makes it; ``final`` writes the manifest."""
         from ..launch import plan_launch
 
         return plan_launch(self.edited_registry(), self.profile, tp=self.tp_choice, env=self.env, sets=self.sets,
@@ -603,20 +540,17 @@ def journal(s: Session) -> None:
     state = (s.profile, repr(edits))
     if getattr(s, "_journaled", None) == state:
         return
-    if edits:
-        if write_recovery(s) is None:
-            return  # not written (a read-only cache): try again at the next change
-    else:
+    if edits and write_recovery(s) is None:
+        return  # not written (a read-only cache): try again at the next change
+    if not edits:
         clear_journal()
     s._journaled = state
 
 
 def clear_journal() -> None:
-    """The panel ended by asking (or the edits were saved): nothing to restore next time."""
-    try:
+    """The panel ended by asking: nothing to restore next time."""
+    with contextlib.suppress(OSError):
         recovery_path().unlink()
-    except OSError:
-        pass
 
 
 def write_recovery(s: Session) -> Optional[Path]:
@@ -650,14 +584,12 @@ def restore_recovery(s: Session) -> int:
         for vid, value in edits.items():
             if vid not in s.reg.variants:
                 continue
-            try:
+            with contextlib.suppress(EditError):
                 if value is None:
                     s.reset(vid)
                 else:
                     s.set_value(vid, value)
                 n += 1
-            except EditError:
-                continue
     if s.profile != start:
         s.set_profile(start)
     clear_journal()

@@ -1,9 +1,6 @@
-"""The variants of the shown profile: value, stock value, provenance, status, gate state, KV cost.
-
-A line-API widget (``ScrollView`` + ``render_line``) rather than Textual's ``DataTable``, which re-renders
-every visible cell after any ``update_cell`` (most of a frame on a toggle). Here each row's rendered strip is
-cached, and a toggle re-renders only the rows whose cells changed (usually one to three).
-"""
+"""The variants of the shown profile: value, stock value, provenance, status, gate state, KV cost. A line-API
+widget (``ScrollView.render_line``), not ``DataTable``: each row's strip is cached and a toggle re-renders only
+the rows whose cells changed (notes/tui.md, "Speed")."""
 from __future__ import annotations
 
 from typing import Iterable, Optional
@@ -32,22 +29,20 @@ COLUMNS = (  # key, label, width, in the order shown; row_cells gives the cells 
     ("variant", "variant id", 28),
 )
 PAD = 1  # cells of padding either side of a column
-# When the table is narrower than every column: the variant id first gives way (down to VARIANT_MIN
-# cells, cut with an ellipsis), then columns hide in this order; the mark, knob and value always show.
+# Narrower than every column: the variant id shrinks (down to VARIANT_MIN), then columns hide in this order.
 HIDE_ORDER = ("variant", "status", "stock", "gate", "cost", "from")
 VARIANT_MIN = 14
 
 
 def layout(width: int, knob_width: int) -> list[tuple[int, int]]:
     """(column index, width) of the columns shown in a table ``width`` cells wide."""
-    widths = {k: w for k, _l, w in COLUMNS}
-    widths["knob"] = knob_width
+    widths = {k: w for k, _l, w in COLUMNS} | {"knob": knob_width}
     shown = [k for k, _l, _w in COLUMNS]
 
     def total() -> int:
         return sum(widths[k] + 2 * PAD for k in shown)
 
-    if total() > width and "variant" in shown:  # give way: the id shrinks first
+    if total() > width:
         widths["variant"] = max(VARIANT_MIN, widths["variant"] - (total() - width))
     for key in HIDE_ORDER:
         if total() <= width:
@@ -57,8 +52,7 @@ def layout(width: int, knob_width: int) -> list[tuple[int, int]]:
     return [(index[k], widths[k]) for k in shown]
 
 
-LAYER_SHORT = {"registry": "registry", "release": "release", "profile": "profile", "environment": "env",
-               "override": "override"}
+LAYER_SHORT = {"environment": "env"}  # the other layers by their own names
 GATE_STYLE = {"fresh": "green", "stale": "yellow", "missing": "dim", "failed": "bold red"}
 STATUS_STYLE = {"default-on": "", "opt-in": "cyan", "rejected": "red", "removed": "dim red"}
 
@@ -108,8 +102,9 @@ def row_cells(s: Session, vid: str, problems: dict[str, str]) -> tuple:
         ctext = Text(tokens_text(-cost.tokens), "red" if cost.tokens > 0 else "green")
     else:
         ctext = Text(f"({tokens_text(-cost.tokens)})", "dim")
-    return (mark, Text(v.knob, "bold" if edited else ""), value, src, Text(gate, GATE_STYLE.get(gate.rstrip("*"), "dim")), ctext,
-            Text(show_value(v.stock, 8)), Text(v.status.state, STATUS_STYLE[v.status.state]), Text(vid))
+    return (mark, Text(v.knob, "bold" if edited else ""), value, src,
+            Text(gate, GATE_STYLE.get(gate.rstrip("*"), "dim")), ctext, Text(show_value(v.stock, 8)),
+            Text(v.status.state, STATUS_STYLE[v.status.state]), Text(vid))
 
 
 def _line(cells: tuple, cols: list[tuple[int, int]]) -> Text:
@@ -164,9 +159,7 @@ class VariantTable(ScrollView, can_focus=True):
         self._strips: dict[tuple, Strip] = {}  # (vid, selected, even, focused, scroll_x, width) -> rendered row
         self._knob_width = COLUMNS[1][2]
         self._cols: list[tuple[int, int]] = []  # the shown columns at the current width (layout())
-        self._cols_for: Optional[int] = None
-
-    # ------------------------------------------------------------------------------ data
+        self._cols_for: Optional[tuple] = None
 
     @property
     def shown(self) -> list[str]:
@@ -209,8 +202,6 @@ class VariantTable(ScrollView, can_focus=True):
             self.refresh_line(i + 1)
             changed += 1
         return changed
-
-    # ------------------------------------------------------------------------------ cursor
 
     def watch_cursor_row(self, old: int, new: int) -> None:
         self.refresh_line(old + 1)
@@ -281,12 +272,9 @@ class VariantTable(ScrollView, can_focus=True):
         super().notify_style_update()
         self._strips.clear()
 
-    # ------------------------------------------------------------------------------ rendering
-
     def _strip(self, line: Text, style, scroll_x: int, width: int) -> Strip:
-        """A row's text rendered with ``style``, the ``width`` cells from ``scroll_x``. Cutting the text before
-        rendering is much cheaper than cropping a rendered strip; it needs every cell one column wide (ids, knobs,
-        values and the marks are): a wide character is cropped from the rendered strip instead."""
+        """A row's text rendered with ``style``, the ``width`` cells from ``scroll_x``: the text is cut before it is
+        rendered (cheaper) where every character is one cell wide, else the rendered strip is cropped."""
         cut = line.cell_len == len(line.plain)
         if cut:
             line = line[scroll_x:scroll_x + width]

@@ -1,25 +1,18 @@
-"""``r9kctl tui --serve``: the control panel in a web browser, through textual-serve (the extra ``web``).
+"""``r9kctl tui --serve``: the control panel in a web browser, through textual-serve (the extra ``web``); each
+tab runs its own ``r9kctl tui``, which can do all the panel does. So every request is checked, loopback too:
 
-Every browser tab gets its own ``r9kctl tui`` process (textual-serve runs the command with its web
-driver): whoever reaches the page can do what the panel does, edit and save profiles, open ``$EDITOR``
-and start vLLM. So every request is checked, on loopback as elsewhere:
+- a token printed once in the URL (``?token=``, then an HttpOnly SameSite=Strict cookie), else 403;
+- ``Host`` an address literal, ``localhost``, this machine's name or ``--host`` (no DNS rebinding), and an
+  ``Origin``, where sent, this server itself;
+- at most ``max_panels`` panels at once (one more websocket answers 503);
+- a panel whose tab closes, and all at the server's stop, is asked to quit, then SIGTERM, then SIGKILL.
 
-- a token, made at start and printed once in the URL to open (as Jupyter does): the page, its websocket
-  and its files answer 403 without it. It travels as ``?token=`` on the first request; the page's own
-  requests then carry a cookie (HttpOnly, SameSite=Strict);
-- ``Host`` must be an address literal, ``localhost``, this machine's name or the ``--host`` given (a
-  DNS-rebinding name such as ``evil.example`` pointing at 127.0.0.1 is refused), and an ``Origin``, where
-  the browser sends one, must be this server itself (a websocket opened by another site's page is refused);
-- at most ``max_panels`` panels at once (each is a ~55 MB process); one more websocket answers 503;
-- a panel whose tab closes, and every panel when the server stops (Ctrl+C, SIGTERM), is stopped: asked to
-  quit, then SIGTERM, then SIGKILL, a few seconds each (textual-serve alone waits for the panel forever).
-
-This is an access check, not encryption: across an untrusted network, put it behind TLS (an SSH tunnel to
-the loopback port is the simplest).
+An access check, not encryption: across an untrusted network, tunnel it.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import ipaddress
 import secrets
@@ -38,10 +31,8 @@ STOP_GRACE_S = 3.0
 def allowed_hosts(bind: str) -> set[str]:
     """The names (lower case, no port) a ``Host`` header may carry besides address literals."""
     names = {"localhost", bind.lower().strip("[]")}
-    try:
+    with contextlib.suppress(OSError):
         names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
-    except OSError:
-        pass
     return names
 
 
@@ -143,10 +134,8 @@ def make_server(argv: list[str], host: str, port: int, token: str, max_panels: i
 async def stop_panel(app_service, websocket) -> None:
     """Ask the panel to quit, then SIGTERM, then SIGKILL, a few seconds each; then close its websocket."""
     proc = getattr(app_service, "_process", None)
-    try:
+    with contextlib.suppress(Exception):  # a broken pipe: the panel is going anyway
         await asyncio.wait_for(app_service.send_meta({"type": "quit"}), STOP_GRACE_S)
-    except Exception:  # noqa: BLE001  (a broken pipe: the panel is going anyway)
-        pass
     if proc is not None:
         for sig in (None, signal.SIGTERM, signal.SIGKILL):
             if sig is not None and proc.returncode is None:
@@ -159,10 +148,8 @@ async def stop_panel(app_service, websocket) -> None:
                 break
             except asyncio.TimeoutError:
                 continue
-    try:
+    with contextlib.suppress(Exception):
         await websocket.close()
-    except Exception:  # noqa: BLE001
-        pass
 
 
 def serve(argv: list[str], host: str = "127.0.0.1", port: int = 8080, max_panels: int = MAX_PANELS) -> int:
