@@ -1,27 +1,11 @@
 """The one availability rule: can a variant a profile switches on run, and if not, why.
 
-A non-stock variant is runnable for a profile when
-
-1. its implementation is this project's (``implementation.module``) and exists: the module is importable
-   (found, not imported);
-2. that implementation exists for the profile's platform (``implementation.platforms`` names it, or its
-   family: ``cpu`` is Triton's interpreter, ``triton-interpret``);
-3. the plugin has an adapter for its extension point (``registry/adapters.toml``, the one list of
-   them) that runs its op, and the adapter's module exists;
-4. its gate tests are declared and exist (each ``file::test`` names a file with that test function).
-
-Every caller applies this function and nothing else: ``r9kctl validate`` (counts and diagnostics),
-``r9kctl launch`` (through validate, ``--dry-run`` too), the control panel, and the plugin's
-``DispatchTable.plan`` (which adds only what a process can know: whether it has a Triton backend).
-
-States per variant: one :class:`r9k.registry.manifest.Impl` (the one vocabulary of "which implementation
-runs"): ``fused`` (runs this project's kernel through its adapter), ``fallback`` (selected but cannot run:
-vLLM's own path, with the reason), ``env`` (an env-only knob: exported for code outside this project;
-nothing here reads it), ``stock`` (at its stock value or off), ``unset``. The rule reads one shape: the
-items of a :class:`r9k.registry.manifest.Manifest` (a resolved set becomes one through
-:func:`r9k.registry.manifest.from_resolved`).
-
-Imports no torch, vLLM, textual or rich; reads two small files at most once per process.
+A non-stock variant runs when its implementation (``implementation.module``) exists and is importable (found,
+not imported), exists for the profile's platform (``implementation.platforms``, or its family), has an adapter
+for its extension point (``registry/adapters.toml``) whose module exists, and its declared gate tests exist.
+Every caller (validate, launch, the control panel, the plugin's ``DispatchTable.plan``) applies this rule and
+nothing else; the result per variant is one :class:`r9k.registry.manifest.Impl` over the items of a
+:class:`r9k.registry.manifest.Manifest`. Imports no torch, vLLM, textual or rich.
 """
 from __future__ import annotations
 

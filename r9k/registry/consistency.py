@@ -1,17 +1,9 @@
 """Cross-file consistency of the registry and the profiles: each fault is an error naming both places.
 
-Called from :func:`r9k.registry.validate.validate` (``check_consistency``, then ``group_cascades``). It checks:
-
-* knobs: two variants declaring the same knob (or one's ``also_knobs`` naming another's knob);
-* references: models named by variants (``models``, ``excluded_models``, ``model_defaults``) and by
-  profiles; gate tests (``gate.tests``: the file, and the test function in it) that do not exist;
-* releases: an explicit order (``previous``) that contradicts the dates or loops, default changes whose
-  ``to`` is not a legal value of the knob or whose scope names nothing;
-* profiles: fields nothing reads (``gpu_memory_utilization``: the ``UTIL`` knob is what reaches
-  ``vllm serve``), and ``serve_args`` that contradict themselves, the profile's TP size or a knob that
-  sets the same vLLM argument.
-
-``group_cascades`` merges diagnostics of one fault reported once per profile into one line.
+Called from :func:`r9k.registry.validate.validate`: :func:`check_consistency` checks knobs declared twice,
+references to models and gate tests that do not exist, release orders and default changes, profile fields
+nothing reads and ``serve_args`` that contradict themselves, the TP size or a knob; ``group_cascades`` merges
+one fault reported once per profile into one line.
 """
 from __future__ import annotations
 

@@ -1,15 +1,8 @@
-"""Field-level diffs between two releases or profiles (OpenFeature ``compare`` style).
+"""Field-level diffs between two releases or profiles (a *side*: ``v0.3.1``, ``release:v0.3.1`` or a profile).
 
-A *side* is a release (``v0.3.1`` or ``release:v0.3.1``) or a profile name. Each side's values are computed
-(a release's: the primary model's defaults at each TP size it is served at, unless a TP is given; a
-profile's: at its TP size), then the diff reports:
-
-* variants added or removed between the sides (a release's ``since``; a variant at a removed status);
-* changed values, per TP key, with provenance for profiles;
-* bench numbers of both releases side by side, matched on (config, metric, stack), with delta and %;
-* quality records, using a paired record of B against A where B has one.
-
-The result is plain data (:class:`Diff`); :mod:`r9k.r9kctl.cmd_diff` renders it.
+Reports variants added or removed, changed values per TP key (with provenance for profiles), bench numbers
+matched on (config, metric, stack) with delta and %, and quality records. The result is plain data
+(:class:`Diff`); :mod:`r9k.r9kctl.cmd_diff` renders it.
 """
 from __future__ import annotations
 

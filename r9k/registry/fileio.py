@@ -1,20 +1,11 @@
 """The one read path and the one writer for every file the project reads or writes.
 
-Reading (:func:`read_bytes`, :func:`read_text`, :func:`read_toml`, :func:`read_json`, :func:`read_jsonl`,
-:func:`read_xml`) checks, in this order: the path exists, is not a symlink loop, is a regular file, is
-readable, is at most ``max_bytes`` long, is UTF-8 text (a UTF-8 BOM is dropped; anything else is refused at
-the first bad byte), parses, and nests at most :data:`MAX_DEPTH` levels. Every failure raises
-:class:`FileError`, holding exactly one located diagnostic (``file:line:col: error[kind]: ...``).
-
-Writing (:func:`atomic_write`, :func:`atomic_append`, :func:`update`, :func:`open_for_writing`) is the one
-writer of the project. It replaces only regular files: a folder, FIFO, socket or device node, or a symlink
-resolving outside the path's folder (or ``within``), is refused with one located line and left alone;
-``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` are written to, never replaced. A replace goes through a
-temporary file in the target's folder (named with the writer's pid: a killed writer's is removed by the next
-write), fsync and a rename: on any failure the old file is left as it was. A symlink into the same folder
-stays a link. Every append and read-modify-write holds :func:`locked`, so concurrent writers lose nothing.
-
-Imports only the standard library (plus :mod:`.errors`): the plugin uses it on its startup path.
+Readers (:func:`read_bytes`, :func:`read_text`, :func:`read_toml`, :func:`read_json`, :func:`read_jsonl`,
+:func:`read_xml`) check existence, links, file type, size, UTF-8, syntax and nesting (:data:`MAX_DEPTH`); each
+failure raises :class:`FileError` with one located diagnostic. Writers (:func:`atomic_write`,
+:func:`atomic_append`, :func:`update`, :func:`open_for_writing`) replace only regular files (``/dev/stdout``
+and ``/dev/fd/N`` are written to), through a temporary file, fsync and rename, under :func:`locked` for
+appends and read-modify-writes. Standard library only (plus :mod:`.errors`): the plugin imports it at startup.
 """
 from __future__ import annotations
 

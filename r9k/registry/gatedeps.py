@@ -1,16 +1,10 @@
-"""What a gate depends on, computed: the import closure, within this repository, of its test files and of
-its kernel modules.
+"""What a gate depends on: the import closure, within this repository, of its test files and kernel modules.
 
-Roots (:func:`r9k.registry.ledger.dependencies`): the gate's test files, the ``conftest.py`` files pytest
-loads for them, the module of ``implementation.module`` and the Python modules under ``implementation.sources``
-(a program there, with an ``if __name__ == "__main__":`` block, is hashed but its imports are not followed).
-Each module's source is parsed (``ast``; nothing is imported) and every import anywhere in it (a lazy one
-too) that names a module of this repository is followed, with the ``__init__.py`` of every package on the
-way. A string constant naming a file beside the module (``"tuned_h200.json"``) makes that file a dependency.
-
-``r9k.<folder>.<...>`` is ``<folder>/<...>`` (the package's links), and a bare ``kernels.<...>`` is the same
-file. Other names (torch, triton, the standard library) are the toolchain's (:mod:`r9k.registry.provenance`).
-Dynamic imports (``importlib.import_module(name)``) are not seen.
+Roots come from :func:`r9k.registry.ledger.dependencies`. Each module is parsed (``ast``, nothing imported) and
+every import in it that names a module of this repository is followed, with the ``__init__.py`` of every
+package on the way; a program (an ``if __name__ == "__main__":`` block) is hashed but not followed, and a
+string constant naming a file beside the module makes it a dependency. ``r9k.<folder>.<...>`` and a bare
+``kernels.<...>`` are ``<folder>/<...>``. Dynamic imports are not seen.
 """
 from __future__ import annotations
 

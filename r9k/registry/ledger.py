@@ -1,39 +1,11 @@
 """The gate ledger: which declared gate tests passed, on what, and for which version of the sources.
 
-File: :func:`ledger_path`, append-only JSON Lines, one line per gate run of one variant, written by
-``r9kctl gate``::
-
-    {"variant": "router_gemm", "tests": ["kernels/router/test_router.py"], "result": "pass",
-     "outcomes": {"kernels/router/test_router.py::test_exact[4]": "passed", ...},
-     "platform": "cpu-triton-interpret", "date": "2026-11-30T15:40:02Z",
-     "source_hash": "<sha256 hex>", "files": 5, "commit": "3440341", "dirty": true, "duration_s": 12.3}
-
-``outcomes`` holds one entry per pytest item that ran (``passed``, ``failed``, ``error``, ``skipped``,
-``needs-gpu``: skipped because it is marked ``gpu`` and no GPU was there), plus the declared id itself when it
-produced no item (``not-found``, or ``not-run`` when pytest died before reaching it). ``deps`` maps every
-file the gate depends on to its sha256; ``toolchain`` is :func:`r9k.registry.provenance.toolchain` of the
-run (torch, Triton, vLLM, Python versions and the device).
-
-**What a gate depends on** (:func:`dependencies`): the declared ``implementation.sources`` (files, folders or
-globs, relative to the repository root) and gate test files, their import closure within the repository
-(:mod:`r9k.registry.gatedeps`: a shared ``kernels/_testing.py`` is a dependency of every gate that imports it,
-and of no other) and the pytest configuration (:func:`r9k.registry.provenance.ini_options_hash`). The **source
-hash** (:func:`hash_of`) covers all of them; a declared path that does not exist contributes a marker.
-
-**A record counts** when its source hash equals the current one and its toolchain equals the current
-toolchain of its platform (:class:`Toolchains`: this machine's own for this machine's platforms; for
-another platform, e.g. ``cuda-h200`` seen from a CPU machine, the toolchain of the newest record made
-there). **Gate state** of a variant with declared gate tests (:func:`gate_states`): per declared test and
-platform the latest conclusive outcome among the counting records decides; a test passed in a record only
-when every one of its items (each parametrization) passed; a skipped item proves nothing:
-
-* ``failed``  some test's latest conclusive outcome on some platform is a failure;
-* ``fresh``   every declared test passed (on at least one platform) and none failed;
-* ``stale``   not fresh, nothing failed, and some test passed only in records that no longer count; the
-  state's ``changes`` say why (``kernels/router/tl_common.py changed``, ``triton 3.6.0 -> 3.9.0 on cpu``);
-* ``missing`` no usable record (never run, or only skipped, e.g. ``needs-gpu`` on a CPU-only machine).
-
-Variants that declare no gate tests are absent from :func:`gate_states`. This module imports nothing heavy.
+:func:`ledger_path` is append-only JSON Lines, one :class:`GateRecord` per gate run of one variant, written by
+``r9kctl gate``. A record counts when its source hash (:func:`hash_of` over :func:`dependencies`: declared
+sources, gate tests, their import closure and the pytest configuration) and its platform's toolchain
+(:class:`Toolchains`) are the current ones. :func:`gate_states` gives each variant that declares gate tests a
+state: ``failed``, ``fresh``, ``stale`` (with ``changes`` saying why) or ``missing``; notes/evidence.md has the
+rules. This module imports nothing heavy.
 """
 from __future__ import annotations
 
@@ -439,11 +411,6 @@ class GateState:
     @property
     def ok(self) -> bool:
         return self.state == "fresh"
-
-    @property
-    def imported_only(self) -> bool:
-        """Fresh, and only on imported evidence (nothing that counts ran under r9kctl gate)."""
-        return bool(self.evidence) and all(e.endswith("unverified") for e in self.evidence.values())
 
     def label(self) -> str:
         """Where the counted evidence came from: ``ran here`` / ``imported from cuda-h200, <date>, unverified``

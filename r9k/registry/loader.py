@@ -1,14 +1,11 @@
-"""Loading the registry tree (variants, releases, models) and the profiles, with located errors.
-
-Layout of a registry tree::
+"""Loading the registry tree and the profiles, with located errors.
 
     <root>/variants/<area>.toml    [[variant]] tables (schema.Variant)
     <root>/releases/<version>.toml  one release file each (schema.Release)
     <root>/models.toml              [[model]] tables (schema.ModelSpec)
 
-Profiles live in the packaged ``profiles/`` folder, plus any folder named by ``envvars.PROFILES_DIR`` or
-passed as ``profile_dirs`` (:func:`load_profiles`). Only when something is wrong is the text scanned for the
-line and column of the offending key (:func:`locate`).
+Profiles: the packaged ``profiles/`` folder, ``envvars.PROFILES_DIR`` and ``profile_dirs``
+(:func:`load_profiles`). Only on an error is the text scanned for the key's line and column (:func:`locate`).
 """
 from __future__ import annotations
 

@@ -1,15 +1,10 @@
 """The one hand-off from the launcher to every vLLM process: the resolved set as plain data.
 
-``r9kctl launch`` resolves and validates a profile once and writes its :class:`Manifest`: every item's value
-and provenance and the facts of its variant the plugin needs. Every vLLM process loads it, checks its hash
-(recomputed from its values) and the registry fingerprint (:func:`registry_fingerprint`), and never resolves
-or validates again. Started by hand (``envvars.PROFILE``), the plugin's first process builds the same
-manifest (:func:`from_resolved`) for the processes after it.
-
-A credential of the profile's ``[env]`` is in a manifest by reference only (:func:`r9k.registry.redact.reference`);
-each process takes the value from its own environment and the plugin refuses to start when it differs.
-
-:class:`Impl` is the one vocabulary for "which implementation runs". Standard library only.
+``r9kctl launch`` writes a :class:`Manifest` (every item's value, provenance and variant facts); every vLLM
+process checks its hash and :func:`registry_fingerprint` and never resolves again. Started by hand
+(``envvars.PROFILE``), the first process builds it (:func:`from_resolved`). Credentials are in it by reference
+only (:func:`r9k.registry.redact.reference`). :class:`Impl` is the one vocabulary for "which implementation
+runs". Standard library only.
 """
 from __future__ import annotations
 

@@ -3,13 +3,9 @@
 capacity (tokens) = (GPU memory x utilisation - weights - overhead - sum of the variants' costs)
                     / KV bytes per token
 
-with the model's numbers from ``registry/models.toml`` and each variant's ``memory.formula``: bytes a GPU as
-an expression of the model's dims, the TP size and the knob's value (and other knobs'), evaluated at the
-resolved value whether the variant is on or off (off is usually 0). A fixed KV budget (the ``KVMEM``
-launcher knob, vLLM's ``--kv-cache-memory``; ``VLLM_CPU_KVCACHE_SPACE`` on the CPU backend) pins the capacity;
-the costs then eat the headroom instead, and a budget that does not fit is an error.
-
-``python -m r9k.registry.memory_check`` prints the model's error on every KV figure the original stack gives.
+with the model's numbers from ``registry/models.toml`` and each variant's ``memory.formula`` evaluated at the
+resolved value. A fixed KV budget (the ``KVMEM`` knob; ``VLLM_CPU_KVCACHE_SPACE`` on the CPU) pins the
+capacity; the costs then eat the headroom, and a budget that does not fit is an error.
 """
 from __future__ import annotations
 

@@ -1,17 +1,9 @@
-"""Round-trip editing of profile files: change knobs, keep the user's comments and layout.
+"""Round-trip editing of profile files for the control panel: change knobs, keep comments and layout.
 
-The write side of the loader's profiles, used by the control panel (``r9kctl tui``):
-
-* :class:`ProfileDocument` holds one profile file as a ``tomlkit`` document (comments, blank lines, key
-  order and value styles kept); :meth:`~ProfileDocument.set_knob` and :meth:`~ProfileDocument.remove_knob`
-  touch only the one key (under ``[knobs]``, an inline table or dotted keys, whichever the file uses).
-* :meth:`~ProfileDocument.save` writes atomically and refuses to overwrite a file whose content changed on
-  disk since it was loaded (:class:`ProfileConflict`; a file only touched is not a conflict).
-* :func:`save_as` creates a new profile that ``extends`` an existing one; it never replaces a file.
-
-Values are written as the canonical strings the registry uses (``"1"``, ``"r9k"``, ``"0.98"``), except
-that a key whose current value is a TOML number or boolean keeps that type when the new value converts
-cleanly, so a hand-written ``R9K_SPLIT = 4`` stays an integer.
+:class:`ProfileDocument` holds one file as a ``tomlkit`` document and touches only the one key;
+:meth:`~ProfileDocument.save` writes atomically and refuses a file changed on disk since it was loaded
+(:class:`ProfileConflict`); :func:`save_as` creates a new profile that ``extends`` one, never replacing a file.
+Values are written as canonical strings, except that a key holding a TOML number or boolean keeps its type.
 """
 from __future__ import annotations
 

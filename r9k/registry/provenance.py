@@ -1,26 +1,14 @@
 """Where a gate result came from: the content hashes of the tree that was tested and the toolchain it ran on.
 
-Standard library only, and importable without this package (the lent GPU machine has no pydantic, so
-``r9k.registry`` cannot be imported there): the GPU run's script calls it *as a file*, beside its JUnit XML::
+Standard library only, and importable without this package (the GPU machine has no pydantic). As a script::
 
-    python3 r9k/registry/provenance.py --root r9k --out "$OUT/provenance.json"    # the package folder's tree
+    python3 r9k/registry/provenance.py --root r9k --out "$OUT/provenance.json"
 
-which writes (format 1)::
-
-    {"r9k_provenance": 1, "created": "2026-12-01T08:25:00Z", "commit": "abc1234" | null,
-     "toolchain": {"torch": "2.9.0+cu128", "triton": "3.6.0", "vllm": null, "python": "3.12.3",
-                   "device": "h200"},
-     "platform": "cuda-h200",
-     "files": {"kernels/router/tl_common.py": "<sha256 hex>", ...}}
-
-The same file is a pytest plugin (``PYTHONPATH=r9k/registry python3 -m pytest -p provenance --rootdir r9k --junitxml=...``): it
-stamps the JUnit XML's test suite with the tree hash (:func:`tree_hash`), the toolchain and the platform, so an
-import can check that the XML and the provenance file describe the same run, and each test case with where
-its code ran (``r9k_ran_on``, :func:`ran_on`), so a CPU test on the GPU host is imported as a CPU record.
-
-``files`` covers every file of the tree (:func:`tree_hashes`); ``r9kctl gate --import-junit`` compares them
-with the local files each gate depends on and refuses the import on the first difference. The engine takes
-the *local* toolchain from here too (:func:`toolchain`: no torch / Triton / vLLM import).
+it writes format 1 (``created``, ``commit``, ``toolchain``, ``platform``, ``files``: :func:`tree_hashes`). As a
+pytest plugin (``PYTHONPATH=r9k/registry python3 -m pytest -p provenance --rootdir r9k --junitxml=...``) it
+stamps the JUnit XML with the tree hash, toolchain and platform, and each test case with where its code ran
+(:func:`ran_on`). ``r9kctl gate --import-junit`` checks both against the local files; :func:`toolchain` is
+also the engine's local toolchain (no torch / Triton / vLLM import).
 """
 from __future__ import annotations
 

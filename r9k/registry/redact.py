@@ -1,13 +1,8 @@
-"""Credentials never leave in output: the one rule for which variables hold secrets and how they are shown.
+"""Credentials never leave in output: which variables hold secrets (:func:`is_secret`) and how they are shown.
 
-A variable whose name looks like a credential (:func:`is_secret`: ``HF_TOKEN``, ``OPENAI_API_KEY``; not
-``MAX_TOKENS``) has its value masked in everything this project prints or logs; lines meant to be sourced
-name it in a comment instead. A credential a profile's ``[env]`` sets travels by reference only
-(:func:`reference`), and each process of the server takes the value from its own environment.
-
-Also the one output rule for data (:func:`escape`: C0/C1 and bidi controls escaped, so no value can drive
-a terminal or forge a line) and the one maker of ``export NAME=value`` lines (:func:`export_line`), so that
-no output of this project runs code when sourced. Standard library only.
+A credential's value is masked in everything printed or logged, and travels by reference only
+(:func:`reference`). Also the one output rule for data (:func:`escape`: control and bidi characters escaped)
+and the one maker of ``export NAME=value`` lines (:func:`export_line`). Standard library only.
 """
 from __future__ import annotations
 

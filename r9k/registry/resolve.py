@@ -1,18 +1,10 @@
 """Resolving a profile into the active set: one value per variant, each with its provenance.
 
-Layers, lowest first (like ``git config --show-origin``: every value knows where it came from):
-
-1. ``registry``    the variant's default at this model and TP size in the registry (the latest release's)
-                   or its stock value;
-2. ``release``     the defaults of the release the profile chain extends (derived from the registry's
-                   defaults by undoing the default changes of every later release), or ``stock``;
-3. ``profile``     each profile of the ``extends`` chain, base first;
-4. ``environment`` variables named like a declared knob;
-5. ``override``    ``--set KNOB=VALUE`` on the command line.
-
-Problems found while resolving (unknown knobs, illegal values, ``extends`` cycles) are collected as
-located :class:`Diagnostic` objects on the result; :func:`resolve` never raises for them, so a caller
-can show all of them at once. ``rs.ok`` is False when any of them is an error.
+Layers, lowest first: ``registry`` (the variant's default at this model and TP size, or stock), ``release``
+(the defaults of the release the profile chain extends), ``profile`` (each of the ``extends`` chain, base
+first), ``environment`` (variables named like a knob), ``override`` (``--set KNOB=VALUE``). Problems are
+collected as located :class:`Diagnostic` objects on the result (:func:`resolve` never raises for them);
+``rs.ok`` is False when any is an error.
 """
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Validation in two phases, like Flipt's ``validate``:
-
-1. schema: every file parses and matches the schema (done by the loader; errors located by file,
-   line and column, TOML syntax included);
-2. references and semantics: ids and knobs that exist, releases that exist, ``extends`` chains without
-   cycles, legal values, requires/conflicts, rejected or removed variants switched on, TP-size and
-   platform support, the memory budget, undeclared ``R9K_`` variables, and gate freshness.
+"""Validation in two phases: schema (the loader: every file parses and matches, errors located), then
+references and semantics (ids, knobs, releases, ``extends`` cycles, values, requires/conflicts, status,
+TP and platform support, the memory budget, undeclared ``R9K_`` variables, gate freshness).
 
 Exit codes (``Report.exit_code``): 0 clean, 1 warnings under ``strict``, 2 errors.
 """
