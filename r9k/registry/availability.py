@@ -56,10 +56,8 @@ _ADAPTERS_CACHE: dict[tuple, Adapters] = {}
 
 
 def default_repo_root() -> Path:
-    """Where gate-test paths (``kernels/router/test_router.py::...``) are relative to: ``envvars.REPO_ROOT``,
-    else the folder holding this code's ``kernels/``: the package ``r9k/`` (of the checkout, or in
-    ``site-packages`` when installed).
-    Gate tests are code, so a registry tree kept elsewhere (``envvars.REGISTRY``) still finds them."""
+    """Where gate-test paths are relative to: ``envvars.REPO_ROOT``, else the package ``r9k/`` holding this
+    code's ``kernels/`` (gate tests are code: a registry tree kept elsewhere still finds them)."""
     forced = envvars.REPO_ROOT.get()
     if forced:
         return Path(forced).resolve()
@@ -67,21 +65,17 @@ def default_repo_root() -> Path:
 
 
 def _line_of(text: str, needle: str) -> Optional[int]:
-    for i, ln in enumerate(text.splitlines(), 1):
-        if needle in ln:
-            return i
-    return None
+    return next((i for i, ln in enumerate(text.splitlines(), 1) if needle in ln), None)
 
 
 def adapters_path() -> Path:
-    """``adapters.toml`` beside this module: a fact of the installed code (which adapters the plugin has),
-    so a registry tree kept elsewhere (``envvars.REGISTRY``) does not replace it."""
+    """``adapters.toml`` beside this module: a fact of the installed code, not of a registry tree kept elsewhere."""
     return Path(__file__).resolve().parent / ADAPTERS_FILE
 
 
 def load_adapters(path: Optional[Path] = None) -> Adapters:
-    """Parse the adapter table (default :func:`adapters_path`; cached per file version). Problems are
-    returned in :attr:`Adapters.problems`, never raised: an unreadable file means "no adapter anywhere"."""
+    """Parse the adapter table (default :func:`adapters_path`; cached per file version). Problems go to
+    :attr:`Adapters.problems`, never raised: an unreadable file means "no adapter anywhere"."""
     path = Path(path) if path else adapters_path()
     try:
         st = path.stat()
@@ -96,14 +90,12 @@ def load_adapters(path: Optional[Path] = None) -> Adapters:
         data = tomllib.loads(text)
     except OSError as exc:
         out.problems.append((str(path), None, None, f"cannot read the adapter table: {exc.strerror or exc}"))
-        _ADAPTERS_CACHE[key] = out
-        return out
+        data = {}
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+), column (\d+)", str(exc))
         out.problems.append((str(path), int(m.group(1)) if m else None, int(m.group(2)) if m else None,
                              f"TOML syntax: {re.sub(r' [(]at line.*$', '', str(exc))}"))
-        _ADAPTERS_CACHE[key] = out
-        return out
+        data = {}
     need = ("extension_point", "ops", "install", "vllm_module", "vllm_class", "adapter")
     for i, a in enumerate(data.get("adapter", [])):
         ep = a.get("extension_point", "")
@@ -193,17 +185,15 @@ _DEF_LINE = re.compile(r"^\s*(?:async\s+)?def (\w+)\s*\(", re.M)
 
 
 def _defs(text: str) -> set:
-    """The names a file's ``def`` lines define (what a declared test id's function must be one of): one scan
-    of the text, not a pattern compiled per test id."""
+    """The names a file's ``def`` lines define, scanned once per text."""
     if text not in _DEFS:
         _DEFS[text] = set(_DEF_LINE.findall(text))
     return _DEFS[text]
 
 
 def module_exists(name: str) -> bool:
-    """Whether ``name`` is importable: its spec found as ``importlib.util.find_spec`` finds it, except that a
-    parent package not imported yet is looked into (the finders asked with its search path), not imported:
-    answering for ``r9k.plugin.quant`` ran the plugin's ``__init__`` (~10 ms of a cold ``r9kctl validate``)."""
+    """Whether ``name`` is importable (``importlib.util.find_spec``), without importing a parent package that
+    is not imported yet: its finders are asked with its search path."""
     try:
         return _spec(name) is not None
     except (ImportError, ValueError):
@@ -229,9 +219,8 @@ def _spec(name: str):
 
 @dataclass
 class Decision:
-    """Which implementation runs for one variant, and why: made by :func:`decide` for every caller, refined by
-    the plugin's ``DispatchTable`` with what only a running process knows, handed to the layers it installs
-    into, and shown by the plugin's report (``/r9k/status``, the startup table)."""
+    """Which implementation runs for one variant, and why: made by :func:`decide`, refined by the plugin's
+    ``DispatchTable`` with what only a running process knows, and shown by the plugin's report."""
 
     variant_id: str
     knob: str
@@ -303,10 +292,9 @@ def why_not(variant, platform: Optional[str], adapters: Adapters, repo_root: Pat
 
 def declaration_problems(variants, adapters: Adapters, repo_root: Optional[Path] = None,
                          op_table: Optional[Mapping[str, object]] = None) -> list[tuple[str, str, str]]:
-    """What the TOML declares that does not exist: ``(variant id, field, message)`` for a module that is
-    not there, an op missing from the op table (when ``op_table`` is given: ``r9k.kernels.ops.load_all()``)
-    or registered for another variant, a gate test that is not there, an extension point that has neither
-    an adapter nor a ``no_adapter`` entry, and an adapter that does not run the variant's op."""
+    """``(variant id, field, message)`` for what the TOML declares that does not exist: a module, an op of the op
+    table (``op_table``: ``r9k.kernels.ops.load_all()``) or one registered for another variant, a gate test,
+    an extension point with no adapter nor ``no_adapter`` entry, an adapter that does not run the variant's op."""
     root = repo_root or default_repo_root()
     out: list[tuple[str, str, str]] = []
     for vid, v in sorted(variants.items()):
@@ -364,8 +352,7 @@ def decide(r: Item, platform: Optional[str], adapters: Adapters, repo_root: Path
 
 def plan(m: Manifest, platform: Optional[str] = None, adapters: Optional[Adapters] = None,
          repo_root: Optional[Path] = None, use_profile_platform: bool = True) -> dict[str, Decision]:
-    """variant id -> :class:`Decision` for every item of a manifest (the profile's platform unless
-    ``platform`` is given)."""
+    """variant id -> :class:`Decision` for every item of a manifest (on the profile's platform by default)."""
     if platform is None and use_profile_platform:
         platform = m.platform
     adapters = adapters if adapters is not None else load_adapters()
@@ -374,10 +361,7 @@ def plan(m: Manifest, platform: Optional[str] = None, adapters: Optional[Adapter
 
 
 def counts(decisions: Mapping[str, Decision]) -> dict[str, int]:
-    out = {s: 0 for s in Impl}
-    for d in decisions.values():
-        out[d.state] += 1
-    return out
+    return {s: sum(d.state is s for d in decisions.values()) for s in Impl}
 
 
 def summary_line(decisions: Mapping[str, Decision]) -> str:

@@ -50,7 +50,7 @@ def registry_root(reg_or_root: Any) -> Path:
 
 def repo_root(reg_or_root: Any) -> Path:
     """Source paths and pytest ids are relative to the repository root: the registry folder's parent, or
-    ``envvars.REPO_ROOT`` (for a registry tree kept outside the repository whose code it describes)."""
+    ``envvars.REPO_ROOT``."""
     forced = envvars.REPO_ROOT.get()
     return Path(forced).resolve() if forced else registry_root(reg_or_root).resolve().parent
 
@@ -59,14 +59,13 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def installed_copy(root: Path) -> bool:
-    """Whether ``root`` is this package's own registry tree outside a repository (a wheel's copy in
-    site-packages), where nothing is to be written."""
+    """Whether ``root`` is this package's own registry tree outside a repository (a wheel's copy)."""
     return Path(root).resolve() == _PACKAGE_DIR and not (_PACKAGE_DIR.parents[1] / ".git").exists()
 
 
 def ledger_path(reg_or_root: Any) -> Path:
-    """The ledger file: ``envvars.LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl``; an installed
-    copy uses ``<state dir>/gates/ledger-<version>.jsonl``, started from the packaged ledger on first use."""
+    """``envvars.LEDGER``, else ``<registry root>/gates/ledger.jsonl``; an installed copy uses
+    ``<state dir>/gates/ledger-<version>.jsonl``, started from the packaged ledger."""
     forced = envvars.LEDGER.get()
     if forced:
         return Path(forced)
@@ -92,13 +91,13 @@ def ledger_path(reg_or_root: Any) -> Path:
 
 
 def test_file(node_id: str) -> str:
-    """The file part of a pytest node id (``kernels/router/test_x.py::test_y[4]`` -> ``kernels/router/test_x.py``)."""
+    """The file part of a pytest node id."""
     return node_id.split("::", 1)[0]
 
 
 def item_of(nodeid: str, declared: str) -> bool:
-    """Whether a pytest item belongs to a declared id: the id itself, a parametrization of it
-    (``id[...]``), or an item under a file / class id (``id::...``); ``test_add`` is not ``test_add_gpu``."""
+    """Whether a pytest item belongs to a declared id: the id, a parametrization (``id[...]``) or an item
+    under it (``id::...``)."""
     return nodeid == declared or nodeid.startswith(declared + "::") or nodeid.startswith(declared + "[")
 
 
@@ -156,8 +155,7 @@ def dependencies(reg_or_root: Any, variant: Any) -> tuple[list[str], list[str]]:
 
 
 def file_hashes(reg_or_root: Any, variant: Any) -> tuple[dict[str, str], list[str]]:
-    """(repo-relative path -> sha256 of every file the gate depends on, declared paths that are missing),
-    cached on disk per gate (:func:`r9k.registry.gatedeps.closure_cached`)."""
+    """(path -> sha256 of every file the gate depends on, missing declared paths), cached on disk per gate."""
     lookups_for_a_gate()
     root = repo_root(reg_or_root)
     key = [str(root), hashed_paths(variant), declared_tests(variant), variant.implementation.module]
@@ -238,9 +236,8 @@ class GateRecord:
         return self.imported is not None or (self.note or "").startswith("imported from")
 
     def evidence(self, here: str | None = None) -> str:
-        """``ran here`` (``r9kctl gate`` ran it in the checkout and on the machine whose
-        :func:`~r9k.registry.provenance.checkout_id` is ``here``), ``ran elsewhere, <date>`` (it came with the
-        ledger), or ``imported from <platform>, <date>, unverified``."""
+        """``ran here`` (by ``r9kctl gate`` in the checkout and machine ``here``), ``ran elsewhere, <date>``,
+        or ``imported from <platform>, <date>, unverified``."""
         if not self.was_imported:
             if here is not None and self.ran_at == here:
                 return RAN_HERE
@@ -251,7 +248,7 @@ class GateRecord:
         return f"imported from {self.platform}, {(created or self.date)[:10]}, unverified"
 
     def outcomes_for(self, test_id: str) -> list[str]:
-        """Outcomes of the items a declared id covers (the id itself, or items under a file / class id)."""
+        """Outcomes of the items a declared id covers."""
         if test_id in self.outcomes:
             return [self.outcomes[test_id]]
         under = (test_id + "::", test_id + "[")  # item_of, inlined: this runs per record x declared test
@@ -339,8 +336,7 @@ def _read_segment(p: Path, records: list[GateRecord], problems: list) -> None:
 def split_by_where_it_ran(outcomes: Mapping[str, str], ran_on: Mapping[str, str | None], platform: str,
                           toolchain: Mapping[str, Any] | None) -> list[tuple[str, dict[str, str], dict | None]]:
     """[(platform, outcomes, toolchain)] of one gate run: on a GPU platform the items that ran on the CPU
-    (:func:`r9k.registry.provenance.ran_on`) are a record of their own on ``cpu``; items of unknown placement
-    stay with the GPU's."""
+    (:func:`r9k.registry.provenance.ran_on`) are a record of their own on ``cpu``."""
     cpu = {n: o for n, o in outcomes.items() if ran_on.get(n) == "cpu"}
     if platform_matches(platform, "cpu") or not cpu:
         return [(platform, dict(outcomes), dict(toolchain) if toolchain is not None else None)]
@@ -356,8 +352,7 @@ def read_ledger(path: str | Path) -> tuple[list[GateRecord], list[str]]:
 
 
 def read_ledger_diagnostics(path: str | Path) -> tuple[list[GateRecord], list]:
-    """(records in time order, one located warning per line that is not a record, which is skipped). A
-    missing ledger is empty; its moved-aside segments are read first."""
+    """(records in time order, one located warning per line that is not a record); segments read first."""
     records: list[GateRecord] = []
     problems: list = []
     for seg in segments(path):
@@ -413,8 +408,7 @@ class GateState:
         return self.state == "fresh"
 
     def label(self) -> str:
-        """Where the counted evidence came from: ``ran here`` / ``imported from cuda-h200, <date>, unverified``
-        (per platform when there are several), or ``no record`` without any."""
+        """Where the counted evidence came from (per platform when there are several), or ``no record``."""
         if not self.evidence:
             return "no record" if not self.per_platform else "nothing counts"
         vals = list(dict.fromkeys(self.evidence.values()))
@@ -423,15 +417,13 @@ class GateState:
         return "; ".join(f"{p}: {e}" for p, e in self.evidence.items())
 
     def line(self) -> str:
-        """One state line: ``fresh (imported from cuda-h200, 2026-12-01, unverified): 4/4 passed ...``
-        (a gate never run anywhere: ``missing: never run``)."""
+        """One state line: ``fresh (imported from cuda-h200, 2026-12-01, unverified): 4/4 passed ...``."""
         if not self.per_platform:
             return f"{self.state}: {self.detail}"
         return f"{self.state} ({self.label()}): {self.detail}"
 
     def on(self, platform: str | None) -> tuple[str, str]:
-        """(state, detail) for a profile's platform: only records made on that platform (or one of its family's
-        names: ``cpu`` takes ``cpu-triton-interpret``) count; a platform with no record says so."""
+        """(state, detail) counting only records made on ``platform`` (or its family's names)."""
         if not platform:
             return self.state, f"{self.label()}: {self.detail}"
         mine = {p: st for p, st in self.per_platform.items() if platform_matches(p, platform)}
@@ -453,15 +445,12 @@ class GateState:
 def platform_matches(recorded: str, wanted: str) -> bool:
     """Whether a record made on ``recorded`` is evidence for a profile on ``wanted``: the same name, one a
     refinement of the other (``cuda`` / ``cuda-h200``), or both on the CPU (``cpu`` / ``cpu-triton-interpret``)."""
-    if recorded == wanted or recorded.startswith(wanted + "-") or wanted.startswith(recorded + "-"):
-        return True
-    cpu = lambda p: p in ("cpu", "interpret", "triton-interpret") or p.startswith("cpu-")
-    return cpu(recorded) and cpu(wanted)
+    return platform_admits([recorded], wanted)
 
 
 def _record_outcome(rec: GateRecord, test_id: str) -> str | None:
-    """A declared test's outcome in one record: failed if any of its items failed, passed only when every
-    item (every parametrization) ran and passed, else None (skipped, needs a GPU, not run: proves nothing)."""
+    """A declared test's outcome in one record: failed if any item failed, passed only when every item
+    passed, else None (proves nothing)."""
     outs = rec.outcomes_for(test_id)
     if any(o in FAILING for o in outs):
         return FAILED
@@ -476,8 +465,7 @@ def local_platforms(tc: Mapping[str, Any]) -> set[str]:
 
 
 class Toolchains:
-    """The current toolchain of each platform: this machine's own for its platforms; for another machine's,
-    the toolchain of the newest record made there (which makes older records of another toolchain stale)."""
+    """The current toolchain of each platform: this machine's own for its platforms, else the newest record's."""
 
     def __init__(self, records: Iterable[GateRecord], local: Mapping[str, Any] | None = None):
         self.local = dict(local) if local is not None else provenance.toolchain()
@@ -497,8 +485,7 @@ class Toolchains:
 
 def _test_status(test_id: str, records: list[GateRecord], current: str,
                  tcs: Toolchains, seen: dict | None = None) -> tuple[str, set[str], dict[str, GateRecord]]:
-    """``seen``: (record's id, test id) -> its outcome, shared by the calls of one :func:`state_of` (the
-    per-platform pass asks again what the first pass found)."""
+    """``seen``: (record's id, test id) -> outcome, shared by the calls of one :func:`state_of`."""
     latest: dict[str, str] = {}  # platform -> latest conclusive outcome of a valid record
     deciding: dict[str, GateRecord] = {}  # platform -> the record that gave it
     passed_before = False
@@ -540,8 +527,7 @@ def _changes(rec: GateRecord, current: str, files: Mapping[str, str], tcs: Toolc
 
 
 def _platform_state(statuses: Mapping[str, str], platform: str) -> str:
-    """The state from one platform's records alone. A test that needs a GPU proves nothing about a CPU
-    platform, so there the gate is fresh when every other test passed."""
+    """The state from one platform's records alone; on a CPU platform a test that needs a GPU proves nothing."""
     vals = set(statuses.values())
     if "failed" in vals:
         return "failed"
@@ -600,8 +586,7 @@ def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord], tcs: Too
 
 
 def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """One message per declared known-bad range (``gate.known_bad``) that a toolchain falls in;
-    ``toolchains``: where -> toolchain, e.g. {"installed here": ..., "gate passed on cuda-h200": ...}."""
+    """One message per declared known-bad range a toolchain (``toolchains``: where -> toolchain) falls in."""
     out = []
     for kb in variant.gate.known_bad if variant.gate else []:
         for where, tc in toolchains.items():
@@ -624,14 +609,9 @@ def gate_states(reg: Any, ledger: str | Path | None = None) -> dict[str, GateSta
 def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
                   local_toolchain: Mapping[str, Any] | None = None,
                   platform: str | None = None) -> list[tuple[str, Any, tuple, str]]:
-    """The gate rule for a launch, over the variants it switches on: (code, variant, TOML key, message) for
-
-    * ``gate``: every default-on variant with this project's code or declared gate tests whose gate is not
-      fresh (with ``platform``, for a variant whose implementation runs there: not fresh *on that platform*);
-    * ``known-bad``: every variant whose ``gate.known_bad`` range holds the toolchain installed here or one
-      its counted gate passes ran on.
-
-    Warnings: a strict launch and the plugin's strict mode refuse on them."""
+    """(code, variant, TOML key, message) of the gate rule over the variants a launch switches on: ``gate``
+    for a default-on variant with code or gate tests whose gate is not fresh (on ``platform``, where it runs
+    there), ``gate-unverified``, and ``known-bad`` for a toolchain in a ``gate.known_bad`` range. Warnings."""
     here = dict(local_toolchain) if local_toolchain is not None else provenance.toolchain()
     out: list[tuple[str, Any, tuple, str]] = []
     for v in variants:
@@ -668,8 +648,7 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
 
 
 def imported_only_on(st: GateState, platform: str) -> list[str]:
-    """``platform: evidence`` of each counted record for ``platform`` when every one of them is an import
-    (unverified), else []."""
+    """``platform: evidence`` of each counted record for ``platform`` when all are imports, else []."""
     ev = {p: e for p, e in st.evidence.items() if platform_matches(p, platform)}
     unverified = [f"{p}: {e}" for p, e in ev.items() if e.endswith("unverified")]
     return unverified if ev and len(unverified) == len(ev) else []
@@ -682,8 +661,8 @@ def _admits(variant: Any, platform: str) -> bool:
 
 
 def summary(variants: Iterable[Any], states: Mapping[str, GateState], platform: str | None) -> str:
-    """One line over the gated variants a profile switches on, for its platform: how many are fresh (ran here,
-    ran elsewhere, imported only), not fresh, and with no record on that platform."""
+    """One line over the gated variants a profile switches on: fresh (ran here, elsewhere, imported only),
+    not fresh, and with no record on the platform."""
     here, elsewhere, imported, other, none = [], [], [], [], []
     for v in variants:
         st = states.get(v.id)
