@@ -89,8 +89,7 @@ class Overrides(dict):
 
 
 def last_value(argv: list[str], flag: str) -> Optional[str]:
-    """The value of the last ``FLAG VALUE`` or ``FLAG=VALUE`` on a command line (as vLLM's parser reads a
-    repeated option: the last one wins); None when the flag is absent."""
+    """The value of the last ``FLAG VALUE`` or ``FLAG=VALUE`` (the last one wins); None when absent."""
     value = None
     for i, a in enumerate(argv):
         if a == flag and i + 1 < len(argv):

@@ -136,9 +136,8 @@ _REFERENCE = re.compile(r"\benvvars\.([A-Z][A-Z0-9_]*)\b")
 
 
 def spell(text: str) -> str:
-    """``text`` with each reference ``envvars.NAME`` to a variable here replaced by the variable's name, for
-    a reader who sets it (a command's ``--help``, built from docstrings that refer to ``envvars.MANIFEST``
-    rather than spelling the name). Other text, ``envvars.cache_dir()`` included, is left as it is."""
+    """``text`` with each ``envvars.NAME`` reference replaced by the variable's name (``--help`` built from
+    docstrings); other text is left as it is."""
     def name(m: "re.Match[str]") -> str:
         var = globals().get(m.group(1))
         return var.name if isinstance(var, EnvVar) else m.group(0)

@@ -36,8 +36,7 @@ def _cache_path() -> Path:
 
 
 def _read_disk(path: Path) -> dict:
-    """The cache file's entries; {} when it is missing, not a regular file, a link out of its folder, too
-    large, unreadable or not a JSON object (nothing is trusted: each entry is checked again when used)."""
+    """The cache file's entries; {} for anything but a readable JSON object (each entry is checked when used)."""
     try:
         if os.path.islink(path) and os.path.dirname(os.path.realpath(path)) != os.path.realpath(path.parent):
             return {}
@@ -71,8 +70,8 @@ def save_cache() -> None:
 
 def closure_cached(root: Path, declaration: list, compute) -> tuple[dict[str, str], list[str]]:
     """``compute()`` (file -> sha256, missing declared paths) of one gate, or its cached result while every file
-    of the closure has the recorded content and every folder it was looked up in the recorded entries (a module
-    created or removed changes its folder's listing). Modification times are never consulted."""
+    of the closure has the recorded content and every folder it was looked up in the recorded entries
+    (modification times are never consulted)."""
     cache = _cache()
     key = "closure:" + hashlib.sha256(json.dumps(declaration, sort_keys=True).encode()).hexdigest()
     entry = cache.get(key)
@@ -167,9 +166,8 @@ def _facts_of(path: Path) -> dict:
 
 
 def _facts(data: bytes, filename: str, key: str | None = None) -> dict:
-    """What a module's source says, from its bytes: ``imports`` ([level, module, [names]] per import;
-    ``import a.b`` is [-1, "a.b", []]), ``consts`` (string constants that could name a sibling file) and
-    ``script`` (an ``if __name__ == "__main__":`` block at module level). Cached by content hash."""
+    """What a module's source says: ``imports`` ([level, module, [names]] per import; ``import a.b`` is
+    [-1, "a.b", []]), ``consts`` (strings that could name a sibling file) and ``script``; cached by content hash."""
     global _dirty
     key = key or hashlib.sha256(data).hexdigest()
     cache = _cache()
@@ -212,8 +210,7 @@ def _looked_up(key: tuple, compute):
 
 
 def fresh_lookups() -> None:
-    """Forget the file-system lookups (called at the start of each pass over the gates: files may have been
-    created, removed or edited since the last)."""
+    """Forget the file-system lookups (at the start of each pass over the gates)."""
     _LOOKUPS.clear()
     _PASS[0] += 1
 
@@ -230,8 +227,7 @@ def one_pass():
 
 
 def lookups_for_a_gate() -> None:
-    """Called before one gate's closure: outside :func:`one_pass`, each gate is its own pass (a file created,
-    removed or edited since an earlier call in this process is seen)."""
+    """Called before one gate's closure: outside :func:`one_pass`, each gate is its own pass."""
     if not _IN_PASS[0]:
         fresh_lookups()
 
@@ -294,8 +290,7 @@ def _module_name(root: Path, path: Path) -> str:
 
 @lru_cache(maxsize=1024)
 def _direct(root: Path, path: Path, sha: str, pass_no: int = -1) -> tuple[Path, ...]:
-    """Repository files one module depends on directly (see the module doc), reused within one pass for the
-    same content."""
+    """Repository files one module depends on directly, reused within one pass for the same content."""
     try:
         facts = _facts_of(path)
     except OSError:
@@ -377,8 +372,7 @@ def conftests(root: str | Path, test_file: str) -> list[str]:
 
 
 def is_script(root: str | Path, rel: str) -> bool:
-    """A file with an ``if __name__ == "__main__":`` block is a program (a benchmark), not a kernel module:
-    declared sources that are programs are hashed, but their imports are not followed."""
+    """A file with an ``if __name__ == "__main__":`` block is a program: hashed, its imports not followed."""
     p = Path(root) / rel
     try:
         data = p.read_bytes()

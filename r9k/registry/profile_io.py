@@ -41,8 +41,7 @@ def _digest(data: bytes) -> str:
 
 
 def find_profile_file(name: str, dirs: Iterable[Path]) -> Optional[Path]:
-    """The file a profile was loaded from: the last folder that has ``NAME.toml`` (the loader's rule,
-    a later folder replaces an earlier one)."""
+    """The file a profile was loaded from: the last folder that has ``NAME.toml`` (the loader's rule)."""
     found = None
     for d in dirs:
         p = Path(d) / f"{name}.toml"
@@ -87,8 +86,7 @@ class ProfileDocument:
 
     @classmethod
     def from_bytes(cls, path: Path, data: bytes, mtime_ns: Optional[int]) -> "ProfileDocument":
-        """The document as it was read earlier (``data``): a later save compares the file with these
-        bytes, so a change made on disk after that read is a conflict."""
+        """The document as read earlier (``data``): a later save compares the file with these bytes."""
         return cls(Path(path), data.decode("utf-8"), _Stamp(mtime_ns, _digest(data)))
 
     # ------------------------------------------------------------------------------ reading
@@ -147,9 +145,8 @@ class ProfileDocument:
     # ------------------------------------------------------------------------------ writing
 
     def save(self, force: bool = False) -> None:
-        """Write the document atomically. Raises :class:`ProfileConflict` if the file changed on disk since it
-        was loaded (unless ``force``). Lock, then check, then write (:func:`~r9k.registry.fileio.locked`): of two
-        panels saving the same profile, the second sees the first's save as a conflict."""
+        """Write the document atomically; :class:`ProfileConflict` if the file changed on disk since it was loaded
+        (unless ``force``). Lock, check, write: of two panels saving one profile, the second sees a conflict."""
         text = self.render()
         with locked(self.path):  # refuses a FIFO, socket, device or folder at once
             if not force and self.changed_on_disk():
@@ -177,8 +174,7 @@ def _typed_like(old: object, value: str) -> object:
 
 
 def atomic_write(path: Path, text: str) -> Path:
-    """Write a profile's ``text`` to ``path`` (:func:`r9k.registry.fileio.atomic_write`); raises
-    :class:`~r9k.registry.fileio.WriteError` (an OSError) with the old file intact."""
+    """Write a profile's ``text`` to ``path``; :class:`~r9k.registry.fileio.WriteError` leaves the old file."""
     return _atomic_write(path, text, "profile")
 
 

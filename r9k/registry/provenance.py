@@ -68,17 +68,15 @@ _PYTEST_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
 
 
 def ini_options_hash(root: str | Path) -> str | None:
-    """sha256 of the pytest configuration that a run in ``root`` reads: the first of ``root`` and the folders
-    above it that holds one, as pytest looks (the checkout's, above its package folder ``r9k/``); None when
-    there is none."""
+    """sha256 of the pytest configuration a run in ``root`` reads: the first of ``root`` and the folders above
+    it that holds one, as pytest looks; None when there is none."""
     root = Path(root).resolve()
     return next((h for h in map(_ini_options_hash_at, (root, *root.parents)) if h), None)
 
 
 def _ini_options_hash_at(root: Path) -> str | None:
-    """The configuration in one folder: the lines of ``pyproject.toml``'s ``[tool.pytest.ini_options]`` section,
-    blank and comment lines dropped, and the whole of ``pytest.ini``, ``.pytest.ini``, and of ``tox.ini`` /
-    ``setup.cfg`` when they hold a pytest section."""
+    """The configuration in one folder: ``pyproject.toml``'s pytest section (blank and comment lines dropped),
+    ``pytest.ini``, ``.pytest.ini``, and ``tox.ini`` / ``setup.cfg`` when they hold a pytest section."""
     parts: dict[str, Any] = {}
     try:
         data = (root / "pyproject.toml").read_bytes()
@@ -207,9 +205,8 @@ def _proc_gpu_model() -> str | None:
 @_functools.lru_cache(maxsize=None)  # installed versions do not change within a process; ~2 ms a lookup
 def _dist_version(names: tuple[str, ...]) -> str | None:
     """The installed version of the first of ``names`` that is installed, as ``importlib.metadata.version``
-    gives it. Importing ``importlib.metadata`` costs ~30 ms, so the plain case is read here: the one
-    ``<name>-*.dist-info`` (or ``.egg-info``) folder of the first ``sys.path`` folder that has one, and its
-    ``Version:`` line; anything else is asked of ``importlib.metadata`` (test_validate_fastpaths.py)."""
+    gives it; the plain case (one ``<name>-*.dist-info`` folder, its ``Version:`` line) is read here, without
+    importing ``importlib.metadata`` (slow); anything else is asked of it."""
     for n in names:
         v = _fast_version(n)
         if v is _ASK:
@@ -300,8 +297,7 @@ def _fast_version(name: str):
 
 
 def _python_version() -> str:
-    """``platform.python_version()``: CPython's version is the first word of ``sys.version`` (importing
-    ``platform`` cost a new process ~3 ms); any other interpreter or form is asked of ``platform``."""
+    """``platform.python_version()`` without importing ``platform``: CPython's is the first word of ``sys.version``."""
     first = sys.version.split(" ", 1)[0]
     if sys.implementation.name == "cpython" and re.fullmatch(r"\d+\.\d+\.\d+[A-Za-z0-9+]*", first):
         return first
@@ -311,8 +307,8 @@ def _python_version() -> str:
 
 
 def toolchain(use_torch: bool = False) -> dict[str, str | None]:
-    """The toolchain of this machine: versions from distribution metadata (nothing heavy is imported), the
-    device from the NVIDIA driver (first GPU), or from torch when ``use_torch`` (the GPU script; ROCm too)."""
+    """The toolchain of this machine: versions from distribution metadata, the device from the NVIDIA
+    driver, or from torch when ``use_torch``."""
     tc: dict[str, str | None] = {k: _dist_version(d) for k, d in _DISTS.items()}
     tc["python"] = _python_version()
     device = None
@@ -391,8 +387,7 @@ def parse_spec(spec: str) -> list[tuple[str, str]]:
 
 
 def in_range(version: str | None, spec: str) -> bool:
-    """Whether ``version`` satisfies every clause of ``spec`` (numeric release comparison, zero-padded;
-    a version that is None, i.e. not installed, is in no range)."""
+    """Whether ``version`` satisfies every clause of ``spec`` (numeric, zero-padded; None is in no range)."""
     if version is None:
         return False
     for op, val in parse_spec(spec):

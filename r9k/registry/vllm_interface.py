@@ -81,8 +81,7 @@ class EnvVar:
 @dataclass(frozen=True)
 class Switch:
     """One switch of vLLM that chooses a kernel or backend: ``name`` as :func:`registry.vllm_map.switch_name`
-    spells it (``--moe-backend``, ``--kernel-config monokernel``, ``custom op rms_norm``, ``VLLM_USE_DEEP_GEMM``),
-    the values this vLLM accepts (None: a free string), its default here and the layer kind it decides."""
+    spells it, the values this vLLM accepts (None: a free string), its default and the layer kind it decides."""
     name: str
     kind: str  # vllm-arg, kernel-config, custom-op, vllm-env
     values: Optional[tuple[str, ...]]
@@ -184,9 +183,8 @@ class Interface:
         return self._switches.get(name)
 
     def kernel_switches(self) -> list[Switch]:
-        """Every switch of this vLLM that chooses a kernel or backend for the shipped models: the flags of
-        :data:`KERNEL_FLAGS`, every boolean field of ``--kernel-config``, every custom op, the variables of
-        :data:`KERNEL_ENVS` this version reads."""
+        """Every switch of this vLLM that chooses a kernel or backend for the shipped models (:data:`KERNEL_FLAGS`,
+        ``--kernel-config``'s booleans, custom ops, the :data:`KERNEL_ENVS` this version reads)."""
         out: list[Switch] = []
         for opt, (decides, enum) in KERNEL_FLAGS.items():
             fl = self.flag(opt)
@@ -308,10 +306,8 @@ class Interface:
         return None
 
     def parse(self, argv: list[str]) -> list[Problem]:
-        """The faults of ``argv`` (what follows ``vllm serve``) under vLLM's parser with abbreviations off.
-
-        Handles ``--opt value``, ``--opt=value``, ``--opt_with_underscores`` and vLLM's dotted JSON
-        arguments (``--compilation-config.mode 3``)."""
+        """The faults of ``argv`` (after ``vllm serve``) under vLLM's parser with abbreviations off (``--opt value``,
+        ``--opt=value``, ``--opt_with_underscores``, dotted JSON arguments)."""
         problems: list[Problem] = []
         i = 0
         positionals = 0
@@ -434,8 +430,8 @@ def installed_version() -> Optional[str]:
 
 
 def target(version: Optional[str] = None) -> tuple[Optional[Interface], str]:
-    """The description to judge a launch by: ``version``, else the installed vLLM's, else the newest shipped.
-    Returns (interface or None, the version asked for)."""
+    """(the description to judge a launch by: ``version``'s, else the installed vLLM's, else the newest
+    shipped, or None; the version asked for)."""
     v = version or installed_version()
     if v is None:
         shipped = versions()
@@ -450,9 +446,8 @@ def _has(iface: Interface, name: str) -> bool:
 
 
 def removed_name(name: str, iface: Interface) -> Optional[str]:
-    """How ``name`` (a flag or a variable ``iface``'s vLLM lacks) left vLLM: the shipped versions that still have
-    it, vLLM's own hint (``removed_environment_variables``) and its successor (:data:`SUCCESSORS`), as one
-    clause; None when no shipped version had it and no successor is known (a typo: the caller names the nearest)."""
+    """How ``name`` (a flag or variable ``iface``'s vLLM lacks) left vLLM: the shipped versions that have it,
+    vLLM's hint and its successor (:data:`SUCCESSORS`), as one clause; None for what no version had (a typo)."""
     if _has(iface, name):
         return None
     had = [v for v in versions() if (i := load(v)) is not None and _has(i, name)]
