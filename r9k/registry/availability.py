@@ -142,12 +142,9 @@ def platform_admits(declared: list[str], platform: Optional[str]) -> bool:
     name one is a refinement of (``cuda`` / ``cuda-h200``), or the CPU and Triton's interpreter."""
     if platform is None or not declared:
         return True  # no platform stated by the profile / no restriction declared
-    for d in declared:
-        if d == platform or platform.startswith(d + "-") or d.startswith(platform + "-"):
-            return True
-        if platform_family(d) == "cpu" and platform_family(platform) == "cpu":
-            return True
-    return False
+    cpu = platform_family(platform) == "cpu"
+    return any(d == platform or platform.startswith(d + "-") or d.startswith(platform + "-")
+               or (cpu and platform_family(d) == "cpu") for d in declared)
 
 
 # ----------------------------------------------------------------------------------------- existence

@@ -404,10 +404,7 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR,
 
 
 def _not_regular(mode: int) -> Optional[str]:
-    for test, name in _KINDS:
-        if test(mode):
-            return name
-    return None
+    return next((name for test, name in _KINDS if test(mode)), None)
 
 
 def _refused(p: Path, kind: str, message: str, hint: Optional[str] = None) -> "WriteError":
@@ -494,8 +491,8 @@ def pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # it exists, and belongs to someone else
+        pass
     return True
 
 

@@ -22,10 +22,8 @@ from . import envvars, fileio
 NAMESPACE = "r9k"
 
 # ------------------------------------------------------------------------------ the parse cache
-# What a module's source says (:func:`_facts`) depends on its bytes alone: cached on disk by their sha256
-# (<cache dir>/gatedeps-<format>.json, measured: notes/evidence.md), with each gate's closure
-# (:func:`closure_cached`). Only a cache: every entry's shape is checked before use; envvars.NO_CACHE = 1
-# bypasses it.
+# What a module's source says (:func:`_facts`) and each gate's closure (:func:`closure_cached`), cached on disk
+# (<cache dir>/gatedeps-<format>.json); every entry's shape is checked before use; envvars.NO_CACHE bypasses it.
 _CACHE_FORMAT = 1
 _disk: dict[str, dict] | None = None
 _dirty = False

@@ -19,8 +19,7 @@ from .fileio import atomic_write as _atomic_write, decode, locked, read_bytes
 if TYPE_CHECKING:
     from tomlkit.items import InlineTable, Table
 
-# tomlkit is imported where a document is parsed or written, not with this module: the control panel
-# imports this module at start-up (find_profile_file) and tomlkit costs ~15 ms to import.
+# tomlkit (slow to import) is imported where a document is parsed or written: the panel imports this at start-up.
 
 PROFILE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")  # \Z: a trailing newline is refused
 

@@ -358,19 +358,8 @@ _OPS = (">=", "<=", "==", "!=", ">", "<")
 
 def _release(v: str) -> tuple[int, ...]:
     """``"2.13.0+cpu"`` -> (2, 13, 0); ``"3.7.1rc1"`` -> (3, 7, 1): the numeric release segment only."""
-    out = []
-    for part in v.split("+", 1)[0].split("."):
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        out.append(int(digits))
-        if len(digits) < len(part):
-            break
-    return tuple(out)
+    m = re.match(r"[0-9]+(?:\.[0-9]+)*", v.split("+", 1)[0])
+    return tuple(int(x) for x in m.group(0).split(".")) if m else ()
 
 
 def parse_spec(spec: str) -> list[tuple[str, str]]:

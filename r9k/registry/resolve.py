@@ -62,10 +62,7 @@ class ResolvedSet:
     def ok(self) -> bool:
         return not any(d.level == "error" for d in self.diagnostics)
 
-    # The manifest's lookups, one definition for both sets: value by variant id or knob, the items off their
-    # stock value, and the hash over what the processes must agree on (model, TP size, every value;
-    # :func:`r9k.registry.manifest.set_hash`, the one formula). Like :class:`manifest.StockRule`, they need
-    # only ``items`` whose entries have ``variant`` and ``value``.
+    # The manifest's lookups, one definition for both sets (they need only ``items`` of ``variant`` and ``value``).
     value = manifest.Manifest.value
     non_stock = manifest.Manifest.non_stock
     hash = manifest.Manifest.hash

@@ -287,13 +287,9 @@ def accepted_values(var, iface) -> Optional[list[str]]:
         return list(fl.choices) if fl is not None and fl.choices is not None else None
     if m.kind == "env":
         e = iface.env(m.name)
-        if e is None:
-            return None
-        if e.choices:
+        if e is not None and e.choices:
             return list(e.choices)
-        if (e.type or "").startswith("bool"):
-            return ["0", "1"]
-        return None
+        return ["0", "1"] if e is not None and (e.type or "").startswith("bool") else None
     if m.kind == "custom-op":
         return ["+", "-"]
     return None
@@ -549,7 +545,7 @@ def _knob_for(reg, name: str) -> str:
     return ""
 
 
-def check_caller_env(reg, iface, report, environ: Optional[typing.Target[str, str]] = None) -> None:
+def check_caller_env(reg, iface, report, environ: Optional[typing.Mapping[str, str]] = None) -> None:
     """``VLLM_*`` variables of the caller's environment (a launch passes them on) that the target vLLM does
     not read or whose value it refuses."""
     environ = os.environ if environ is None else environ
@@ -565,8 +561,8 @@ def check_caller_env(reg, iface, report, environ: Optional[typing.Target[str, st
                                   f"launch passes it on: {why} (vLLM {iface.version})", ENVIRON, 1, 1, []))
 
 
-def check_env_conflicts(reg, rs, report, launch_env: typing.Target[str, str],
-                        environ: Optional[typing.Target[str, str]] = None) -> None:
+def check_env_conflicts(reg, rs, report, launch_env: typing.Mapping[str, str],
+                        environ: Optional[typing.Mapping[str, str]] = None) -> None:
     """A ``VLLM_*`` variable of the caller's environment that the launch sets to another value, located at
     the profile's line."""
     environ = os.environ if environ is None else environ
@@ -579,7 +575,7 @@ def check_env_conflicts(reg, rs, report, launch_env: typing.Target[str, str],
                               "in the profile", f, ln, col, [rs.profile]))
 
 
-def check_launch_refusals(reg, rs, report, iface, environ: Optional[typing.Target[str, str]] = None) -> None:
+def check_launch_refusals(reg, rs, report, iface, environ: Optional[typing.Mapping[str, str]] = None) -> None:
     """What a launch or the vLLM it starts would refuse: knob files, ``[env]`` values, conflicting ``VLLM_*``."""
     check_knob_files(reg, rs, report)
     check_env_values(reg, rs, report, iface)
