@@ -64,10 +64,6 @@ def default_repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def _line_of(text: str, needle: str) -> Optional[int]:
-    return next((i for i, ln in enumerate(text.splitlines(), 1) if needle in ln), None)
-
-
 def adapters_path() -> Path:
     """``adapters.toml`` beside this module: a fact of the installed code, not of a registry tree kept elsewhere."""
     return Path(__file__).resolve().parent / ADAPTERS_FILE
@@ -99,7 +95,7 @@ def load_adapters(path: Optional[Path] = None) -> Adapters:
     need = ("extension_point", "ops", "install", "vllm_module", "vllm_class", "adapter")
     for i, a in enumerate(data.get("adapter", [])):
         ep = a.get("extension_point", "")
-        ln = _line_of(text, f'"{ep}"') if ep else None
+        ln = next((n for n, line in enumerate(text.splitlines(), 1) if f'"{ep}"' in line), None) if ep else None
         loc = (str(path), ln, 1 if ln else None)
         lacking = [k for k in need if not a.get(k)]
         if lacking:

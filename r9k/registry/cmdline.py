@@ -1,9 +1,7 @@
 """Where a value given on the command line was typed: ``<command line>:1:COL``, like a file's line and column.
 
-The command line is one line, ``r9kctl`` and its words as a shell would show them (``shlex.join``); a
-``--set KNOB=VALUE`` is located at the first character of ``KNOB=VALUE``, a ``--tp N`` at ``--tp``. The
-command line layer of a resolve (``--set``, ``--tp``) carries these places to every diagnostic about its
-values (:func:`r9k.registry.consistency.value_where`). Standard library only.
+The command line is ``r9kctl`` and its words as ``shlex.join`` shows them; a ``--set KNOB=VALUE`` is located at
+``KNOB=VALUE``, a ``--tp N`` at ``--tp`` (:func:`r9k.registry.consistency.value_where`). Standard library only.
 """
 from __future__ import annotations
 

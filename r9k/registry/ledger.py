@@ -459,17 +459,13 @@ def _record_outcome(rec: GateRecord, test_id: str) -> str | None:
     return None
 
 
-def local_platforms(tc: Mapping[str, Any]) -> set[str]:
-    dev = tc.get("device") or "cpu"
-    return {"cpu", "cpu-triton-interpret"} if dev == "cpu" else {f"cuda-{dev}", f"rocm-{dev}"}
-
-
 class Toolchains:
     """The current toolchain of each platform: this machine's own for its platforms, else the newest record's."""
 
     def __init__(self, records: Iterable[GateRecord], local: Mapping[str, Any] | None = None):
         self.local = dict(local) if local is not None else provenance.toolchain()
-        self._mine = local_platforms(self.local)
+        dev = self.local.get("device") or "cpu"
+        self._mine = {"cpu", "cpu-triton-interpret"} if dev == "cpu" else {f"cuda-{dev}", f"rocm-{dev}"}
         self._latest: dict[str, dict] = {}
         for r in records:
             if r.toolchain is not None:
@@ -627,7 +623,8 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
                 out.append(("gate", v, ("implementation",), f"default-on variant '{v.id}' ({v.knob}): no gate: it "
                             "runs this project's code but declares no gate tests ([variant.gate] tests)"))
             continue
-        runs_there = platform is not None and _admits(v, platform)
+        impl = v.implementation  # runs on ``platform``: its declared platforms admit it
+        runs_there = platform is not None and bool(impl.module) and platform_admits(list(impl.platforms), platform)
         if st is not None and runs_there:
             state, detail = st.on(platform)
             if state != "fresh":
@@ -652,12 +649,6 @@ def imported_only_on(st: GateState, platform: str) -> list[str]:
     ev = {p: e for p, e in st.evidence.items() if platform_matches(p, platform)}
     unverified = [f"{p}: {e}" for p, e in ev.items() if e.endswith("unverified")]
     return unverified if ev and len(unverified) == len(ev) else []
-
-
-def _admits(variant: Any, platform: str) -> bool:
-    """Whether the variant's implementation runs on ``platform`` (its declared platforms admit it)."""
-    impl = variant.implementation
-    return bool(impl.module) and platform_admits(list(impl.platforms), platform)
 
 
 def summary(variants: Iterable[Any], states: Mapping[str, GateState], platform: str | None) -> str:

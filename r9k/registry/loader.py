@@ -198,12 +198,9 @@ def _merge_union_errors(errors: list) -> list:
         elif members:
             kinds = [_TYPE_NAMES[m] for m in members]
             kinds = ", ".join(kinds[:-1]) + " or " + kinds[-1]
-            err["msg"] = f"Input should be {kinds}, not {_toml_type(err.get('input'))}"
+            got = {list: "an array", dict: "a table"}.get(type(err.get("input")), f"a {type(err.get('input')).__name__}")
+            err["msg"] = f"Input should be {kinds}, not {got}"
     return out
-
-
-def _toml_type(value) -> str:
-    return {list: "an array", dict: "a table"}.get(type(value), f"a {type(value).__name__}")
 
 
 def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_loc: tuple = (),

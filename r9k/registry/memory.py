@@ -191,24 +191,20 @@ def hybrid_layout(m, tp: int, serve_args: Optional[list] = None) -> Optional[Hyb
 def budget(reg: Registry, rs: ResolvedSet, errors: Optional[list] = None) -> Optional[Budget]:
     """The budget of a resolved set, or None when the profile names no model/hardware, the model has no numbers
     at this TP size, or a value makes it uncomputable (the :class:`BudgetError` appended to ``errors``)."""
+    if not rs.model or rs.model not in reg.models or not rs.hardware:
+        return None
+    values = {r.variant.knob: r.value for r in rs.items.values()}
+    fixed_gib = None
     try:
-        return _budget(reg, rs)
+        if (rs.platform or "") == "cpu" and rs.extra_env.get("VLLM_CPU_KVCACHE_SPACE"):
+            fixed_gib = _gib("VLLM_CPU_KVCACHE_SPACE", rs.extra_env["VLLM_CPU_KVCACHE_SPACE"])  # the CPU KV space
+        b = budget_of(reg, rs.model, rs.tp, rs.hardware["memory_gib_per_gpu"], values,
+                      rs.gpu_memory_utilization or None, fixed_gib, active={r.variant.id for r in rs.active()},
+                      serve_args=rs.serve_args)
     except BudgetError as exc:
         if errors is not None:
             errors.append(exc)
         return None
-
-
-def _budget(reg: Registry, rs: ResolvedSet) -> Optional[Budget]:
-    if not rs.model or rs.model not in reg.models or not rs.hardware:
-        return None
-    values = {r.variant.knob: r.value for r in rs.items.values()}
-    util = rs.gpu_memory_utilization or None
-    fixed_gib = None
-    if (rs.platform or "") == "cpu" and rs.extra_env.get("VLLM_CPU_KVCACHE_SPACE"):
-        fixed_gib = _gib("VLLM_CPU_KVCACHE_SPACE", rs.extra_env["VLLM_CPU_KVCACHE_SPACE"])  # the CPU KV space
-    b = budget_of(reg, rs.model, rs.tp, rs.hardware["memory_gib_per_gpu"], values, util, fixed_gib,
-                  active={r.variant.id for r in rs.active()}, serve_args=rs.serve_args)
     if b is not None and fixed_gib is not None and not values.get(KVMEM_KNOB):
         b.kv_pool_separate = True
     return b
@@ -311,15 +307,10 @@ def cost_if_toggled(reg: Registry, rs: ResolvedSet, variant_id: str) -> Optional
 
 def _on_value(v) -> Optional[str]:
     """The value a variant is 'on' at: its registry default where not stock, else its first non-stock choice."""
-    for tp_val in v.defaults.values():
-        if tp_val != v.stock:
-            return tp_val
-    if v.type == "bool":
-        return "1"
-    for c in v.choices or []:
-        if c != v.stock:
-            return c
-    return v.stock
+    default = next((x for x in v.defaults.values() if x != v.stock), None)
+    if default is not None:
+        return default
+    return "1" if v.type == "bool" else next((c for c in v.choices or [] if c != v.stock), v.stock)
 
 
 def _tokens(nbytes: int, bpt: int) -> int:
