@@ -198,7 +198,8 @@ def _merge_union_errors(errors: list) -> list:
         elif members:
             kinds = [_TYPE_NAMES[m] for m in members]
             kinds = ", ".join(kinds[:-1]) + " or " + kinds[-1]
-            got = {list: "an array", dict: "a table"}.get(type(err.get("input")), f"a {type(err.get('input')).__name__}")
+            value = err.get("input")
+            got = {list: "an array", dict: "a table"}.get(type(value), f"a {type(value).__name__}")
             err["msg"] = f"Input should be {kinds}, not {got}"
     return out
 
