@@ -1,27 +1,11 @@
 """The one availability rule: can a variant a profile switches on run, and if not, why.
 
-A non-stock variant is runnable for a profile when
-
-1. its implementation is this project's (``implementation.module``) and exists: the module is importable
-   (found, not imported);
-2. that implementation exists for the profile's platform (``implementation.platforms`` names it, or its
-   family: ``cpu`` is Triton's interpreter, ``triton-interpret``);
-3. the plugin has an adapter for its extension point (``registry/adapters.toml``, the one list of
-   them) that runs its op, and the adapter's module exists;
-4. its gate tests are declared and exist (each ``file::test`` names a file with that test function).
-
-Every caller applies this function and nothing else: ``r9kctl validate`` (counts and diagnostics),
-``r9kctl launch`` (through validate, ``--dry-run`` too), the control panel, and the plugin's
-``DispatchTable.plan`` (which adds only what a process can know: whether it has a Triton backend).
-
-States per variant: one :class:`r9k.registry.manifest.Impl` (the one vocabulary of "which implementation
-runs"): ``fused`` (runs this project's kernel through its adapter), ``fallback`` (selected but cannot run:
-vLLM's own path, with the reason), ``env`` (an env-only knob: exported for code outside this project;
-nothing here reads it), ``stock`` (at its stock value or off), ``unset``. The rule reads one shape: the
-items of a :class:`r9k.registry.manifest.Manifest` (a resolved set becomes one through
-:func:`r9k.registry.manifest.from_resolved`).
-
-Imports no torch, vLLM, textual or rich; reads two small files at most once per process.
+A non-stock variant runs when its implementation (``implementation.module``) exists and is importable (found,
+not imported), exists for the profile's platform (``implementation.platforms``, or its family), has an adapter
+for its extension point (``registry/adapters.toml``) whose module exists, and its declared gate tests exist.
+Every caller (validate, launch, the control panel, the plugin's ``DispatchTable.plan``) applies this rule and
+nothing else; the result per variant is one :class:`r9k.registry.manifest.Impl` over the items of a
+:class:`r9k.registry.manifest.Manifest`. Imports no torch, vLLM, textual or rich.
 """
 from __future__ import annotations
 
@@ -72,32 +56,22 @@ _ADAPTERS_CACHE: dict[tuple, Adapters] = {}
 
 
 def default_repo_root() -> Path:
-    """Where gate-test paths (``kernels/router/test_router.py::...``) are relative to: ``envvars.REPO_ROOT``,
-    else the folder holding this code's ``kernels/``: the package ``r9k/`` (of the checkout, or in
-    ``site-packages`` when installed).
-    Gate tests are code, so a registry tree kept elsewhere (``envvars.REGISTRY``) still finds them."""
+    """Where gate-test paths are relative to: ``envvars.REPO_ROOT``, else the package ``r9k/`` holding this
+    code's ``kernels/`` (gate tests are code: a registry tree kept elsewhere still finds them)."""
     forced = envvars.REPO_ROOT.get()
     if forced:
         return Path(forced).resolve()
     return Path(__file__).resolve().parent.parent
 
 
-def _line_of(text: str, needle: str) -> Optional[int]:
-    for i, ln in enumerate(text.splitlines(), 1):
-        if needle in ln:
-            return i
-    return None
-
-
 def adapters_path() -> Path:
-    """``adapters.toml`` beside this module: a fact of the installed code (which adapters the plugin has),
-    so a registry tree kept elsewhere (``envvars.REGISTRY``) does not replace it."""
+    """``adapters.toml`` beside this module: a fact of the installed code, not of a registry tree kept elsewhere."""
     return Path(__file__).resolve().parent / ADAPTERS_FILE
 
 
 def load_adapters(path: Optional[Path] = None) -> Adapters:
-    """Parse the adapter table (default :func:`adapters_path`; cached per file version). Problems are
-    returned in :attr:`Adapters.problems`, never raised: an unreadable file means "no adapter anywhere"."""
+    """Parse the adapter table (default :func:`adapters_path`; cached per file version). Problems go to
+    :attr:`Adapters.problems`, never raised: an unreadable file means "no adapter anywhere"."""
     path = Path(path) if path else adapters_path()
     try:
         st = path.stat()
@@ -112,18 +86,16 @@ def load_adapters(path: Optional[Path] = None) -> Adapters:
         data = tomllib.loads(text)
     except OSError as exc:
         out.problems.append((str(path), None, None, f"cannot read the adapter table: {exc.strerror or exc}"))
-        _ADAPTERS_CACHE[key] = out
-        return out
+        data = {}
     except tomllib.TOMLDecodeError as exc:
         m = re.search(r"line (\d+), column (\d+)", str(exc))
         out.problems.append((str(path), int(m.group(1)) if m else None, int(m.group(2)) if m else None,
                              f"TOML syntax: {re.sub(r' [(]at line.*$', '', str(exc))}"))
-        _ADAPTERS_CACHE[key] = out
-        return out
+        data = {}
     need = ("extension_point", "ops", "install", "vllm_module", "vllm_class", "adapter")
     for i, a in enumerate(data.get("adapter", [])):
         ep = a.get("extension_point", "")
-        ln = _line_of(text, f'"{ep}"') if ep else None
+        ln = next((n for n, line in enumerate(text.splitlines(), 1) if f'"{ep}"' in line), None) if ep else None
         loc = (str(path), ln, 1 if ln else None)
         lacking = [k for k in need if not a.get(k)]
         if lacking:
@@ -166,12 +138,9 @@ def platform_admits(declared: list[str], platform: Optional[str]) -> bool:
     name one is a refinement of (``cuda`` / ``cuda-h200``), or the CPU and Triton's interpreter."""
     if platform is None or not declared:
         return True  # no platform stated by the profile / no restriction declared
-    for d in declared:
-        if d == platform or platform.startswith(d + "-") or d.startswith(platform + "-"):
-            return True
-        if platform_family(d) == "cpu" and platform_family(platform) == "cpu":
-            return True
-    return False
+    cpu = platform_family(platform) == "cpu"
+    return any(d == platform or platform.startswith(d + "-") or d.startswith(platform + "-")
+               or (cpu and platform_family(d) == "cpu") for d in declared)
 
 
 # ----------------------------------------------------------------------------------------- existence
@@ -209,17 +178,15 @@ _DEF_LINE = re.compile(r"^\s*(?:async\s+)?def (\w+)\s*\(", re.M)
 
 
 def _defs(text: str) -> set:
-    """The names a file's ``def`` lines define (what a declared test id's function must be one of): one scan
-    of the text, not a pattern compiled per test id."""
+    """The names a file's ``def`` lines define, scanned once per text."""
     if text not in _DEFS:
         _DEFS[text] = set(_DEF_LINE.findall(text))
     return _DEFS[text]
 
 
 def module_exists(name: str) -> bool:
-    """Whether ``name`` is importable: its spec found as ``importlib.util.find_spec`` finds it, except that a
-    parent package not imported yet is looked into (the finders asked with its search path), not imported:
-    answering for ``r9k.plugin.quant`` ran the plugin's ``__init__`` (~10 ms of a cold ``r9kctl validate``)."""
+    """Whether ``name`` is importable (``importlib.util.find_spec``), without importing a parent package that
+    is not imported yet: its finders are asked with its search path."""
     try:
         return _spec(name) is not None
     except (ImportError, ValueError):
@@ -245,9 +212,8 @@ def _spec(name: str):
 
 @dataclass
 class Decision:
-    """Which implementation runs for one variant, and why: made by :func:`decide` for every caller, refined by
-    the plugin's ``DispatchTable`` with what only a running process knows, handed to the layers it installs
-    into, and shown by the plugin's report (``/r9k/status``, the startup table)."""
+    """Which implementation runs for one variant, and why: made by :func:`decide`, refined by the plugin's
+    ``DispatchTable`` with what only a running process knows, and shown by the plugin's report."""
 
     variant_id: str
     knob: str
@@ -319,10 +285,9 @@ def why_not(variant, platform: Optional[str], adapters: Adapters, repo_root: Pat
 
 def declaration_problems(variants, adapters: Adapters, repo_root: Optional[Path] = None,
                          op_table: Optional[Mapping[str, object]] = None) -> list[tuple[str, str, str]]:
-    """What the TOML declares that does not exist: ``(variant id, field, message)`` for a module that is
-    not there, an op missing from the op table (when ``op_table`` is given: ``r9k.kernels.ops.load_all()``)
-    or registered for another variant, a gate test that is not there, an extension point that has neither
-    an adapter nor a ``no_adapter`` entry, and an adapter that does not run the variant's op."""
+    """``(variant id, field, message)`` for what the TOML declares that does not exist: a module, an op of the op
+    table (``op_table``: ``r9k.kernels.ops.load_all()``) or one registered for another variant, a gate test,
+    an extension point with no adapter nor ``no_adapter`` entry, an adapter that does not run the variant's op."""
     root = repo_root or default_repo_root()
     out: list[tuple[str, str, str]] = []
     for vid, v in sorted(variants.items()):
@@ -380,8 +345,7 @@ def decide(r: Item, platform: Optional[str], adapters: Adapters, repo_root: Path
 
 def plan(m: Manifest, platform: Optional[str] = None, adapters: Optional[Adapters] = None,
          repo_root: Optional[Path] = None, use_profile_platform: bool = True) -> dict[str, Decision]:
-    """variant id -> :class:`Decision` for every item of a manifest (the profile's platform unless
-    ``platform`` is given)."""
+    """variant id -> :class:`Decision` for every item of a manifest (on the profile's platform by default)."""
     if platform is None and use_profile_platform:
         platform = m.platform
     adapters = adapters if adapters is not None else load_adapters()
@@ -390,10 +354,7 @@ def plan(m: Manifest, platform: Optional[str] = None, adapters: Optional[Adapter
 
 
 def counts(decisions: Mapping[str, Decision]) -> dict[str, int]:
-    out = {s: 0 for s in Impl}
-    for d in decisions.values():
-        out[d.state] += 1
-    return out
+    return {s: sum(d.state is s for d in decisions.values()) for s in Impl}
 
 
 def summary_line(decisions: Mapping[str, Decision]) -> str:

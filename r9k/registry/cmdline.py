@@ -1,9 +1,7 @@
 """Where a value given on the command line was typed: ``<command line>:1:COL``, like a file's line and column.
 
-The command line is one line, ``r9kctl`` and its words as a shell would show them (``shlex.join``); a
-``--set KNOB=VALUE`` is located at the first character of ``KNOB=VALUE``, a ``--tp N`` at ``--tp``. The
-command line layer of a resolve (``--set``, ``--tp``) carries these places to every diagnostic about its
-values (:func:`r9k.registry.consistency.value_where`). Standard library only.
+The command line is ``r9kctl`` and its words as ``shlex.join`` shows them; a ``--set KNOB=VALUE`` is located at
+``KNOB=VALUE``, a ``--tp N`` at ``--tp`` (:func:`r9k.registry.consistency.value_where`). Standard library only.
 """
 from __future__ import annotations
 
@@ -89,8 +87,7 @@ class Overrides(dict):
 
 
 def last_value(argv: list[str], flag: str) -> Optional[str]:
-    """The value of the last ``FLAG VALUE`` or ``FLAG=VALUE`` on a command line (as vLLM's parser reads a
-    repeated option: the last one wins); None when the flag is absent."""
+    """The value of the last ``FLAG VALUE`` or ``FLAG=VALUE`` (the last one wins); None when absent."""
     value = None
     for i, a in enumerate(argv):
         if a == flag and i + 1 < len(argv):

@@ -1,17 +1,9 @@
 """Cross-file consistency of the registry and the profiles: each fault is an error naming both places.
 
-Called from :func:`r9k.registry.validate.validate` (``check_consistency``, then ``group_cascades``). It checks:
-
-* knobs: two variants declaring the same knob (or one's ``also_knobs`` naming another's knob);
-* references: models named by variants (``models``, ``excluded_models``, ``model_defaults``) and by
-  profiles; gate tests (``gate.tests``: the file, and the test function in it) that do not exist;
-* releases: an explicit order (``previous``) that contradicts the dates or loops, default changes whose
-  ``to`` is not a legal value of the knob or whose scope names nothing;
-* profiles: fields nothing reads (``gpu_memory_utilization``: the ``UTIL`` knob is what reaches
-  ``vllm serve``), and ``serve_args`` that contradict themselves, the profile's TP size or a knob that
-  sets the same vLLM argument.
-
-``group_cascades`` merges diagnostics of one fault reported once per profile into one line.
+Called from :func:`r9k.registry.validate.validate`: :func:`check_consistency` checks knobs declared twice,
+references to models and gate tests that do not exist, release orders and default changes, profile fields
+nothing reads and ``serve_args`` that contradict themselves, the TP size or a knob; ``group_cascades`` merges
+one fault reported once per profile into one line.
 """
 from __future__ import annotations
 
@@ -80,9 +72,8 @@ def _profile_key_where(reg: Registry, rs, r) -> Optional[tuple]:
 
 
 def value_where(reg: Registry, rs, r) -> tuple:
-    """(file, line, col) of the layer that set a resolved value: the profile's key (of the child or the parent it
-    inherits from), ``<command line>:1:COL`` for ``--set``, the release's default change, the variant's line;
-    (None, None, None) for the environment and for a ``--set`` given by a program."""
+    """(file, line, col) of the layer that set a resolved value: the profile's key, ``<command line>:1:COL``
+    for ``--set``, the release's default change, the variant's line; (None, None, None) otherwise."""
     o = r.origin
     if o.layer == "override":
         line = rs.command_line
@@ -115,8 +106,8 @@ def layer_text(rs, origin, value) -> str:
 
 
 def set_by(rs, r) -> str:
-    """`` (set by X, overriding Y)`` for a value a user's layer set where no file line says so (the command line,
-    the environment, an unsaved edit in the panel) or that overrides another user layer's; else ''."""
+    """`` (set by X, overriding Y)`` for a value a user's layer set where no file line says so, or that
+    overrides another user layer's; else ''."""
     if r.origin.layer not in USER_LAYERS:
         return ""
     prev = [(o, v) for o, v in r.history if o.layer in USER_LAYERS and v != r.value]
@@ -220,8 +211,7 @@ def _test_functions(path: Path, cache: dict) -> Optional[set]:
 
 
 def missing_gate_tests(reg: Registry, variants=None) -> dict[str, list[Diagnostic]]:
-    """Variant id -> an error per declared gate test that does not exist (its file, or the test in it), for
-    ``variants`` (ids; default: all). Each variant is looked at once per registry object."""
+    """Variant id -> an error per declared gate test that does not exist (``variants``: ids; default all)."""
     out: dict[str, list[Diagnostic]] = {}
     for vid in (reg.variants if variants is None else variants):
         found = reg.cached(("missing_gate_tests", vid), lambda vid=vid: _missing_gate_tests(reg, vid))
@@ -489,8 +479,7 @@ def budget_diagnostics(reg: Registry, rs, b, errors: list) -> list[Diagnostic]:
 
 
 def _group_unknown_releases(diags: list[Diagnostic], reg: Optional[Registry]) -> list[Diagnostic]:
-    """A missing release named many times is one error (at its first mention); with no release at all, one
-    error at the releases/ folder."""
+    """A missing release named many times is one error; with no release at all, one at releases/."""
     unknown = [d for d in diags if d.code == "unknown-release" and d.items]
     if reg is None or len(unknown) < 2:
         return diags
@@ -525,9 +514,8 @@ def _group_unknown_releases(diags: list[Diagnostic], reg: Optional[Registry]) ->
 
 
 def group_cascades(report, reg: Optional[Registry]) -> None:
-    """One fault, one message: diagnostics at the same place with the same message but for another profile (a
-    parent's fault, seen from each child) merge into the first; "unknown model" in every profile of a
-    registry without models becomes one error at ``models.toml``."""
+    """One fault, one message: the same message at the same place for another profile merges into the
+    first; "unknown model" everywhere in a registry without models is one error at ``models.toml``."""
     diags = report.diagnostics
     if reg is not None and not reg.models:
         unknown = [d for d in diags if d.code == "unknown-model"]

@@ -1,15 +1,8 @@
-"""Field-level diffs between two releases or profiles (OpenFeature ``compare`` style).
+"""Field-level diffs between two releases or profiles (a *side*: ``v0.3.1``, ``release:v0.3.1`` or a profile).
 
-A *side* is a release (``v0.3.1`` or ``release:v0.3.1``) or a profile name. Each side's values are computed
-(a release's: the primary model's defaults at each TP size it is served at, unless a TP is given; a
-profile's: at its TP size), then the diff reports:
-
-* variants added or removed between the sides (a release's ``since``; a variant at a removed status);
-* changed values, per TP key, with provenance for profiles;
-* bench numbers of both releases side by side, matched on (config, metric, stack), with delta and %;
-* quality records, using a paired record of B against A where B has one.
-
-The result is plain data (:class:`Diff`); :mod:`r9k.r9kctl.cmd_diff` renders it.
+Reports variants added or removed, changed values per TP key (with provenance for profiles), bench numbers
+matched on (config, metric, stack) with delta and %, and quality records. The result is plain data
+(:class:`Diff`); :mod:`r9k.r9kctl.cmd_diff` renders it.
 """
 from __future__ import annotations
 
@@ -65,9 +58,8 @@ def figure_text(r: Optional[BenchRecord]) -> str:
 
 @dataclass
 class BenchRow:
-    """One figure of the two releases: a configuration (and setting), a metric, a stack and how it was measured.
-    ``a``/``b`` are the figures shown (the seed's where the seed and the reference both give one); ``a_alt`` /
-    ``b_alt`` the other source's differing figures of the same row."""
+    """One figure of the two releases (config, setting, metric, stack, method): ``a``/``b`` the figures shown
+    (the seed's first), ``a_alt``/``b_alt`` the other source's differing figures of the same row."""
 
     config: str
     metric: str
@@ -274,8 +266,7 @@ def _release_of(reg: Registry, side: Side) -> Optional[str]:
 
 
 def diff(reg: Registry, a: str, b: str, tp: Optional[int] = None, all_numbers: bool = False) -> Diff:
-    """The diff of side A against side B. ``all_numbers`` adds the figures no release notes of A or B state
-    (a launcher header, PROGRESS.md, the notes of a later release)."""
+    """The diff of side A against side B; ``all_numbers`` adds the figures no release notes of A or B state."""
     sa, sb = _side(reg, a, tp), _side(reg, b, tp)
     d = Diff(sa, sb)
     order = reg.release_order()
@@ -433,8 +424,7 @@ def _vs_reference(reg: Registry, release: str, sides: set, all_numbers: bool) ->
 
 
 def config_order(reg: Registry) -> list[str]:
-    """Bench configs, headline first: the primary model's, then the others' (models.toml order), each at
-    its TP sizes, largest first: ``<scope>_tp<N>``."""
+    """Bench configs ``<scope>_tp<N>``, headline first: the primary model's, then the others', largest TP first."""
     models = sorted(reg.models.values(), key=lambda m: not m.primary)
     return [f"{m.scope}_tp{t}" for m in models if m.scope for t in m.tp_sizes]
 
@@ -447,9 +437,8 @@ METHOD_ORDER = ["step-script", "probe", "betterbench", "release-table", "startup
 
 
 def bench_order(key: tuple, configs: list[str]) -> tuple:
-    """Headline first: configs in ``configs`` order (config_order: the primary model at its largest TP size
-    first); the defaults before other settings; decode step and single stream first; per source (probe
-    before BetterBench)."""
+    """Headline first: configs in ``configs`` order, the defaults before other settings, decode step and single
+    stream first, then per source (probe before BetterBench)."""
     cfg, setting, metric, stack, plat, method, launch = key
     base, _, sub = metric.partition("@")
     ci = configs.index(cfg) if cfg in configs else len(configs)

@@ -1,14 +1,8 @@
-"""What a switch changes, and from that whether it is graph-affecting (issue 38 item 5).
+"""What a switch changes, and from that whether it is graph-affecting (part of vLLM's compile-cache key).
 
-A variant is graph-affecting when it changes what vLLM compiles and captures: the weights (their format or
-layout), the shapes, or which kernels are launched inside the graph. Graph-affecting knobs are part of vLLM's
-compile-cache key (plugin/envdecl.py; the manifest's hash in the ``--additional-config`` carrier covers every
-value), so a compiled artifact is never reused across such a switch.
-
-What a switch changes is derived from the facts a variant already declares (:func:`changes`); a variant whose
-facts do not say (a ``kernel`` knob with no extension point: a weight conversion or a launch of its own) declares
-``changes`` in its TOML (the schema requires it). ``python -m r9k.registry.effects`` prints every variant's
-classification (tests/data/graph_affecting.txt is the checked-in copy).
+Graph-affecting: it changes the weights, the shapes or which kernels run inside the graph. :func:`changes`
+derives it from the facts a variant declares; one whose facts do not say declares ``changes`` in its TOML.
+``python -m r9k.registry.effects`` prints every variant's classification (tests/data/graph_affecting.txt).
 """
 from __future__ import annotations
 

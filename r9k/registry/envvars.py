@@ -1,12 +1,8 @@
 """This project's own environment variables: every one of them, declared once.
 
-A *knob* (``R9K_ROUTER``, ``UTIL``, ...) is registry data: declared in ``registry/variants/*.toml``, it
-selects a kernel variant or a launcher setting. A *control variable*, declared here, says where things
-are or how the tools behave (which manifest the plugin serves, where the cache lives, ...). The resolver
-never mistakes one for a misspelt knob; the plugin declares to vLLM those marked ``vllm``; everything
-else reads its value through :meth:`EnvVar.get` (or :func:`cache_dir`), never by spelling the name.
-
-Standard library only: the engine, the plugin and the command line all import this module.
+A *knob* (``R9K_ROUTER``, ``UTIL``) is registry data (``registry/variants/*.toml``); a *control variable*,
+declared here, says where things are or how the tools behave. Everything reads a control variable through
+:meth:`EnvVar.get` (or :func:`cache_dir`), never by spelling its name. Standard library only.
 """
 from __future__ import annotations
 
@@ -140,9 +136,8 @@ _REFERENCE = re.compile(r"\benvvars\.([A-Z][A-Z0-9_]*)\b")
 
 
 def spell(text: str) -> str:
-    """``text`` with each reference ``envvars.NAME`` to a variable here replaced by the variable's name, for
-    a reader who sets it (a command's ``--help``, built from docstrings that refer to ``envvars.MANIFEST``
-    rather than spelling the name). Other text, ``envvars.cache_dir()`` included, is left as it is."""
+    """``text`` with each ``envvars.NAME`` reference replaced by the variable's name (``--help`` built from
+    docstrings); other text is left as it is."""
     def name(m: "re.Match[str]") -> str:
         var = globals().get(m.group(1))
         return var.name if isinstance(var, EnvVar) else m.group(0)

@@ -1,7 +1,6 @@
 """Located diagnostics: every error or warning names its file, line and column and the affected items."""
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Literal, Optional
 
@@ -20,14 +19,9 @@ class Diagnostic:
     hint: Optional[str] = None
 
     def location(self) -> str:
-        if not self.file:
-            return ""
-        loc = self.file
-        if self.line:
-            loc += f":{self.line}"
-            if self.col:
-                loc += f":{self.col}"
-        return loc
+        if not self.file or not self.line:
+            return self.file or ""
+        return f"{self.file}:{self.line}" + (f":{self.col}" if self.col else "")
 
     def format(self) -> str:
         """One line, compiler style: ``path:line:col: error[code]: message (hint)``."""
@@ -49,6 +43,3 @@ class RegistryError(Exception):
     def __init__(self, diagnostics: list[Diagnostic]):
         self.diagnostics = diagnostics
         super().__init__("\n".join(d.format() for d in diagnostics))
-
-    def to_json(self) -> str:
-        return json.dumps([d.to_dict() for d in self.diagnostics], indent=2)

@@ -1,20 +1,11 @@
 """The one read path and the one writer for every file the project reads or writes.
 
-Reading (:func:`read_bytes`, :func:`read_text`, :func:`read_toml`, :func:`read_json`, :func:`read_jsonl`,
-:func:`read_xml`) checks, in this order: the path exists, is not a symlink loop, is a regular file, is
-readable, is at most ``max_bytes`` long, is UTF-8 text (a UTF-8 BOM is dropped; anything else is refused at
-the first bad byte), parses, and nests at most :data:`MAX_DEPTH` levels. Every failure raises
-:class:`FileError`, holding exactly one located diagnostic (``file:line:col: error[kind]: ...``).
-
-Writing (:func:`atomic_write`, :func:`atomic_append`, :func:`update`, :func:`open_for_writing`) is the one
-writer of the project. It replaces only regular files: a folder, FIFO, socket or device node, or a symlink
-resolving outside the path's folder (or ``within``), is refused with one located line and left alone;
-``/dev/stdout``, ``/dev/stderr`` and ``/dev/fd/N`` are written to, never replaced. A replace goes through a
-temporary file in the target's folder (named with the writer's pid: a killed writer's is removed by the next
-write), fsync and a rename: on any failure the old file is left as it was. A symlink into the same folder
-stays a link. Every append and read-modify-write holds :func:`locked`, so concurrent writers lose nothing.
-
-Imports only the standard library (plus :mod:`.errors`): the plugin uses it on its startup path.
+Readers (:func:`read_bytes`, :func:`read_text`, :func:`read_toml`, :func:`read_json`, :func:`read_jsonl`,
+:func:`read_xml`) check existence, links, file type, size, UTF-8, syntax and nesting (:data:`MAX_DEPTH`); each
+failure raises :class:`FileError` with one located diagnostic. Writers (:func:`atomic_write`,
+:func:`atomic_append`, :func:`update`, :func:`open_for_writing`) replace only regular files (``/dev/stdout``
+and ``/dev/fd/N`` are written to), through a temporary file, fsync and rename, under :func:`locked` for
+appends and read-modify-writes. Standard library only (plus :mod:`.errors`): the plugin imports it at startup.
 """
 from __future__ import annotations
 
@@ -58,8 +49,7 @@ class FileError(RegistryError):
 
 
 class WriteError(FileError, OSError):
-    """A file that could not be written (the old content is intact); also an OSError, for callers that
-    handle write failures as such."""
+    """A file that could not be written (the old content is intact); also an OSError."""
 
 
 def display_path(p: PathLike) -> str:
@@ -203,8 +193,7 @@ def read_text(path: PathLike, what: str = "file", max_bytes: Optional[int] = Non
 
 
 def _too_deep(path, text: str, what: str, comments: bool = True) -> FileError:
-    """A too-deep error at the first bracket that nests deeper than MAX_DEPTH (best effort: strings and
-    ``#`` comments are skipped; 1:1 when no such bracket is found)."""
+    """A too-deep error at the first bracket nesting deeper than MAX_DEPTH (best effort; else 1:1)."""
     depth, at = 0, (1, 1)
     for n, ln in enumerate(text.split("\n"), 1):
         quote: Optional[str] = None
@@ -319,8 +308,8 @@ def _first_char(text: str) -> tuple[int, int]:
 
 def parse_json(text: str, path: Optional[PathLike] = None, what: str = "JSON file", expect: Any = None,
                line_offset: int = 0) -> Any:
-    """Parsed JSON (``expect``: a type or tuple of types the top-level value must have), or a FileError.
-    ``line_offset``: the line ``text`` starts at minus one (for one line of a JSON Lines file)."""
+    """Parsed JSON (``expect``: the type(s) the top-level value must have), or a FileError; ``line_offset``:
+    the line ``text`` starts at minus one (one line of a JSON Lines file)."""
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -350,8 +339,7 @@ def read_json(path: PathLike, what: str = "JSON file", expect: Any = None, max_b
 
 def read_jsonl(path: PathLike, what: str = "JSON Lines file", expect: Any = dict, max_bytes: Optional[int] = None,
                problems: Optional[list] = None) -> list[tuple[int, Any]]:
-    """(line number, value) for each non-blank line. A bad line raises its located FileError, or, with a
-    ``problems`` list, is skipped and its Diagnostic appended there."""
+    """(line number, value) per non-blank line; a bad line raises, or with ``problems`` is skipped there."""
     text = read_text(path, what, max_bytes)
     out = []
     for lineno, line in enumerate(text.split("\n"), 1):
@@ -367,8 +355,7 @@ def read_jsonl(path: PathLike, what: str = "JSON Lines file", expect: Any = dict
 
 
 def read_xml(path: PathLike, what: str = "XML file", max_bytes: Optional[int] = None):
-    """The root element of an XML file (ElementTree), or a located FileError. Document type declarations
-    (and so entity definitions) are refused: no result file needs them."""
+    """The root element of an XML file, or a located FileError; document types (and entities) are refused."""
     return parse_xml(read_text(path, what, max_bytes), path, what)
 
 
@@ -417,10 +404,7 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR,
 
 
 def _not_regular(mode: int) -> Optional[str]:
-    for test, name in _KINDS:
-        if test(mode):
-            return name
-    return None
+    return next((name for test, name in _KINDS if test(mode)), None)
 
 
 def _refused(p: Path, kind: str, message: str, hint: Optional[str] = None) -> "WriteError":
@@ -429,9 +413,8 @@ def _refused(p: Path, kind: str, message: str, hint: Optional[str] = None) -> "W
 
 
 def _write_target(p: Path, what: str = "file", within: Optional[PathLike] = None) -> Path:
-    """The file a write to ``p`` must replace: the end of its symlink chain. Refuses (a located
-    :class:`WriteError`) a link loop, a link resolving outside ``within`` (by default ``p``'s folder), and a
-    target that is not a regular file."""
+    """The file a write to ``p`` must replace: the end of its symlink chain. Refuses a link loop, a link
+    outside ``within`` (by default ``p``'s folder) and a target that is not a regular file."""
     target = p
     if os.path.islink(p):
         try:
@@ -468,8 +451,7 @@ _held: dict[str, list] = {}  # folder -> [RLock, depth, fd or None]
 @contextlib.contextmanager
 def locked(path: PathLike):
     """An exclusive, re-entrant advisory lock (``fcntl.flock`` on the folder of ``path``'s target) for a
-    read-modify-write or an append. A folder that cannot be opened is written without a lock (the write then
-    reports the problem); a path no writer may write (:func:`_write_target`) is refused here already."""
+    read-modify-write or an append; a folder that cannot be opened is written without one."""
     folder = os.path.realpath(_write_target(Path(path)).parent)
     with _locks_guard:
         entry = _held.setdefault(folder, [threading.RLock(), 0, None])
@@ -509,8 +491,8 @@ def pid_alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # it exists, and belongs to someone else
+        pass
     return True
 
 
@@ -564,9 +546,8 @@ def _write_stream(p: Path, fd: int, data: bytes, what: str) -> Path:
 
 def atomic_write(path: PathLike, data: Union[str, bytes], what: str = "file", mode: Optional[int] = None,
                  within: Optional[PathLike] = None) -> Path:
-    """Replace ``path``'s content with ``data`` atomically (the rules: the module text); returns the file
-    written (the symlink's target when ``path`` is a link), or raises a located FileError (kind ``write``,
-    ``not-a-file``, ...) with the old file unchanged. ``within``: a folder the file must be in."""
+    """Replace ``path``'s content with ``data`` atomically; returns the file written (a link's target), or
+    raises a located FileError with the old file unchanged. ``within``: a folder the file must be in."""
     p = Path(path)
     if isinstance(data, str):
         data = data.encode("utf-8")
@@ -629,8 +610,7 @@ def _read_old(p: Path, what: str) -> Optional[bytes]:
 
 def update(path: PathLike, change: Callable[[Optional[bytes]], Union[str, bytes]], what: str = "file",
            within: Optional[PathLike] = None) -> Path:
-    """A read-modify-write under :func:`locked`: ``change(old bytes or None when missing)`` returns the new
-    content, written atomically. Concurrent updates of the same file by several processes lose nothing."""
+    """A read-modify-write under :func:`locked`: ``change(old bytes or None)`` returns the new content."""
     p = Path(path)
     if _stream_fd(p) is not None:
         return atomic_write(p, change(None), what)
@@ -641,8 +621,7 @@ def update(path: PathLike, change: Callable[[Optional[bytes]], Union[str, bytes]
 
 def atomic_append(path: PathLike, data: Union[str, bytes], what: str = "file",
                   within: Optional[PathLike] = None) -> Path:
-    """Append ``data`` to ``path`` (created if missing) by an :func:`update`: a failed append leaves the file
-    as it was, and concurrent appends are all kept."""
+    """Append ``data`` to ``path`` (created if missing) by an :func:`update`."""
     if isinstance(data, str):
         data = data.encode("utf-8")
 
@@ -656,8 +635,7 @@ def atomic_append(path: PathLike, data: Union[str, bytes], what: str = "file",
 
 
 def open_for_writing(path: PathLike, append: bool = False, what: str = "file", within: Optional[PathLike] = None):
-    """A text stream for a file written piece by piece (a log), with the target checks of :func:`atomic_write`.
-    Appends use ``O_APPEND`` so that each line lands whole."""
+    """A text stream for a file written piece by piece (a log), with :func:`atomic_write`'s target checks."""
     p = Path(path)
     fd = _stream_fd(p)
     if fd is not None:
@@ -676,8 +654,7 @@ def open_for_writing(path: PathLike, append: bool = False, what: str = "file", w
 
 
 def move_into_place(src: PathLike, path: PathLike, what: str = "file") -> Path:
-    """Rename the finished file ``src`` (in the same folder) onto ``path``, with the checks of
-    :func:`atomic_write`; on a refusal ``src`` stays where it was."""
+    """Rename the finished file ``src`` onto ``path`` with :func:`atomic_write`'s checks."""
     p = Path(path)
     target = _write_target(p, what)
     try:

@@ -23,10 +23,9 @@ _ORDER = {ast.Gt: operator.gt, ast.Lt: operator.lt, ast.GtE: operator.ge, ast.Lt
 
 
 class Formula:
-    """A memory formula: arithmetic over names (the model's dims and derived quantities, ``tp``, ``value``),
-    comparisons, ``a if c else b`` and the functions ``knob(NAME)`` (another knob's value), ``on(NAME)``
-    (1 when that knob is not at its stock value), ``sizes_max(v, default)`` (the largest of a comma list),
-    ``num(v, default)``, ``max``, ``min``, ``ceil``. Nothing else is evaluated."""
+    """A memory formula: arithmetic over names (the model's dims, ``tp``, ``value``), comparisons,
+    ``a if c else b`` and ``knob(NAME)``, ``on(NAME)``, ``sizes_max(v, default)``, ``num(v, default)``,
+    ``max``, ``min``, ``ceil``. Nothing else is evaluated."""
 
     def __init__(self, text: str, where: str = "formula"):
         self.text, self.where = text, where

@@ -1,16 +1,10 @@
-"""What a gate depends on, computed: the import closure, within this repository, of its test files and of
-its kernel modules.
+"""What a gate depends on: the import closure, within this repository, of its test files and kernel modules.
 
-Roots (:func:`r9k.registry.ledger.dependencies`): the gate's test files, the ``conftest.py`` files pytest
-loads for them, the module of ``implementation.module`` and the Python modules under ``implementation.sources``
-(a program there, with an ``if __name__ == "__main__":`` block, is hashed but its imports are not followed).
-Each module's source is parsed (``ast``; nothing is imported) and every import anywhere in it (a lazy one
-too) that names a module of this repository is followed, with the ``__init__.py`` of every package on the
-way. A string constant naming a file beside the module (``"tuned_h200.json"``) makes that file a dependency.
-
-``r9k.<folder>.<...>`` is ``<folder>/<...>`` (the package's links), and a bare ``kernels.<...>`` is the same
-file. Other names (torch, triton, the standard library) are the toolchain's (:mod:`r9k.registry.provenance`).
-Dynamic imports (``importlib.import_module(name)``) are not seen.
+Roots come from :func:`r9k.registry.ledger.dependencies`. Each module is parsed (``ast``, nothing imported) and
+every import in it that names a module of this repository is followed, with the ``__init__.py`` of every
+package on the way; a program (an ``if __name__ == "__main__":`` block) is hashed but not followed, and a
+string constant naming a file beside the module makes it a dependency. ``r9k.<folder>.<...>`` and a bare
+``kernels.<...>`` are ``<folder>/<...>``. Dynamic imports are not seen.
 """
 from __future__ import annotations
 
@@ -28,10 +22,8 @@ from . import envvars, fileio
 NAMESPACE = "r9k"
 
 # ------------------------------------------------------------------------------ the parse cache
-# What a module's source says (:func:`_facts`) depends on its bytes alone: cached on disk by their sha256
-# (<cache dir>/gatedeps-<format>.json, measured: notes/evidence.md), with each gate's closure
-# (:func:`closure_cached`). Only a cache: every entry's shape is checked before use; envvars.NO_CACHE = 1
-# bypasses it.
+# What a module's source says (:func:`_facts`) and each gate's closure (:func:`closure_cached`), cached on disk
+# (<cache dir>/gatedeps-<format>.json); every entry's shape is checked before use; envvars.NO_CACHE bypasses it.
 _CACHE_FORMAT = 1
 _disk: dict[str, dict] | None = None
 _dirty = False
@@ -42,8 +34,7 @@ def _cache_path() -> Path:
 
 
 def _read_disk(path: Path) -> dict:
-    """The cache file's entries; {} when it is missing, not a regular file, a link out of its folder, too
-    large, unreadable or not a JSON object (nothing is trusted: each entry is checked again when used)."""
+    """The cache file's entries; {} for anything but a readable JSON object (each entry is checked when used)."""
     try:
         if os.path.islink(path) and os.path.dirname(os.path.realpath(path)) != os.path.realpath(path.parent):
             return {}
@@ -77,8 +68,8 @@ def save_cache() -> None:
 
 def closure_cached(root: Path, declaration: list, compute) -> tuple[dict[str, str], list[str]]:
     """``compute()`` (file -> sha256, missing declared paths) of one gate, or its cached result while every file
-    of the closure has the recorded content and every folder it was looked up in the recorded entries (a module
-    created or removed changes its folder's listing). Modification times are never consulted."""
+    of the closure has the recorded content and every folder it was looked up in the recorded entries
+    (modification times are never consulted)."""
     cache = _cache()
     key = "closure:" + hashlib.sha256(json.dumps(declaration, sort_keys=True).encode()).hexdigest()
     entry = cache.get(key)
@@ -173,9 +164,8 @@ def _facts_of(path: Path) -> dict:
 
 
 def _facts(data: bytes, filename: str, key: str | None = None) -> dict:
-    """What a module's source says, from its bytes: ``imports`` ([level, module, [names]] per import;
-    ``import a.b`` is [-1, "a.b", []]), ``consts`` (string constants that could name a sibling file) and
-    ``script`` (an ``if __name__ == "__main__":`` block at module level). Cached by content hash."""
+    """What a module's source says: ``imports`` ([level, module, [names]] per import; ``import a.b`` is
+    [-1, "a.b", []]), ``consts`` (strings that could name a sibling file) and ``script``; cached by content hash."""
     global _dirty
     key = key or hashlib.sha256(data).hexdigest()
     cache = _cache()
@@ -218,8 +208,7 @@ def _looked_up(key: tuple, compute):
 
 
 def fresh_lookups() -> None:
-    """Forget the file-system lookups (called at the start of each pass over the gates: files may have been
-    created, removed or edited since the last)."""
+    """Forget the file-system lookups (at the start of each pass over the gates)."""
     _LOOKUPS.clear()
     _PASS[0] += 1
 
@@ -236,8 +225,7 @@ def one_pass():
 
 
 def lookups_for_a_gate() -> None:
-    """Called before one gate's closure: outside :func:`one_pass`, each gate is its own pass (a file created,
-    removed or edited since an earlier call in this process is seen)."""
+    """Called before one gate's closure: outside :func:`one_pass`, each gate is its own pass."""
     if not _IN_PASS[0]:
         fresh_lookups()
 
@@ -300,8 +288,7 @@ def _module_name(root: Path, path: Path) -> str:
 
 @lru_cache(maxsize=1024)
 def _direct(root: Path, path: Path, sha: str, pass_no: int = -1) -> tuple[Path, ...]:
-    """Repository files one module depends on directly (see the module doc), reused within one pass for the
-    same content."""
+    """Repository files one module depends on directly, reused within one pass for the same content."""
     try:
         facts = _facts_of(path)
     except OSError:
@@ -383,8 +370,7 @@ def conftests(root: str | Path, test_file: str) -> list[str]:
 
 
 def is_script(root: str | Path, rel: str) -> bool:
-    """A file with an ``if __name__ == "__main__":`` block is a program (a benchmark), not a kernel module:
-    declared sources that are programs are hashed, but their imports are not followed."""
+    """A file with an ``if __name__ == "__main__":`` block is a program: hashed, its imports not followed."""
     p = Path(root) / rel
     try:
         data = p.read_bytes()

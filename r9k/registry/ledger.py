@@ -1,39 +1,11 @@
 """The gate ledger: which declared gate tests passed, on what, and for which version of the sources.
 
-File: :func:`ledger_path`, append-only JSON Lines, one line per gate run of one variant, written by
-``r9kctl gate``::
-
-    {"variant": "router_gemm", "tests": ["kernels/router/test_router.py"], "result": "pass",
-     "outcomes": {"kernels/router/test_router.py::test_exact[4]": "passed", ...},
-     "platform": "cpu-triton-interpret", "date": "2026-11-30T15:40:02Z",
-     "source_hash": "<sha256 hex>", "files": 5, "commit": "3440341", "dirty": true, "duration_s": 12.3}
-
-``outcomes`` holds one entry per pytest item that ran (``passed``, ``failed``, ``error``, ``skipped``,
-``needs-gpu``: skipped because it is marked ``gpu`` and no GPU was there), plus the declared id itself when it
-produced no item (``not-found``, or ``not-run`` when pytest died before reaching it). ``deps`` maps every
-file the gate depends on to its sha256; ``toolchain`` is :func:`r9k.registry.provenance.toolchain` of the
-run (torch, Triton, vLLM, Python versions and the device).
-
-**What a gate depends on** (:func:`dependencies`): the declared ``implementation.sources`` (files, folders or
-globs, relative to the repository root) and gate test files, their import closure within the repository
-(:mod:`r9k.registry.gatedeps`: a shared ``kernels/_testing.py`` is a dependency of every gate that imports it,
-and of no other) and the pytest configuration (:func:`r9k.registry.provenance.ini_options_hash`). The **source
-hash** (:func:`hash_of`) covers all of them; a declared path that does not exist contributes a marker.
-
-**A record counts** when its source hash equals the current one and its toolchain equals the current
-toolchain of its platform (:class:`Toolchains`: this machine's own for this machine's platforms; for
-another platform, e.g. ``cuda-h200`` seen from a CPU machine, the toolchain of the newest record made
-there). **Gate state** of a variant with declared gate tests (:func:`gate_states`): per declared test and
-platform the latest conclusive outcome among the counting records decides; a test passed in a record only
-when every one of its items (each parametrization) passed; a skipped item proves nothing:
-
-* ``failed``  some test's latest conclusive outcome on some platform is a failure;
-* ``fresh``   every declared test passed (on at least one platform) and none failed;
-* ``stale``   not fresh, nothing failed, and some test passed only in records that no longer count; the
-  state's ``changes`` say why (``kernels/router/tl_common.py changed``, ``triton 3.6.0 -> 3.9.0 on cpu``);
-* ``missing`` no usable record (never run, or only skipped, e.g. ``needs-gpu`` on a CPU-only machine).
-
-Variants that declare no gate tests are absent from :func:`gate_states`. This module imports nothing heavy.
+:func:`ledger_path` is append-only JSON Lines, one :class:`GateRecord` per gate run of one variant, written by
+``r9kctl gate``. A record counts when its source hash (:func:`hash_of` over :func:`dependencies`: declared
+sources, gate tests, their import closure and the pytest configuration) and its platform's toolchain
+(:class:`Toolchains`) are the current ones. :func:`gate_states` gives each variant that declares gate tests a
+state: ``failed``, ``fresh``, ``stale`` (with ``changes`` saying why) or ``missing``; notes/evidence.md has the
+rules. This module imports nothing heavy.
 """
 from __future__ import annotations
 
@@ -78,7 +50,7 @@ def registry_root(reg_or_root: Any) -> Path:
 
 def repo_root(reg_or_root: Any) -> Path:
     """Source paths and pytest ids are relative to the repository root: the registry folder's parent, or
-    ``envvars.REPO_ROOT`` (for a registry tree kept outside the repository whose code it describes)."""
+    ``envvars.REPO_ROOT``."""
     forced = envvars.REPO_ROOT.get()
     return Path(forced).resolve() if forced else registry_root(reg_or_root).resolve().parent
 
@@ -87,14 +59,13 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def installed_copy(root: Path) -> bool:
-    """Whether ``root`` is this package's own registry tree outside a repository (a wheel's copy in
-    site-packages), where nothing is to be written."""
+    """Whether ``root`` is this package's own registry tree outside a repository (a wheel's copy)."""
     return Path(root).resolve() == _PACKAGE_DIR and not (_PACKAGE_DIR.parents[1] / ".git").exists()
 
 
 def ledger_path(reg_or_root: Any) -> Path:
-    """The ledger file: ``envvars.LEDGER`` when set, else ``<registry root>/gates/ledger.jsonl``; an installed
-    copy uses ``<state dir>/gates/ledger-<version>.jsonl``, started from the packaged ledger on first use."""
+    """``envvars.LEDGER``, else ``<registry root>/gates/ledger.jsonl``; an installed copy uses
+    ``<state dir>/gates/ledger-<version>.jsonl``, started from the packaged ledger."""
     forced = envvars.LEDGER.get()
     if forced:
         return Path(forced)
@@ -120,13 +91,13 @@ def ledger_path(reg_or_root: Any) -> Path:
 
 
 def test_file(node_id: str) -> str:
-    """The file part of a pytest node id (``kernels/router/test_x.py::test_y[4]`` -> ``kernels/router/test_x.py``)."""
+    """The file part of a pytest node id."""
     return node_id.split("::", 1)[0]
 
 
 def item_of(nodeid: str, declared: str) -> bool:
-    """Whether a pytest item belongs to a declared id: the id itself, a parametrization of it
-    (``id[...]``), or an item under a file / class id (``id::...``); ``test_add`` is not ``test_add_gpu``."""
+    """Whether a pytest item belongs to a declared id: the id, a parametrization (``id[...]``) or an item
+    under it (``id::...``)."""
     return nodeid == declared or nodeid.startswith(declared + "::") or nodeid.startswith(declared + "[")
 
 
@@ -184,8 +155,7 @@ def dependencies(reg_or_root: Any, variant: Any) -> tuple[list[str], list[str]]:
 
 
 def file_hashes(reg_or_root: Any, variant: Any) -> tuple[dict[str, str], list[str]]:
-    """(repo-relative path -> sha256 of every file the gate depends on, declared paths that are missing),
-    cached on disk per gate (:func:`r9k.registry.gatedeps.closure_cached`)."""
+    """(path -> sha256 of every file the gate depends on, missing declared paths), cached on disk per gate."""
     lookups_for_a_gate()
     root = repo_root(reg_or_root)
     key = [str(root), hashed_paths(variant), declared_tests(variant), variant.implementation.module]
@@ -266,9 +236,8 @@ class GateRecord:
         return self.imported is not None or (self.note or "").startswith("imported from")
 
     def evidence(self, here: str | None = None) -> str:
-        """``ran here`` (``r9kctl gate`` ran it in the checkout and on the machine whose
-        :func:`~r9k.registry.provenance.checkout_id` is ``here``), ``ran elsewhere, <date>`` (it came with the
-        ledger), or ``imported from <platform>, <date>, unverified``."""
+        """``ran here`` (by ``r9kctl gate`` in the checkout and machine ``here``), ``ran elsewhere, <date>``,
+        or ``imported from <platform>, <date>, unverified``."""
         if not self.was_imported:
             if here is not None and self.ran_at == here:
                 return RAN_HERE
@@ -279,7 +248,7 @@ class GateRecord:
         return f"imported from {self.platform}, {(created or self.date)[:10]}, unverified"
 
     def outcomes_for(self, test_id: str) -> list[str]:
-        """Outcomes of the items a declared id covers (the id itself, or items under a file / class id)."""
+        """Outcomes of the items a declared id covers."""
         if test_id in self.outcomes:
             return [self.outcomes[test_id]]
         under = (test_id + "::", test_id + "[")  # item_of, inlined: this runs per record x declared test
@@ -367,8 +336,7 @@ def _read_segment(p: Path, records: list[GateRecord], problems: list) -> None:
 def split_by_where_it_ran(outcomes: Mapping[str, str], ran_on: Mapping[str, str | None], platform: str,
                           toolchain: Mapping[str, Any] | None) -> list[tuple[str, dict[str, str], dict | None]]:
     """[(platform, outcomes, toolchain)] of one gate run: on a GPU platform the items that ran on the CPU
-    (:func:`r9k.registry.provenance.ran_on`) are a record of their own on ``cpu``; items of unknown placement
-    stay with the GPU's."""
+    (:func:`r9k.registry.provenance.ran_on`) are a record of their own on ``cpu``."""
     cpu = {n: o for n, o in outcomes.items() if ran_on.get(n) == "cpu"}
     if platform_matches(platform, "cpu") or not cpu:
         return [(platform, dict(outcomes), dict(toolchain) if toolchain is not None else None)]
@@ -384,8 +352,7 @@ def read_ledger(path: str | Path) -> tuple[list[GateRecord], list[str]]:
 
 
 def read_ledger_diagnostics(path: str | Path) -> tuple[list[GateRecord], list]:
-    """(records in time order, one located warning per line that is not a record, which is skipped). A
-    missing ledger is empty; its moved-aside segments are read first."""
+    """(records in time order, one located warning per line that is not a record); segments read first."""
     records: list[GateRecord] = []
     problems: list = []
     for seg in segments(path):
@@ -440,14 +407,8 @@ class GateState:
     def ok(self) -> bool:
         return self.state == "fresh"
 
-    @property
-    def imported_only(self) -> bool:
-        """Fresh, and only on imported evidence (nothing that counts ran under r9kctl gate)."""
-        return bool(self.evidence) and all(e.endswith("unverified") for e in self.evidence.values())
-
     def label(self) -> str:
-        """Where the counted evidence came from: ``ran here`` / ``imported from cuda-h200, <date>, unverified``
-        (per platform when there are several), or ``no record`` without any."""
+        """Where the counted evidence came from (per platform when there are several), or ``no record``."""
         if not self.evidence:
             return "no record" if not self.per_platform else "nothing counts"
         vals = list(dict.fromkeys(self.evidence.values()))
@@ -456,15 +417,13 @@ class GateState:
         return "; ".join(f"{p}: {e}" for p, e in self.evidence.items())
 
     def line(self) -> str:
-        """One state line: ``fresh (imported from cuda-h200, 2026-12-01, unverified): 4/4 passed ...``
-        (a gate never run anywhere: ``missing: never run``)."""
+        """One state line: ``fresh (imported from cuda-h200, 2026-12-01, unverified): 4/4 passed ...``."""
         if not self.per_platform:
             return f"{self.state}: {self.detail}"
         return f"{self.state} ({self.label()}): {self.detail}"
 
     def on(self, platform: str | None) -> tuple[str, str]:
-        """(state, detail) for a profile's platform: only records made on that platform (or one of its family's
-        names: ``cpu`` takes ``cpu-triton-interpret``) count; a platform with no record says so."""
+        """(state, detail) counting only records made on ``platform`` (or its family's names)."""
         if not platform:
             return self.state, f"{self.label()}: {self.detail}"
         mine = {p: st for p, st in self.per_platform.items() if platform_matches(p, platform)}
@@ -486,15 +445,12 @@ class GateState:
 def platform_matches(recorded: str, wanted: str) -> bool:
     """Whether a record made on ``recorded`` is evidence for a profile on ``wanted``: the same name, one a
     refinement of the other (``cuda`` / ``cuda-h200``), or both on the CPU (``cpu`` / ``cpu-triton-interpret``)."""
-    if recorded == wanted or recorded.startswith(wanted + "-") or wanted.startswith(recorded + "-"):
-        return True
-    cpu = lambda p: p in ("cpu", "interpret", "triton-interpret") or p.startswith("cpu-")
-    return cpu(recorded) and cpu(wanted)
+    return platform_admits([recorded], wanted)
 
 
 def _record_outcome(rec: GateRecord, test_id: str) -> str | None:
-    """A declared test's outcome in one record: failed if any of its items failed, passed only when every
-    item (every parametrization) ran and passed, else None (skipped, needs a GPU, not run: proves nothing)."""
+    """A declared test's outcome in one record: failed if any item failed, passed only when every item
+    passed, else None (proves nothing)."""
     outs = rec.outcomes_for(test_id)
     if any(o in FAILING for o in outs):
         return FAILED
@@ -503,18 +459,13 @@ def _record_outcome(rec: GateRecord, test_id: str) -> str | None:
     return None
 
 
-def local_platforms(tc: Mapping[str, Any]) -> set[str]:
-    dev = tc.get("device") or "cpu"
-    return {"cpu", "cpu-triton-interpret"} if dev == "cpu" else {f"cuda-{dev}", f"rocm-{dev}"}
-
-
 class Toolchains:
-    """The current toolchain of each platform: this machine's own for its platforms; for another machine's,
-    the toolchain of the newest record made there (which makes older records of another toolchain stale)."""
+    """The current toolchain of each platform: this machine's own for its platforms, else the newest record's."""
 
     def __init__(self, records: Iterable[GateRecord], local: Mapping[str, Any] | None = None):
         self.local = dict(local) if local is not None else provenance.toolchain()
-        self._mine = local_platforms(self.local)
+        dev = self.local.get("device") or "cpu"
+        self._mine = {"cpu", "cpu-triton-interpret"} if dev == "cpu" else {f"cuda-{dev}", f"rocm-{dev}"}
         self._latest: dict[str, dict] = {}
         for r in records:
             if r.toolchain is not None:
@@ -530,8 +481,7 @@ class Toolchains:
 
 def _test_status(test_id: str, records: list[GateRecord], current: str,
                  tcs: Toolchains, seen: dict | None = None) -> tuple[str, set[str], dict[str, GateRecord]]:
-    """``seen``: (record's id, test id) -> its outcome, shared by the calls of one :func:`state_of` (the
-    per-platform pass asks again what the first pass found)."""
+    """``seen``: (record's id, test id) -> outcome, shared by the calls of one :func:`state_of`."""
     latest: dict[str, str] = {}  # platform -> latest conclusive outcome of a valid record
     deciding: dict[str, GateRecord] = {}  # platform -> the record that gave it
     passed_before = False
@@ -573,8 +523,7 @@ def _changes(rec: GateRecord, current: str, files: Mapping[str, str], tcs: Toolc
 
 
 def _platform_state(statuses: Mapping[str, str], platform: str) -> str:
-    """The state from one platform's records alone. A test that needs a GPU proves nothing about a CPU
-    platform, so there the gate is fresh when every other test passed."""
+    """The state from one platform's records alone; on a CPU platform a test that needs a GPU proves nothing."""
     vals = set(statuses.values())
     if "failed" in vals:
         return "failed"
@@ -633,8 +582,7 @@ def state_of(reg_or_root: Any, variant: Any, records: list[GateRecord], tcs: Too
 
 
 def known_bad(variant: Any, toolchains: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """One message per declared known-bad range (``gate.known_bad``) that a toolchain falls in;
-    ``toolchains``: where -> toolchain, e.g. {"installed here": ..., "gate passed on cuda-h200": ...}."""
+    """One message per declared known-bad range a toolchain (``toolchains``: where -> toolchain) falls in."""
     out = []
     for kb in variant.gate.known_bad if variant.gate else []:
         for where, tc in toolchains.items():
@@ -657,14 +605,9 @@ def gate_states(reg: Any, ledger: str | Path | None = None) -> dict[str, GateSta
 def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
                   local_toolchain: Mapping[str, Any] | None = None,
                   platform: str | None = None) -> list[tuple[str, Any, tuple, str]]:
-    """The gate rule for a launch, over the variants it switches on: (code, variant, TOML key, message) for
-
-    * ``gate``: every default-on variant with this project's code or declared gate tests whose gate is not
-      fresh (with ``platform``, for a variant whose implementation runs there: not fresh *on that platform*);
-    * ``known-bad``: every variant whose ``gate.known_bad`` range holds the toolchain installed here or one
-      its counted gate passes ran on.
-
-    Warnings: a strict launch and the plugin's strict mode refuse on them."""
+    """(code, variant, TOML key, message) of the gate rule over the variants a launch switches on: ``gate``
+    for a default-on variant with code or gate tests whose gate is not fresh (on ``platform``, where it runs
+    there), ``gate-unverified``, and ``known-bad`` for a toolchain in a ``gate.known_bad`` range. Warnings."""
     here = dict(local_toolchain) if local_toolchain is not None else provenance.toolchain()
     out: list[tuple[str, Any, tuple, str]] = []
     for v in variants:
@@ -680,7 +623,8 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
                 out.append(("gate", v, ("implementation",), f"default-on variant '{v.id}' ({v.knob}): no gate: it "
                             "runs this project's code but declares no gate tests ([variant.gate] tests)"))
             continue
-        runs_there = platform is not None and _admits(v, platform)
+        impl = v.implementation  # runs on ``platform``: its declared platforms admit it
+        runs_there = platform is not None and bool(impl.module) and platform_admits(list(impl.platforms), platform)
         if st is not None and runs_there:
             state, detail = st.on(platform)
             if state != "fresh":
@@ -701,22 +645,15 @@ def gate_findings(variants: Iterable[Any], states: Mapping[str, GateState],
 
 
 def imported_only_on(st: GateState, platform: str) -> list[str]:
-    """``platform: evidence`` of each counted record for ``platform`` when every one of them is an import
-    (unverified), else []."""
+    """``platform: evidence`` of each counted record for ``platform`` when all are imports, else []."""
     ev = {p: e for p, e in st.evidence.items() if platform_matches(p, platform)}
     unverified = [f"{p}: {e}" for p, e in ev.items() if e.endswith("unverified")]
     return unverified if ev and len(unverified) == len(ev) else []
 
 
-def _admits(variant: Any, platform: str) -> bool:
-    """Whether the variant's implementation runs on ``platform`` (its declared platforms admit it)."""
-    impl = variant.implementation
-    return bool(impl.module) and platform_admits(list(impl.platforms), platform)
-
-
 def summary(variants: Iterable[Any], states: Mapping[str, GateState], platform: str | None) -> str:
-    """One line over the gated variants a profile switches on, for its platform: how many are fresh (ran here,
-    ran elsewhere, imported only), not fresh, and with no record on that platform."""
+    """One line over the gated variants a profile switches on: fresh (ran here, elsewhere, imported only),
+    not fresh, and with no record on the platform."""
     here, elsewhere, imported, other, none = [], [], [], [], []
     for v in variants:
         st = states.get(v.id)

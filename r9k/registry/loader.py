@@ -1,14 +1,11 @@
-"""Loading the registry tree (variants, releases, models) and the profiles, with located errors.
-
-Layout of a registry tree::
+"""Loading the registry tree and the profiles, with located errors.
 
     <root>/variants/<area>.toml    [[variant]] tables (schema.Variant)
     <root>/releases/<version>.toml  one release file each (schema.Release)
     <root>/models.toml              [[model]] tables (schema.ModelSpec)
 
-Profiles live in the packaged ``profiles/`` folder, plus any folder named by ``envvars.PROFILES_DIR`` or
-passed as ``profile_dirs`` (:func:`load_profiles`). Only when something is wrong is the text scanned for the
-line and column of the offending key (:func:`locate`).
+Profiles: the packaged ``profiles/`` folder, ``envvars.PROFILES_DIR`` and ``profile_dirs``
+(:func:`load_profiles`). Only on an error is the text scanned for the key's line and column (:func:`locate`).
 """
 from __future__ import annotations
 
@@ -53,8 +50,7 @@ _HEADER = re.compile(r"^\s*\[\[?\s*([A-Za-z0-9_.\-\"]+)\s*\]\]?")
 
 
 class _Index:
-    """One text's lines, its table headers and its ``key =`` lines, made once per text: each of many errors
-    is located in O(log n), not by scanning the file again."""
+    """One text's lines, table headers and ``key =`` lines, indexed once: each error is located in O(log n)."""
 
     _KEY = re.compile(r'^\s*(?:"([^"]*)"|([A-Za-z0-9_\-]+))\s*=')
 
@@ -100,11 +96,8 @@ def _index(text: str) -> _Index:
 
 
 def locate(text: str, loc: Iterable) -> tuple[Optional[int], Optional[int]]:
-    """Best-effort line and column (1-based) of a pydantic error location inside a TOML text.
-
-    Handles arrays of tables (``[[variant]]`` .. index .. key), sub-tables (``[variant.gate]``),
-    inline tables and top-level keys. Returns (None, None) when nothing matches.
-    """
+    """Best-effort 1-based line and column of a pydantic error location inside a TOML text (arrays of tables,
+    sub-tables, inline tables, top-level keys); (None, None) when nothing matches."""
     ix = _index(text)
     lines = ix.lines
     lo, hi = 0, len(lines)
@@ -186,8 +179,7 @@ _TYPE_NAMES = {"str": "a string", "int": "an integer", "float": "a number", "boo
 
 
 def _merge_union_errors(errors: list) -> list:
-    """One error for a value that matches no member of a union (``knobs.X = ["r9k"]``): pydantic reports one
-    per member (``knobs.X.str``, ``knobs.X.int``, ...), four lines for one fault."""
+    """One error for a value that matches no member of a union (pydantic reports one per member)."""
     out: list = []
     for err in errors:
         loc = tuple(err["loc"])
@@ -206,12 +198,10 @@ def _merge_union_errors(errors: list) -> list:
         elif members:
             kinds = [_TYPE_NAMES[m] for m in members]
             kinds = ", ".join(kinds[:-1]) + " or " + kinds[-1]
-            err["msg"] = f"Input should be {kinds}, not {_toml_type(err.get('input'))}"
+            value = err.get("input")
+            got = {list: "an array", dict: "a table"}.get(type(value), f"a {type(value).__name__}")
+            err["msg"] = f"Input should be {kinds}, not {got}"
     return out
-
-
-def _toml_type(value) -> str:
-    return {list: "an array", dict: "a table"}.get(type(value), f"a {type(value).__name__}")
 
 
 def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_loc: tuple = (),
@@ -251,10 +241,9 @@ def _schema_diags(path: Path, text: Optional[str], exc: ValidationError, base_lo
 
 
 class _ParseCache:
-    """Parsed TOML by (path, SHA-256 of the file's bytes), pickled in the user's cache directory (measured:
-    notes/core.md). An entry is used only for the exact bytes it was parsed from; the file is ``MAGIC``, the
-    stamp of the code (:func:`_stamp`), the SHA-256 of the pickle, then the pickle: anything else is ignored
-    and rebuilt, never trusted. ``envvars.NO_CACHE`` set to 1 turns it off. Only clean parses are cached."""
+    """Parsed TOML by (path, SHA-256 of the file's bytes), pickled in the user's cache directory. The file is
+    ``MAGIC``, :func:`_stamp`, the pickle's SHA-256, then the pickle: anything else is ignored and rebuilt.
+    ``envvars.NO_CACHE`` turns it off."""
 
     MAGIC = b"r9k-parse-cache/2\n"
 
@@ -318,8 +307,7 @@ class _ParseCache:
 
 @functools.cache
 def _stamp() -> bytes:
-    """What a cache file must have been written by: this project's version, the Python version and a hash
-    of the code that reads and parses the files (a cache of another version is ignored)."""
+    """What a cache file must have been written by: the project's and Python's versions, a hash of the parser."""
     from r9k import __version__
 
     h = hashlib.sha256(f"{__version__}:{sys.version_info[:2]}".encode())
@@ -392,8 +380,7 @@ class Registry:
             return None
 
     def cached(self, key: tuple | str, compute):
-        """``compute()``, once per registry object and ``key`` (derived data: gate states, missing gate
-        tests, located keys); a registry loaded again starts with none, e.g. after kernel sources were edited."""
+        """``compute()``, once per registry object and ``key`` (derived data: gate states, located keys)."""
         if key not in self._memo:
             self._memo[key] = compute()
         return self._memo[key]
@@ -402,8 +389,7 @@ class Registry:
         return dict(self._knobs)
 
     def release_order(self) -> list[str]:
-        """Releases from oldest to newest: by date, then by version (``previous`` is checked by validate,
-        not used for the order)."""
+        """Releases from oldest to newest: by date, then by version."""
         key = ("release_order",) + tuple((v, r.date) for v, r in self.releases.items())  # sorted once per set
         return list(self.cached(key, lambda: sorted(self.releases, key=lambda v: (self.releases[v].date, _vkey(v)))))
 
@@ -484,11 +470,9 @@ def load_profiles(dirs: list[Path], diags: list[Diagnostic], texts: dict, origin
                   cache: Optional[_ParseCache] = None,
                   problems: Optional[dict[str, list[Diagnostic]]] = None,
                   only: Optional[Iterable[str]] = None) -> dict[str, Profile]:
-    """The profiles of ``dirs`` (a later folder's file replaces an earlier one of the same name). A file
-    that does not load goes to ``problems`` (name -> its diagnostics) when that is given, else to ``diags``;
-    either way it hides a profile of the same name in an earlier folder. ``only``: these profiles and what
-    they extend, the other files left unread (a junk file in the folder costs nothing); every file when one
-    of them has no file (the unknown name's error lists the others)."""
+    """The profiles of ``dirs`` (a later folder's file replaces an earlier one of the same name). A file that
+    does not load goes to ``problems`` when given, else to ``diags``. ``only``: read only these profiles and
+    what they extend (every file when one of them has no file: the error lists the others)."""
     profiles: dict[str, Profile] = {}
     files = {d: sorted(d.glob("*.toml")) for d in dirs if d.is_dir()}
     need = _profiles_needed(files, only, cache) if only is not None else None
@@ -539,8 +523,8 @@ def _profiles_needed(files: dict[Path, list[Path]], only: Iterable[str], cache) 
 
 def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic], texts: dict, cache,
                 name_from_file: bool = False):
-    """The item of a file named like it (a profile, a release), checked against ``schema``, its ``key`` field
-    (the file name's when ``name_from_file`` and absent) the file's name; None after adding located errors."""
+    """The item of a file named like it (a profile, a release), checked against ``schema`` and its ``key``
+    field against the file's name (the default when ``name_from_file``); None after located errors."""
     data, text, _ = _read(path, diags, cache)
     shown = display_path(path)
     texts[shown] = text
@@ -566,8 +550,7 @@ def _load_named(path: Path, schema, key: str, what: str, diags: list[Diagnostic]
 def _array_of_tables(data: Optional[dict], key: str, text: Optional[str], path: Path, shown: str,
                      diags: list[Diagnostic]) -> list:
     """The ``[[key]]`` tables of a file; [] after a located error when ``key`` holds something else. Any
-    other top-level key is a located error too (a misspelt ``[[models]]`` would otherwise hide every table
-    under it and surface as "unknown model" wherever one is named)."""
+    other top-level key (a misspelt ``[[models]]``) is a located error too."""
     for k in sorted(set(data or {}) - {key}):
         line, col = locate(text or _source_text(path), (k,)) if not isinstance(data[k], list) else \
             locate(text or _source_text(path), (k, 0))
@@ -594,16 +577,38 @@ def _declared_before(origins: dict, key: tuple[str, str], what: str, shown: str,
     return True
 
 
+def _load_tables(path: Path, kind: str, into: dict, diags: list[Diagnostic], texts: dict, origins: dict,
+                 cache: _ParseCache) -> None:
+    """The ``[[variant]]`` (by id) or ``[[model]]`` (by name) tables of one file, added to ``into``."""
+    schema, key = (Variant, "id") if kind == "variant" else (ModelSpec, "name")
+    data, text, heads = _read(path, diags, cache, header=f"[[{kind}]]")
+    shown = display_path(path)
+    texts[shown] = text
+    if data is None:
+        return
+    for i, raw in enumerate(_array_of_tables(data, kind, text, path, shown, diags)):
+        line = heads[i] if i < len(heads) else (None if kind == "variant" else 1)
+        vid = raw.get("id", f"#{i}") if isinstance(raw, dict) else f"#{i}"
+        try:
+            item = schema.model_validate(raw)
+        except ValidationError as exc:
+            diags += _schema_diags(path, text, exc, base_loc=(kind, i), items=[str(vid)] if kind == "variant" else ())
+            continue
+        name = getattr(item, key)
+        what = f"variant id '{name}'" if kind == "variant" else f"model '{name}'"
+        if _declared_before(origins, (kind, name), what, shown, line, diags):
+            continue
+        into[name] = item
+        origins[(kind, name)] = (shown, line or 1)
+
+
 def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]] = None,
                   broken_profiles: str = "keep", only_profiles: Optional[Iterable[str]] = None) -> Registry:
-    """Load and schema-check the registry tree and the profiles; raise RegistryError with every
-    located schema error found (not just the first).
+    """Load and schema-check the registry tree and the profiles; raise RegistryError with every located error.
 
-    A profile file that does not load does not stop the rest: with ``broken_profiles="keep"`` (the
-    default) it is left out of ``profiles`` and its diagnostics are kept in ``profile_problems``, reported
-    by whatever reads that profile (resolve, validate) and by ``validate --all``; ``"raise"`` makes it an
-    error of the load. ``only_profiles``: a command about these profiles reads only their files and their
-    parents' (:func:`load_profiles`)."""
+    ``broken_profiles="keep"``: a profile file that does not load is left out, its diagnostics kept in
+    ``profile_problems``; ``"raise"`` makes it an error of the load. ``only_profiles``: read only these
+    profiles' files and their parents' (:func:`load_profiles`)."""
     root = Path(root).expanduser() if root else default_registry_root()
     diags: list[Diagnostic] = []
     texts: dict[str, str] = {}
@@ -617,23 +622,7 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
 
     cache = _ParseCache()
     for path in sorted((root / "variants").glob("*.toml")):
-        data, text, heads = _read(path, diags, cache)
-        shown = display_path(path)
-        texts[shown] = text
-        if data is None:
-            continue
-        for i, raw in enumerate(_array_of_tables(data, "variant", text, path, shown, diags)):
-            line = heads[i] if i < len(heads) else None
-            vid = raw.get("id", f"#{i}") if isinstance(raw, dict) else f"#{i}"
-            try:
-                v = Variant.model_validate(raw)
-            except ValidationError as exc:
-                diags += _schema_diags(path, text, exc, base_loc=("variant", i), items=[str(vid)])
-                continue
-            if _declared_before(origins, ("variant", v.id), f"variant id '{v.id}'", shown, line, diags):
-                continue
-            variants[v.id] = v
-            origins[("variant", v.id)] = (shown, line or 1)
+        _load_tables(path, "variant", variants, diags, texts, origins, cache)
 
     rdir = root / "releases"
     for path in sorted(rdir.glob("*.toml")) if rdir.is_dir() else []:
@@ -644,20 +633,7 @@ def load_registry(root: Optional[Path] = None, profile_dirs: Optional[list[Path]
 
     mpath = root / "models.toml"
     if os.path.lexists(mpath):  # a broken link or a loop is an error of its own, not a missing file
-        data, text, mheads = _read(mpath, diags, cache, header="[[model]]")
-        shown = display_path(mpath)
-        texts[shown] = text
-        for i, raw in enumerate(_array_of_tables(data, "model", text, mpath, shown, diags)):
-            try:
-                m = ModelSpec.model_validate(raw)
-            except ValidationError as exc:
-                diags += _schema_diags(mpath, text, exc, base_loc=("model", i))
-                continue
-            line = mheads[i] if i < len(mheads) else 1
-            if _declared_before(origins, ("model", m.name), f"model '{m.name}'", shown, line, diags):
-                continue
-            models[m.name] = m
-            origins[("model", m.name)] = (shown, line)
+        _load_tables(mpath, "model", models, diags, texts, origins, cache)
 
     problems: Optional[dict[str, list[Diagnostic]]] = {} if broken_profiles == "keep" else None
     profiles = load_profiles(profile_dirs if profile_dirs is not None else default_profile_dirs(), diags, texts, origins,

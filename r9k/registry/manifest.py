@@ -1,15 +1,10 @@
 """The one hand-off from the launcher to every vLLM process: the resolved set as plain data.
 
-``r9kctl launch`` resolves and validates a profile once and writes its :class:`Manifest`: every item's value
-and provenance and the facts of its variant the plugin needs. Every vLLM process loads it, checks its hash
-(recomputed from its values) and the registry fingerprint (:func:`registry_fingerprint`), and never resolves
-or validates again. Started by hand (``envvars.PROFILE``), the plugin's first process builds the same
-manifest (:func:`from_resolved`) for the processes after it.
-
-A credential of the profile's ``[env]`` is in a manifest by reference only (:func:`r9k.registry.redact.reference`);
-each process takes the value from its own environment and the plugin refuses to start when it differs.
-
-:class:`Impl` is the one vocabulary for "which implementation runs". Standard library only.
+``r9kctl launch`` writes a :class:`Manifest` (every item's value, provenance and variant facts); every vLLM
+process checks its hash and :func:`registry_fingerprint` and never resolves again. Started by hand
+(``envvars.PROFILE``), the first process builds it (:func:`from_resolved`). Credentials are in it by reference
+only (:func:`r9k.registry.redact.reference`). :class:`Impl` is the one vocabulary for "which implementation
+runs". Standard library only.
 """
 from __future__ import annotations
 
@@ -41,17 +36,17 @@ class Impl(str, Enum):
 
 
 def fused_values(type_: str, choices, stock: Optional[str]) -> tuple[str, ...]:
-    """The values of a knob that select this project's implementation, from its declaration in the TOML:
-    a bool knob's ``1``, an enum's every choice but the stock one (none when the stock value is ``1``)."""
+    """The values of a knob that select this project's implementation: a bool's ``1``, an enum's every
+    choice but the stock one (none when the stock value is ``1``)."""
     if type_ == "bool":
         return () if stock == "1" else ("1",)
     return tuple(c for c in choices if c not in ("", stock))
 
 
 def set_hash(model: Optional[str], tp: int, values: Mapping[str, Optional[str]], env: Mapping[str, str]) -> str:
-    """12 hex chars over what the processes must agree on: model, TP size, every knob's value, the
-    profile's environment (the one formula: ``ResolvedSet.hash`` and :class:`Manifest` both use it); a
-    credential counts by its reference (``redact.reference``), so the hash is the same where only that is known."""
+    """12 hex chars over what the processes must agree on: model, TP size, every knob's value and the
+    profile's environment (a credential by its ``redact.reference``); ``ResolvedSet.hash`` and
+    :class:`Manifest` both use it."""
     payload = {"model": model, "tp": tp,
                "values": {k: v for k, v in sorted(values.items()) if v is not None},
                "env": dict(sorted(referenced(env).items()))}
@@ -74,8 +69,7 @@ class Code:
 
 @dataclass
 class Target:
-    """What a launcher knob sets of vLLM's (the TOML's ``sets``, whole: the applied-check needs its units and
-    JSON fields too; ``registry.vllm_map.mapping`` reads it like the schema's)."""
+    """What a launcher knob sets of vLLM's (the TOML's ``sets``, whole; ``registry.vllm_map.mapping`` reads it)."""
 
     kind: str
     name: str
@@ -128,9 +122,8 @@ class Facts:
 
 
 class StockRule:
-    """Whether a value is its variant's stock, and whether it switches the variant on: the one rule for the
-    resolver's items (``registry.resolve.Resolved``) and the manifest's (:class:`Item`). Needs ``value`` and a
-    ``variant`` with ``stock`` and ``type``."""
+    """Whether a value is its variant's stock, and whether it switches the variant on: the one rule for
+    ``registry.resolve.Resolved`` and :class:`Item` (needs ``value`` and a ``variant`` with ``stock`` and ``type``)."""
 
     @property
     def is_stock(self) -> bool:
@@ -264,8 +257,7 @@ def shape_problem(data: object) -> Optional[str]:
 
 
 def from_dict(data: Any) -> Manifest:
-    """The manifest :meth:`Manifest.to_dict` wrote; :class:`ManifestError` on any other shape, or when its
-    values do not give its hash (edited)."""
+    """The manifest :meth:`Manifest.to_dict` wrote; :class:`ManifestError` on another shape or a wrong hash."""
     problem = shape_problem(data)
     if problem:
         raise ManifestError(problem)
@@ -318,8 +310,7 @@ def from_resolved(rs, registry: Optional[str] = None, warnings=(), gates=None) -
 
 
 def registry_fingerprint(root: Path, adapters: Optional[Path] = None) -> str:
-    """A content hash of the registry files a manifest's facts come from (every ``*.toml`` under ``root`` by
-    relative path, and the adapter table): the same on every node with the same registry."""
+    """A content hash of every ``*.toml`` under ``root`` and the adapter table."""
     h = hashlib.sha256()
     root = Path(root)
     files = sorted(root.rglob("*.toml"))
@@ -368,9 +359,8 @@ def decode(value: str) -> dict:
 
 def carrier(m: Manifest, server: str, path: Optional[str] = None, inline: bool = True) -> dict:
     """What ``r9kctl launch`` puts in ``--additional-config`` under :data:`CARRIER_KEY`: the set's hash and the
-    manifest, ``inline`` (encoded: for processes on nodes without the launcher's files) or by ``path`` (the
-    file the launcher wrote). vLLM hashes ``additional_config`` into its compile-cache key, so the per-start
-    server id travels in the environment (envvars.SERVER), and here only inline (for Ray's workers), at that cost."""
+    manifest, ``inline`` (encoded, with the server id: for nodes without the launcher's files) or by ``path``.
+    vLLM hashes ``additional_config`` into its compile-cache key, so the server id travels in envvars.SERVER."""
     out: dict = {"hash": m.hash}
     if inline or not path:
         out["server"] = server

@@ -3,13 +3,9 @@
 capacity (tokens) = (GPU memory x utilisation - weights - overhead - sum of the variants' costs)
                     / KV bytes per token
 
-with the model's numbers from ``registry/models.toml`` and each variant's ``memory.formula``: bytes a GPU as
-an expression of the model's dims, the TP size and the knob's value (and other knobs'), evaluated at the
-resolved value whether the variant is on or off (off is usually 0). A fixed KV budget (the ``KVMEM``
-launcher knob, vLLM's ``--kv-cache-memory``; ``VLLM_CPU_KVCACHE_SPACE`` on the CPU backend) pins the capacity;
-the costs then eat the headroom instead, and a budget that does not fit is an error.
-
-``python -m r9k.registry.memory_check`` prints the model's error on every KV figure the original stack gives.
+with the model's numbers from ``registry/models.toml`` and each variant's ``memory.formula`` evaluated at the
+resolved value. A fixed KV budget (the ``KVMEM`` knob; ``VLLM_CPU_KVCACHE_SPACE`` on the CPU) pins the
+capacity; the costs then eat the headroom, and a budget that does not fit is an error.
 """
 from __future__ import annotations
 
@@ -28,8 +24,7 @@ UTIL_FLAG = "--gpu-memory-utilization"
 
 
 def vllm_default_utilization() -> Optional[float]:
-    """vLLM's own ``--gpu-memory-utilization`` default, from the target vLLM's interface description (what a launch
-    that passes nothing gets); None when no description ships for it."""
+    """vLLM's own ``--gpu-memory-utilization`` default from the interface description; None without one."""
     from .vllm_interface import target
 
     iface, _ = target()
@@ -115,20 +110,15 @@ class Budget:
 
 @dataclass
 class HybridLayout:
-    """vLLM 0.32's KV-cache arithmetic for a model of attention and recurrent-state (GDN/Mamba) layers, on one
-    rank (``registry/models.toml``'s ``kv_hybrid``; the rule's sources in vLLM are named at each step):
+    """vLLM 0.32's KV-cache arithmetic for a model of attention and recurrent-state layers, on one rank:
 
-    * the attention block grows to hold a state page: ``block = align x ceil(state / (align x attn))``
-      (``platforms/interface.py: _align_hybrid_block_size``; ``attn``: one attention layer's bytes a token),
-      and every layer's page is ``block x attn`` (the state page padded to it);
+    * the attention block grows to hold a state page, ``block = align x ceil(state / (align x attn))``
+      (``_align_hybrid_block_size``), and every layer's page is ``block x attn``;
     * layers are grouped by type into groups of equal size: the smaller type's count, or the larger one's when
-      it is under 1.5 times the smaller (``kv_cache_utils._get_kv_cache_groups_uniform_page_size``); the pool
-      is ``kv_bytes // (page x group_size)`` blocks shared by every group;
+      under 1.5 times the smaller (``_get_kv_cache_groups_uniform_page_size``); the pool is
+      ``kv_bytes // (page x group_size)`` blocks shared by every group;
     * a request of ``max_model_len`` tokens takes ``ceil(max_model_len / block)`` blocks of each attention group
-      and ``state_blocks`` of each state group (``max_memory_usage_bytes`` of each spec), and vLLM's capacity
-      ("KV cache size: N tokens") is ``int(blocks / per_request x max_model_len)``
-      (``get_max_concurrency_for_kv_cache_config``, ``get_kv_cache_capacity``).
-    """
+      and ``state_blocks`` of each state group; the capacity is ``int(blocks / per_request x max_model_len)``."""
 
     attn_bytes_per_token: int  # one attention layer's, this rank
     state_bytes: int  # one state layer's state a sequence, this rank
@@ -171,9 +161,8 @@ class HybridLayout:
 
 
 def hybrid_layout(m, tp: int, serve_args: Optional[list] = None) -> Optional[HybridLayout]:
-    """The page arithmetic of a hybrid model at a TP size, with the profile's vLLM arguments (its
-    ``--max-model-len``; ``--no-enable-prefix-caching``: one state block a request, vLLM's mamba cache mode
-    'none'), or None for a model without ``kv_hybrid``."""
+    """The page arithmetic of a hybrid model at a TP size with the profile's vLLM arguments
+    (``--max-model-len``; ``--no-enable-prefix-caching``: one state block a request); None without ``kv_hybrid``."""
     h = m.kv_hybrid
     if h is None:
         return None
@@ -202,24 +191,20 @@ def hybrid_layout(m, tp: int, serve_args: Optional[list] = None) -> Optional[Hyb
 def budget(reg: Registry, rs: ResolvedSet, errors: Optional[list] = None) -> Optional[Budget]:
     """The budget of a resolved set, or None when the profile names no model/hardware, the model has no numbers
     at this TP size, or a value makes it uncomputable (the :class:`BudgetError` appended to ``errors``)."""
+    if not rs.model or rs.model not in reg.models or not rs.hardware:
+        return None
+    values = {r.variant.knob: r.value for r in rs.items.values()}
+    fixed_gib = None
     try:
-        return _budget(reg, rs)
+        if (rs.platform or "") == "cpu" and rs.extra_env.get("VLLM_CPU_KVCACHE_SPACE"):
+            fixed_gib = _gib("VLLM_CPU_KVCACHE_SPACE", rs.extra_env["VLLM_CPU_KVCACHE_SPACE"])  # the CPU KV space
+        b = budget_of(reg, rs.model, rs.tp, rs.hardware["memory_gib_per_gpu"], values,
+                      rs.gpu_memory_utilization or None, fixed_gib, active={r.variant.id for r in rs.active()},
+                      serve_args=rs.serve_args)
     except BudgetError as exc:
         if errors is not None:
             errors.append(exc)
         return None
-
-
-def _budget(reg: Registry, rs: ResolvedSet) -> Optional[Budget]:
-    if not rs.model or rs.model not in reg.models or not rs.hardware:
-        return None
-    values = {r.variant.knob: r.value for r in rs.items.values()}
-    util = rs.gpu_memory_utilization or None
-    fixed_gib = None
-    if (rs.platform or "") == "cpu" and rs.extra_env.get("VLLM_CPU_KVCACHE_SPACE"):
-        fixed_gib = _gib("VLLM_CPU_KVCACHE_SPACE", rs.extra_env["VLLM_CPU_KVCACHE_SPACE"])  # the CPU KV space
-    b = budget_of(reg, rs.model, rs.tp, rs.hardware["memory_gib_per_gpu"], values, util, fixed_gib,
-                  active={r.variant.id for r in rs.active()}, serve_args=rs.serve_args)
     if b is not None and fixed_gib is not None and not values.get(KVMEM_KNOB):
         b.kv_pool_separate = True
     return b
@@ -228,9 +213,8 @@ def _budget(reg: Registry, rs: ResolvedSet) -> Optional[Budget]:
 def budget_of(reg: Registry, model: str, tp: int, memory_gib: float, values: Mapping[str, Optional[str]],
               utilization: Optional[float] = None, fixed_kv_gib: Optional[float] = None,
               active: Optional[set] = None, serve_args: Optional[list] = None) -> Optional[Budget]:
-    """The budget of a model at a TP size on GPUs of ``memory_gib``, with the knobs at ``values`` (knob ->
-    value). ``active``: the variant ids that are on (for costs given as fixed bytes, charged only when on).
-    ``serve_args``: the profile's vLLM arguments (a hybrid model's capacity depends on its max_model_len)."""
+    """The budget of a model at a TP size on GPUs of ``memory_gib``, with the knobs at ``values``; ``active``:
+    the variant ids that are on (fixed-byte costs count only then); ``serve_args``: the profile's vLLM arguments."""
     if model not in reg.models:
         return None
     m = reg.models[model]
@@ -295,8 +279,7 @@ def budget_of(reg: Registry, model: str, tp: int, memory_gib: float, values: Map
 
 
 def cost_if_toggled(reg: Registry, rs: ResolvedSet, variant_id: str) -> Optional[VariantCost]:
-    """What turning a variant on (from stock; or off, if it is on) changes of this profile's budget: the
-    difference of the two budgets' costs, in bytes and KV tokens (positive: costs memory)."""
+    """What turning a variant on (or off, if on) changes of this profile's budget, in bytes and KV tokens."""
     if not rs.model or rs.model not in reg.models or not rs.hardware:
         return None
     v = reg.variants[variant_id]
@@ -323,17 +306,11 @@ def cost_if_toggled(reg: Registry, rs: ResolvedSet, variant_id: str) -> Optional
 
 
 def _on_value(v) -> Optional[str]:
-    """The value a variant is 'on' at: its registry default where that is not stock, else its first choice
-    that is not stock (a boolean's 1)."""
-    for tp_val in v.defaults.values():
-        if tp_val != v.stock:
-            return tp_val
-    if v.type == "bool":
-        return "1"
-    for c in v.choices or []:
-        if c != v.stock:
-            return c
-    return v.stock
+    """The value a variant is 'on' at: its registry default where not stock, else its first non-stock choice."""
+    default = next((x for x in v.defaults.values() if x != v.stock), None)
+    if default is not None:
+        return default
+    return "1" if v.type == "bool" else next((c for c in v.choices or [] if c != v.stock), v.stock)
 
 
 def _tokens(nbytes: int, bpt: int) -> int:

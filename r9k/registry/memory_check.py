@@ -41,8 +41,7 @@ class Figure:
     calibrates: Optional[str] = None  # the model constant this figure set (registry/models.toml): in-sample
 
     def error_pct(self, predicted: int) -> float:
-        """Relative error of ``predicted``: against the target, or (a range record) against the nearer end of
-        the range, 0 inside it."""
+        """Relative error of ``predicted`` against the target, or the nearer end of a range (0 inside it)."""
         if self.range:
             low, high = self.range
             if low <= predicted <= high:
@@ -92,8 +91,7 @@ def fitted(reg: Registry, f: Figure) -> bool:
 
 
 def sample(reg: Registry, f: Figure) -> str:
-    """``in-sample: <what it calibrates>`` for a figure a model constant was set from (its error shows the fit,
-    not a prediction), else ``held out``."""
+    """``in-sample: <what it calibrates>`` for a figure a model constant was set from, else ``held out``."""
     if fitted(reg, f):
         return f"in-sample: {f.model} overhead_bytes_per_gpu tp{f.tp} (memory_check --fit)"
     return f"in-sample: {f.calibrates}" if f.calibrates else "held out"

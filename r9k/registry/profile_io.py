@@ -1,17 +1,9 @@
-"""Round-trip editing of profile files: change knobs, keep the user's comments and layout.
+"""Round-trip editing of profile files for the control panel: change knobs, keep comments and layout.
 
-The write side of the loader's profiles, used by the control panel (``r9kctl tui``):
-
-* :class:`ProfileDocument` holds one profile file as a ``tomlkit`` document (comments, blank lines, key
-  order and value styles kept); :meth:`~ProfileDocument.set_knob` and :meth:`~ProfileDocument.remove_knob`
-  touch only the one key (under ``[knobs]``, an inline table or dotted keys, whichever the file uses).
-* :meth:`~ProfileDocument.save` writes atomically and refuses to overwrite a file whose content changed on
-  disk since it was loaded (:class:`ProfileConflict`; a file only touched is not a conflict).
-* :func:`save_as` creates a new profile that ``extends`` an existing one; it never replaces a file.
-
-Values are written as the canonical strings the registry uses (``"1"``, ``"r9k"``, ``"0.98"``), except
-that a key whose current value is a TOML number or boolean keeps that type when the new value converts
-cleanly, so a hand-written ``R9K_SPLIT = 4`` stays an integer.
+:class:`ProfileDocument` holds one file as a ``tomlkit`` document and touches only the one key;
+:meth:`~ProfileDocument.save` writes atomically and refuses a file changed on disk since it was loaded
+(:class:`ProfileConflict`); :func:`save_as` creates a new profile that ``extends`` one, never replacing a file.
+Values are written as canonical strings, except that a key holding a TOML number or boolean keeps its type.
 """
 from __future__ import annotations
 
@@ -27,8 +19,7 @@ from .fileio import atomic_write as _atomic_write, decode, locked, read_bytes
 if TYPE_CHECKING:
     from tomlkit.items import InlineTable, Table
 
-# tomlkit is imported where a document is parsed or written, not with this module: the control panel
-# imports this module at start-up (find_profile_file) and tomlkit costs ~15 ms to import.
+# tomlkit (slow to import) is imported where a document is parsed or written: the panel imports this at start-up.
 
 PROFILE_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*\Z")  # \Z: a trailing newline is refused
 
@@ -49,8 +40,7 @@ def _digest(data: bytes) -> str:
 
 
 def find_profile_file(name: str, dirs: Iterable[Path]) -> Optional[Path]:
-    """The file a profile was loaded from: the last folder that has ``NAME.toml`` (the loader's rule,
-    a later folder replaces an earlier one)."""
+    """The file a profile was loaded from: the last folder that has ``NAME.toml`` (the loader's rule)."""
     found = None
     for d in dirs:
         p = Path(d) / f"{name}.toml"
@@ -95,8 +85,7 @@ class ProfileDocument:
 
     @classmethod
     def from_bytes(cls, path: Path, data: bytes, mtime_ns: Optional[int]) -> "ProfileDocument":
-        """The document as it was read earlier (``data``): a later save compares the file with these
-        bytes, so a change made on disk after that read is a conflict."""
+        """The document as read earlier (``data``): a later save compares the file with these bytes."""
         return cls(Path(path), data.decode("utf-8"), _Stamp(mtime_ns, _digest(data)))
 
     # ------------------------------------------------------------------------------ reading
@@ -155,9 +144,8 @@ class ProfileDocument:
     # ------------------------------------------------------------------------------ writing
 
     def save(self, force: bool = False) -> None:
-        """Write the document atomically. Raises :class:`ProfileConflict` if the file changed on disk since it
-        was loaded (unless ``force``). Lock, then check, then write (:func:`~r9k.registry.fileio.locked`): of two
-        panels saving the same profile, the second sees the first's save as a conflict."""
+        """Write the document atomically; :class:`ProfileConflict` if the file changed on disk since it was loaded
+        (unless ``force``). Lock, check, write: of two panels saving one profile, the second sees a conflict."""
         text = self.render()
         with locked(self.path):  # refuses a FIFO, socket, device or folder at once
             if not force and self.changed_on_disk():
@@ -185,8 +173,7 @@ def _typed_like(old: object, value: str) -> object:
 
 
 def atomic_write(path: Path, text: str) -> Path:
-    """Write a profile's ``text`` to ``path`` (:func:`r9k.registry.fileio.atomic_write`); raises
-    :class:`~r9k.registry.fileio.WriteError` (an OSError) with the old file intact."""
+    """Write a profile's ``text`` to ``path``; :class:`~r9k.registry.fileio.WriteError` leaves the old file."""
     return _atomic_write(path, text, "profile")
 
 

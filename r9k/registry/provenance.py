@@ -1,26 +1,14 @@
 """Where a gate result came from: the content hashes of the tree that was tested and the toolchain it ran on.
 
-Standard library only, and importable without this package (the lent GPU machine has no pydantic, so
-``r9k.registry`` cannot be imported there): the GPU run's script calls it *as a file*, beside its JUnit XML::
+Standard library only, and importable without this package (the GPU machine has no pydantic). As a script::
 
-    python3 r9k/registry/provenance.py --root r9k --out "$OUT/provenance.json"    # the package folder's tree
+    python3 r9k/registry/provenance.py --root r9k --out "$OUT/provenance.json"
 
-which writes (format 1)::
-
-    {"r9k_provenance": 1, "created": "2026-12-01T08:25:00Z", "commit": "abc1234" | null,
-     "toolchain": {"torch": "2.9.0+cu128", "triton": "3.6.0", "vllm": null, "python": "3.12.3",
-                   "device": "h200"},
-     "platform": "cuda-h200",
-     "files": {"kernels/router/tl_common.py": "<sha256 hex>", ...}}
-
-The same file is a pytest plugin (``PYTHONPATH=r9k/registry python3 -m pytest -p provenance --rootdir r9k --junitxml=...``): it
-stamps the JUnit XML's test suite with the tree hash (:func:`tree_hash`), the toolchain and the platform, so an
-import can check that the XML and the provenance file describe the same run, and each test case with where
-its code ran (``r9k_ran_on``, :func:`ran_on`), so a CPU test on the GPU host is imported as a CPU record.
-
-``files`` covers every file of the tree (:func:`tree_hashes`); ``r9kctl gate --import-junit`` compares them
-with the local files each gate depends on and refuses the import on the first difference. The engine takes
-the *local* toolchain from here too (:func:`toolchain`: no torch / Triton / vLLM import).
+it writes format 1 (``created``, ``commit``, ``toolchain``, ``platform``, ``files``: :func:`tree_hashes`). As a
+pytest plugin (``PYTHONPATH=r9k/registry python3 -m pytest -p provenance --rootdir r9k --junitxml=...``) it
+stamps the JUnit XML with the tree hash, toolchain and platform, and each test case with where its code ran
+(:func:`ran_on`). ``r9kctl gate --import-junit`` checks both against the local files; :func:`toolchain` is
+also the engine's local toolchain (no torch / Triton / vLLM import).
 """
 from __future__ import annotations
 
@@ -80,17 +68,15 @@ _PYTEST_FILES = ("pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg")
 
 
 def ini_options_hash(root: str | Path) -> str | None:
-    """sha256 of the pytest configuration that a run in ``root`` reads: the first of ``root`` and the folders
-    above it that holds one, as pytest looks (the checkout's, above its package folder ``r9k/``); None when
-    there is none."""
+    """sha256 of the pytest configuration a run in ``root`` reads: the first of ``root`` and the folders above
+    it that holds one, as pytest looks; None when there is none."""
     root = Path(root).resolve()
     return next((h for h in map(_ini_options_hash_at, (root, *root.parents)) if h), None)
 
 
 def _ini_options_hash_at(root: Path) -> str | None:
-    """The configuration in one folder: the lines of ``pyproject.toml``'s ``[tool.pytest.ini_options]`` section,
-    blank and comment lines dropped, and the whole of ``pytest.ini``, ``.pytest.ini``, and of ``tox.ini`` /
-    ``setup.cfg`` when they hold a pytest section."""
+    """The configuration in one folder: ``pyproject.toml``'s pytest section (blank and comment lines dropped),
+    ``pytest.ini``, ``.pytest.ini``, and ``tox.ini`` / ``setup.cfg`` when they hold a pytest section."""
     parts: dict[str, Any] = {}
     try:
         data = (root / "pyproject.toml").read_bytes()
@@ -219,9 +205,8 @@ def _proc_gpu_model() -> str | None:
 @_functools.lru_cache(maxsize=None)  # installed versions do not change within a process; ~2 ms a lookup
 def _dist_version(names: tuple[str, ...]) -> str | None:
     """The installed version of the first of ``names`` that is installed, as ``importlib.metadata.version``
-    gives it. Importing ``importlib.metadata`` costs ~30 ms, so the plain case is read here: the one
-    ``<name>-*.dist-info`` (or ``.egg-info``) folder of the first ``sys.path`` folder that has one, and its
-    ``Version:`` line; anything else is asked of ``importlib.metadata`` (test_validate_fastpaths.py)."""
+    gives it; the plain case (one ``<name>-*.dist-info`` folder, its ``Version:`` line) is read here, without
+    importing ``importlib.metadata`` (slow); anything else is asked of it."""
     for n in names:
         v = _fast_version(n)
         if v is _ASK:
@@ -312,8 +297,7 @@ def _fast_version(name: str):
 
 
 def _python_version() -> str:
-    """``platform.python_version()``: CPython's version is the first word of ``sys.version`` (importing
-    ``platform`` cost a new process ~3 ms); any other interpreter or form is asked of ``platform``."""
+    """``platform.python_version()`` without importing ``platform``: CPython's is the first word of ``sys.version``."""
     first = sys.version.split(" ", 1)[0]
     if sys.implementation.name == "cpython" and re.fullmatch(r"\d+\.\d+\.\d+[A-Za-z0-9+]*", first):
         return first
@@ -323,8 +307,8 @@ def _python_version() -> str:
 
 
 def toolchain(use_torch: bool = False) -> dict[str, str | None]:
-    """The toolchain of this machine: versions from distribution metadata (nothing heavy is imported), the
-    device from the NVIDIA driver (first GPU), or from torch when ``use_torch`` (the GPU script; ROCm too)."""
+    """The toolchain of this machine: versions from distribution metadata, the device from the NVIDIA
+    driver, or from torch when ``use_torch``."""
     tc: dict[str, str | None] = {k: _dist_version(d) for k, d in _DISTS.items()}
     tc["python"] = _python_version()
     device = None
@@ -374,19 +358,8 @@ _OPS = (">=", "<=", "==", "!=", ">", "<")
 
 def _release(v: str) -> tuple[int, ...]:
     """``"2.13.0+cpu"`` -> (2, 13, 0); ``"3.7.1rc1"`` -> (3, 7, 1): the numeric release segment only."""
-    out = []
-    for part in v.split("+", 1)[0].split("."):
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        out.append(int(digits))
-        if len(digits) < len(part):
-            break
-    return tuple(out)
+    m = re.match(r"[0-9]+(?:\.[0-9]+)*", v.split("+", 1)[0])
+    return tuple(int(x) for x in m.group(0).split(".")) if m else ()
 
 
 def parse_spec(spec: str) -> list[tuple[str, str]]:
@@ -403,8 +376,7 @@ def parse_spec(spec: str) -> list[tuple[str, str]]:
 
 
 def in_range(version: str | None, spec: str) -> bool:
-    """Whether ``version`` satisfies every clause of ``spec`` (numeric release comparison, zero-padded;
-    a version that is None, i.e. not installed, is in no range)."""
+    """Whether ``version`` satisfies every clause of ``spec`` (numeric, zero-padded; None is in no range)."""
     if version is None:
         return False
     for op, val in parse_spec(spec):

@@ -1,13 +1,8 @@
-"""Credentials never leave in output: the one rule for which variables hold secrets and how they are shown.
+"""Credentials never leave in output: which variables hold secrets (:func:`is_secret`) and how they are shown.
 
-A variable whose name looks like a credential (:func:`is_secret`: ``HF_TOKEN``, ``OPENAI_API_KEY``; not
-``MAX_TOKENS``) has its value masked in everything this project prints or logs; lines meant to be sourced
-name it in a comment instead. A credential a profile's ``[env]`` sets travels by reference only
-(:func:`reference`), and each process of the server takes the value from its own environment.
-
-Also the one output rule for data (:func:`escape`: C0/C1 and bidi controls escaped, so no value can drive
-a terminal or forge a line) and the one maker of ``export NAME=value`` lines (:func:`export_line`), so that
-no output of this project runs code when sourced. Standard library only.
+A credential's value is masked in everything printed or logged, and travels by reference only
+(:func:`reference`). Also the one output rule for data (:func:`escape`: control and bidi characters escaped)
+and the one maker of ``export NAME=value`` lines (:func:`export_line`). Standard library only.
 """
 from __future__ import annotations
 
@@ -32,8 +27,7 @@ def _escaped(m: "re.Match") -> str:
 
 
 def escape(text, keep: str = "") -> str:
-    """``text`` with every control and bidi character shown escaped (``\\x1b``, ``\\r``, ``\\u202e``), the
-    characters in ``keep`` (e.g. newline and tab, for a whole block of output) left as they are."""
+    """``text`` with every control and bidi character shown escaped, those in ``keep`` left as they are."""
     text = str(text)
     if not _UNSAFE.search(text):
         return text
@@ -81,9 +75,8 @@ def masked(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def export_line(name: str, value: str, export: bool = True) -> str:
-    """``export NAME='value'`` for a POSIX shell (``NAME='value'`` without ``export``: an env file for
-    ``set -a; . FILE``); a credential is named in a comment (its value masked, nothing assigned); a name a
-    shell would not take as a variable raises ValueError (validation refuses such names first)."""
+    """``export NAME='value'`` for a POSIX shell (without ``export``: an env file for ``set -a; . FILE``);
+    a credential is named in a comment; a name a shell would not take raises ValueError."""
     if not _NAME.fullmatch(name):
         raise ValueError(f"{name!r} is not an environment variable name")
     if is_secret(name) and value:
@@ -95,9 +88,8 @@ _UNSAFE_IN_WORD = re.compile("(?:(?![\n\t])" + _UNSAFE.pattern + ")+")
 
 
 def sh_quote(value: str) -> str:
-    """``value`` as one POSIX shell word that prints safely: :func:`shlex.quote`, except that a run of control or
-    bidi characters (not newline or tab) becomes ``"$(printf '\\ooo...')"`` (octal bytes), so that sourcing the
-    line gives the exact value and showing it drives no terminal."""
+    """``value`` as one POSIX shell word that prints safely: :func:`shlex.quote`, with runs of control or
+    bidi characters as ``"$(printf '\\ooo...')"``."""
     if not _UNSAFE_IN_WORD.search(value):
         return shlex.quote(value)
     out, last = [], 0
@@ -120,8 +112,7 @@ _REFERENCE = re.compile(re.escape(REFERENCE_PREFIX) + r"[0-9a-f]{16}")
 
 
 def fingerprint(name: str, value: str) -> str:
-    """16 hex digits of SHA-256 over the name and the value: tells two values apart without showing either
-    (a token cannot be read back from it; a short password could be guessed, as from any hash)."""
+    """16 hex digits of SHA-256 over the name and the value: tells two values apart without showing either."""
     import hashlib
 
     return hashlib.sha256(f"r9k-credential\0{name}\0{value}".encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -132,8 +123,7 @@ def is_reference(value) -> bool:
 
 
 def reference(name: str, value: str) -> str:
-    """What a manifest carries for ``name=value``: the value itself, or for a credential its reference
-    (``r9k-credential:sha256:<fingerprint>``); a reference stays as it is."""
+    """What a manifest carries for ``name=value``: the value, or a credential's reference."""
     if not is_secret(name) or not value or is_reference(value):
         return value
     return REFERENCE_PREFIX + fingerprint(name, value)

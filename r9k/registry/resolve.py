@@ -1,18 +1,10 @@
 """Resolving a profile into the active set: one value per variant, each with its provenance.
 
-Layers, lowest first (like ``git config --show-origin``: every value knows where it came from):
-
-1. ``registry``    the variant's default at this model and TP size in the registry (the latest release's)
-                   or its stock value;
-2. ``release``     the defaults of the release the profile chain extends (derived from the registry's
-                   defaults by undoing the default changes of every later release), or ``stock``;
-3. ``profile``     each profile of the ``extends`` chain, base first;
-4. ``environment`` variables named like a declared knob;
-5. ``override``    ``--set KNOB=VALUE`` on the command line.
-
-Problems found while resolving (unknown knobs, illegal values, ``extends`` cycles) are collected as
-located :class:`Diagnostic` objects on the result; :func:`resolve` never raises for them, so a caller
-can show all of them at once. ``rs.ok`` is False when any of them is an error.
+Layers, lowest first: ``registry`` (the variant's default at this model and TP size, or stock), ``release``
+(the defaults of the release the profile chain extends), ``profile`` (each of the ``extends`` chain, base
+first), ``environment`` (variables named like a knob), ``override`` (``--set KNOB=VALUE``). Problems are
+collected as located :class:`Diagnostic` objects on the result (:func:`resolve` never raises for them);
+``rs.ok`` is False when any is an error.
 """
 from __future__ import annotations
 
@@ -70,10 +62,7 @@ class ResolvedSet:
     def ok(self) -> bool:
         return not any(d.level == "error" for d in self.diagnostics)
 
-    # The manifest's lookups, one definition for both sets: value by variant id or knob, the items off their
-    # stock value, and the hash over what the processes must agree on (model, TP size, every value;
-    # :func:`r9k.registry.manifest.set_hash`, the one formula). Like :class:`manifest.StockRule`, they need
-    # only ``items`` whose entries have ``variant`` and ``value``.
+    # The manifest's lookups, one definition for both sets (they need only ``items`` of ``variant`` and ``value``).
     value = manifest.Manifest.value
     non_stock = manifest.Manifest.non_stock
     hash = manifest.Manifest.hash
@@ -82,25 +71,23 @@ class ResolvedSet:
         return [r for r in self.items.values() if r.active]
 
     def env(self) -> dict[str, str]:
-        """Environment variables to export: every knob with a value ('' = unset is not exported) that the
-        plugin or vLLM reads, then the profile's extra env. Launcher knobs (category ``launcher``: ``UTIL``,
-        ``EAGER``, ...) are not among them: the launcher turns them into vLLM's own flags and variables."""
+        """Environment variables to export: every knob with a value that the plugin or vLLM reads (not launcher
+        knobs: the launcher turns them into vLLM's flags), then the profile's extra env."""
         out = {r.variant.knob: r.value for r in sorted(self.items.values(), key=lambda r: r.variant.knob)
                if r.value not in (None, "") and r.variant.category != "launcher"}
         out.update(self.extra_env)
         return out
 
     def to_manifest(self, warnings=(), gates=None) -> dict:
-        """The manifest (:mod:`r9k.registry.manifest`, the one hand-off to the plugin) of this set, with the
-        fingerprint of the registry it was resolved from."""
+        """The manifest of this set, with the fingerprint of the registry it was resolved from."""
         root = self.registry_root or default_registry_root()
         fp = manifest.registry_fingerprint(root, adapters_path())
         return manifest.from_resolved(self, fp, warnings, gates).to_dict()
 
     @classmethod
     def from_manifest(cls, data: Mapping, reg: Registry) -> "ResolvedSet":
-        """Rebuild a resolved set from a manifest, its values re-checked against this registry and its hash
-        (another registry's or an edited one is refused); ValueError when ``data`` is not a manifest's shape."""
+        """Rebuild a resolved set from a manifest, its values re-checked against this registry and its hash;
+        ValueError when ``data`` is not a manifest's shape."""
         problem = manifest_problem(data)
         if problem:
             raise ValueError(problem)
@@ -147,8 +134,7 @@ MAX_HINTS = 100
 
 
 def suggest(name: str, candidates: Iterable[str]) -> Optional[str]:
-    """A did-you-mean hint, or None. Names that start with what was typed come first (a profile's short
-    prefix means that profile, not one that merely contains it, which difflib may rate closer)."""
+    """A did-you-mean hint, or None; names that start with what was typed come first."""
     cands = list(candidates)
     prefixed = [c for c in cands if name and c.lower().startswith(name.lower())]
     if prefixed:
@@ -168,8 +154,8 @@ def primary_model(reg: Registry) -> Optional[ModelSpec]:
 
 
 def scope_matches(reg: Registry, scope: str, model: Optional[str], tp: int) -> bool:
-    """Whether a release change's scope covers ``model`` at ``tp``: ``all``; a model's ``scope`` name from
-    models.toml; ``tpN``: the primary model at TP N. ``model`` None means the primary model."""
+    """Whether a release change's scope (``all``, a model's ``scope``, ``tpN``: the primary model at TP N)
+    covers ``model`` (None: the primary) at ``tp``."""
     scope = scope.strip().lower()
     if scope == "all":
         return True
@@ -208,10 +194,9 @@ def value_at_release(reg: Registry, v: Variant, release: str, model: Optional[st
 
 
 def release_credit(reg: Registry, v: Variant, base: str, model: Optional[str], tp: int, value: Optional[str]) -> str:
-    """``release X`` for a value a profile takes from release ``base``: a release of this project
-    (``Release.project``) is named only when it set the value (else the release it extends, recursively), so
-    a default the original never had is never credited to one of the original's releases, and one it had
-    is never credited to this project's: ``release v0.3.2-r9k.1 (r9k-stack, extends v0.3.2)``."""
+    """``release X`` for a value a profile takes from release ``base``: a release of this project is named only
+    when it set the value (else the release it extends, recursively), e.g.
+    ``release v0.3.2-r9k.1 (r9k-stack, extends v0.3.2)``."""
     rel = reg.releases.get(base)
     seen = {base}
     order = reg.release_order()

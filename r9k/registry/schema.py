@@ -39,8 +39,7 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False, populate_by_name=True, defer_build=True)
 
     def plain(self) -> dict:
-        """``model_dump()`` of a model without nested models (fresh lists and dicts, the same values), without
-        building pydantic's serializer: on ``r9kctl validate``'s path that build cost more than the rest."""
+        """``model_dump()`` of a model without nested models, without building pydantic's serializer (costly)."""
         return {k: _plain(getattr(self, k)) for k in type(self).model_fields}
 
 
@@ -63,16 +62,11 @@ class NumRange(Strict):
 class Implementation(Strict):
     """This project's implementation of a variant, and how the plugin installs it.
 
-    module:   this project's module (``r9k.kernels.router``); None when the code is external (the knob is
-              only exported).
+    module:   this project's module (``r9k.kernels.router``); None: external code, the knob is only exported.
     op:       the kernel op name in ``r9k.kernels.ops`` that the knob switches.
     platforms: where this project's implementation has run: ``cuda-h200``, ``triton-interpret``, ...
-    extension_point: how the plugin installs it (``pluggable_layer:``, ``custom_op:``, ``ir_op:``,
-              ``model_registry:``, ``quantization:`` (vLLM's ``register_quantization_config``), ``model_class:``
-              (a vLLM module with no extension point: the gap on record), ``device_communicator:``
-              (``Platform.get_device_communicator_cls``), each with a NAME, or ``env-only``: only exported).
-    sources:  repository paths whose content hash decides whether a recorded gate result is fresh.
-    """
+    extension_point: how the plugin installs it (``pluggable_layer:NAME``, ``custom_op:NAME``, ... or ``env-only``).
+    sources:  repository paths whose content hash decides whether a recorded gate result is fresh."""
 
     module: Optional[str] = None
     op: Optional[str] = None
@@ -136,13 +130,7 @@ class MemoryCost(Strict):
 
 class KnownBad(Strict):
     """A toolchain range this variant is known to be wrong on (``validate`` warns when the installed
-    toolchain, or one its gate passed on, falls in it)::
-
-        [[variant.gate.known_bad]]
-        package = "triton"
-        versions = ">=3.4,<3.7.1"
-        reason = "flash-linear-attention Hopper precision bug"
-    """
+    toolchain, or one its gate passed on, falls in it)."""
 
     package: Literal["torch", "triton", "vllm", "python", "device"]
     versions: str = Field(min_length=1)  # comma-separated clauses: >=, >, <=, <, ==, != (device: == / !=)
@@ -156,8 +144,8 @@ class KnownBad(Strict):
 
 
 class Gate(Strict):
-    """How a variant is gated. ``tests`` are pytest node ids in this repository (runnable by
-    ``r9kctl gate``); ``original_tests`` name the original stack's tests, for the record."""
+    """How a variant is gated: ``tests`` are pytest node ids in this repository (run by ``r9kctl gate``);
+    ``original_tests`` name the original stack's tests, for the record."""
 
     kind: list[GateKind] = Field(default_factory=list)
     tests: list[str] = Field(default_factory=list)
@@ -173,8 +161,8 @@ class StatusInfo(Strict):
 
 
 class Change(Strict):
-    """A default that changed: at ``tp``, ``from`` -> ``to``. A variant's history says in which release
-    (:class:`DefaultChange`), a release which knob (:class:`ReleaseChange`)."""
+    """A default that changed: at ``tp``, ``from`` -> ``to``; a variant's history adds the ``release``
+    (:class:`DefaultChange`), a release the ``knob`` (:class:`ReleaseChange`)."""
     tp: str  # "all", a model's scope name (models.toml), or "tpN" (the primary model at TP N)
     from_: str = Field(alias="from")
     to: str
@@ -199,11 +187,10 @@ class Measurement(Strict):
 class Target(Strict):
     """A launcher knob sets something of vLLM's rather than an R9K_ variable of the plugin.
 
-    ``vllm-arg``: ``NAME VALUE``; ``vllm-flag`` (a bool knob): ``NAME`` at 1, ``--no-NAME`` at 0;
-    ``json-field``: the key ``field`` of the JSON flag NAME, with the constant keys ``fields``; ``env``: the
-    variable NAME (or the variables ``env`` gives per value), read by ``program``; ``none``: nothing launched
-    here reads it (``reason``). Checked against the target vLLM's interface description (registry/vllm_map.py,
-    which also reads the older spellings compilation-config, speculative-config and attention-backend)."""
+    ``vllm-arg``: ``NAME VALUE``; ``vllm-flag`` (bool): ``NAME`` at 1, ``--no-NAME`` at 0; ``json-field``: the key
+    ``field`` of the JSON flag NAME, with the constant keys ``fields``; ``env``: the variable NAME (or per value
+    ``env``), read by ``program``; ``none``: nothing launched here reads it (``reason``). Checked against the
+    target vLLM's interface description (registry/vllm_map.py)."""
 
     kind: Literal["vllm-arg", "vllm-flag", "json-field", "env", "none", "compilation-config", "speculative-config",
                   "attention-backend", "other", "kernel-config", "custom-op", "vllm-env"]
@@ -225,14 +212,11 @@ class Target(Strict):
 class VllmSwitch(Strict):
     """One of vLLM's own switches (a variant's ``sets`` of vLLM's): where it exists and what vLLM does with it unset.
 
-    versions:  the vLLM versions that have it (``>=0.32``, ``<0.33``; registry/provenance.parse_spec clauses).
-    platforms: the platform families it acts on (``cpu``, ``cuda``, ``rocm``); empty: every platform.
+    versions:  the vLLM versions that have it (registry/provenance.parse_spec clauses).
+    platforms: the platform families it acts on; empty: every platform.
     default:   vLLM's own choice when unset, per platform family (``all`` for every platform).
-    decides:   the layer kind it chooses for (attention, moe, linear, custom-op, cpu, ...).
-    source:    where vLLM reads it (``vllm/envs.py``, ``vllm/config/kernel.py``).
-    fast:      the fast path per platform family, as a value of the switch: left to vLLM, a layer that runs
-               another is a slow fallback (plugin/fallback.py warns, strict refuses), restored by this value.
-    """
+    decides:   the layer kind it chooses for; source: where vLLM reads it.
+    fast:      the fast path per platform family: left to vLLM, a layer that runs another is a slow fallback."""
 
     versions: str = ""
     platforms: list[str] = Field(default_factory=list)
@@ -350,12 +334,9 @@ class Variant(Strict):
             yield "stock", self.stock
         for k, v in self.defaults.items():
             yield f"defaults.{k}", v
-        for m, d in self.model_defaults.items():
-            for k, v in d.items():
-                yield f"model_defaults.{m}.{k}", v
-        for p, d in self.platform_defaults.items():
-            for k, v in d.items():
-                yield f"platform_defaults.{p}.{k}", v
+        for name, table in (("model_defaults", self.model_defaults), ("platform_defaults", self.platform_defaults)):
+            for m, d in table.items():
+                yield from ((f"{name}.{m}.{k}", v) for k, v in d.items())
 
     # ---- values
 
@@ -450,8 +431,7 @@ class Variant(Strict):
 
 
 class BenchRecord(Strict):
-    """One measured number of a release. ``value`` or ``low``/``high`` (a range), or ``text`` alone
-    where the original states no number that can be compared."""
+    """One measured number of a release: ``value`` or ``low``/``high``, or ``text`` alone."""
 
     config: str  # <model scope>_tp<N> (models.toml), or a platform config such as h200_tp4_shard
     metric: str
@@ -598,8 +578,8 @@ def _byte_counts(v: dict[str, int], positive: bool) -> dict[str, int]:
 
 
 class HybridKV(Strict):
-    """What vLLM's hybrid KV-cache allocator needs of a model of attention and recurrent-state (GDN/Mamba)
-    layers (its page arithmetic: ``registry/memory.py: HybridLayout``)."""
+    """What vLLM's hybrid KV-cache allocator needs of a model of attention and recurrent-state layers
+    (``registry/memory.py: HybridLayout``)."""
 
     attention_layers: int = Field(ge=1)
     state_layers: int = Field(ge=1)
@@ -627,9 +607,8 @@ class KnobRange(Strict):
 
 
 class ModelSpec(Strict):
-    """What the memory budget needs of a model, per TP key (``tp4``...): the weights a GPU holds, the
-    memory that is neither weights nor KV cache (graphs, activations, state pools, parts the dims do not
-    cover), and the KV-cache bytes one token takes. ``basis`` says how each number was derived."""
+    """What the memory budget needs of a model, per TP key: the weights a GPU holds, the memory that is
+    neither weights nor KV cache, and the KV-cache bytes one token takes (``basis``: how they were derived)."""
 
     name: str
     description: str
@@ -711,8 +690,7 @@ class Profile(Strict):
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        """Keys a shell and ``execve`` accept as variable names; values without NUL (an environment string
-        cannot hold one): nothing printed from a profile can run code when sourced."""
+        """Keys a shell and ``execve`` accept as names; values without NUL: nothing printed can run code."""
         for k, val in v.items():
             if not ENV_NAME_RE.fullmatch(k):
                 raise ValueError(f"env key {k!r} is not an environment variable name (letters, digits and '_', "

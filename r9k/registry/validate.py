@@ -1,10 +1,6 @@
-"""Validation in two phases, like Flipt's ``validate``:
-
-1. schema: every file parses and matches the schema (done by the loader; errors located by file,
-   line and column, TOML syntax included);
-2. references and semantics: ids and knobs that exist, releases that exist, ``extends`` chains without
-   cycles, legal values, requires/conflicts, rejected or removed variants switched on, TP-size and
-   platform support, the memory budget, undeclared ``R9K_`` variables, and gate freshness.
+"""Validation in two phases: schema (the loader: every file parses and matches, errors located), then
+references and semantics (ids, knobs, releases, ``extends`` cycles, values, requires/conflicts, status,
+TP and platform support, the memory budget, undeclared ``R9K_`` variables, gate freshness).
 
 Exit codes (``Report.exit_code``): 0 clean, 1 warnings under ``strict``, 2 errors.
 """
@@ -56,8 +52,7 @@ class Report:
         return 0
 
     def add(self, d: Diagnostic) -> None:
-        """Append ``d`` unless the same diagnostic is there (a set of keys: N diagnostics cost N, not N^2;
-        rebuilt when the list was changed by someone else)."""
+        """Append ``d`` unless the same diagnostic is there (a set of keys, rebuilt when the list was changed)."""
         key = (d.level, d.code, d.message, d.file, d.line)
         seen = self.__dict__.get("_seen")
         if seen is None or seen[0] is not self.diagnostics or seen[1] != len(self.diagnostics):
@@ -172,7 +167,7 @@ def check_registry(reg: Registry, report: Report) -> None:
 
 def _platform_summary(rs: ResolvedSet, fallbacks: list[Diagnostic], strict: bool) -> list[Diagnostic]:
     """The "cannot run on this platform" diagnostics of a profile: one per variant as warnings; under strict
-    mode (errors) one line for the profile, so that a real fault of the profile is not buried under them."""
+    mode one line for the profile, so that a real fault is not buried under them."""
     if not strict or len(fallbacks) <= 1:
         return fallbacks
     first = fallbacks[0]
@@ -278,8 +273,7 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
 
 
 def gate_states(reg: Registry):
-    """The ledger's gate states, once per registry object and ledger file version (a long-lived session loads
-    the registry again after editing kernel sources)."""
+    """The ledger's gate states, once per registry object and ledger file version."""
     path = ledger.ledger_path(reg)
     try:
         st = path.stat()
@@ -290,8 +284,7 @@ def gate_states(reg: Registry):
 
 
 def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
-    """The gate rule (registry/ledger.py gate_findings): a default-on variant without a fresh gate, or a
-    toolchain in a variant's known-bad range, is a warning (so --strict and the plugin's strict mode refuse)."""
+    """The gate rule (registry/ledger.py gate_findings) as warnings (so --strict and strict mode refuse)."""
     try:
         states = gate_states(reg)
     except Exception as exc:  # a broken ledger must not hide the rest of the report
@@ -311,8 +304,8 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
 
 
 def check_model_ranges(reg, rs, report) -> None:
-    """A knob's value bounded by the served model's facts (``[model] ranges`` of registry/models.toml), e.g.
-    the MTP depths its MTP head makes meaningful: one located error per value outside, at the layer that set it."""
+    """A knob's value bounded by the served model's facts (``[model] ranges``): one located error per value
+    outside, at the layer that set it."""
     m = reg.models.get(rs.model) if rs.model else None
     if m is None or not m.ranges:
         return
@@ -350,8 +343,7 @@ def validate(
     root: Optional[Path] = None,
     vllm_version: Optional[str] = None,
 ) -> Report:
-    """Validate the registry and one profile (or all of them). Schema errors from loading are
-    returned in the report (phase 1) and stop the semantic checks (phase 2)."""
+    """Validate the registry and one profile (or all); schema errors from loading stop the semantic checks."""
     report = Report()
     if reg is None:
         try:
@@ -393,8 +385,7 @@ def validate(
 
 def gate_labels(reg: Registry, rs) -> dict[str, str]:
     """Variant id -> its gate's state on the set's platform and where the evidence came from (``fresh (ran
-    here)``, ``fresh (imported from cuda-h200, <date>, unverified)``, ``none on rocm-gfx1201``), for the non-stock
-    variants with gate tests: carried in the manifest, so every process's startup table shows it."""
+    here)``, ``none on rocm-gfx1201``), for the non-stock variants with gate tests: carried in the manifest."""
     try:
         states = gate_states(reg)
     except Exception:  # noqa: BLE001 - an unreadable ledger is already a validation warning

@@ -77,8 +77,7 @@ class Request:
 
 
 def env_pairs(value: str, m: Target) -> dict[str, str]:
-    """The variables an ``env`` mapping sets for ``value`` (its value map, else NAME=converted value): what the
-    launch exports and what every launched process checks it has."""
+    """The variables an ``env`` mapping sets for ``value``: its value map, else NAME=converted value."""
     return dict(m.env.get(value) or {}) if m.env else {m.name: str(convert(value, m))}
 
 
@@ -109,8 +108,7 @@ def _active(r) -> bool:
 
 
 def _resolved_by_vllm(r, iface) -> bool:
-    """A value at stock that is passed all the same: the target vLLM's option has no default of its own (vLLM
-    0.34's ``--gpu-memory-utilization``), so what the memory model charges is what the server runs at."""
+    """A value at stock passed all the same: the target vLLM's option has no default of its own."""
     if iface is None or r.variant.sets is None or r.value in (None, ""):
         return False
     m = mapping(r.variant.sets)
@@ -119,8 +117,7 @@ def _resolved_by_vllm(r, iface) -> bool:
 
 
 def negative_option(name: str, iface=None) -> str:
-    """The option that turns a boolean flag off: the description's own (``--disable-x`` in 0.33,
-    ``--no-x`` in 0.32), else ``--no-x``."""
+    """The option that turns a boolean flag off: the description's own (``--disable-x``), else ``--no-x``."""
     fl = iface.flag(name) if iface is not None else None
     if fl is not None:
         for o in fl.options:
@@ -130,8 +127,7 @@ def negative_option(name: str, iface=None) -> str:
 
 
 def requests(rs, iface=None) -> list[Request]:
-    """One request per launcher knob away from stock (at stock: vLLM's own default applies); ``iface``: the
-    target vLLM's description, for the spellings that differ between versions."""
+    """One request per launcher knob away from stock; ``iface``: the target vLLM's description."""
     out: list[Request] = []
     for r in sorted(rs.items.values(), key=lambda r: r.variant.knob):
         if not (_active(r) or _resolved_by_vllm(r, iface)):
@@ -291,13 +287,9 @@ def accepted_values(var, iface) -> Optional[list[str]]:
         return list(fl.choices) if fl is not None and fl.choices is not None else None
     if m.kind == "env":
         e = iface.env(m.name)
-        if e is None:
-            return None
-        if e.choices:
+        if e is not None and e.choices:
             return list(e.choices)
-        if (e.type or "").startswith("bool"):
-            return ["0", "1"]
-        return None
+        return ["0", "1"] if e is not None and (e.type or "").startswith("bool") else None
     if m.kind == "custom-op":
         return ["+", "-"]
     return None
@@ -319,9 +311,9 @@ def _accepted_anywhere(var) -> tuple[Optional[list[str]], list[str]]:
 
 
 def check_switches(reg, report, iface) -> None:
-    """Every declared vLLM switch: each value it declares is accepted by some shipped vLLM version that has it,
-    and an enum switch declares every value those versions accept (a located error each); in a registry that
-    declares vLLM's switches, every kernel switch of ``iface``'s vLLM is declared (a warning each)."""
+    """Every declared vLLM switch: each declared value is accepted by a shipped vLLM version that has it, and
+    an enum switch declares every value they accept (errors); every kernel switch of ``iface``'s vLLM is declared
+    (warnings, in a registry that declares vLLM's switches)."""
     names = {}
     for vid, var in sorted(reg.variants.items()):
         if var.vllm is None or var.sets is None:
@@ -359,8 +351,7 @@ def check_switches(reg, report, iface) -> None:
 
 
 def check_profile_switches(reg, rs, report, iface) -> None:
-    """A profile's vLLM switches away from stock: each exists in the target vLLM version and on the profile's
-    platform (a located error at the line that set it)."""
+    """A profile's vLLM switches away from stock exist in the target vLLM and on its platform (located errors)."""
     for vid, r in sorted(rs.items.items()):
         var = r.variant
         if var.vllm is None or not _active(r):
@@ -412,8 +403,7 @@ def check_mappings(reg, report, iface, only: Optional[set[str]] = None) -> None:
 
 def check_launch(reg, rs, report, iface, argv: list[str], env: dict[str, str], reqs=()) -> None:
     """The argv (after ``vllm serve``) and environment of a launch against ``iface``, each fault located at the
-    layer that put it there: the knob's (``reqs``: the launch's requests), the ``serve_args`` or ``[env]`` of the
-    profile of the chain that has it, else the profile."""
+    layer that put it there (``reqs``: the launch's requests)."""
     f, ln, col = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
     items = [rs.profile, f"vllm {iface.version}"]
 
@@ -465,8 +455,7 @@ def serve_argv(rs, extra_args: Optional[list[str]] = None,
 
 
 def exported_env(rs) -> dict[str, str]:
-    """The knob variables a launch exports: the env-only knobs' (read by code outside the plugin's dispatch) and
-    the profile's ``[env]``; the knobs the plugin installs reach every process in the carried manifest only."""
+    """The knob variables a launch exports: the env-only knobs' and the profile's ``[env]``."""
     out = dict(rs.env())
     for r in rs.items.values():
         if r.variant.implementation.extension_point not in (None, "env-only"):
@@ -515,8 +504,7 @@ MERGED = ("VLLM_PLUGINS",)
 
 
 def check_knob_files(reg, rs, report) -> None:
-    """A launcher knob whose value is a file (``sets.path``: ``CHAT_TEMPLATE`` -> ``--chat-template``) names one
-    that exists here: vLLM would take any other text as the template itself."""
+    """A launcher knob whose value is a file (``sets.path``) names one that exists here."""
     for r in sorted(rs.items.values(), key=lambda r: r.variant.knob):
         s = r.variant.sets
         if s is None or not s.path or r.value in (None, "") or r.value == r.variant.stock:
@@ -538,8 +526,7 @@ def _number_problem(value: str, type_: Optional[str]) -> Optional[str]:
 
 
 def check_env_values(reg, rs, report, iface) -> None:
-    """The profile's ``[env]`` ``VLLM_*`` values parse as the type vLLM reads each as (an int, a float):
-    vLLM would fail at its first read of the variable, after the launch."""
+    """The profile's ``[env]`` ``VLLM_*`` values parse as the type vLLM reads each as."""
     for name, value in sorted(rs.extra_env.items()):
         e = iface.env(name) if name.startswith("VLLM_") else None
         why = _number_problem(value, e.type) if e is not None else None
@@ -558,10 +545,9 @@ def _knob_for(reg, name: str) -> str:
     return ""
 
 
-def check_caller_env(reg, iface, report, environ: Optional[typing.Target[str, str]] = None) -> None:
-    """``VLLM_*`` variables of the caller's environment (a launch passes them all on) that the target vLLM does
-    not read (``VLLM_ATTENTION_BACKEND``: removed; the attention backend is ``--attention-backend``, the knob
-    ``ATTN``) or whose value it refuses."""
+def check_caller_env(reg, iface, report, environ: Optional[typing.Mapping[str, str]] = None) -> None:
+    """``VLLM_*`` variables of the caller's environment (a launch passes them on) that the target vLLM does
+    not read or whose value it refuses."""
     environ = os.environ if environ is None else environ
     shell = {k: v for k, v in environ.items() if k.startswith("VLLM_")}
     for p in iface.check_env(shell):
@@ -575,11 +561,10 @@ def check_caller_env(reg, iface, report, environ: Optional[typing.Target[str, st
                                   f"launch passes it on: {why} (vLLM {iface.version})", ENVIRON, 1, 1, []))
 
 
-def check_env_conflicts(reg, rs, report, launch_env: typing.Target[str, str],
-                        environ: Optional[typing.Target[str, str]] = None) -> None:
-    """A ``VLLM_*`` variable of the caller's environment that the launch of ``rs`` sets to another value (its
-    ``[env]`` or a launcher knob's variable): the server would not run what this shell says. Located at the
-    profile's line (the launch's value wins there)."""
+def check_env_conflicts(reg, rs, report, launch_env: typing.Mapping[str, str],
+                        environ: Optional[typing.Mapping[str, str]] = None) -> None:
+    """A ``VLLM_*`` variable of the caller's environment that the launch sets to another value, located at
+    the profile's line."""
     environ = os.environ if environ is None else environ
     for name, value in sorted(launch_env.items()):
         if not name.startswith("VLLM_") or name in MERGED or name not in environ or environ[name] == value:
@@ -590,9 +575,8 @@ def check_env_conflicts(reg, rs, report, launch_env: typing.Target[str, str],
                               "in the profile", f, ln, col, [rs.profile]))
 
 
-def check_launch_refusals(reg, rs, report, iface, environ: Optional[typing.Target[str, str]] = None) -> None:
-    """What a launch or the vLLM it starts would refuse, for one resolved set (``validate`` runs it after its
-    launch check): files a launcher knob names, the ``[env]`` values, the caller's ``VLLM_*`` that differ."""
+def check_launch_refusals(reg, rs, report, iface, environ: Optional[typing.Mapping[str, str]] = None) -> None:
+    """What a launch or the vLLM it starts would refuse: knob files, ``[env]`` values, conflicting ``VLLM_*``."""
     check_knob_files(reg, rs, report)
     check_env_values(reg, rs, report, iface)
     check_env_conflicts(reg, rs, report, serve_argv(rs, None, iface)[1], environ)

@@ -54,7 +54,7 @@ def test_fabricated_import_is_labelled_imported_unverified_everywhere(repo, prof
 
     reg = load_registry()
     st = L.gate_states(reg)["evdep_neg"]
-    assert st.state == "fresh" and st.imported_only and st.label() == label
+    assert st.state == "fresh" and st.label() == label
     # gate --status
     assert cli.main(["gate", "--status", "evdep_neg"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if "evdep_neg" in x)
