@@ -1,23 +1,11 @@
-"""Gate results from a JUnit XML file, for runs on a machine where the registry tools do not run.
+"""Gate results from a JUnit XML file (``r9kctl gate --import-junit FILE``), for runs on a machine where the
+registry tools do not run (plain pytest with ``--junitxml=FILE -o junit_family=xunit1`` plus a provenance file).
 
-The lent GPU machine has pytest but not this project's dependencies (pydantic...), so ``r9kctl gate``
-cannot run there. Instead the gate tests run there under plain pytest with
-``--junitxml=FILE -o junit_family=xunit1`` (xunit1 keeps each test's file), and beside the XML the run writes
-its provenance (``python3 r9k/registry/provenance.py --root r9k --out provenance.json``: the sha256 of every file of the
-tree it tested and its toolchain). ``r9kctl gate --import-junit FILE`` then turns the XML into ledger
-records here, one per variant whose declared gate tests it covers, only after checking:
-
-* a provenance file is there and readable (default: ``provenance.json`` beside the XML);
-* every test case names a test file of this tree whose hash equals the provenance's, and a test function
-  defined in it; every file each covered gate depends on (:func:`r9k.registry.ledger.dependencies`) has the
-  provenance's hash here too (else the results are of another tree);
-* every test case is an item that pytest collects here (a made-up parametrization is refused).
-
-Any failed check refuses the whole file with one line naming the file and the first mismatch; the ledger
-is not touched. A declared test counts as passed in the record only when every one of its parametrizations
-(as collected here) passed there; a skipped or absent one is "not run". The record carries the hash computed
-from the provenance's file hashes (equal to the local one, since they were checked), the provenance's
-toolchain, platform and commit: never a hash of what was not tested.
+The XML becomes ledger records only after checking that the provenance is readable, that every test case
+names a test file and function of this tree with the provenance's hash (and every file each covered gate
+depends on matches too), and that every case is an item pytest collects here. Any failed check refuses the
+whole file with one located line. A declared test passes only when all its parametrizations passed; the
+record carries the hash from the provenance's (checked) file hashes and its toolchain, platform and commit.
 """
 from __future__ import annotations
 

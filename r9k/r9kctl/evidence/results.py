@@ -1,28 +1,9 @@
 """The per-question result file: what ``r9kctl eval record`` writes and ``r9kctl eval compare`` reads.
 
-Format (JSON Lines, UTF-8, one JSON object a line):
-
-* an optional **header** as the first line, recognised by its key ``"r9k_eval"`` (the format version, 1)::
-
-    {"r9k_eval": 1, "dataset": "arith-smoke", "dataset_sha256": "<hex>", "questions": 24,
-     "model": "...", "url": "...", "label": "...", "started": "2026-11-30T15:00:00Z",
-     "params": {"max_tokens": 512, "temperature": 0.0, "concurrency": 1}}
-
-  ``server_r9k`` (``{"profile", "hash", "tp", "model", "platform", "agree"}``) is added when the server
-  reports its active set (``GET /r9k/status`` of this project's plugin). Every field but ``r9k_eval`` is optional. ``dataset_sha256`` is the hash of the question set
-  (:func:`r9k.r9kctl.evidence.dataset.Dataset.sha256`); two files whose headers both carry it must agree.
-
-* one **record** per question::
-
-    {"id": "arith-007", "correct": true, "output": "... #### 42", "output_sha256": "<hex>",
-     "expected": "42", "extracted": "42"}
-
-  ``id`` (string; an integer is read as its decimal string) and ``correct`` (boolean) are required.
-  ``output`` (the generated text) and/or ``output_sha256`` (sha256 of the UTF-8 output) are optional;
-  the identical-output share needs one of them in every record of both files. Other keys are kept but not
-  interpreted. Ids must be unique within a file.
-
-Hand-made files (e.g. constructed from another harness's output) need only ``id`` and ``correct``.
+JSON Lines: an optional header first (recognised by ``"r9k_eval": 1``; ``dataset_sha256`` of two files must
+agree where both carry it), then one record per question with ``id`` (unique; an integer is read as its
+string) and ``correct`` required, ``output`` / ``output_sha256`` optional (the identical-output share needs
+one in every record of both files), other keys kept. The format is described in notes/evidence.md.
 """
 from __future__ import annotations
 
