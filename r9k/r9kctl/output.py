@@ -1,14 +1,8 @@
-"""Output for the command line: rich tables on a terminal, plain aligned text when piped.
+"""Output for the command line: rich tables on a terminal (rich imported only then), plain aligned text when piped.
 
-rich is imported only when a table is drawn for a terminal, so scripted use (``--format json``, pipes)
-stays fast.
-
-The one output rule for data (:func:`r9k.registry.redact.escape`): every command writes through
-:class:`SafeStream` (``cli.main`` puts it over stdout and stderr), which shows C0/C1 and bidi controls
-escaped, wherever the string came from (a profile's description, an ``[env]`` value, a result file's header,
-a server's answer, an unknown key in an error line); only newlines, tabs and, on a terminal, the SGR
-sequences rich draws with pass. Table cells and diagnostics are escaped before rich sees them, so data
-cannot bring its own SGR either. A helper that has printed what is wrong ends the command with :class:`Exit`.
+Every command writes through :class:`SafeStream` (``cli.main`` puts it over stdout and stderr): control and
+bidi characters from any data are shown escaped (:func:`r9k.registry.redact.escape`); table cells and
+diagnostics are escaped before rich sees them. A helper that has printed what is wrong raises :class:`Exit`.
 """
 from __future__ import annotations
 
