@@ -39,8 +39,7 @@ _NAME_ATTR = re.compile(r'<testcase\b[^>]*?\sname="([^"]*)"')
 
 
 def _case_lines(text: str) -> dict[str, int]:
-    """Test case name (as written, XML-escaped) -> the line of its first <testcase>: one pass over the text
-    (a search per case made a 100k-case file quadratic)."""
+    """Test case name (as written, XML-escaped) -> the line of its first <testcase>, in one pass over the text."""
     out: dict[str, int] = {}
     for lineno, ln in enumerate(text.splitlines(), 1):
         if "<testcase" in ln:
@@ -206,11 +205,7 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
     def cases_of(t: str) -> list[str]:
         return [n for n in by_file.get(L.test_file(t), []) if L.item_of(n, t)]
 
-    covered = []
-    for vid, v in sorted(reg.variants.items()):
-        tests = L.declared_tests(v)
-        if tests and any(cases_of(t) for t in tests):
-            covered.append(v)
+    covered = [v for _vid, v in sorted(reg.variants.items()) if any(cases_of(t) for t in L.declared_tests(v))]
     if not covered:
         raise _refuse(xml, "unknown-test", "covers no declared gate test of the registry")
 
@@ -268,10 +263,9 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
 
 
 def _check_stamp(xml: Path, prov: dict, props: dict[str, str]) -> str:
-    """The JUnit stamp (registry/provenance.py as a pytest plugin) against the provenance: the same tree
-    hash, toolchain and platform, else the import is refused. Returns what was checked (for the record):
-    a file without a stamp (hand-written, or an older run) is accepted but says so; it stays unverified
-    either way, since nothing here re-ran the tests."""
+    """The JUnit stamp (registry/provenance.py as a pytest plugin) must have the provenance's tree hash,
+    toolchain and platform, else the import is refused; returns what was checked (a file without a stamp is
+    accepted and says so)."""
     if P.STAMP_TREE not in props:
         return "no stamp in the JUnit file: nothing ties it to the provenance"
     want = P.tree_hash(prov["files"])

@@ -75,13 +75,9 @@ class Comparison:
         return f"{basis}; the {ci} agrees"
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["diff_ci"] = list(self.diff_ci)
-        d["discordant_share_ci"] = None if self.discordant_share_ci is None else list(self.discordant_share_ci)
-        d["a_accuracy"] = self.a_accuracy
-        d["b_accuracy"] = self.b_accuracy
-        d["identical_share"] = self.identical_share
-        return d
+        return {**asdict(self), "diff_ci": list(self.diff_ci),
+                "discordant_share_ci": None if self.discordant_share_ci is None else list(self.discordant_share_ci),
+                "a_accuracy": self.a_accuracy, "b_accuracy": self.b_accuracy, "identical_share": self.identical_share}
 
     def format_text(self) -> str:
         pct = lambda x: f"{100 * x:.2f}%"  # noqa: E731
