@@ -52,9 +52,6 @@ MEMORY_ONLY = {"hc_free_bf16"}
 LAUNCH_FLAGS = {"programmatic_dependent_launch"}
 
 
-# ------------------------------------------------------------------------------ the plan
-
-
 def profile_entry(reg, rs) -> dict:
     from ...registry.memory import cost_if_toggled
 
@@ -121,9 +118,6 @@ def build_plan(reg, profile: str, against, requests: list[int], context: int, ab
             "context": context, "config": config, "ablate": ablate,
             "ablate_requests": ablate_requests or requests[0], "replays": replays, "profiles": profs}
     return plan, diags
-
-
-# ------------------------------------------------------------------------------- the run
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -65,8 +65,6 @@ class Dataset:
         return len(self.questions)
 
 
-# ----------------------------------------------------------------------------------------------- loading
-
 def shipped_datasets() -> dict[str, Path]:
     """Question sets shipped as package data, by name (file stem)."""
     root = resources.files("r9k.r9kctl.evidence") / "data"
@@ -121,8 +119,6 @@ def load_dataset(spec: str | Path) -> Dataset:
     return Dataset(path.stem, questions, str(path))
 
 
-# ----------------------------------------------------------------------------------------------- grading
-
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 
 
@@ -136,9 +132,8 @@ def _to_fraction(text: str) -> Fraction | None:
 
 def extract_number(output: str) -> str | None:
     """The model's final numeric answer: the first number after the last '####', else the last number."""
-    tail = output.rsplit("####", 1)[1] if "####" in output else None
-    if tail is not None:
-        m = _NUMBER.search(tail)
+    if "####" in output:
+        m = _NUMBER.search(output.rsplit("####", 1)[1])
         if m:
             return m.group(0).replace(",", "")
     found = _NUMBER.findall(output)

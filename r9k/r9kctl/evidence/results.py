@@ -34,13 +34,8 @@ class QuestionResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"id": self.id, "correct": self.correct}
-        if self.output is not None:
-            d["output"] = self.output
-        if self.output_sha256 is not None:
-            d["output_sha256"] = self.output_sha256
-        d.update(self.extra)
-        return d
+        d = {"id": self.id, "correct": self.correct, "output": self.output, "output_sha256": self.output_sha256}
+        return {**{k: v for k, v in d.items() if v is not None}, **self.extra}
 
 
 @dataclass
@@ -108,10 +103,9 @@ def json_lines(lines: Iterable[str], source: str, error: type[Exception]) -> Ite
 def parse_lines(lines: Iterable[str], source: str = "<input>", path: Path | None = None) -> ResultFile:
     header: dict[str, Any] = {}
     results: dict[str, QuestionResult] = {}
-    seen_record = False
     for where, obj in json_lines(lines, source, ResultFileError):
         if isinstance(obj, dict) and "r9k_eval" in obj:
-            if seen_record or header:
+            if results or header:
                 raise ResultFileError(f"{where}: header line must be the first line")
             if obj["r9k_eval"] != FORMAT_VERSION:
                 raise ResultFileError(f"{where}: unknown result format version {obj['r9k_eval']!r}")
@@ -121,7 +115,6 @@ def parse_lines(lines: Iterable[str], source: str = "<input>", path: Path | None
         if rec.id in results:
             raise ResultFileError(f"{where}: duplicate question id {rec.id!r}")
         results[rec.id] = rec
-        seen_record = True
     return ResultFile(path, header, results)
 
 
