@@ -11,6 +11,7 @@ Every failure is a :class:`ClientError` (an ``OSError``) with a ``kind`` (``conn
 """
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -68,12 +69,9 @@ def request(url: str, method: str = "GET", body: Any = None, headers: Optional[d
 
     def cut() -> None:  # the deadline: unblock whatever read or write is waiting on the socket
         expired.set()
-        sock = conn.sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        if conn.sock is not None:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
 
     watchdog = threading.Timer(timeout_s, cut)
     watchdog.daemon = True

@@ -52,8 +52,7 @@ def plan(reg: Any, profile: str | None = None, names: Iterable[str] = (), tp: in
 
         rs = resolve(reg, profile, tp=tp)
         chosen += [reg.variants[r.variant.id] for r in rs.non_stock()]
-    for name in names:
-        chosen.append(reg.variant(name))
+    chosen += [reg.variant(name) for name in names]
     out = GatePlan([])
     for v in {v.id: v for v in chosen}.values():
         (out.variants if L.declared_tests(v) else out.no_tests).append(v)

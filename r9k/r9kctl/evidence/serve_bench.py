@@ -325,16 +325,13 @@ def plot(summary: dict, path: Path) -> Optional[str]:
 
 def release_records(summary: dict, config: str, platform: str, command: str, s: BenchSettings) -> list[dict]:
     """``[[bench]]`` records (BenchRecord fields): one per profile, concurrency and metric."""
-    recs = []
-    for r in summary["rows"]:
-        for key, _, label, unit, _ in METRICS:
-            recs.append({"config": config, "metric": f"serve {label} c={r['concurrency']}", "value": round(r[key], 3),
-                         "unit": unit, "stack": "ours", "platform": platform, "method": "r9kctl-bench",
-                         "setting": f"profile {r['profile']}", "command": command,
-                         "source": f"r9kctl bench serve: vllm bench serve, random {s.input_len}/{s.output_len} "
-                                   f"tokens, {s.num_prompts} prompts, median of {r['repeats']} "
-                                   f"(spread {r[key + '_spread_pct']:.1f}%)"})
-    return recs
+    return [{"config": config, "metric": f"serve {label} c={r['concurrency']}", "value": round(r[key], 3),
+             "unit": unit, "stack": "ours", "platform": platform, "method": "r9kctl-bench",
+             "setting": f"profile {r['profile']}", "command": command,
+             "source": f"r9kctl bench serve: vllm bench serve, random {s.input_len}/{s.output_len} "
+                       f"tokens, {s.num_prompts} prompts, median of {r['repeats']} "
+                       f"(spread {r[key + '_spread_pct']:.1f}%)"}
+            for r in summary["rows"] for key, _, label, unit, _ in METRICS]
 
 
 records_toml = functools.partial(report.records_toml, keys=("config", "metric", "value", "unit", "stack", "platform",
