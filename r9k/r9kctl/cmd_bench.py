@@ -1,15 +1,7 @@
-"""``r9kctl bench decode-step --profile P [--against Q] [--requests 1,2,4] [--context N] [--ablate]``;
-``r9kctl bench serve --profiles stock,tp4-default [--concurrency 1,4,16] [--repeats 3]`` (paired serving
-benchmark of profiles through ``r9kctl launch`` and vLLM's ``vllm bench serve``: r9k.r9kctl.evidence.serve_bench).
-
-Builds the Flash-Next TP4-rank decode model (``r9k.r9kctl.decode_step``) for each profile, checks that the
-step outputs agree, captures one MTP-3 decode step in a CUDA graph and prints ms per step, graph nodes,
-kernel nodes and the ratio between the profiles; ``--ablate`` turns each non-stock variant of the profile
-back to stock one at a time. Without a GPU it says so and exits 2 (``--config tiny`` runs on the CPU).
-
-``--export-plan FILE`` writes the resolved plan as JSON instead of running it (for a machine without the
-registry's dependencies: ``python -m r9k.r9kctl.decode_step.run --plan FILE``); ``--result FILE`` prints a
-result written by such a run; ``--release-records`` prints it as ``[[bench]]`` records for a release file.
+"""``r9kctl bench decode-step``: the Flash-Next TP4-rank decode model per profile (``r9k.r9kctl.decode_step``):
+agreement checks, one MTP-3 step in a CUDA graph (ms, graph and kernel nodes, ratios), ``--ablate``;
+``--export-plan`` / ``--result`` split it across machines. ``r9kctl bench serve``: paired serving benchmark of
+profiles (r9k.r9kctl.evidence.serve_bench).
 """
 from __future__ import annotations
 

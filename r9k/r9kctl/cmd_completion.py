@@ -46,21 +46,18 @@ def _names(kind: str, words: list[str]) -> list[str]:
     reg = _registry(words)
     if reg is None:
         return []
-    if kind == "profile":
-        return sorted(reg.profiles)
-    if kind == "release":
-        return list(reg.release_order())
-    if kind == "side":
-        return sorted(reg.profiles) + list(reg.release_order())
-    if kind in ("area", "category"):
-        return sorted({getattr(v, kind) for v in reg.variants.values()})
-    if kind == "status":
-        return sorted({v.status.state for v in reg.variants.values()})
-    if kind == "knob":
-        return sorted(v.knob for v in reg.variants.values())
-    if kind == "variant":
-        return sorted(v.knob for v in reg.variants.values()) + sorted(reg.variants)
-    return []
+    knobs = sorted(v.knob for v in reg.variants.values())
+    by_kind = {
+        "profile": lambda: sorted(reg.profiles),
+        "release": lambda: list(reg.release_order()),
+        "side": lambda: sorted(reg.profiles) + list(reg.release_order()),
+        "area": lambda: sorted({v.area for v in reg.variants.values()}),
+        "category": lambda: sorted({v.category for v in reg.variants.values()}),
+        "status": lambda: sorted({v.status.state for v in reg.variants.values()}),
+        "knob": lambda: knobs,
+        "variant": lambda: knobs + sorted(reg.variants),
+    }
+    return by_kind[kind]() if kind in by_kind else []
 
 
 def _knob_values(knob: str, words: list[str]) -> list[str]:
@@ -77,11 +74,7 @@ def _knob_values(knob: str, words: list[str]) -> list[str]:
         return ["1", "0"]
     if v.type == "enum":
         return list(v.choices)
-    out: list[str] = []
-    for val in [*v.special, v.stock, *v.defaults.values()]:
-        if val not in (None, "") and val not in out:
-            out.append(val)
-    return out
+    return list(dict.fromkeys(val for val in [*v.special, v.stock, *v.defaults.values()] if val not in (None, "")))
 
 
 def _option_strings(p: argparse.ArgumentParser) -> list[str]:
@@ -160,10 +153,7 @@ def candidates(words: list[str], parser: argparse.ArgumentParser) -> Optional[li
     cmd = " ".join(path)
     kind = POSITIONALS.get(cmd)
     if kind == "choice":
-        for a in parser._actions:
-            if not a.option_strings and a.choices:
-                return [str(c) for c in a.choices]
-        return []
+        return next(([str(c) for c in a.choices] for a in parser._actions if not a.option_strings and a.choices), [])
     if kind:
         return _names(kind, words)
     return _option_strings(parser)

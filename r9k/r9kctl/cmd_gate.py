@@ -181,8 +181,8 @@ def run(args) -> int:
     records, _ = L.read_ledger(L.ledger_path(reg))
     states = {v.id: L.state_of(reg, v, records) for v in plan.variants}
     failed = [r for r in result.records if r.result == "fail"]
-    gpu = {r.variant: [n for n, o in r.outcomes.items() if o == L.NEEDS_GPU] for r in result.records}
-    gpu = {k: v for k, v in gpu.items() if v}
+    gpu = {r.variant: items for r in result.records
+           if (items := [n for n, o in r.outcomes.items() if o == L.NEEDS_GPU])}
     if args.format == "json":
         print(json.dumps({"platform": result.platform, "records": [r.to_json() for r in result.records],
                           "states": {k: s.to_dict() for k, s in states.items()},

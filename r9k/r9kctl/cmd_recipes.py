@@ -1,11 +1,6 @@
-"""``r9kctl recipes``: model x TP x platform -> the resolved vLLM switches and this project's variants, each with
-its gate state, in markdown or JSON.
-
-A recipe is a shipped profile (the curated combinations), or with ``--release`` every model x TP size x platform
-at that release's defaults. Each vLLM switch that exists for the platform and target vLLM version is listed
-with its resolved value (or vLLM's own default when left unset) and where the value came from; each of this
-project's variants away from stock with its gate state (the gate ledger: fresh / stale / missing / failed, or
-"no gate tests") and whether its implementation runs on the platform.
+"""``r9kctl recipes``: model x TP x platform -> the resolved vLLM switches (value and where it came from) and
+this project's non-stock variants (gate state, whether they run on the platform), in markdown or JSON; a
+recipe is a shipped profile, or with ``--release`` every model x TP x platform at that release's defaults.
 """
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
-"""``r9kctl schema profile``: a JSON Schema (draft-07) of profile files, generated from the registry: every
-declared knob (and its variant id and aliases, which a profile may use as keys) with its allowed values, its
-defaults and its summary, so that editors validate and complete profiles (Taplo / Even Better TOML, VS Code).
+"""``r9kctl schema profile``: a JSON Schema (draft-07) of profile files, generated from the registry (every
+knob, its id and aliases, allowed values, defaults, summary), for editors (Taplo, VS Code).
 
-The schema says what the loader accepts (``Variant.normalize``): a bool knob as ``0``/``1``, ``true`` /
-``false`` or one of the words; numbers as TOML numbers or numeric strings; an enum's choices. The typed
-form is listed first, which is what editors offer. Range checks apply to the typed form only (a
-string's number cannot be range-checked by a schema; the loader still checks it).
-
-The shipped copy is ``profiles/profile.schema.json`` and each shipped profile names it on its first line
-(``#:schema ./profile.schema.json``, Taplo's directive).
+It accepts what the loader accepts (``Variant.normalize``), the typed form first; range checks apply to the
+typed form only. The shipped copy is ``profiles/profile.schema.json``, named by each shipped profile's first line.
 """
 from __future__ import annotations
 

@@ -71,8 +71,7 @@ def describe(reg, v) -> list[tuple[str, str]]:
         add("gate", ", ".join(g.kind) or "-")
         add("gate tests", "\n".join(g.tests))
         add("gate (original tests)", ", ".join(g.original_tests))
-        if g.thresholds:
-            add("gate thresholds", ", ".join(f"{k}={val}" for k, val in g.thresholds.items()))
+        add("gate thresholds", ", ".join(f"{k}={val}" for k, val in g.thresholds.items()))
         add("gate eval", g.eval)
         st = gate_state(reg, v.id)
         if st is not None:
@@ -82,21 +81,11 @@ def describe(reg, v) -> list[tuple[str, str]]:
                                                    for p, s in st.per_platform.items()))
     add("requires", ", ".join(v.requires))
     add("conflicts", ", ".join(v.conflicts))
-    if v.history:
-        add("history", "\n".join(f"{h.release} {h.tp}: {h.from_} -> {h.to}" + (f" ({h.note})" if h.note else "")
-                                  for h in v.history))
-    if v.measured:
-        lines = []
-        for m in v.measured:
-            s = f"[{m.release}, {m.platform}] {m.metric}: {m.before or '?'} -> {m.after or '?'}"
-            if m.unit:
-                s += f" {m.unit}"
-            if m.method:
-                s += f"  ({m.method})"
-            if m.note:
-                s += f"  - {m.note}"
-            lines.append(s)
-        add("measured", "\n".join(lines))
+    add("history", "\n".join(f"{h.release} {h.tp}: {h.from_} -> {h.to}" + (f" ({h.note})" if h.note else "")
+                              for h in v.history))
+    add("measured", "\n".join(f"[{m.release}, {m.platform}] {m.metric}: {m.before or '?'} -> {m.after or '?'}"
+                               + (f" {m.unit}" if m.unit else "") + (f"  ({m.method})" if m.method else "")
+                               + (f"  - {m.note}" if m.note else "") for m in v.measured))
     if v.sets:
         add("sets", f"{v.sets.kind} {v.sets.name}")
     how = "declared" if v.changes else "derived"

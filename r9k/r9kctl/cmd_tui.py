@@ -1,12 +1,6 @@
-"""``r9kctl tui [--profile P] [--tp N] [--set KNOB=VALUE] [--keymap FILE]``: the control panel (a Textual
-app). A confirmed launch takes the same path as ``r9kctl launch`` (validate, manifest, the same command) but
-starts vLLM in the background (its own process group, a log file in the cache) and opens the server screen,
-which follows ``GET /r9k/status``; the panel stops the server it started when it ends.
-
-``--attach URL`` opens the server screen alone on a server started elsewhere (``r9kctl launch``).
-``--serve`` serves the panel to a browser (textual-serve, extra ``web``): loopback by default, always behind
-the token printed once at start, Host and Origin checked, a cap on panels (r9kctl/tui/web.py).
-The panel needs a terminal: with stdout not one (a pipe, a file) it refuses in one line, exit 2."""
+"""``r9kctl tui``: the control panel (a Textual app). A confirmed launch takes ``r9kctl launch``'s path but
+starts vLLM in the background and follows ``GET /r9k/status``; ``--attach URL`` follows a server started
+elsewhere; ``--serve`` serves the panel to a browser (r9kctl/tui/web.py). Without a terminal it refuses, exit 2."""
 from __future__ import annotations
 
 import os

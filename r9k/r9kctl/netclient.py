@@ -1,25 +1,17 @@
-"""The one HTTP client of the command line (``eval record``, ``status``, ``bench serve``): bounded.
+"""The one HTTP client of the command line (``eval record``, ``status``, ``bench serve``): bounded, because a
+broken, hung or hostile server must cost at most a stated time and memory, and never the user's credentials.
 
-A server this project talks to is a local vLLM, but the client must not trust it: a server that is broken,
-hung or hostile must cost at most a stated amount of time and memory, and never the user's credentials.
+* a total deadline per request (a watchdog shuts the socket down when it passes, whatever call blocks);
+* a maximum body size (:data:`MAX_BODY`, or ``max_bytes``), checked against ``Content-Length`` and while reading;
+* no redirects: a 3xx is an error naming where it pointed, so nothing (no ``Authorization``) is sent again;
+* JSON checked (UTF-8, syntax, depth, top-level type) through the project's one JSON reader.
 
-* **A total deadline per request** (connect, send, headers and body together), not a per-read timeout: a
-  server that drips one byte a second is cut off at the deadline. A watchdog shuts the socket down when
-  the deadline passes, whatever call is blocked on it.
-* **A maximum body size** (:data:`MAX_BODY`, or ``max_bytes``): the body is read in pieces and the request
-  fails as soon as it is larger; a ``Content-Length`` above the limit fails before reading. Headers are
-  bounded by :mod:`http.client` (64 KiB a line, 100 lines).
-* **No redirects**: a 3xx answer is an error naming where it pointed; nothing is sent again, so an
-  ``Authorization`` header never reaches another origin and a POST never turns into a GET.
-* **JSON checked**: UTF-8, syntax, nesting depth (:data:`r9k.registry.fileio.MAX_DEPTH`) and the type of the
-  top-level value, through the project's one JSON reader.
-
-Every failure is a :class:`ClientError` (an ``OSError``: callers that handled network errors still do) with
-a ``kind`` (``connection``, ``timeout``, ``too-large``, ``redirect``, ``http``, ``json``) and one line of text.
-Standard library only.
+Every failure is a :class:`ClientError` (an ``OSError``) with a ``kind`` (``connection``, ``timeout``,
+``too-large``, ``redirect``, ``http``, ``json``) and one line of text. Standard library only.
 """
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import socket
@@ -77,12 +69,9 @@ def request(url: str, method: str = "GET", body: Any = None, headers: Optional[d
 
     def cut() -> None:  # the deadline: unblock whatever read or write is waiting on the socket
         expired.set()
-        sock = conn.sock
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        if conn.sock is not None:
+            with contextlib.suppress(OSError):
+                conn.sock.shutdown(socket.SHUT_RDWR)
 
     watchdog = threading.Timer(timeout_s, cut)
     watchdog.daemon = True

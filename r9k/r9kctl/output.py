@@ -1,14 +1,8 @@
-"""Output for the command line: rich tables on a terminal, plain aligned text when piped.
+"""Output for the command line: rich tables on a terminal (rich imported only then), plain aligned text when piped.
 
-rich is imported only when a table is drawn for a terminal, so scripted use (``--format json``, pipes)
-stays fast.
-
-The one output rule for data (:func:`r9k.registry.redact.escape`): every command writes through
-:class:`SafeStream` (``cli.main`` puts it over stdout and stderr), which shows C0/C1 and bidi controls
-escaped, wherever the string came from (a profile's description, an ``[env]`` value, a result file's header,
-a server's answer, an unknown key in an error line); only newlines, tabs and, on a terminal, the SGR
-sequences rich draws with pass. Table cells and diagnostics are escaped before rich sees them, so data
-cannot bring its own SGR either. A helper that has printed what is wrong ends the command with :class:`Exit`.
+Every command writes through :class:`SafeStream` (``cli.main`` puts it over stdout and stderr): control and
+bidi characters from any data are shown escaped (:func:`r9k.registry.redact.escape`); table cells and
+diagnostics are escaped before rich sees them. A helper that has printed what is wrong raises :class:`Exit`.
 """
 from __future__ import annotations
 
@@ -135,10 +129,8 @@ def table(columns: Sequence[str], rows: Iterable[Sequence], title: Optional[str]
         shown, folding = fit_columns(columns, rows, console.width, fold)
         t = Table(title=title, title_justify="left", header_style="bold")
         for i in shown:
-            if i in folding:
-                t.add_column(columns[i], overflow="fold")
-            else:
-                t.add_column(columns[i], no_wrap=True, overflow="ellipsis")
+            t.add_column(columns[i], **({"overflow": "fold"} if i in folding else {"no_wrap": True,
+                                                                                   "overflow": "ellipsis"}))
         for r in rows:
             t.add_row(*(r[i] for i in shown))
         console.print(t)
@@ -149,12 +141,8 @@ def table(columns: Sequence[str], rows: Iterable[Sequence], title: Optional[str]
         return
     if title:
         stream.write(f"{title}\n")
-    widths = [len(c) for c in columns]
-    for r in rows:
-        for i, c in enumerate(r):
-            widths[i] = max(widths[i], len(c))
+    widths = [min(max([len(c)] + [len(r[i]) for r in rows if i < len(r)]), 60) for i, c in enumerate(columns)]
     # the last column is not padded (it may be long text)
-    widths = [min(w, 60) for w in widths]
     indent = sum(w + 2 for w in widths[:-1])
 
     def fmt(r):
@@ -162,9 +150,7 @@ def table(columns: Sequence[str], rows: Iterable[Sequence], title: Optional[str]
         # continuation lines of a multi-line last cell line up under that cell
         return head.replace("\n", "\n" + " " * indent)
 
-    stream.write(fmt(list(columns)) + "\n")
-    for r in rows:
-        stream.write(fmt(r) + "\n")
+    stream.write("".join(fmt(r) + "\n" for r in [list(columns), *rows]))
 
 
 def heading(text: str) -> None:

@@ -1,7 +1,5 @@
-"""Dimensions of one TP4 rank of Qwen3.8-Flash-Next at decode (docs/semantics.md 1.1), and a tiny
-configuration with the same structure for CPU tests under the Triton interpreter.
-
-Everything the model builds is derived from a :class:`StepConfig`; nothing else hard-codes a shape.
+"""Dimensions of one TP4 rank of Qwen3.8-Flash-Next at decode (docs/semantics.md 1.1), and tiny
+configurations with the same structure for CPU tests; every shape the model builds comes from a :class:`StepConfig`.
 """
 from __future__ import annotations
 

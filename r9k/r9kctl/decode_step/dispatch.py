@@ -1,22 +1,10 @@
-"""Choosing each op's implementation once, when the model is built, from a resolved profile.
+"""Choosing each op's implementation once, when the model is built: a *chooser* ``choose(op_name) -> Pick``.
 
-The model never looks at knobs itself: it asks a *chooser* ``choose(op_name) -> Pick`` once per op at
-construction. Two choosers, one rule:
-
-* :func:`plugin_chooser` goes through the vLLM plugin's own dispatch table
-  (``r9k.plugin.dispatch.DispatchTable``: ``plan()`` then ``choose(op)``), i.e. the exact path a served
-  model takes. It needs the registry (pydantic), so it runs where the registry does.
-* :func:`values_chooser` applies the same rule (``KernelOp.select``) to a plain ``{variant id: value}`` map
-  (a manifest from ``r9kctl resolve --format json``), for the H200 where neither pydantic nor vLLM is
-  installed. ``test_decode_step.py`` checks that the two agree op by op for every shipped profile.
-
-**Stock is what stock vLLM runs.** Where a knob selects the stock path of an op whose stock vLLM runs as
-its own Triton launches (:data:`VLLM_STOCK`), the chooser's ``stock`` argument decides what runs:
-``"vllm"`` (default) vLLM's own kernels, loaded from its sources (:mod:`r9k.kernels._triton.vllm_peer`);
-``"plain"`` the op table's plain composition. :data:`STOCK_SOURCE` says per op whether the stock is vLLM's
-real path or a labelled stand-in (vLLM's path is compiled code). ``"vllm"`` where vLLM's sources are not on
-the machine raises :class:`~r9k.kernels._triton.vllm_peer.PeerUnavailable` at construction: a stock is never
-silently replaced.
+:func:`plugin_chooser` goes through the plugin's ``DispatchTable`` (the served path; needs the registry);
+:func:`values_chooser` applies the same rule to a plain ``{variant id: value}`` map (for hosts without pydantic
+or vLLM). A stock path of an op in :data:`VLLM_STOCK` runs vLLM's own kernels (``stock="vllm"``, raising
+``PeerUnavailable`` where vLLM's sources are missing: a stock is never silently replaced) or the op table's
+plain composition (``stock="plain"``); :data:`STOCK_SOURCE` labels each op's stock as real or a stand-in.
 """
 from __future__ import annotations
 
@@ -42,10 +30,8 @@ _QSA_PREPARE = ("stand-in: vLLM runs this op, the other QSA glue op and both cac
                 "indexer (64 of 128 dims, where the reference ropes 32): another function here, not loaded; "
                 "runs the op table's composition")
 
-#: What stock vLLM 0.32 runs on CUDA (SM90) for each op of the step, and what the benchmark's stock runs:
-#: ``(kind, text)``. ``"vllm"``: vLLM's real path ran (its kernels from its sources, or the same library call);
-#: ``"stand-in"``: vLLM's path is compiled code that cannot be loaded here; the text names it and what runs in
-#: its place.
+#: Per op, what stock vLLM 0.32 runs on SM90 and what the benchmark's stock runs: ``(kind, text)``, kind
+#: ``"vllm"`` (vLLM's real path ran) or ``"stand-in"`` (vLLM's path is compiled code; the text says what runs).
 STOCK_SOURCE: dict[str, tuple[str, str]] = {
     "hc_combine_norm": ("vllm", "vLLM's _hc_combine_norm / _grouped_gemma_rmsnorm (Triton, from its sources)"),
     "router_gemm": ("vllm", "vLLM's path on SM90: bf16 F.linear (cuBLAS; its low-latency CuTe GEMM has no SM90 "
@@ -73,14 +59,14 @@ REAL_VLLM_OPS = tuple(op for op in STEP_OPS if STOCK_SOURCE[op][0] == "vllm")
 
 
 def real_ops_values(profile_values: Mapping[str, Optional[str]], stock_values: Mapping[str, Optional[str]]) -> dict:
-    """The baseline of the headline over real-vLLM ops: the profile's values, with the variant of every op of
-    :data:`REAL_VLLM_OPS` set to its stock value. Against it, only the ops whose stock is vLLM's real path differ
-    (stand-in ops, launch flags and memory variants are the profile's own on both sides)."""
+    """The headline's baseline over real-vLLM ops: the profile's values with every :data:`REAL_VLLM_OPS` op's
+    variant at its stock value (only those ops differ from the profile)."""
     vals = dict(profile_values)
     for op in REAL_VLLM_OPS:
         vid = ops.get(op).variant
         vals[vid] = stock_values.get(vid)
     return vals
+
 
 STOCK_KINDS = ("vllm", "plain")
 
@@ -133,13 +119,8 @@ def values_chooser(values: Mapping[str, Optional[str]], stock: str = "vllm") -> 
 
 
 def plugin_chooser(rs, strict: bool = False, stock: str = "vllm") -> Chooser:
-    """A chooser through the plugin's DispatchTable built from a ResolvedSet (plan once, then choose per op).
-
-    The table plans from the set's manifest (:func:`r9k.registry.manifest.from_resolved`), as a served process
-    does; a :class:`~r9k.registry.manifest.Manifest` is taken as it is.
-    ``DispatchTable.choose`` returns None where the plugin keeps the stock path (the value is stock, or
-    it plans a fallback); the op's stock implementation is then used.
-    """
+    """A chooser through the plugin's DispatchTable planned from a ResolvedSet's manifest (or a Manifest as it
+    is), as a served process does; where the table keeps the stock path (None), the op's stock runs."""
     rs = rs if isinstance(rs, manifest.Manifest) else manifest.from_resolved(rs)
     table = DispatchTable(rs, strict=strict)
     table.plan()

@@ -1,23 +1,9 @@
 """One TP4 rank of Qwen3.8-Flash-Next at decode, built from the project's ops (docs/semantics.md 1.1, 2).
 
-:class:`Weights` holds synthetic weights in the checkpoint's formats where the project has a kernel for
-them (block-fp8 e4m3 + 128x128 fp32 scales for the GDN in/out and attention qkv/o projections; bf16 for
-the router, the hyper-connection mixers and ``in_proj_ba``) and a plain format where it has none (routed
-experts: e4m3 with one scale per output row, read by the shared plain W8A16 GEMM). One :class:`Weights`
-can back several models (one per profile), so two profiles compare the same numbers.
-
-:class:`DecodeStepModel` is built from a :class:`Weights`, a chooser (:mod:`.dispatch`)
-and the request count; every op's implementation is picked once, in ``__init__``. ``step()`` runs one
-MTP-3 verify step (4 tokens a request) through the 48 layers and returns the final hyper-connection
-mixer's output [M, 2560] (what the LM head would read). Per layer:
-
-    HC module (combine previous block output + grouped norm + hc mix) -> token mixer (GDN or attention)
-    HC module -> MoE (router, routing, routed experts, shared expert, sum)
-
-and a final HC module collapses the streams (2 x 48 + 1 = 97 modules). That order is
-:mod:`r9k.plugin.models.schedule`'s, which the plugin's vLLM model of the architecture runs too. The
-all-reduce after each token mixer and MoE is a no-op on one rank. Not modelled: the MTP draft passes, the LM
-head and sampling.
+:class:`Weights`: synthetic weights in the checkpoint's formats, shareable by several models (one per profile).
+:class:`DecodeStepModel`: one profile's ops (picked once by a chooser, :mod:`.dispatch`); ``step()`` runs one
+MTP-3 verify step through the layers in :mod:`r9k.plugin.models.schedule`'s order and returns the final
+hyper-connection mixer's output. Not modelled: the all-reduces (one rank), MTP drafts, LM head, sampling.
 """
 from __future__ import annotations
 
@@ -167,21 +153,15 @@ class StepInputs:
         return cls(cfg, device, R, context, _bf16((R * S, cfg.hidden), gen, device, 1.0), state0)
 
 
-# The parts of the step this project does not fuse: one plain implementation shared by every profile (so two
-# profiles differ only in what the registry switches), all capturable in a CUDA graph (static shapes, no host
-# synchronisation).
-
-# ------------------------------------------------------------------------------------------ GDN
+# The parts the project does not fuse: one plain, graph-capturable implementation shared by every profile.
 
 
 def conv_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor, num_accepted: torch.Tensor,
                       spec: int) -> torch.Tensor:
     """Depthwise causal conv (width W, no bias) + SiLU over ``spec`` new tokens a request, with roll-back.
 
-    x [N*spec, C] bf16 (rows may be strided), conv_state [N, C, W-1+spec] bf16: the W-1 inputs before the
-    previous step's candidates, then those candidates. The history of this step is the W-1 columns ending
-    at the previous step's last accepted candidate (``num_accepted`` [N], 1..spec). The state is replaced by
-    ``[history | this step's inputs]``. Returns [N*spec, C] bf16 (unit column stride).
+    x [N*spec, C] bf16, conv_state [N, C, W-1+spec] bf16; the history is the W-1 columns ending at the previous
+    step's last accepted candidate (``num_accepted`` [N], 1..spec); the state becomes ``[history | x]``.
     """
     N, C, L = conv_state.shape
     W = weight.shape[1]
@@ -195,9 +175,6 @@ def conv_update(x: torch.Tensor, conv_state: torch.Tensor, weight: torch.Tensor,
     return F.silu(y).to(torch.bfloat16).transpose(1, 2).contiguous().view(N * spec, C)  # unit column stride
 
 
-# ------------------------------------------------------------------------------------ attention
-
-
 def kv_write(k_pool: torch.Tensor, v_pool: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slots: torch.Tensor):
     """Write the new tokens' keys/values ([M, hkv*D]) into the paged pools [pages, page, hkv, D] at ``slots`` [M]."""
     P, page, hkv, D = k_pool.shape
@@ -207,12 +184,9 @@ def kv_write(k_pool: torch.Tensor, v_pool: torch.Tensor, k: torch.Tensor, v: tor
 
 def indexer_select(iq: torch.Tensor, ckeys: torch.Tensor, positions: torch.Tensor, requests: int, context: int,
                    group: int, top_groups: int) -> torch.Tensor:
-    """The QSA indexer's token mask: for each query row, the top groups by
-    ``sum_h relu(q_h . key_g) / sqrt(Dk)`` over its complete visible groups, expanded to their tokens, plus the
-    causal tail of its own group; returns a bool mask [M, context] (True = attend).
-
-    iq [M, H, Dk] (normed + roped), ckeys [R, G, Dk] (compressed keys), positions [M] (token positions).
-    """
+    """The QSA indexer's bool mask [M, context] (True = attend): per query row the top visible groups by
+    ``sum_h relu(q_h . key_g) / sqrt(Dk)``, expanded to tokens, plus the causal tail of its own group.
+    iq [M, H, Dk] (normed + roped), ckeys [R, G, Dk], positions [M]."""
     M, H, Dk = iq.shape
     G = ckeys.shape[1]
     spec = M // requests
@@ -249,9 +223,6 @@ def attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, page_
     p = torch.softmax(s, dim=-1)
     o = torch.einsum("rgqst,rtgd->rsgqd", p, V.float())
     return o.to(torch.bfloat16).reshape(M, num_heads * D)
-
-
-# ---------------------------------------------------------------------------------------- MoE
 
 
 def pair_gemm(x, ids, w_q, w_s, rw=None, x_per_token: bool = True) -> torch.Tensor:
@@ -336,8 +307,7 @@ class DecodeStepModel:
                  flags: Optional[Mapping[str, Optional[str]]] = None):
         self.w, self.cfg, self.inp = w, w.cfg, inputs
         flags = dict(flags or {})
-        # programmatic dependent launch: the kernels read R9K_PDL when they launch (step() sets it, so two models
-        # of one process can differ); unset in the values = off, as its stock
+        # programmatic dependent launch: step() sets R9K_PDL per model; unset = off, as its stock
         self.pdl = flags.get("programmatic_dependent_launch") == "1"
         self.picks: dict[str, Pick] = {op: choose(op) for op in STEP_OPS}
         self.notes: list[str] = []
@@ -373,8 +343,6 @@ class DecodeStepModel:
             return self.part_hook(name)
         return contextlib.nullcontext()
 
-    # ----------------------------------------------------------------------------- state & metadata
-
     def _alloc_state(self):
         """This model's own copies of the caches/states, and the step's static metadata."""
         inp, cfg, dev = self.inp, self.cfg, self.w.device
@@ -385,11 +353,8 @@ class DecodeStepModel:
         self.num_accepted = (S - (ar % S)).to(torch.int32)  # 4, 3, 2, 1, 4, ...: every roll-back case
         self.state_idx = (1 + ar[:, None] * S + torch.arange(S, device=dev, dtype=torch.int32)[None, :]).contiguous()
         pos = (N - S + torch.arange(S, device=dev))[None, :].expand(R, S).reshape(-1)
+        # text tokens: MRoPE's t, h, w rows are equal, so the 1-D positions are passed (graph-capturable)
         self.pos1 = pos.contiguous()
-        # Text tokens: the MRoPE rows t, h, w are equal, so interleaved MRoPE is the 1-D rotary at these positions;
-        # the 1-D form is passed (the stock MRoPE path builds its section table on the host every call, which a
-        # CUDA graph cannot capture).
-        self.pos3 = pos[None, :].expand(3, -1).contiguous()
         pages = -(-N // cfg.page)
         self.page_table = (ar.long()[:, None] * pages + torch.arange(pages, device=dev)[None, :])
         self.slots = (self.page_table.gather(1, (pos.view(R, S) // cfg.page)) * cfg.page
@@ -402,8 +367,6 @@ class DecodeStepModel:
         for st, st0 in zip(self.state, self.inp.state0):
             for k, v in st.items():
                 v.copy_(st0[k])
-
-    # ------------------------------------------------------------------------------------ parts
 
     def _linear(self, x, wq_ws, part: str):
         with self._p(part):
@@ -468,8 +431,6 @@ class DecodeStepModel:
         with self._p("moe.sum"):
             return moe_sum(routed, shared, cfg.top_k)
 
-    # -------------------------------------------------------------------------------------- step
-
     def step(self, x0: Optional[torch.Tensor] = None) -> torch.Tensor:
         """One decode step; returns the final mixer output [M, HD] bf16. Updates this model's caches.
         The kernels read ``R9K_PDL`` when they launch: it is set to this model's value for the step only."""
@@ -487,8 +448,6 @@ class DecodeStepModel:
         mixer = self._gdn if L["kind"] == "gdn" else self._attn
         return schedule.decoder_layer(res, pending, pre_mixer, functools.partial(mixer, L=L, st=st), pre_moe,
                                       functools.partial(self._moe, L=L))
-
-    # ------------------------------------------------------------------------------------ memory
 
     def weight_bytes(self) -> int:
         """Bytes of every weight this model reads (each storage once)."""

@@ -43,20 +43,17 @@ def render(res: dict) -> str:
             notes.setdefault(c["note"], c["what"])
     out += [f"  note ({what}): {note}" for note, what in notes.items()]
     out.append("")
-    rows = []
-    for r in res["rows"]:
-        g = r.get("graph") or {}
-        rows.append([str(r["requests"]), str(r["M"]), r["profile"], _f(r.get("ms"), 3),
-                     f"{_f(r.get('p10'), 3)}-{_f(r.get('p90'), 3)}" if "ms" in r else "-",
-                     _f(g.get("nodes")), _f(g.get("kernels")), str(r["launch_sites"])])
+    rows = [[str(r["requests"]), str(r["M"]), r["profile"], _f(r.get("ms"), 3),
+             f"{_f(r.get('p10'), 3)}-{_f(r.get('p90'), 3)}" if "ms" in r else "-",
+             _f((r.get("graph") or {}).get("nodes")), _f((r.get("graph") or {}).get("kernels")), str(r["launch_sites"])]
+            for r in res["rows"]]
     out.append(_table(["requests", "M", "profile", "ms/step", "p10-p90", "graph nodes", "kernel nodes",
                        "launch sites"], rows))
-    for r in res["rows"]:
-        if r.get("error"):
-            out.append(f"  ERROR requests {r['requests']} {r['profile']}: {r['error']}")
-    for q in res.get("ratios", []):
-        out.append(f"  requests {q['requests']}: speedup {q['speedup']:.3f}x" + (f" over {q['against']}" if q.get("against") else "")
-                   + (f", nodes {q['nodes_ratio']:.3f} of the baseline's" if q.get("nodes_ratio") else ""))
+    out += [f"  ERROR requests {r['requests']} {r['profile']}: {r['error']}" for r in res["rows"] if r.get("error")]
+    out += [f"  requests {q['requests']}: speedup {q['speedup']:.3f}x"
+            + (f" over {q['against']}" if q.get("against") else "")
+            + (f", nodes {q['nodes_ratio']:.3f} of the baseline's" if q.get("nodes_ratio") else "")
+            for q in res.get("ratios", [])]
     out += headline(res)
     first = [r for r in res["rows"] if r["requests"] == res["rows"][0]["requests"] and r.get("launch_parts")]
     if first:
@@ -78,12 +75,9 @@ def render(res: dict) -> str:
         out.append(_table(["part"] + names, [[k] + [_f(by[k].get(n), 3) for n in names] for k in order]))
     if res.get("ablation"):
         out += ["", "ablation (each variant back to stock, one at a time; worth = stock-variant minus profile):"]
-        ar = []
-        for a in res["ablation"]:
-            g = a.get("graph") or {}
-            ar.append([a["variant"], a.get("knob", ""), _f(a.get("ms"), 3), _f(a.get("worth_ms"), 3),
-                       _f(g.get("nodes")), _f(a.get("worth_nodes")), _f(a.get("worth_launch_sites")),
-                       stock_label(a), a.get("note", "") or a.get("error", "")])
+        ar = [[a["variant"], a.get("knob", ""), _f(a.get("ms"), 3), _f(a.get("worth_ms"), 3),
+               _f((a.get("graph") or {}).get("nodes")), _f(a.get("worth_nodes")), _f(a.get("worth_launch_sites")),
+               stock_label(a), a.get("note", "") or a.get("error", "")] for a in res["ablation"]]
         out.append(_table(["variant", "knob", "ms/step", "worth ms", "nodes", "worth nodes", "worth sites",
                            "measured against", "note"], ar))
     if res.get("memory"):

@@ -1,29 +1,9 @@
 """The decode-step benchmark: builds the model per profile, checks agreement, times one CUDA-graph step.
 
-Input is a *plan* (:func:`build_plan`: resolved values per profile, the non-stock variants with their stock
-values for the ablation, the registry's declared memory costs; plain JSON, so the H200, which has no pydantic, needs no registry code), written by
-``r9kctl bench decode-step --export-plan`` or built in-process by ``r9kctl bench decode-step``::
-
-    {"schema": "r9k-decode-step-plan/2", "profile": P, "against": [Q, ...], "requests": [1, 2, 4],
-     "context": 4096, "config": "flash-next-tp4", "ablate": true, "ablate_requests": 1, "replays": 50,
-     "profiles": {label: {"profile": name, "stock": "vllm" | "plain", "hash": ..., "values": {variant id: value},
-                         "non_stock": [{"id", "knob", "value", "stock"}],
-                         "memory": {variant id: {"bytes": declared bytes per GPU at this TP, "basis": ...}}}}}
-
-For each request count: one :class:`Weights` (shared), one :class:`StepInputs`, a model per profile label
-(``stock@vllm``: the stock profile with vLLM's own kernels on the stock paths of the GDN core and the
-hyper-connection combine + norm; ``stock@plain``: the same values with the op table's plain compositions).
-
-* check (gated): :class:`ShadowChooser` runs every fused op's stock implementation beside it on the same
-  inputs, at every call of a real step (the model's own activations), and each op must stay within its gate's
-  tolerance (``OP_TOL``, relative L2). Reported, not gated: the whole step against every op at its stock
-  implementation (same weight formats), the same step with its input moved by one bf16 ulp (how much this
-  random-weight network amplifies a rounding-size change over 48 layers), and profile against profile.
-* launches: :class:`~.counter.LaunchCounter` over one eager step (launch sites, any machine);
-* on CUDA: the step captured in one graph, nodes and kernel nodes from the driver, replays timed with
-  CUDA events (median, p10, p90 in ms).
-
-``python -m r9k.r9kctl.decode_step.run --plan plan.json [--out result.json]`` runs a plan.
+Input is a *plan* (:func:`build_plan`, plain JSON so the GPU host needs no registry code). Per request count:
+the gated check (:class:`ShadowChooser`: every fused op against its stock implementation in situ, within
+``OP_TOL``), reported whole-step comparisons, launch sites of an eager step and, on CUDA, graph nodes and
+replay times. ``python -m r9k.r9kctl.decode_step.run --plan plan.json [--out result.json]`` runs a plan.
 """
 from __future__ import annotations
 
@@ -70,9 +50,6 @@ OP_TOL = {
 MEMORY_ONLY = {"hc_free_bf16"}
 #: Variants that change how the model's kernels launch without being an op.
 LAUNCH_FLAGS = {"programmatic_dependent_launch"}
-
-
-# ------------------------------------------------------------------------------ the plan
 
 
 def profile_entry(reg, rs) -> dict:
@@ -141,9 +118,6 @@ def build_plan(reg, profile: str, against, requests: list[int], context: int, ab
             "context": context, "config": config, "ablate": ablate,
             "ablate_requests": ablate_requests or requests[0], "replays": replays, "profiles": profs}
     return plan, diags
-
-
-# ------------------------------------------------------------------------------- the run
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -287,9 +261,7 @@ def parts_profile(model: DecodeStepModel, steps: int = 3) -> list[dict]:
     rows = []
     for e in prof.key_averages():
         if e.key.startswith("part:"):
-            dev = getattr(e, "device_time_total", None)
-            if dev is None:
-                dev = getattr(e, "cuda_time_total", 0.0)
+            dev = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0.0)
             rows.append({"part": e.key[5:], "ms": dev / 1e3 / steps, "calls": e.count // steps})
     rows.sort(key=lambda r: -r["ms"])
     return rows
@@ -480,10 +452,8 @@ def variant_stock(vid: str) -> dict:
 
 
 def memory_report(m: DecodeStepModel, prof: dict, cfg) -> dict:
-    """Weight bytes per rank and, per variant, the bytes the model adds beside the registry's declared cost.
-
-    The registry declares a whole-model cost (its module count: 97 + 3 MTP = 100 HC modules); this model
-    has ``cfg.hc_modules`` HC modules, so the comparison is per module."""
+    """Weight bytes per rank and, per variant, the bytes the model adds beside the registry's declared
+    whole-model cost, compared per HC module (this model has ``cfg.hc_modules`` of them)."""
     out = {"weight_bytes": m.weight_bytes(), "variants": []}
     declared = prof.get("memory", {})
     modules = cfg.hc_modules

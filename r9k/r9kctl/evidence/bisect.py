@@ -1,32 +1,12 @@
 """``r9kctl bisect``: find the knob whose change moved a result between two profiles.
 
-Plan. Both profiles are resolved at the same TP size (without the caller's environment); the variants whose
-values differ are the candidates. Candidates that must move together become one *group*: a variant that
-``requires`` or ``conflicts`` with another candidate is grouped with it (switching one without the other
-would give a configuration neither profile describes and validation would reject). Groups keep registry order.
-
-Steps. Each step is a complete configuration, written as a resolved manifest (``rs.to_manifest()``, the
-file the manifest variable ``envvars.MANIFEST`` points vLLM's plugin at):
-
-* ``binary`` mode: step ``pK`` = the good profile with the first K groups switched to the bad profile's
-  values; ``p0`` is the good profile, ``pM`` the bad one. Assuming one change point along that path, a
-  binary search over K needs about log2(M) evaluations besides the two ends, and names the group switched
-  between the last good and the first bad prefix.
-* ``each`` mode: step ``gI`` = the good profile with only group I switched; every group whose step is
-  classified bad is named. M evaluations; finds several contributors, misses effects that need two knobs.
-
-Classification of a step against the good end (``p0``) result file, question by question:
-
-* ``mcnemar`` (default): bad when the exact McNemar p < alpha and the step is worse (c < b);
-* ``accuracy``: bad when its accuracy is at least ``threshold`` points below the good end's;
-* ``outputs``: bad when the share of outputs identical to the good end's is below ``threshold`` (default
-  1.0: any change). At concurrency 1 the stack is near bit-reproducible, so this finds the knob that changes
-  numerics, which the accuracy criteria can only find when the effect is large.
-
-The bisect directory holds ``plan.json``, ``manifests/<step>.json`` and ``results/<step>.jsonl``; the
-status is recomputed from whichever result files exist, so the search can be run by hand (launch with
-the manifest, record with ``r9kctl eval record``, ask ``r9kctl bisect status``) or end to end
-(:func:`run_end_to_end`, given a launch command).
+The variants whose values differ between the two profiles (resolved at one TP size) are the candidates,
+grouped where ``requires``/``conflicts`` link them. Each step is a complete configuration written as a
+resolved manifest: ``binary`` mode switches the first K groups to the bad values (``p0`` good ... ``pM`` bad)
+and binary-searches K; ``each`` mode switches one group at a time. A step is classified against ``p0`` by
+``mcnemar`` (p < alpha and worse), ``accuracy`` (``threshold`` points lower) or ``outputs`` (identical share
+below ``threshold``). The directory holds ``plan.json``, ``manifests/`` and ``results/``; the status is
+recomputed from the result files there, so steps can be run by hand or by :func:`run_end_to_end`.
 """
 from __future__ import annotations
 
@@ -99,8 +79,6 @@ class Plan:
     def bad_step(self) -> str:
         return f"p{len(self.groups)}"
 
-
-# ------------------------------------------------------------------------------------------- planning
 
 def _groups(reg: Any, differing: list[str]) -> list[list[str]]:
     """The connected components of ``differing`` under requires/conflicts, each and all in registry order."""
@@ -222,8 +200,6 @@ def load_plan(directory: str | Path) -> Plan:
         raise fileio.error(p, "bisect-plan", f"not a usable bisect plan ({what})", 1, 1) from None
 
 
-# ------------------------------------------------------------------------------------------- status
-
 @dataclass
 class StepVerdict:
     step: str
@@ -294,8 +270,6 @@ def status(directory: str | Path) -> tuple[Plan, Status]:
     return plan, Status(verdicts, f"p{nxt}", [], False, f"searching between p{lo} (good) and p{hi} (bad){note}")
 
 
-# ------------------------------------------------------------------------------------------- running
-
 def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
@@ -314,12 +288,9 @@ def _wait_ready(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
 def run_end_to_end(reg: Any, directory: str | Path, *, launch: str, url_template: str, dataset: str,
                    port: int = 8000, ready_timeout_s: float = 900.0, max_steps: int = 64,
                    say: Callable[[str], None] = print, record_kwargs: dict | None = None) -> Status:
-    """Launch, evaluate and stop each step the search asks for, until it concludes.
-
-    ``launch`` is a command line with placeholders ``{manifest}``, ``{port}``, ``{profile}``, ``{tp}``; it
-    also gets the step's knobs in its environment with ``envvars.MANIFEST``, ``envvars.PROFILE`` and ``envvars.TP``.
-    ``url_template`` is the server's URL with ``{port}``.
-    """
+    """Launch, evaluate and stop each step the search asks for, until it concludes. ``launch``: a command line
+    with ``{manifest}``, ``{port}``, ``{profile}``, ``{tp}`` (the step's knobs also in its environment);
+    ``url_template``: the server's URL with ``{port}``."""
     d = Path(directory)
     plan, st = status(d)
     ds = load_dataset(dataset)
@@ -366,8 +337,7 @@ def describe_step(plan: Plan, step: str, directory: str | Path, url: str = "URL"
     d = Path(directory)
     switched = [plan.groups[i] for i in plan.steps[step]]
     lines = [f"step {step}: {plan.good} with {len(switched)} group(s) switched to {plan.bad}'s values"]
-    for g in switched:
-        lines.append(f"    {g.label()}")
+    lines += [f"    {g.label()}" for g in switched]
     sets = " ".join(f"--set {k}={v}" for g in switched for k, v in g.bad.items() if v is not None)
     unset = [k for g in switched for k, v in g.bad.items() if v is None]
     lines.append(f"  launch: {envvars.MANIFEST.name}={d / 'manifests' / (step + '.json')} vllm serve ...   "

@@ -1,23 +1,13 @@
-"""Question sets and their graders (``r9kctl eval record --dataset FILE``).
+"""Question sets and their graders (``r9kctl eval record --dataset FILE``), JSON Lines of three shapes,
+recognised per record (notes/evidence.md):
 
-Three file shapes are read, all JSON Lines; the shape is recognised per record:
+* native (``r9k/r9kctl/evidence/data/``): ``id``, ``prompt``, ``answer``, ``grader`` (``number``, the default:
+  the number after a final ``#### ``, else the last number; ``exact``; ``contains``);
+* GSM8K (``question``, ``answer`` ending ``#### N``): graded ``number``, ids ``gsm8k-<line index>``;
+* HumanEval: the completion run against the task's ``check`` in a separate process with a timeout, only when
+  the caller allows executing model-written code (``--execute-code``).
 
-* **native** (what ships in ``r9k/r9kctl/evidence/data/``)::
-
-    {"id": "arith-001", "prompt": "...", "answer": "42", "grader": "number"}
-
-  ``grader`` is one of ``number`` (the default; the answer after a final ``#### `` marker, else the last
-  number in the output, must equal ``answer`` numerically), ``exact`` (whitespace-stripped output equals
-  ``answer``) or ``contains`` (``answer`` occurs in the output).
-* **GSM8K** (``{"question": ..., "answer": "...#### 72"}``): the reference answer is the number after
-  ``####``; graded ``number``. GSM8K has no ids, so a question's id is ``gsm8k-<line index>``, which is
-  stable as long as the same file is used.
-* **HumanEval** (``{"task_id", "prompt", "test", "entry_point", ...}``): graded by running the completion
-  against the task's ``check`` in a separate Python process with a timeout. That executes model-written
-  code on this machine, so it is only done when the caller allows it (``--execute-code``).
-
-:meth:`Dataset.sha256` fingerprints the questions (ids, prompts, answers, graders), independent of file
-formatting; result files carry it so ``eval compare`` can refuse two runs over different sets.
+:meth:`Dataset.sha256` fingerprints the questions, independent of file formatting.
 """
 from __future__ import annotations
 
@@ -75,8 +65,6 @@ class Dataset:
         return len(self.questions)
 
 
-# ----------------------------------------------------------------------------------------------- loading
-
 def shipped_datasets() -> dict[str, Path]:
     """Question sets shipped as package data, by name (file stem)."""
     root = resources.files("r9k.r9kctl.evidence") / "data"
@@ -131,8 +119,6 @@ def load_dataset(spec: str | Path) -> Dataset:
     return Dataset(path.stem, questions, str(path))
 
 
-# ----------------------------------------------------------------------------------------------- grading
-
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:/\d+)?")
 
 
@@ -146,9 +132,8 @@ def _to_fraction(text: str) -> Fraction | None:
 
 def extract_number(output: str) -> str | None:
     """The model's final numeric answer: the first number after the last '####', else the last number."""
-    tail = output.rsplit("####", 1)[1] if "####" in output else None
-    if tail is not None:
-        m = _NUMBER.search(tail)
+    if "####" in output:
+        m = _NUMBER.search(output.rsplit("####", 1)[1])
         if m:
             return m.group(0).replace(",", "")
     found = _NUMBER.findall(output)

@@ -1,14 +1,9 @@
 """``r9kctl gate``: run the declared gate tests of variants through pytest and record them in the ledger.
 
-Which variants: those named, or every variant whose resolved value in a profile differs from its stock value
-(``rs.non_stock()``): exactly the variants whose code a launch of that profile would run instead of vLLM's.
-
-How: one ``python -m pytest`` subprocess over the test files of all selected gates, run beside the package ``r9k/``,
-with :mod:`r9k.r9kctl.evidence.pytest_plugin` selecting the declared items, skipping ``gpu``-marked tests when
-no GPU is visible (reported as ``needs-gpu``) and streaming per-test events, from which progress is shown.
-On a machine without a GPU device node, ``TRITON_INTERPRET=1`` is set (unless the caller set it), so Triton
-kernels run in the CPU interpreter. One record per variant is appended to the ledger
-(``r9k.registry.ledger``), with the outcome of every item and the variant's current source hash.
+The variants named, or those a profile moves off stock (``rs.non_stock()``). One ``python -m pytest``
+subprocess over the selected gates' test files, with :mod:`r9k.r9kctl.evidence.pytest_plugin` selecting
+items and streaming events (``TRITON_INTERPRET=1`` without a GPU device node, unless set); one ledger record
+per variant with every item's outcome and the variant's source hash.
 """
 from __future__ import annotations
 
@@ -57,8 +52,7 @@ def plan(reg: Any, profile: str | None = None, names: Iterable[str] = (), tp: in
 
         rs = resolve(reg, profile, tp=tp)
         chosen += [reg.variants[r.variant.id] for r in rs.non_stock()]
-    for name in names:
-        chosen.append(reg.variant(name))
+    chosen += [reg.variant(name) for name in names]
     out = GatePlan([])
     for v in {v.id: v for v in chosen}.values():
         (out.variants if L.declared_tests(v) else out.no_tests).append(v)

@@ -1,23 +1,11 @@
-"""Gate results from a JUnit XML file, for runs on a machine where the registry tools do not run.
+"""Gate results from a JUnit XML file (``r9kctl gate --import-junit FILE``), for runs on a machine where the
+registry tools do not run (plain pytest with ``--junitxml=FILE -o junit_family=xunit1`` plus a provenance file).
 
-The lent GPU machine has pytest but not this project's dependencies (pydantic...), so ``r9kctl gate``
-cannot run there. Instead the gate tests run there under plain pytest with
-``--junitxml=FILE -o junit_family=xunit1`` (xunit1 keeps each test's file), and beside the XML the run writes
-its provenance (``python3 r9k/registry/provenance.py --root r9k --out provenance.json``: the sha256 of every file of the
-tree it tested and its toolchain). ``r9kctl gate --import-junit FILE`` then turns the XML into ledger
-records here, one per variant whose declared gate tests it covers, only after checking:
-
-* a provenance file is there and readable (default: ``provenance.json`` beside the XML);
-* every test case names a test file of this tree whose hash equals the provenance's, and a test function
-  defined in it; every file each covered gate depends on (:func:`r9k.registry.ledger.dependencies`) has the
-  provenance's hash here too (else the results are of another tree);
-* every test case is an item that pytest collects here (a made-up parametrization is refused).
-
-Any failed check refuses the whole file with one line naming the file and the first mismatch; the ledger
-is not touched. A declared test counts as passed in the record only when every one of its parametrizations
-(as collected here) passed there; a skipped or absent one is "not run". The record carries the hash computed
-from the provenance's file hashes (equal to the local one, since they were checked), the provenance's
-toolchain, platform and commit: never a hash of what was not tested.
+The XML becomes ledger records only after checking that the provenance is readable, that every test case
+names a test file and function of this tree with the provenance's hash (and every file each covered gate
+depends on matches too), and that every case is an item pytest collects here. Any failed check refuses the
+whole file with one located line. A declared test passes only when all its parametrizations passed; the
+record carries the hash from the provenance's (checked) file hashes and its toolchain, platform and commit.
 """
 from __future__ import annotations
 
@@ -51,8 +39,7 @@ _NAME_ATTR = re.compile(r'<testcase\b[^>]*?\sname="([^"]*)"')
 
 
 def _case_lines(text: str) -> dict[str, int]:
-    """Test case name (as written, XML-escaped) -> the line of its first <testcase>: one pass over the text
-    (a search per case made a 100k-case file quadratic)."""
+    """Test case name (as written, XML-escaped) -> the line of its first <testcase>, in one pass over the text."""
     out: dict[str, int] = {}
     for lineno, ln in enumerate(text.splitlines(), 1):
         if "<testcase" in ln:
@@ -218,11 +205,7 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
     def cases_of(t: str) -> list[str]:
         return [n for n in by_file.get(L.test_file(t), []) if L.item_of(n, t)]
 
-    covered = []
-    for vid, v in sorted(reg.variants.items()):
-        tests = L.declared_tests(v)
-        if tests and any(cases_of(t) for t in tests):
-            covered.append(v)
+    covered = [v for _vid, v in sorted(reg.variants.items()) if any(cases_of(t) for t in L.declared_tests(v))]
     if not covered:
         raise _refuse(xml, "unknown-test", "covers no declared gate test of the registry")
 
@@ -280,10 +263,9 @@ def import_junit(reg: Any, xml: str | Path, provenance: str | Path | None = None
 
 
 def _check_stamp(xml: Path, prov: dict, props: dict[str, str]) -> str:
-    """The JUnit stamp (registry/provenance.py as a pytest plugin) against the provenance: the same tree
-    hash, toolchain and platform, else the import is refused. Returns what was checked (for the record):
-    a file without a stamp (hand-written, or an older run) is accepted but says so; it stays unverified
-    either way, since nothing here re-ran the tests."""
+    """The JUnit stamp (registry/provenance.py as a pytest plugin) must have the provenance's tree hash,
+    toolchain and platform, else the import is refused; returns what was checked (a file without a stamp is
+    accepted and says so)."""
     if P.STAMP_TREE not in props:
         return "no stamp in the JUnit file: nothing ties it to the provenance"
     want = P.tree_hash(prov["files"])

@@ -1,18 +1,8 @@
-"""Paired comparison of two per-question result files (``r9kctl eval compare A B``).
+"""Paired comparison of two per-question result files (``r9kctl eval compare A B``), over the same questions.
 
-Both files must cover the same question set. Per question the pair (A correct, B correct) falls in one
-of four cells; only the discordant cells carry evidence about a difference:
-
-    b = A right, B wrong        c = A wrong, B right
-
-Under the null (no difference between A and B) each discordant question is equally likely to fall in
-``b`` or ``c``, so ``b ~ Binomial(b + c, 1/2)``; the exact two-sided McNemar p is that binomial test
-(:func:`scipy.stats.binomtest`).
-
-The confidence interval is for the accuracy difference ``acc(B) - acc(A) = (c - b) / n`` with Newcombe's
-hybrid score method for paired proportions (Newcombe 1998, Stat. Med. 17:2635, method 10), which, unlike the
-Wald interval, behaves at the few-discordant counts these evals produce (its Wilson intervals come from
-scipy). An exact (Clopper-Pearson) interval of ``c / (b + c)`` is reported too.
+Discordant cells ``b`` (A right, B wrong) and ``c`` (A wrong, B right) decide: the exact two-sided McNemar p
+(``b ~ Binomial(b + c, 1/2)`` under the null), with Newcombe's hybrid score interval (method 10) for
+``acc(B) - acc(A)`` and an exact Clopper-Pearson interval of ``c / (b + c)`` (notes/evidence.md).
 """
 from __future__ import annotations
 
@@ -85,13 +75,9 @@ class Comparison:
         return f"{basis}; the {ci} agrees"
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["diff_ci"] = list(self.diff_ci)
-        d["discordant_share_ci"] = None if self.discordant_share_ci is None else list(self.discordant_share_ci)
-        d["a_accuracy"] = self.a_accuracy
-        d["b_accuracy"] = self.b_accuracy
-        d["identical_share"] = self.identical_share
-        return d
+        return {**asdict(self), "diff_ci": list(self.diff_ci),
+                "discordant_share_ci": None if self.discordant_share_ci is None else list(self.discordant_share_ci),
+                "a_accuracy": self.a_accuracy, "b_accuracy": self.b_accuracy, "identical_share": self.identical_share}
 
     def format_text(self) -> str:
         pct = lambda x: f"{100 * x:.2f}%"  # noqa: E731

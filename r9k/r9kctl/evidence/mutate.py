@@ -1,12 +1,8 @@
 """pytest plugin for mutation tests: load kernel modules with a deliberate error, to show a gate can fail.
 
-Active only when ``envvars.MUTATE`` is set (JSON list of ``{"module": "r9k.kernels.hc_mix.triton_kernel",
-"old": "return _sigmoid(g) * xv", "new": "return 1.01 * _sigmoid(g) * xv"}``); load it with
-``PYTEST_PLUGINS=r9k.r9kctl.evidence.mutate`` or ``-p r9k.r9kctl.evidence.mutate``. The named module is
-compiled from its file's text with every occurrence of ``old`` replaced by ``new`` (nothing on disk changes);
-the mutated text is also what :mod:`linecache` (and so ``inspect.getsource``, which Triton's interpreter
-re-parses kernels from) returns for that file. An ``old`` that does not occur is an error at import, so a
-mutation that no longer applies cannot pass silently.
+Active only when ``envvars.MUTATE`` is set (JSON list of ``{"module", "old", "new"}``): the module is compiled
+from its file's text with ``old`` replaced by ``new`` (nothing on disk changes; :mod:`linecache` returns the
+mutated text, which Triton's interpreter re-parses). An ``old`` that does not occur is an error at import.
 """
 from __future__ import annotations
 

@@ -1,16 +1,8 @@
-"""Pairwise composition gate: do two variants, each fine alone, interact?
+"""Pairwise composition gate (``r9kctl gate --pairs --profile P``): do two variants, each fine alone, interact?
 
-``r9kctl gate --pairs --profile P`` runs the CPU decode-step model (``r9k.r9kctl.decode_step``: one MTP verify
-step through every layer, the project's ops picked per variant value, Triton kernels in the CPU interpreter)
-at stock, with each of the profile's non-stock variants alone (every other variant at stock), and with every
-pair of them. For each run the difference from stock is the relative L2 distance of the step's output
-``d(x) = ||y_x - y_stock|| / ||y_stock||``. By the triangle inequality two independent deviations compose to
-at most about their sum, so a pair is reported when ``d(a, b) > d(a) + d(b)``: together they do something
-neither does alone (e.g. one variant's output format breaking the other's assumption).
-
-Only variants that decide an op or a weight format of the model take part (``decode_step.run.model_ops``); the others
-(launcher settings, tuning knobs, code the project does not ship) are listed as not modelled.
-All runs share one set of weights and inputs (one seed), so the only difference between runs is the variants.
+The CPU decode-step model runs at stock, with each of the profile's non-stock variants alone and with every
+pair (one set of weights and inputs). With ``d(x) = ||y_x - y_stock|| / ||y_stock||``, a pair is reported when
+``d(a, b) > d(a) + d(b)``. Variants that decide no op or weight format of the model are listed as not modelled.
 """
 from __future__ import annotations
 

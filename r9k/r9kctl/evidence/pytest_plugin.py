@@ -1,13 +1,10 @@
-"""pytest plugin used by ``r9kctl gate`` (loaded with ``-p r9k.r9kctl.evidence.pytest_plugin``).
+"""pytest plugin used by ``r9kctl gate`` (``-p r9k.r9kctl.evidence.pytest_plugin``), inactive unless the
+gate runner sets its variables:
 
-It does three things, all driven by environment variables the gate runner sets, and nothing otherwise:
-
-* ``envvars.GATE_SELECT`` (JSON list of declared test ids): pytest is given the test *files*; this plugin keeps
-  the items the declared ids name and reports ids that name nothing as ``not-found`` instead of letting one
-  stale id abort the whole run (pytest exits with a usage error on an unknown node id).
-* tests marked ``gpu`` are skipped when no GPU is visible to torch, and reported as ``needs-gpu``;
-* ``envvars.GATE_EVENTS`` (path): one JSON line per event (``selected``, ``result``, ``finish``) so the runner
-  can show progress while pytest runs and learn the platform the tests ran on.
+* ``envvars.GATE_SELECT`` (JSON list of declared test ids): keeps the items they name and reports ids that
+  name nothing as ``not-found`` (instead of pytest's usage error aborting the run);
+* tests marked ``gpu`` are skipped without a visible GPU, reported as ``needs-gpu``;
+* ``envvars.GATE_EVENTS`` (path): one JSON line per event (``selected``, ``result``, ``finish``).
 """
 from __future__ import annotations
 

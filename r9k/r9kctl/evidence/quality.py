@@ -1,8 +1,5 @@
-"""A paired comparison as a release quality record (``r9kctl eval compare A B --into RELEASE_TOML``).
-
-The record has the shape of ``r9k.registry.schema.QualityRecord`` and is validated against it before the
-manifest is touched. A is the baseline (the previous default), B the candidate (the release's default), as
-in the original stack's gates. The manifest is edited with tomlkit, so its comments and layout stay.
+"""A paired comparison as a release quality record (``r9kctl eval compare A B --into RELEASE_TOML``): A the
+baseline, B the candidate; validated as a ``QualityRecord`` before the file is edited (tomlkit keeps its layout).
 """
 from __future__ import annotations
 

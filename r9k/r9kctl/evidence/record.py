@@ -1,13 +1,8 @@
 """``r9kctl eval record``: run a question set against a running OpenAI-compatible server.
 
-Requests go one at a time (concurrency 1), not for convenience: under dynamic batching the reduction order
-depends on what else is in the batch, so answers at concurrency > 1 are not reproducible, and a paired
-comparison of two configurations would mostly measure that noise. Decoding is greedy (temperature 0).
-
-Results are written line by line as they arrive (see ``results`` for the format), so an interrupted run
-keeps what it has; ``resume=True`` continues such a file, refusing one made from a different question set.
-HTTP goes through :mod:`r9k.r9kctl.netclient`: a total deadline per request (``timeout_s``), a bounded
-answer size, no redirects (the API key is never sent to another origin), checked JSON.
+One request at a time and greedy decoding: under dynamic batching answers are not reproducible, and a paired
+comparison would mostly measure that noise. Results are written as they arrive (``resume=True`` continues a
+file, refusing one of another question set); HTTP goes through the bounded :mod:`r9k.r9kctl.netclient`.
 """
 from __future__ import annotations
 
@@ -97,11 +92,8 @@ class Client:
 
 
 def server_status(base: str, timeout_s: float = 5.0) -> dict | None:
-    """The active set a server with this project's plugin reports (``GET /r9k/status``), or None.
-
-    Stored in the result file's header, so a result names the exact configuration (profile and resolved
-    hash) that produced it. Servers without the route (any other OpenAI-compatible server) give None.
-    """
+    """The active set a server with this project's plugin reports (``GET /r9k/status``; for the result's
+    header), or None (a server without the route)."""
     root = base[: -len("/v1")] if base.endswith("/v1") else base
     try:
         data = netclient.get_json(root + "/r9k/status", timeout_s=timeout_s)

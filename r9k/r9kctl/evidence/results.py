@@ -1,28 +1,9 @@
 """The per-question result file: what ``r9kctl eval record`` writes and ``r9kctl eval compare`` reads.
 
-Format (JSON Lines, UTF-8, one JSON object a line):
-
-* an optional **header** as the first line, recognised by its key ``"r9k_eval"`` (the format version, 1)::
-
-    {"r9k_eval": 1, "dataset": "arith-smoke", "dataset_sha256": "<hex>", "questions": 24,
-     "model": "...", "url": "...", "label": "...", "started": "2026-11-30T15:00:00Z",
-     "params": {"max_tokens": 512, "temperature": 0.0, "concurrency": 1}}
-
-  ``server_r9k`` (``{"profile", "hash", "tp", "model", "platform", "agree"}``) is added when the server
-  reports its active set (``GET /r9k/status`` of this project's plugin). Every field but ``r9k_eval`` is optional. ``dataset_sha256`` is the hash of the question set
-  (:func:`r9k.r9kctl.evidence.dataset.Dataset.sha256`); two files whose headers both carry it must agree.
-
-* one **record** per question::
-
-    {"id": "arith-007", "correct": true, "output": "... #### 42", "output_sha256": "<hex>",
-     "expected": "42", "extracted": "42"}
-
-  ``id`` (string; an integer is read as its decimal string) and ``correct`` (boolean) are required.
-  ``output`` (the generated text) and/or ``output_sha256`` (sha256 of the UTF-8 output) are optional;
-  the identical-output share needs one of them in every record of both files. Other keys are kept but not
-  interpreted. Ids must be unique within a file.
-
-Hand-made files (e.g. constructed from another harness's output) need only ``id`` and ``correct``.
+JSON Lines: an optional header first (recognised by ``"r9k_eval": 1``; ``dataset_sha256`` of two files must
+agree where both carry it), then one record per question with ``id`` (unique; an integer is read as its
+string) and ``correct`` required, ``output`` / ``output_sha256`` optional (the identical-output share needs
+one in every record of both files), other keys kept. The format is described in notes/evidence.md.
 """
 from __future__ import annotations
 
@@ -53,13 +34,8 @@ class QuestionResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"id": self.id, "correct": self.correct}
-        if self.output is not None:
-            d["output"] = self.output
-        if self.output_sha256 is not None:
-            d["output_sha256"] = self.output_sha256
-        d.update(self.extra)
-        return d
+        d = {"id": self.id, "correct": self.correct, "output": self.output, "output_sha256": self.output_sha256}
+        return {**{k: v for k, v in d.items() if v is not None}, **self.extra}
 
 
 @dataclass
@@ -127,10 +103,9 @@ def json_lines(lines: Iterable[str], source: str, error: type[Exception]) -> Ite
 def parse_lines(lines: Iterable[str], source: str = "<input>", path: Path | None = None) -> ResultFile:
     header: dict[str, Any] = {}
     results: dict[str, QuestionResult] = {}
-    seen_record = False
     for where, obj in json_lines(lines, source, ResultFileError):
         if isinstance(obj, dict) and "r9k_eval" in obj:
-            if seen_record or header:
+            if results or header:
                 raise ResultFileError(f"{where}: header line must be the first line")
             if obj["r9k_eval"] != FORMAT_VERSION:
                 raise ResultFileError(f"{where}: unknown result format version {obj['r9k_eval']!r}")
@@ -140,7 +115,6 @@ def parse_lines(lines: Iterable[str], source: str = "<input>", path: Path | None
         if rec.id in results:
             raise ResultFileError(f"{where}: duplicate question id {rec.id!r}")
         results[rec.id] = rec
-        seen_record = True
     return ResultFile(path, header, results)
 
 

@@ -78,8 +78,6 @@ class BenchError(RuntimeError):
     pass
 
 
-# ------------------------------------------------------------------------------------------------ servers
-
 def launch_command(profile: str, port: int, serve_args: list[str]) -> list[str]:
     return [sys.executable, "-m", "r9k.r9kctl.cli", "launch", "--profile", profile, "--", "--port", str(port), *serve_args]
 
@@ -126,8 +124,6 @@ def stop(proc: subprocess.Popen, grace_s: float = 30.0) -> None:
         pass
 
 
-# ------------------------------------------------------------------------------------------------ client
-
 def client_command(port: int, model: str, c: int, s: BenchSettings, seed: int, result_dir: Path,
                    name: str) -> list[str]:
     vllm = Path(sys.executable).parent / "vllm"
@@ -150,8 +146,6 @@ def read_result(path: Path) -> dict[str, float]:
         raise BenchError(f"{path}: vLLM's result has no {', '.join(missing)}")
     return {ours: float(d[theirs]) for ours, theirs, *_ in METRICS}
 
-
-# ------------------------------------------------------------------------------------------------ the run
 
 class Servers:
     """How a round starts, waits for and stops a profile's server (a test passes a fake one)."""
@@ -194,8 +188,6 @@ def run(profiles: list[str], s: BenchSettings, out_dir: Path, say: Callable[[str
                 servers.stop(proc)
     return results
 
-
-# ------------------------------------------------------------------------------------------------ summary
 
 CONFIDENCE = 0.95
 
@@ -333,16 +325,13 @@ def plot(summary: dict, path: Path) -> Optional[str]:
 
 def release_records(summary: dict, config: str, platform: str, command: str, s: BenchSettings) -> list[dict]:
     """``[[bench]]`` records (BenchRecord fields): one per profile, concurrency and metric."""
-    recs = []
-    for r in summary["rows"]:
-        for key, _, label, unit, _ in METRICS:
-            recs.append({"config": config, "metric": f"serve {label} c={r['concurrency']}", "value": round(r[key], 3),
-                         "unit": unit, "stack": "ours", "platform": platform, "method": "r9kctl-bench",
-                         "setting": f"profile {r['profile']}", "command": command,
-                         "source": f"r9kctl bench serve: vllm bench serve, random {s.input_len}/{s.output_len} "
-                                   f"tokens, {s.num_prompts} prompts, median of {r['repeats']} "
-                                   f"(spread {r[key + '_spread_pct']:.1f}%)"})
-    return recs
+    return [{"config": config, "metric": f"serve {label} c={r['concurrency']}", "value": round(r[key], 3),
+             "unit": unit, "stack": "ours", "platform": platform, "method": "r9kctl-bench",
+             "setting": f"profile {r['profile']}", "command": command,
+             "source": f"r9kctl bench serve: vllm bench serve, random {s.input_len}/{s.output_len} "
+                       f"tokens, {s.num_prompts} prompts, median of {r['repeats']} "
+                       f"(spread {r[key + '_spread_pct']:.1f}%)"}
+            for r in summary["rows"] for key, _, label, unit, _ in METRICS]
 
 
 records_toml = functools.partial(report.records_toml, keys=("config", "metric", "value", "unit", "stack", "platform",
