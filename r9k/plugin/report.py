@@ -26,6 +26,7 @@ from ..registry.redact import MASK, is_secret
 from ..registry.vllm_interface import installed_version, series
 from ..registry.vllm_map import _active as _switch_active, mapping, requests, switch_name
 from . import codeid, dispatch
+from .fallback import _flat
 from .agree import STALE_AFTER_S
 from .install import HOOKS
 from .models import SUPERSEDED, SUPERSEDED_BY
@@ -632,10 +633,6 @@ def r9k_tuned() -> dict:
 
 
 # --- requested vs chosen --------------------------------------------------------------------------------
-
-def _flat(s: str) -> str:
-    return s.lower().replace("-", "_")
-
 
 def choices_compare(rs, chosen: dict, vllm_config=None, environ=None) -> list[dict]:
     """One row per vLLM switch of ``rs`` away from stock: requested, chosen, layer kind, state (applied,
