@@ -13,8 +13,6 @@ Nothing is added to the calls' hot path.
 """
 from __future__ import annotations
 
-from typing import Optional
-
 PROM_MODULE = "vllm.v1.metrics.prometheus"
 MOUNT_MODULE = "vllm.entrypoints.serve.instrumentator.metrics"
 
@@ -22,18 +20,10 @@ MOUNT_MODULE = "vllm.entrypoints.serve.instrumentator.metrics"
 def sections() -> list[dict]:
     """Every process section of this server with its counters (the API server's own included)."""
     from ..registry import envvars
-    from . import dispatch, report
+    from . import report
 
-    own = (report.section(report._active, dispatch.get_table(), report._proc, report._applied, report._ranks)
-           if report._active is not None else None)
-    path: Optional[str] = report._status_path or envvars.STATUS_FILE.get()
-    procs: dict = {}
-    if path:
-        try:
-            procs = dict(report.read_status_file(path).get("processes", {}))
-        except (OSError, ValueError):
-            procs = {}
-        procs = report._with_counter_files(procs, path)
+    own = report.own_section()
+    procs = report.file_sections(report._status_path or envvars.STATUS_FILE.get())[1]
     if own is not None:
         procs.setdefault(own["process"]["name"], own)
     return [procs[n] for n in sorted(procs)]

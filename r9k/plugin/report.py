@@ -79,10 +79,14 @@ def write_status(table) -> None:
         logger.warning("r9k: cannot write the status file %s: %s", _status_path, exc)
 
 
+def own_section() -> Optional[dict]:
+    """This process's section now (None where the plugin is inactive)."""
+    return section(_active, dispatch.get_table(), _proc, _applied, _ranks) if _active is not None else None
+
+
 def current_status() -> dict:
     """The status the ``/r9k/status`` route answers (this process merged with the status file)."""
-    own = section(_active, dispatch.get_table(), _proc, _applied, _ranks) if _active is not None else None
-    return merged_status(own, _status_path or envvars.STATUS_FILE.get())
+    return merged_status(own_section(), _status_path or envvars.STATUS_FILE.get())
 
 
 def reset_for_tests() -> None:
@@ -336,16 +340,13 @@ def _row_for_request(q, cfg, environ, server_args=None) -> Row:
         reader = "vLLM" if q.program == "vllm" else q.program
         return Row(q.knob, req, got, "environment", "applied" if ok else "mismatch",
                    f"exported for {reader}" if ok else "the server's environment differs")
-    if q.kind == "json-list":  # a custom op's "+op" / "-op": an entry of the final custom_ops list
+    if q.kind in ("json-list", "json"):
         flag, _, key = q.target.partition(".")
-        sec = getattr(cfg, flag.lstrip("-").replace("-", "_"), None)
-        got = list(getattr(sec, key, None) or [])
-        return Row(q.knob, req, _norm(got), f"{flag.lstrip('-').replace('-', '_')}.{key}",
-                   "applied" if q.value in got else "mismatch")
-    if q.kind == "json":
-        flag, _, key = q.target.partition(".")
-        sec = getattr(cfg, flag.lstrip("-").replace("-", "_"), None)
-        where = f"{flag.lstrip('-').replace('-', '_')}.{key}"
+        name = flag.lstrip("-").replace("-", "_")
+        sec, where = getattr(cfg, name, None), f"{name}.{key}"
+        if q.kind == "json-list":  # a custom op's "+op" / "-op": an entry of the final custom_ops list
+            got = list(getattr(sec, key, None) or [])
+            return Row(q.knob, req, _norm(got), where, "applied" if q.value in got else "mismatch")
         if sec is None:
             return Row(q.knob, req, "None", where, "mismatch", f"vLLM has no {flag} section (it ignored {flag})")
         got = sec.get(key) if isinstance(sec, dict) else getattr(sec, key, None)
@@ -357,9 +358,9 @@ def _row_for_request(q, cfg, environ, server_args=None) -> Row:
         return Row(q.knob, req, _norm(got), where, "applied" if ok else "mismatch")
     dest = _dest(q.target)
     if dest in SERVER_ARGS:
-        got = getattr(server_args, dest, None) if server_args is not None else None
         if server_args is None:
             return Row(q.knob, req, None, f"server args.{dest}", "unverified", "the server's arguments are not at hand")
+        got = getattr(server_args, dest, None)
         return Row(q.knob, req, _norm(got), f"server args.{dest}", "applied" if _same(str(q.value), got) else "mismatch")
     if dest in DEST:
         sec, attr = DEST[dest]
@@ -634,6 +635,11 @@ def r9k_tuned() -> dict:
 
 # --- requested vs chosen --------------------------------------------------------------------------------
 
+#: the switches that choose a backend per layer kind: flag, or json field of a config section -> layer kind
+_BACKEND_FLAGS = {"--moe-backend": "moe", "--linear-backend": "linear"}
+_BACKEND_FIELDS = {"moe_backend": "moe", "linear_backend": "linear"}
+
+
 def choices_compare(rs, chosen: dict, vllm_config=None, environ=None) -> list[dict]:
     """One row per vLLM switch of ``rs`` away from stock: requested, chosen, layer kind, state (applied,
     mismatch, or unverified where the built model shows nothing)."""
@@ -647,6 +653,7 @@ def choices_compare(rs, chosen: dict, vllm_config=None, environ=None) -> list[di
         row = {"knob": var.knob, "switch": switch_name(var), "layer": var.vllm.decides, "requested": r.value,
                "chosen": None, "state": "unverified", "note": ""}
         want = r.value
+        backend = _BACKEND_FLAGS.get(m.name) or (_BACKEND_FIELDS.get(m.field) if m.kind == "json-field" else None)
         if m.kind == "custom-op":
             e = chosen.get("custom_ops", {}).get(m.name)
             if e is None or e.get("enabled") is None:
@@ -660,18 +667,12 @@ def choices_compare(rs, chosen: dict, vllm_config=None, environ=None) -> list[di
                 row.update(chosen=", ".join(got), state="applied" if got == [want] else "mismatch")
             else:
                 row["note"] = "the model has no attention layer"
-        elif m.name == "--moe-backend" or (m.kind == "json-field" and m.field == "moe_backend"):
-            got = sorted(chosen.get("layers", {}).get("moe", {}))
+        elif backend:
+            got = {k: e for k, e in chosen.get("layers", {}).get(backend, {}).items()
+                   if backend == "moe" or "Unquantized" not in (e.get("method") or "")}
             if not got:
-                row["note"] = "the model has no MoE layer"
-            else:
-                ok = want == "auto" or all(_flat(want) in _flat(g) for g in got)
-                row.update(chosen=", ".join(got), state="applied" if ok else "mismatch")
-        elif m.name == "--linear-backend" or (m.kind == "json-field" and m.field == "linear_backend"):
-            got = {k: e for k, e in chosen.get("layers", {}).get("linear", {}).items()
-                   if "Unquantized" not in (e.get("method") or "")}
-            if not got:
-                row["note"] = "no quantised linear layer: the linear backend chooses for none"
+                row["note"] = ("the model has no MoE layer" if backend == "moe"
+                               else "no quantised linear layer: the linear backend chooses for none")
             else:
                 ok = want == "auto" or all(_flat(want) in _flat(k) for k in got)
                 row.update(chosen=", ".join(sorted(got)), state="applied" if ok else "mismatch")
@@ -868,7 +869,6 @@ def superseded(ops: dict, op_variants: dict, plans: Optional[dict] = None) -> di
 def plan_counts(table) -> dict:
     """The availability counts of this process's plan (``r9kctl validate`` prints the same numbers)."""
     plans = table.plans.values() if table is not None else []
-
     modes = [p.state for p in plans]
     return {"installed": modes.count(Impl.FUSED), "fallback": modes.count(Impl.FALLBACK),
             "env_only": modes.count(Impl.ENV),
@@ -973,17 +973,20 @@ def read_status_file(path: str) -> dict:
     return data
 
 
+def file_sections(path: Optional[str]) -> tuple[dict, dict]:
+    """(the status file's data, its process sections with their counter files'), both ``{}`` when unreadable."""
+    try:
+        file_data = read_status_file(path) if path else {}
+    except (OSError, ValueError):
+        file_data = {}
+    return file_data, _with_counter_files(dict(file_data.get("processes", {})), path)
+
+
 def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
     """What the route answers: the API server's section, the file's processes, the implementation in use as
     rank 0's worker reports it."""
     data: dict = {"schema": SCHEMA}
-    file_data = {}
-    if path:
-        try:
-            file_data = read_status_file(path)
-        except (OSError, ValueError):
-            file_data = {}
-    procs = _with_counter_files(dict(file_data.get("processes", {})), path)
+    file_data, procs = file_sections(path)
     if own is None and procs:  # read from the file alone: the front-end process speaks for the server
         own = procs.get("MainProcess") or next(iter(procs.values()))
     if own is not None:
@@ -1127,8 +1130,8 @@ def clean_dead(run_dir: Path, keep: Optional[str] = None) -> list[str]:
             continue
         pids = {sec.get("process", {}).get("pid") for sec in data.get("processes", {}).values()}
         handed = [m for pid in pids if pid for m in f.parent.glob(f"manifest-*-{pid}.json")]  # startup.hand_on's
-        for g in [f, f.with_name(f.name + ".lock"), f.with_name(f.name.replace(".status.json", ".claim")), *f.parent.glob(f.name + ".*.counters.json"), cluster_path(str(f)),
-                  *handed]:
+        for g in [f, f.with_name(f.name + ".lock"), f.with_name(f.name.replace(".status.json", ".claim")),
+                  *f.parent.glob(f.name + ".*.counters.json"), cluster_path(str(f)), *handed]:
             try:
                 g.unlink()
                 removed.append(str(g))
