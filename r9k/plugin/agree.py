@@ -21,7 +21,7 @@ import time
 from typing import Any, Callable, Optional
 
 from ..registry import envvars
-from .startup import StartupError, compare_ranks
+from .startup import StartupError, compare_ranks, plan_view
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -106,13 +106,6 @@ def gather(store, world_size: int, timeout: float, poll: float = POLL_S,
         sleep(poll)
 
 
-def node_of_rank(rank: int, world_size: int, nnodes: Optional[int]) -> Optional[int]:
-    """The ``--node-rank`` of the node vLLM places ``rank`` on (one block of world/nnodes ranks per node)."""
-    if not nnodes or nnodes < 2 or world_size % nnodes:
-        return None
-    return rank // (world_size // nnodes)
-
-
 def refusals(records: list[dict], missing: list[int], world_size: int, nnodes: Optional[int],
              timeout: float) -> list[str]:
     """One line per rank that stops the start: no set, not reported in time, another set than rank 0's."""
@@ -128,7 +121,8 @@ def refusals(records: list[dict], missing: list[int], world_size: int, nnodes: O
                        f"prints for it")
     if not out:
         for rank in missing:
-            nr = node_of_rank(rank, world_size, nnodes)
+            # the --node-rank of the node vLLM places the rank on (one block of world/nnodes ranks per node)
+            nr = rank // (world_size // nnodes) if nnodes and nnodes > 1 and not world_size % nnodes else None
             where = f" (the node started with --node-rank {nr})" if nr is not None else ""
             out.append(f"error[rank-missing]: rank {rank}{where} reported no r9k set within {timeout:g} s{runs}: "
                        f"is r9k installed there, and was the node started with the command `r9kctl launch "
@@ -166,11 +160,8 @@ def wait_read(store, ranks: list[int], timeout: float = READ_WAIT_S, poll: float
 
 def live_record(agreed: dict, counters: dict, table) -> dict:
     """One rank's live figures: who it is (from its agreement record), its table and its counters now."""
-    plans = table.plans if table is not None else {}
     return {"node": agreed["node"], "rank": agreed["rank"], "pid": agreed["pid"], "process": agreed.get("process"),
-            "hash": agreed["hash"], "in_use": table.in_use() if table is not None else {},
-            "modes": {vid: str(p.state) for vid, p in sorted(plans.items())},
-            "counters": counters, "time": time.time()}
+            "hash": agreed["hash"], **plan_view(table), "counters": counters, "time": time.time()}
 
 
 class LivePublisher:

@@ -284,11 +284,10 @@ def attach(name: str, device_group, world: int, stock: Callable) -> Optional[Hoo
 def describe(cfg, world: int) -> str:
     """The size classes of ``cfg`` at ``world`` ranks, as the status shows them."""
     if world == 2:
-        exact = f"one_shot up to {cfg.two_rank_max_mb} MiB"
         if cfg.ar2_compressed:
             return (f"one_shot below {cfg.ar2_min_kb} KB, compressed_one_shot {cfg.ar2_bits}-bit from {cfg.ar2_min_kb} KB; "
                     "stock: none")
-        return exact + "; stock above"
+        return f"one_shot up to {cfg.two_rank_max_mb} MiB; stock above"
     parts = [f"one_shot up to {cfg.oneshot_kb} KB", f"two_shot up to {cfg.max_kb} KB"]
     if world == 4 and cfg.ar4_compressed:
         parts.append(f"hier4 {cfg.ar4_bits}-bit up to {cfg.ar4_max_mb} MiB")

@@ -71,7 +71,7 @@ def lines(rows: list[dict], prefix: str) -> list[str]:
 
 
 def check(rs, res: dict, emit) -> list[dict]:
-    """Find the fallbacks of ``res`` (:func:`r9k.plugin.report.choices_build`'s), record them in it, emit a line each."""
+    """Find the fallbacks of ``res`` (:func:`r9k.plugin.report.choices_build`'s), record them, emit a line each."""
     rows = find(rs, res)
     res["fallbacks"] = rows
     for ln in lines(rows, "r9k:"):

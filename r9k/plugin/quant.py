@@ -13,11 +13,13 @@ weight is read, in one line naming the file and the tensor.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import struct
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
+
 from .dispatch import get_table
 from . import report
 from ..kernels import ops
@@ -144,14 +146,10 @@ def _gemm_wanted() -> bool:
     return p is not None and p.state == "fused"
 
 
-_CLASSES: dict[str, Any] = {}
-
-
+@functools.cache
 def _config_class():
     """The config class, built on first use (it imports only vLLM's ``base_config``: registering it from the
     quantization package's post-import hook meets no half-imported module)."""
-    if "config" in _CLASSES:
-        return _CLASSES["config"]
     from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
     class R9kBlockFp8Config(QuantizationConfig):
@@ -196,7 +194,6 @@ def _config_class():
                 return UnquantizedLinearMethod()
             return None  # MoE experts and everything else: vLLM's unquantized path
 
-    _CLASSES["config"] = R9kBlockFp8Config
     return R9kBlockFp8Config
 
 
@@ -210,9 +207,8 @@ def dequant_linear(x, w_q, w_s):
     return F.linear(x, (w_q.float() * s).to(torch.bfloat16))
 
 
+@functools.cache
 def _method_class():
-    if "method" in _CLASSES:
-        return _CLASSES["method"]
     import torch
     from vllm.model_executor.layers.linear import LinearMethodBase
     from vllm.model_executor.layers.quantization.utils.fp8_utils import (
@@ -264,7 +260,6 @@ def _method_class():
                 y = y + bias
             return y.reshape(*shape[:-1], y.shape[-1]).to(x.dtype)
 
-    _CLASSES["method"] = R9kBlockFp8LinearMethod
     return R9kBlockFp8LinearMethod
 
 

@@ -14,6 +14,7 @@ import enum
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -25,12 +26,11 @@ from ..registry.manifest import Impl
 from ..registry.redact import MASK, is_secret
 from ..registry.vllm_interface import installed_version, series
 from ..registry.vllm_map import _active as _switch_active, mapping, requests, switch_name
-from . import codeid, dispatch
-from .fallback import _flat
+from . import agree, codeid, dispatch, fallback
 from .agree import STALE_AFTER_S
 from .install import HOOKS
 from .models import SUPERSEDED, SUPERSEDED_BY
-from .startup import StartupError, process_alive
+from .startup import StartupError, _load_registry, gate_labels, process_alive
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -185,8 +185,6 @@ def kv_predicted(active, vllm_config=None) -> tuple[Optional[int], str]:
     """The registry's KV tokens for the active set (at :func:`kv_applied_args` of ``vllm_config``) and its basis."""
     from ..registry.memory import budget
     from ..registry.resolve import ResolvedSet
-    from .startup import _load_registry
-
     reg = _load_registry()
     rs = ResolvedSet.from_manifest(active.rs.to_dict(), reg)  # the engine's shape of the manifest, for budget()
     applied = kv_applied_args(vllm_config)
@@ -674,7 +672,7 @@ def choices_compare(rs, chosen: dict, vllm_config=None, environ=None) -> list[di
                 row["note"] = ("the model has no MoE layer" if backend == "moe"
                                else "no quantised linear layer: the linear backend chooses for none")
             else:
-                ok = want == "auto" or all(_flat(want) in _flat(k) for k in got)
+                ok = want == "auto" or all(fallback._flat(want) in fallback._flat(k) for k in got)
                 row.update(chosen=", ".join(sorted(got)), state="applied" if ok else "mismatch")
         elif m.kind == "json-field":
             sec = getattr(vllm_config, m.name.lstrip("-").replace("-", "_"), None) if vllm_config is not None else None
@@ -752,8 +750,6 @@ def on_model_built(runner) -> None:
     proc = _proc
     res = choices_build(rs, model, getattr(runner, "vllm_config", None), process=getattr(proc, "name", ""))
     _choices = res
-    from . import fallback  # slow fallbacks against the declared fast paths (issue 38)
-
     fallback.check(rs, res, lambda ln: emit(logging.WARNING, ln))
     res["not_installed"] = absent = not_installed()
     for ln in absent:
@@ -1029,8 +1025,6 @@ def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
 def liveness(procs: dict) -> dict:
     """Process names of the sections by ``"alive"``, ``"dead"`` (pid and start time) or ``"elsewhere"``
     (another node's, not checked)."""
-    import socket
-
     here = socket.gethostname()
     out: dict = {"alive": [], "dead": [], "elsewhere": []}
     for name, sec in sorted(procs.items()):
@@ -1051,8 +1045,6 @@ def cluster(procs: dict, tp: Optional[int], live: Optional[dict] = None, now: Op
     sections, and ``live``, rank 0's cluster file (stamped with the head's clock). ``calls``: summed over the
     ranks; ``not_reported``: expected ranks (agreed world, else TP) without figures; ``stale``: figures older
     than :data:`r9k.plugin.agree.STALE_AFTER_S`."""
-    import socket
-
     now = time.time() if now is None else now
     nodes: dict = {}
     world = None
@@ -1261,8 +1253,6 @@ def startup_table(active, table, proc) -> list[str]:
     # every variant not at stock, and those this plugin could install here (a launch at stock says them too)
     shown = [r for r in rs.items.values()
              if not r.is_stock or table.plans.get(r.variant.id) and table.plans[r.variant.id].pluggable]
-    from .startup import gate_labels
-
     gates = gate_labels(active)
     sup = superseded({}, table.by_op, {vid: d.state for vid, d in table.plans.items()})
     for r in sorted(shown, key=lambda r: r.variant.knob):
@@ -1353,8 +1343,6 @@ def share_live(snap: dict, table) -> None:
     """Once the ranks agreed: publish this rank's live figures; rank 0 collects them into the cluster file."""
     if _live is None:
         return
-    from . import agree
-
     pub, record = _live
     if pub.world_size < 2:
         return

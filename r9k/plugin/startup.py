@@ -141,17 +141,12 @@ def gate_labels(active) -> dict[str, str]:
 ACTIVATORS = (envvars.MANIFEST, envvars.PROFILE, envvars.TP)
 
 
-def candidate_knobs(environ: Mapping[str, str]) -> list[str]:
-    """``R9K_*`` names in ``environ`` that are not control variables: knobs, or misspelt ones."""
-    return [k for k in environ if k.startswith(envvars.PREFIX) and not envvars.is_control(k)]
-
-
 def wants_activation(environ: Mapping[str, str]) -> bool:
     """Whether the environment asks for this project's stack: an activator or a knob the registry declares.
     Other control variables leave it inactive; an ``R9K_*`` name that is neither is logged, with a did-you-mean."""
     if any(v.get(environ) for v in ACTIVATORS):
         return True
-    names = candidate_knobs(environ)
+    names = [k for k in environ if k.startswith(envvars.PREFIX) and not envvars.is_control(k)]  # knobs, or misspelt
     if not names:
         return False
     knobs = _load_registry().knobs()
@@ -533,12 +528,16 @@ def default_status_file(environ=None, server: str = "") -> str:
 
 def rank_record(active: Active, proc: ProcessInfo, rank: int, table=None) -> dict:
     """What one rank tells the others: where it runs, its set (hash and every knob's value), its plan."""
-    plans = table.plans if table is not None else {}
     return {"node": proc.node or socket.gethostname(), "rank": rank, "pid": proc.pid, "started": proc.started,
             "process": proc.name, "server": active.server, "hash": active.hash,
-            "values": active.rs.knob_values(), "extra_env": dict(active.rs.extra_env),
-            "in_use": table.in_use() if table is not None else {},
-            "modes": {vid: str(p.state) for vid, p in sorted(plans.items())}}
+            "values": active.rs.knob_values(), "extra_env": dict(active.rs.extra_env), **plan_view(table)}
+
+
+def plan_view(table) -> dict:
+    """What the ranks share of their dispatch table: ``in_use`` and ``modes`` (variant id -> state)."""
+    if table is None:
+        return {"in_use": {}, "modes": {}}
+    return {"in_use": table.in_use(), "modes": {vid: str(p.state) for vid, p in sorted(table.plans.items())}}
 
 
 def compare_ranks(records: list[dict]) -> list[str]:
