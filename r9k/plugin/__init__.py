@@ -1,28 +1,12 @@
 """The vLLM plugin of r9k-stack (entry point ``vllm.general_plugins: r9k = r9k.plugin:register``).
 
-vLLM calls :func:`register` in every process it starts (API server, engine core, each worker),
-possibly more than once. It:
-
-1. loads the active set: the manifest ``r9kctl launch`` carries in vLLM's ``--additional-config`` (or a
-   manifest file ``envvars.MANIFEST`` names), checked, never resolved again; started by hand
-   (``envvars.PROFILE``, ``envvars.TP``), the first process resolves and validates once and hands the same
-   manifest on (:mod:`r9k.plugin.startup`); any error raises :class:`~r9k.plugin.startup.StartupError` with
-   located lines, before vLLM builds the model or loads weights;
-2. checks that this process agrees with the server's first process (hash of the set); the ranks agree
-   once vLLM has made its world group, through the world's rendezvous store (:mod:`r9k.plugin.agree`), and
-   then share their live figures there for the head's status;
-3. plans the dispatch table (which implementation each variant gets here; fallback to stock with one
-   warning, or an error in strict mode);
-4. declares the knobs to vLLM's environment-variable registry (graph-affecting ones reach the
-   torch.compile cache key);
-5. installs the implementations through vLLM's extension points (``PluggableLayer.register_oot``);
-6. logs one startup table (rank 0 in full, other ranks one line) and writes its status section
-   (:mod:`r9k.plugin.report` holds this process's report).
-
-It imports neither textual nor rich, nor torch-heavy modules of its own; the kernel modules load at
-model construction. Nothing happens when neither vLLM's config carries a set nor an ``R9K_*`` variable
-asks for one (plain vLLM use), except that a worker rank, once vLLM made its world group, sets one key in the
-ranks' store saying it has no set (so that a server whose other ranks run one refuses at once, naming it).
+vLLM calls :func:`register` in every process it starts, possibly more than once. It loads and checks the
+active set (:mod:`r9k.plugin.startup`; errors raise :class:`~r9k.plugin.startup.StartupError` before vLLM
+loads weights), checks agreement with the server's first process (the ranks agree later:
+:mod:`r9k.plugin.agree`), plans the dispatch table, declares the knobs to vLLM's environment registry, installs
+the implementations through vLLM's extension points, logs the startup table and writes its status section
+(:mod:`r9k.plugin.report`). It imports no torch-heavy module; with neither a carried set nor an ``R9K_*``
+variable asking for one, a worker rank only says in the ranks' store that it has no set. Order: notes/plugin.md.
 """
 from __future__ import annotations
 
@@ -97,9 +81,8 @@ def _register() -> None:
     dispatch.set_table(table)
     for plan in table.installs():
         install.install(plan, install.install_failed)
-    # The architectures this plugin brings (r9k.plugin.models) and its block-fp8 quantization method
-    # (r9k.plugin.quant) are registered whatever the variants say: without them vLLM cannot build such a model,
-    # or load a block-fp8 checkpoint, on this backend at all (post-import hooks).
+    # this plugin's architectures and block-fp8 method are registered whatever the variants say: without
+    # them vLLM cannot build such a model, or load such a checkpoint, on this backend at all
     from . import models, quant
 
     install.HOOKS.add(models.REGISTRY_MODULE, models.register_architectures)
@@ -107,9 +90,8 @@ def _register() -> None:
     install.HOOKS.add("vllm.config.vllm", report.hook_final_config)
     install.HOOKS.add(quant.QUANT_MODULE, quant.register_config)
     report.install_choice_hooks()  # vLLM's own kernel choices per layer, read once the model is built
-    # A "MainProcess" that is not the first plugin process of the launch is a helper vLLM runs as a
-    # plain subprocess (e.g. the model inspection of vllm.model_executor.models.registry): it checks
-    # agreement like every process, but does not speak for the server in the status file.
+    # a "MainProcess" that is not the launch's first is a helper subprocess of vLLM (e.g. its model
+    # inspection): it checks agreement but does not speak for the server in the status file
     helper = proc.role == "main" and not first_process
     if proc.role == "main" and first_process:  # the API server: the counters on vLLM's /metrics
         from . import metrics

@@ -1,23 +1,14 @@
 """The ranks of one server, across nodes: their agreement on one set, and their live figures for the head's status.
 
-The channel is the rendezvous store of vLLM's world group (``torch.distributed``'s default store: the
-``TCPStore`` that rank 0 hosts on the head node at ``--master-addr:--master-port`` and that every rank of
-every node is connected to once ``init_distributed_environment`` returned). It needs no shared file
-system, no extra port and nothing of vLLM's engine loop, and it never blocks a collective: a key is set
-or read, and a rank that never writes is seen as missing instead of hanging the others (why this channel
-and not ``collective_rpc`` or a second gloo group: notes/multinode.md).
+The channel is the rendezvous store of vLLM's world group (the ``TCPStore`` rank 0 hosts): no shared file
+system, no extra port, never blocking a collective; a rank that never writes is seen as missing (why this
+channel: notes/multinode.md).
 
-* Agreement (:func:`agree`): right after vLLM created its world group (``parallel_state.init_world_group``,
-  wrapped by the plugin; the first layer's construction is the fallback), every rank sets
-  ``r9k/agree/<rank>`` to its record (:func:`r9k.plugin.startup.rank_record`), and a rank whose plugin is
-  inactive sets a "no set" record (:func:`no_set_record`; the wrapper is :func:`patch_world_group`). Each active rank then reads every rank's record,
-  bounded by :data:`AGREE_TIMEOUT_S`: a rank without a set, a rank with another set, or a rank that did not
-  report in time stops the start on every active rank with one line naming node and rank.
-* Live figures (:func:`publish_live`, :func:`collect_live`): every rank's status flusher sets
-  ``r9k/live/<rank>`` (its table, counters and time) when its counters change, and at least every
-  :data:`HEARTBEAT_S`; rank 0 (on the head) reads every rank's key and writes them, stamped with the head's
-  clock when each was first seen, into the cluster file beside its status file, which ``/r9k/status``
-  merges (:func:`r9k.plugin.report.cluster`).
+* Agreement (:func:`agree`): once vLLM made its world group (:func:`patch_world_group`), every rank sets
+  ``r9k/agree/<rank>`` to its record (an inactive one: :func:`no_set_record`) and reads every rank's, bounded by
+  :data:`AGREE_TIMEOUT_S`; a rank without a set, with another set, or silent stops the start on every active rank.
+* Live figures (:class:`LivePublisher`): every rank sets ``r9k/live/<rank>`` when its counters change and at
+  least every :data:`HEARTBEAT_S`; rank 0 collects them, stamped with the head's clock, into the cluster file.
 
 Imports neither torch nor vLLM at module level.
 """
@@ -30,7 +21,7 @@ import time
 from typing import Any, Callable, Optional
 
 from ..registry import envvars
-from .startup import StartupError, compare_ranks
+from .startup import StartupError, compare_ranks, plan_view
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -38,9 +29,8 @@ AGREE_KEY = "r9k/agree/{rank}"
 LIVE_KEY = "r9k/live/{rank}"
 READ_KEY = "r9k/read/{rank}"  # a refusing rank has read every record (rank 0, the store's host, waits for them)
 READ_WAIT_S = 30.0
-#: How long an active rank waits for every rank's record. The ranks reach it together (just after vLLM's
-#: world group rendezvous, which every rank has passed), so only a rank without this plugin makes it wait
-#: this long; a rank whose plugin is inactive says so at once (its "no set" record).
+#: How long an active rank waits for every rank's record (the ranks reach it together; only a rank without
+#: this plugin makes it wait this long).
 AGREE_TIMEOUT_S = 300.0
 POLL_S = 0.2
 #: A rank publishes its live figures when they change, and at least this often (the head then knows it runs).
@@ -100,8 +90,8 @@ def read(store, key: str) -> Optional[dict]:
 def gather(store, world_size: int, timeout: float, poll: float = POLL_S,
            clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep
            ) -> tuple[list[dict], list[int]]:
-    """Every rank's agreement record, waiting at most ``timeout`` s; returns ``(records, missing ranks)``.
-    Returns at once when a rank reported "no set" (the start is refused whatever the others say)."""
+    """Every rank's agreement record, waiting at most ``timeout`` s (or until a rank reports "no set");
+    returns ``(records, missing ranks)``."""
     deadline = clock() + timeout
     got: dict[int, dict] = {}
     while True:
@@ -114,13 +104,6 @@ def gather(store, world_size: int, timeout: float, poll: float = POLL_S,
         if not missing or any(rec.get("hash") is None for rec in got.values()) or clock() >= deadline:
             return [got[r] for r in sorted(got)], missing
         sleep(poll)
-
-
-def node_of_rank(rank: int, world_size: int, nnodes: Optional[int]) -> Optional[int]:
-    """The ``--node-rank`` of the node vLLM places ``rank`` on (one block of world/nnodes ranks per node)."""
-    if not nnodes or nnodes < 2 or world_size % nnodes:
-        return None
-    return rank // (world_size // nnodes)
 
 
 def refusals(records: list[dict], missing: list[int], world_size: int, nnodes: Optional[int],
@@ -138,7 +121,8 @@ def refusals(records: list[dict], missing: list[int], world_size: int, nnodes: O
                        f"prints for it")
     if not out:
         for rank in missing:
-            nr = node_of_rank(rank, world_size, nnodes)
+            # the --node-rank of the node vLLM places the rank on (one block of world/nnodes ranks per node)
+            nr = rank // (world_size // nnodes) if nnodes and nnodes > 1 and not world_size % nnodes else None
             where = f" (the node started with --node-rank {nr})" if nr is not None else ""
             out.append(f"error[rank-missing]: rank {rank}{where} reported no r9k set within {timeout:g} s{runs}: "
                        f"is r9k installed there, and was the node started with the command `r9kctl launch "
@@ -148,8 +132,7 @@ def refusals(records: list[dict], missing: list[int], world_size: int, nnodes: O
 
 def agree(record: dict, store, world_size: int, nnodes: Optional[int] = None,
           timeout: float = AGREE_TIMEOUT_S) -> list[dict]:
-    """Publish this rank's record, read every rank's; :class:`StartupError` (on every active rank: each
-    reads the same records) when one has no set, has another set, or does not report within ``timeout``."""
+    """Publish this rank's record, read every rank's; :class:`StartupError` on :func:`refusals`."""
     publish(store, AGREE_KEY.format(rank=record["rank"]), record)
     records, missing = gather(store, world_size, timeout)
     errors = refusals(records, missing, world_size, nnodes, timeout)
@@ -177,11 +160,8 @@ def wait_read(store, ranks: list[int], timeout: float = READ_WAIT_S, poll: float
 
 def live_record(agreed: dict, counters: dict, table) -> dict:
     """One rank's live figures: who it is (from its agreement record), its table and its counters now."""
-    plans = table.plans if table is not None else {}
     return {"node": agreed["node"], "rank": agreed["rank"], "pid": agreed["pid"], "process": agreed.get("process"),
-            "hash": agreed["hash"], "in_use": table.in_use() if table is not None else {},
-            "modes": {vid: str(p.state) for vid, p in sorted(plans.items())},
-            "counters": counters, "time": time.time()}
+            "hash": agreed["hash"], **plan_view(table), "counters": counters, "time": time.time()}
 
 
 class LivePublisher:
@@ -203,8 +183,8 @@ class LivePublisher:
         return True
 
     def collect(self, now: Optional[float] = None) -> Optional[dict]:
-        """Rank 0: every rank's live record, each stamped ``received`` (the head's clock when this version was
-        first seen: ages never depend on another node's clock); None when nothing changed since the last call."""
+        """Rank 0: every rank's live record, stamped ``received`` (the head's clock when first seen); None when
+        nothing changed since the last call."""
         now = time.time() if now is None else now
         ranks, changed = {}, False
         for r in range(self.world_size):
@@ -224,10 +204,8 @@ class LivePublisher:
 # ------------------------------------------------------------------------------ the plugin's hook on vLLM
 
 def watch_world_group(hooks) -> None:
-    """Take part in the ranks' agreement once vLLM's world group exists, active or not: vLLM's
-    ``init_distributed_environment`` looks ``parallel_state.init_world_group`` up by name, and the wrapper calls
-    :func:`on_world` after it. Inactive (``hooks`` None), nothing is imported: the wrapper goes in only where
-    vLLM's ``parallel_state`` is imported already (a worker: its executor module imports it)."""
+    """Take part in the ranks' agreement once vLLM's world group exists (:func:`patch_world_group`). Inactive
+    (``hooks`` None), nothing is imported: the wrapper goes in only where ``parallel_state`` is imported already."""
     import sys
 
     mod = sys.modules.get("vllm.distributed.parallel_state")
@@ -253,8 +231,7 @@ def patch_world_group(mod) -> None:
 
 
 def on_world(world) -> None:
-    """vLLM's world group exists: an inactive rank says it has no set (never fails vLLM for it); an active
-    rank agrees with the others (:func:`agree_ranks`)."""
+    """vLLM's world group exists: an inactive rank says it has no set; an active one :func:`agree_ranks`."""
     from . import dispatch, report
 
     if report._active is None:
@@ -269,10 +246,8 @@ def on_world(world) -> None:
 
 
 def agree_ranks(table, world=None) -> None:
-    """Once vLLM's world group exists (no layer built, no weight loaded): every rank publishes its set in the
-    world's rendezvous store and reads every rank's (:func:`agree`); a rank without a set, with another set, or
-    silent past the bound stops the start, naming node and rank. Rank 0 records every rank for the status;
-    every rank then shares its live figures (:func:`r9k.plugin.report.share_live`)."""
+    """Before any weight loads: :func:`agree`; rank 0 records every rank for the status, and every rank then
+    shares its live figures (:func:`r9k.plugin.report.share_live`)."""
     from . import report, startup
 
     if report._live is not None or report._active is None:

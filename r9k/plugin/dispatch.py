@@ -1,21 +1,14 @@
 """The dispatch table: which implementation each fused op uses in this process.
 
-Built once per process by ``register()`` from the resolved set. Two moments:
+* :meth:`DispatchTable.plan` (at ``register()``, no kernel import) decides per variant one
+  :class:`r9k.registry.manifest.Impl`: ``FUSED`` (this project's, runnable here), ``STOCK`` (vLLM's path),
+  ``FALLBACK`` (selected but cannot run here: stock with one warning, a
+  :class:`~r9k.plugin.startup.StartupError` in strict mode) or ``ENV`` (only exported for code outside).
+* :meth:`DispatchTable.choose` (once per layer at model construction, never per call) hands a layer the
+  kernel, importing it then (an import failure falls back the same way); its first call is where the ranks
+  agree unless they did when vLLM made its world group.
 
-* :meth:`DispatchTable.plan` (at ``register()``, cheap: no kernel import) decides, per variant, which
-  implementation runs (one :class:`r9k.registry.manifest.Impl`, decided here once): the value selects
-  this project's implementation and it can run here -> ``Impl.FUSED``; the value is the stock one ->
-  ``Impl.STOCK`` (vLLM's own code path, nothing installed); the value selects an implementation that
-  cannot run here -> ``Impl.FALLBACK``: stock, with one warning line, or a
-  :class:`~r9k.plugin.startup.StartupError` in strict mode. Env-only variants are only exported for code
-  outside this project (``Impl.ENV``).
-* :meth:`DispatchTable.choose` (at model construction, once per layer, never per call) hands a layer
-  the callable the plan decided, importing the kernel module then. An import failure at that point also
-  falls back to vLLM's path (or stops the start in strict mode). The first call is also where the ranks
-  agree (:func:`r9k.plugin.agree.agree`) unless they did when vLLM made its world group; no weight is loaded.
-
-What was actually used is recorded (:attr:`DispatchTable.in_use`), logged once per op, and written to
-the status file that the server's ``/r9k/status`` route and ``r9kctl status`` read.
+What is used (:meth:`DispatchTable.in_use`) is logged once per op and written to the status file.
 """
 from __future__ import annotations
 
@@ -51,11 +44,9 @@ class DispatchTable:
     # ----------------------------------------------------------------------------- at register()
 
     def plan(self) -> dict[str, Decision]:
-        """Decide every variant's implementation (no kernel import) with the engine's availability rule
-        (:func:`r9k.registry.availability.plan`, the rule ``r9kctl validate`` and ``launch`` apply), plus
-        the one thing only a running process knows: whether it has a Triton backend for the profile's
-        platform. Raises StartupError in strict mode when a selected implementation cannot run here."""
-
+        """Decide every variant's implementation with :func:`r9k.registry.availability.plan` (the rule of
+        ``r9kctl validate``) and whether this process has a Triton backend for the profile's platform.
+        Raises StartupError in strict mode when a selected implementation cannot run here."""
         decisions = availability.plan(self.rs)
         family = availability.platform_family(self.rs.platform)
         probed, triton = False, None
@@ -96,11 +87,7 @@ class DispatchTable:
     # ------------------------------------------------------------------- at model construction
 
     def choose(self, op: str, layer: str = "") -> Optional[Decision]:
-        """The decision for ``op`` at one layer, its kernel in ``fn``; call once per layer at construction.
-
-        None means: this project's implementation is not used here (stock, or a fallback already
-        warned about); the layer keeps vLLM's own code path."""
-
+        """The decision for ``op`` at one layer, its kernel in ``fn`` (None: the layer keeps vLLM's path)."""
         if self.on_first_layer is not None:  # the ranks agree before any layer is built (collective)
             first, self.on_first_layer = self.on_first_layer, None
             first(self)
@@ -128,7 +115,6 @@ class DispatchTable:
             if self.on_change:
                 self.on_change(self)
             return None
-        # The plan decided (the value is one of the op's fused values, from the TOML); the op gives the callable.
         plan.used = f"{plan.module}:{op} {Impl.FUSED} (triton {triton_platform()})"
         plan.fn = kop.fused
         self._chosen.add(op)

@@ -1,12 +1,10 @@
-"""Slow fallbacks: what vLLM chose per layer (``plugin/vllm_choices.py``'s reading) against the fast path
+"""Slow fallbacks: what vLLM chose per layer (:func:`r9k.plugin.report.read_model`) against the fast path
 declared for this platform (``[variant.vllm] fast`` in registry/variants/vllm.toml).
 
-A switch left to vLLM (stock, or ``auto``) whose layers run something other than the declared fast path is a
-fallback: vLLM took a slower path by itself (the field's most frequent complaint: a backend silently
-replaced because a shape, dtype or build is not supported). Each is one warning naming the layers and the
-switch value that restores the fast path; in strict mode the start stops before the engine serves. A switch
-the profile set explicitly is not judged here: what vLLM did with a request is ``vllm_choices.compare``'s
-mismatch.
+A switch left to vLLM (stock, or ``auto``) whose layers run something else took a slower path by itself (a
+backend silently replaced for a shape, dtype or build): one warning each, naming the layers and the setting
+that restores the fast path; in strict mode the start stops. What vLLM did with an explicit request is
+:func:`r9k.plugin.report.choices_compare`'s.
 """
 from __future__ import annotations
 
@@ -21,8 +19,7 @@ def _flat(s: str) -> str:
 
 
 def _ran(var, chosen: dict) -> Optional[dict[str, int]]:
-    """What the layers the switch decides ran: value (in the switch's own spelling where it has one) ->
-    layers; None when the built model has no such layer."""
+    """What the layers the switch decides ran: value -> layers; None when the model has no such layer."""
     m = mapping(var.sets)
     if m.kind == "custom-op":
         e = chosen.get("custom_ops", {}).get(m.name)
@@ -46,8 +43,7 @@ def _is(fast: str, name: str, kind: str) -> bool:
 
 def find(rs, chosen: dict, platform: Optional[str] = None) -> list[dict]:
     """One row per switch left to vLLM whose layers did not all run the fast path declared for ``platform``
-    (default: the set's): knob, switch, fast, what ran (value -> layers), the layers off the fast path and the
-    restoring setting."""
+    (default: the set's), with what ran and the restoring setting."""
     fam = platform_family(platform or rs.platform)
     out = []
     for r in sorted(rs.items.values(), key=lambda r: r.variant.knob):
@@ -75,8 +71,7 @@ def lines(rows: list[dict], prefix: str) -> list[str]:
 
 
 def check(rs, res: dict, emit) -> list[dict]:
-    """Find the fallbacks of ``res`` (``vllm_choices.build``'s result), record them in it (the status carries
-    them), emit one warning line each (``emit(line)``)."""
+    """Find the fallbacks of ``res`` (:func:`r9k.plugin.report.choices_build`'s), record them, emit a line each."""
     rows = find(rs, res)
     res["fallbacks"] = rows
     for ln in lines(rows, "r9k:"):

@@ -1,25 +1,12 @@
 """Installing implementations through vLLM's extension points (never by editing vLLM's source).
 
-What to install comes from the registry's adapter table (``registry/adapters.toml``, read by
-:func:`r9k.registry.availability.load_adapters`: the same table the availability rule uses, so the
-plugin installs exactly what ``r9kctl validate`` counted as installed). Two ways, per adapter:
-
-* ``register_oot``: ``<vLLM class>.register_oot(<adapter class>)``, vLLM's out-of-tree registration of
-  ``PluggableLayer`` and ``CustomOp`` classes;
-* ``call``: ``<adapter function>(<vLLM module>)``, for a documented hook other than register_oot (each
-  listed in notes/independence.md).
-
-vLLM looks an out-of-tree class up when a layer is instantiated, so the install must precede model
-construction, and must not cost the processes that never build a model (API server, engine core) the
-import of vLLM's layer modules (~1.3 s for the MoE layers). The plugin therefore installs right away
-when the vLLM module is already imported, and otherwise when it gets imported: a post-import hook on
-``sys.meta_path`` (Python's import system; the module is loaded unchanged and the hook runs after it has
-executed). A layer class cannot be instantiated before its module is imported, so this is always in time.
-
-An install that fails (the adapter does not import, vLLM's class is missing, another plugin replaced the
-layer) is one located line naming the variant, the extension point and the reason; the variant falls
-back to vLLM's path, or, in strict mode, the start stops (:class:`~r9k.plugin.startup.StartupError`)
-before any weight is loaded.
+What to install comes from the registry's adapter table (``registry/adapters.toml``, the one the availability
+rule counts). Per adapter, ``register_oot`` (``<vLLM class>.register_oot(<adapter class>)``) or ``call``
+(``<adapter function>(<vLLM module>)``, a documented hook listed in notes/independence.md). The install runs
+when the vLLM module is imported already, else right after its import (a post-import hook on
+``sys.meta_path``): always before a layer is built, and never costing a process that builds no model the
+import of vLLM's layer modules. A failed install is one located line; the variant falls back to vLLM's path,
+or in strict mode the start stops before any weight loads.
 """
 from __future__ import annotations
 
@@ -32,6 +19,7 @@ from typing import Callable
 from ..registry.availability import load_adapters
 
 logger = logging.getLogger("vllm.r9k")
+
 
 class _LoaderProxy(importlib.abc.Loader):
     """Delegates to the module's real loader and runs callbacks once the module has executed."""
@@ -135,8 +123,8 @@ def _install_now(adapter, module) -> None:
 
 
 def install(plan, on_failure: Callable[[object, str], None]) -> None:
-    """Install the adapter of one planned variant, now or when vLLM imports the module it hooks.
-    ``on_failure(plan, reason)`` handles a failed install (the plugin: fallback, or stop in strict mode)."""
+    """Install the adapter of one planned variant, now or when vLLM imports the module it hooks;
+    ``on_failure(plan, reason)`` on failure."""
     adapter = plan.adapter
     if adapter is None:  # DispatchTable.plan only plans installs for extension points with an adapter
         on_failure(plan, f"no adapter for {plan.extension_point}")
@@ -153,8 +141,7 @@ def install(plan, on_failure: Callable[[object, str], None]) -> None:
 
 def install_failed(plan, reason: str) -> None:
     """An adapter that does not install: one line naming variant, extension point and reason; the variant
-    keeps vLLM's path, or the start stops in strict mode (before the model is built: installs run at
-    register() or when vLLM imports the layer's module, both before weights load)."""
+    keeps vLLM's path, or the start stops in strict mode (before any weight loads)."""
     from . import dispatch, report
     from ..registry.manifest import Impl
     from .startup import StartupError

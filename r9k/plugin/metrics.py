@@ -1,25 +1,17 @@
 """This project's per-op counters and its set's hash on vLLM's own Prometheus ``/metrics``.
 
-vLLM 0.32's API server mounts ``/metrics`` on ``vllm.v1.metrics.prometheus.get_prometheus_registry()``: the
-global ``prometheus_client.REGISTRY`` with one API server, a fresh ``CollectorRegistry`` with a
-``MultiProcessCollector`` over ``PROMETHEUS_MULTIPROC_DIR`` when that is set (``--api-server-count`` > 1,
-or by the user). The per-op counters live in the worker and engine-core processes, which vLLM's metric
-objects there do not reach with one API server (no multiprocess directory then; vLLM ships its own engine
-figures to the front end in its stats messages). So the API server carries one collector, registered in
-whichever registry vLLM mounts (:func:`install` wraps ``get_prometheus_registry``): at each scrape it reads
-the server's status (``report.current_status``'s sources: the status file and every process's counter file,
-the figures ``/r9k/status`` answers), and yields, per process that wrote them:
+The counters live in the worker and engine-core processes, which vLLM's metric objects do not reach with one
+API server. So the API server carries one collector, registered in whichever registry vLLM mounts on
+``/metrics`` (:func:`install` wraps ``get_prometheus_registry``), that reads at each scrape the figures
+``/r9k/status`` answers (the status file and every counter file), per process:
 
-- ``r9k_op_layers{op, process, state="fused"|"stock", reason}``: layers of the model that run this project's
-  kernel, and those that kept vLLM's path with the reason (a refused self-check among them);
+- ``r9k_op_layers{op, process, state="fused"|"stock", reason}``: layers running this project's kernel or vLLM's;
 - ``r9k_op_calls_total{op, process, path}``: calls per path (``fused``, ``fallback:<why>``);
 - ``r9k_set_info{process, profile, hash, code}`` = 1: the set each process serves and its kernels' code identity.
 
-Nothing is added to the calls' hot path: the figures are the ones the flusher already writes.
+Nothing is added to the calls' hot path.
 """
 from __future__ import annotations
-
-from typing import Optional
 
 PROM_MODULE = "vllm.v1.metrics.prometheus"
 MOUNT_MODULE = "vllm.entrypoints.serve.instrumentator.metrics"
@@ -28,18 +20,10 @@ MOUNT_MODULE = "vllm.entrypoints.serve.instrumentator.metrics"
 def sections() -> list[dict]:
     """Every process section of this server with its counters (the API server's own included)."""
     from ..registry import envvars
-    from . import dispatch, report
+    from . import report
 
-    own = (report.section(report._active, dispatch.get_table(), report._proc, report._applied, report._ranks)
-           if report._active is not None else None)
-    path: Optional[str] = report._status_path or envvars.STATUS_FILE.get()
-    procs: dict = {}
-    if path:
-        try:
-            procs = dict(report.read_status_file(path).get("processes", {}))
-        except (OSError, ValueError):
-            procs = {}
-        procs = report._with_counter_files(procs, path)
+    own = report.own_section()
+    procs = report.file_sections(report._status_path or envvars.STATUS_FILE.get())[1]
     if own is not None:
         procs.setdefault(own["process"]["name"], own)
     return [procs[n] for n in sorted(procs)]
@@ -56,10 +40,10 @@ def families(secs: list[dict]):
                                 "per op and process", labels=["op", "process", "path"])
     info = GaugeMetricFamily("r9k_set_info", "The r9k set each process serves (its values' hash) and the identity of "
                              "the kernel code it runs (plugin/codeid.py)", labels=["process", "profile", "hash", "code"])
+    from . import codeid
+
     for s in secs:
         proc = str(s.get("process", {}).get("name", "?"))
-        from . import codeid
-
         info.add_metric([proc, str(s.get("profile") or ""), str(s.get("hash") or ""),
                          codeid.combined(s.get("code") or {}) or ""], 1)
         for op, c in sorted((s.get("counters") or {}).items()):

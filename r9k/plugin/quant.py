@@ -1,38 +1,25 @@
 """Block-fp8 linears (the Flash-Next checkpoint's format) served through vLLM's out-of-tree quantization hook.
 
-The checkpoint's GDN ``in_proj_qkvz`` (``in_proj_qkv`` + ``in_proj_z``), GDN ``out_proj``, attention ``qkv_proj``
-(``q/k/v_proj``) and ``o_proj`` are e4m3 with one fp32 dequant multiplier per 128x128 block (``weight`` +
-``weight_scale_inv``, the DeepSeek-V3 layout; docs/semantics.md 1.1 and 3.11); its
-``config.json`` says ``quantization_config = {"quant_method": "fp8", "weight_block_size": [128, 128], ...}``.
-vLLM's own ``Fp8LinearMethod`` has no CPU kernel for that, so on the CPU backend vLLM cannot serve it.
-
-:class:`R9kBlockFp8Config` is registered with ``vllm.model_executor.layers.quantization.
-register_quantization_config`` (vLLM's extension point for out-of-tree quantization) under :data:`NAME`, and
-claims such a checkpoint through ``override_quantization_method`` (on the CPU backend always; elsewhere when
-this project's block GEMM is switched on). Its :class:`R9kBlockFp8LinearMethod` loads the checkpoint bytes as
-they are (vLLM's own fp8 weight and block-scale parameters, so merged and TP-sharded linears load as in
-vLLM) and runs, per call:
-
-* stock (``R9K_FP8_BLOCK`` unset): dequantize (``w_q * scale`` per block, bf16) + ``F.linear``: plain PyTorch;
-* ``R9K_FP8_BLOCK=block``: this project's block-fp8 GEMM (``r9k.kernels.fp8_block``) with its separate
-  activation-quant launch (op ``fp8_block_linear``'s stock path), counted as ``fp8_block_gemm``;
-* and ``R9K_FP8_QA=1`` on top: the one-launch GEMM with the activation quant in its A-load (op
-  ``fp8_block_linear`` fused, 1..16 rows; more rows run the two launches: ``fallback:rows>16``).
-
-Every other linear and the MoE experts stay unquantized (bf16). ``R9K_FP8_BLOCK_MAXM`` is not applied here: the
-project's GEMM runs at every width (its row tiles), as the op's stock path does.
-
-Bad input, before any weight is read (:func:`check_checkpoint`, run by ``r9kctl launch``'s precheck and again
-when vLLM builds the model): a block-fp8 weight without its ``weight_scale_inv``, or a scale whose shape is not
-``[ceil(N/128), ceil(K/128)]``, or a block size other than 128x128: one line naming the file and the tensor.
+The checkpoint's GDN ``in_proj_qkvz``/``out_proj`` and attention ``qkv_proj``/``o_proj`` are e4m3 with one fp32
+dequant multiplier per 128x128 block (``weight`` + ``weight_scale_inv``, the DeepSeek-V3 layout; docs/semantics.md
+1.1 and 3.11); vLLM's ``Fp8LinearMethod`` has no CPU kernel for it. :class:`R9kBlockFp8Config`, registered
+under :data:`NAME`, claims such a checkpoint (on the CPU always; elsewhere when the block GEMM is switched on);
+its linear method loads the bytes as they are (vLLM's own fp8 parameters, so merged and TP-sharded linears load
+as in vLLM) and runs, per call: stock (``R9K_FP8_BLOCK`` unset) dequantize + ``F.linear``;
+``R9K_FP8_BLOCK=block`` this project's block GEMM (``r9k.kernels.fp8_block``, counted as ``fp8_block_gemm``);
+with ``R9K_FP8_QA=1`` the one-launch GEMM with the activation quant in its A-load (1..16 rows). Every other
+linear and the MoE experts stay bf16. :func:`check_checkpoint` refuses a malformed checkpoint before any
+weight is read, in one line naming the file and the tensor.
 """
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import struct
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
+
 from .dispatch import get_table
 from . import report
 from ..kernels import ops
@@ -149,20 +136,20 @@ def _on_cpu() -> bool:
     return current_platform.is_cpu()
 
 
-def _gemm_wanted() -> bool:
+def _gemm_plan():
     table = get_table()
-    p = table.plans.get("fp8_block_linears") if table is not None else None
+    return table.plans.get("fp8_block_linears") if table is not None else None
+
+
+def _gemm_wanted() -> bool:
+    p = _gemm_plan()
     return p is not None and p.state == "fused"
 
 
-_CLASSES: dict[str, Any] = {}
-
-
+@functools.cache
 def _config_class():
-    """The config class (built on first use; it imports only vLLM's ``base_config``, so registering it from the
-    post-import hook of vLLM's quantization package cannot meet a half-imported module)."""
-    if "config" in _CLASSES:
-        return _CLASSES["config"]
+    """The config class, built on first use (it imports only vLLM's ``base_config``: registering it from the
+    quantization package's post-import hook meets no half-imported module)."""
     from vllm.model_executor.layers.quantization.base_config import QuantizationConfig
 
     class R9kBlockFp8Config(QuantizationConfig):
@@ -207,7 +194,6 @@ def _config_class():
                 return UnquantizedLinearMethod()
             return None  # MoE experts and everything else: vLLM's unquantized path
 
-    _CLASSES["config"] = R9kBlockFp8Config
     return R9kBlockFp8Config
 
 
@@ -221,9 +207,8 @@ def dequant_linear(x, w_q, w_s):
     return F.linear(x, (w_q.float() * s).to(torch.bfloat16))
 
 
+@functools.cache
 def _method_class():
-    if "method" in _CLASSES:
-        return _CLASSES["method"]
     import torch
     from vllm.model_executor.layers.linear import LinearMethodBase
     from vllm.model_executor.layers.quantization.utils.fp8_utils import (
@@ -275,21 +260,17 @@ def _method_class():
                 y = y + bias
             return y.reshape(*shape[:-1], y.shape[-1]).to(x.dtype)
 
-    _CLASSES["method"] = R9kBlockFp8LinearMethod
     return R9kBlockFp8LinearMethod
 
 
 def _choose(prefix: str):
-    """(gemm callable or None for stock, whether the one-launch QA path is on) for one layer, from the
-    dispatch table; records the layer in the counters."""
-    table = get_table()
-    if table is None or "fp8_block_linears" not in table.plans or table.plans["fp8_block_linears"].state != "fused":
-        if table is not None and table.plans.get("fp8_block_linears") is not None:
-            table.plans["fp8_block_linears"].layers += 1
+    """(gemm callable or None for stock, whether the one-launch QA path is on) for one layer; records the layer."""
+    table, plan = get_table(), _gemm_plan()
+    if plan is not None:
+        plan.layers += 1
+    if plan is None or plan.state != "fused":
         return None, False
-    table.plans["fp8_block_linears"].layers += 1
     qa = table.choose(QA_OP, layer=prefix) if QA_OP in table.by_op else None
-
     kop = ops.get(QA_OP)
     fused = qa is not None and qa.state == "fused"
     report.layer(GEMM_COUNTER, prefix, installed=True)
@@ -297,14 +278,13 @@ def _choose(prefix: str):
         report.layer(QA_OP, prefix, installed=True)
     elif table.plans.get(table.by_op.get(QA_OP, ""), None) is not None:
         report.layer(QA_OP, prefix, installed=False, reason="R9K_FP8_QA off: the quant runs as its own launch")
-    if table.plans["fp8_block_linears"].used is None:
-        table.plans["fp8_block_linears"].used = f"r9k.kernels.fp8_block:{GEMM_COUNTER} ({NAME} quantization)"
+    if plan.used is None:
+        plan.used = f"r9k.kernels.fp8_block:{GEMM_COUNTER} ({NAME} quantization)"
     return gemm_op(kop.fused if fused else kop.stock, fused), fused
 
 
 def gemm_op(fn, fused: bool):
-    """``fn(x, w_q, w_s) -> y`` (this project's block GEMM) behind a torch custom op (opaque to torch.compile)
-    that counts its calls at execution time."""
+    """``fn(x, w_q, w_s) -> y`` behind an opaque torch custom op that counts its calls at execution time."""
     def impl(x, w_q, w_s):
         report.hit(GEMM_COUNTER, "fused")
         if fused:
@@ -319,8 +299,7 @@ def gemm_op(fn, fused: bool):
 
 
 def register_config(module) -> None:
-    """Register :class:`R9kBlockFp8Config` with vLLM (``register_quantization_config``): idempotent.
-    Called once ``vllm.model_executor.layers.quantization`` is imported (the plugin's post-import hook)."""
+    """Register :class:`R9kBlockFp8Config` with vLLM (idempotent; the quantization package's post-import hook)."""
     cls = _config_class()
     if NAME in module.QUANTIZATION_METHODS and module.get_quantization_config(NAME) is cls:
         return

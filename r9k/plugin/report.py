@@ -1,25 +1,12 @@
 """The plugin's report: what the running server says at ``GET /r9k/status``, in ``/metrics`` and in its log.
 
-One process's report has five parts, each filled at its own moment:
-
-* counters (model construction, every call): per op, the layers that run this project's kernel or keep
-  vLLM's path and why (:func:`layer`), and per call path how often the kernel ran (:func:`hit`, inside the
-  adapter's custom op, so it counts execution also under torch.compile; under CUDA graphs the captures);
-* what vLLM applied of the launch's launcher-knob requests, once its configuration is final
-  (:func:`check_applied`; strict mode: a mismatch stops the start before weights load);
-* what vLLM chose per layer kind once the model is built (:func:`on_model_built`, through the model
-  runners' ``load_model``), compared with the profile's vLLM switches away from stock;
-* the KV cache the registry predicted beside what vLLM allocated (:func:`on_engine_ready`);
-* the status file (named by ``envvars.STATUS_FILE``; by default ``<cache>/run/server-<id>.status.json``, keyed
-  by the instance id ``r9kctl launch`` creates): every plugin process writes its own section (keyed by process
-  name, with pid and start time) atomically; its counters go into a small file of its own beside it (a
-  flusher thread writes them when they changed); rank 0 keeps the cluster file of every rank's live figures
-  (:class:`r9k.plugin.agree.LivePublisher`). A status file whose processes are all gone is a dead server's
-  (:func:`liveness`); the next server's first process removes it (:func:`clean_dead`).
-
-The route is a ``vllm.endpoint_plugins`` entry (``r9kctl launch`` sets ``VLLM_PLUGINS=r9k``): it answers the API
-server's own section merged with the file's (:func:`merged_status`). The counters import nothing and are
-lock-free (a lost increment under a race only undercounts); nothing here imports vLLM at import time.
+Per process: the per-op layer and call counters (:func:`layer`, :func:`hit`; lock-free, a lost increment under
+a race only undercounts), what vLLM applied of the launch's launcher requests (:func:`check_applied`), what it
+chose per layer kind once the model is built (:func:`on_model_built`), the KV cache predicted vs allocated
+(:func:`on_engine_ready`). Each process writes its section of the status file (``envvars.STATUS_FILE``), its
+counters into a file of its own beside it (:class:`_Flusher`); rank 0 keeps the cluster file of every rank's
+live figures. The ``vllm.endpoint_plugins`` route answers them merged (:func:`merged_status`). Nothing here
+imports vLLM at import time. The status route and file: notes/plugin.md.
 """
 from __future__ import annotations
 
@@ -27,6 +14,7 @@ import enum
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -38,11 +26,11 @@ from ..registry.manifest import Impl
 from ..registry.redact import MASK, is_secret
 from ..registry.vllm_interface import installed_version, series
 from ..registry.vllm_map import _active as _switch_active, mapping, requests, switch_name
-from . import codeid, dispatch
+from . import agree, codeid, dispatch, fallback
 from .agree import STALE_AFTER_S
 from .install import HOOKS
 from .models import SUPERSEDED, SUPERSEDED_BY
-from .startup import StartupError, process_alive
+from .startup import StartupError, _load_registry, gate_labels, process_alive
 
 logger = logging.getLogger("vllm.r9k")
 
@@ -73,8 +61,8 @@ def _prefix() -> str:
 
 
 def emit(level: int, line: str) -> None:
-    """Log through vLLM's logging; in the API server, vLLM configures logging only after its argument
-    parser (which loads the plugins) has run, so until then the line goes straight to stderr."""
+    """Log through vLLM's logging, or straight to stderr until vLLM has configured it (the API server loads
+    the plugins before it does)."""
     if logging.getLogger("vllm").handlers or logging.getLogger().handlers:
         logger.log(level, "%s", line)
     else:
@@ -91,10 +79,14 @@ def write_status(table) -> None:
         logger.warning("r9k: cannot write the status file %s: %s", _status_path, exc)
 
 
+def own_section() -> Optional[dict]:
+    """This process's section now (None where the plugin is inactive)."""
+    return section(_active, dispatch.get_table(), _proc, _applied, _ranks) if _active is not None else None
+
+
 def current_status() -> dict:
     """The status the ``/r9k/status`` route answers (this process merged with the status file)."""
-    own = section(_active, dispatch.get_table(), _proc, _applied, _ranks) if _active is not None else None
-    return merged_status(own, _status_path or envvars.STATUS_FILE.get())
+    return merged_status(own_section(), _status_path or envvars.STATUS_FILE.get())
 
 
 def reset_for_tests() -> None:
@@ -129,8 +121,7 @@ def layer(op: str, layer_name: str, installed: bool, reason: str = "") -> None:
 
 
 def relabel(op: str, layer_name: str, installed: bool, reason: str = "") -> None:
-    """Move a layer recorded by :func:`layer` (e.g. installed at construction, found ineligible when
-    its weights or output dtype became known)."""
+    """Move a layer recorded by :func:`layer` (e.g. found ineligible once its weights are known)."""
     entry = _LAYERS.get(op)
     if entry is not None:
         if layer_name in entry["installed"]:
@@ -178,9 +169,8 @@ def reset() -> None:
 # --- kvcache ---------------------------------------------------------------------------------------------
 
 def kv_applied_args(vllm_config) -> list[str]:
-    """The vLLM arguments a hybrid model's capacity depends on, as vLLM applied them (``--max-model-len``, prefix
-    caching): the profile's ``serve_args`` are what the manifest carries, but ``r9kctl launch ... -- --max-model-len
-    N`` (or vLLM's own defaulting) can change them, and the prediction must be of the engine that runs."""
+    """The vLLM arguments a hybrid model's capacity depends on (``--max-model-len``, prefix caching) as vLLM
+    applied them: a launch's extra arguments or vLLM's defaults may differ from the profile's ``serve_args``."""
     out: list[str] = []
     n = getattr(getattr(vllm_config, "model_config", None), "max_model_len", None)
     if isinstance(n, int) and n > 0:
@@ -192,12 +182,9 @@ def kv_applied_args(vllm_config) -> list[str]:
 
 
 def kv_predicted(active, vllm_config=None) -> tuple[Optional[int], str]:
-    """The registry's KV tokens for the active set (with what vLLM applied of the arguments the prediction
-    depends on, when ``vllm_config`` is given: :func:`kv_applied_args`), and what it is based on."""
+    """The registry's KV tokens for the active set (at :func:`kv_applied_args` of ``vllm_config``) and its basis."""
     from ..registry.memory import budget
     from ..registry.resolve import ResolvedSet
-    from .startup import _load_registry
-
     reg = _load_registry()
     rs = ResolvedSet.from_manifest(active.rs.to_dict(), reg)  # the engine's shape of the manifest, for budget()
     applied = kv_applied_args(vllm_config)
@@ -215,10 +202,9 @@ def kv_allocated(vllm_config) -> dict:
     cc = getattr(vllm_config, "cache_config", None)
     blocks = getattr(cc, "num_gpu_blocks", None)
     size = getattr(cc, "block_size", None)
-    out = {"blocks": blocks, "block_size": size,
-           "allocated_tokens": blocks * size if blocks and size else None,
-           "vllm_capacity_tokens": getattr(cc, "kv_cache_size_tokens", None)}
-    return out
+    return {"blocks": blocks, "block_size": size,
+            "allocated_tokens": blocks * size if blocks and size else None,
+            "vllm_capacity_tokens": getattr(cc, "kv_cache_size_tokens", None)}
 
 
 def kv_compare(pred: Optional[int], basis: str, alloc: dict) -> dict:
@@ -352,16 +338,13 @@ def _row_for_request(q, cfg, environ, server_args=None) -> Row:
         reader = "vLLM" if q.program == "vllm" else q.program
         return Row(q.knob, req, got, "environment", "applied" if ok else "mismatch",
                    f"exported for {reader}" if ok else "the server's environment differs")
-    if q.kind == "json-list":  # a custom op's "+op" / "-op": an entry of the final custom_ops list
+    if q.kind in ("json-list", "json"):
         flag, _, key = q.target.partition(".")
-        sec = getattr(cfg, flag.lstrip("-").replace("-", "_"), None)
-        got = list(getattr(sec, key, None) or [])
-        return Row(q.knob, req, _norm(got), f"{flag.lstrip('-').replace('-', '_')}.{key}",
-                   "applied" if q.value in got else "mismatch")
-    if q.kind == "json":
-        flag, _, key = q.target.partition(".")
-        sec = getattr(cfg, flag.lstrip("-").replace("-", "_"), None)
-        where = f"{flag.lstrip('-').replace('-', '_')}.{key}"
+        name = flag.lstrip("-").replace("-", "_")
+        sec, where = getattr(cfg, name, None), f"{name}.{key}"
+        if q.kind == "json-list":  # a custom op's "+op" / "-op": an entry of the final custom_ops list
+            got = list(getattr(sec, key, None) or [])
+            return Row(q.knob, req, _norm(got), where, "applied" if q.value in got else "mismatch")
         if sec is None:
             return Row(q.knob, req, "None", where, "mismatch", f"vLLM has no {flag} section (it ignored {flag})")
         got = sec.get(key) if isinstance(sec, dict) else getattr(sec, key, None)
@@ -373,9 +356,9 @@ def _row_for_request(q, cfg, environ, server_args=None) -> Row:
         return Row(q.knob, req, _norm(got), where, "applied" if ok else "mismatch")
     dest = _dest(q.target)
     if dest in SERVER_ARGS:
-        got = getattr(server_args, dest, None) if server_args is not None else None
         if server_args is None:
             return Row(q.knob, req, None, f"server args.{dest}", "unverified", "the server's arguments are not at hand")
+        got = getattr(server_args, dest, None)
         return Row(q.knob, req, _norm(got), f"server args.{dest}", "applied" if _same(str(q.value), got) else "mismatch")
     if dest in DEST:
         sec, attr = DEST[dest]
@@ -392,8 +375,7 @@ def _row_for_request(q, cfg, environ, server_args=None) -> Row:
 
 
 def validated_versions(root=None) -> tuple[Optional[str], list[str]]:
-    """(the newest release, the vLLM versions it was validated on): read from the registry's release files
-    (the plugin may hold only a light copy of the set, without the registry)."""
+    """(the newest release, the vLLM versions it was validated on), from the registry's release files."""
     import tomllib
 
     from ..registry.loader import default_registry_root
@@ -411,8 +393,7 @@ def validated_versions(root=None) -> tuple[Optional[str], list[str]]:
 
 
 def version_row(version: Optional[str] = None, root=None) -> Optional[Row]:
-    """The running vLLM against the versions the newest release was validated on (a mismatch row when it
-    is none of them: logged, and refused in strict mode like any mismatch)."""
+    """The running vLLM against the versions the newest release was validated on (a mismatch row if none)."""
     version = version or installed_version()
     release, validated = validated_versions(root)
     if not version or not validated:
@@ -424,8 +405,7 @@ def version_row(version: Optional[str] = None, root=None) -> Optional[Row]:
 
 
 def requested_rows(rs, cfg, environ=None, server_args=None, iface=None) -> list[Row]:
-    """One row per launcher request of the set (registry/vllm_map.py: every launcher knob away from stock),
-    plus the tensor-parallel size."""
+    """One row per launcher request of the set (registry/vllm_map.py), plus the TP size and vLLM version."""
     environ = os.environ if environ is None else environ
     rows = []
     tp = getattr(getattr(cfg, "parallel_config", None), "tensor_parallel_size", None)
@@ -488,9 +468,8 @@ def applied_lines(result: dict, prefix: str) -> list[str]:
 
 
 def check_applied(vllm_config, server_args=None) -> Optional[dict]:
-    """Compare the launch's launcher-knob requests with vLLM's final config (called by the status
-    endpoint's ``init_state`` in the API server); log the result, record it in the status, and stop the
-    start on a mismatch in strict mode."""
+    """Compare the launch's launcher requests with vLLM's final config; log, record, and in strict mode stop
+    the start on a mismatch."""
     global _applied
     if _active is None:
         return None
@@ -508,9 +487,8 @@ def check_applied(vllm_config, server_args=None) -> Optional[dict]:
 
 
 def hook_final_config(module) -> None:
-    """Wrap ``VllmConfig.__post_init__`` (module ``vllm.config.vllm``): once vLLM has finished its configuration
-    (platform overrides included) and before it starts the engine, compare it with the launch's requests; in
-    strict mode a mismatch stops the start there, before any weights load (:func:`check_applied`)."""
+    """Wrap ``VllmConfig.__post_init__``: in strict mode, the final config (platform overrides included) is
+    compared with the launch's requests before any weights load (:func:`check_applied`)."""
     cls = getattr(module, "VllmConfig", None)
     orig = getattr(cls, "__post_init__", None)
     if orig is None or getattr(orig, "_r9k", False):
@@ -567,8 +545,8 @@ def _moe_kernel(qm) -> Optional[str]:
 
 
 def tuned_moe_config(E: int, N: int, dtype: Optional[str], block_shape=None) -> dict:
-    """Which tuned config file vLLM's Triton MoE looks for at this shape on this device, and whether one
-    exists (vLLM's own lookup order: ``VLLM_TUNED_CONFIG_FOLDER``, then its ``configs`` folder)."""
+    """The tuned config file vLLM's Triton MoE looks for at this shape, and whether one exists (vLLM's lookup
+    order: ``VLLM_TUNED_CONFIG_FOLDER``, then its ``configs`` folder)."""
     from vllm.model_executor.layers.fused_moe import fused_moe as fm
 
     name = fm.get_config_file_name(E, N, dtype, block_shape)
@@ -640,8 +618,7 @@ def read_model(model, vllm_config=None) -> dict:
 
 
 def r9k_tuned() -> dict:
-    """Per kernel package of this project loaded in this process: the tuned-config file for this device it
-    uses, or the default rules (``kernels/_triton/tuned.py``)."""
+    """Per loaded kernel package: the tuned-config file for this device, or the default rules."""
     out = {}
     for modname, mod in sorted(list(sys.modules.items())):
         f = getattr(mod, "TUNED_FILE", None) if modname.startswith("r9k.kernels.") else None
@@ -656,13 +633,14 @@ def r9k_tuned() -> dict:
 
 # --- requested vs chosen --------------------------------------------------------------------------------
 
-def _flat(s: str) -> str:
-    return s.lower().replace("-", "_")
+#: the switches that choose a backend per layer kind: flag, or json field of a config section -> layer kind
+_BACKEND_FLAGS = {"--moe-backend": "moe", "--linear-backend": "linear"}
+_BACKEND_FIELDS = {"moe_backend": "moe", "linear_backend": "linear"}
 
 
 def choices_compare(rs, chosen: dict, vllm_config=None, environ=None) -> list[dict]:
-    """One row per vLLM switch of ``rs`` away from stock: requested, what vLLM chose, where (the layer kind it
-    decides), state applied / mismatch / unverified (nothing of the built model shows it)."""
+    """One row per vLLM switch of ``rs`` away from stock: requested, chosen, layer kind, state (applied,
+    mismatch, or unverified where the built model shows nothing)."""
     environ = os.environ if environ is None else environ
     rows = []
     for r in sorted(rs.items.values(), key=lambda r: r.variant.knob):
@@ -673,6 +651,7 @@ def choices_compare(rs, chosen: dict, vllm_config=None, environ=None) -> list[di
         row = {"knob": var.knob, "switch": switch_name(var), "layer": var.vllm.decides, "requested": r.value,
                "chosen": None, "state": "unverified", "note": ""}
         want = r.value
+        backend = _BACKEND_FLAGS.get(m.name) or (_BACKEND_FIELDS.get(m.field) if m.kind == "json-field" else None)
         if m.kind == "custom-op":
             e = chosen.get("custom_ops", {}).get(m.name)
             if e is None or e.get("enabled") is None:
@@ -686,20 +665,14 @@ def choices_compare(rs, chosen: dict, vllm_config=None, environ=None) -> list[di
                 row.update(chosen=", ".join(got), state="applied" if got == [want] else "mismatch")
             else:
                 row["note"] = "the model has no attention layer"
-        elif m.name == "--moe-backend" or (m.kind == "json-field" and m.field == "moe_backend"):
-            got = sorted(chosen.get("layers", {}).get("moe", {}))
+        elif backend:
+            got = {k: e for k, e in chosen.get("layers", {}).get(backend, {}).items()
+                   if backend == "moe" or "Unquantized" not in (e.get("method") or "")}
             if not got:
-                row["note"] = "the model has no MoE layer"
+                row["note"] = ("the model has no MoE layer" if backend == "moe"
+                               else "no quantised linear layer: the linear backend chooses for none")
             else:
-                ok = want == "auto" or all(_flat(want) in _flat(g) for g in got)
-                row.update(chosen=", ".join(got), state="applied" if ok else "mismatch")
-        elif m.name == "--linear-backend" or (m.kind == "json-field" and m.field == "linear_backend"):
-            got = {k: e for k, e in chosen.get("layers", {}).get("linear", {}).items()
-                   if "Unquantized" not in (e.get("method") or "")}
-            if not got:
-                row["note"] = "no quantised linear layer: the linear backend chooses for none"
-            else:
-                ok = want == "auto" or all(_flat(want) in _flat(k) for k in got)
+                ok = want == "auto" or all(fallback._flat(want) in fallback._flat(k) for k in got)
                 row.update(chosen=", ".join(sorted(got)), state="applied" if ok else "mismatch")
         elif m.kind == "json-field":
             sec = getattr(vllm_config, m.name.lstrip("-").replace("-", "_"), None) if vllm_config is not None else None
@@ -756,18 +729,15 @@ def choices_lines(res: dict, prefix: str) -> list[str]:
 
 # --- the hook --------------------------------------------------------------------------------------------
 
-#: The model runners whose ``load_model`` is wrapped: V1 and V2 of the GPU and CPU workers. vLLM picks V2 on a GPU
-#: for the architectures and configurations ``VllmConfig.use_v2_model_runner`` names (0.26: Qwen2-MoE and dense
-#: models; 0.34 has no V1 GPU runner); a subclass (0.32's ``MMEncoderModelRunner``) inherits the wrapped method.
-#: ``r9kctl doctor`` reads which classes the workers instantiate and checks each is covered here.
+#: The model runners whose ``load_model`` is wrapped: V1 and V2 of the GPU and CPU workers (0.34 has no V1 GPU
+#: runner; a subclass inherits the wrapped method). ``r9kctl doctor`` checks each runner the workers use is here.
 RUNNERS = (("vllm.v1.worker.gpu_model_runner", "GPUModelRunner"), ("vllm.v1.worker.gpu.model_runner", "GPUModelRunner"),
            ("vllm.v1.worker.cpu_model_runner", "CPUModelRunner"), ("vllm.v1.worker.cpu.model_runner", "CPUModelRunner"))
 HOOKED = "load_model"
 
 
 def on_model_built(runner) -> None:
-    """Read the built model of ``runner``, record it in this process's status, log it; strict: a mismatch
-    stops the start (the engine has not served yet)."""
+    """Read, record and log the built model of ``runner``; strict: a mismatch stops the start."""
     global _choices
     rs = active_set()
     model = getattr(runner, "model", None)
@@ -780,8 +750,6 @@ def on_model_built(runner) -> None:
     proc = _proc
     res = choices_build(rs, model, getattr(runner, "vllm_config", None), process=getattr(proc, "name", ""))
     _choices = res
-    from . import fallback  # slow fallbacks against the declared fast paths (issue 38)
-
     fallback.check(rs, res, lambda ln: emit(logging.WARNING, ln))
     res["not_installed"] = absent = not_installed()
     for ln in absent:
@@ -802,9 +770,8 @@ def on_model_built(runner) -> None:
 
 
 def not_installed() -> list[str]:
-    """The variants chosen fused whose adapter's layer class the built model has none of (the kernel runs
-    nowhere; vLLM's own path serves): one line each. vLLM 0.26's Qwen2-MoE, say, builds its router as a plain
-    ReplicatedLinear, not the GateLinear the router adapter replaces."""
+    """One line per variant chosen fused whose adapter's layer class the built model has none of (e.g. vLLM
+    0.26's Qwen2-MoE builds its router as a ReplicatedLinear, not a GateLinear)."""
     table = dispatch.get_table()
     out = []
     for p in (table.plans.values() if table is not None else ()):
@@ -843,9 +810,7 @@ def install_choice_hooks() -> None:
 
 
 def section(active, table, proc, applied: Optional[dict] = None, ranks: Optional[list] = None) -> dict:
-    """This process's view: profile, hash, every value, the non-stock variants with provenance, the
-    adapters' per-layer and per-call counters (:func:`snapshot`) and, in the API server, what
-    vLLM applied of the launcher's requests (:func:`check_applied`)."""
+    """This process's section of the status: the set, its plan, counters and what vLLM applied and chose."""
     rs = active.rs
     plans = table.plans if table is not None else {}
     non_stock = []
@@ -876,11 +841,9 @@ def section(active, table, proc, applied: Optional[dict] = None, ranks: Optional
 
 
 def superseded(ops: dict, op_variants: dict, plans: Optional[dict] = None) -> dict[str, str]:
-    """variant id -> ``"<variant>: superseded by <op> in N layers"`` for each variant whose op is switched on but
-    takes second place to another in the layers that would run it (``r9k.plugin.models.SUPERSEDED_BY``; the
-    layers record it as kept with reason ``superseded by <op>``). ``ops``: per op, ``kept`` as {reason: layer
-    names or a count} (a process's counters or the merged ops). Before the model is built (no layer recorded),
-    ``plans`` (variant id -> mode) gives the same decision without a count: both variants installed."""
+    """variant id -> ``"<variant>: superseded by <op> in N layers"`` for each switched-on variant that takes second
+    place to another (``r9k.plugin.models.SUPERSEDED_BY``). ``ops``: per op, ``kept`` as {reason: layer names or
+    a count}. Before the model is built, ``plans`` (variant id -> mode) decides without a count."""
     out: dict[str, str] = {}
     for op, by in SUPERSEDED_BY.items():
         vid = op_variants.get(op)
@@ -902,7 +865,6 @@ def superseded(ops: dict, op_variants: dict, plans: Optional[dict] = None) -> di
 def plan_counts(table) -> dict:
     """The availability counts of this process's plan (``r9kctl validate`` prints the same numbers)."""
     plans = table.plans.values() if table is not None else []
-
     modes = [p.state for p in plans]
     return {"installed": modes.count(Impl.FUSED), "fallback": modes.count(Impl.FALLBACK),
             "env_only": modes.count(Impl.ENV),
@@ -910,8 +872,8 @@ def plan_counts(table) -> dict:
 
 
 def merge_ops(sections: list[dict]) -> dict:
-    """Per op over the processes: layers running this project's kernel / keeping vLLM's path (as the
-    model-building process of rank 0 reports them, and per process), calls summed over the processes."""
+    """Per op over the processes: layers as the first process that recorded any reports them, per process
+    figures, calls summed."""
     ops: dict[str, dict] = {}
     for sec in sections:
         name = sec["process"]["name"]
@@ -959,8 +921,7 @@ def counters_path(path: str, process: str) -> Path:
 
 
 def write_counters(path: str, process: str, snap: dict) -> None:
-    """One process's counters (:func:`snapshot`) in its own file: compact JSON,
-    atomic replace, no lock (one writer per file). Merged into its section by :func:`merged_status`."""
+    """One process's counters (:func:`snapshot`) in its own file (atomic replace, no lock: one writer)."""
     fileio.atomic_write(counters_path(path, process), json.dumps({"time": time.time(), "counters": snap},
                                                                  separators=(",", ":")), "counters file")
 
@@ -971,8 +932,7 @@ def cluster_path(path: str) -> Path:
 
 
 def write_cluster(path: str, live: dict) -> None:
-    """Rank 0: every rank's live figures (:meth:`r9k.plugin.agree.LivePublisher.collect`) beside the status
-    file (atomic replace, one writer). Merged by :func:`merged_status`."""
+    """Rank 0: every rank's live figures (:meth:`r9k.plugin.agree.LivePublisher.collect`) beside the status file."""
     fileio.atomic_write(cluster_path(path), json.dumps(live, separators=(",", ":"), sort_keys=True), "cluster file")
 
 
@@ -1009,17 +969,20 @@ def read_status_file(path: str) -> dict:
     return data
 
 
+def file_sections(path: Optional[str]) -> tuple[dict, dict]:
+    """(the status file's data, its process sections with their counter files'), both ``{}`` when unreadable."""
+    try:
+        file_data = read_status_file(path) if path else {}
+    except (OSError, ValueError):
+        file_data = {}
+    return file_data, _with_counter_files(dict(file_data.get("processes", {})), path)
+
+
 def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
-    """What the route answers: the API server's section, the file's processes, and the implementation
-    in use as the model-building worker (rank 0) reports it."""
+    """What the route answers: the API server's section, the file's processes, the implementation in use as
+    rank 0's worker reports it."""
     data: dict = {"schema": SCHEMA}
-    file_data = {}
-    if path:
-        try:
-            file_data = read_status_file(path)
-        except (OSError, ValueError):
-            file_data = {}
-    procs = _with_counter_files(dict(file_data.get("processes", {})), path)
+    file_data, procs = file_sections(path)
     if own is None and procs:  # read from the file alone: the front-end process speaks for the server
         own = procs.get("MainProcess") or next(iter(procs.values()))
     if own is not None:
@@ -1060,10 +1023,8 @@ def merged_status(own: Optional[dict], path: Optional[str]) -> dict:
 
 
 def liveness(procs: dict) -> dict:
-    """Which processes of the sections still run (pid and start time, on this node): ``{"alive": [...],
-    "dead": [...], "elsewhere": [...]}`` (process names; "elsewhere": another node's, not checked here)."""
-    import socket
-
+    """Process names of the sections by ``"alive"``, ``"dead"`` (pid and start time) or ``"elsewhere"``
+    (another node's, not checked)."""
     here = socket.gethostname()
     out: dict = {"alive": [], "dead": [], "elsewhere": []}
     for name, sec in sorted(procs.items()):
@@ -1078,18 +1039,12 @@ def liveness(procs: dict) -> dict:
 
 
 def cluster(procs: dict, tp: Optional[int], live: Optional[dict] = None, now: Optional[float] = None) -> dict:
-    """Every rank of the server per node: its set, plan, table and counters, and how old its figures are.
+    """Every rank of the server per node: its set, plan, counters and the age of its figures.
 
-    Sources, the freshest winning per rank: the records the ranks exchanged when they agreed (who and which set;
-    no counters), the worker sections of this node (their counter files), and ``live``, the cluster file rank 0
-    keeps from every rank's shared figures (:class:`r9k.plugin.agree.LivePublisher`; each stamped ``received``
-    with the head's clock; a running local worker's own section counts as current). Per rank ``age_s``
-    (seconds since the head got its figures), per node ``age_s`` (its oldest rank's); ``calls``: per op and
-    path, summed over every rank's figures; ``not_reported``: the ranks expected (the agreed world, else the TP
-    size) with no figures at all; ``stale``: ranks whose figures are older than
-    :data:`r9k.plugin.agree.STALE_AFTER_S` (a running rank refreshes them more often)."""
-    import socket
-
+    Sources, the freshest winning per rank: the ranks' agreement records (no counters), this node's worker
+    sections, and ``live``, rank 0's cluster file (stamped with the head's clock). ``calls``: summed over the
+    ranks; ``not_reported``: expected ranks (agreed world, else TP) without figures; ``stale``: figures older
+    than :data:`r9k.plugin.agree.STALE_AFTER_S`."""
     now = time.time() if now is None else now
     nodes: dict = {}
     world = None
@@ -1152,8 +1107,8 @@ def cluster(procs: dict, tp: Optional[int], live: Optional[dict] = None, now: Op
 
 
 def clean_dead(run_dir: Path, keep: Optional[str] = None) -> list[str]:
-    """Remove the status files (and their counter files and lock) of servers whose processes are all gone
-    on this node; returns the files removed. A file of another node's server, or unreadable, is left."""
+    """Remove the status files (with their counter, lock, claim and hand-on files) of servers whose processes
+    are all gone on this node; returns the files removed."""
     removed = []
     for f in sorted(Path(run_dir).glob("server-*.status.json")):
         if keep and str(f) == str(keep):
@@ -1167,8 +1122,8 @@ def clean_dead(run_dir: Path, keep: Optional[str] = None) -> list[str]:
             continue
         pids = {sec.get("process", {}).get("pid") for sec in data.get("processes", {}).values()}
         handed = [m for pid in pids if pid for m in f.parent.glob(f"manifest-*-{pid}.json")]  # startup.hand_on's
-        for g in [f, f.with_name(f.name + ".lock"), f.with_name(f.name.replace(".status.json", ".claim")), *f.parent.glob(f.name + ".*.counters.json"), cluster_path(str(f)),
-                  *handed]:
+        for g in [f, f.with_name(f.name + ".lock"), f.with_name(f.name.replace(".status.json", ".claim")),
+                  *f.parent.glob(f.name + ".*.counters.json"), cluster_path(str(f)), *handed]:
             try:
                 g.unlink()
                 removed.append(str(g))
@@ -1198,10 +1153,8 @@ NO_SET = ("the r9k plugin runs no set in this server's API process: vLLM got no 
 
 
 def authorized(request) -> bool:
-    """Whether ``request`` may read the status: under the key that guards vLLM's own API. vLLM applies
-    ``--api-key`` / ``VLLM_API_KEY`` as its ``AuthenticationMiddleware``, which guards only its own paths
-    (``/v1``...); the route asks that very middleware (the keys it holds, its check). A server with a key
-    set but no such middleware found (another vLLM) answers 401 rather than leave the route open."""
+    """Whether ``request`` may read the status: vLLM's ``AuthenticationMiddleware`` (which guards only ``/v1``...)
+    is asked; a key set without that middleware found answers 401 rather than leave the route open."""
     app = request.app
     for m in getattr(app, "user_middleware", []):
         if getattr(m.cls, "__name__", "") == "AuthenticationMiddleware" and hasattr(m.cls, "verify_token"):
@@ -1219,9 +1172,8 @@ PATH_SHOWN = "<a path: ask from this machine with ?paths=1>"
 
 
 def public(data):
-    """The answer without file paths or secrets: a credential-named key's value and the value after a
-    credential-named option (``--api-key K``) masked, any absolute path replaced (the status file, a
-    model folder, a manifest). ``GET /r9k/status?paths=1`` from this machine answers them as they are."""
+    """The answer with credential-named values (keys, ``--api-key K``) masked and absolute paths replaced;
+    ``GET /r9k/status?paths=1`` from this machine answers them as they are."""
     def secret_option(x) -> bool:
         return isinstance(x, str) and x.startswith("--") and is_secret(x[2:].split("=")[0].replace("-", "_"))
 
@@ -1269,8 +1221,7 @@ class StatusEndpoint:
         app.add_api_route(ROUTE, r9k_status, methods=["GET"], name="r9k_status")
 
     async def init_state(self, engine_client, state, args) -> None:
-        """vLLM calls this in the API server once the engine client exists: its ``vllm_config`` is final,
-        so the launch's requests are compared with what vLLM applied here (:func:`check_applied`)."""
+        """Once the engine client exists (its ``vllm_config`` final): :func:`check_applied`, the KV comparison."""
         cfg = getattr(engine_client, "vllm_config", None)
         if cfg is None:
             return None
@@ -1299,12 +1250,9 @@ def startup_table(active, table, proc) -> list[str]:
     if proc.rank != 0:
         return [head + f"; rank {proc.rank}: table on rank 0"]
     rows = []
-    # Every variant not at stock, and those this plugin could install here (so that a launch at stock
-    # also says which implementation, e.g. of the router, it uses).
+    # every variant not at stock, and those this plugin could install here (a launch at stock says them too)
     shown = [r for r in rs.items.values()
              if not r.is_stock or table.plans.get(r.variant.id) and table.plans[r.variant.id].pluggable]
-    from .startup import gate_labels
-
     gates = gate_labels(active)
     sup = superseded({}, table.by_op, {vid: d.state for vid, d in table.plans.items()})
     for r in sorted(shown, key=lambda r: r.variant.knob):
@@ -1347,11 +1295,8 @@ def layers_table(active, snap: dict, proc) -> list[str]:
 
 
 class _Flusher:
-    """A daemon thread that writes this process's counters (its own small file beside the status file,
-    :func:`write_counters`) when they changed, so the API server (``/r9k/status``) sees the workers'
-    layer and call counters. Per look: one copy of the counters dict (a few ops) and a comparison; a
-    write at most once per interval (measured: notes/plugin.md). Once the
-    model's layers are recorded and stable, it logs the per-op layer table once ("model built")."""
+    """A daemon thread that writes this process's counters (:func:`write_counters`) when they changed, at most
+    once per interval, and logs the per-op layer table once the model's layers are stable ("model built")."""
 
     def __init__(self, interval: float = FLUSH_INTERVAL_S):
         import threading
@@ -1395,12 +1340,9 @@ def start_flusher() -> None:
 
 
 def share_live(snap: dict, table) -> None:
-    """Each look of the flusher, once the ranks agreed: publish this rank's live figures; rank 0 (on the head)
-    collects every rank's into the cluster file that ``/r9k/status`` merges."""
+    """Once the ranks agreed: publish this rank's live figures; rank 0 collects them into the cluster file."""
     if _live is None:
         return
-    from . import agree
-
     pub, record = _live
     if pub.world_size < 2:
         return

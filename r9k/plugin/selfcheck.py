@@ -1,26 +1,15 @@
 """The startup self-check: each installed kernel runs once, at its layer's real shapes, against its stock path.
 
-A gate proves a kernel on the machine it ran on; the self-check proves, in the running server, that the
-kernel this process is about to use still computes what its stock path computes. It runs where a layer takes
-its choice (:func:`r9k.plugin.layers._common.eligible_choice`, the one hook): an adapter that can probe its op
-passes ``probe`` (a callable giving the op's arguments at this layer's shapes: fresh random values, never the
-layer's weights, which are not loaded yet at construction) and optionally ``bound``; the fused callable is the
-dispatch table's choice, the stock callable the op's own (:mod:`r9k.kernels.ops`). The result is cached per op
-and argument shapes, so a model with forty identical layers runs each kernel once.
+A gate proves a kernel on the machine it ran on; the self-check proves, in the running server, that the kernel
+still computes what its stock path does. It runs where a layer takes its choice
+(:func:`r9k.plugin.layers._common.eligible_choice`): the adapter's ``probe`` gives the op's arguments at this
+layer's shapes (fresh random values: the weights are not loaded yet), cached per op and shapes. It runs in strict
+mode and when ``envvars.SELFCHECK`` is 1 (0: never). A failure refuses the start in strict mode; otherwise the
+layer keeps vLLM's path, the plan becomes a fallback with the reason, and one warning is logged.
 
-When it runs: in strict mode (``r9kctl launch --strict``, ``envvars.STRICT``) and when ``envvars.SELFCHECK`` is
-1; ``envvars.SELFCHECK`` = 0 turns it off even in strict mode. A failure refuses the start in strict mode
-(:class:`r9k.plugin.startup.StartupError`, one line naming op, layer, shapes and the error); otherwise the
-layer keeps vLLM's path (``report.layer(..., installed=False, "self-check failed: ...")``, so
-``r9kctl status`` and the layers table say so), the variant's plan becomes a fallback with that reason, and
-one warning is logged.
-
-The bound (:func:`default_bound`): the relative L2 error of the fused result against stock, per output tensor,
-at most one rounding step of the output's dtype (2^-8 for bf16, 2^-11 for fp16, 2^-20 for fp32). That is the
-accuracy class of this project's tolerance gates (rounding flips on a fraction of the elements, each an ulp);
-it refuses a kernel that writes zeros, noise or a result off by 1% (the issue's mutations), and nothing a
-correct kernel produces at these sizes (the gates' interpreter runs see relative errors near 1e-4 in bf16).
-An adapter whose op is looser passes its own bound.
+The bound (:func:`default_bound`): per output tensor, a relative L2 error of at most one rounding step of its
+dtype (:data:`REL_L2`), the accuracy class of the tolerance gates: it refuses zeros, noise or a 1% error, and
+nothing a correct kernel produces at these sizes. An op that is looser passes its own bound.
 """
 from __future__ import annotations
 
@@ -59,9 +48,8 @@ def _tensors(x: Any) -> list:
 
 
 def _signature(args: tuple) -> tuple:
-    """Each probe argument by what the check depends on: a tensor's shape and dtype; an object holding tensors
-    (an op's prepared weights) by its type and its tensors' shapes, never their values (a value dump in an
-    error line is unreadable, and a cache key must not depend on the numbers printed)."""
+    """Each probe argument by shape and dtype; an object holding tensors by its type and their shapes, never
+    their values (the cache key and the error line)."""
     def one(t):
         if hasattr(t, "shape"):
             return (tuple(t.shape), str(t.dtype))
@@ -163,8 +151,8 @@ def summary() -> str:
 
 
 def probe_linear(weight, rows: int = 4, seed: int = 0) -> tuple:
-    """Arguments of a ``y = x @ w.T`` op at a layer's shapes: ``rows`` random rows of the weight's input width
-    and a random weight of its shape and dtype (fresh values; the layer's own are not loaded yet)."""
+    """Arguments of a ``y = x @ w.T`` op at a layer's shapes: ``rows`` random rows and a random weight of its
+    shape and dtype."""
     import torch
 
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -175,8 +163,8 @@ def probe_linear(weight, rows: int = 4, seed: int = 0) -> tuple:
 
 
 def randn(gen, *shape):
-    """fp32 normal values from the CPU generator ``gen``, made on the CPU whatever default device vLLM's model
-    construction has set (CUDA on a GPU: a CPU generator there is an error); a probe moves them where it needs."""
+    """fp32 normal values from the CPU generator ``gen``, on the CPU whatever default device vLLM's model
+    construction set (a CPU generator on CUDA is an error)."""
     import torch
 
     return torch.randn(shape, generator=gen, dtype=torch.float32, device="cpu")

@@ -1,35 +1,23 @@
-"""The active set of this vLLM process: loaded from the launch's manifest, resolved at most once, and
-agreed on by every process and every rank; failing fast.
+"""The active set of this vLLM process: loaded from the launch's manifest, resolved at most once, agreed on
+by every process and rank; failing fast.
 
 Where the set comes from (first that applies), always as one :class:`r9k.registry.manifest.Manifest`:
 
-1. vLLM's config: ``r9kctl launch`` puts the manifest (with its hash and the server instance id) in
-   ``--additional-config`` under ``"r9k"`` (:func:`r9k.registry.manifest.carrier`). vLLM hashes that config
-   (``VllmConfig.compute_hash``), pickles it to every engine core and worker, and every node of a multi-node
-   server gets it on its own command line. vLLM 0.32 calls the general plugins with that config in hand
-   (``EngineCore.__init__``: ``v1/engine/core.py:129``; ``WorkerWrapperBase.init_worker``:
-   ``v1/worker/worker_base.py:276``; the offline ``EngineArgs.create_engine_config``:
-   ``engine/arg_utils.py:906``) but does not pass it: :func:`find_carrier` reads it from the calling frame,
-   and in the API server (plugins load while its argument parser is built, before it parses) from the
-   command line as vLLM's parser will read it, a ``--config`` YAML file's ``additional-config`` included
-   (``r9kctl launch --format vllm-config``). The first process claims the carried server id; a second
-   server started from the same files takes one of its own (:func:`claim_server_id`).
-2. ``envvars.MANIFEST``: a manifest file (the first process of a server started by hand writes one for the
-   processes after it; ``r9kctl bisect`` writes one per step).
-3. ``envvars.PROFILE`` / ``envvars.TP`` / a declared knob in the environment (started by hand): the first
-   process resolves and validates once, writes the manifest and names it in ``envvars.MANIFEST`` for the
-   processes it starts.
-4. Nothing of the above: the plugin is inactive in this process.
+1. vLLM's config: ``r9kctl launch`` carries the manifest in ``--additional-config`` under ``"r9k"``, which vLLM
+   hands to every engine core, worker and node; vLLM calls the plugins with that config in hand but does not
+   pass it, so :func:`find_carrier` reads it from the calling frame, or (API server) from the command line as
+   vLLM's parser will read it, ``--config`` YAML included. A second server started from the same files takes
+   a server id of its own (:func:`claim_server_id`).
+2. ``envvars.MANIFEST``: a manifest file (written by the first process of a server started by hand, or by
+   ``r9kctl bisect``).
+3. ``envvars.PROFILE`` / ``envvars.TP`` / a declared knob in the environment: the first process resolves and
+   validates once and hands the manifest on (:func:`hand_on`).
+4. None of these: the plugin is inactive in this process.
 
-Every process then checks the manifest's integrity (its hash recomputed from its values), the registry
-fingerprint (this installation's registry files say what the launcher's said) and that no knob variable of
-its environment says otherwise, and never resolves or validates again. Errors are one located line each in
-a :class:`StartupError`, raised from ``register()``, before vLLM builds the model or loads any weight.
-
-Agreement: the processes of one node compare hashes through ``envvars.LAUNCH_HASH`` (exported by the first,
-inherited); once vLLM's world group exists, every rank of the world publishes its set in the world's
-rendezvous store and reads every rank's (:mod:`r9k.plugin.agree`): a rank without a set or with another one
-stops the start, naming node, rank and the first differing knob.
+Every process checks the manifest's integrity, the registry fingerprint and its environment's knob variables,
+and never resolves again. Errors are one located line each in a :class:`StartupError`, before vLLM loads any
+weight. The processes of one node compare hashes through ``envvars.LAUNCH_HASH``; the ranks of the world
+through its rendezvous store (:mod:`r9k.plugin.agree`).
 """
 from __future__ import annotations
 
@@ -100,8 +88,8 @@ def process_info() -> ProcessInfo:
 
 
 def pid_start_time(pid: int) -> Optional[float]:
-    """When process ``pid`` started (seconds since boot, from ``/proc/<pid>/stat``); None when there is no
-    such process or no ``/proc``. With the pid it names one process: a pid reused later starts later."""
+    """When process ``pid`` started (seconds since boot, ``/proc/<pid>/stat``; None: no such process): with the
+    pid it names one process, as a reused pid starts later."""
     try:
         raw = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -144,8 +132,7 @@ class Active:
 
 
 def gate_labels(active) -> dict[str, str]:
-    """Variant id -> its gate's state on the profile's platform and where the evidence came from, as the
-    manifest carries it (``registry.validate.gate_labels``, computed where the set was resolved)."""
+    """Variant id -> its gate's state and evidence, as the manifest carries it (``registry.validate.gate_labels``)."""
     return dict(getattr(active.rs, "gates", None) or {})
 
 
@@ -154,19 +141,12 @@ def gate_labels(active) -> dict[str, str]:
 ACTIVATORS = (envvars.MANIFEST, envvars.PROFILE, envvars.TP)
 
 
-def candidate_knobs(environ: Mapping[str, str]) -> list[str]:
-    """``R9K_*`` names in ``environ`` that are not control variables: knobs, or misspelt ones."""
-    return [k for k in environ if k.startswith(envvars.PREFIX) and not envvars.is_control(k)]
-
-
 def wants_activation(environ: Mapping[str, str]) -> bool:
-    """Whether anything in the environment asks for this project's stack: an activator (manifest, profile,
-    TP size) or a knob the registry declares. Control variables alone (``envvars.NO_CACHE``,
-    ``envvars.CACHE_DIR``, ...) and ``R9K_*`` names that are no knob (``R9K_LOG_LEVEL``) leave it
-    inactive; the latter are logged once, with a did-you-mean when one is close to a knob."""
+    """Whether the environment asks for this project's stack: an activator or a knob the registry declares.
+    Other control variables leave it inactive; an ``R9K_*`` name that is neither is logged, with a did-you-mean."""
     if any(v.get(environ) for v in ACTIVATORS):
         return True
-    names = candidate_knobs(environ)
+    names = [k for k in environ if k.startswith(envvars.PREFIX) and not envvars.is_control(k)]  # knobs, or misspelt
     if not names:
         return False
     knobs = _load_registry().knobs()
@@ -213,10 +193,8 @@ def _check(reg, rs, strict: bool) -> list[str]:
 
 
 def _argv_additional_config(argv: list[str]) -> Optional[str]:
-    """The value of ``--additional-config`` as vLLM's parser will read this command line: a ``--config FILE``
-    (``vllm serve --config config.yaml``, :func:`r9k.r9kctl.launch.vllm_config_files`) is expanded by vLLM's own
-    loader (``FlexibleArgumentParser.load_config_file``) and, as in vLLM, its arguments come before the
-    command line's (the last value wins); ``additional_config`` is ``additional-config`` to vLLM."""
+    """The value of ``--additional-config`` as vLLM's parser will read this command line: a ``--config FILE`` is
+    expanded by vLLM's own loader, its arguments before the command line's (the last value wins)."""
     args = [re.sub(r"^--additional_config(?==|$)", "--additional-config", a) for a in argv]
     if "--config" in args and args.index("--config") + 1 < len(args):
         i = args.index("--config")
@@ -235,11 +213,8 @@ def _argv_additional_config(argv: list[str]) -> Optional[str]:
 
 
 def find_carrier(argv: Optional[list[str]] = None, depth: int = 12) -> tuple[Optional[Any], str]:
-    """The ``"r9k"`` entry of vLLM's ``additional_config`` for this process, and where it was found.
-
-    A ``vllm_config`` (or an ``EngineArgs``) in one of the calling frames: vLLM calls ``register()`` from
-    ``load_general_plugins()`` with it in hand; else this process's command line (the API server and a
-    headless node load the plugins while they build their argument parser)."""
+    """The ``"r9k"`` entry of vLLM's ``additional_config`` for this process, and where it was found: a
+    ``vllm_config`` (or ``EngineArgs``) of a calling frame, else the command line (API server, headless node)."""
     f = sys._getframe(1)
     for _ in range(depth):
         if f is None:
@@ -271,10 +246,8 @@ def this_registry_fingerprint(environ: Optional[Mapping[str, str]] = None) -> st
 
 
 def check_manifest(m: Manifest, where: str, environ: Mapping[str, str], launched: bool = False) -> None:
-    """What every process checks of the manifest it got: the registry it came from is the one here, no
-    knob variable of this environment says otherwise, and (``launched``: from ``r9kctl launch``) every
-    variable a launcher knob sets has its value here (a Ray worker gets them copied; a node started with
-    another environment is refused). No resolution: a comparison of strings."""
+    """What every process checks of its manifest: the registry it came from is the one here, no knob variable
+    of this environment says otherwise, and (``launched``) every variable a launcher knob sets has its value."""
     errors = []
     if launched:
         from ..registry.vllm_map import env_pairs
@@ -321,10 +294,7 @@ def _manifest_file(path: str) -> Manifest:
 
 
 def _json_key_location(path: str, problem: str) -> str:
-    """``:line:col`` of the key a manifest problem names (``'values.x'`` ...), found in the file's text; ``""``
-    when it cannot be found."""
-    import re
-
+    """``:line:col`` of the key a manifest problem names (``'values.x'`` ...) in the file; ``""`` if unreadable."""
     m = re.search(r"'([A-Za-z0-9_.\-]+)'", problem)
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -345,8 +315,8 @@ def _json_key_location(path: str, problem: str) -> str:
 
 def load_active(environ: Optional[Mapping[str, str]] = None, carried: Any = None,
                 carried_from: str = "") -> Optional[Active]:
-    """The active set of this process (None when the plugin is inactive here): the carried manifest, else
-    the named manifest file, else one resolution (started by hand). Never resolves when given a manifest."""
+    """The active set of this process (None: inactive): the carried manifest, else the named manifest file,
+    else one resolution (started by hand)."""
     from ..registry.manifest import from_carrier
 
     environ = os.environ if environ is None else environ
@@ -367,8 +337,7 @@ def load_active(environ: Optional[Mapping[str, str]] = None, carried: Any = None
                                     f"{_first_diff(other, m)}"])
         where = f"{carried_from}, from r9kctl launch"
         check_manifest(m, where, environ, launched=True)
-        # the launch's server id: carried inline, else in the environment the launch set (envvars.SERVER); a
-        # server started by hand (no carrier) makes its own, whatever an earlier paste left in the shell
+        # the launch's server id: carried, else the launch's envvars.SERVER (by hand: never an earlier paste's)
         return Active(m, where, list(m.warnings), server or envvars.SERVER.get(environ) or "")
     if path:
         m = _manifest_file(path)
@@ -386,8 +355,8 @@ def _first_diff(a: Manifest, b: Manifest) -> str:
 
 
 def resolve_once(environ: Mapping[str, str]) -> Active:
-    """Started by hand: resolve and validate the profile ``envvars.PROFILE`` names (at ``envvars.TP``), or the
-    shipped default for the TP size, once; the result is a manifest like the launcher's."""
+    """Started by hand: resolve and validate ``envvars.PROFILE`` (at ``envvars.TP``), or the TP size's shipped
+    default, once, into a manifest like the launcher's."""
     from ..registry.manifest import from_resolved
     from ..registry.resolve import resolve
 
@@ -420,8 +389,7 @@ def resolve_once(environ: Mapping[str, str]) -> Active:
 
 
 def hand_on(active: Active, environ=None) -> Optional[str]:
-    """The first process of a server started by hand: write its manifest and name it (``envvars.MANIFEST``)
-    for the processes it starts, so that they load it instead of resolving again."""
+    """Started by hand: write the manifest and name it in ``envvars.MANIFEST`` for the processes to come."""
     environ = os.environ if environ is None else environ
     if envvars.MANIFEST.get(environ):
         return None
@@ -445,11 +413,8 @@ def _raise_on_resolve_errors(rs) -> None:
 
 
 def check_agreement(active: Active, proc: ProcessInfo, environ=None) -> bool:
-    """Compare this process's hash with the launch's; export it when this is the first process.
-
-    Returns True when this process is the first of the launch (it exported the hash, or the launcher
-    that exec'd into it did: same pid). Raises on disagreement.
-    """
+    """Compare this process's hash with the launch's (exported by the first process); True when this is the
+    first process (or the launcher that exec'd into it). Raises on disagreement."""
     environ = os.environ if environ is None else environ
     expected = environ.get(LAUNCH_HASH_VAR)
     if not expected:
@@ -465,12 +430,9 @@ def check_agreement(active: Active, proc: ProcessInfo, environ=None) -> bool:
 
 
 def apply_profile_env(active: Active, environ=None) -> list[str]:
-    """Export the profile's ``[env]`` (e.g. TRITON_INTERPRET for cpu-smoke) when started by hand;
-    ``r9kctl launch`` has exported it already. Never overrides a variable that is set: a difference
-    is reported as a warning line instead. A credential the manifest carries by reference
-    (``registry/redact.py``) must be in this process's environment with that very value (exported by the
-    launch, by the first process started by hand, or by the user): a :class:`StartupError` of one line
-    otherwise, naming the variable and fingerprints, never a value."""
+    """Export the profile's ``[env]`` where unset (a differing value is kept, with a warning line). A credential
+    carried by reference (``registry/redact.py``) must be here with that value: else a one-line
+    :class:`StartupError` naming the variable, never a value."""
     from ..registry.redact import is_reference, mask, reference_problem
 
     environ = os.environ if environ is None else environ
@@ -492,11 +454,8 @@ def apply_profile_env(active: Active, environ=None) -> list[str]:
 
 
 def server_id(active: Active, proc: ProcessInfo, environ=None, first: bool = False) -> str:
-    """This server's instance id. The first process of a server (``first``) takes the id its launch gives it
-    (``envvars.SERVER``: ``r9kctl launch``, a pasted dry run, a ``--config`` file's env file), or makes one when
-    started by hand, and claims
-    it (:func:`claim_server_id`): a second server started from the same file or text gets an id of its own.
-    The processes it starts inherit its choice (``envvars.SERVER``)."""
+    """This server's instance id: the first process takes the launch's (or makes one) and claims it
+    (:func:`claim_server_id`); the processes it starts inherit it through ``envvars.SERVER``."""
     environ = os.environ if environ is None else environ
     from ..registry.manifest import new_server_id
 
@@ -512,9 +471,8 @@ def server_id(active: Active, proc: ProcessInfo, environ=None, first: bool = Fal
 
 
 def claim_server_id(base: str, proc: ProcessInfo, environ=None) -> str:
-    """``base``, or ``base.2``, ``base.3``... : the first whose claim file (``<cache>/run/server-<id>.claim``)
-    this process creates, or whose claimant no longer runs (same pid and start time: :func:`process_alive`).
-    The claim is an exclusive create, so two servers starting at once never take the same id."""
+    """``base``, or ``base.2``, ``base.3``...: the first whose claim file (``<cache>/run/server-<id>.claim``) this
+    process creates exclusively, or whose claimant no longer runs (:func:`process_alive`)."""
     run = Path(status_file_for("x", environ)).parent
     try:
         run.mkdir(parents=True, exist_ok=True)
@@ -555,9 +513,8 @@ def status_file_for(server: str, environ=None) -> str:
 
 
 def default_status_file(environ=None, server: str = "") -> str:
-    """The status file of this server: ``envvars.STATUS_FILE``, else the server instance's own file in the
-    cache (:func:`status_file_for`). The first process decides and exports it, so that every process of the
-    server on this node writes the same one."""
+    """The status file of this server: ``envvars.STATUS_FILE``, else :func:`status_file_for`, exported for the
+    server's other processes."""
     environ = os.environ if environ is None else environ
     path = environ.get(STATUS_FILE_VAR)
     if not path:
@@ -571,12 +528,16 @@ def default_status_file(environ=None, server: str = "") -> str:
 
 def rank_record(active: Active, proc: ProcessInfo, rank: int, table=None) -> dict:
     """What one rank tells the others: where it runs, its set (hash and every knob's value), its plan."""
-    plans = table.plans if table is not None else {}
     return {"node": proc.node or socket.gethostname(), "rank": rank, "pid": proc.pid, "started": proc.started,
             "process": proc.name, "server": active.server, "hash": active.hash,
-            "values": active.rs.knob_values(), "extra_env": dict(active.rs.extra_env),
-            "in_use": table.in_use() if table is not None else {},
-            "modes": {vid: str(p.state) for vid, p in sorted(plans.items())}}
+            "values": active.rs.knob_values(), "extra_env": dict(active.rs.extra_env), **plan_view(table)}
+
+
+def plan_view(table) -> dict:
+    """What the ranks share of their dispatch table: ``in_use`` and ``modes`` (variant id -> state)."""
+    if table is None:
+        return {"in_use": {}, "modes": {}}
+    return {"in_use": table.in_use(), "modes": {vid: str(p.state) for vid, p in sorted(table.plans.items())}}
 
 
 def compare_ranks(records: list[dict]) -> list[str]:

@@ -1,30 +1,14 @@
-"""Builds the tiny models that the ``cpu-*`` profiles serve: no download, no GPU.
+"""Builds the tiny models that the ``cpu-*`` (and ``gpu-qwen2-moe``) profiles serve: no download.
 
-Two recipes, referenced in profiles as ``r9k-tiny:<name>`` (their ``model_path``):
-
-* ``qwen2-moe``: Qwen2-MoE architecture (MoE router ``mlp.gate``, which vLLM builds as a ``GateLinear``,
-  and a sigmoid-gated shared expert), hidden 128, 2 layers; weights written tensor by tensor.
-* ``qwen2-moe-h200``: the same architecture at the layer dimensions of Qwen1.5-MoE-A2.7B (hidden 2048, 16 heads
-  of 128, 60 experts of 1408 top-4, shared expert 5632, vocab 151,936), 8 layers instead of 24: the ``gpu-qwen2-moe``
-  profiles on one H200 (10.5 GB of bf16 weights, drawn on the GPU when there is one).
-* ``qwen3-next``: Qwen3-Next architecture, built from transformers' own ``Qwen3NextConfig`` /
-  ``Qwen3NextForCausalLM`` (random init from a fixed seed): hidden 256, 4 layers alternating Gated
-  DeltaNet (linear attention) and gated full attention (q/k RMS norm, partial rope, output gate),
-  8 experts top-2 and a shared expert in every layer.
-
-Common to both: bf16, vocab 512, head_dim 64 (vLLM's CPU attention wants >= 64), the router weights
-scaled x4 so top-2 choices are not near-ties, and the shared expert's weights rounded once onto the
-MXFP4 grid (values ``e2m1 * 2^E`` per 32, exact in bf16): the project's shared-expert kernel reads
-MXFP4, and its adapter converts a bf16 layer only when that conversion is lossless (see
-plugin/layers/shared_expert.py). The tokenizer is byte-level BPE trained with ``tokenizers`` on a
-few sentences. Each model is written once into the user's cache directory and reused; the directory
-name carries a hash of the recipe, so a change of the recipe builds a new one instead of serving a
-stale one.
+Referenced in profiles as ``r9k-tiny:<name>`` (:data:`BUILDERS`): ``qwen2-moe`` (hidden 128, 2 layers),
+``qwen2-moe-h200`` (Qwen1.5-MoE-A2.7B's layer dimensions, 8 layers, drawn on the GPU when there is one),
+``qwen3-next`` and ``flash-next`` (transformers' own classes, seeded random init). The router weights are
+scaled x4 so top-2 choices are not near-ties, and the shared expert's weights are rounded onto the MXFP4 grid
+(exact in bf16), so that the shared-expert adapter's conversion is lossless. The tokenizer is byte-level BPE
+trained on :data:`CORPUS`. Each model is built once into the cache, in a folder named by a hash of its recipe.
 
 Usage: ``python -m r9k.plugin.tiny_model [name]`` prints the path (building it first if needed);
-``r9kctl launch`` (or a test) turns a reference into the path with :func:`resolve_model_ref`.
-
-Heavy imports (torch, transformers, tokenizers) happen only inside the builders.
+:func:`resolve_model_ref` turns a reference into the path. Torch, transformers, tokenizers load only in builders.
 """
 from __future__ import annotations
 
@@ -40,8 +24,6 @@ from ..registry import envvars
 from .models import tiny_flash_next
 
 PREFIX = "r9k-tiny:"
-#: The default model reference (the ``cpu-smoke`` profile's).
-MODEL_REF = "r9k-tiny:qwen2-moe"
 
 # The sparse MoE block both tiny recipes share: 8 experts of width 64, 2 a token, one shared expert of 128.
 TINY_MOE: dict = {
@@ -126,16 +108,13 @@ CORPUS = [
     "The capital of France is Paris; the capital of Italy is Rome.",
 ]
 SPECIAL_TOKENS = ["<pad>", "<s>", "</s>"]  # ids 0, 1, 2 (match bos/eos above)
-
-
-NAMES = ("qwen2-moe", "qwen2-moe-h200", "qwen3-next", "flash-next")
 RECIPE_VERSION = 2  # 2: shared-expert weights on the MXFP4 grid; qwen3-next added
 
 
 def recipe_hash(name: str = "qwen2-moe") -> str:
     config = {"qwen2-moe": CONFIG, "qwen2-moe-h200": H200_QWEN2_MOE, "qwen3-next": QWEN3_NEXT_CONFIG,
-              "flash-next": dict(_flash_next().CONFIG, norm_std=_flash_next().NORM_STD,
-                                 quantization_config=_flash_next().QUANTIZATION_CONFIG)}[name]
+              "flash-next": dict(tiny_flash_next.CONFIG, norm_std=tiny_flash_next.NORM_STD,
+                                 quantization_config=tiny_flash_next.QUANTIZATION_CONFIG)}[name]
     blob = json.dumps({"name": name, "config": config, "seed": SEED, "std": INIT_STD, "corpus": CORPUS,
                        "special": SPECIAL_TOKENS, "v": RECIPE_VERSION}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
@@ -259,13 +238,9 @@ def build_qwen3_next(out: Path) -> None:
               metadata={"format": "pt"})
 
 
-def _flash_next():
-    return tiny_flash_next
-
-
 def build_flash_next(out: Path) -> None:
     """transformers' own Qwen4Exp (Flash-Next) classes with random weights (seeded), saved as a checkpoint."""
-    _flash_next().build(out, SEED, _shape_weights, _write_tokenizer)
+    tiny_flash_next.build(out, SEED, _shape_weights, _write_tokenizer)
 
 
 def build_qwen2_moe_h200(out: Path) -> None:
@@ -287,7 +262,7 @@ def build(out: Path, name: str = "qwen2-moe") -> None:
 def ensure_tiny_model(name: str = "qwen2-moe") -> Path:
     """Path of tiny model ``name``, building it on first use (atomic: a temp dir renamed into place)."""
     if name not in BUILDERS:
-        raise ValueError(f"unknown tiny model {name!r} (known: {', '.join(NAMES)})")
+        raise ValueError(f"unknown tiny model {name!r} (known: {', '.join(BUILDERS)})")
     target = model_dir(name)
     if _complete(target):
         return target

@@ -1,22 +1,12 @@
-"""What every adapter in :mod:`r9k.plugin.layers` shares.
+"""What every adapter in :mod:`r9k.plugin.layers` (and every out-of-tree model of :mod:`r9k.plugin.models`) shares.
 
-* :func:`choose`: the dispatch table's choice for one layer (None: vLLM's own path).
-* :func:`keep`: a layer that keeps vLLM's path, recorded with its reason (``report.layer(...,
-  installed=False)``) and logged once per (op, reason).
-* :func:`eligible_choice`: both in one step: the choice, unless the layer is not eligible for it;
-  :func:`install` then hooks a module that keeps its vLLM class (state, op, :func:`swap_class`, counter).
-* :func:`opaque`: a torch custom op ``torch.ops.r9k.<name>`` defined once per process, so that
-  torch.compile keeps the kernel as one opaque call; the call counter runs inside it (at execution
-  time, not at trace time).
-* :func:`swap_class`: gives one vLLM module instance a subclass that overrides one method, the way
-  a model's adapter hooks a plain ``nn.Module`` that vLLM offers no extension point for (the layer's
-  state and parameters are untouched; the subclass is made once per vLLM class).
-* per-layer Python state for the custom ops (a string key travels through the graph; tensors that
-  are not parameters, e.g. converted weights, are looked up here).
-
-An out-of-tree model (e.g. a future Flash-Next model class) uses the same functions: it asks
-:func:`choose` for its layer, records eligibility with :func:`keep` / ``report.layer``, and calls
-the same ``torch.ops.r9k.*`` ops the adapters define.
+* :func:`choose` / :func:`eligible_choice`: the dispatch table's choice for one layer (None: vLLM's path),
+  unless the layer is ineligible or fails its self-check; :func:`keep` records and logs why a layer keeps vLLM's.
+* :func:`install`: hooks a module that keeps its vLLM class (:func:`swap_class`: a subclass overriding one
+  method, for a plain ``nn.Module`` vLLM offers no extension point for), its per-layer :data:`STATE` under a
+  string key that travels through the graph.
+* :func:`opaque`: a torch custom op ``torch.ops.r9k.<name>``, so that torch.compile keeps the kernel one opaque
+  call and the call counter runs at execution time.
 """
 from __future__ import annotations
 
@@ -72,10 +62,9 @@ def _refused(op: str) -> Optional[str]:
 
 def eligible_choice(op: str, layer: str, ineligible: Callable[[], str],
                     probe: Optional[Callable[[], tuple]] = None, bound: Optional[Callable] = None) -> Optional[Decision]:
-    """The table's choice of ``op`` for this layer, or None: when the table leaves the layer to vLLM, or
-    when ``ineligible()`` (asked only after a choice) gives a reason, recorded with :func:`keep`, or when the
-    startup self-check (:mod:`r9k.plugin.selfcheck`; ``probe``: the op's arguments at this layer's shapes,
-    ``bound``: optional, see there) finds the fused kernel off its stock path."""
+    """The table's choice of ``op`` for this layer, or None: the table leaves it to vLLM, ``ineligible()``
+    (asked only after a choice) gives a reason, or the self-check (:mod:`r9k.plugin.selfcheck`; ``probe``,
+    ``bound``: see there) fails."""
     choice = choose(op, layer)
     if choice is None:
         refused = _refused(op)
@@ -104,11 +93,8 @@ def install(op: str, layer: str, module, state: object, torch_op: object, mixin:
     installed(op, layer)
 
 
-#: Rows a call may have for the fused path under Triton's CPU interpreter. The kernels are decode kernels
-#: (the original stack ran them for 1..16 rows); the interpreter emulates every program in Python, so a
-#: prefill-sized call (vLLM's profiling run has 2048 rows) would take minutes. Such a call runs vLLM's own
-#: path and is counted ``fallback:rows>16``. On a GPU the ops take any row count (the router GEMM keeps its
-#: own 16-row limit).
+#: Rows a call may have for the fused path under Triton's CPU interpreter: a prefill-sized call (vLLM's profiling
+#: run has 2048 rows) would take minutes there, so it runs vLLM's path (``fallback:rows>16``). No limit on a GPU.
 INTERPRETER_MAX_ROWS = 16
 
 
@@ -141,8 +127,8 @@ def swap_class(obj, mixin: type) -> None:
     key = (mixin, base)
     cls = _SUBCLASSES.get(key)
     if cls is None:
-        # a plain subclass of ``base`` holding the mixin's methods (a class with ``mixin`` as a second
-        # base can have a layout that ``__class__`` assignment refuses)
+        # a plain subclass holding the mixin's methods (``mixin`` as a second base can give a layout that
+        # ``__class__`` assignment refuses)
         body = {k: v for k, v in vars(mixin).items() if not k.startswith("__")}
         body.update(__module__=mixin.__module__, _r9k_mixin=mixin)
         cls = type(f"R9k{base.__name__}", (base,), body)

@@ -1,17 +1,10 @@
 """``gate_linear`` (vLLM's MoE router layer) with this project's router GEMM (op ``router_gemm``).
 
-Installed with ``GateLinear.register_oot`` (vLLM's out-of-tree registration of pluggable layers), so
-every ``GateLinear(...)`` a model builds becomes an :class:`R9kGateLinear`. At construction, each
-layer asks the dispatch table once which implementation of ``router_gemm`` to use; ``forward`` then
-calls it through a torch custom op (``torch.ops.r9k.router_gemm_<impl>``), opaque to torch.compile, so
-the compiled graph holds one call and the Triton kernel (or its interpreter on the CPU) runs at
-execution time.
-
-Per layer (``report.layer``): installed, or kept on vLLM's forward with the reason (quantized gate,
-bias, weights not bf16, logits requested in another dtype than bf16, e.g. fp32 by a quant method's
-``set_out_dtype`` after construction). Per call (``report.hit``, inside the custom op): ``fused``
-for 1..16 rows (one Triton launch), ``fallback:rows>16`` above (the kernel's wrapper runs the stock
-fp32-out GEMM with one rounding there).
+Installed with ``GateLinear.register_oot``: each :class:`R9kGateLinear` asks the dispatch table once, at
+construction, and ``forward`` calls the choice through an opaque torch custom op. Per layer: installed, or kept
+on vLLM's forward with the reason (:meth:`R9kGateLinear._ineligible`, also when a quant method asks for other
+logits later through ``set_out_dtype``). Per call: ``fused`` for 1..16 rows, ``fallback:rows>16`` above (the
+kernel's wrapper runs the stock GEMM there).
 """
 from __future__ import annotations
 
@@ -72,8 +65,7 @@ class R9kGateLinear(GateLinear):
         self._r9k_choice = choice
         self._r9k_op = torch_op(choice)
         _common.installed(OP, self.prefix)
-        # On vLLM's CPU backend, weight loading would repack the weight for oneDNN and drop the plain
-        # tensor; this (documented) layer attribute keeps it, with F.linear for vLLM's own path.
+        # keeps the plain weight on vLLM's CPU backend (no oneDNN repack), with F.linear for vLLM's own path
         self._cpu_skip_gemm_dispatch = True
 
     def _ineligible(self, out_dtype) -> str:

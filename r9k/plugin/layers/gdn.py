@@ -1,33 +1,13 @@
-"""vLLM's ``qwen_gated_delta_net_attention`` (``QwenGatedDeltaNetAttention``, the Gated DeltaNet layer of
-Qwen3-Next and Qwen3.5, a ``PluggableLayer``) with this project's GDN decode core (op ``gdn_decode``).
+"""vLLM's ``QwenGatedDeltaNetAttention`` (Qwen3-Next and Qwen3.5's Gated DeltaNet layer, a ``PluggableLayer``,
+installed with ``register_oot``) with this project's GDN decode core (op ``gdn_decode``).
 
-Installed with ``QwenGatedDeltaNetAttention.register_oot``. The layer's projections (``in_proj_qkvz``,
-``in_proj_ba``) and output projection stay vLLM's; between them the adapter calls one torch custom op,
-``torch.ops.r9k.gdn_core`` (opaque to torch.compile), which reads the batch's GDN metadata from vLLM's
-forward context and:
-
-* **decode-only batch** (no prefill, no spec-decode rows): vLLM's own conv update
-  (``causal_conv1d_update`` of the CPU backend, the same call vLLM makes), then the project's kernel: q/k
-  l2-norm, decay and beta gates, the delta-rule recurrence and the gated RMS norm (``RMSNormGated``),
-  one launch; counted ``fused``.
-* **any other batch** (prefill or mixed): vLLM's own core (``torch.ops.vllm.cpu_gdn_attention_core``)
-  and vLLM's ``RMSNormGated``; counted ``fallback:prefill``.
-
-Converted at the boundary (what differs from this project's op):
-
-* **candidates per request**: the op is the speculative-decode core (1..S candidate tokens per request
-  from the slot of the last accepted one). Without a drafter each request has one token: the adapter
-  passes ``state_indices`` [N, 1] and ``num_accepted`` = 1.
-* **state layout**: the op keeps the recurrent state per slot as [Hv, Dv, Dk]; vLLM's CPU kernels read
-  the same cache tensor as [Hv, Dk, Dv]. The adapter gathers the batch's slots into a [N+1, Hv, Dv, Dk]
-  scratch (slot 0: the op's padding slot), runs the op, and scatters them back transposed.
-* **output**: the op ends with the gated RMS norm, i.e. it returns what vLLM's ``self.norm(core, z)``
-  returns; the adapter skips that norm.
-
-Per-layer eligibility: CPU backend (the CUDA wiring, vLLM's Triton conv update and its [Hv, Dv, Dk]
-state, is not written: on a GPU the layer keeps vLLM's path and says so), bf16 model, no LoRA, no
-speculative decoding (vLLM's CPU backend then uses a wider rolling conv buffer), head dims powers of two,
-value heads a multiple of key heads, output gate SiLU or sigmoid.
+The projections stay vLLM's; between them one opaque custom op, ``torch.ops.r9k.gdn_core``, reads the batch's
+GDN metadata: a decode-only batch runs vLLM's own CPU conv update, then the project's kernel (q/k l2-norm,
+gates, delta-rule recurrence and gated RMS norm in one launch; ``fused``); any other batch runs vLLM's core and
+norm (``fallback:prefill``). At the boundary: one candidate per request (``num_accepted`` = 1, the op being the
+speculative-decode core); the state, [Hv, Dk, Dv] to vLLM's CPU kernels and [Hv, Dv, Dk] to the op, is
+gathered into a scratch (slot 0: padding) and scattered back transposed; the op's output is already normed.
+Eligibility: :func:`ineligible` (the GPU wiring is not written).
 """
 from __future__ import annotations
 

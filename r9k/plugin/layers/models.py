@@ -1,9 +1,6 @@
-"""Model-registry hooks: vLLM's documented way to register a model class for an architecture
-(``ModelRegistry.register_model(arch, "module:Class")``), used where a piece of a model runs in a plain
-``nn.Module`` that vLLM offers no layer-level extension point for (listed in notes/independence.md).
-
-The class is given as a string, so vLLM imports it lazily (only a process that resolves the
-architecture imports the model module; the API server's model inspection runs in a subprocess).
+"""Model-registry hooks (``ModelRegistry.register_model(arch, "module:Class")``), for a piece of a model that runs
+in a plain ``nn.Module`` vLLM offers no layer-level extension point for (notes/independence.md). The class is
+given as a string, so only a process that resolves the architecture imports it.
 """
 from __future__ import annotations
 

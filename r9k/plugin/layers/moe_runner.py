@@ -1,30 +1,14 @@
-"""vLLM's ``MoERunner`` (the fused-MoE layer's runner, a ``PluggableLayer``) with this project's fused
-routing (op ``moe_route``) and shared expert (op ``shared_expert``).
+"""vLLM's ``MoERunner`` (a ``PluggableLayer``, installed with ``register_oot``) with this project's fused
+routing (op ``moe_route``) and shared expert (op ``shared_expert``), both inside opaque torch custom ops.
 
-Installed with ``MoERunner.register_oot`` (vLLM's out-of-tree layer registration; ``PluggableLayer``
-looks the replacement up by class name), so every MoE layer a model builds through ``FusedMoE`` gets an
-:class:`R9kMoERunner`. The runner owns the two pieces whose math is this project's:
-
-* **routing**: ``runner.router`` (``CPURouter`` on the CPU backend, ``FusedTopKRouter`` on CUDA) computes
-  softmax -> top-k -> renormalise from the router logits. An eligible router gets
-  ``_compute_routing`` from :class:`_RouterMixin`: ``torch.ops.r9k.moe_route`` (weights fp32, ids
-  int32, in selection order; vLLM's ``_select_experts`` still applies the EPLB mapping and the id dtype
-  after it). Same math as vLLM's; differences: ties go to the lower expert id (``torch.topk`` leaves
-  them unspecified), the weights come from one fp32 softmax (vLLM's CPU router takes the top-k of the
-  bf16 logits and a bf16 softmax over the k: its weights carry one bf16 rounding, 2^-8 relative). Eligible: softmax scoring, no grouped top-k, no
-  score-correction bias, no custom routing function, no EPLB, routed scaling 1, top_k <= 16,
-  E <= 1024, and modular experts (monolithic experts route inside their own kernel).
-* **shared expert**: the runner's ``SharedExperts`` wraps the model's shared-expert MLP
-  (``Qwen2MoeMLP``, also Qwen3-Next's ``Qwen3NextMLP``): ``sigmoid(x wg) * down(silu(gate(x)) * up(x))``.
-  The project's kernel reads MXFP4 weights and quantizes activations per row to fp8 (the original
-  stack's checkpoint format). A bf16 layer is converted once, at its first call (after the weights are
-  loaded), and only when the conversion is lossless (every weight exactly on the MXFP4 grid; the
-  project's tiny models are built that way); otherwise the layer keeps vLLM's path with the reason.
-  What differs from vLLM's bf16 path: the per-row fp8 (e4m3) quantization of x and of the activation.
-  Eligible: ``Qwen2MoeMLP`` with its sigmoid expert gate (``Linear(H -> 1)``, no bias), SiLU, unquantized
-  bf16 linears without bias and not sharded (TP 1 or ``disable_tp``), H and I multiples of 32.
-
-Both run inside torch custom ops (opaque to torch.compile), where the call counters tick.
+* **routing**: an eligible router (:func:`routing_ineligible`) gets ``_compute_routing`` from
+  :class:`_RouterMixin`: softmax -> top-k -> renormalise as vLLM's, but ties go to the lower expert id and the
+  weights come from one fp32 softmax (vLLM's CPU router's carry one bf16 rounding); vLLM's ``_select_experts``
+  still applies the EPLB mapping and the id dtype after it.
+* **shared expert**: ``sigmoid(x wg) * down(silu(gate(x)) * up(x))`` of a ``Qwen2MoeMLP`` (also Qwen3-Next's)
+  (:func:`shared_ineligible`). The kernel reads MXFP4 weights and quantizes activations per row to fp8: a bf16
+  layer is converted once, at its first call, and only when that is lossless (the tiny models are built so);
+  otherwise it keeps vLLM's path with the reason.
 """
 from __future__ import annotations
 
@@ -123,11 +107,8 @@ def attach_routing(runner, layer: str) -> None:
 
 
 class _SharedState:
-    """One shared-expert layer. Under TP the layer holds one rank's shard (``gate_up_proj`` column-parallel:
-    this rank's slice of the intermediate, gate and up; ``down_proj`` row-parallel), and the kernel computes
-    this rank's partial sum ``sigmoid(x wg) * W2_r(silu(x W1g_r) * (x W1u_r))``: the per-rank shared expert
-    of the original at TP2. The sum over ranks is vLLM's all-reduce, where the module's ``down_proj`` does it
-    (``reduce_results``), or the caller's (Qwen3-Next's MoE block sums it with the routed experts first)."""
+    """One shared-expert layer. Under TP the kernel computes this rank's partial sum; the sum over ranks is
+    vLLM's all-reduce, where the module's ``down_proj`` does it (``reduce_results``), else the caller's."""
 
     def __init__(self, module, fn, layer: str):
         self.module = module  # the vLLM MLP
@@ -226,16 +207,13 @@ def shared_ineligible(m) -> str:
     return ""
 
 
-#: the self-check's bound for the shared expert (relative L2 against stock): one e4m3 step (2^-3). The fused
-#: form quantizes the activation from its own fused silu * up and gates inside the down GEMM, so an activation
-#: code may round one e4m3 step (3 mantissa bits) away from stock's; zeros or noise are ~1 (measured under the
-#: interpreter, 4 rows, random MXFP4 weights: 0.004-0.034)
+#: the self-check's bound for the shared expert (relative L2 against stock): one e4m3 step, as the fused form
+#: quantizes its own fused silu * up, an activation code may round one step away from stock's (zeros or noise: ~1)
 SHARED_REL_L2 = 2.0 ** -3
 
 
 def _shared_probe(module, rows: int = 4, seed: int = 0) -> tuple:
-    """The self-check's arguments at this layer's H and I: random rows and random weights on the MXFP4 grid
-    (fresh values on the layer's device; its own weights are not loaded yet)."""
+    """The self-check's arguments at this layer's H and I: random rows and random MXFP4 weights."""
     from ...kernels.shared_expert.reference import prepare_shared_expert, quantize_mxfp4
     from ..selfcheck import randn
 
@@ -256,14 +234,12 @@ def _shared_bound(got, ref):
 
 
 def attach_shared_expert(module, layer: str) -> None:
-    """Give the shared-expert MLP ``module`` this project's kernel when chosen and eligible (the startup
-    self-check probes it at this layer's shapes)."""
+    """Give the shared-expert MLP ``module`` this project's kernel when chosen, eligible and self-checked."""
     choice = _common.eligible_choice(SHARED, layer, lambda: shared_ineligible(module),
                                      probe=lambda: _shared_probe(module), bound=_shared_bound)
     if choice is None:
         return
-    # keep the plain weights on the CPU backend (they are converted at the first call; vLLM's own path,
-    # the fallback, then uses F.linear)
+    # keep the plain weights on the CPU backend (converted at the first call; the fallback uses F.linear)
     for lin in (module.gate_up_proj, module.down_proj, module.expert_gate):
         lin._cpu_skip_gemm_dispatch = True
     _common.install(SHARED, layer, module, _SharedState(module, choice.fn, layer), _shared_op(),

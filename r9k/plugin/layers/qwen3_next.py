@@ -1,24 +1,11 @@
-"""Qwen3-Next's gated full attention (``Qwen3NextAttention``) with this project's q/k norm + rope +
-gate split (op ``qk_norm_rope``).
+"""Qwen3-Next's gated full attention (``Qwen3NextAttention``) with this project's q/k norm + rope + gate split
+(op ``qk_norm_rope``).
 
-``Qwen3NextAttention`` is a plain ``nn.Module`` of vLLM's model file (no pluggable layer, no custom
-op around ``_project_qkv_gate``; vLLM's own fused kernel for it is gated to CUDA/XPU). The narrowest
-documented hook is the model registry (``model_registry:Qwen3NextForCausalLM``, see
-:mod:`r9k.plugin.layers.models`): :class:`R9kQwen3NextForCausalLM` is vLLM's class, built unchanged;
-after construction each attention layer is checked and, when eligible, given a subclass whose
-``_project_qkv_gate`` calls ``torch.ops.r9k.qk_norm_rope`` (opaque to torch.compile) instead of vLLM's
-split + ``GemmaRMSNorm`` x 2 + rotary. Everything else (projections, attention, the sigmoid output gate,
-the MoE and GDN layers) stays vLLM's.
-
-Same math as vLLM's eager path: split ``[q_gate | k | v]``, q/gate per head, Gemma RMS norm
-(``1 + w``) of q and k, neox rope on the first ``rotary_dim`` dims (plain, or interleaved MRoPE), the
-gate copied out. Differences: the op computes the norm and rope in fp32 with one bf16 rounding per
-output (vLLM's eager path rounds to bf16 after the norm and again in the rope), and it reads the
-cos/sin cache in bf16 (vLLM casts its cache to the query dtype too).
-
-Per-layer eligibility: output gate on, neox-style rotary (``RotaryEmbedding`` or interleaved
-``MRotaryEmbedding``), no dual-chunk attention, bf16 parameters, Gemma q/k norms of the head size.
-An out-of-tree model with the same attention calls :func:`attach` on its layers.
+``Qwen3NextAttention`` is a plain ``nn.Module`` with no extension point, so the hook is the model registry
+(:mod:`r9k.plugin.layers.models`): :class:`R9kQwen3NextForCausalLM` is vLLM's class, and each eligible attention
+layer (:func:`ineligible`) gets a ``_project_qkv_gate`` calling ``torch.ops.r9k.qk_norm_rope``. Same math as
+vLLM's eager path, except that the norm and rope run in fp32 with one bf16 rounding per output. An out-of-tree
+model with the same attention calls :func:`attach` on its layers.
 """
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """Model architectures this plugin brings to vLLM (``ModelRegistry``), where vLLM's own cannot run.
 
-* ``Qwen4ExpForCausalLM`` (Qwen3.8-Flash-Next): vLLM 0.32 has its own (``vllm/models/qwen4_exp``, CUDA and ROCm
-  only; it does not import on the CPU backend). On the CPU backend the plugin registers
-  :class:`r9k.plugin.models.flash_next.FlashNextForCausalLM` for the architecture, so a Flash-Next checkpoint is
-  served there and this project's hyper-connection kernels run in it. On CUDA/ROCm vLLM's own model serves it
-  and nothing is registered: this project's hc kernels are not wired into vLLM's Qwen4Exp classes (yet), which
-  the startup table and ``/r9k/status`` say (``report.layer(..., installed=False)``).
-
-Adapter entry: ``model_registry:Qwen4ExpForCausalLM`` in ``registry/adapters.toml`` (install = "call").
+``Qwen4ExpForCausalLM`` (Flash-Next; adapter ``model_registry:Qwen4ExpForCausalLM``): vLLM's own model is CUDA
+and ROCm only, so on the CPU backend :class:`r9k.plugin.models.flash_next.FlashNextForCausalLM` serves it, with
+this project's hyper-connection kernels. Elsewhere vLLM's own serves it, and the hc kernels (not wired into it)
+are reported kept.
 """
 from __future__ import annotations
 
@@ -20,9 +16,8 @@ FLASH_NEXT_ARCH = "Qwen4ExpForCausalLM"
 FLASH_NEXT_CLASS = "r9k.plugin.models.flash_next:FlashNextForCausalLM"
 #: the ops the Flash-Next build runs through the dispatch table
 FLASH_NEXT_OPS = ("hc_mix", "qsa_glue")
-#: op -> the op that takes its place in a module where both are chosen (the hc mix on fp8 copies before the
-#: bf16 one, as at TP4 in the original): that module records the first as kept, with reason
-#: ``SUPERSEDED + other`` (r9k.plugin.models.hc), and the status reports it as superseded, not installed
+#: op -> the op that takes its place in a module where both are chosen: the module records the first as kept,
+#: with reason ``SUPERSEDED + other``, and the status reports it superseded, not installed
 SUPERSEDED_BY = {"hc_mix": "hc_mix_fp8"}
 SUPERSEDED = "superseded by "
 
@@ -34,15 +29,14 @@ def _on_cpu() -> bool:
 
 
 def register_architectures(registry_module) -> None:
-    """Called by ``register()`` in every active plugin process: on the CPU backend, vLLM builds this
-    project's Flash-Next for ``Qwen4ExpForCausalLM`` (elsewhere vLLM's own model is left in place)."""
+    """In every active plugin process: on the CPU backend, vLLM builds this project's Flash-Next."""
     if _on_cpu():
         _register(registry_module)
 
 
 def install_flash_next(registry_module) -> None:
-    """``model_registry:Qwen4ExpForCausalLM``, the adapter of the hyper-connection variants: on the CPU backend,
-    this project's Flash-Next (whose hc modules ask the dispatch table for their op); elsewhere: said, not done."""
+    """``model_registry:Qwen4ExpForCausalLM``, the hc variants' adapter: on the CPU backend this project's
+    Flash-Next; elsewhere said, not done."""
     from .. import report
 
     if not _on_cpu():

@@ -1,8 +1,6 @@
-"""What a Flash-Next checkpoint must say for the plugin's CPU build of the architecture to serve it.
-
-Pure Python (no torch, no vLLM): ``r9kctl launch`` runs :func:`precheck` on the checkpoint's ``config.json``
-before anything starts, and the model runs :func:`check_config` again when vLLM builds it (a hand-started
-vLLM). One line per fault, naming the file and the field.
+"""What a Flash-Next checkpoint must say for the plugin's CPU build to serve it (no torch, no vLLM): ``r9kctl
+launch`` runs :func:`precheck` before anything starts, the model :func:`check_config` again when vLLM builds it.
+One line per fault, naming the file and the field.
 """
 from __future__ import annotations
 
@@ -76,8 +74,7 @@ def precheck(model_dir: str, max_model_len: Optional[int]) -> Optional[Checkpoin
 
 
 def check_weights(model_dir: str) -> None:
-    """A block-fp8 checkpoint's fp8 tensors and their scales (:func:`r9k.plugin.quant.check_checkpoint`: the
-    safetensors headers only): CheckpointError naming the file and the tensor."""
+    """A block-fp8 checkpoint's fp8 tensors and scales (:func:`r9k.plugin.quant.check_checkpoint`)."""
     fault = check_checkpoint(model_dir)
     if fault is not None:
         raise CheckpointError(fault.file, f"{fault.tensor}: {fault.why}")

@@ -1,39 +1,14 @@
 """Qwen3.8-Flash-Next (architecture ``Qwen4ExpForCausalLM``) for vLLM backends where vLLM's own does not run.
 
-vLLM 0.32 ships this architecture itself (``vllm/models/qwen4_exp``: ``nvidia/`` and ``amd/`` builds, "CUDA and
-ROCm only"). On its CPU backend the package cannot even be imported (its multimodal half pulls in
-torchvision, which the CPU build of torch cannot load), so a checkpoint of this architecture cannot be served
-there. This module is the plugin's build of the same text model for that case, registered under the same
-architecture name through ``ModelRegistry`` (see :func:`r9k.plugin.models.register_models`), and made of
-vLLM's own layers wherever vLLM has them:
+vLLM's own build (``vllm/models/qwen4_exp``) is CUDA and ROCm only and does not even import on the CPU backend.
+This is the same text model made of vLLM's own layers wherever vLLM has them: GDN is vLLM's
+``QwenGatedDeltaNetAttention``; QSA is ``Qwen3NextAttention``'s projections, norms, rope and output gate around
+the indexer's selection and sparse attention (:mod:`r9k.plugin.models.qsa`); MoE is ``Qwen3NextSparseMoeBlock``;
+the hyper-connections are vLLM's ``GatedResidual`` or this project's ops (:mod:`r9k.plugin.models.hc`);
+embedding and LM head are vLLM's. The block-fp8 dense linears are :mod:`r9k.plugin.quant`'s.
 
-==========================  =====================================================================
-part                        from
-==========================  =====================================================================
-GDN token mixer             vLLM ``QwenGatedDeltaNetAttention`` (pluggable layer
-                            ``qwen_gated_delta_net_attention``; its CPU forward, its hybrid state cache)
-QSA token mixer             vLLM ``Qwen3NextAttention``'s projections, q/k Gemma norm, partial rope and
-                            ``sigmoid(gate)`` output around the indexer's top-k group selection and sparse
-                            attention over the selected tokens (plain PyTorch, :mod:`r9k.plugin.models.qsa`;
-                            the indexer's norm + rope by this project's glue, op ``qsa_glue``, when chosen):
-                            contexts beyond ``indexer_budget`` are served
-MoE                         vLLM ``Qwen3NextSparseMoeBlock`` (``GateLinear`` router, fused MoE, sigmoid-gated
-                            shared expert)
-hyper-connections           vLLM's pure-PyTorch ``GatedResidual`` (``vllm.models.qwen4_exp.common``) as the
-                            stock path; this project's ``hc_mix`` op (variant ``hc_decode_mix``, knob
-                            ``R9K_HC_MIX``) when the dispatch table selects it
-embedding, LM head          vLLM ``VocabParallelEmbedding`` / ``ParallelLMHead`` (untied)
-==========================  =====================================================================
-
-Not here (stated, not faked): the MTP block (vLLM's CPU backend runs no speculative decoding), the per-layer
-n-gram embedding ("PLE": a checkpoint with ``ple_layer_ids`` is refused), the vision tower, MXFP4 experts (no
-kernel on the CPU backend; the tiny checkpoint's experts are bf16). The block-fp8 dense linears are served by
-this plugin's quantization method (:mod:`r9k.plugin.quant`), whose scales are checked before any weight loads.
-
-The hyper-connection math (docs/semantics.md 3.1-3.3): ``hc_count`` streams of ``hidden_size``;
-a module's ``mix`` norms each stream (grouped Gemma RMSNorm), computes ``lora = silu(down(xn) / hc)``,
-``gate = sigmoid(up(lora))`` and the block input ``mean_s(gate_s * xn_s)``, plus injection logits
-``inject(xn)``; its ``combine`` folds the block output back: ``res_s + block * 2*sigmoid(inj_s / hc)``.
+Not here (stated, not faked): the MTP block, the per-layer n-gram embedding (a checkpoint with ``ple_layer_ids``
+is refused), the vision tower, MXFP4 experts. The hyper-connection math: docs/semantics.md 3.1-3.3.
 """
 from __future__ import annotations
 
@@ -75,14 +50,10 @@ from .checkpoint import GDN, QSA, CheckpointError, check_config, check_weights
 
 logger = logging.getLogger("vllm.r9k")
 
-class FlashNextHyperConnection(GatedResidual):
-    """vLLM's ``GatedResidual`` (the stock path, pure PyTorch), with this project's ops where chosen
-    (:mod:`r9k.plugin.models.hc`).
 
-    Weight names are the checkpoint's (``hc_norm``, ``input_mix_weight_down``, ``input_mix_weight_up``,
-    ``block_inject_weight``). Its two halves, :meth:`combine_norm` and :meth:`input_mix`, are run in the
-    order of the shared schedule (``r9k.plugin.models.schedule.hc_module``).
-    """
+class FlashNextHyperConnection(GatedResidual):
+    """vLLM's ``GatedResidual`` (the stock path) with this project's ops where chosen (:mod:`r9k.plugin.models.hc`);
+    its halves run in the shared schedule's order (``r9k.plugin.models.schedule.hc_module``)."""
 
     def __init__(self, config: HyperConnectionConfig, prefix: str, use_combine: bool = True):
         super().__init__(config, role=prefix.rsplit(".", 1)[-1], use_combine=use_combine)
@@ -95,8 +66,7 @@ class FlashNextHyperConnection(GatedResidual):
 
     def combine_norm(self, res: torch.Tensor, block_output: Optional[torch.Tensor],
                      carry: Optional["hc.Folded"]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
-        """``(streams, xn)``: this project's one-launch ``hc_combine_norm``, or vLLM's ``GatedResidual.combine``
-        of the module that made ``carry`` (``xn`` None: ``GatedResidual.mix``, or :meth:`input_mix`, norms)."""
+        """``(streams, xn)``: this project's ``hc_combine_norm``, or the ``carry`` module's combine (``xn`` None)."""
         if self.ops.combine_norm is not None:
             inj = None if block_output is None else hc.injection_logits(carry)
             return self.ops.combine_norm(res, block_output, inj, self.hc_norm.weight)
@@ -123,8 +93,7 @@ def _hc_config(config, params_dtype: torch.dtype) -> HyperConnectionConfig:
 
 
 class QsaIndexerWeights(nn.Module):
-    """The QSA indexer's weights (projection of the index queries and key, their Gemma norms), read by
-    :mod:`r9k.plugin.models.qsa`."""
+    """The QSA indexer's weights (index query/key projection, their Gemma norms)."""
 
     def __init__(self, config, dtype: torch.dtype):
         super().__init__()
@@ -137,8 +106,7 @@ class QsaIndexerWeights(nn.Module):
 
 
 class FlashNextDecoderLayer(Qwen3NextDecoderLayer):
-    """One layer: hc module -> GDN or QSA -> hc module -> MoE (no per-block norms), in the shared schedule's
-    order (:func:`r9k.plugin.models.schedule.decoder_layer`)."""
+    """One layer: hc module -> GDN or QSA -> hc module -> MoE (:func:`r9k.plugin.models.schedule.decoder_layer`)."""
 
     def __init__(self, vllm_config: VllmConfig, layer_type: str, prefix: str = "") -> None:
         nn.Module.__init__(self)  # the parent's __init__ builds Qwen3-Next's norms, which this layer has none of
@@ -167,8 +135,6 @@ class FlashNextDecoderLayer(Qwen3NextDecoderLayer):
         self.mlp_hyper_connection = FlashNextHyperConnection(hcc, f"{prefix}.mlp_hyper_connection")
 
     def forward(self, res: torch.Tensor, pending: Optional[tuple], positions: torch.Tensor) -> tuple:
-        """The streams and the previous layer's pending MoE output (None: the first layer) -> this layer's
-        (:func:`r9k.plugin.models.schedule.decoder_layer`)."""
         return schedule.decoder_layer(res, pending, self.attn_hyper_connection,
                                       functools.partial(self._token_mixer, positions=positions),
                                       self.mlp_hyper_connection, self.mlp)
@@ -259,8 +225,7 @@ class FlashNextForCausalLM(Qwen3NextForCausalLM):
         self.logits_processor = LogitsProcessor(config.vocab_size)
         self.make_empty_intermediate_tensors = lambda *a, **k: IntermediateTensors({})
         self.set_moe_parameters()
-        # the gated attention's q/k norm + rope + gate split: the same adapter as vLLM's Qwen3-Next
-        # (r9k.plugin.layers.qwen3_next.attach: this project's op when chosen and eligible, else vLLM's path)
+        # the gated attention's q/k norm + rope: the same adapter as vLLM's Qwen3-Next
         from ..layers import qwen3_next
 
         for name, mod in self.named_modules():

@@ -1,23 +1,14 @@
 """The hyper-connection module of the plugin's Flash-Next: vLLM's ``GatedResidual`` as the stock path, this
-project's ops where the dispatch table selects them (docs/semantics.md 3.1-3.3).
+project's ops where the dispatch table selects them (docs/semantics.md 3.1-3.3), each half chosen once at
+construction (:meth:`HcOps.choose`):
 
-A module has two halves, each chosen once at construction (:meth:`HcOps.choose`):
+* **combine + grouped norm** (op ``hc_combine_norm``): fold the previous block's output into the streams, then
+  the grouped Gemma norm, in one launch (stock: vLLM's ``combine``, then the norm inside ``mix``).
+* **mix** (op ``hc_mix`` on the bf16 weights, or ``hc_mix_fp8`` on fp8 copies, which takes precedence): the
+  down GEMM merged with the injection logits, and the gated mean block input (fused for 1..16 rows; stock:
+  vLLM's ``GatedResidual.mix``).
 
-* **combine + grouped norm** (op ``hc_combine_norm``, knob ``R9K_HC_COMBINE_NORM``): fold the previous block's
-  output into the streams, ``bf16(res + block * 2*sigmoid(inj/hc))`` per stream, then the grouped Gemma norm
-  ``xn``. Fused: one launch that does both. Stock: vLLM's ``GatedResidual.combine`` of the previous module,
-  then the norm inside this module's ``GatedResidual.mix``.
-* **mix** (op ``hc_mix`` on the bf16 weights, ``R9K_HC_MIX``, or ``hc_mix_fp8`` on fp8 copies, W8A16,
-  ``R9K_HC_FP8_DECODE``, which takes precedence): from ``xn``, ``lora = silu(down(xn) / hc)`` with the
-  injection logits ``inject(xn)`` from the same (merged) GEMM, and the block input ``mean_s(sigmoid(up(lora))_s
-  * xn_s)``. Fused: 2 launches for 1..16 rows (the op's stock sequence above). Stock: vLLM's
-  ``GatedResidual.mix``.
-
-The order of the halves (and of the layer around them) is the shared schedule's,
-``r9k.plugin.models.schedule``, which the decode-step benchmark runs too.
-
-Per op the counters record each module (installed, or kept vLLM's path and why) and each call (``fused``, or
-``fallback:rows>16`` where the mix op ran its stock sequence).
+Per op the counters record each module and each call (``fused``, or ``fallback:rows>16``).
 """
 from __future__ import annotations
 
@@ -45,8 +36,7 @@ _TORCH_OPS: dict[str, Callable] = {}
 
 
 def mix_op(op: str, fn: Callable, lora_rank: int, hc_count: int, count: bool = True) -> Callable:
-    """``fn`` (an hc_mix-like op: ``fn(xn, *weights) -> (buf, block)``) behind a torch custom op: opaque to
-    torch.compile, and the counter (``count``) runs at execution time."""
+    """``fn(xn, *weights) -> (buf, block)`` behind an opaque torch custom op that counts its calls (``count``)."""
     name = f"r9k::{op}_l{lora_rank}_h{hc_count}_{fn.__module__.rsplit('.', 1)[-1]}"
     if name not in _TORCH_OPS:
         @torch.library.custom_op(name, mutates_args=())
@@ -135,9 +125,8 @@ class HcOps:
 
 @dataclass
 class Folded:
-    """A module's carry after its mix, for the next module's combine: the module (its inject weight, its
-    ``GatedResidual.combine``) and its block output's injection logits (``inj`` [M, hc], raw GEMM output) or
-    vLLM's state ``(hyper_input, normed)``."""
+    """A module's carry for the next module's combine: the module and its block's raw injection logits
+    (``inj`` [M, hc]) or vLLM's state ``(hyper_input, normed)``."""
 
     module: GatedResidual
     inj: Optional[torch.Tensor] = None
@@ -145,9 +134,8 @@ class Folded:
 
 
 def prepare(m, ops: HcOps) -> list:
-    """At the end of weight loading, the weights the fused halves read: the merged down+inject matrix and the
-    up weight (views of the loaded ones: no byte added), or for ``hc_mix_fp8`` their fp8 copies with per-row
-    scales (``prepare_hc_fp8``: the memory the registry charges for R9K_HC_FP8_DECODE)."""
+    """After weight loading, the weights the fused halves read: the merged down+inject matrix and the up weight
+    (views: no byte added), or for ``hc_mix_fp8`` their fp8 copies (the memory the registry charges)."""
     merged = merge_down_inject(m)
     up = m.input_mix_weight_up.weight
     if ops.mix_name == MIX_FP8:
@@ -173,8 +161,8 @@ def merge_down_inject(m) -> torch.Tensor:
 
 
 def injection_logits(state: Folded) -> torch.Tensor:
-    """The raw injection logits [M, hc] of ``state.module``'s block: from its fused mix, or (vLLM's state)
-    the inject GEMM on its normed streams, as ``GatedResidual.combine`` computes them."""
+    """The raw injection logits [M, hc] of ``state.module``'s block: its fused mix's, or the inject GEMM on
+    vLLM's normed streams."""
     if state.inj is not None:
         return state.inj
     _, normed = state.vllm_state
@@ -182,9 +170,8 @@ def injection_logits(state: Folded) -> torch.Tensor:
 
 
 def fold(state: Folded, res: torch.Tensor, block_output: torch.Tensor) -> torch.Tensor:
-    """``state.module``'s combine on its own, into the streams ``res`` it mixed from:
-    ``bf16(res + block * 2*sigmoid(inj/hc))`` per stream (vLLM's ``GatedResidual.combine`` where the module
-    ran vLLM's mix)."""
+    """``state.module``'s combine into the streams ``res``: ``bf16(res + block * 2*sigmoid(inj/hc))`` per stream
+    (vLLM's ``GatedResidual.combine`` where the module ran vLLM's mix)."""
     if state.vllm_state is not None:
         return GatedResidual.combine(state.module, block_output, state.vllm_state)
     M, hc = res.shape[0], state.module.hc_count

@@ -1,27 +1,16 @@
 """QSA (the indexer's top-k selection and sparse attention over the selected tokens) on vLLM's CPU backend, in
-plain PyTorch, with this project's indexer glue (op ``qsa_glue``, knob ``R9K_QSA_GLUE``) where chosen.
+plain PyTorch, with this project's indexer glue (op ``qsa_glue``) where chosen; one opaque torch custom op.
 
-Semantics (transformers' ``Qwen4ExpTextQSAIndexer`` and docs/semantics.md 3.7, 3.8a, 3.9): the indexer projects
-each token to ``indexer_n_heads`` query heads and one raw key (``index_qk_proj``); the queries get the Gemma norm
-+ rotary (the glue). For a query at position ``p`` the visible complete groups are ``(p + 1) // r`` (``r`` the
-compress ratio); group ``c``'s key is the fp32 mean of its ``r`` raw token keys (rounded to bf16), Gemma-normed
-and roped at the group's first position (the glue again); it scores ``sum_h relu(q_h . key_c) / sqrt(D)`` and
-the best ``indexer_budget / r`` groups are kept, plus the row's own incomplete group up to ``p``. Attention is
-then ``softmax(q . K_j * scale) . V_j`` over the kept tokens only (fp32 softmax, bf16 output). While a context
-fits the budget every group is kept: dense causal attention.
-
-Keys and values: vLLM's CPU attention keeps its paged cache in an ISA-specific layout, so this op keeps its own
-copy of each token's K, V and raw index key in vLLM's blocks (the same block ids and slots: ``slot_mapping``
-writes, ``block_table`` reads, so prefix caching and preemption keep working), allocated as blocks are first
-written. vLLM's own attention kernel does not run for these layers.
-
-Runs inside one torch custom op (opaque to torch.compile; the forward context is read at execution time).
-Counters: ``qsa_glue`` per layer (installed or not) and per glue call (``fused``).
+Semantics: transformers' ``Qwen4ExpTextQSAIndexer`` and docs/semantics.md 3.7, 3.8a, 3.9 (while a context fits
+``indexer_budget`` every group is kept: dense causal attention). vLLM's CPU attention keeps its paged cache in an
+ISA-specific layout, so this op keeps its own copy of each token's K, V and raw index key in vLLM's blocks (the
+same block ids and slots, so prefix caching and preemption keep working); vLLM's attention kernel does not run
+for these layers.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 
@@ -163,8 +152,7 @@ def _op():
 
 
 def build(layer: str, attn, indexer, config, block_size: int) -> str:
-    """Register the QSA state of one layer (``attn``: vLLM's ``Qwen3NextAttention``; ``indexer``: the
-    indexer's weights) and return its key. The glue is chosen here, once (the dispatch table)."""
+    """Register the QSA state of one layer (``attn``: vLLM's ``Qwen3NextAttention``) and its glue; returns its key."""
 
     table = get_table()
     choice = table.choose(GLUE, layer=layer) if table is not None and GLUE in table.by_op else None
@@ -183,7 +171,3 @@ def build(layer: str, attn, indexer, config, block_size: int) -> str:
 
 def attention(key: str, q, k, v, idx_qk, positions) -> torch.Tensor:
     return _op()(q, k, v, idx_qk, positions, key)
-
-
-def state(key: str) -> Optional[QsaState]:
-    return _STATES.get(key)

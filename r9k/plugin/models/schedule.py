@@ -1,20 +1,9 @@
-"""The Flash-Next layer schedule and the order inside a hyper-connection module, stated once
-(docs/semantics.md 2; the module's halves: 3.2, then 3.1 or 3.3).
+"""The Flash-Next layer schedule and the order inside a hyper-connection module, stated once (docs/semantics.md
+2; the module's halves: 3.2, then 3.1 or 3.3), for both builds: the decode-step benchmark
+(:class:`r9k.r9kctl.decode_step.model.DecodeStepModel`) and the plugin's vLLM model (``r9k.plugin.models.flash_next``).
 
-Both builds of the architecture run through these three functions: the decode-step benchmark
-(:class:`r9k.r9kctl.decode_step.model.DecodeStepModel`: this project's ops on synthetic weights) and the plugin's
-vLLM model (``r9k.plugin.models.flash_next``: vLLM's layers, its ``GatedResidual`` as the stock path). Each build
-brings its own hyper-connection modules (:class:`HcModule`), token mixers and MoE; what runs when is here:
-
-* :func:`forward`: the embedding broadcast into the ``hc`` streams, the layers, the final module's block input
-  (what the LM head reads);
-* :func:`decoder_layer`: HC module -> token mixer (GDN or QSA) -> HC module -> MoE;
-* :func:`hc_module`: combine + grouped norm (the grouped norm alone when no block output is pending), then the
-  mix (down + ``hc_silu``, up + gated mean); the mix's *carry* (the injection logits) travels with the block's
-  output to the next module's combine.
-
-Between two modules a block output is *pending*: ``(block output [M, hidden], carry of the module that made
-its input)``. No torch import: the tensors and the ops are the callers'.
+Between two modules a block output is *pending*: ``(block output [M, hidden], carry of the module that made its
+input)``; the carry (the injection logits) travels to the next module's combine. No torch import.
 """
 from __future__ import annotations
 
@@ -29,13 +18,11 @@ class HcModule(Protocol):
     """One hyper-connection module, as :func:`hc_module` calls it."""
 
     def combine_norm(self, res, block_output, carry) -> tuple:
-        """Fold ``block_output`` (the previous module's block, with that module's ``carry``) into the streams
-        ``res`` [M, hc*hidden] and norm each stream: ``(new streams, xn)``. ``block_output`` None: nothing is
-        pending, the grouped norm alone. ``xn`` may be None where the mix norms the streams itself."""
+        """Fold ``block_output`` (None: nothing pending) into the streams ``res`` [M, hc*hidden] and norm each:
+        ``(new streams, xn)``; ``xn`` may be None where the mix norms the streams itself."""
 
     def input_mix(self, res, xn) -> tuple:
-        """From ``xn`` (or ``res``): ``(block input [M, hidden], carry)``; ``carry`` holds what the next module's
-        combine needs of this module (the injection logits of its block's output)."""
+        """From ``xn`` (or ``res``): ``(block input [M, hidden], carry for the next module's combine)``."""
 
 
 def hc_module(m: HcModule, res, pending: Optional[Pending] = None) -> tuple:

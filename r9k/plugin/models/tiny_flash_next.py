@@ -1,15 +1,10 @@
 """The tiny Flash-Next checkpoint (``r9k-tiny:flash-next``): transformers' own ``Qwen4ExpForCausalLM`` with
-random weights from a seed, saved as a checkpoint (the real checkpoint's weight names and config fields).
+seeded random weights, saved with the real checkpoint's weight names and config fields.
 
-The layer pattern is the real model's in miniature: ``3 x GDN, 1 x QSA`` (``12 x (3, 1)`` in the real one),
-4 hyper-connection streams, top-2 of 8 experts with the sigmoid-gated shared expert. The dense linears the
-real checkpoint stores as block-fp8 (GDN ``in_proj_qkv``/``in_proj_z``/``out_proj``, attention ``q/k/v/o_proj``)
-are stored the same way here: e4m3 ``weight`` + fp32 ``weight_scale_inv`` per 128x128 block, and the config's
-``quantization_config`` says so (served by :mod:`r9k.plugin.quant`). Every other weight is bf16 (the real
-checkpoint's MXFP4 experts have no kernel on vLLM's CPU backend; the shared expert's bf16 weights are snapped
-onto the MXFP4 grid, as in the other tiny models, so this project's shared expert kernel computes exactly what
-the checkpoint holds). The indexer budget is 32 tokens, so that a test prompt exceeds it
-and the QSA layer's top-k selection changes what each query attends to (r9k.plugin.models.qsa).
+The real model's layer pattern in miniature (``3 x GDN, 1 x QSA``), 4 hyper-connection streams, top-2 of 8
+experts with the shared expert. The dense linears the real checkpoint stores as block-fp8 are stored so here too
+(:func:`to_block_fp8`); every other weight is bf16 (the shared expert's on the MXFP4 grid). The indexer budget
+is 32 tokens, so that a test prompt exceeds it and the QSA selection changes what each query attends to.
 """
 from __future__ import annotations
 
@@ -103,8 +98,7 @@ def to_block_fp8(out: Path) -> None:
 
 def dequantized_reference(model_dir: str):
     """transformers' own ``Qwen4ExpForCausalLM`` (bf16, eval) on a block-fp8 checkpoint, its fp8 linears
-    dequantized (``e4m3 * scale`` per 128x128 block, rounded once to bf16: the weights vLLM's stock path
-    multiplies by): transformers' fp8 loader needs a GPU, and this is the independent reference of the e2e test."""
+    dequantized as vLLM's stock path does (transformers' fp8 loader needs a GPU): the e2e test's reference."""
     import json
 
     import torch
@@ -131,10 +125,8 @@ def dequantized_reference(model_dir: str):
 
 
 def _fuse_experts(sd: dict, expected: set[str]) -> None:
-    """The checkpoint holds one ``gate_proj``/``up_proj``/``down_proj`` per expert (the layout vLLM loads);
-    transformers 5 keeps a layer's experts as two stacked parameters, ``gate_up_proj`` ``[E, 2I, H]`` (gate rows
-    first: its forward splits ``linear(x, gate_up_proj[e])`` with ``chunk(2)``) and ``down_proj`` ``[E, H, I]``.
-    Stacks them in place where the model asks for the stacked form; leaves a per-expert model's keys alone."""
+    """Stack the checkpoint's per-expert ``gate_proj``/``up_proj``/``down_proj`` in place where the model has
+    transformers 5's stacked ``gate_up_proj`` ``[E, 2I, H]`` (gate rows first) and ``down_proj`` ``[E, H, I]``."""
     import re
 
     import torch
