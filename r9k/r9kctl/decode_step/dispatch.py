@@ -1,10 +1,6 @@
-"""Choosing each op's implementation once, when the model is built: a *chooser* ``choose(op_name) -> Pick``.
-
-:func:`plugin_chooser` goes through the plugin's ``DispatchTable`` (the served path; needs the registry);
-:func:`values_chooser` applies the same rule to a plain ``{variant id: value}`` map (for hosts without pydantic
-or vLLM). A stock path of an op in :data:`VLLM_STOCK` runs vLLM's own kernels (``stock="vllm"``, raising
-``PeerUnavailable`` where vLLM's sources are missing: a stock is never silently replaced) or the op table's
-plain composition (``stock="plain"``); :data:`STOCK_SOURCE` labels each op's stock as real or a stand-in.
+"""Choosing each op's implementation once, when the model is built: a *chooser* ``choose(op_name) -> Pick``,
+through the plugin's ``DispatchTable`` (:func:`plugin_chooser`; needs the registry) or by the same rule over a plain
+``{variant id: value}`` map (:func:`values_chooser`; no pydantic or vLLM needed). Stock paths: :func:`stock_fn`.
 """
 from __future__ import annotations
 
@@ -73,7 +69,8 @@ STOCK_KINDS = ("vllm", "plain")
 
 def stock_fn(op: str, kop, stock: str = "vllm") -> "tuple[str, Callable]":
     """``(impl label, fn)`` of op's stock path: ``("stock:vllm", vLLM's kernels)`` for the ops of
-    :data:`VLLM_STOCK` when ``stock == "vllm"``, else ``("stock", the op table's stock)``."""
+    :data:`VLLM_STOCK` when ``stock == "vllm"`` (``PeerUnavailable`` without vLLM's sources: a stock is never
+    silently replaced), else ``("stock", the op table's stock)``."""
     if stock not in STOCK_KINDS:
         raise ValueError(f"stock must be one of {STOCK_KINDS}, not {stock!r}")
     if stock == "vllm" and op in VLLM_STOCK:
@@ -134,8 +131,7 @@ def plugin_chooser(rs, strict: bool = False, stock: str = "vllm") -> Chooser:
         except KeyError:  # no registry variant names this op
             c = None
         if c is None:
-            impl, fn = stock_fn(op, kop, stock)
-            return Pick(op, vid, value, impl, fn, "plugin")
+            return Pick(op, vid, value, *stock_fn(op, kop, stock), "plugin")
         return Pick(op, c.variant_id, value, c.state, c.fn, "plugin")
 
     choose.table = table  # type: ignore[attr-defined]

@@ -130,6 +130,7 @@ def release_records(res: dict, command: str, platform: str = "h200") -> list[dic
     (``h200_tp4_shard.<profile>``): ms per step and graph nodes per request count (``@r<requests>``), and the
     speedup over the baseline profile."""
     recs = []
+    common = {"stack": "ours", "platform": platform, "command": command, "method": "r9kctl-bench"}
     for r in res["rows"]:
         if "ms" not in r:
             continue
@@ -142,8 +143,7 @@ def release_records(res: dict, command: str, platform: str = "h200") -> list[dic
                       else "; stock paths: the op table's plain compositions (the first runs' measuring stick)")
         if p.get("derived_from"):
             stock_note += f"; {p.get('note')}"
-        base = {"config": f"h200_tp4_shard.{r['profile'].replace('@vllm', '').replace('@', '_')}", "stack": "ours",
-                "platform": platform, "command": command, "method": "r9kctl-bench",
+        base = {"config": f"h200_tp4_shard.{r['profile'].replace('@vllm', '').replace('@', '_')}", **common,
                 "source": f"r9kctl bench decode-step: one TP4-rank decode step, MTP-3, context {res['context']}, "
                           f"CUDA-graph replay median" + stock_note}
         recs.append({**base, "metric": f"decode_step_ms@r{r['requests']}", "value": round(r["ms"], 3), "unit": "ms"})
@@ -155,10 +155,9 @@ def release_records(res: dict, command: str, platform: str = "h200") -> list[dic
         against = q.get("against", profiles[-1])
         suffix = ("" if against in ("stock", "stock@vllm") else "_real_vllm_ops" if against.endswith("-real")
                   else "_vs_" + against.replace("@", "_"))
-        recs.append({"config": f"h200_tp4_shard.{profiles[0]}", "stack": "ours", "platform": platform,
-                     "command": command, "method": "r9kctl-bench",
-                     "metric": f"decode_step_speedup{suffix}@r{q['requests']}",
-                     "value": round(q["speedup"], 3), "unit": "x",
+        recs.append({"config": f"h200_tp4_shard.{profiles[0]}", **common,
+                     "metric": f"decode_step_speedup{suffix}@r{q['requests']}", "value": round(q["speedup"], 3),
+                     "unit": "x",
                      "source": f"r9kctl bench decode-step: {profiles[0]} over {against}"})
     return recs
 

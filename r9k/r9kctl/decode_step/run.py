@@ -14,6 +14,7 @@ import re
 import statistics
 import sys
 import time
+from dataclasses import replace
 from typing import Optional, Sequence
 
 import torch
@@ -131,10 +132,9 @@ def stock_impl_chooser(values):
 
     def choose(op: str) -> Pick:
         p = base(op)
-        kop = ops.get(op)
         # keep "fused" on hc_mix_fp8 as the *format* switch (fp8 copies) while running its stock code
         impl = p.impl if op == "hc_mix_fp8" else "stock"
-        return Pick(p.op, p.variant, p.value, impl, kop.stock, "stock-impl")
+        return replace(p, impl=impl, fn=ops.get(op).stock, via="stock-impl")
 
     return choose
 
@@ -171,7 +171,7 @@ class ShadowChooser:
             st["calls"] += 1
             return y
 
-        return Pick(p.op, p.variant, p.value, p.impl, fn, p.via + "+shadow")
+        return replace(p, fn=fn, via=p.via + "+shadow")
 
 
 def _perturbed(x: torch.Tensor, seed: int = 7) -> torch.Tensor:
@@ -331,8 +331,7 @@ def run_plan(plan: dict, device: Optional[str] = None, log=print, choosers: Opti
         outs, models = {}, {}
         for name in names:
             vals = profs[name]["values"]
-            m = DecodeStepModel(w, inp, choosers[name], flags=vals)
-            models[name] = m
+            m = models[name] = DecodeStepModel(w, inp, choosers[name], flags=vals)
             outs[name] = m.step()
             if R == plan["requests"][0]:
                 result["memory"][name] = memory_report(m, profs[name], cfg)
@@ -411,8 +410,7 @@ def ablation(w, inp, prof: dict, replays: int, cuda: bool, log) -> list[dict]:
     for v in prof.get("non_stock", []):
         if v["id"] not in used:
             continue
-        alt = dict(vals)
-        alt[v["id"]] = v["stock"]
+        alt = {**vals, v["id"]: v["stock"]}
         m = DecodeStepModel(w, inp, values_chooser(alt), flags=alt)
         picks = {k: p.impl for k, p in m.picks.items()}
         row = {"variant": v["id"], "knob": f"{v['knob']}={v['value']}->{v['stock']}", **variant_stock(v["id"])}
