@@ -158,15 +158,13 @@ def _knobs(reg: Registry, report) -> None:
                 if key in seen and seen[key][0] != vid:
                     other, ofield = seen[key]
                     first = reg.locate("variant", other, (ofield,))
-                    f, ln, col = reg.locate("variant", vid, (field,))
                     report.add(Diagnostic("error", "duplicate-knob",
                                           f"variant '{vid}' declares knob {name} ({field}), which variant '{other}' "
-                                          f"declares already ({ofield}, at {_loc(first)})", f, ln, col,
-                                          [vid, other, name]))
+                                          f"declares already ({ofield}, at {_loc(first)})",
+                                          *reg.locate("variant", vid, (field,)), [vid, other, name]))
                 elif key in seen and field == "also_knobs" and seen[key][1] == "knob":
-                    f, ln, col = reg.locate("variant", vid, ("also_knobs",))
                     report.add(Diagnostic("error", "duplicate-knob", f"variant '{vid}' lists its own knob {name} in "
-                                          "also_knobs", f, ln, col, [vid, name]))
+                                          "also_knobs", *reg.locate("variant", vid, ("also_knobs",)), [vid, name]))
                 else:
                     seen.setdefault(key, (vid, field))
 
@@ -187,10 +185,10 @@ def _model_refs(reg: Registry, report) -> None:
                              ("model_defaults", list(v.model_defaults))):
             for name in names:
                 if name not in known:
-                    f, ln, col = reg.locate("variant", vid, (field,))
                     report.add(Diagnostic("error", "unknown-model", f"variant '{vid}' {field} names unknown model "
-                                          f"'{name}' (models are declared in {_models_file(reg)})", f, ln, col,
-                                          [vid, name], hint=suggest(name, known)))
+                                          f"'{name}' (models are declared in {_models_file(reg)})",
+                                          *reg.locate("variant", vid, (field,)), [vid, name],
+                                          hint=suggest(name, known)))
 
 
 _DEF_RE = re.compile(r"^\s*(?:async\s+)?def\s+(\w+)|^\s*class\s+(\w+)", re.M)
@@ -277,9 +275,8 @@ def _releases(reg: Registry, report) -> None:
         while cur and cur in reg.releases:
             if cur in seen:
                 looped.add(ver)
-                f, ln, col = reg.locate("release", ver, ("previous",))
                 report.add(Diagnostic("error", "release-order", f"release chain loops: {' -> '.join(seen + [cur])}",
-                                      f, ln, col, [ver]))
+                                      *reg.locate("release", ver, ("previous",)), [ver]))
                 break
             seen.append(cur)
             cur = reg.releases[cur].previous
@@ -302,10 +299,10 @@ def _releases(reg: Registry, report) -> None:
     for ver, rel in reg.releases.items():
         for i, ch in enumerate(rel.default_changes):
             if reg.models and ch.tp.strip().lower() not in scopes:  # it would silently apply to nothing
-                f, ln, col = reg.locate("release", ver, ("default_changes", i, "tp"))
                 report.add(Diagnostic("error", "unknown-scope", f"release {ver} scopes its change of {ch.knob} to "
                                       f"{ch.tp!r}, which names no model scope or TP size of the primary model "
-                                      f"(known: {', '.join(sorted(scopes))})", f, ln, col, [ver],
+                                      f"(known: {', '.join(sorted(scopes))})",
+                                      *reg.locate("release", ver, ("default_changes", i, "tp")), [ver],
                                       hint=suggest(ch.tp, sorted(scopes))))
                 continue
             v = reg.find_variant(ch.knob)
@@ -314,10 +311,9 @@ def _releases(reg: Registry, report) -> None:
             try:
                 v.normalize(ch.to)
             except ValueError as exc:
-                f, ln, col = reg.locate("release", ver, ("default_changes", i, "to"))
                 report.add(Diagnostic("error", "bad-value", f"release {ver} changes the default of {ch.knob} to "
                                       f"{ch.to!r}, which is not a legal value: {exc} (allowed: {v.allowed_text()})",
-                                      f, ln, col, [ver, v.id]))
+                                      *reg.locate("release", ver, ("default_changes", i, "to")), [ver, v.id]))
 
 
 # ------------------------------------------------------------------------------------------ profiles

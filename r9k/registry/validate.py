@@ -104,19 +104,17 @@ def check_registry(reg: Registry, report: Report) -> None:
         for kind in ("requires", "conflicts"):
             for other in getattr(v, kind):
                 if other not in ids:
-                    f, ln, col = reg.locate("variant", vid, (kind,))
                     report.add(Diagnostic("error", "unknown-reference", f"variant '{vid}' {kind} unknown variant "
-                                          f"'{other}'", f, ln, col, [vid, other], hint=suggest(other, ids)))
+                                          f"'{other}'", *reg.locate("variant", vid, (kind,)), [vid, other],
+                                          hint=suggest(other, ids)))
         if vid in v.requires and vid in v.conflicts:
-            f, ln, col = reg.locate("variant", vid, ("conflicts",))
             report.add(Diagnostic("error", "self-conflict", f"variant '{vid}' both requires and conflicts with "
-                                  "itself", f, ln, col, [vid]))
+                                  "itself", *reg.locate("variant", vid, ("conflicts",)), [vid]))
         for kind, recs in (("history", v.history), ("measured", v.measured)):
             for rec in recs:
                 if VERSION_RE.match(rec.release) and rec.release not in reg.releases:
-                    f, ln, col = reg.locate("variant", vid, (kind,))
                     report.add(Diagnostic("error", "unknown-release", f"variant '{vid}' {kind} names unknown release "
-                                          f"'{rec.release}'", f, ln, col, [vid, rec.release],
+                                          f"'{rec.release}'", *reg.locate("variant", vid, (kind,)), [vid, rec.release],
                                           hint=suggest(rec.release, reg.releases)))
         if v.since and VERSION_RE.match(v.since) and v.since not in reg.releases:
             f, ln, col = reg.locate("variant", vid, ("since",))
@@ -126,19 +124,18 @@ def check_registry(reg: Registry, report: Report) -> None:
     for f, ln, col, msg in adapters.problems:
         report.add(Diagnostic("error", "adapter", msg, f, ln, col))
     for vid, fld, msg in availability.declaration_problems(reg.variants, adapters):
-        f, ln, col = reg.locate("variant", vid, ("implementation", fld) if fld != "gate" else ("gate",))
-        report.add(Diagnostic("warning", "undeclared-implementation", f"variant '{vid}': {msg}", f, ln, col, [vid]))
+        at = reg.locate("variant", vid, ("implementation", fld) if fld != "gate" else ("gate",))
+        report.add(Diagnostic("warning", "undeclared-implementation", f"variant '{vid}': {msg}", *at, [vid]))
     knobs = reg.knobs()
     for ver, rel in reg.releases.items():
         if rel.previous and rel.previous not in reg.releases:
-            f, ln, col = reg.locate("release", ver, ("previous",))
             report.add(Diagnostic("error", "unknown-release", f"release {ver} names unknown previous release "
-                                  f"'{rel.previous}'", f, ln, col, [ver]))
+                                  f"'{rel.previous}'", *reg.locate("release", ver, ("previous",)), [ver]))
         for i, ch in enumerate(rel.default_changes):
             if ch.knob not in knobs:
-                f, ln, col = reg.locate("release", ver, ("default_changes", i, "knob"))
                 report.add(Diagnostic("error", "unknown-knob", f"release {ver} changes the default of unknown knob "
-                                      f"'{ch.knob}'", f, ln, col, [ver, ch.knob], hint=suggest(ch.knob, knobs)))
+                                      f"'{ch.knob}'", *reg.locate("release", ver, ("default_changes", i, "knob")),
+                                      [ver, ch.knob], hint=suggest(ch.knob, knobs)))
     latest = reg.latest_release()
     if latest:
         # The registry's defaults are the latest release's: each of its changes must be visible there.
@@ -156,10 +153,10 @@ def check_registry(reg: Registry, report: Report) -> None:
                     to = ch.to
                 have = v.default_for(primary.name, tp)
                 if have != to:
-                    f, ln, col = reg.locate("release", latest, ("default_changes", i))
                     report.add(Diagnostic("warning", "release-default-mismatch",
                                           f"release {latest} sets {ch.knob}={ch.to} at tp{tp}, but the registry's "
-                                          f"default there is {have!r}", f, ln, col, [v.id, latest]))
+                                          f"default there is {have!r}",
+                                          *reg.locate("release", latest, ("default_changes", i)), [v.id, latest]))
 
 
 # ----------------------------------------------------------------------------------- per profile
@@ -254,14 +251,13 @@ def check_profile(reg: Registry, rs: ResolvedSet, report: Report) -> Optional[Bu
         knobs = reg.knobs()
         for key in prof.env:
             if key in knobs:
-                f, ln, col = reg.locate("profile", name, ("env", key))
                 report.add(Diagnostic("warning", "knob-in-env", f"{key} is a declared knob; set it under [knobs] so it "
-                                      "is validated and shows its provenance", f, ln, col, [key, name]))
+                                      "is validated and shows its provenance",
+                                      *reg.locate("profile", name, ("env", key)), [key, name]))
             elif key in CODE_LOADING_ENV:
-                f, ln, col = reg.locate("profile", name, ("env", key))
                 report.add(Diagnostic("warning", "code-loading-env", f"[env] sets {key}: it changes which code every "
                                       "vLLM process loads; make sure this profile's file comes from someone you trust",
-                                      f, ln, col, [key, name]))
+                                      *reg.locate("profile", name, ("env", key)), [key, name]))
 
     budget_errors: list = []
     b = budget(reg, rs, budget_errors)
@@ -295,8 +291,7 @@ def _check_gates(reg: Registry, rs: ResolvedSet, report: Report) -> None:
 
     active = [r.variant for r in rs.active()]
     for code, v, key, msg in ledger.gate_findings(active, states, platform=rs.platform):
-        f, ln, col = reg.locate("variant", v.id, key)
-        report.add(Diagnostic("warning", code, msg, f, ln, col, [v.id, rs.profile]))
+        report.add(Diagnostic("warning", code, msg, *reg.locate("variant", v.id, key), [v.id, rs.profile]))
     report.gates[rs.profile] = ledger.summary(active, states, rs.platform)
 
 

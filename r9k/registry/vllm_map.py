@@ -377,7 +377,7 @@ def check_profile_switches(reg, rs, report, iface) -> None:
             faults.append(("vllm-platform", f"{said}: {switch_name(var)} does not act on platform {rs.platform} (it "
                                             f"acts on {', '.join(var.vllm.platforms)})"))
         for code, msg in faults:
-            report.add(Diagnostic("error", code, msg, file=where[0], line=where[1], col=where[2], items=[vid, rs.profile]))
+            report.add(Diagnostic("error", code, msg, *where, [vid, rs.profile]))
 
 
 def check_mappings(reg, report, iface, only: Optional[set[str]] = None) -> None:
@@ -394,10 +394,9 @@ def check_mappings(reg, report, iface, only: Optional[set[str]] = None) -> None:
                                   items=[vid, f"vllm {iface.version}"]))
     for vid, var in sorted(reg.variants.items()):  # a launcher knob with no mapping would be silently dropped
         if var.category == "launcher" and var.sets is None and (only is None or vid in only):
-            f, ln, col = reg.locate("variant", vid, ("category",))
             report.add(Diagnostic("error", "vllm-mapping", f"launcher knob {var.knob} declares no mapping "
-                                  "([variant.sets]): its value would reach no program", file=f, line=ln, col=col,
-                                  items=[vid]))
+                                  "([variant.sets]): its value would reach no program",
+                                  *reg.locate("variant", vid, ("category",)), [vid]))
     check_switches(reg, report, iface)
 
 
@@ -436,8 +435,7 @@ def check_launch(reg, rs, report, iface, argv: list[str], env: dict[str, str], r
         elif p.token or is_env:
             w, who = knob_where(p.token, is_env)
             where = w or where
-        report.add(Diagnostic("error", p.kind, f"profile {rs.profile}: {who}{p.message}", file=where[0],
-                              line=where[1], col=where[2], items=items))
+        report.add(Diagnostic("error", p.kind, f"profile {rs.profile}: {who}{p.message}", *where, items))
 
 
 def serve_argv(rs, extra_args: Optional[list[str]] = None,
