@@ -2,6 +2,8 @@
 ring; from its sources, :mod:`r9k.kernels._triton.vllm_peer`) beside the same work as tp4-default runs it in
 ``DecodeStepModel._attn`` (``fused``) and with the op table's stock compositions (``stock``), Flash-Next TP4, MTP-3,
 CUDA-graph replay over 8 input sets (notes/decode-step.md). ``python -m r9k.bench.kernels qsa_prepare``.
+``stock`` is a stand-in: what vLLM runs for this work is ``qsa_prepare``, the ``vllm`` column of the same run (the
+decode step's stock does not run it: its indexer rotary is 64 dims, the model's 32).
 """
 from __future__ import annotations
 
@@ -59,7 +61,8 @@ def run(bw=None, sweep=False, requests=(1, 2, 4, 8, 16), context: int = 4096):
         sets = [(torch.randn((M, (ih + 1) * idd), generator=gen, device="cuda").to(torch.bfloat16),
                  torch.randn((M, 2 * (hq + hkv) * D), generator=gen, device="cuda").to(torch.bfloat16))
                 for _ in range(8)]
-        row = {"op": "attention glue + KV write (qk rope, indexer glue, key pool)", "M": M}
+        row = {"op": "attention glue + KV write (qk rope, indexer glue, key pool)", "M": M,
+               "stock is": "a stand-in (the op table's compositions); vLLM runs qsa_prepare: the vllm column"}
         for label, impl in (("stock", "stock"), ("fused", "fused")):
             picks = {op: getattr(ops.get(op), impl) for op in ("qk_norm_rope", "qsa_glue")}
             row[f"{label} us"] = timing.graph_time_us(_ours(picks, cfg, R, caches, rope_attn, rope_idx, w), sets)["us"]
