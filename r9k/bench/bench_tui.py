@@ -220,8 +220,8 @@ def main(argv=None) -> int:
     import contextlib
     import tempfile
 
-    fresh = tempfile.TemporaryDirectory(prefix="r9k-bench-cache-", ignore_cleanup_errors=True)
-    with contextlib.nullcontext() if a.user_cache else fresh as tmp_cache:
+    with (contextlib.nullcontext() if a.user_cache
+          else tempfile.TemporaryDirectory(prefix="r9k-bench-cache-", ignore_cleanup_errors=True)) as tmp_cache:
         if tmp_cache:
             os.environ[envvars.CACHE_DIR.name] = tmp_cache
             run_in_pty((80, 24), a.profile, 2)  # warm-up: fills the parse cache, not timed
